@@ -1,0 +1,119 @@
+//! Typed device errors shared by every backend. Pure, no I/O.
+//!
+//! Messages name the operation or command that failed and never contain credentials:
+//! backends build them from the command text and device output only, and the
+//! credential-bearing parts of a session never enter an error.
+
+use std::time::Duration;
+
+use crate::model::{Capability, PortField};
+
+/// Why a device operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The device could not be reached (connection refused, no route, closed).
+    #[error("cannot reach the device at {address}: {reason}")]
+    Unreachable {
+        /// Address and port that were dialled.
+        address: String,
+        /// What the transport said.
+        reason: String,
+    },
+    /// An operation took longer than its timeout.
+    #[error("timed out after {after:?} while {during}")]
+    Timeout {
+        /// What was being done.
+        during: String,
+        /// The timeout that expired.
+        after: Duration,
+    },
+    /// The device refused the credentials from the Secret.
+    #[error(
+        "authentication to {address} failed: the device refused the credentials from the Secret"
+    )]
+    AuthenticationFailed {
+        /// Address and port that were dialled.
+        address: String,
+    },
+    /// The device presented a host key other than the pinned one.
+    #[error(
+        "host key of {address} does not match the pin: expected {expected}, presented {presented}"
+    )]
+    HostKeyMismatch {
+        /// Address and port that were dialled.
+        address: String,
+        /// Pinned fingerprint.
+        expected: String,
+        /// Fingerprint the device presented.
+        presented: String,
+    },
+    /// The device rejected a command or an edit.
+    #[error("the device rejected `{command}`: {output}")]
+    CommandRejected {
+        /// The command (or RPC) that failed.
+        command: String,
+        /// What the device printed, trimmed.
+        output: String,
+    },
+    /// The port does not exist on the device.
+    #[error("port {port} does not exist on the device")]
+    UnknownPort {
+        /// Device port name.
+        port: String,
+    },
+    /// The backend cannot configure something the desired state needs.
+    #[error("this backend cannot configure {capability}")]
+    Unsupported {
+        /// The missing capability.
+        capability: Capability,
+    },
+    /// After applying, the device reads back differently from what was applied.
+    #[error("port {port} reads back differently after apply: {}", fields.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    VerificationFailed {
+        /// Device port name.
+        port: String,
+        /// Fields that differ.
+        fields: Vec<PortField>,
+    },
+    /// The device answered something the backend could not understand.
+    #[error("unexpected answer from the device while {during}: {detail}")]
+    Protocol {
+        /// What was being done.
+        during: String,
+        /// What was wrong with the answer.
+        detail: String,
+    },
+}
+
+impl DeviceError {
+    /// Whether retrying the same operation soon may succeed (network trouble, a busy
+    /// device), as opposed to a failure that needs a human or a spec change.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            DeviceError::Unreachable { .. }
+            | DeviceError::Timeout { .. }
+            | DeviceError::Protocol { .. }
+            | DeviceError::VerificationFailed { .. } => true,
+            DeviceError::AuthenticationFailed { .. }
+            | DeviceError::HostKeyMismatch { .. }
+            | DeviceError::CommandRejected { .. }
+            | DeviceError::UnknownPort { .. }
+            | DeviceError::Unsupported { .. } => false,
+        }
+    }
+
+    /// A short, bounded category: used as a metric label and an Event reason.
+    pub fn category(&self) -> &'static str {
+        match self {
+            DeviceError::Unreachable { .. } => "DeviceUnreachable",
+            DeviceError::Timeout { .. } => "DeviceTimeout",
+            DeviceError::AuthenticationFailed { .. } => "AuthenticationFailed",
+            DeviceError::HostKeyMismatch { .. } => "HostKeyMismatch",
+            DeviceError::CommandRejected { .. } => "CommandRejected",
+            DeviceError::UnknownPort { .. } => "UnknownPort",
+            DeviceError::Unsupported { .. } => "Unsupported",
+            DeviceError::VerificationFailed { .. } => "VerificationFailed",
+            DeviceError::Protocol { .. } => "ProtocolError",
+        }
+    }
+}

@@ -1,0 +1,516 @@
+//! The fixture backend: an in-memory switch with injectable latency and failures and
+//! an operation log (seed 003's "fixture switchProvider"). No real I/O; it sleeps on
+//! the tokio clock to model latency.
+//!
+//! A [`FixtureSwitch`] is a cheap handle: clones share one device, so a test keeps a
+//! clone to inject failures, tamper with a port behind the operator's back (drift) and
+//! read the [operation log](FixtureSwitch::operations) that proves what was, or was
+//! not, sent.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::DeviceError;
+use crate::model::{Capabilities, DesiredPort, ObservedPort};
+use crate::switch::{PortChange, PortOperation, PortReads, PortResult, Switch};
+use crate::values::PortName;
+
+/// A failure the fixture can be told to produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixtureFailure {
+    /// Connection refused.
+    Unreachable,
+    /// The operation times out.
+    Timeout,
+    /// The device rejects the command.
+    Rejected,
+    /// The device refuses the credentials.
+    AuthenticationFailed,
+    /// The device accepts the change but does not apply it (read-back differs).
+    SilentlyIgnored,
+}
+
+/// What the fixture was asked to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoggedOperation {
+    /// A port was read.
+    Get {
+        /// Port.
+        port: PortName,
+    },
+    /// A port was set; `changed` says whether anything differed.
+    Set {
+        /// The desired state that was applied.
+        desired: DesiredPort,
+        /// Whether the device changed.
+        changed: bool,
+    },
+    /// A port was reset; `changed` says whether anything differed.
+    Reset {
+        /// Port.
+        port: PortName,
+        /// Whether the device changed.
+        changed: bool,
+    },
+    /// A batch (one session) of this many operations started.
+    Batch {
+        /// Number of operations.
+        size: usize,
+    },
+    /// An operation failed because of an injected failure.
+    Failed {
+        /// The failure.
+        failure: FixtureFailure,
+    },
+}
+
+impl LoggedOperation {
+    /// Whether this entry changed device configuration.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            LoggedOperation::Set { changed: true, .. }
+                | LoggedOperation::Reset { changed: true, .. }
+        )
+    }
+}
+
+#[derive(Debug)]
+struct FixtureState {
+    ports: BTreeMap<PortName, ObservedPort>,
+    capabilities: Capabilities,
+    latency: Duration,
+    unreachable: bool,
+    next_failures: VecDeque<FixtureFailure>,
+    port_failures: BTreeMap<PortName, FixtureFailure>,
+    log: Vec<LoggedOperation>,
+    sessions_open: usize,
+    max_sessions_seen: usize,
+}
+
+/// An in-memory switch. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct FixtureSwitch {
+    name: String,
+    state: Arc<Mutex<FixtureState>>,
+}
+
+impl FixtureSwitch {
+    /// A switch called `name` with these ports, all clean, supporting every capability,
+    /// with no latency.
+    pub fn new(name: impl Into<String>, ports: impl IntoIterator<Item = PortName>) -> Self {
+        let ports = ports
+            .into_iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    ObservedPort::from_desired(&DesiredPort::clean(p)),
+                )
+            })
+            .collect();
+        Self {
+            name: name.into(),
+            state: Arc::new(Mutex::new(FixtureState {
+                ports,
+                capabilities: Capabilities::all(),
+                latency: Duration::ZERO,
+                unreachable: false,
+                next_failures: VecDeque::new(),
+                port_failures: BTreeMap::new(),
+                log: Vec::new(),
+                sessions_open: 0,
+                max_sessions_seen: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FixtureState> {
+        // A panic while holding the lock only happens in a failing test; keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device's name (used in error messages as its address).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Restricts what the device can configure.
+    pub fn set_capabilities(&self, caps: Capabilities) {
+        self.lock().capabilities = caps;
+    }
+
+    /// Sets the latency of every device operation (and of opening a batch session).
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().latency = latency;
+    }
+
+    /// Makes every operation fail as unreachable until called with `false`.
+    pub fn set_unreachable(&self, unreachable: bool) {
+        self.lock().unreachable = unreachable;
+    }
+
+    /// Queues a failure for the next operation (each queued failure is used once).
+    pub fn fail_next(&self, failure: FixtureFailure) {
+        self.lock().next_failures.push_back(failure);
+    }
+
+    /// Makes every write to `port` fail with `failure` (or clears it with `None`).
+    pub fn fail_port(&self, port: &PortName, failure: Option<FixtureFailure>) {
+        let mut st = self.lock();
+        match failure {
+            Some(f) => st.port_failures.insert(port.clone(), f),
+            None => st.port_failures.remove(port),
+        };
+    }
+
+    /// Changes a port behind the operator's back (drift), without logging it.
+    pub fn tamper(&self, port: &PortName, change: impl FnOnce(&mut ObservedPort)) {
+        if let Some(p) = self.lock().ports.get_mut(port) {
+            change(p);
+        }
+    }
+
+    /// The port as the device holds it now.
+    pub fn port_state(&self, port: &PortName) -> Option<ObservedPort> {
+        self.lock().ports.get(port).cloned()
+    }
+
+    /// Every operation so far, in order.
+    pub fn operations(&self) -> Vec<LoggedOperation> {
+        self.lock().log.clone()
+    }
+
+    /// Number of operations that changed configuration.
+    pub fn write_count(&self) -> usize {
+        self.lock().log.iter().filter(|o| o.is_write()).count()
+    }
+
+    /// Empties the operation log.
+    pub fn clear_log(&self) {
+        self.lock().log.clear();
+    }
+
+    /// The largest number of sessions that were open at the same time.
+    pub fn max_concurrent_sessions(&self) -> usize {
+        self.lock().max_sessions_seen
+    }
+
+    fn open_session(&self) -> Session<'_> {
+        let mut st = self.lock();
+        st.sessions_open += 1;
+        st.max_sessions_seen = st.max_sessions_seen.max(st.sessions_open);
+        Session { switch: self }
+    }
+
+    async fn delay(&self) {
+        let latency = self.lock().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+
+    /// Takes the failure that applies to this operation, if any, and logs it.
+    fn injected_failure(&self, port: Option<&PortName>, write: bool) -> Option<FixtureFailure> {
+        let mut st = self.lock();
+        let failure = if st.unreachable {
+            Some(FixtureFailure::Unreachable)
+        } else if let Some(f) = st.next_failures.pop_front() {
+            Some(f)
+        } else if write {
+            port.and_then(|p| st.port_failures.get(p).copied())
+        } else {
+            None
+        };
+        // SilentlyIgnored is not an error of the operation itself.
+        if let Some(f) = failure.filter(|f| *f != FixtureFailure::SilentlyIgnored) {
+            st.log.push(LoggedOperation::Failed { failure: f });
+        }
+        failure
+    }
+
+    fn error_for(&self, failure: FixtureFailure, during: &str) -> DeviceError {
+        match failure {
+            FixtureFailure::Unreachable => DeviceError::Unreachable {
+                address: self.name.clone(),
+                reason: "connection refused (injected)".into(),
+            },
+            FixtureFailure::Timeout => DeviceError::Timeout {
+                during: during.to_owned(),
+                after: Duration::from_secs(10),
+            },
+            FixtureFailure::Rejected => DeviceError::CommandRejected {
+                command: during.to_owned(),
+                output: "% Invalid input detected (injected)".into(),
+            },
+            FixtureFailure::AuthenticationFailed => DeviceError::AuthenticationFailed {
+                address: self.name.clone(),
+            },
+            FixtureFailure::SilentlyIgnored => DeviceError::Protocol {
+                during: during.to_owned(),
+                detail: "silently ignored (injected)".into(),
+            },
+        }
+    }
+
+    async fn write(&self, target: DesiredPort, reset: bool) -> Result<PortChange, DeviceError> {
+        self.delay().await;
+        let during = if reset {
+            format!("resetting {}", target.port)
+        } else {
+            format!("configuring {}", target.port)
+        };
+        let failure = self.injected_failure(Some(&target.port), true);
+        if let Some(f) = failure.filter(|f| *f != FixtureFailure::SilentlyIgnored) {
+            return Err(self.error_for(f, &during));
+        }
+        let mut st = self.lock();
+        let caps = st.capabilities.clone();
+        let Some(current) = st.ports.get_mut(&target.port) else {
+            return Err(DeviceError::UnknownPort {
+                port: target.port.to_string(),
+            });
+        };
+        if let Some(&capability) = caps.missing_for(&target).first() {
+            return Err(DeviceError::Unsupported { capability });
+        }
+        let wanted = ObservedPort::from_desired(&target);
+        let changed = *current != wanted;
+        if changed && failure.is_none() {
+            *current = wanted;
+        }
+        let entry = if reset {
+            LoggedOperation::Reset {
+                port: target.port.clone(),
+                changed,
+            }
+        } else {
+            LoggedOperation::Set {
+                desired: target,
+                changed,
+            }
+        };
+        st.log.push(entry);
+        Ok(if changed {
+            PortChange::Changed
+        } else {
+            PortChange::Unchanged
+        })
+    }
+}
+
+struct Session<'a> {
+    switch: &'a FixtureSwitch,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.switch.lock().sessions_open -= 1;
+    }
+}
+
+#[async_trait]
+impl Switch for FixtureSwitch {
+    fn capabilities(&self) -> Capabilities {
+        self.lock().capabilities.clone()
+    }
+
+    async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
+        let _session = self.open_session();
+        self.delay().await;
+        if let Some(f) = self.injected_failure(Some(port), false) {
+            return Err(self.error_for(f, &format!("reading {port}")));
+        }
+        let mut st = self.lock();
+        st.log.push(LoggedOperation::Get { port: port.clone() });
+        st.ports
+            .get(port)
+            .cloned()
+            .ok_or_else(|| DeviceError::UnknownPort {
+                port: port.to_string(),
+            })
+    }
+
+    async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
+        let _session = self.open_session();
+        self.write(desired.clone(), false).await
+    }
+
+    async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
+        let _session = self.open_session();
+        self.write(DesiredPort::clean(port.clone()), true).await
+    }
+
+    async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
+        let _session = self.open_session();
+        self.lock()
+            .log
+            .push(LoggedOperation::Batch { size: ops.len() });
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let outcome = self
+                .write(op.target(), matches!(op, PortOperation::Reset(_)))
+                .await;
+            results.push(PortResult {
+                port: op.port().clone(),
+                outcome,
+            });
+        }
+        Ok(results)
+    }
+
+    async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {
+        let _session = self.open_session();
+        // One read of the whole device, like `show running-config` on a real switch.
+        self.delay().await;
+        if let Some(f) = self.injected_failure(None, false) {
+            return Err(self.error_for(f, "reading the running configuration"));
+        }
+        let mut st = self.lock();
+        let out = ports
+            .iter()
+            .map(|p| {
+                let read = st
+                    .ports
+                    .get(p)
+                    .cloned()
+                    .ok_or_else(|| DeviceError::UnknownPort {
+                        port: p.to_string(),
+                    });
+                (p.clone(), read)
+            })
+            .collect();
+        for p in ports {
+            st.log.push(LoggedOperation::Get { port: p.clone() });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AdminState, Capability, VlanMode};
+    use crate::values::VlanId;
+    use crate::verify::{apply_batch_verified, apply_verified, reset_verified};
+
+    fn p(name: &str) -> PortName {
+        PortName::parse(name).unwrap()
+    }
+
+    fn access(port: &str, vlan: u16) -> DesiredPort {
+        let mut d = DesiredPort::clean(p(port));
+        d.vlans = VlanMode::Access {
+            vlan: VlanId::new(vlan).unwrap(),
+        };
+        d
+    }
+
+    #[tokio::test]
+    async fn set_is_idempotent_and_logged() {
+        let sw = FixtureSwitch::new("tor1", [p("Gi0/1")]);
+        let d = access("Gi0/1", 100);
+        assert_eq!(apply_verified(&sw, &d).await.unwrap(), PortChange::Changed);
+        assert_eq!(
+            apply_verified(&sw, &d).await.unwrap(),
+            PortChange::Unchanged
+        );
+        assert_eq!(sw.write_count(), 1);
+        assert_eq!(
+            sw.port_state(&p("Gi0/1")).unwrap().vlans,
+            Some(d.vlans.clone())
+        );
+        assert_eq!(
+            reset_verified(&sw, &p("Gi0/1")).await.unwrap(),
+            PortChange::Changed
+        );
+        assert_eq!(
+            sw.port_state(&p("Gi0/1")).unwrap().vlans,
+            Some(VlanMode::Unconfigured)
+        );
+    }
+
+    #[tokio::test]
+    async fn injected_failures_are_typed_and_leave_the_port_untouched() {
+        let sw = FixtureSwitch::new("tor1", [p("Gi0/1")]);
+        sw.fail_next(FixtureFailure::Timeout);
+        let err = sw.set_port(&access("Gi0/1", 100)).await.unwrap_err();
+        assert!(err.is_transient());
+        sw.set_unreachable(true);
+        assert!(matches!(
+            sw.get_port(&p("Gi0/1")).await,
+            Err(DeviceError::Unreachable { .. })
+        ));
+        sw.set_unreachable(false);
+        assert_eq!(
+            sw.port_state(&p("Gi0/1")).unwrap().vlans,
+            Some(VlanMode::Unconfigured)
+        );
+        assert_eq!(sw.write_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_silently_ignored_change_fails_verification() {
+        let sw = FixtureSwitch::new("tor1", [p("Gi0/1")]);
+        sw.fail_port(&p("Gi0/1"), Some(FixtureFailure::SilentlyIgnored));
+        let err = apply_verified(&sw, &access("Gi0/1", 100))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, DeviceError::VerificationFailed { .. }),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_reports_per_port_and_uses_one_session() {
+        let sw = FixtureSwitch::new("tor1", [p("Gi0/1"), p("Gi0/2"), p("Gi0/3")]);
+        sw.fail_port(&p("Gi0/2"), Some(FixtureFailure::Rejected));
+        let mut lagged = access("Gi0/3", 30);
+        lagged.admin = AdminState::Down;
+        sw.set_capabilities(Capabilities::new([Capability::AccessVlan]));
+        let ops = vec![
+            PortOperation::Set(access("Gi0/1", 10)),
+            PortOperation::Set(access("Gi0/2", 20)),
+            PortOperation::Set(lagged),
+            PortOperation::Set(access("Gi9/9", 10)),
+        ];
+        let results = apply_batch_verified(&sw, &ops).await.unwrap();
+        let ports: Vec<_> = results.iter().map(|r| r.port.to_string()).collect();
+        assert_eq!(ports, ["Gi0/1", "Gi0/2", "Gi0/3", "Gi9/9"]);
+        assert!(results[0].outcome.is_ok());
+        assert!(matches!(
+            results[1].outcome,
+            Err(DeviceError::CommandRejected { .. })
+        ));
+        assert!(matches!(
+            results[2].outcome,
+            Err(DeviceError::Unsupported {
+                capability: Capability::Disable
+            })
+        ));
+        assert!(matches!(
+            results[3].outcome,
+            Err(DeviceError::UnknownPort { .. })
+        ));
+        let batches = sw
+            .operations()
+            .iter()
+            .filter(|o| matches!(o, LoggedOperation::Batch { .. }))
+            .count();
+        assert_eq!(batches, 1);
+        assert_eq!(sw.max_concurrent_sessions(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn latency_is_applied_per_operation() {
+        let sw = FixtureSwitch::new("tor1", [p("Gi0/1")]);
+        sw.set_latency(Duration::from_millis(5));
+        let start = tokio::time::Instant::now();
+        sw.set_port(&access("Gi0/1", 100)).await.unwrap();
+        sw.get_port(&p("Gi0/1")).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(10));
+    }
+}

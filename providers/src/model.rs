@@ -1,0 +1,437 @@
+//! The vendor-neutral port model: what a port should be ([`DesiredPort`]), what a
+//! device says it is ([`ObservedPort`]), what a backend can do ([`Capabilities`]) and
+//! how the two states differ ([`diff`]). Pure, no I/O.
+//!
+//! Every field is built from the validated values of [`crate::values`], so a backend
+//! may render them without re-checking.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::values::{
+    Cidr, Description, L4PortRange, LagGroup, Mtu, PortName, VlanId, VlanName, VlanSet,
+};
+
+/// Administrative state of a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum AdminState {
+    /// Port enabled (`no shutdown`). The clean state: LLDP keeps working.
+    #[default]
+    Up,
+    /// Port administratively down (`shutdown`).
+    Down,
+}
+
+/// How a port carries VLANs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum VlanMode {
+    /// No VLAN configuration of ours: the device default (access VLAN 1 on most
+    /// switches). The clean definition of seed 003.
+    #[default]
+    Unconfigured,
+    /// Untagged member of exactly one VLAN.
+    Access {
+        /// The access VLAN.
+        vlan: VlanId,
+    },
+    /// 802.1Q trunk.
+    Trunk {
+        /// VLAN carried untagged, if any.
+        native: Option<VlanId>,
+        /// Tagged VLANs the trunk carries (the native VLAN is not listed here;
+        /// backends whose devices need it in the allowed list add it themselves).
+        allowed: VlanSet,
+    },
+}
+
+/// IP version an ACL rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum IpVersion {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+/// What an ACL rule does with matching traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AclAction {
+    /// Let it through.
+    Allow,
+    /// Drop it.
+    Deny,
+}
+
+/// Protocol an ACL rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AclProtocol {
+    /// TCP (port ranges allowed).
+    Tcp,
+    /// UDP (port ranges allowed).
+    Udp,
+    /// ICMP / ICMPv6.
+    Icmp,
+    /// Any IP protocol.
+    All,
+}
+
+/// Traffic direction an ACL rule applies to, seen from the switch port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum AclDirection {
+    /// Traffic entering the switch from the server.
+    #[default]
+    Ingress,
+    /// Traffic leaving the switch towards the server.
+    Egress,
+}
+
+/// One ACL rule, validated (address family matches the CIDRs; ports only for TCP/UDP).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AclRule {
+    /// IP version.
+    pub ip_version: IpVersion,
+    /// Allow or deny.
+    pub action: AclAction,
+    /// Protocol.
+    pub protocol: AclProtocol,
+    /// Direction.
+    pub direction: AclDirection,
+    /// Source network; `None` means any.
+    pub src: Option<Cidr>,
+    /// Source ports (TCP/UDP only); `None` means any.
+    pub src_ports: Option<L4PortRange>,
+    /// Destination network; `None` means any.
+    pub dst: Option<Cidr>,
+    /// Destination ports (TCP/UDP only); `None` means any.
+    pub dst_ports: Option<L4PortRange>,
+}
+
+/// LACP behaviour of a link-aggregation member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LagMode {
+    /// LACP active.
+    Active,
+    /// LACP passive.
+    Passive,
+    /// Static bundle, no LACP.
+    Static,
+}
+
+/// Membership of a port in a link-aggregation group (port-channel / LAG / bond).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LagMembership {
+    /// Group number.
+    pub group: LagGroup,
+    /// LACP mode.
+    pub mode: LagMode,
+}
+
+/// The complete desired state of one device port. Fields left at `None` / empty are
+/// *cleared* on the device (set_port is declarative, not a patch): a port that should
+/// have no description gets its description removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredPort {
+    /// Device port name.
+    pub port: PortName,
+    /// Admin state.
+    pub admin: AdminState,
+    /// VLAN membership.
+    pub vlans: VlanMode,
+    /// Names for the VLANs this port uses; VLANs are created on the device (with this
+    /// name, if given) before the port is assigned to them.
+    pub vlan_names: BTreeMap<VlanId, VlanName>,
+    /// MTU; `None` leaves the device default.
+    pub mtu: Option<Mtu>,
+    /// Description; `None` removes it.
+    pub description: Option<Description>,
+    /// ACL rules in order; empty removes the port ACL.
+    pub acl: Vec<AclRule>,
+    /// Link-aggregation membership; `None` removes it.
+    pub lag: Option<LagMembership>,
+}
+
+impl DesiredPort {
+    /// The clean port definition of seed 003: no VLANs, no ACL, no description, no
+    /// LAG, default MTU, and the port *up* so LLDP keeps working.
+    pub fn clean(port: PortName) -> Self {
+        Self {
+            port,
+            admin: AdminState::Up,
+            vlans: VlanMode::Unconfigured,
+            vlan_names: BTreeMap::new(),
+            mtu: None,
+            description: None,
+            acl: Vec::new(),
+            lag: None,
+        }
+    }
+
+    /// The capabilities this desired state needs from a backend.
+    pub fn required_capabilities(&self) -> Vec<Capability> {
+        let mut need = Vec::new();
+        match &self.vlans {
+            VlanMode::Unconfigured => {}
+            VlanMode::Access { .. } => need.push(Capability::AccessVlan),
+            VlanMode::Trunk { native, .. } => {
+                need.push(Capability::Trunk);
+                if native.is_some() {
+                    need.push(Capability::NativeVlan);
+                }
+            }
+        }
+        if self.admin == AdminState::Down {
+            need.push(Capability::Disable);
+        }
+        if self.description.is_some() {
+            need.push(Capability::Description);
+        }
+        if self.mtu.is_some() {
+            need.push(Capability::Mtu);
+        }
+        if !self.acl.is_empty() {
+            need.push(Capability::Acl);
+        }
+        if self.lag.is_some() {
+            need.push(Capability::LinkAggregation);
+        }
+        need
+    }
+}
+
+/// What a device reports about a port. Fields a backend cannot read are `None` and are
+/// not compared by [`diff`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedPort {
+    /// Device port name.
+    pub port: PortName,
+    /// Admin state, if readable.
+    pub admin: Option<AdminState>,
+    /// VLAN membership, if readable.
+    pub vlans: Option<VlanMode>,
+    /// MTU (`Some(None)` = device default), if readable.
+    pub mtu: Option<Option<Mtu>>,
+    /// Description (`Some(None)` = none set), if readable.
+    pub description: Option<Option<Description>>,
+    /// ACL rules, if readable.
+    pub acl: Option<Vec<AclRule>>,
+    /// LAG membership (`Some(None)` = not a member), if readable.
+    pub lag: Option<Option<LagMembership>>,
+}
+
+impl ObservedPort {
+    /// What a device that applied `desired` exactly reports, with every field known.
+    pub fn from_desired(desired: &DesiredPort) -> Self {
+        Self {
+            port: desired.port.clone(),
+            admin: Some(desired.admin),
+            vlans: Some(desired.vlans.clone()),
+            mtu: Some(desired.mtu),
+            description: Some(desired.description.clone()),
+            acl: Some(desired.acl.clone()),
+            lag: Some(desired.lag),
+        }
+    }
+}
+
+/// One field in which a device differs from the desired state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PortField {
+    /// Admin state.
+    Admin,
+    /// VLAN membership.
+    Vlans,
+    /// MTU.
+    Mtu,
+    /// Description.
+    Description,
+    /// ACL.
+    Acl,
+    /// LAG membership.
+    Lag,
+}
+
+impl fmt::Display for PortField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PortField::Admin => "admin state",
+            PortField::Vlans => "VLANs",
+            PortField::Mtu => "MTU",
+            PortField::Description => "description",
+            PortField::Acl => "ACL",
+            PortField::Lag => "link aggregation",
+        })
+    }
+}
+
+/// The fields in which `observed` differs from `desired`. Fields the backend could not
+/// read (`None` in `observed`) are skipped: a backend that cannot read the ACL cannot
+/// detect ACL drift, and says so through [`Capabilities`].
+pub fn diff(desired: &DesiredPort, observed: &ObservedPort) -> Vec<PortField> {
+    let mut out = Vec::new();
+    if observed.admin.is_some_and(|a| a != desired.admin) {
+        out.push(PortField::Admin);
+    }
+    if observed.vlans.as_ref().is_some_and(|v| *v != desired.vlans) {
+        out.push(PortField::Vlans);
+    }
+    if observed.mtu.is_some_and(|m| m != desired.mtu) {
+        out.push(PortField::Mtu);
+    }
+    if observed
+        .description
+        .as_ref()
+        .is_some_and(|d| *d != desired.description)
+    {
+        out.push(PortField::Description);
+    }
+    if observed.acl.as_ref().is_some_and(|a| *a != desired.acl) {
+        out.push(PortField::Acl);
+    }
+    if observed.lag.is_some_and(|l| l != desired.lag) {
+        out.push(PortField::Lag);
+    }
+    out
+}
+
+/// One thing a backend may or may not be able to configure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Capability {
+    /// Access (untagged, single) VLAN.
+    AccessVlan,
+    /// Trunk with a tagged allowed set.
+    Trunk,
+    /// A native (untagged) VLAN on a trunk.
+    NativeVlan,
+    /// Administratively disable the port.
+    Disable,
+    /// Port description.
+    Description,
+    /// Port MTU.
+    Mtu,
+    /// Port ACL.
+    Acl,
+    /// Link-aggregation membership.
+    LinkAggregation,
+}
+
+impl Capability {
+    /// Every capability, in declaration order.
+    pub const ALL: [Capability; 8] = [
+        Capability::AccessVlan,
+        Capability::Trunk,
+        Capability::NativeVlan,
+        Capability::Disable,
+        Capability::Description,
+        Capability::Mtu,
+        Capability::Acl,
+        Capability::LinkAggregation,
+    ];
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Capability::AccessVlan => "access VLAN",
+            Capability::Trunk => "trunk",
+            Capability::NativeVlan => "native VLAN",
+            Capability::Disable => "disabling the port",
+            Capability::Description => "description",
+            Capability::Mtu => "MTU",
+            Capability::Acl => "ACL",
+            Capability::LinkAggregation => "link aggregation",
+        })
+    }
+}
+
+/// What a backend (a dialect on a transport) can configure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    supported: Vec<Capability>,
+}
+
+impl Capabilities {
+    /// A backend that supports exactly `supported`.
+    pub fn new(supported: impl IntoIterator<Item = Capability>) -> Self {
+        let mut supported: Vec<Capability> = supported.into_iter().collect();
+        supported.sort();
+        supported.dedup();
+        Self { supported }
+    }
+
+    /// A backend that supports everything.
+    pub fn all() -> Self {
+        Self::new(Capability::ALL)
+    }
+
+    /// Whether `cap` is supported.
+    pub fn supports(&self, cap: Capability) -> bool {
+        self.supported.contains(&cap)
+    }
+
+    /// The capabilities `desired` needs that this backend lacks.
+    pub fn missing_for(&self, desired: &DesiredPort) -> Vec<Capability> {
+        desired
+            .required_capabilities()
+            .into_iter()
+            .filter(|c| !self.supports(*c))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port() -> PortName {
+        PortName::parse("Gi0/1").unwrap()
+    }
+
+    fn vlan(n: u16) -> VlanId {
+        VlanId::new(n).unwrap()
+    }
+
+    #[test]
+    fn clean_port_is_up_with_nothing_configured() {
+        let clean = DesiredPort::clean(port());
+        assert_eq!(clean.admin, AdminState::Up);
+        assert_eq!(clean.vlans, VlanMode::Unconfigured);
+        assert!(clean.required_capabilities().is_empty());
+    }
+
+    #[test]
+    fn diff_reports_each_differing_field_and_skips_unreadable_ones() {
+        let mut desired = DesiredPort::clean(port());
+        desired.vlans = VlanMode::Access { vlan: vlan(100) };
+        let mut observed = ObservedPort::from_desired(&desired);
+        assert!(diff(&desired, &observed).is_empty());
+
+        observed.vlans = Some(VlanMode::Access { vlan: vlan(200) });
+        observed.admin = Some(AdminState::Down);
+        assert_eq!(
+            diff(&desired, &observed),
+            vec![PortField::Admin, PortField::Vlans]
+        );
+
+        observed.admin = None;
+        observed.acl = None;
+        assert_eq!(diff(&desired, &observed), vec![PortField::Vlans]);
+    }
+
+    #[test]
+    fn capabilities_name_what_is_missing() {
+        let mut desired = DesiredPort::clean(port());
+        desired.vlans = VlanMode::Trunk {
+            native: Some(vlan(10)),
+            allowed: [vlan(20)].into_iter().collect(),
+        };
+        desired.admin = AdminState::Down;
+        let trunk_only = Capabilities::new([Capability::Trunk]);
+        assert_eq!(
+            trunk_only.missing_for(&desired),
+            vec![Capability::NativeVlan, Capability::Disable]
+        );
+        assert!(Capabilities::all().missing_for(&desired).is_empty());
+    }
+}

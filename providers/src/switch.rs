@@ -1,0 +1,111 @@
+//! The [`Switch`] trait every backend implements, and the batch types. The trait is
+//! the only way the operator touches a device.
+//!
+//! Contract for implementors:
+//! - `set_port` is declarative and idempotent: it takes the complete desired state,
+//!   sends nothing when the device already matches, and returns whether it changed
+//!   anything.
+//! - `reset_port` returns the port to [`DesiredPort::clean`].
+//! - `apply_batch` applies many operations in one session / one commit where the
+//!   device allows it and reports a result per port; an `Err` means the session
+//!   itself failed and nothing can be assumed applied.
+//! - Nothing here validates: values arrive already validated (see [`crate::values`]).
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::error::DeviceError;
+use crate::model::{Capabilities, DesiredPort, ObservedPort};
+use crate::values::PortName;
+
+/// Whether an operation changed the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PortChange {
+    /// The device already matched; nothing was sent.
+    Unchanged,
+    /// Configuration was sent.
+    Changed,
+}
+
+/// One operation in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortOperation {
+    /// Make the port match this desired state.
+    Set(DesiredPort),
+    /// Return the port to the clean definition.
+    Reset(PortName),
+}
+
+impl PortOperation {
+    /// The port the operation is for.
+    pub fn port(&self) -> &PortName {
+        match self {
+            PortOperation::Set(d) => &d.port,
+            PortOperation::Reset(p) => p,
+        }
+    }
+
+    /// The complete state the port must end in.
+    pub fn target(&self) -> DesiredPort {
+        match self {
+            PortOperation::Set(d) => d.clone(),
+            PortOperation::Reset(p) => DesiredPort::clean(p.clone()),
+        }
+    }
+}
+
+/// The result of one operation of a batch.
+#[derive(Debug)]
+pub struct PortResult {
+    /// The port.
+    pub port: PortName,
+    /// What happened to it.
+    pub outcome: Result<PortChange, DeviceError>,
+}
+
+/// What `get_ports` returns: each port with its read, in request order.
+pub type PortReads = Vec<(PortName, Result<ObservedPort, DeviceError>)>;
+
+/// A device that can read and configure ports.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait Switch: Send + Sync {
+    /// What this backend can configure on this device.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Reads one port from the device.
+    async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError>;
+
+    /// Makes one port match `desired`; sends nothing when it already does.
+    async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError>;
+
+    /// Returns one port to the clean definition.
+    async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError>;
+
+    /// Applies many operations, reporting a result per port (in input order).
+    /// The default runs them one by one; backends override it to use one session.
+    async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let outcome = match op {
+                PortOperation::Set(d) => self.set_port(d).await,
+                PortOperation::Reset(p) => self.reset_port(p).await,
+            };
+            results.push(PortResult {
+                port: op.port().clone(),
+                outcome,
+            });
+        }
+        Ok(results)
+    }
+
+    /// Reads many ports; the default reads them one by one. Drift checks use this so a
+    /// backend can read a whole switch once.
+    async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {
+        let mut out = Vec::with_capacity(ports.len());
+        for p in ports {
+            out.push((p.clone(), self.get_port(p).await));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,196 @@
+//! Apply-then-read-back: the one way the operator changes a port. Does device I/O only
+//! through the [`Switch`] it is given.
+//!
+//! A backend's word that it applied something is not enough: every change is read back
+//! and compared with [`diff`], and a mismatch is a [`DeviceError::VerificationFailed`].
+//! A desired state that needs a capability the backend lacks is refused before
+//! anything is sent.
+
+use crate::error::DeviceError;
+use crate::model::{DesiredPort, diff};
+use crate::switch::{PortChange, PortOperation, PortResult, Switch};
+
+/// Refuses `desired` when the backend lacks a capability it needs.
+pub fn check_capabilities(switch: &dyn Switch, desired: &DesiredPort) -> Result<(), DeviceError> {
+    match switch.capabilities().missing_for(desired).first() {
+        Some(&capability) => Err(DeviceError::Unsupported { capability }),
+        None => Ok(()),
+    }
+}
+
+/// Applies `desired` to its port and proves it by reading the port back.
+pub async fn apply_verified(
+    switch: &dyn Switch,
+    desired: &DesiredPort,
+) -> Result<PortChange, DeviceError> {
+    check_capabilities(switch, desired)?;
+    let change = switch.set_port(desired).await?;
+    verify(switch, desired).await?;
+    Ok(change)
+}
+
+/// Resets the port and proves it is clean by reading it back.
+pub async fn reset_verified(
+    switch: &dyn Switch,
+    port: &crate::values::PortName,
+) -> Result<PortChange, DeviceError> {
+    let change = switch.reset_port(port).await?;
+    verify(switch, &DesiredPort::clean(port.clone())).await?;
+    Ok(change)
+}
+
+/// Applies a batch and verifies every port that reported success with one
+/// `get_ports` read. Ports that fail the capability check are not sent at all.
+pub async fn apply_batch_verified(
+    switch: &dyn Switch,
+    ops: &[PortOperation],
+) -> Result<Vec<PortResult>, DeviceError> {
+    let mut refused = Vec::new();
+    let mut sendable = Vec::new();
+    for op in ops {
+        match check_capabilities(switch, &op.target()) {
+            Ok(()) => sendable.push(op.clone()),
+            Err(e) => refused.push(PortResult {
+                port: op.port().clone(),
+                outcome: Err(e),
+            }),
+        }
+    }
+    let mut results = if sendable.is_empty() {
+        Vec::new()
+    } else {
+        switch.apply_batch(&sendable).await?
+    };
+    let applied: Vec<_> = results
+        .iter()
+        .filter(|r| r.outcome.is_ok())
+        .map(|r| r.port.clone())
+        .collect();
+    if !applied.is_empty() {
+        let observed = switch.get_ports(&applied).await?;
+        for (port, read) in observed {
+            let Some(result) = results.iter_mut().find(|r| r.port == port) else {
+                continue;
+            };
+            let Some(op) = sendable.iter().find(|op| *op.port() == port) else {
+                continue;
+            };
+            match read {
+                Err(e) => result.outcome = Err(e),
+                Ok(obs) => {
+                    let fields = diff(&op.target(), &obs);
+                    if !fields.is_empty() {
+                        result.outcome = Err(DeviceError::VerificationFailed {
+                            port: port.to_string(),
+                            fields,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    results.extend(refused);
+    // Report in input order.
+    results.sort_by_key(|r| ops.iter().position(|op| *op.port() == r.port));
+    Ok(results)
+}
+
+async fn verify(switch: &dyn Switch, desired: &DesiredPort) -> Result<(), DeviceError> {
+    let observed = switch.get_port(&desired.port).await?;
+    let fields = diff(desired, &observed);
+    if fields.is_empty() {
+        Ok(())
+    } else {
+        Err(DeviceError::VerificationFailed {
+            port: desired.port.to_string(),
+            fields,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Capabilities, Capability, ObservedPort, PortField, VlanMode};
+    use crate::switch::MockSwitch;
+    use crate::values::{PortName, VlanId};
+
+    fn desired_access(vlan: u16) -> DesiredPort {
+        let mut d = DesiredPort::clean(PortName::parse("Gi0/1").unwrap());
+        d.vlans = VlanMode::Access {
+            vlan: VlanId::new(vlan).unwrap(),
+        };
+        d
+    }
+
+    #[tokio::test]
+    async fn a_matching_read_back_confirms_the_change() {
+        let desired = desired_access(100);
+        let mut sw = MockSwitch::new();
+        sw.expect_capabilities().return_const(Capabilities::all());
+        sw.expect_set_port()
+            .times(1)
+            .returning(|_| Ok(PortChange::Changed));
+        let echo = ObservedPort::from_desired(&desired);
+        sw.expect_get_port()
+            .times(1)
+            .returning(move |_| Ok(echo.clone()));
+        assert_eq!(
+            apply_verified(&sw, &desired).await.unwrap(),
+            PortChange::Changed
+        );
+    }
+
+    #[tokio::test]
+    async fn a_device_that_silently_ignores_the_change_is_caught() {
+        let desired = desired_access(100);
+        let mut sw = MockSwitch::new();
+        sw.expect_capabilities().return_const(Capabilities::all());
+        sw.expect_set_port().returning(|_| Ok(PortChange::Changed));
+        let mut stale = ObservedPort::from_desired(&desired);
+        stale.vlans = Some(VlanMode::Access {
+            vlan: VlanId::new(1).unwrap(),
+        });
+        sw.expect_get_port().returning(move |_| Ok(stale.clone()));
+        match apply_verified(&sw, &desired).await {
+            Err(DeviceError::VerificationFailed { fields, .. }) => {
+                assert_eq!(fields, vec![PortField::Vlans])
+            }
+            other => panic!("expected a verification failure, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_capability_sends_nothing() {
+        let desired = desired_access(100);
+        let mut sw = MockSwitch::new();
+        sw.expect_capabilities()
+            .return_const(Capabilities::new([Capability::Trunk]));
+        sw.expect_set_port().never();
+        sw.expect_get_port().never();
+        let err = apply_verified(&sw, &desired).await.unwrap_err();
+        assert!(matches!(
+            err,
+            DeviceError::Unsupported {
+                capability: Capability::AccessVlan
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_failed_set_is_not_read_back() {
+        let desired = desired_access(100);
+        let mut sw = MockSwitch::new();
+        sw.expect_capabilities().return_const(Capabilities::all());
+        sw.expect_set_port().returning(|_| {
+            Err(DeviceError::CommandRejected {
+                command: "switchport access vlan 100".into(),
+                output: "% Invalid input".into(),
+            })
+        });
+        sw.expect_get_port().never();
+        let err = apply_verified(&sw, &desired).await.unwrap_err();
+        assert!(!err.is_transient());
+        assert!(err.to_string().contains("switchport access vlan 100"));
+    }
+}

@@ -1,0 +1,70 @@
+//! The patchbay API, group `patchbay.dev`, version `v1alpha1`: custom resource types,
+//! their CRDs and the configuration hash. Pure data, no I/O.
+
+// kube's `#[kube(printcolumn(...))]` repeats `type_ = "string"` across columns, which
+// clippy mistakes for a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
+
+pub mod common;
+pub mod configuration;
+pub mod provider_switch;
+pub mod server;
+pub mod smartnic;
+pub mod switch;
+pub mod switch_port;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use sha2::{Digest, Sha256};
+
+pub use common::{ConditionsStatus, ConfigurationRef, PortState, PortStatus, SecretRef};
+pub use configuration::{
+    AclActionSpec, AclDirectionSpec, AclProtocolSpec, AclRuleSpec, AclType, LagModeSpec,
+    LinkAggregationSpec, SwitchPortConfiguration, SwitchPortConfigurationSpec, VlanSpec,
+};
+pub use provider_switch::{
+    Backend, BackendOptions, DeviceOs, HostKeyPin, ProviderSwitch, ProviderSwitchSpec,
+};
+pub use server::{Server, ServerSpec, ServerStatus};
+pub use smartnic::{
+    SmartNicConfiguration, SmartNicConfigurationSpec, SmartNicPort, SmartNicPortSpec,
+};
+pub use switch::{DriftPolicy, ProviderRef, Switch, SwitchPortDefinition, SwitchSpec};
+pub use switch_port::{SwitchPort, SwitchPortSpec};
+
+/// The API group.
+pub const GROUP: &str = "patchbay.dev";
+/// The API version.
+pub const VERSION: &str = "v1alpha1";
+/// Finalizer the controllers put on the objects whose deletion needs device cleanup.
+pub const FINALIZER: &str = "patchbay.dev/cleanup";
+
+/// Every CRD, in a stable order, with the file name it is committed under in `crds/`.
+pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
+    vec![
+        ("providerswitch.yaml", ProviderSwitch::crd()),
+        ("switch.yaml", Switch::crd()),
+        ("switchport.yaml", SwitchPort::crd()),
+        (
+            "switchportconfiguration.yaml",
+            SwitchPortConfiguration::crd(),
+        ),
+        ("smartnicport.yaml", SmartNicPort::crd()),
+        ("smartnicconfiguration.yaml", SmartNicConfiguration::crd()),
+        ("server.yaml", Server::crd()),
+    ]
+}
+
+/// Renders one CRD as the YAML committed in `crds/`.
+pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
+    // Serialising a CRD cannot fail: it is plain data with string keys.
+    serde_yaml::to_string(crd).unwrap_or_default()
+}
+
+/// SHA-256 (hex) of a configuration spec's canonical JSON. Stored in port status so an
+/// edited configuration is noticed even when the reference did not change.
+pub fn configuration_hash<T: serde::Serialize>(spec: &T) -> String {
+    let json = serde_json::to_vec(spec).unwrap_or_default();
+    let digest = Sha256::digest(&json);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}

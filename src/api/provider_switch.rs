@@ -1,0 +1,163 @@
+//! ProviderSwitch: how to reach one device (backend, dialect, address, credentials,
+//! host-key pin, backend options). Pure data, no I/O.
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ConditionsStatus, SecretRef, pattern};
+
+/// How to reach one network device. Infra teams own these objects; tenants never see
+/// them (RBAC). Credentials live in the referenced Secret, never here.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "patchbay.dev",
+    version = "v1alpha1",
+    kind = "ProviderSwitch",
+    namespaced,
+    status = "ConditionsStatus",
+    shortname = "psw",
+    category = "patchbay",
+    doc = "How patchbay reaches one network device: backend, dialect, address, credentials Secret and pinned host key.",
+    printcolumn(name = "Backend", type_ = "string", json_path = ".spec.backend"),
+    printcolumn(name = "OS", type_ = "string", json_path = ".spec.os"),
+    printcolumn(name = "Address", type_ = "string", json_path = ".spec.address"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(
+    validation = Rule::new(
+        "!has(self.hostKey) || !has(self.insecureAcceptAnyHostKey) || !self.insecureAcceptAnyHostKey"
+    ).message("insecureAcceptAnyHostKey cannot be true while hostKey pins a key"),
+    validation = Rule::new("(self.backend == 'ovsdb') == (self.os == 'ovs')")
+        .message("os ovs goes with backend ovsdb, and only with it"),
+    validation = Rule::new("(self.backend == 'fixture') == (self.os == 'fixture')")
+        .message("os fixture goes with backend fixture, and only with it"),
+    validation = Rule::new(
+        "!(self.backend in ['ssh', 'netconf', 'ansible']) || has(self.credentialsSecretRef)"
+    ).message("backends that log in (ssh, netconf, ansible) need credentialsSecretRef")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderSwitchSpec {
+    /// How patchbay talks to the device: `ssh` (interactive CLI), `netconf`, `ansible`
+    /// (ansible-playbook subprocess), `ovsdb` (Open vSwitch JSON-RPC) or `fixture`
+    /// (an in-memory device for tests and demos).
+    pub backend: Backend,
+    /// The device's operating system / CLI dialect. It must suit the backend: `ovs`
+    /// needs `ovsdb`, `junos` needs `netconf`, `fixture` needs `fixture`.
+    pub os: DeviceOs,
+    /// IP address or DNS name of the device's management interface.
+    #[schemars(length(min = 1, max = 253), pattern(pattern::ADDRESS))]
+    pub address: String,
+    /// TCP port; defaults to 22 for ssh and ansible, 830 for netconf, 6640 for ovsdb.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i64>,
+    /// Secret holding the login: keys `username` and `password` or `privateKey`
+    /// (optionally `passphrase`), optionally `enablePassword` and `knownHosts`.
+    /// Required for ssh, netconf and ansible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretRef>,
+    /// The pinned host key of the device. Connections are refused when the device
+    /// presents another key. May instead come from the Secret's `knownHosts` key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_key: Option<HostKeyPin>,
+    /// Accept any host key without checking. For labs only: every connection logs a
+    /// warning. Mutually exclusive with `hostKey`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_accept_any_host_key: bool,
+    /// Backend tuning; every field has a safe default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<BackendOptions>,
+}
+
+/// The protocol patchbay uses to reach the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Interactive SSH CLI (dialect chosen by `os`).
+    Ssh,
+    /// NETCONF over SSH.
+    Netconf,
+    /// `ansible-playbook` as a subprocess.
+    Ansible,
+    /// Open vSwitch database protocol (RFC 7047).
+    Ovsdb,
+    /// In-memory fixture device (tests and demos).
+    Fixture,
+}
+
+/// The device's operating system / CLI dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceOs {
+    /// Cisco IOS / IOS-XE.
+    Ios,
+    /// Cisco NX-OS.
+    Nxos,
+    /// Arista EOS.
+    Eos,
+    /// Dell OS10.
+    Os10,
+    /// Dell PowerConnect.
+    Powerconnect,
+    /// Dell 10G switches (tengigabitethernet ports).
+    Dell10g,
+    /// Brocade FastIron.
+    Fastiron,
+    /// Juniper Junos.
+    Junos,
+    /// Open vSwitch.
+    Ovs,
+    /// The in-memory fixture device.
+    Fixture,
+}
+
+/// A pinned host key: an OpenSSH SHA256 fingerprint or a known_hosts line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostKeyPin {
+    /// OpenSSH fingerprint, `SHA256:` followed by 43 base64 characters (as printed by
+    /// `ssh-keygen -lf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(pattern::FINGERPRINT))]
+    pub fingerprint: Option<String>,
+    /// One known_hosts line: `[host] key-type base64-key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16384), pattern(pattern::ONE_LINE))]
+    pub known_hosts_line: Option<String>,
+}
+
+/// Backend tuning.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendOptions {
+    /// Seconds allowed to connect and log in (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 300))]
+    pub connect_timeout_seconds: Option<i64>,
+    /// Seconds allowed for one command or RPC (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 600))]
+    pub command_timeout_seconds: Option<i64>,
+    /// Save the running configuration (`write memory` or equivalent) once per batch
+    /// (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save_config: Option<bool>,
+    /// Open vSwitch bridge the ports live on (ovsdb only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15), pattern(pattern::VLAN_NAME))]
+    pub bridge: Option<String>,
+    /// Most sessions open to this device at once (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    pub max_sessions: Option<i64>,
+}

@@ -1,0 +1,155 @@
+//! SmartNicPort and SmartNicConfiguration: a port on a SmartNIC's Open vSwitch bridge,
+//! chained to the switch port it is cabled to (seed 003 story 3, seed 002). Pure
+//! data, no I/O.
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ConfigurationRef, PortStatus, pattern};
+use super::configuration::VlanSpec;
+use super::switch::ProviderRef;
+
+/// A port on a SmartNIC's virtual switch. When configured, the SwitchPort named by
+/// `nextPortRef` is configured with what the SmartNicConfiguration's
+/// `nextConfigurationRef` names; the SmartNicPort is Active only when both are.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "patchbay.dev",
+    version = "v1alpha1",
+    kind = "SmartNicPort",
+    namespaced,
+    status = "PortStatus",
+    shortname = "snp",
+    category = "patchbay",
+    doc = "A port on a SmartNIC's Open vSwitch bridge, chained to the switch port it is cabled to.",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "Switch", type_ = "string", json_path = ".status.switch"),
+    printcolumn(name = "Port", type_ = "string", json_path = ".status.devicePort"),
+    printcolumn(
+        name = "Configuration",
+        type_ = "string",
+        json_path = ".spec.configuration.name"
+    ),
+    printcolumn(name = "Next", type_ = "string", json_path = ".spec.nextPortRef.name"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SmartNicPortSpec {
+    /// The ProviderSwitch (backend `ovsdb`, same namespace) of the SmartNIC.
+    pub provider: ProviderRef,
+    /// The port name on the SmartNIC's bridge.
+    #[schemars(length(min = 1, max = 64), pattern(pattern::PORT_NAME))]
+    pub port_name: String,
+    /// The SmartNicConfiguration this port should carry; absent: clean and Idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configuration: Option<ConfigurationRef>,
+    /// The next port on this link: the SwitchPort the SmartNIC is cabled to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_port_ref: Option<NextPortRef>,
+}
+
+/// A reference to the next port of a chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NextPortRef {
+    /// Kind of the next port; only `SwitchPort` today.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<NextPortKind>,
+    /// Name of the next port.
+    #[schemars(length(min = 1, max = 253), pattern(pattern::OBJECT_NAME))]
+    pub name: String,
+    /// Namespace of the next port; defaults to the SmartNicPort's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(pattern::OBJECT_NAME))]
+    pub namespace: Option<String>,
+}
+
+/// Kinds a SmartNicPort can chain to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum NextPortKind {
+    /// A SwitchPort.
+    SwitchPort,
+}
+
+/// What a SmartNIC port should carry, and what its next port must carry.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "patchbay.dev",
+    version = "v1alpha1",
+    kind = "SmartNicConfiguration",
+    namespaced,
+    shortname = "snc",
+    category = "patchbay",
+    doc = "What a SmartNIC port should carry, and which SwitchPortConfiguration its next (switch) port needs.",
+    printcolumn(name = "Untagged", type_ = "integer", json_path = ".spec.untaggedVLAN"),
+    printcolumn(
+        name = "Next",
+        type_ = "string",
+        json_path = ".spec.nextConfigurationRef.name"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new(
+    "!has(self.untaggedVLAN) || !has(self.vlans) || !self.vlans.exists(v, v.id == self.untaggedVLAN)"
+).message("untaggedVLAN must not be listed again in vlans (vlans holds only tagged VLANs)"))]
+#[serde(rename_all = "camelCase")]
+pub struct SmartNicConfigurationSpec {
+    /// VLAN carried untagged on the bridge port (OVS `tag`, or the native VLAN of a
+    /// trunk).
+    #[serde(
+        rename = "untaggedVLAN",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1, max = 4094))]
+    pub untagged_vlan: Option<i64>,
+    /// Tagged VLANs (OVS `trunks`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4094))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["id".into()]))]
+    pub vlans: Vec<VlanSpec>,
+    /// True to stop all traffic on the port.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disabled: bool,
+    /// MTU in bytes, 576-9216 (OVS `mtu_request`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 576, max = 9216))]
+    pub mtu: Option<i64>,
+    /// Port description (stored in OVS `external_ids`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 80), pattern(pattern::DESCRIPTION))]
+    pub description: Option<String>,
+    /// The configuration the next port (the cabled SwitchPort) must carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_configuration_ref: Option<NextConfigurationRef>,
+}
+
+/// A reference to the configuration of the next port of a chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NextConfigurationRef {
+    /// Kind of the configuration; only `SwitchPortConfiguration` today.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<NextConfigurationKind>,
+    /// Name of the configuration.
+    #[schemars(length(min = 1, max = 253), pattern(pattern::OBJECT_NAME))]
+    pub name: String,
+    /// Namespace of the configuration; defaults to the SmartNicConfiguration's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(pattern::OBJECT_NAME))]
+    pub namespace: Option<String>,
+}
+
+/// Kinds a next configuration can be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum NextConfigurationKind {
+    /// A SwitchPortConfiguration.
+    SwitchPortConfiguration,
+}

@@ -1,0 +1,98 @@
+//! The `patchbay` command: print the CRDs, validate manifests, run the demo.
+//! `anyhow` lives here only.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use patchbay::api;
+use patchbay::validate::manifests::{ValidationReport, validate_manifests};
+
+/// patchbay: configures switch and SmartNIC ports from Kubernetes custom resources.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print every CRD as YAML (multi-document), or write one file per kind.
+    Crds {
+        /// Write `<kind>.yaml` files into this directory instead of printing.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Validate manifests (ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
+    /// SmartNicPort, SmartNicConfiguration, Server) without a cluster. SwitchPorts that
+    /// link a configuration are also checked against their Switch's port constraints
+    /// when both are in the given files. Exits 1 when anything is invalid.
+    Validate {
+        /// YAML files (multi-document allowed); `-` reads standard input.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Walk one port through the state machine on the fixture backend.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds { out: None } => {
+            for (_, crd) in api::crds() {
+                print!("---\n{}", api::crd_yaml(&crd));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Crds { out: Some(dir) } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (file, crd) in api::crds() {
+                let path = dir.join(file);
+                std::fs::write(&path, api::crd_yaml(&crd))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                println!("wrote {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Validate { files } => {
+            let mut docs = Vec::new();
+            for file in &files {
+                let text = if file.as_os_str() == "-" {
+                    std::io::read_to_string(std::io::stdin()).context("reading standard input")?
+                } else {
+                    std::fs::read_to_string(file)
+                        .with_context(|| format!("reading {}", file.display()))?
+                };
+                docs.push((file.display().to_string(), text));
+            }
+            let report: ValidationReport = validate_manifests(&docs);
+            print!("{report}");
+            Ok(if report.is_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Demo => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()?;
+            rt.block_on(patchbay::demo::run())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

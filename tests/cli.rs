@@ -1,0 +1,184 @@
+//! The `patchbay` command as a user runs it: `crds` prints every CRD, `validate`
+//! accepts the examples and refuses a bad file naming the field, `demo` walks a port
+//! through every state on the fixture backend.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn patchbay(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("patchbay runs")
+}
+
+#[test]
+fn crds_prints_every_kind_as_yaml() {
+    let out = patchbay(&["crds"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| {
+            let v: serde_yaml::Value = serde::Deserialize::deserialize(d).unwrap();
+            v["spec"]["names"]["kind"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ProviderSwitch",
+            "Switch",
+            "SwitchPort",
+            "SwitchPortConfiguration",
+            "SmartNicPort",
+            "SmartNicConfiguration",
+            "Server"
+        ]
+    );
+}
+
+#[test]
+fn the_examples_are_valid() {
+    let files: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(files.len() >= 6);
+    let mut args = vec!["validate"];
+    args.extend(files.iter().map(String::as_str));
+    let out = patchbay(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("0 invalid"), "{text}");
+    // The SwitchPort link was checked against the Switch's port constraints.
+    assert!(
+        text.contains("valid    link: SwitchPort network-infra/server-7-eth0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn validate_refuses_a_bad_configuration_naming_the_field() {
+    let bad = "\
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPortConfiguration
+metadata: {name: bad, namespace: network-infra}
+spec:
+  untaggedVLAN: 4095
+  description: \"up\\nreload\"
+";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(["validate", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(bad.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("spec.untaggedVLAN: VLAN 4095 is outside 1-4094"),
+        "{text}"
+    );
+    assert!(
+        text.contains("spec.description: description contains \"\\\\n\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn validate_checks_a_link_against_the_port_constraints() {
+    let dir = std::env::temp_dir().join(format!("patchbay-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("link.yaml");
+    std::fs::write(
+        &file,
+        "\
+apiVersion: patchbay.dev/v1alpha1
+kind: Switch
+metadata: {name: tor-1, namespace: infra}
+spec:
+  provider: {name: tor-1}
+  ports:
+    server-8-eth0: {name: Gi0/9, vlanRange: \"10\", trunkDisable: true}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPortConfiguration
+metadata: {name: tenant, namespace: infra}
+spec:
+  untaggedVLAN: 100
+  vlans: [{id: 101}]
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPort
+metadata: {name: server-8-eth0, namespace: infra}
+spec:
+  configuration: {name: tenant}
+",
+    )
+    .unwrap();
+    let out = patchbay(&["validate", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("spec.untaggedVLAN: VLAN 100 is outside the vlanRange \"10\""),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "spec.vlans: port \"server-8-eth0\" of Switch \"tor-1\" does not allow trunking"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_demo_walks_a_port_through_every_state() {
+    let out = patchbay(&["demo"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let states: Vec<&str> = text
+        .lines()
+        .filter_map(|l| {
+            [
+                "(none)",
+                "Idle",
+                "Configuring",
+                "Active",
+                "Cleaning",
+                "Deleting",
+            ]
+            .into_iter()
+            .find(|s| l.split_whitespace().any(|w| w == *s))
+        })
+        .collect();
+    for s in [
+        "(none)",
+        "Idle",
+        "Configuring",
+        "Active",
+        "Cleaning",
+        "Deleting",
+    ] {
+        assert!(states.contains(&s), "the demo never shows {s}:\n{text}");
+    }
+    // The drift was corrected and the refused configuration never reached the device.
+    assert!(
+        text.contains("drift: device has [\"VLANs\"] different"),
+        "{text}"
+    );
+    assert!(
+        text.contains("device writes during the refused attempt: 0"),
+        "{text}"
+    );
+}
