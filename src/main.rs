@@ -37,6 +37,19 @@ enum Command {
     },
     /// Walk one port through the state machine on the fixture backend.
     Demo,
+    /// Run devplane, a small Kubernetes API server for tests and demos (plain HTTP on
+    /// loopback, in memory, no authentication: never for production).
+    Devplane {
+        /// Address to listen on; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:0", env = "PATCHBAY_DEVPLANE_LISTEN")]
+        listen: std::net::SocketAddr,
+        /// Write a kubeconfig for the server here (kubectl and kube-rs accept it).
+        #[arg(long, value_name = "PATH", env = "PATCHBAY_DEVPLANE_KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Events kept for watches; older resourceVersions get 410 Gone.
+        #[arg(long, default_value_t = 100_000)]
+        history: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -86,6 +99,44 @@ fn run() -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Devplane {
+            listen,
+            kubeconfig,
+            history,
+        } => {
+            if !listen.ip().is_loopback() {
+                anyhow::bail!(
+                    "--listen {listen}: devplane has no authentication and only listens on loopback"
+                );
+            }
+            let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config {
+                listen,
+                history_limit: history,
+                ..Default::default()
+            })
+            .context("starting devplane")?;
+            println!("devplane listening on {}", server.url());
+            if let Some(path) = &kubeconfig {
+                server
+                    .write_kubeconfig(path)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                println!("kubeconfig written to {}", path.display());
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                anyhow::Ok(())
+            })?;
+            server.shutdown();
+            Ok(ExitCode::SUCCESS)
         }
         Command::Demo => {
             let rt = tokio::runtime::Builder::new_current_thread()

@@ -1,0 +1,869 @@
+//! The HTTP side of devplane: routing, discovery, OpenAPI v3, content negotiation
+//! (JSON and `as=Table`), watch streaming with bookmarks and timeouts, and the
+//! server's lifecycle. Does network I/O on loopback.
+//!
+//! The server runs on its own thread with its own tokio runtime, so a test that
+//! blocks its own thread (running kubectl, say) cannot starve it.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::resources::{ResKey, Resource};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{
+    ApiError, DeleteOptions, EventType, FieldValidation, PatchType, Propagation, Store,
+    Subresource, WriteOptions,
+};
+use crate::table;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen (loopback; port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// How many events the watch history keeps; older resourceVersions get 410 Gone.
+    pub history_limit: usize,
+    /// How often an idle watch that allows bookmarks gets one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            history_limit: 100_000,
+            bookmark_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+struct Shared {
+    store: Mutex<Store>,
+    config: Config,
+    addr: SocketAddr,
+}
+
+impl Shared {
+    fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A running devplane. Dropping it stops the server.
+pub struct DevPlane {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DevPlane {
+    /// Starts a server on its own thread and returns once it is listening.
+    pub fn start(config: Config) -> std::io::Result<Self> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("devplane".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let listener = match TcpListener::bind(config.listen).await {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let addr = match listener.local_addr() {
+                        Ok(a) => a,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let shared = Arc::new(Shared {
+                        store: Mutex::new(Store::new(config.history_limit)),
+                        config,
+                        addr,
+                    });
+                    let _ = ready_tx.send(Ok(addr));
+                    serve(listener, shared, stop_rx).await;
+                });
+                rt.shutdown_timeout(Duration::from_millis(200));
+            })?;
+        let addr = ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("devplane thread ended before listening"))??;
+        Ok(Self {
+            addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig for this server (plain HTTP, no credentials), accepted by kube-rs
+    /// and kubectl.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: devplane\n  cluster:\n    server: {}\n\
+             users:\n- name: devplane\n  user: {{}}\ncontexts:\n- name: devplane\n  context:\n    \
+             cluster: devplane\n    user: devplane\n    namespace: default\ncurrent-context: devplane\n",
+            self.url()
+        )
+    }
+
+    /// Writes [`Self::kubeconfig_yaml`] to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml())
+    }
+
+    /// Stops the server and waits for its thread.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for DevPlane {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| {
+                        let shared = shared.clone();
+                        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        }
+    }
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+fn json_response(code: u16, value: &Value, warnings: &[String]) -> Response<Body> {
+    let mut resp = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for w in warnings {
+        let text = format!("299 - {:?}", w);
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            resp.headers_mut().append("warning", v);
+        }
+    }
+    resp
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    json_response(e.code, &e.to_status(), &[])
+}
+
+/// What the request addresses.
+enum Route {
+    Version,
+    Healthz,
+    CoreVersions,
+    CoreResources,
+    Groups,
+    Group(String),
+    GroupResources(String, String),
+    OpenApiRoot,
+    OpenApiDoc(String),
+    Object(ObjectRoute),
+}
+
+struct ObjectRoute {
+    group: String,
+    version: String,
+    plural: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+fn route(path: &str, store: &Store) -> Option<Route> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let object = |group: &str, version: &str, rest: &[&str]| -> Option<Route> {
+        let namespaced = rest.len() >= 3
+            && rest[0] == "namespaces"
+            && store
+                .resource(group, version, rest[2])
+                .is_some_and(|r| r.namespaced);
+        let (namespace, rest) = if namespaced {
+            (Some(rest[1].to_owned()), &rest[2..])
+        } else {
+            (None, rest)
+        };
+        if rest.is_empty() || rest.len() > 3 {
+            return None;
+        }
+        Some(Route::Object(ObjectRoute {
+            group: group.into(),
+            version: version.into(),
+            plural: rest[0].into(),
+            namespace,
+            name: rest.get(1).map(|s| s.to_string()),
+            sub: rest.get(2).map(|s| s.to_string()),
+        }))
+    };
+    match segs.as_slice() {
+        ["version"] => Some(Route::Version),
+        ["healthz"] | ["readyz"] | ["livez"] => Some(Route::Healthz),
+        ["api"] => Some(Route::CoreVersions),
+        ["api", "v1"] => Some(Route::CoreResources),
+        ["api", "v1", rest @ ..] => object("", "v1", rest),
+        ["apis"] => Some(Route::Groups),
+        ["apis", g] => Some(Route::Group(g.to_string())),
+        ["apis", g, v] => Some(Route::GroupResources(g.to_string(), v.to_string())),
+        ["apis", g, v, rest @ ..] => object(g, v, rest),
+        ["openapi", "v3"] => Some(Route::OpenApiRoot),
+        ["openapi", "v3", rest @ ..] => Some(Route::OpenApiDoc(rest.join("/"))),
+        _ => None,
+    }
+}
+
+fn query(req: &Request<Incoming>) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<(Bytes, String), ApiError> {
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let bytes = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?
+        .to_bytes();
+    Ok((bytes, content_type))
+}
+
+fn parse_body(bytes: &[u8], yaml: bool) -> Result<Value, ApiError> {
+    if bytes.is_empty() {
+        return Ok(json!({}));
+    }
+    if yaml {
+        serde_yaml::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("invalid YAML body: {e}")))
+    } else {
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    }
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    if path == "/openapi/v2" {
+        // Older kubectl (Debian's 1.20) validates client-side from OpenAPI v2 in
+        // protobuf. An empty document is a valid one: kinds it does not describe are
+        // not validated client-side, and the server validates them anyway.
+        let mut resp = Response::new(full(Bytes::new()));
+        resp.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+        );
+        return resp;
+    }
+    let result = {
+        let store = shared.store();
+        route(&path, &store).map(|r| (r, discovery(&shared, &store, &path)))
+    };
+    let response = match result {
+        None => Err(ApiError::no_route(&path)),
+        Some((Route::Object(o), _)) => object_request(&shared, req, o).await,
+        Some((_, Some(doc))) if method == Method::GET => Ok(json_response(200, &doc, &[])),
+        Some((_, _)) => Err(ApiError::no_route(&path)),
+    };
+    let response = response.unwrap_or_else(|e| error_response(&e));
+    tracing::debug!(%method, %path, status = response.status().as_u16(), "devplane request");
+    response
+}
+
+/// Discovery and OpenAPI documents; `None` for object routes.
+fn discovery(shared: &Shared, store: &Store, path: &str) -> Option<Value> {
+    let route = route(path, store)?;
+    let resources: Vec<&Resource> = store.resources().collect();
+    let group_versions = |group: &str| -> Vec<String> {
+        let mut vs: Vec<String> = resources
+            .iter()
+            .filter(|r| r.group == group)
+            .flat_map(|r| r.versions.clone())
+            .collect();
+        vs.dedup();
+        vs
+    };
+    let api_group = |g: &str| {
+        let vs = group_versions(g);
+        json!({
+            "name": g,
+            "versions": vs.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect::<Vec<_>>(),
+            "preferredVersion": {"groupVersion": format!("{g}/{}", vs.first().cloned().unwrap_or_default()),
+                                 "version": vs.first().cloned().unwrap_or_default()},
+        })
+    };
+    let resource_list = |group: &str, version: &str| -> Option<Value> {
+        let rs: Vec<&&Resource> = resources
+            .iter()
+            .filter(|r| r.group == group && r.serves(version))
+            .collect();
+        if rs.is_empty() {
+            return None;
+        }
+        let mut entries = Vec::new();
+        for r in rs {
+            entries.push(json!({
+                "name": r.plural,
+                "singularName": r.singular,
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+                "shortNames": r.short_names,
+                "categories": r.categories,
+            }));
+            if r.status_subresource {
+                entries.push(json!({
+                    "name": format!("{}/status", r.plural),
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }));
+            }
+        }
+        let gv = if group.is_empty() {
+            version.to_owned()
+        } else {
+            format!("{group}/{version}")
+        };
+        Some(
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": entries}),
+        )
+    };
+    match route {
+        Route::Version => Some(json!({
+            "major": "1", "minor": "32", "gitVersion": "v1.32.0-devplane", "gitCommit": "devplane",
+            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "devplane",
+            "compiler": "rustc", "platform": "linux/amd64"
+        })),
+        Route::Healthz => Some(json!("ok")),
+        Route::CoreVersions => Some(json!({
+            "kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.addr.to_string()}]
+        })),
+        Route::CoreResources => resource_list("", "v1"),
+        Route::Groups => {
+            let mut groups: Vec<String> = resources
+                .iter()
+                .filter(|r| !r.group.is_empty())
+                .map(|r| r.group.clone())
+                .collect();
+            groups.sort();
+            groups.dedup();
+            Some(json!({"kind": "APIGroupList", "apiVersion": "v1",
+                        "groups": groups.iter().map(|g| api_group(g)).collect::<Vec<_>>()}))
+        }
+        Route::Group(g) => (!group_versions(&g).is_empty()).then(|| {
+            let mut v = api_group(&g);
+            v["kind"] = json!("APIGroup");
+            v["apiVersion"] = json!("v1");
+            v
+        }),
+        Route::GroupResources(g, v) => resource_list(&g, &v),
+        Route::OpenApiRoot => {
+            let mut paths = serde_json::Map::new();
+            let hash = store.resource_version();
+            for r in &resources {
+                for v in &r.versions {
+                    let key = if r.group.is_empty() {
+                        format!("api/{v}")
+                    } else {
+                        format!("apis/{}/{v}", r.group)
+                    };
+                    paths.insert(
+                        key.clone(),
+                        json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={hash}")}),
+                    );
+                }
+            }
+            Some(json!({"paths": paths}))
+        }
+        Route::OpenApiDoc(gv) => openapi_doc(&resources, &gv),
+        Route::Object(_) => None,
+    }
+}
+
+/// An OpenAPI v3 document for one group-version: a schema per kind (tagged with
+/// `x-kubernetes-group-version-kind`, which `kubectl explain` looks up) and a PATCH
+/// operation per resource that advertises `fieldValidation`, so kubectl uses
+/// server-side field validation.
+fn openapi_doc(resources: &[&Resource], gv: &str) -> Option<Value> {
+    let (group, version) = match gv.split('/').collect::<Vec<_>>().as_slice() {
+        ["api", v] => (String::new(), v.to_string()),
+        ["apis", g, v] => (g.to_string(), v.to_string()),
+        _ => return None,
+    };
+    let mut schemas = serde_json::Map::new();
+    let mut paths = serde_json::Map::new();
+    let mut found = false;
+    for r in resources
+        .iter()
+        .filter(|r| r.group == group && r.serves(&version))
+    {
+        found = true;
+        let gvk = json!({"group": r.group, "version": version, "kind": r.kind});
+        let reverse: Vec<&str> = r.group.split('.').rev().collect();
+        let schema_name = if r.group.is_empty() {
+            format!("io.k8s.api.core.{version}.{}", r.kind)
+        } else {
+            format!("{}.{version}.{}", reverse.join("."), r.kind)
+        };
+        let mut schema = r.schemas.get(&version).cloned().unwrap_or_else(|| {
+            json!({"type": "object", "description": format!("{} (built into devplane)", r.kind),
+                   "x-kubernetes-preserve-unknown-fields": true})
+        });
+        schema["x-kubernetes-group-version-kind"] = json!([gvk]);
+        schemas.insert(schema_name, schema);
+        let base = if r.group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{}/{version}", r.group)
+        };
+        let item = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        } else {
+            format!("{base}/{}/{{name}}", r.plural)
+        };
+        let params: Vec<Value> = ["fieldValidation", "fieldManager", "dryRun", "force"]
+            .iter()
+            .map(|p| json!({"name": p, "in": "query", "schema": {"type": "string"}, "uniqueItems": true}))
+            .collect();
+        paths.insert(
+            item,
+            json!({"patch": {
+                "operationId": format!("patch{}", r.kind),
+                "x-kubernetes-group-version-kind": gvk,
+                "x-kubernetes-action": "patch",
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+            }}),
+        );
+    }
+    found.then(|| {
+        json!({
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes (devplane)", "version": "v1.32.0"},
+            "paths": paths,
+            "components": {"schemas": schemas},
+        })
+    })
+}
+
+fn accept_table(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get_all("accept")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("as=Table"))
+}
+
+fn write_options(q: &HashMap<String, String>) -> WriteOptions {
+    WriteOptions {
+        dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
+        field_validation: match q.get("fieldValidation").map(String::as_str) {
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            _ => FieldValidation::Warn,
+        },
+    }
+}
+
+fn selectors(q: &HashMap<String, String>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    Ok((labels, fields))
+}
+
+async fn object_request(
+    shared: &Arc<Shared>,
+    req: Request<Incoming>,
+    o: ObjectRoute,
+) -> Result<Response<Body>, ApiError> {
+    let q = query(&req);
+    let method = req.method().clone();
+    let res = {
+        let store = shared.store();
+        store
+            .resource(&o.group, &o.version, &o.plural)
+            .cloned()
+            .ok_or_else(|| ApiError::no_route(req.uri().path()))?
+    };
+    if res.namespaced && o.namespace.is_none() && o.name.is_some() {
+        return Err(ApiError::no_route(req.uri().path()));
+    }
+    let key = res.key();
+    let ns = o.namespace.as_deref();
+    let sub = match o.sub.as_deref() {
+        None => Subresource::Main,
+        Some("status") if res.status_subresource => Subresource::Status,
+        Some("finalize") if res.group.is_empty() && res.plural == "namespaces" => Subresource::Main,
+        Some(other) => return Err(ApiError::no_route(&format!("{}/{other}", res.plural))),
+    };
+    let table = accept_table(&req);
+    let include_object = q
+        .get("includeObject")
+        .cloned()
+        .unwrap_or_else(|| "Metadata".into());
+    let watching = q.get("watch").is_some_and(|v| v == "true" || v == "1");
+    match (method, o.name) {
+        (Method::GET, Some(name)) if !watching => {
+            let obj = shared.store().get(&key, &o.version, ns, &name)?;
+            if table {
+                let t = table::table(&res, &o.version, &[&obj], &include_object, true, json!({}));
+                return Ok(json_response(200, &t, &[]));
+            }
+            Ok(json_response(200, &obj, &[]))
+        }
+        (Method::GET, name) if watching => {
+            let mut q = q;
+            if let Some(name) = name {
+                q.insert("fieldSelector".into(), format!("metadata.name={name}"));
+            }
+            watch(shared, &res, &o.version, ns, &q, table, &include_object)
+        }
+        (Method::GET, None) => {
+            let (labels, fields) = selectors(&q)?;
+            let limit = q
+                .get("limit")
+                .and_then(|l| l.parse::<usize>().ok())
+                .filter(|l| *l > 0);
+            let list = shared.store().list(
+                &key,
+                &o.version,
+                ns,
+                &labels,
+                &fields,
+                limit,
+                q.get("continue")
+                    .map(String::as_str)
+                    .filter(|c| !c.is_empty()),
+            )?;
+            let mut meta = json!({"resourceVersion": list.resource_version.to_string()});
+            if let Some(c) = &list.continue_token {
+                meta["continue"] = json!(c);
+                meta["remainingItemCount"] = json!(list.remaining.unwrap_or(0));
+            }
+            if table {
+                let refs: Vec<&Value> = list.items.iter().map(|a| a.as_ref()).collect();
+                let t = table::table(&res, &o.version, &refs, &include_object, true, meta);
+                return Ok(json_response(200, &t, &[]));
+            }
+            let body = json!({
+                "apiVersion": res.api_version(&o.version),
+                "kind": res.list_kind,
+                "metadata": meta,
+                "items": list.items.iter().map(|a| a.as_ref()).collect::<Vec<_>>(),
+            });
+            Ok(json_response(200, &body, &[]))
+        }
+        (Method::POST, None) => {
+            let opts = write_options(&q);
+            let (bytes, ct) = read_body(req).await?;
+            let body = parse_body(&bytes, ct.contains("yaml"))?;
+            let (obj, warnings) = shared.store().create(&key, &o.version, ns, body, &opts)?;
+            Ok(json_response(201, &obj, &warnings))
+        }
+        (Method::PUT, Some(name)) => {
+            let opts = write_options(&q);
+            let (bytes, ct) = read_body(req).await?;
+            let body = parse_body(&bytes, ct.contains("yaml"))?;
+            let (obj, warnings) = shared
+                .store()
+                .update(&key, &o.version, ns, &name, body, sub, &opts)?;
+            Ok(json_response(200, &obj, &warnings))
+        }
+        (Method::PATCH, Some(name)) => {
+            let opts = write_options(&q);
+            let (bytes, ct) = read_body(req).await?;
+            let ptype = if ct.starts_with("application/merge-patch+json") {
+                PatchType::Merge
+            } else if ct.starts_with("application/strategic-merge-patch+json") {
+                PatchType::StrategicMerge
+            } else if ct.starts_with("application/json-patch+json") {
+                PatchType::Json
+            } else if ct.starts_with("application/apply-patch+yaml") {
+                if q.get("fieldManager").is_none_or(|f| f.is_empty()) {
+                    return Err(ApiError::bad_request(
+                        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: \
+                         is required for apply patch",
+                    ));
+                }
+                PatchType::Apply
+            } else {
+                return Err(ApiError {
+                    code: 415,
+                    reason: "UnsupportedMediaType",
+                    message: format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml ({ct})"
+                    ),
+                    details: None,
+                });
+            };
+            let body = parse_body(&bytes, ptype == PatchType::Apply)?;
+            let (obj, warnings) = shared
+                .store()
+                .patch(&key, &o.version, ns, &name, ptype, body, sub, &opts)?;
+            Ok(json_response(200, &obj, &warnings))
+        }
+        (Method::DELETE, name) => {
+            let (bytes, _) = read_body(req).await?;
+            let body = parse_body(&bytes, false).unwrap_or(json!({}));
+            let policy = q.get("propagationPolicy").cloned().or_else(|| {
+                body.get("propagationPolicy")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+            let orphan = body.get("orphanDependents").and_then(Value::as_bool) == Some(true)
+                || q.get("orphanDependents").is_some_and(|v| v == "true");
+            let opts = DeleteOptions {
+                propagation: match policy.as_deref() {
+                    Some("Foreground") => Propagation::Foreground,
+                    Some("Orphan") => Propagation::Orphan,
+                    _ if orphan => Propagation::Orphan,
+                    _ => Propagation::Background,
+                },
+                uid: body
+                    .pointer("/preconditions/uid")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                resource_version: body
+                    .pointer("/preconditions/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                dry_run: q.get("dryRun").is_some_and(|v| v == "All")
+                    || body
+                        .get("dryRun")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| !a.is_empty()),
+            };
+            match name {
+                Some(name) => {
+                    let obj = shared.store().delete(&key, &o.version, ns, &name, &opts)?;
+                    Ok(json_response(200, &obj, &[]))
+                }
+                None => {
+                    let (labels, fields) = selectors(&q)?;
+                    let items = shared
+                        .store()
+                        .delete_collection(&key, &o.version, ns, &labels, &fields, &opts)?;
+                    let body = json!({"apiVersion": res.api_version(&o.version), "kind": res.list_kind,
+                                      "metadata": {}, "items": items});
+                    Ok(json_response(200, &body, &[]))
+                }
+            }
+        }
+        (m, _) => Err(ApiError::method_not_allowed(format!(
+            "{m} is not supported here"
+        ))),
+    }
+}
+
+/// Starts a watch stream: replay, then live events, bookmarks when allowed, until
+/// `timeoutSeconds` or the client goes away.
+fn watch(
+    shared: &Arc<Shared>,
+    res: &Resource,
+    version: &str,
+    namespace: Option<&str>,
+    q: &HashMap<String, String>,
+    table: bool,
+    include_object: &str,
+) -> Result<Response<Body>, ApiError> {
+    let (labels, fields) = selectors(q)?;
+    let rv = q.get("resourceVersion").map(String::as_str);
+    let start = shared.store().watch(&res.key(), namespace, rv);
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+    let bookmark_interval = shared.config.bookmark_interval;
+    let res = res.clone();
+    let version = version.to_owned();
+    let namespace = namespace.map(str::to_owned);
+    let include_object = include_object.to_owned();
+    let key: ResKey = res.key();
+    tokio::spawn(async move {
+        let encode = |etype: &str, obj: Value| -> Bytes {
+            let mut line =
+                serde_json::to_vec(&json!({"type": etype, "object": obj})).unwrap_or_default();
+            line.push(b'\n');
+            Bytes::from(line)
+        };
+        let start = match start {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx.send(encode("ERROR", e.to_status())).await;
+                return;
+            }
+        };
+        let mut headers_sent = false;
+        let mut render = |obj: &Value| -> Value {
+            let mut obj = obj.clone();
+            obj["apiVersion"] = json!(res.api_version(&version));
+            if table {
+                let t = table::table(
+                    &res,
+                    &version,
+                    &[&obj],
+                    &include_object,
+                    !headers_sent,
+                    json!({}),
+                );
+                headers_sent = true;
+                t
+            } else {
+                obj
+            }
+        };
+        let mut last_rv = start.resource_version;
+        for e in &start.replay {
+            if !labels.matches(&e.object) || !fields.matches(&e.object) {
+                continue;
+            }
+            if tx
+                .send(encode(e.etype.as_str(), render(&e.object)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let mut live = start.live;
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(bookmark_interval);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = tx.closed() => return,
+                _ = ticker.tick(), if bookmarks => {
+                    let bm = json!({"kind": res.kind, "apiVersion": res.api_version(&version),
+                                    "metadata": {"resourceVersion": last_rv.to_string()}});
+                    if tx.send(encode("BOOKMARK", bm)).await.is_err() { return; }
+                }
+                event = live.recv() => match event {
+                    Ok(e) => {
+                        if e.res != key || e.rv <= start.resource_version && start.replay.iter().any(|r| r.rv == e.rv) {
+                            continue;
+                        }
+                        if e.rv <= start.resource_version {
+                            continue;
+                        }
+                        last_rv = e.rv;
+                        if let Some(ns) = &namespace && res.namespaced && &e.namespace != ns {
+                            continue;
+                        }
+                        if !labels.matches(&e.object) || !fields.matches(&e.object) {
+                            continue;
+                        }
+                        let etype = match e.etype {
+                            EventType::Added => "ADDED",
+                            EventType::Modified => "MODIFIED",
+                            EventType::Deleted => "DELETED",
+                        };
+                        if tx.send(encode(etype, render(&e.object))).await.is_err() { return; }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        // Too slow: end the stream; the client re-watches from its last
+                        // resourceVersion, or relists if that has expired.
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    let mut resp = Response::new(StreamBody::new(stream).boxed_unsync());
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(resp)
+}

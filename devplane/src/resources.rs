@@ -1,0 +1,221 @@
+//! The kinds the server serves: the built-in ones (Namespace, Secret, ConfigMap,
+//! Event in core/v1 and events.k8s.io/v1, Lease, CustomResourceDefinition) and those
+//! installed through CRDs. Pure data, no I/O.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+/// Identifies a resource independently of version: (group, plural).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResKey {
+    /// API group ("" for core).
+    pub group: String,
+    /// Plural resource name.
+    pub plural: String,
+}
+
+/// A served resource.
+#[derive(Debug, Clone)]
+pub struct Resource {
+    /// API group ("" for core).
+    pub group: String,
+    /// Served versions; the first is the preferred one.
+    pub versions: Vec<String>,
+    /// Plural name (`switchports`).
+    pub plural: String,
+    /// Singular name (`switchport`).
+    pub singular: String,
+    /// Kind (`SwitchPort`).
+    pub kind: String,
+    /// List kind (`SwitchPortList`).
+    pub list_kind: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Whether a `/status` subresource exists.
+    pub status_subresource: bool,
+    /// Short names.
+    pub short_names: Vec<String>,
+    /// Categories.
+    pub categories: Vec<String>,
+    /// `openAPIV3Schema` per version (custom resources only).
+    pub schemas: BTreeMap<String, Value>,
+    /// `additionalPrinterColumns` per version (custom resources only).
+    pub printer_columns: BTreeMap<String, Vec<Value>>,
+    /// Whether this is a built-in kind.
+    pub builtin: bool,
+}
+
+impl Resource {
+    /// The version-independent key.
+    pub fn key(&self) -> ResKey {
+        ResKey {
+            group: self.group.clone(),
+            plural: self.plural.clone(),
+        }
+    }
+
+    /// `v1` or `group/version`.
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_owned()
+        } else {
+            format!("{}/{version}", self.group)
+        }
+    }
+
+    /// Whether `version` is served.
+    pub fn serves(&self, version: &str) -> bool {
+        self.versions.iter().any(|v| v == version)
+    }
+
+    fn builtin(
+        group: &str,
+        version: &str,
+        plural: &str,
+        kind: &str,
+        namespaced: bool,
+        status: bool,
+        short: &[&str],
+    ) -> Self {
+        Self {
+            group: group.into(),
+            versions: vec![version.into()],
+            plural: plural.into(),
+            singular: kind.to_lowercase(),
+            kind: kind.into(),
+            list_kind: format!("{kind}List"),
+            namespaced,
+            status_subresource: status,
+            short_names: short.iter().map(|s| s.to_string()).collect(),
+            categories: Vec::new(),
+            schemas: BTreeMap::new(),
+            printer_columns: BTreeMap::new(),
+            builtin: true,
+        }
+    }
+
+    /// The built-in kinds.
+    pub fn builtins() -> Vec<Resource> {
+        vec![
+            Self::builtin("", "v1", "namespaces", "Namespace", false, true, &["ns"]),
+            Self::builtin("", "v1", "secrets", "Secret", true, false, &[]),
+            Self::builtin("", "v1", "configmaps", "ConfigMap", true, false, &["cm"]),
+            Self::builtin("", "v1", "events", "Event", true, false, &["ev"]),
+            Self::builtin(
+                "events.k8s.io",
+                "v1",
+                "events",
+                "Event",
+                true,
+                false,
+                &["ev"],
+            ),
+            Self::builtin(
+                "coordination.k8s.io",
+                "v1",
+                "leases",
+                "Lease",
+                true,
+                false,
+                &[],
+            ),
+            Self::builtin(
+                "apiextensions.k8s.io",
+                "v1",
+                "customresourcedefinitions",
+                "CustomResourceDefinition",
+                false,
+                true,
+                &["crd", "crds"],
+            ),
+        ]
+    }
+
+    /// The resource a CRD object declares, or why it cannot be served.
+    pub fn from_crd(crd: &Value) -> Result<Resource, String> {
+        let spec = crd.get("spec").ok_or("spec: Required value")?;
+        let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let group = s(spec, "/group").ok_or("spec.group: Required value")?;
+        let plural = s(spec, "/names/plural").ok_or("spec.names.plural: Required value")?;
+        let kind = s(spec, "/names/kind").ok_or("spec.names.kind: Required value")?;
+        let scope = s(spec, "/scope").ok_or("spec.scope: Required value")?;
+        let name = s(crd, "/metadata/name").unwrap_or_default();
+        if name != format!("{plural}.{group}") {
+            return Err(format!(
+                "metadata.name: Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"
+            ));
+        }
+        if !matches!(scope.as_str(), "Namespaced" | "Cluster") {
+            return Err(format!(
+                "spec.scope: Unsupported value: {scope:?}: supported values: \"Cluster\", \"Namespaced\""
+            ));
+        }
+        let list = |p: &str| -> Vec<String> {
+            spec.pointer(p)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let versions_json = spec
+            .get("versions")
+            .and_then(Value::as_array)
+            .filter(|v| !v.is_empty())
+            .ok_or("spec.versions: Required value")?;
+        let mut versions = Vec::new();
+        let mut schemas = BTreeMap::new();
+        let mut columns = BTreeMap::new();
+        let mut status = false;
+        for v in versions_json {
+            let vname = s(v, "/name").ok_or("spec.versions[].name: Required value")?;
+            if v.get("served").and_then(Value::as_bool) == Some(false) {
+                continue;
+            }
+            if v.get("storage").and_then(Value::as_bool) == Some(true) {
+                versions.insert(0, vname.clone());
+            } else {
+                versions.push(vname.clone());
+            }
+            if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+                schemas.insert(vname.clone(), schema.clone());
+            }
+            if let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
+                columns.insert(vname.clone(), cols.clone());
+            }
+            status |= v.pointer("/subresources/status").is_some();
+        }
+        let singular = s(spec, "/names/singular").unwrap_or_else(|| kind.to_lowercase());
+        Ok(Resource {
+            group,
+            versions,
+            list_kind: s(spec, "/names/listKind").unwrap_or_else(|| format!("{kind}List")),
+            singular,
+            plural,
+            kind,
+            namespaced: scope == "Namespaced",
+            status_subresource: status,
+            short_names: list("/names/shortNames"),
+            categories: list("/names/categories"),
+            schemas,
+            printer_columns: columns,
+            builtin: false,
+        })
+    }
+
+    /// The `status.acceptedNames` a CRD reports.
+    pub fn accepted_names(&self) -> Value {
+        json!({
+            "plural": self.plural,
+            "singular": self.singular,
+            "kind": self.kind,
+            "listKind": self.list_kind,
+            "shortNames": self.short_names,
+            "categories": self.categories,
+        })
+    }
+}

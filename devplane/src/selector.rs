@@ -1,0 +1,222 @@
+//! Label selectors (equality and set-based) and field selectors (`metadata.name`,
+//! `metadata.namespace`), parsed from query strings and matched against objects.
+//! Pure, no I/O.
+
+use serde_json::Value;
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+/// A parsed label selector; the empty selector matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSelector(Vec<Requirement>);
+
+/// Splits on commas that are not inside parentheses.
+fn split_top(input: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut depth = 0;
+    let mut cur = String::new();
+    for c in input.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    parts.push(cur);
+    parts
+        .into_iter()
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+fn valid_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 317
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+fn set_values(s: &str) -> Option<Vec<String>> {
+    let inner = s.trim().strip_prefix('(')?.strip_suffix(')')?;
+    Some(
+        inner
+            .split(',')
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .collect(),
+    )
+}
+
+impl LabelSelector {
+    /// Parses `a=b,c!=d,e in (x,y),f notin (z),g,!h`.
+    pub fn parse(input: &str) -> Result<Self, String> {
+        let mut reqs = Vec::new();
+        for part in split_top(input) {
+            let req = if let Some(k) = part.strip_prefix('!') {
+                Requirement::DoesNotExist(k.trim().to_owned())
+            } else if let Some((k, v)) = part.split_once("!=") {
+                Requirement::NotEquals(k.trim().to_owned(), v.trim().to_owned())
+            } else if let Some((k, v)) = part.split_once("==") {
+                Requirement::Equals(k.trim().to_owned(), v.trim().to_owned())
+            } else if let Some((k, v)) = part.split_once('=') {
+                Requirement::Equals(k.trim().to_owned(), v.trim().to_owned())
+            } else if let Some((k, v)) = part.split_once(" notin ") {
+                let vals = set_values(v).ok_or_else(|| format!("invalid selector {part:?}"))?;
+                Requirement::NotIn(k.trim().to_owned(), vals)
+            } else if let Some((k, v)) = part.split_once(" in ") {
+                let vals = set_values(v).ok_or_else(|| format!("invalid selector {part:?}"))?;
+                Requirement::In(k.trim().to_owned(), vals)
+            } else {
+                Requirement::Exists(part.trim().to_owned())
+            };
+            let key = match &req {
+                Requirement::Equals(k, _)
+                | Requirement::NotEquals(k, _)
+                | Requirement::In(k, _)
+                | Requirement::NotIn(k, _)
+                | Requirement::Exists(k)
+                | Requirement::DoesNotExist(k) => k,
+            };
+            if !valid_key(key) {
+                return Err(format!("invalid label key {key:?} in selector"));
+            }
+            reqs.push(req);
+        }
+        Ok(Self(reqs))
+    }
+
+    /// Whether `obj`'s labels satisfy every requirement.
+    pub fn matches(&self, obj: &Value) -> bool {
+        let labels = obj.pointer("/metadata/labels");
+        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.0.iter().all(|r| match r {
+            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
+            Requirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
+            Requirement::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|x| vs.iter().all(|v| v != x)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::DoesNotExist(k) => get(k).is_none(),
+        })
+    }
+}
+
+/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSelector(Vec<(String, bool, String)>);
+
+impl FieldSelector {
+    /// Parses `metadata.name=x,metadata.namespace!=y`.
+    pub fn parse(input: &str) -> Result<Self, String> {
+        let mut reqs = Vec::new();
+        for part in split_top(input) {
+            let (field, eq, value) = if let Some((f, v)) = part.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = part.split_once("==") {
+                (f, true, v)
+            } else if let Some((f, v)) = part.split_once('=') {
+                (f, true, v)
+            } else {
+                return Err(format!("invalid field selector {part:?}"));
+            };
+            let field = field.trim();
+            if !matches!(field, "metadata.name" | "metadata.namespace") {
+                return Err(format!(
+                    "field label not supported: {field} (only metadata.name and metadata.namespace)"
+                ));
+            }
+            reqs.push((field.to_owned(), eq, value.trim().to_owned()));
+        }
+        Ok(Self(reqs))
+    }
+
+    /// Whether `obj` satisfies every requirement.
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.0.iter().all(|(field, eq, value)| {
+            let pointer = if field == "metadata.name" {
+                "/metadata/name"
+            } else {
+                "/metadata/namespace"
+            };
+            let actual = obj.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+            (actual == value) == *eq
+        })
+    }
+
+    /// The name this selector pins, if any (`metadata.name=x`).
+    pub fn pinned_name(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(f, eq, _)| f == "metadata.name" && *eq)
+            .map(|(_, _, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn label_selectors() {
+        let obj = json!({"metadata": {"labels": {"switch": "tor-1", "tier": "web"}}});
+        let yes = [
+            "switch=tor-1",
+            "switch==tor-1,tier",
+            "tier in (web, db)",
+            "tier notin (db)",
+            "!missing",
+            "switch!=tor-2",
+            "",
+        ];
+        let no = [
+            "switch=tor-2",
+            "missing",
+            "tier in (db)",
+            "tier notin (web)",
+            "!tier",
+        ];
+        for s in yes {
+            assert!(LabelSelector::parse(s).unwrap().matches(&obj), "{s}");
+        }
+        for s in no {
+            assert!(!LabelSelector::parse(s).unwrap().matches(&obj), "{s}");
+        }
+        assert!(LabelSelector::parse("a b=c").is_err());
+    }
+
+    #[test]
+    fn field_selectors() {
+        let obj = json!({"metadata": {"name": "p1", "namespace": "infra"}});
+        assert!(
+            FieldSelector::parse("metadata.name=p1")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            FieldSelector::parse("metadata.namespace!=default")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name=p2")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(FieldSelector::parse("spec.x=1").is_err());
+    }
+}
