@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all demo test fmt-check clippy unit crds build deps help
+.PHONY: all demo test fmt-check clippy unit crds build deps kubectl bench help
 
 all: test
 
@@ -12,12 +12,19 @@ help:
 	@echo "make demo   - run the demo on the embedded default (fixture switch)"
 	@echo "make test   - formatting, clippy -D warnings, every test"
 	@echo "make crds   - regenerate crds/ from the Rust types"
+	@echo "make bench  - benchmarks (print figures, assert nothing)"
 
 # Toolchain check: the machine ships one rustup toolchain with rustfmt and clippy.
 deps:
 	@command -v $(CARGO) >/dev/null || { echo "cargo is required (rustup toolchain)"; exit 1; }
 	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
+
+# The kubectl tests use the machine's kubectl; install Debian's when there is none.
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 || { \
+		echo "installing kubectl (Debian kubernetes-client)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client; }
 
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
@@ -31,10 +38,13 @@ fmt-check: deps
 clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-unit: deps
+unit: deps kubectl
 	$(CARGO) test --workspace --locked
 
 test: fmt-check clippy unit
+
+bench: deps
+	$(CARGO) bench --locked --bench devplane
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

@@ -827,10 +827,9 @@ fn watch(
                 }
                 event = live.recv() => match event {
                     Ok(e) => {
-                        if e.res != key || e.rv <= start.resource_version && start.replay.iter().any(|r| r.rv == e.rv) {
-                            continue;
-                        }
-                        if e.rv <= start.resource_version {
+                        // Subscribed under the store lock at start.resource_version:
+                        // anything at or below it was in the replay or before it.
+                        if e.res != key || e.rv <= start.resource_version {
                             continue;
                         }
                         last_rv = e.rv;

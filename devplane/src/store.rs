@@ -946,6 +946,22 @@ impl Store {
                 json_patch::merge(&mut patched, &patch);
             }
             PatchType::Json => {
+                // As the API server's Go library does: `test` for null on a missing
+                // path succeeds (kube-rs' finalizer helper relies on it).
+                let patch = match patch {
+                    Value::Array(ops) => Value::Array(
+                        ops.into_iter()
+                            .filter(|op| {
+                                let null_test = op.get("op").and_then(Value::as_str)
+                                    == Some("test")
+                                    && op.get("value").is_some_and(Value::is_null);
+                                let path = op.get("path").and_then(Value::as_str).unwrap_or("");
+                                !(null_test && patched.pointer(path).is_none())
+                            })
+                            .collect(),
+                    ),
+                    other => other,
+                };
                 let ops: json_patch::Patch = serde_json::from_value(patch)
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
                 json_patch::patch(&mut patched, &ops).map_err(|e| {

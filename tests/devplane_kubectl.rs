@@ -1,0 +1,258 @@
+//! The real kubectl against the cluster (devplane by default): the CRDs and examples
+//! apply, objects read back as YAML and tables, `get -w` sees an update, `delete`
+//! waits for a finalizer, an invalid object is refused naming the field, and
+//! `explain` shows the field documentation.
+//!
+//! kubectl is the machine's (`make test` installs Debian's `kubernetes-client` when
+//! there is none).
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use patchbay::api::{SwitchPort, SwitchPortConfiguration};
+use serde_json::json;
+use support::Cluster;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn kubectl_command(cluster: &Cluster, args: &[&str]) -> Command {
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .arg("--cache-dir")
+        .arg(cluster.dir.join("kube-cache"))
+        .args(args)
+        .current_dir(ROOT);
+    cmd
+}
+
+fn kubectl(cluster: &Cluster, args: &[&str]) -> Output {
+    kubectl_command(cluster, args)
+        .output()
+        .expect("kubectl runs")
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The examples, rewritten into the test's namespace.
+fn examples_in(cluster: &Cluster) -> std::path::PathBuf {
+    let dir = cluster.dir.join("examples");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(format!("{ROOT}/examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path)
+                .unwrap()
+                .replace("network-infra", &cluster.namespace);
+            // The test namespace exists already; skip the example's Namespace.
+            if text.contains("kind: Namespace") {
+                continue;
+            }
+            std::fs::write(dir.join(path.file_name().unwrap()), text).unwrap();
+        }
+    }
+    dir
+}
+
+async fn with_crds_and_examples(test: &str) -> Cluster {
+    let cluster = Cluster::start(test).await;
+    let out = ok(&kubectl(&cluster, &["apply", "-f", "crds/"]));
+    assert!(out.contains("switchports.patchbay.dev"), "{out}");
+    for crd in [
+        "switchports.patchbay.dev",
+        "switchportconfigurations.patchbay.dev",
+    ] {
+        ok(&kubectl(
+            &cluster,
+            &[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}"),
+                "--timeout=30s",
+            ],
+        ));
+    }
+    let dir = examples_in(&cluster);
+    let out = ok(&kubectl(&cluster, &["apply", "-f", dir.to_str().unwrap()]));
+    assert!(
+        out.contains("switchportconfiguration.patchbay.dev/tenant-web created"),
+        "{out}"
+    );
+    cluster
+}
+
+#[tokio::test]
+async fn kubectl_applies_crds_and_examples_and_reads_them_back() {
+    let cluster = with_crds_and_examples("kubectl_apply").await;
+    let ns = cluster.namespace.clone();
+    let yaml = ok(&kubectl(
+        &cluster,
+        &["get", "swpc", "tenant-web", "-n", &ns, "-o", "yaml"],
+    ));
+    assert!(yaml.contains("untaggedVLAN: 100"), "{yaml}");
+    assert!(yaml.contains("name: web-front"), "{yaml}");
+    assert!(yaml.contains("resourceVersion:"), "{yaml}");
+
+    // Re-applying unchanged manifests changes nothing.
+    let dir = cluster.dir.join("examples");
+    let again = ok(&kubectl(&cluster, &["apply", "-f", dir.to_str().unwrap()]));
+    assert!(
+        again.contains("switchportconfiguration.patchbay.dev/tenant-web unchanged"),
+        "{again}"
+    );
+
+    // The server prints the CRD's columns.
+    let table = ok(&kubectl(&cluster, &["get", "switchports", "-n", &ns]));
+    let header = table.lines().next().unwrap_or("");
+    for col in ["NAME", "STATE", "SWITCH", "PORT", "CONFIGURATION", "AGE"] {
+        assert!(header.contains(col), "missing {col} in {header:?}");
+    }
+    assert!(
+        table.contains("server-7-eth0") && table.contains("tenant-web"),
+        "{table}"
+    );
+    let all = ok(&kubectl(&cluster, &["get", "patchbay", "-n", &ns]));
+    assert!(all.contains("switch.patchbay.dev/tor-1"), "{all}");
+
+    let explain = ok(&kubectl(
+        &cluster,
+        &["explain", "switchportconfiguration.spec.untaggedVLAN"],
+    ));
+    assert!(explain.contains("VLAN carried untagged"), "{explain}");
+    cluster.finish().await;
+}
+
+#[tokio::test]
+async fn kubectl_refuses_an_invalid_object_naming_the_field() {
+    let cluster = with_crds_and_examples("kubectl_invalid").await;
+    let file = cluster.dir.join("bad.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\nmetadata:\n  \
+             name: bad\n  namespace: {}\nspec:\n  untaggedVLAN: 5000\n  vlans:\n  - id: 0\n",
+            cluster.namespace
+        ),
+    )
+    .unwrap();
+    let out = kubectl(&cluster, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.untaggedVLAN"), "{err}");
+    assert!(err.contains("less than or equal to 4094"), "{err}");
+    assert!(err.contains("spec.vlans[0].id"), "{err}");
+    let get = kubectl(&cluster, &["get", "swpc", "bad", "-n", &cluster.namespace]);
+    assert!(!get.status.success(), "the invalid object was not stored");
+    cluster.finish().await;
+}
+
+#[tokio::test]
+async fn kubectl_get_watch_receives_an_update() {
+    let cluster = with_crds_and_examples("kubectl_watch").await;
+    let mut child = kubectl_command(
+        &cluster,
+        &[
+            "get",
+            "swpc",
+            "provisioning",
+            "-n",
+            &cluster.namespace,
+            "-w",
+            "-o",
+            "jsonpath={.spec.untaggedVLAN}{\"\\n\"}",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("initial state");
+    assert_eq!(first.trim(), "10");
+    let api: Api<SwitchPortConfiguration> =
+        Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    api.patch(
+        "provisioning",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"untaggedVLAN": 11}})),
+    )
+    .await
+    .unwrap();
+    let second = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the update");
+    assert_eq!(second.trim(), "11");
+    let _ = child.kill();
+    let _ = child.wait();
+    cluster.finish().await;
+}
+
+#[tokio::test]
+async fn kubectl_delete_waits_until_the_finalizer_is_removed() {
+    let cluster = with_crds_and_examples("kubectl_delete").await;
+    let ns = cluster.namespace.clone();
+    let api: Api<SwitchPort> = Api::namespaced(cluster.client.clone(), &ns);
+    api.patch(
+        "server-7-eth0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["patchbay.dev/cleanup"]}})),
+    )
+    .await
+    .unwrap();
+    let mut child = kubectl_command(
+        &cluster,
+        &["delete", "swp", "server-7-eth0", "-n", &ns, "--timeout=60s"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "kubectl delete returned while the finalizer holds"
+    );
+    let held = api.get("server-7-eth0").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    api.patch(
+        "server-7-eth0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let mut status = None;
+    for _ in 0..100 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(status.expect("kubectl delete returned").success());
+    assert!(api.get_opt("server-7-eth0").await.unwrap().is_none());
+    cluster.finish().await;
+}

@@ -1,0 +1,153 @@
+//! The end-to-end harness: a cluster to test against and a namespace of the test's
+//! own. By default it starts devplane in-process on a free loopback port; with
+//! `PATCHBAY_E2E_CLUSTER=kubeconfig` it uses the cluster `KUBECONFIG` points at
+//! instead (every test then works in a fresh namespace it deletes at the end).
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use patchbay_devplane::DevPlane;
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A cluster for one test.
+pub struct Cluster {
+    /// A client for it.
+    pub client: Client,
+    /// Its kubeconfig file (for kubectl).
+    pub kubeconfig: PathBuf,
+    /// The test's own namespace.
+    pub namespace: String,
+    /// A scratch directory, removed on drop.
+    pub dir: PathBuf,
+    devplane: Option<DevPlane>,
+}
+
+/// Whether the tests run against devplane (not a real cluster).
+pub fn on_devplane() -> bool {
+    std::env::var("PATCHBAY_E2E_CLUSTER").as_deref() != Ok("kubeconfig")
+}
+
+impl Cluster {
+    /// devplane with test-friendly settings, or the real cluster.
+    pub async fn start(test: &str) -> Cluster {
+        Self::start_with(
+            test,
+            patchbay_devplane::Config {
+                bookmark_interval: Duration::from_millis(300),
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Like [`Cluster::start`] with explicit devplane settings.
+    pub async fn start_with(test: &str, config: patchbay_devplane::Config) -> Cluster {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("patchbay-{test}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let (kubeconfig, devplane) = if on_devplane() {
+            let server = DevPlane::start(config).expect("devplane starts");
+            let path = dir.join("kubeconfig");
+            server.write_kubeconfig(&path).expect("kubeconfig written");
+            (path, Some(server))
+        } else {
+            let path = PathBuf::from(std::env::var("KUBECONFIG").expect("KUBECONFIG is set"));
+            (path, None)
+        };
+        let kc = Kubeconfig::read_from(&kubeconfig).expect("kubeconfig parses");
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig usable");
+        let client = Client::try_from(config).expect("client");
+        let namespace = format!("pb-{}-{n}", test.replace('_', "-"))
+            .chars()
+            .take(60)
+            .collect::<String>()
+            .trim_end_matches('-')
+            .to_owned();
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(namespace.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("test namespace created");
+        Cluster {
+            client,
+            kubeconfig,
+            namespace,
+            dir,
+            devplane,
+        }
+    }
+
+    /// The devplane, when the test runs on one.
+    pub fn devplane(&self) -> Option<&DevPlane> {
+        self.devplane.as_ref()
+    }
+
+    /// Installs a CRD (or finds it installed) and waits until it is established.
+    pub async fn install_crd(&self, crd: CustomResourceDefinition) {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let name = crd.metadata.name.clone().expect("CRD name");
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("installing {name}: {e}"),
+        }
+        let established = kube::runtime::conditions::is_crd_established();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(crds, &name, established),
+        )
+        .await
+        .expect("CRD established in time")
+        .expect("CRD watch");
+    }
+
+    /// Deletes the test namespace (only matters on a real cluster).
+    pub async fn finish(self) {
+        if self.devplane.is_none() {
+            let _ = Api::<Namespace>::all(self.client.clone())
+                .delete(&self.namespace, &DeleteParams::default())
+                .await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or panics after `secs`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {secs}s waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
