@@ -181,6 +181,7 @@ impl Walk {
                 failures: self.failures,
                 last_attempt: self.last_attempt.as_deref(),
                 drift_check_due: drift_check_due && outcome.is_none(),
+                drift_reported: false,
                 drift_policy: DriftPolicy::Reconcile,
                 backoff: Backoff::default(),
                 outcome,

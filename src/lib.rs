@@ -9,6 +9,10 @@
 //! - [`demo`]: the demo walk-through.
 
 pub mod api;
+pub mod backends;
 pub mod demo;
+pub mod operator;
+pub mod settings;
 pub mod state_machine;
 pub mod validate;
+pub mod worker;

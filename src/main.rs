@@ -37,6 +37,10 @@ enum Command {
     },
     /// Walk one port through the state machine on the fixture backend.
     Demo,
+    /// Run the operator against the cluster in KUBECONFIG (or the in-cluster
+    /// configuration). Every setting comes from a flag, else its environment
+    /// variable, else the config file, else its default.
+    Run(RunArgs),
     /// Run devplane, a small Kubernetes API server for tests and demos (plain HTTP on
     /// loopback, in memory, no authentication: never for production).
     Devplane {
@@ -50,6 +54,85 @@ enum Command {
         #[arg(long, default_value_t = 100_000)]
         history: usize,
     },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Kubeconfig to use instead of KUBECONFIG / in-cluster configuration.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// YAML config file with any of: namespace, batchWindowMs, driftIntervalSeconds,
+    /// maxSessions, backoffBaseSeconds, backoffCapSeconds, fixtureLatencyMs.
+    #[arg(long, value_name = "FILE", env = "PATCHBAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// Only watch this namespace [default: all namespaces].
+    #[arg(long, env = "PATCHBAY_NAMESPACE")]
+    namespace: Option<String>,
+    /// Milliseconds a switch worker gathers port changes into one batch [default: 100].
+    #[arg(long, env = "PATCHBAY_BATCH_WINDOW_MS")]
+    batch_window_ms: Option<u64>,
+    /// Seconds between drift checks of Active ports (one read per switch) [default: 300].
+    #[arg(long, env = "PATCHBAY_DRIFT_INTERVAL_SECONDS")]
+    drift_interval_seconds: Option<u64>,
+    /// Most device sessions per switch at once; a ProviderSwitch's options.maxSessions
+    /// overrides it [default: 1].
+    #[arg(long, env = "PATCHBAY_MAX_SESSIONS")]
+    max_sessions: Option<usize>,
+    /// Seconds of backoff after a first failure; doubles per failure [default: 5].
+    #[arg(long, env = "PATCHBAY_BACKOFF_BASE_SECONDS")]
+    backoff_base_seconds: Option<f64>,
+    /// Longest backoff in seconds [default: 300].
+    #[arg(long, env = "PATCHBAY_BACKOFF_CAP_SECONDS")]
+    backoff_cap_seconds: Option<f64>,
+    /// Latency of every fixture-device operation, in milliseconds [default: 0].
+    #[arg(long, env = "PATCHBAY_FIXTURE_LATENCY_MS")]
+    fixture_latency_ms: Option<u64>,
+}
+
+impl RunArgs {
+    fn settings(&self) -> Result<patchbay::settings::Settings> {
+        let args = patchbay::settings::SettingsArgs {
+            namespace: self.namespace.clone(),
+            batch_window_ms: self.batch_window_ms,
+            drift_interval_seconds: self.drift_interval_seconds,
+            max_sessions: self.max_sessions,
+            backoff_base_seconds: self.backoff_base_seconds,
+            backoff_cap_seconds: self.backoff_cap_seconds,
+            fixture_latency_ms: self.fixture_latency_ms,
+        };
+        Ok(patchbay::settings::Settings::resolve(
+            &args,
+            self.config.as_deref(),
+        )?)
+    }
+}
+
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
 }
 
 fn main() -> ExitCode {
@@ -136,6 +219,30 @@ fn run() -> Result<ExitCode> {
                 anyhow::Ok(())
             })?;
             server.shutdown();
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info".into()),
+                )
+                .init();
+            let settings = args.settings()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let client = kube_client(args.kubeconfig.as_deref()).await?;
+                tracing::info!(?settings, "patchbay operator starting");
+                let backends = patchbay::backends::Backends {
+                    fixture_latency: settings.fixture_latency,
+                    ..Default::default()
+                };
+                patchbay::operator::run(client, settings, backends, shutdown_signal()).await;
+                anyhow::Ok(())
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo => {

@@ -174,6 +174,9 @@ pub struct PortFacts<'a> {
     pub last_attempt: Option<&'a str>,
     /// Whether an Active port's periodic drift check is due.
     pub drift_check_due: bool,
+    /// Whether the port is currently reported drifted (policy ReportOnly): it stays
+    /// so until a read-back finds the device in sync again.
+    pub drift_reported: bool,
     /// The Switch's drift policy.
     pub drift_policy: DriftPolicy,
     /// The backoff settings.
@@ -318,10 +321,18 @@ fn plan(facts: &PortFacts<'_>) -> Decision {
                 cleaning()
             } else if target_changed(facts) {
                 configuring()
-            } else if facts.drift_check_due {
-                Decision::new(Active, Action::Verify, Requeue::DriftCheck, Health::Steady)
             } else {
-                Decision::new(Active, Action::None, Requeue::DriftCheck, Health::Steady)
+                let health = if facts.drift_reported {
+                    Health::Drifted
+                } else {
+                    Health::Steady
+                };
+                let action = if facts.drift_check_due {
+                    Action::Verify
+                } else {
+                    Action::None
+                };
+                Decision::new(Active, action, Requeue::DriftCheck, health)
             }
         }
         Some(Cleaning) => cleaning(),
@@ -430,6 +441,7 @@ mod tests {
             failures: 0,
             last_attempt: None,
             drift_check_due: false,
+            drift_reported: false,
             drift_policy: DriftPolicy::Reconcile,
             backoff: Backoff::default(),
             outcome: None,
@@ -1014,6 +1026,7 @@ mod tests {
                     failures: self.failures,
                     last_attempt: self.last_attempt.as_deref(),
                     drift_check_due: false,
+                    drift_reported: false,
                     drift_policy: DriftPolicy::Reconcile,
                     backoff: Backoff::default(),
                     outcome,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::model::{Capability, PortField};
 
 /// Why a device operation failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeviceError {
     /// The device could not be reached (connection refused, no route, closed).
     #[error("cannot reach the device at {address}: {reason}")]

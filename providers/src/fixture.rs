@@ -132,6 +132,16 @@ impl FixtureSwitch {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Adds ports (clean) that the device does not have yet.
+    pub fn add_ports(&self, ports: impl IntoIterator<Item = PortName>) {
+        let mut st = self.lock();
+        for p in ports {
+            st.ports
+                .entry(p.clone())
+                .or_insert_with(|| ObservedPort::from_desired(&DesiredPort::clean(p)));
+        }
+    }
+
     /// The device's name (used in error messages as its address).
     pub fn name(&self) -> &str {
         &self.name

@@ -10,7 +10,7 @@ use super::common::{ConfigurationRef, PortStatus};
 /// One port of a Switch. Created and owned by the Switch controller (one per entry of
 /// `Switch.spec.ports`); tenants and the host lifecycle set `spec.configuration` to
 /// link a SwitchPortConfiguration, and clear it to return the port to clean.
-#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "patchbay.dev",
     version = "v1alpha1",

@@ -51,6 +51,11 @@ impl Cluster {
 
     /// Like [`Cluster::start`] with explicit devplane settings.
     pub async fn start_with(test: &str, config: patchbay_devplane::Config) -> Cluster {
+        // RUST_LOG=patchbay=debug shows the operator's logs in failing tests.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("patchbay-{test}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch dir");

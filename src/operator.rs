@@ -1,0 +1,1325 @@
+//! The controllers: SwitchPort (drives the pure state machine), Switch (provider,
+//! credentials, reachability, one SwitchPort per `spec.ports` entry, ordered
+//! deletion) and ProviderSwitch (held until no Switch uses it). Does Kubernetes I/O
+//! through kube-rs and device I/O through the per-switch workers.
+//!
+//! Each SwitchPort reconcile dereferences (Switch, ProviderSwitch, Secret,
+//! configuration), asks [`decide`] what to do, writes the new state *before* acting,
+//! acts, feeds the outcome back, and finally writes status in one place, only when it
+//! changed. Nothing reaches a device before the configuration has been validated
+//! against the port's constraints and the backend's capabilities.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use patchbay_providers::values::PortName;
+use patchbay_providers::{DesiredPort, DeviceError, PortOperation, Switch as DeviceSwitch, diff};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::api::{
+    ConditionsStatus, ConfigurationRef, DriftPolicy, FINALIZER, PortState, PortStatus,
+    ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, SwitchPortDefinition,
+    SwitchPortSpec, configuration_hash,
+};
+use crate::backends::{BackendError, Backends, check_credentials};
+use crate::settings::Settings;
+use crate::state_machine::{
+    Action as PortAction, AppliedChange, FailureKind, Health, Outcome, PortFacts, PortTarget,
+    Requeue, decide,
+};
+use crate::validate::{PortContext, validate_for_port, validate_provider, validate_switch};
+use crate::worker::{PortKey, SwitchWorker, WorkerConfig};
+
+/// Annotation (on a SwitchPort or its Switch): delete without touching the device,
+/// for devices that are gone for good.
+pub const SKIP_CLEANUP_ANNOTATION: &str = "patchbay.dev/skip-device-cleanup";
+/// Label on every SwitchPort: the Switch it belongs to.
+pub const SWITCH_LABEL: &str = "patchbay.dev/switch";
+
+/// Errors of the controllers (Kubernetes I/O; device failures are port conditions).
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The API server refused or failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The finalizer helper failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<ControllerError>>),
+    /// A Switch cannot go while its ports exist.
+    #[error("{0} SwitchPort(s) still exist; waiting for them to be cleaned and deleted")]
+    PortsRemaining(usize),
+    /// A ProviderSwitch cannot go while a Switch uses it.
+    #[error("{0} Switch(es) still use this ProviderSwitch")]
+    SwitchesRemaining(usize),
+}
+
+impl ControllerError {
+    /// A bounded category for metrics and events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ControllerError::Kube(_) => "KubernetesError",
+            ControllerError::Finalizer(_) => "FinalizerError",
+            ControllerError::PortsRemaining(_) => "PortsRemaining",
+            ControllerError::SwitchesRemaining(_) => "SwitchesInUse",
+        }
+    }
+}
+
+struct WorkerEntry {
+    fingerprint: String,
+    device: Arc<dyn DeviceSwitch>,
+    worker: Arc<SwitchWorker>,
+}
+
+/// Shared state of the controllers.
+pub struct Context {
+    client: Client,
+    settings: Settings,
+    backends: Backends,
+    workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
+    recorder: Recorder,
+    drift: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
+}
+
+impl Context {
+    fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<WorkerEntry>>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The worker of a switch, (re)built when its provider or credentials changed.
+    fn worker(
+        &self,
+        switch: &Switch,
+        provider: &ProviderSwitch,
+        secret: Option<&Secret>,
+    ) -> Result<Arc<WorkerEntry>, BackendError> {
+        let key = (switch.namespace().unwrap_or_default(), switch.name_any());
+        let ports: Vec<PortName> = switch
+            .spec
+            .ports
+            .values()
+            .filter_map(|d| PortName::parse(&d.name).ok())
+            .collect();
+        let fingerprint = format!(
+            "{}/{}/{}",
+            provider.uid().unwrap_or_default(),
+            provider.metadata.generation.unwrap_or(0),
+            secret
+                .and_then(|s| s.resource_version())
+                .unwrap_or_default()
+        );
+        if let Some(entry) = self.workers().get(&key)
+            && entry.fingerprint == fingerprint
+        {
+            // New device ports appear on fixture devices as the Switch grows.
+            self.backends.build(provider, secret, &ports)?;
+            return Ok(entry.clone());
+        }
+        let device = self.backends.build(provider, secret, &ports)?;
+        let max_sessions = provider
+            .spec
+            .options
+            .as_ref()
+            .and_then(|o| o.max_sessions)
+            .map(|n| n.clamp(1, 16) as usize)
+            .unwrap_or(self.settings.max_sessions);
+        let drift = self.drift.clone();
+        let worker = SwitchWorker::spawn(
+            device.clone(),
+            WorkerConfig {
+                batch_window: self.settings.batch_window,
+                drift_interval: self.settings.drift_interval,
+                max_sessions,
+            },
+            Arc::new(move |k: PortKey| {
+                let _ = drift.send(ObjectRef::new(&k.name).within(&k.namespace));
+            }),
+        );
+        let entry = Arc::new(WorkerEntry {
+            fingerprint,
+            device,
+            worker: Arc::new(worker),
+        });
+        self.workers().insert(key, entry.clone());
+        Ok(entry)
+    }
+
+    fn drop_worker(&self, namespace: &str, name: &str) {
+        self.workers()
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    async fn publish(
+        &self,
+        obj: &impl Resource<DynamicType = ()>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let note: String = note.chars().take(1000).collect();
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::warn!(error = %e, "publishing an event failed");
+        }
+    }
+}
+
+fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the controllers until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    backends: Backends,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = settings.namespace.clone();
+    let (drift_tx, mut drift_rx) = mpsc::unbounded_channel();
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "patchbay".into(),
+                instance: std::env::var("HOSTNAME").ok(),
+            },
+        ),
+        client: client.clone(),
+        settings,
+        backends,
+        workers: Mutex::new(HashMap::new()),
+        drift: drift_tx,
+    });
+    let wc = watcher::Config::default();
+    let ports: Api<SwitchPort> = api_for(&client, ns.as_deref());
+    let switches: Api<Switch> = api_for(&client, ns.as_deref());
+    let configs: Api<SwitchPortConfiguration> = api_for(&client, ns.as_deref());
+    let providers: Api<ProviderSwitch> = api_for(&client, ns.as_deref());
+
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let stopped = |tx: &tokio::sync::broadcast::Sender<()>| {
+        let mut rx = tx.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    };
+
+    let port_ctl = Controller::new(ports.clone(), wc.clone());
+    let port_store = port_ctl.store();
+    let by_config = port_store.clone();
+    let by_switch = port_store.clone();
+    let drift_stream = futures::stream::poll_fn(move |cx| drift_rx.poll_recv(cx));
+    let port_ctl = port_ctl
+        .watches(configs, wc.clone(), move |cfg: SwitchPortConfiguration| {
+            let cfg_ns = cfg.namespace().unwrap_or_default();
+            let cfg_name = cfg.name_any();
+            by_config
+                .state()
+                .iter()
+                .filter(|p| {
+                    p.spec.configuration.as_ref().is_some_and(|r| {
+                        r.name == cfg_name
+                            && r.namespace.clone().or_else(|| p.namespace()).as_deref()
+                                == Some(cfg_ns.as_str())
+                    })
+                })
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches(switches.clone(), wc.clone(), move |sw: Switch| {
+            let sw_ns = sw.namespace();
+            let sw_name = sw.name_any();
+            by_switch
+                .state()
+                .iter()
+                .filter(|p| {
+                    p.namespace() == sw_ns && p.labels().get(SWITCH_LABEL) == Some(&sw_name)
+                })
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(drift_stream)
+        .graceful_shutdown_on(stopped(&stop_tx))
+        .run(reconcile_port, port_error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "SwitchPort reconcile failed");
+            }
+        });
+
+    let switch_ctl = Controller::new(switches.clone(), wc.clone());
+    let switch_store = switch_ctl.store();
+    let switch_ctl = switch_ctl
+        .owns(ports, wc.clone())
+        .watches(providers.clone(), wc.clone(), move |p: ProviderSwitch| {
+            let p_ns = p.namespace();
+            let p_name = p.name_any();
+            switch_store
+                .state()
+                .iter()
+                .filter(|s| s.namespace() == p_ns && s.spec.provider.name == p_name)
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(stopped(&stop_tx))
+        .run(reconcile_switch, generic_error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "Switch reconcile failed");
+            }
+        });
+
+    let provider_ctl = Controller::new(providers, wc.clone())
+        .watches(switches, wc, |s: Switch| {
+            Some(
+                ObjectRef::<ProviderSwitch>::new(&s.spec.provider.name)
+                    .within(&s.namespace().unwrap_or_default()),
+            )
+        })
+        .graceful_shutdown_on(stopped(&stop_tx))
+        .run(reconcile_provider, generic_error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "ProviderSwitch reconcile failed");
+            }
+        });
+
+    let stopper = async move {
+        shutdown.await;
+        let _ = stop_tx.send(());
+    };
+    tokio::join!(port_ctl, switch_ctl, provider_ctl, stopper);
+}
+
+fn port_error_policy(_: Arc<SwitchPort>, e: &ControllerError, _: Arc<Context>) -> Action {
+    tracing::debug!(error = %e, category = e.category(), "SwitchPort reconcile error");
+    if is_conflict(e) {
+        // Someone else wrote first (the Switch controller adopting the port, say):
+        // read again at once.
+        return Action::requeue(Duration::from_millis(50));
+    }
+    Action::requeue(Duration::from_secs(1))
+}
+
+fn is_conflict(e: &ControllerError) -> bool {
+    matches!(e, ControllerError::Kube(kube::Error::Api(s)) if s.code == 409)
+}
+
+fn generic_error_policy<K>(_: Arc<K>, e: &ControllerError, _: Arc<Context>) -> Action {
+    tracing::debug!(error = %e, category = e.category(), "reconcile error");
+    Action::requeue(Duration::from_secs(1))
+}
+
+fn is_true(map: &std::collections::BTreeMap<String, String>, key: &str) -> bool {
+    map.get(key).is_some_and(|v| v == "true")
+}
+
+/// Sets a condition, keeping lastTransitionTime unless the status changes.
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) {
+    let status = if status { "True" } else { "False" }.to_owned();
+    let now = Time(jiff::Timestamp::now());
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status;
+            c.reason = reason.into();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now,
+        }),
+    }
+}
+
+/// The status as a merge patch that also clears absent fields.
+fn status_patch(status: &impl serde::Serialize, keys: &[&str]) -> serde_json::Value {
+    let mut v = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
+    if let Some(obj) = v.as_object_mut() {
+        for k in keys {
+            obj.entry(k.to_string()).or_insert(serde_json::Value::Null);
+        }
+    }
+    json!({ "status": v })
+}
+
+const PORT_STATUS_KEYS: &[&str] = &[
+    "state",
+    "switch",
+    "devicePort",
+    "configurationRef",
+    "configurationHash",
+    "observedGeneration",
+    "conditions",
+    "lastError",
+    "failureCount",
+    "lastAttempt",
+    "lastTransitionTime",
+];
+
+/// What a SwitchPort refers to, fetched once per reconcile.
+struct PortWorld {
+    switch: Option<Switch>,
+    definition: Option<SwitchPortDefinition>,
+    provider: Option<ProviderSwitch>,
+    secret: Option<Secret>,
+    desired: Option<PortTarget>,
+    config: Option<SwitchPortConfiguration>,
+    device_port: Option<String>,
+}
+
+async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, ControllerError> {
+    let ns = port.namespace().unwrap_or_default();
+    let client = &ctx.client;
+    let switch_name = port.labels().get(SWITCH_LABEL).cloned().or_else(|| {
+        port.owner_references()
+            .iter()
+            .find(|o| o.kind == "Switch")
+            .map(|o| o.name.clone())
+    });
+    let switch = match &switch_name {
+        Some(n) => {
+            Api::<Switch>::namespaced(client.clone(), &ns)
+                .get_opt(n)
+                .await?
+        }
+        None => None,
+    };
+    let definition = switch
+        .as_ref()
+        .and_then(|s| s.spec.ports.get(&port.name_any()).cloned());
+    let provider = match &switch {
+        Some(s) => {
+            Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
+                .get_opt(&s.spec.provider.name)
+                .await?
+        }
+        None => None,
+    };
+    let secret = match provider
+        .as_ref()
+        .and_then(|p| p.spec.credentials_secret_ref.clone())
+    {
+        Some(r) => {
+            let sns = r.namespace.clone().unwrap_or_else(|| ns.clone());
+            Api::<Secret>::namespaced(client.clone(), &sns)
+                .get_opt(&r.name)
+                .await?
+        }
+        None => None,
+    };
+    let (desired, config) = match &port.spec.configuration {
+        None => (None, None),
+        Some(r) => {
+            let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
+            let resolved = ConfigurationRef {
+                name: r.name.clone(),
+                namespace: Some(cns.clone()),
+            };
+            let cfg = Api::<SwitchPortConfiguration>::namespaced(client.clone(), &cns)
+                .get_opt(&r.name)
+                .await?;
+            let hash = cfg
+                .as_ref()
+                .map(|c| configuration_hash(&c.spec))
+                .unwrap_or_else(|| "missing".into());
+            (
+                Some(PortTarget {
+                    configuration: resolved,
+                    hash,
+                }),
+                cfg,
+            )
+        }
+    };
+    let device_port = definition
+        .as_ref()
+        .map(|d| d.name.clone())
+        .or_else(|| port.status.as_ref().and_then(|s| s.device_port.clone()));
+    Ok(PortWorld {
+        switch,
+        definition,
+        provider,
+        secret,
+        desired,
+        config,
+        device_port,
+    })
+}
+
+/// A failure to report: category (bounded) and message.
+struct Failure {
+    kind: FailureKind,
+    category: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn new(kind: FailureKind, category: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            category,
+            message: message.into(),
+        }
+    }
+
+    fn device(e: DeviceError) -> Self {
+        let kind = if e.is_transient() {
+            FailureKind::Transient
+        } else {
+            FailureKind::Device
+        };
+        Self::new(kind, e.category(), e.to_string())
+    }
+}
+
+struct PortRun<'a> {
+    ctx: &'a Context,
+    port: &'a SwitchPort,
+    world: PortWorld,
+    key: PortKey,
+}
+
+impl PortRun<'_> {
+    fn worker(&self) -> Result<Arc<WorkerEntry>, Failure> {
+        let Some(switch) = &self.world.switch else {
+            return Err(Failure::new(
+                FailureKind::Transient,
+                "SwitchNotFound",
+                format!(
+                    "the Switch of this port was not found; to delete the port without cleaning the \
+                     device, annotate it {SKIP_CLEANUP_ANNOTATION}=true"
+                ),
+            ));
+        };
+        let Some(provider) = &self.world.provider else {
+            return Err(Failure::new(
+                FailureKind::Transient,
+                "ProviderNotFound",
+                format!("ProviderSwitch {:?} not found", switch.spec.provider.name),
+            ));
+        };
+        if let Err(e) = validate_provider(&provider.spec) {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidProvider",
+                format!("ProviderSwitch {}: {e}", provider.name_any()),
+            ));
+        }
+        self.ctx
+            .worker(switch, provider, self.world.secret.as_ref())
+            .map_err(|e| Failure::new(FailureKind::Device, e.category(), e.to_string()))
+    }
+
+    fn device_port(&self) -> Result<PortName, Failure> {
+        let name = self.world.device_port.as_deref().ok_or_else(|| {
+            Failure::new(
+                FailureKind::Invalid,
+                "PortNotDefined",
+                format!("Switch.spec.ports has no entry {:?}", self.port.name_any()),
+            )
+        })?;
+        PortName::parse(name)
+            .map_err(|e| Failure::new(FailureKind::Invalid, "InvalidPortName", e.0))
+    }
+
+    /// The validated desired device state of the linked configuration.
+    fn desired(&self, entry: &WorkerEntry) -> Result<DesiredPort, Failure> {
+        let Some(cfg) = &self.world.config else {
+            let r = self.world.desired.as_ref().map(|d| d.configuration.clone());
+            return Err(Failure::new(
+                FailureKind::Transient,
+                "ConfigurationNotFound",
+                format!(
+                    "SwitchPortConfiguration {} not found (spec.configuration)",
+                    r.map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+                        .unwrap_or_default()
+                ),
+            ));
+        };
+        let Some(definition) = &self.world.definition else {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "PortNotDefined",
+                format!("Switch.spec.ports has no entry {:?}", self.port.name_any()),
+            ));
+        };
+        let caps = entry.device.capabilities();
+        let switch_name = self
+            .world
+            .switch
+            .as_ref()
+            .map(|s| s.name_any())
+            .unwrap_or_default();
+        let port_key = self.port.name_any();
+        validate_for_port(
+            &cfg.spec,
+            &PortContext {
+                switch: &switch_name,
+                port_key: &port_key,
+                definition,
+                capabilities: Some(&caps),
+            },
+        )
+        .map_err(|e| Failure::new(FailureKind::Invalid, "InvalidConfiguration", e.to_string()))
+    }
+
+    async fn perform(
+        &self,
+        action: PortAction,
+    ) -> Result<Result<Outcome, Failure>, ControllerError> {
+        let api: Api<SwitchPort> = Api::namespaced(
+            self.ctx.client.clone(),
+            &self.port.namespace().unwrap_or_default(),
+        );
+        Ok(match action {
+            PortAction::None => Ok(Outcome::InSync),
+            PortAction::AddFinalizer => {
+                let mut f = self.port.finalizers().to_vec();
+                f.push(FINALIZER.into());
+                api.patch(
+                    &self.port.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {
+                        "finalizers": f,
+                        "resourceVersion": self.port.resource_version(),
+                    }})),
+                )
+                .await?;
+                Ok(Outcome::FinalizerAdded)
+            }
+            PortAction::RemoveFinalizer => {
+                let f: Vec<String> = self
+                    .port
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != FINALIZER)
+                    .cloned()
+                    .collect();
+                api.patch(
+                    &self.port.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": f}})),
+                )
+                .await?;
+                Ok(Outcome::FinalizerRemoved)
+            }
+            PortAction::Apply => self.apply().await,
+            PortAction::Clean => self.clean().await,
+            PortAction::Verify => self.verify().await,
+        })
+    }
+
+    async fn apply(&self) -> Result<Outcome, Failure> {
+        let entry = self.worker()?;
+        let desired = self.desired(&entry)?;
+        entry
+            .worker
+            .apply(PortOperation::Set(desired.clone()))
+            .await
+            .map_err(Failure::device)?;
+        entry.worker.track(self.key.clone(), Some(desired));
+        Ok(Outcome::Applied)
+    }
+
+    async fn clean(&self) -> Result<Outcome, Failure> {
+        let port = self.device_port()?;
+        let entry = self.worker()?;
+        entry.worker.track(self.key.clone(), None);
+        entry
+            .worker
+            .apply(PortOperation::Reset(port))
+            .await
+            .map_err(Failure::device)?;
+        Ok(Outcome::Cleaned)
+    }
+
+    async fn verify(&self) -> Result<Outcome, Failure> {
+        let entry = self.worker()?;
+        let desired = self.desired(&entry)?;
+        let observed = entry
+            .worker
+            .read(desired.port.clone())
+            .await
+            .map_err(Failure::device)?;
+        entry.worker.track(self.key.clone(), Some(desired.clone()));
+        Ok(if diff(&desired, &observed).is_empty() {
+            Outcome::InSync
+        } else {
+            Outcome::Drifted
+        })
+    }
+}
+
+async fn reconcile_port(
+    port: Arc<SwitchPort>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        "switchport",
+        namespace = %port.namespace().unwrap_or_default(),
+        name = %port.name_any(),
+        switch = %port.labels().get(SWITCH_LABEL).cloned().unwrap_or_default(),
+    );
+    reconcile_port_inner(port, ctx).instrument(span).await
+}
+
+async fn reconcile_port_inner(
+    port: Arc<SwitchPort>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let ns = port.namespace().unwrap_or_default();
+    let name = port.name_any();
+    let world = dereference(&port, &ctx).await?;
+    let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
+    let key = PortKey {
+        namespace: ns.clone(),
+        name: name.clone(),
+    };
+    let old_status = port.status.clone().unwrap_or_default();
+    let mut status = old_status.clone();
+    status.switch = world
+        .switch
+        .as_ref()
+        .map(|s| s.name_any())
+        .or(status.switch);
+    status.device_port = world.device_port.clone();
+    let drift_policy = world
+        .switch
+        .as_ref()
+        .and_then(|s| s.spec.drift_policy)
+        .unwrap_or_default();
+    let skip_cleanup = is_true(port.annotations(), SKIP_CLEANUP_ANNOTATION)
+        || world
+            .switch
+            .as_ref()
+            .is_some_and(|s| is_true(s.annotations(), SKIP_CLEANUP_ANNOTATION));
+    let drift_notice = ctx
+        .workers()
+        .get(&(ns.clone(), status.switch.clone().unwrap_or_default()))
+        .and_then(|e| e.worker.take_drift_notice(&key));
+    let run = PortRun {
+        ctx: &ctx,
+        port: &port,
+        world,
+        key: key.clone(),
+    };
+    let mut state = status.state;
+    let mut applied: Option<PortTarget> =
+        match (&status.configuration_ref, &status.configuration_hash) {
+            (Some(r), Some(h)) => Some(PortTarget {
+                configuration: r.clone(),
+                hash: h.clone(),
+            }),
+            _ => None,
+        };
+    let mut has_finalizer = port.finalizers().iter().any(|f| f == FINALIZER);
+    let mut failures = status.failure_count.unwrap_or(0).max(0) as u32;
+    let mut last_attempt = status.last_attempt.clone();
+    let mut outcome: Option<Outcome> = None;
+    let mut failure: Option<Failure> = None;
+    let mut drift_check_due = drift_notice.is_some();
+    let mut drift_reported = old_status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Drifted" && c.status == "True");
+    let mut decision = None;
+    let mut removed = false;
+    for _ in 0..12 {
+        let facts = PortFacts {
+            state,
+            has_finalizer,
+            deletion_requested: port.metadata.deletion_timestamp.is_some(),
+            skip_device_cleanup: skip_cleanup,
+            desired: run.world.desired.as_ref(),
+            applied: applied.as_ref(),
+            failures,
+            last_attempt: last_attempt.as_deref(),
+            drift_check_due,
+            drift_reported,
+            drift_policy,
+            backoff: ctx.settings.backoff,
+            outcome,
+        };
+        let d = decide(&facts);
+        tracing::debug!(?state, outcome = ?facts.outcome, drift_check_due, next = %d.state, action = ?d.action, health = ?d.health, "decision");
+        failures = d.failures;
+        last_attempt = d.attempt.clone();
+        drift_reported = d.health == Health::Drifted;
+        match d.applied {
+            AppliedChange::Keep => {}
+            AppliedChange::SetToDesired => applied = run.world.desired.clone(),
+            AppliedChange::Clear => applied = None,
+        }
+        if state != Some(d.state) {
+            let from = state.map_or("(none)".to_owned(), |s| s.to_string());
+            tracing::info!(from = %from, to = %d.state, "SwitchPort state");
+            status.state = Some(d.state);
+            status.last_transition_time = Some(Time(jiff::Timestamp::now()));
+            state = Some(d.state);
+            fill_status(
+                &mut status,
+                &port,
+                applied.as_ref(),
+                failures,
+                &last_attempt,
+                d.health,
+                failure.as_ref(),
+                drift_policy,
+            );
+            // Write the state before acting: a restarted operator resumes from it.
+            if d.action != PortAction::RemoveFinalizer {
+                write_port_status(&api, &name, &port, &status).await?;
+            }
+            ctx.publish(
+                port.as_ref(),
+                EventType::Normal,
+                &d.state.to_string(),
+                format!("{from} -> {}", d.state),
+            )
+            .await;
+        }
+        drift_check_due = false;
+        let action = d.action;
+        decision = Some(d.clone());
+        if action == PortAction::None {
+            if d.requeue == Requeue::Now {
+                outcome = None;
+                continue;
+            }
+            break;
+        }
+        match run.perform(action).await? {
+            Ok(o) => {
+                outcome = Some(o);
+                failure = None;
+                match o {
+                    Outcome::FinalizerAdded => has_finalizer = true,
+                    Outcome::FinalizerRemoved => {
+                        has_finalizer = false;
+                        removed = true;
+                    }
+                    _ => {}
+                }
+            }
+            Err(f) => {
+                outcome = Some(Outcome::Failed(f.kind));
+                tracing::warn!(category = f.category, error = %f.message, "SwitchPort action failed");
+                ctx.publish(
+                    port.as_ref(),
+                    EventType::Warning,
+                    f.category,
+                    f.message.clone(),
+                )
+                .await;
+                failure = Some(f);
+            }
+        }
+    }
+    let Some(d) = decision else {
+        return Ok(Action::await_change());
+    };
+    if removed {
+        return Ok(Action::await_change());
+    }
+    // Active ports are watched by their switch's drift sweep.
+    if state == Some(PortState::Active)
+        && let Ok(entry) = run.worker()
+        && let Ok(desired) = run.desired(&entry)
+    {
+        entry.worker.track(key, Some(desired));
+    }
+    fill_status(
+        &mut status,
+        &port,
+        applied.as_ref(),
+        failures,
+        &last_attempt,
+        d.health,
+        failure.as_ref(),
+        drift_policy,
+    );
+    if status != old_status {
+        write_port_status(&api, &name, &port, &status).await?;
+    }
+    Ok(match d.requeue {
+        Requeue::Never | Requeue::DriftCheck | Requeue::Now => Action::await_change(),
+        Requeue::After(t) => Action::requeue(t),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fill_status(
+    status: &mut PortStatus,
+    port: &SwitchPort,
+    applied: Option<&PortTarget>,
+    failures: u32,
+    last_attempt: &Option<String>,
+    health: Health,
+    failure: Option<&Failure>,
+    drift_policy: DriftPolicy,
+) {
+    let generation = port.metadata.generation;
+    status.configuration_ref = applied.map(|a| a.configuration.clone());
+    status.configuration_hash = applied.map(|a| a.hash.clone());
+    status.observed_generation = generation;
+    status.failure_count = (failures > 0).then_some(failures as i32);
+    status.last_attempt = if failures > 0 {
+        last_attempt.clone()
+    } else {
+        None
+    };
+    let state = status.state.map(|s| s.to_string()).unwrap_or_default();
+    match (health, failure) {
+        (Health::Failed(_), Some(f)) => {
+            status.last_error = Some(f.message.clone());
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                f.category,
+                f.message.clone(),
+                generation,
+            );
+        }
+        (Health::Steady, _) => {
+            status.last_error = None;
+            let msg = match applied {
+                Some(a) => format!(
+                    "the device carries SwitchPortConfiguration {}",
+                    a.configuration.name
+                ),
+                None => "the port is clean".into(),
+            };
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                true,
+                &state,
+                msg,
+                generation,
+            );
+        }
+        (Health::Drifted, _) => {
+            status.last_error = None;
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                "Drifted",
+                "the device differs from the applied configuration".into(),
+                generation,
+            );
+        }
+        _ => {
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                &state,
+                format!("the port is {state}"),
+                generation,
+            );
+        }
+    }
+    if drift_policy == DriftPolicy::ReportOnly
+        || status.conditions.iter().any(|c| c.type_ == "Drifted")
+    {
+        let drifted = health == Health::Drifted;
+        set_condition(
+            &mut status.conditions,
+            "Drifted",
+            drifted,
+            if drifted { "DeviceDiffers" } else { "InSync" },
+            if drifted {
+                "the device differs from the applied configuration; driftPolicy ReportOnly leaves it alone".into()
+            } else {
+                "the device matches the applied configuration".into()
+            },
+            generation,
+        );
+    }
+}
+
+async fn write_port_status(
+    api: &Api<SwitchPort>,
+    name: &str,
+    port: &SwitchPort,
+    status: &PortStatus,
+) -> Result<(), ControllerError> {
+    if port.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(status_patch(status, PORT_STATUS_KEYS)),
+    )
+    .await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- Switch
+
+async fn reconcile_switch(
+    switch: Arc<Switch>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let ns = switch.namespace().unwrap_or_default();
+    let api: Api<Switch> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, switch, |event| async {
+        match event {
+            FinalizerEvent::Apply(s) => apply_switch(&s, &ctx).await,
+            FinalizerEvent::Cleanup(s) => cleanup_switch(&s, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| ControllerError::Finalizer(Box::new(e)))
+}
+
+async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, ControllerError> {
+    let ns = switch.namespace().unwrap_or_default();
+    let name = switch.name_any();
+    let client = &ctx.client;
+    let generation = switch.metadata.generation;
+    let mut status = switch.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let provider = Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
+        .get_opt(&switch.spec.provider.name)
+        .await?;
+    let mut requeue = ctx.settings.drift_interval;
+    let verdict: Result<(), (&'static str, String)> = async {
+        validate_switch(&switch.spec).map_err(|e| ("InvalidSwitch", e.to_string()))?;
+        let provider = provider.as_ref().ok_or_else(|| {
+            (
+                "ProviderNotFound",
+                format!(
+                    "ProviderSwitch {:?} not found; waiting for it",
+                    switch.spec.provider.name
+                ),
+            )
+        })?;
+        validate_provider(&provider.spec)
+            .map_err(|e| ("InvalidProvider", format!("ProviderSwitch: {e}")))?;
+        let secret = match &provider.spec.credentials_secret_ref {
+            Some(r) => {
+                let sns = r.namespace.clone().unwrap_or_else(|| ns.clone());
+                Api::<Secret>::namespaced(client.clone(), &sns)
+                    .get_opt(&r.name)
+                    .await
+                    .map_err(|e| ("KubernetesError", e.to_string()))?
+            }
+            None => None,
+        };
+        check_credentials(provider, secret.as_ref()).map_err(|e| (e.category(), e.to_string()))?;
+        let entry = ctx
+            .worker(switch, provider, secret.as_ref())
+            .map_err(|e| (e.category(), e.to_string()))?;
+        let ports: Vec<PortName> = switch
+            .spec
+            .ports
+            .values()
+            .filter_map(|d| PortName::parse(&d.name).ok())
+            .collect();
+        entry
+            .worker
+            .probe(&ports)
+            .await
+            .map_err(|e| (e.category(), e.to_string()))?;
+        Ok(())
+    }
+    .await;
+    match &verdict {
+        Ok(()) => {
+            set_condition(
+                &mut status.conditions,
+                "DeviceReachable",
+                true,
+                "Reachable",
+                "the device answered".into(),
+                generation,
+            );
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                true,
+                "Ready",
+                format!("{} ports managed", switch.spec.ports.len()),
+                generation,
+            );
+        }
+        Err((reason, message)) => {
+            requeue = ctx.settings.backoff.base;
+            let reachable_known = matches!(*reason, "DeviceUnreachable" | "DeviceTimeout");
+            if reachable_known {
+                set_condition(
+                    &mut status.conditions,
+                    "DeviceReachable",
+                    false,
+                    reason,
+                    message.clone(),
+                    generation,
+                );
+            }
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                reason,
+                message.clone(),
+                generation,
+            );
+        }
+    }
+    ensure_ports(switch, ctx).await?;
+    if switch.status.as_ref() != Some(&status) {
+        api_status_patch::<Switch>(client, &ns, &name, &status).await?;
+    }
+    Ok(Action::requeue(requeue))
+}
+
+async fn api_status_patch<K>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    status: &ConditionsStatus,
+) -> Result<(), ControllerError>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(status_patch(status, &["observedGeneration", "conditions"])),
+        )
+        .await?;
+    Ok(())
+}
+
+/// One SwitchPort per `spec.ports` entry, owned by the Switch; adopts a port a user
+/// created ahead of time; deletes ports whose entry went away.
+async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerError> {
+    let ns = switch.namespace().unwrap_or_default();
+    let name = switch.name_any();
+    let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
+    let owner = OwnerReference {
+        api_version: "patchbay.dev/v1alpha1".into(),
+        kind: "Switch".into(),
+        name: name.clone(),
+        uid: switch.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let existing = api.list(&ListParams::default()).await?;
+    for key in switch.spec.ports.keys() {
+        match existing.items.iter().find(|p| &p.name_any() == key) {
+            None => {
+                let port = SwitchPort {
+                    metadata: ObjectMeta {
+                        name: Some(key.clone()),
+                        namespace: Some(ns.clone()),
+                        labels: Some([(SWITCH_LABEL.to_string(), name.clone())].into()),
+                        owner_references: Some(vec![owner.clone()]),
+                        ..Default::default()
+                    },
+                    spec: SwitchPortSpec::default(),
+                    status: None,
+                };
+                match api.create(&PostParams::default(), &port).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Some(p) => {
+                let owned = p.owner_references().iter().any(|o| o.uid == owner.uid);
+                let labelled = p.labels().get(SWITCH_LABEL) == Some(&name);
+                let foreign = p
+                    .owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && o.uid != owner.uid);
+                if !foreign && (!owned || !labelled) {
+                    let mut refs = p.owner_references().to_vec();
+                    if !owned {
+                        refs.push(owner.clone());
+                    }
+                    api.patch(
+                        key,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {
+                            "labels": {SWITCH_LABEL: name},
+                            "ownerReferences": refs,
+                        }})),
+                    )
+                    .await?;
+                }
+            }
+        }
+    }
+    for p in &existing.items {
+        let ours = p.labels().get(SWITCH_LABEL) == Some(&name);
+        if ours
+            && !switch.spec.ports.contains_key(&p.name_any())
+            && p.metadata.deletion_timestamp.is_none()
+        {
+            api.delete(&p.name_any(), &DeleteParams::default()).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, ControllerError> {
+    let ns = switch.namespace().unwrap_or_default();
+    let name = switch.name_any();
+    let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
+    let ours: Vec<SwitchPort> = api
+        .list(&ListParams::default().labels(&format!("{SWITCH_LABEL}={name}")))
+        .await?
+        .items;
+    for p in &ours {
+        if p.metadata.deletion_timestamp.is_none() {
+            api.delete(&p.name_any(), &DeleteParams::default()).await?;
+        }
+    }
+    if !ours.is_empty() {
+        return Err(ControllerError::PortsRemaining(ours.len()));
+    }
+    ctx.drop_worker(&ns, &name);
+    ctx.publish(
+        switch,
+        EventType::Normal,
+        "Deleted",
+        "every port was cleaned and deleted".into(),
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+// ---------------------------------------------------------------- ProviderSwitch
+
+async fn reconcile_provider(
+    provider: Arc<ProviderSwitch>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let ns = provider.namespace().unwrap_or_default();
+    let api: Api<ProviderSwitch> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, provider, |event| async {
+        match event {
+            FinalizerEvent::Apply(p) => apply_provider(&p, &ctx).await,
+            FinalizerEvent::Cleanup(p) => {
+                let users = switches_using(&p, &ctx).await?;
+                if users > 0 {
+                    return Err(ControllerError::SwitchesRemaining(users));
+                }
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| ControllerError::Finalizer(Box::new(e)))
+}
+
+async fn switches_using(
+    provider: &ProviderSwitch,
+    ctx: &Context,
+) -> Result<usize, ControllerError> {
+    let ns = provider.namespace().unwrap_or_default();
+    let switches = Api::<Switch>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?;
+    Ok(switches
+        .items
+        .iter()
+        .filter(|s| s.spec.provider.name == provider.name_any())
+        .count())
+}
+
+async fn apply_provider(
+    provider: &ProviderSwitch,
+    ctx: &Context,
+) -> Result<Action, ControllerError> {
+    let ns = provider.namespace().unwrap_or_default();
+    let generation = provider.metadata.generation;
+    let mut status = provider.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let secret = match &provider.spec.credentials_secret_ref {
+        Some(r) => {
+            let sns = r.namespace.clone().unwrap_or_else(|| ns.clone());
+            Api::<Secret>::namespaced(ctx.client.clone(), &sns)
+                .get_opt(&r.name)
+                .await?
+        }
+        None => None,
+    };
+    let verdict = validate_provider(&provider.spec)
+        .map_err(|e| ("InvalidProvider", e.to_string()))
+        .and_then(|()| {
+            check_credentials(provider, secret.as_ref()).map_err(|e| (e.category(), e.to_string()))
+        });
+    match verdict {
+        Ok(()) => set_condition(
+            &mut status.conditions,
+            "Ready",
+            true,
+            "Valid",
+            "specification and credentials are valid".into(),
+            generation,
+        ),
+        Err((reason, message)) => set_condition(
+            &mut status.conditions,
+            "Ready",
+            false,
+            reason,
+            message,
+            generation,
+        ),
+    }
+    if provider.status.as_ref() != Some(&status) {
+        api_status_patch::<ProviderSwitch>(&ctx.client, &ns, &provider.name_any(), &status).await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}

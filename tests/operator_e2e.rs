@@ -1,0 +1,739 @@
+//! The operator end to end: every seed 003 workflow through the real controllers, on
+//! devplane (or a real cluster with `PATCHBAY_E2E_CLUSTER=kubeconfig`) with the
+//! fixture backend. Device state is read back from the fixture device itself, and
+//! its operation log proves what was — and was not — sent.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{
+    Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
+use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
+use patchbay::backends::{Backends, FixtureRegistry};
+use patchbay::settings::Settings;
+use patchbay::state_machine::Backoff;
+use patchbay_providers::fixture::{FixtureSwitch, LoggedOperation};
+use patchbay_providers::values::{PortName, VlanId};
+use patchbay_providers::{AdminState, VlanMode};
+use serde_json::json;
+use support::{Cluster, eventually};
+use tokio::sync::oneshot;
+
+struct Env {
+    cluster: Cluster,
+    fixtures: FixtureRegistry,
+    operator: Option<(tokio::task::JoinHandle<()>, oneshot::Sender<()>)>,
+    settings: Settings,
+}
+
+fn test_settings(namespace: &str) -> Settings {
+    Settings {
+        namespace: Some(namespace.into()),
+        batch_window: Duration::from_millis(30),
+        drift_interval: Duration::from_millis(400),
+        max_sessions: 1,
+        backoff: Backoff {
+            base: Duration::from_millis(200),
+            cap: Duration::from_secs(1),
+        },
+        fixture_latency: Duration::from_millis(2),
+    }
+}
+
+impl Env {
+    async fn start(test: &str) -> Env {
+        let cluster = Cluster::start(test).await;
+        for (_, crd) in crds() {
+            cluster.install_crd(crd).await;
+        }
+        let settings = test_settings(&cluster.namespace);
+        let mut env = Env {
+            cluster,
+            fixtures: FixtureRegistry::default(),
+            operator: None,
+            settings,
+        };
+        env.start_operator();
+        env
+    }
+
+    fn start_operator(&mut self) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let backends = Backends {
+            fixtures: self.fixtures.clone(),
+            fixture_latency: self.settings.fixture_latency,
+        };
+        let handle = tokio::spawn(patchbay::operator::run(
+            self.cluster.client.clone(),
+            self.settings.clone(),
+            backends,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        self.operator = Some((handle, stop));
+    }
+
+    /// Kills the operator at once (no graceful shutdown), as a crash would.
+    fn kill_operator(&mut self) {
+        if let Some((handle, _stop)) = self.operator.take() {
+            handle.abort();
+        }
+    }
+
+    fn ns(&self) -> &str {
+        &self.cluster.namespace
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.cluster.client.clone(), self.ns())
+    }
+
+    /// A Secret, a fixture ProviderSwitch and a Switch with these ports
+    /// (key, device port, vlanRange).
+    async fn switch(&self, name: &str, ports: &[(&str, &str, Option<&str>)], drift_policy: &str) {
+        let secrets: Api<Secret> = self.api();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-login")),
+                ..Default::default()
+            },
+            string_data: Some(BTreeMap::from([
+                ("username".to_string(), "patchbay".to_string()),
+                ("password".to_string(), "not-logged-anywhere".to_string()),
+            ])),
+            ..Default::default()
+        };
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let provider: ProviderSwitch = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": name},
+            "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1",
+                     "credentialsSecretRef": {"name": format!("{name}-login")}}
+        }))
+        .unwrap();
+        self.api::<ProviderSwitch>()
+            .create(&PostParams::default(), &provider)
+            .await
+            .unwrap();
+        let port_map: serde_json::Map<String, serde_json::Value> = ports
+            .iter()
+            .map(|(k, dev, range)| {
+                let mut v = json!({"name": dev});
+                if let Some(r) = range {
+                    v["vlanRange"] = json!(r);
+                }
+                (k.to_string(), v)
+            })
+            .collect();
+        let switch: Switch = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": name},
+            "spec": {"provider": {"name": name}, "driftPolicy": drift_policy, "ports": port_map}
+        }))
+        .unwrap();
+        self.api::<Switch>()
+            .create(&PostParams::default(), &switch)
+            .await
+            .unwrap();
+        for (key, _, _) in ports {
+            self.wait_state(key, PortState::Idle).await;
+        }
+    }
+
+    async fn configuration(&self, name: &str, spec: serde_json::Value) {
+        let cfg: SwitchPortConfiguration = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        self.api::<SwitchPortConfiguration>()
+            .create(&PostParams::default(), &cfg)
+            .await
+            .unwrap();
+    }
+
+    async fn link(&self, port: &str, configuration: Option<&str>) {
+        let value = configuration.map(|c| json!({"name": c}));
+        self.api::<SwitchPort>()
+            .patch(
+                port,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"configuration": value}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn wait_state(&self, port: &str, state: PortState) -> SwitchPort {
+        let api: Api<SwitchPort> = self.api();
+        eventually(20, &format!("{port} to be {state}"), || async {
+            let p = api.get_opt(port).await.ok()??;
+            (p.status.as_ref()?.state == Some(state)).then_some(p)
+        })
+        .await
+    }
+
+    async fn wait_for<F>(&self, port: &str, what: &str, check: F) -> SwitchPort
+    where
+        F: Fn(&SwitchPort) -> bool,
+    {
+        let api: Api<SwitchPort> = self.api();
+        eventually(20, what, || async {
+            let p = api.get_opt(port).await.ok()??;
+            check(&p).then_some(p)
+        })
+        .await
+    }
+
+    fn device(&self, switch: &str) -> FixtureSwitch {
+        self.fixtures
+            .get(self.ns(), switch)
+            .expect("fixture device exists")
+    }
+
+    async fn finish(mut self) {
+        if let Some((handle, stop)) = self.operator.take() {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(5), handle).await;
+        }
+        self.cluster.finish().await;
+    }
+}
+
+fn p(name: &str) -> PortName {
+    PortName::parse(name).unwrap()
+}
+
+fn vlan(n: u16) -> VlanId {
+    VlanId::new(n).unwrap()
+}
+
+fn ready(port: &SwitchPort) -> Option<(String, String, String)> {
+    port.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn ports_follow_their_configuration_through_every_workflow() {
+    let env = Env::start("workflows").await;
+    env.switch(
+        "tor-1",
+        &[("server-7-eth0", "Gi0/7", Some("10, 100-199"))],
+        "Reconcile",
+    )
+    .await;
+    let device = env.device("tor-1");
+    // Creation: the Switch controller made the port, owned by the Switch.
+    let port = env.wait_state("server-7-eth0", PortState::Idle).await;
+    assert_eq!(port.owner_references()[0].kind, "Switch");
+    assert_eq!(
+        port.status.as_ref().unwrap().device_port.as_deref(),
+        Some("Gi0/7")
+    );
+
+    // Provisioning: configure an access VLAN.
+    env.configuration(
+        "provisioning",
+        json!({"untaggedVLAN": 10, "description": "pxe"}),
+    )
+    .await;
+    env.link("server-7-eth0", Some("provisioning")).await;
+    let port = env.wait_state("server-7-eth0", PortState::Active).await;
+    let status = port.status.clone().unwrap();
+    assert_eq!(status.configuration_ref.unwrap().name, "provisioning");
+    assert!(status.configuration_hash.is_some());
+    assert_eq!(status.observed_generation, port.metadata.generation);
+    assert_eq!(ready(&port).unwrap().0, "True");
+    assert_eq!(
+        device.port_state(&p("Gi0/7")).unwrap().vlans,
+        Some(VlanMode::Access { vlan: vlan(10) })
+    );
+
+    // Update: a new reference (the tenant's trunk).
+    env.configuration(
+        "tenant",
+        json!({"untaggedVLAN": 100, "vlans": [{"id": 101}, {"id": 102}]}),
+    )
+    .await;
+    env.link("server-7-eth0", Some("tenant")).await;
+    env.wait_for("server-7-eth0", "the tenant configuration applied", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.state == Some(PortState::Active)
+                && s.configuration_ref
+                    .as_ref()
+                    .is_some_and(|r| r.name == "tenant")
+        })
+    })
+    .await;
+    let expected_trunk = |allowed: &[u16]| VlanMode::Trunk {
+        native: Some(vlan(100)),
+        allowed: allowed.iter().map(|v| vlan(*v)).collect(),
+    };
+    assert_eq!(
+        device.port_state(&p("Gi0/7")).unwrap().vlans,
+        Some(expected_trunk(&[101, 102]))
+    );
+
+    // Update: the same reference, an edited configuration.
+    let before = env.api::<SwitchPort>().get("server-7-eth0").await.unwrap();
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "tenant",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"vlans": [{"id": 101}, {"id": 102}, {"id": 150}]}})),
+        )
+        .await
+        .unwrap();
+    eventually(20, "the edited configuration on the device", || async {
+        (device.port_state(&p("Gi0/7")).unwrap().vlans == Some(expected_trunk(&[101, 102, 150])))
+            .then_some(())
+    })
+    .await;
+    let after = env.wait_state("server-7-eth0", PortState::Active).await;
+    assert_ne!(
+        before.status.unwrap().configuration_hash,
+        after.status.unwrap().configuration_hash,
+        "the applied hash follows the edit"
+    );
+
+    // Deprovision: reference cleared -> Cleaning -> Idle, device clean, port up.
+    env.link("server-7-eth0", None).await;
+    let idle = env.wait_state("server-7-eth0", PortState::Idle).await;
+    assert!(idle.status.unwrap().configuration_ref.is_none());
+    let clean = device.port_state(&p("Gi0/7")).unwrap();
+    assert_eq!(clean.vlans, Some(VlanMode::Unconfigured));
+    assert_eq!(clean.admin, Some(AdminState::Up));
+    assert_eq!(clean.description, Some(None));
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn deleting_a_switch_cleans_its_ports_first_then_the_switch_then_the_provider() {
+    let env = Env::start("deletion").await;
+    env.switch(
+        "tor-1",
+        &[("a", "Gi0/1", None), ("b", "Gi0/2", None)],
+        "Reconcile",
+    )
+    .await;
+    env.configuration("cfg", json!({"untaggedVLAN": 20})).await;
+    env.link("a", Some("cfg")).await;
+    env.link("b", Some("cfg")).await;
+    env.wait_state("a", PortState::Active).await;
+    env.wait_state("b", PortState::Active).await;
+    let device = env.device("tor-1");
+
+    let start = env
+        .api::<SwitchPort>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let deleted_rvs = |api_events: Vec<(String, u64)>| api_events;
+    let watch_deletes =
+        |kind: &'static str,
+         stream: futures::stream::BoxStream<'static, Result<(String, u64), ()>>| {
+            tokio::spawn(async move {
+                stream
+                    .filter_map(|e| async move { e.ok() })
+                    .map(move |(n, rv)| (format!("{kind}/{n}"), rv))
+                    .collect::<Vec<_>>()
+                    .await
+            })
+        };
+    fn deletions<K>(
+        api: Api<K>,
+        rv: String,
+    ) -> futures::stream::BoxStream<'static, Result<(String, u64), ()>>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        async_stream(api, rv)
+    }
+    fn async_stream<K>(
+        api: Api<K>,
+        rv: String,
+    ) -> futures::stream::BoxStream<'static, Result<(String, u64), ()>>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        futures::stream::once(async move {
+            api.watch(&WatchParams::default().timeout(15), &rv)
+                .await
+                .map_err(|_| ())
+        })
+        .filter_map(|s| async move { s.ok() })
+        .flatten()
+        .filter_map(|e| async move {
+            match e {
+                Ok(WatchEvent::Deleted(o)) => Some(Ok((
+                    o.meta().name.clone().unwrap_or_default(),
+                    o.meta()
+                        .resource_version
+                        .as_deref()
+                        .unwrap_or("0")
+                        .parse()
+                        .unwrap_or(0),
+                ))),
+                _ => None,
+            }
+        })
+        .take(2)
+        .boxed()
+    }
+    let ports = watch_deletes(
+        "SwitchPort",
+        deletions(env.api::<SwitchPort>(), start.clone()),
+    );
+    let switches = watch_deletes(
+        "Switch",
+        deletions(env.api::<Switch>(), start.clone())
+            .take(1)
+            .boxed(),
+    );
+    let providers = watch_deletes(
+        "ProviderSwitch",
+        deletions(env.api::<ProviderSwitch>(), start)
+            .take(1)
+            .boxed(),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The user deletes everything at once, provider first.
+    env.api::<ProviderSwitch>()
+        .delete("tor-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.api::<Switch>()
+        .delete("tor-1", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let mut order = deleted_rvs(ports.await.unwrap());
+    order.extend(switches.await.unwrap());
+    order.extend(providers.await.unwrap());
+    order.sort_by_key(|(_, rv)| *rv);
+    let names: Vec<&str> = order.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(
+        names[0].starts_with("SwitchPort/") && names[1].starts_with("SwitchPort/"),
+        "{names:?}"
+    );
+    assert_eq!(&names[2..], ["Switch/tor-1", "ProviderSwitch/tor-1"]);
+    // Each port was cleaned on the device before it went.
+    for port in ["Gi0/1", "Gi0/2"] {
+        assert_eq!(
+            device.port_state(&p(port)).unwrap().vlans,
+            Some(VlanMode::Unconfigured)
+        );
+    }
+    let resets = device
+        .operations()
+        .iter()
+        .filter(|o| matches!(o, LoggedOperation::Reset { changed: true, .. }))
+        .count();
+    assert_eq!(resets, 2);
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn drift_is_corrected_or_only_reported_as_the_switch_policy_says() {
+    let env = Env::start("drift").await;
+    env.switch("fix", &[("fix-p", "Gi0/1", None)], "Reconcile")
+        .await;
+    env.switch("report", &[("report-p", "Gi0/1", None)], "ReportOnly")
+        .await;
+    env.configuration("cfg", json!({"untaggedVLAN": 30})).await;
+    env.link("fix-p", Some("cfg")).await;
+    env.link("report-p", Some("cfg")).await;
+    env.wait_state("fix-p", PortState::Active).await;
+    env.wait_state("report-p", PortState::Active).await;
+    let (fix, report) = (env.device("fix"), env.device("report"));
+    let wanted = Some(VlanMode::Access { vlan: vlan(30) });
+
+    // Someone changes both ports by hand.
+    for d in [&fix, &report] {
+        d.tamper(&p("Gi0/1"), |o| {
+            o.vlans = Some(VlanMode::Access { vlan: vlan(999) })
+        });
+    }
+    eventually(20, "the Reconcile port to be restored", || async {
+        (fix.port_state(&p("Gi0/1")).unwrap().vlans == wanted).then_some(())
+    })
+    .await;
+    env.wait_state("fix-p", PortState::Active).await;
+
+    let drifted = env
+        .wait_for("report-p", "a Drifted condition", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Drifted" && c.status == "True")
+            })
+        })
+        .await;
+    assert_eq!(drifted.status.unwrap().state, Some(PortState::Active));
+    assert_eq!(
+        report.port_state(&p("Gi0/1")).unwrap().vlans,
+        Some(VlanMode::Access { vlan: vlan(999) }),
+        "ReportOnly leaves the device alone"
+    );
+    let writes = report.write_count();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        report.write_count(),
+        writes,
+        "ReportOnly never writes to the device"
+    );
+    assert!(
+        writes <= 1,
+        "only the first apply wrote: {:?}",
+        report.operations()
+    );
+    // The engineer puts it back by hand: the condition clears.
+    report.tamper(&p("Gi0/1"), |o| {
+        o.vlans = Some(VlanMode::Access { vlan: vlan(30) })
+    });
+    env.wait_for("report-p", "Drifted to clear", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Drifted" && c.status == "False")
+        })
+    })
+    .await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_device_outage_sets_a_condition_backs_off_and_recovers() {
+    let env = Env::start("outage").await;
+    env.switch("tor-1", &[("p", "Gi0/1", None)], "Reconcile")
+        .await;
+    env.configuration("cfg", json!({"untaggedVLAN": 40})).await;
+    let device = env.device("tor-1");
+    device.set_unreachable(true);
+    env.link("p", Some("cfg")).await;
+    let failing = env
+        .wait_for("p", "repeated failures", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.failure_count.unwrap_or(0) >= 2)
+        })
+        .await;
+    let status = failing.status.clone().unwrap();
+    assert_eq!(status.state, Some(PortState::Configuring));
+    let (ok, reason, message) = ready(&failing).unwrap();
+    assert_eq!(
+        (ok.as_str(), reason.as_str()),
+        ("False", "DeviceUnreachable")
+    );
+    assert!(message.contains("cannot reach"), "{message}");
+    assert!(status.last_error.unwrap().contains("cannot reach"));
+    assert!(
+        !message.contains("not-logged-anywhere"),
+        "credentials never appear in status"
+    );
+
+    device.set_unreachable(false);
+    let recovered = env.wait_state("p", PortState::Active).await;
+    let s = recovered.status.unwrap();
+    assert!(s.failure_count.is_none() && s.last_error.is_none());
+    assert_eq!(
+        device.port_state(&p("Gi0/1")).unwrap().vlans,
+        Some(VlanMode::Access { vlan: vlan(40) })
+    );
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_operator_killed_while_configuring_resumes_and_finishes() {
+    let mut env = Env::start("restart").await;
+    env.switch("tor-1", &[("p", "Gi0/1", None)], "Reconcile")
+        .await;
+    env.configuration(
+        "cfg",
+        json!({"untaggedVLAN": 50, "vlans": [{"id": 51}], "description": "after restart"}),
+    )
+    .await;
+    let device = env.device("tor-1");
+    device.set_latency(Duration::from_millis(1500));
+    env.link("p", Some("cfg")).await;
+    env.wait_state("p", PortState::Configuring).await;
+    env.kill_operator();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    device.set_latency(Duration::from_millis(2));
+    env.start_operator();
+    let port = env.wait_state("p", PortState::Active).await;
+    assert_eq!(port.status.unwrap().configuration_ref.unwrap().name, "cfg");
+    let state = device.port_state(&p("Gi0/1")).unwrap();
+    assert_eq!(
+        state.vlans,
+        Some(VlanMode::Trunk {
+            native: Some(vlan(50)),
+            allowed: [vlan(51)].into_iter().collect()
+        })
+    );
+    assert_eq!(
+        state
+            .description
+            .flatten()
+            .map(|d| d.to_string())
+            .as_deref(),
+        Some("after restart")
+    );
+    assert_eq!(state.admin, Some(AdminState::Up));
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn an_invalid_configuration_is_refused_naming_the_field_and_the_device_is_untouched() {
+    let env = Env::start("invalid").await;
+    env.switch("tor-1", &[("p", "Gi0/1", Some("1, 6-10"))], "Reconcile")
+        .await;
+    let device = env.device("tor-1");
+    device.clear_log();
+    // Valid for the schema, not for this port's vlanRange.
+    env.configuration("too-high", json!({"untaggedVLAN": 100}))
+        .await;
+    env.link("p", Some("too-high")).await;
+    let refused = env
+        .wait_for("p", "the refusal", |p| {
+            ready(p).is_some_and(|r| r.1 == "InvalidConfiguration")
+        })
+        .await;
+    let (_, _, message) = ready(&refused).unwrap();
+    assert!(message.contains("spec.untaggedVLAN"), "{message}");
+    assert!(message.contains("outside the vlanRange"), "{message}");
+    assert_eq!(refused.status.unwrap().state, Some(PortState::Configuring));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(device.write_count(), 0, "{:?}", device.operations());
+    assert!(
+        !device.operations().iter().any(|o| matches!(
+            o,
+            LoggedOperation::Set { .. } | LoggedOperation::Batch { .. }
+        )),
+        "nothing was sent: {:?}",
+        device.operations()
+    );
+    // Fixing the configuration lets the port go Active.
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "too-high",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"untaggedVLAN": 7}})),
+        )
+        .await
+        .unwrap();
+    env.wait_state("p", PortState::Active).await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn ports_of_one_switch_are_batched_into_few_sessions() {
+    let env = Env::start("batching").await;
+    let ports: Vec<(String, String)> = (1..=12)
+        .map(|i| (format!("p{i}"), format!("Gi0/{i}")))
+        .collect();
+    let refs: Vec<(&str, &str, Option<&str>)> = ports
+        .iter()
+        .map(|(k, d)| (k.as_str(), d.as_str(), None))
+        .collect();
+    env.switch("tor-1", &refs, "Reconcile").await;
+    env.configuration("cfg", json!({"untaggedVLAN": 60})).await;
+    let device = env.device("tor-1");
+    device.clear_log();
+    futures::future::join_all(ports.iter().map(|(k, _)| env.link(k, Some("cfg")))).await;
+    for (k, _) in &ports {
+        env.wait_state(k, PortState::Active).await;
+    }
+    let batches: Vec<usize> = device
+        .operations()
+        .iter()
+        .filter_map(|o| match o {
+            LoggedOperation::Batch { size } => Some(*size),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(batches.iter().sum::<usize>(), 12, "{batches:?}");
+    assert!(
+        batches.len() < 12,
+        "12 ports should share batches: {batches:?}"
+    );
+    assert_eq!(device.max_concurrent_sessions(), 1);
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn the_skip_cleanup_annotation_deletes_a_dead_switch_without_touching_it() {
+    let env = Env::start("escape").await;
+    env.switch("tor-1", &[("p", "Gi0/1", None)], "Reconcile")
+        .await;
+    env.configuration("cfg", json!({"untaggedVLAN": 70})).await;
+    env.link("p", Some("cfg")).await;
+    env.wait_state("p", PortState::Active).await;
+    let device = env.device("tor-1");
+    // The switch is gone for good.
+    device.set_unreachable(true);
+    let switches: Api<Switch> = env.api();
+    switches
+        .patch(
+            "tor-1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"patchbay.dev/skip-device-cleanup": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    device.clear_log();
+    switches
+        .delete("tor-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.api::<ProviderSwitch>()
+        .delete("tor-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let ports: Api<SwitchPort> = env.api();
+    let providers: Api<ProviderSwitch> = env.api();
+    eventually(20, "port, switch and provider to be deleted", || async {
+        let gone = ports.get_opt("p").await.unwrap().is_none()
+            && switches.get_opt("tor-1").await.unwrap().is_none()
+            && providers.get_opt("tor-1").await.unwrap().is_none();
+        gone.then_some(())
+    })
+    .await;
+    assert!(
+        device.operations().iter().all(|o| !o.is_write()),
+        "{:?}",
+        device.operations()
+    );
+    device.set_unreachable(false);
+    assert_eq!(
+        device.port_state(&p("Gi0/1")).unwrap().vlans,
+        Some(VlanMode::Access { vlan: vlan(70) }),
+        "the device was not touched"
+    );
+    env.finish().await;
+}
