@@ -11,6 +11,7 @@
 pub mod api;
 pub mod backends;
 pub mod demo;
+pub mod demo_cluster;
 pub mod operator;
 pub mod settings;
 pub mod state_machine;

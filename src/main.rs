@@ -35,8 +35,20 @@ enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
-    /// Walk one port through the state machine on the fixture backend.
-    Demo,
+    /// The demo: devplane, the CRDs, examples/, the operator on fixture switches, and
+    /// a live table of the ports until Ctrl-C.
+    Demo {
+        /// Exit 0 once every example port is Active (exit 1 after --timeout-seconds).
+        #[arg(long)]
+        exit_when_settled: bool,
+        /// With --exit-when-settled: give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout_seconds: u64,
+        /// Instead: walk one port through every state of the state machine by hand,
+        /// on an in-memory switch, without a cluster.
+        #[arg(long, conflicts_with = "exit_when_settled")]
+        walk: bool,
+    },
     /// Run the operator against the cluster in KUBECONFIG (or the in-cluster
     /// configuration). Every setting comes from a flag, else its environment
     /// variable, else the config file, else its default.
@@ -245,11 +257,26 @@ fn run() -> Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo => {
+        Command::Demo { walk: true, .. } => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()?;
             rt.block_on(patchbay::demo::run())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo {
+            exit_when_settled,
+            timeout_seconds,
+            ..
+        } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            rt.block_on(patchbay::demo_cluster::run(
+                exit_when_settled,
+                std::time::Duration::from_secs(timeout_seconds),
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
     }

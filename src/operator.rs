@@ -710,14 +710,32 @@ async fn reconcile_port_inner(
 ) -> Result<Action, ControllerError> {
     let ns = port.namespace().unwrap_or_default();
     let name = port.name_any();
-    let world = dereference(&port, &ctx).await?;
     let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
+    let world = dereference(&port, &ctx).await?;
     let key = PortKey {
         namespace: ns.clone(),
         name: name.clone(),
     };
     let old_status = port.status.clone().unwrap_or_default();
     let mut status = old_status.clone();
+    if world.switch.is_none()
+        && old_status.state.is_none()
+        && port.metadata.deletion_timestamp.is_none()
+    {
+        // Created ahead of its Switch (or by hand): nothing to manage until a Switch
+        // lists it; the Switch watch brings us back.
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            false,
+            "WaitingForSwitch",
+            "no Switch lists this port in spec.ports yet".into(),
+            port.metadata.generation,
+        );
+        status.observed_generation = port.metadata.generation;
+        write_port_status(&api, &name, &port, &status).await?;
+        return Ok(Action::await_change());
+    }
     status.switch = world
         .switch
         .as_ref()

@@ -143,8 +143,31 @@ spec:
 }
 
 #[test]
-fn the_demo_walks_a_port_through_every_state() {
-    let out = patchbay(&["demo"]);
+fn the_demo_runs_the_operator_until_every_example_port_is_active() {
+    let out = patchbay(&["demo", "--exit-when-settled", "--timeout-seconds", "60"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("kubeconfig: "), "{text}");
+    assert!(text.contains("all 3 example ports are Active"), "{text}");
+    // The live table showed the ports moving through Configuring.
+    assert!(text.contains("Configuring"), "{text}");
+    let last_table = text.rsplit("[").next().unwrap_or("");
+    for port in ["server-7-eth0", "server-7-eth1", "server-8-eth0"] {
+        let row = last_table
+            .lines()
+            .find(|l| l.contains(port))
+            .unwrap_or_else(|| panic!("{port} in {last_table}"));
+        assert!(row.contains("Active") && row.contains("True"), "{row}");
+    }
+}
+
+#[test]
+fn the_demo_walk_takes_a_port_through_every_state() {
+    let out = patchbay(&["demo", "--walk"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     let states: Vec<&str> = text

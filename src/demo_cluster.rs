@@ -1,0 +1,253 @@
+//! The main demo: starts devplane, installs the CRDs, applies `examples/`, runs the
+//! operator in-process against fixture switches, and prints a table of the ports
+//! every time it changes, until Ctrl-C (or, with `--exit-when-settled`, until every
+//! example port is Active). Does Kubernetes I/O against its own devplane only.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, ResourceExt};
+use serde::Deserialize as _;
+
+use crate::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration, crds};
+use crate::backends::Backends;
+use crate::settings::Settings;
+
+/// The example manifests, in the order a user applies them.
+const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "00-namespace.yaml",
+        include_str!("../examples/00-namespace.yaml"),
+    ),
+    (
+        "01-credentials-secret.yaml",
+        include_str!("../examples/01-credentials-secret.yaml"),
+    ),
+    (
+        "02-provider-switch.yaml",
+        include_str!("../examples/02-provider-switch.yaml"),
+    ),
+    ("03-switch.yaml", include_str!("../examples/03-switch.yaml")),
+    (
+        "configuration-provisioning.yaml",
+        include_str!("../examples/configuration-provisioning.yaml"),
+    ),
+    (
+        "configuration-tenant-web.yaml",
+        include_str!("../examples/configuration-tenant-web.yaml"),
+    ),
+    ("04-server.yaml", include_str!("../examples/04-server.yaml")),
+    (
+        "05-switchport-links.yaml",
+        include_str!("../examples/05-switchport-links.yaml"),
+    ),
+];
+
+async fn create<K>(api: Api<K>, doc: serde_yaml::Value, file: &str) -> Result<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_yaml::from_value(doc).with_context(|| format!("{file}: does not parse"))?;
+    let created = api
+        .create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("{file}: create refused"))?;
+    Ok(created.name_any())
+}
+
+async fn apply_examples(client: &Client) -> Result<()> {
+    for (file, text) in EXAMPLES {
+        for doc in serde_yaml::Deserializer::from_str(text) {
+            let doc: serde_yaml::Value = serde::Deserialize::deserialize(doc)?;
+            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+            let ns = doc["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_owned();
+            let c = client.clone();
+            let name = match kind.as_str() {
+                "Namespace" => create(Api::<Namespace>::all(c), doc, file).await?,
+                "Secret" => create(Api::<Secret>::namespaced(c, &ns), doc, file).await?,
+                "ProviderSwitch" => {
+                    create(Api::<ProviderSwitch>::namespaced(c, &ns), doc, file).await?
+                }
+                "Switch" => create(Api::<Switch>::namespaced(c, &ns), doc, file).await?,
+                "SwitchPortConfiguration" => {
+                    create(
+                        Api::<SwitchPortConfiguration>::namespaced(c, &ns),
+                        doc,
+                        file,
+                    )
+                    .await?
+                }
+                "SwitchPort" => create(Api::<SwitchPort>::namespaced(c, &ns), doc, file).await?,
+                "Server" => create(Api::<Server>::all(c), doc, file).await?,
+                other => bail!("{file}: unexpected kind {other:?}"),
+            };
+            println!("  applied {kind} {name}");
+        }
+    }
+    Ok(())
+}
+
+fn table(ports: &[SwitchPort]) -> String {
+    let mut rows = vec![[
+        "NAMESPACE".to_owned(),
+        "NAME".to_owned(),
+        "SWITCH".to_owned(),
+        "PORT".to_owned(),
+        "STATE".to_owned(),
+        "CONFIGURATION".to_owned(),
+        "READY".to_owned(),
+    ]];
+    for p in ports {
+        let s = p.status.clone().unwrap_or_default();
+        let ready = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| format!("{} {}", c.status, c.reason))
+            .unwrap_or_default();
+        rows.push([
+            p.namespace().unwrap_or_default(),
+            p.name_any(),
+            s.switch.unwrap_or_default(),
+            s.device_port.unwrap_or_default(),
+            s.state
+                .map(|x| x.to_string())
+                .unwrap_or_else(|| "(none)".into()),
+            p.spec
+                .configuration
+                .as_ref()
+                .map(|c| c.name.clone())
+                .unwrap_or_default(),
+            ready,
+        ]);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_owned()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs the demo. See the module documentation.
+pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
+    let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config::default())
+        .context("starting devplane")?;
+    let dir = std::env::temp_dir().join(format!("patchbay-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig: PathBuf = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    println!("patchbay demo: devplane at {}", server.url());
+    println!("kubeconfig: {}", kubeconfig.display());
+    println!(
+        "  try: KUBECONFIG={} kubectl get switchports -A -w\n",
+        kubeconfig.display()
+    );
+
+    let kc = Kubeconfig::read_from(&kubeconfig)?;
+    let client = Client::try_from(
+        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?,
+    )?;
+    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in crds() {
+        crd_api.create(&PostParams::default(), &crd).await?;
+    }
+    println!("installed {} CRDs from crds/", crds().len());
+    apply_examples(&client).await?;
+
+    let settings = Settings {
+        batch_window: Duration::from_millis(100),
+        drift_interval: Duration::from_secs(30),
+        fixture_latency: Duration::from_millis(150),
+        ..Settings::default()
+    };
+    println!(
+        "\nstarting the operator (fixture switches, {} ms per device operation)\n",
+        settings.fixture_latency.as_millis()
+    );
+    let backends = Backends {
+        fixture_latency: settings.fixture_latency,
+        ..Default::default()
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(crate::operator::run(
+        client.clone(),
+        settings,
+        backends,
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+
+    let ports: Api<SwitchPort> = Api::all(client.clone());
+    let expected: usize = EXAMPLES
+        .iter()
+        .flat_map(|(_, t)| serde_yaml::Deserializer::from_str(t))
+        .filter_map(|d| serde_yaml::Value::deserialize(d).ok())
+        .filter(|d| d["kind"].as_str() == Some("SwitchPort"))
+        .count();
+    let started = Instant::now();
+    let mut last = String::new();
+    let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
+    let result = loop {
+        let mut list = ports.list(&ListParams::default()).await?.items;
+        list.sort_by_key(|p| (p.namespace(), p.name_any()));
+        let rendered = table(&list);
+        if rendered != last {
+            println!("[{:>6.2}s]\n{rendered}\n", started.elapsed().as_secs_f64());
+            last = rendered;
+        }
+        let states: BTreeMap<String, Option<crate::api::PortState>> = list
+            .iter()
+            .map(|p| (p.name_any(), p.status.as_ref().and_then(|s| s.state)))
+            .collect();
+        let settled = states.len() >= expected
+            && states
+                .values()
+                .all(|s| *s == Some(crate::api::PortState::Active));
+        if exit_when_settled && settled {
+            println!(
+                "all {} example ports are Active after {:.2}s",
+                states.len(),
+                started.elapsed().as_secs_f64()
+            );
+            break Ok(());
+        }
+        if exit_when_settled && started.elapsed() > timeout {
+            break Err(anyhow::anyhow!(
+                "the example ports did not all become Active within {}s",
+                timeout.as_secs()
+            ));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = &mut ctrl_c => {
+                println!("stopping");
+                break Ok(());
+            }
+        }
+    };
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), operator).await;
+    server.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
