@@ -45,6 +45,7 @@ test: fmt-check clippy unit
 
 bench: deps
 	$(CARGO) bench --locked --bench devplane
+	$(CARGO) bench --locked --bench operator
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

@@ -91,9 +91,29 @@ pub struct Context {
     workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
     recorder: Recorder,
     drift: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
+    /// When each switch last answered a probe, per worker fingerprint.
+    probed: Mutex<HashMap<(String, String), (String, std::time::Instant)>>,
 }
 
 impl Context {
+    /// Whether the switch's device should be probed now: a new worker, or no
+    /// successful probe within the drift interval. Port events trigger Switch
+    /// reconciles often; they must not each cost a device read.
+    fn probe_due(&self, key: &(String, String), fingerprint: &str) -> bool {
+        let probed = self.probed.lock().unwrap_or_else(|e| e.into_inner());
+        match probed.get(key) {
+            Some((f, at)) => f != fingerprint || at.elapsed() >= self.settings.drift_interval,
+            None => true,
+        }
+    }
+
+    fn probe_succeeded(&self, key: (String, String), fingerprint: String) {
+        self.probed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (fingerprint, std::time::Instant::now()));
+    }
+
     fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<WorkerEntry>>> {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -214,6 +234,7 @@ pub async fn run(
         backends,
         workers: Mutex::new(HashMap::new()),
         drift: drift_tx,
+        probed: Mutex::new(HashMap::new()),
     });
     let wc = watcher::Config::default();
     let ports: Api<SwitchPort> = api_for(&client, ns.as_deref());
@@ -264,6 +285,7 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .reconcile_on(drift_stream)
+        .with_config(kube::runtime::controller::Config::default().concurrency(64))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(reconcile_port, port_error_policy, ctx.clone())
         .for_each(|r| async move {
@@ -286,6 +308,12 @@ pub async fn run(
                 .map(|s| ObjectRef::from_obj(s.as_ref()))
                 .collect::<Vec<_>>()
         })
+        // Every port event wakes its Switch (owns); gather them.
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(8)
+                .debounce(Duration::from_millis(500)),
+        )
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(reconcile_switch, generic_error_policy, ctx.clone())
         .for_each(|r| async move {
@@ -1079,11 +1107,15 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
             .values()
             .filter_map(|d| PortName::parse(&d.name).ok())
             .collect();
-        entry
-            .worker
-            .probe(&ports)
-            .await
-            .map_err(|e| (e.category(), e.to_string()))?;
+        let key = (ns.clone(), name.clone());
+        if ctx.probe_due(&key, &entry.fingerprint) {
+            entry
+                .worker
+                .probe(&ports)
+                .await
+                .map_err(|e| (e.category(), e.to_string()))?;
+            ctx.probe_succeeded(key, entry.fingerprint.clone());
+        }
         Ok(())
     }
     .await;
@@ -1172,9 +1204,15 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
         controller: Some(true),
         block_owner_deletion: Some(true),
     };
-    let existing = api.list(&ListParams::default()).await?;
+    let ours = api
+        .list(&ListParams::default().labels(&format!("{SWITCH_LABEL}={name}")))
+        .await?
+        .items;
     for key in switch.spec.ports.keys() {
-        match existing.items.iter().find(|p| &p.name_any() == key) {
+        if ours.iter().any(|p| &p.name_any() == key) {
+            continue;
+        }
+        match api.get_opt(key).await? {
             None => {
                 let port = SwitchPort {
                     metadata: ObjectMeta {
@@ -1194,15 +1232,15 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
                 }
             }
             Some(p) => {
-                let owned = p.owner_references().iter().any(|o| o.uid == owner.uid);
-                let labelled = p.labels().get(SWITCH_LABEL) == Some(&name);
+                // Created ahead of time by a user: adopt it, unless another controller
+                // owns it.
                 let foreign = p
                     .owner_references()
                     .iter()
                     .any(|o| o.controller == Some(true) && o.uid != owner.uid);
-                if !foreign && (!owned || !labelled) {
+                if !foreign {
                     let mut refs = p.owner_references().to_vec();
-                    if !owned {
+                    if !refs.iter().any(|o| o.uid == owner.uid) {
                         refs.push(owner.clone());
                     }
                     api.patch(
@@ -1218,11 +1256,8 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
             }
         }
     }
-    for p in &existing.items {
-        let ours = p.labels().get(SWITCH_LABEL) == Some(&name);
-        if ours
-            && !switch.spec.ports.contains_key(&p.name_any())
-            && p.metadata.deletion_timestamp.is_none()
+    for p in &ours {
+        if !switch.spec.ports.contains_key(&p.name_any()) && p.metadata.deletion_timestamp.is_none()
         {
             api.delete(&p.name_any(), &DeleteParams::default()).await?;
         }

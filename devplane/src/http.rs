@@ -27,8 +27,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::resources::{ResKey, Resource};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{
-    ApiError, DeleteOptions, EventType, FieldValidation, PatchType, Propagation, Store,
-    Subresource, WriteOptions,
+    ApiError, DeleteOptions, Event, FieldValidation, PatchType, Propagation, Store, Subresource,
+    WriteOptions,
 };
 use crate::table;
 
@@ -799,15 +799,21 @@ fn watch(
             }
         };
         let mut last_rv = start.resource_version;
+        let api_version = res.api_version(&version);
+        let as_stored = |e: &Event| -> bool {
+            !table
+                && e.object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str())
+        };
         for e in &start.replay {
             if !labels.matches(&e.object) || !fields.matches(&e.object) {
                 continue;
             }
-            if tx
-                .send(encode(e.etype.as_str(), render(&e.object)))
-                .await
-                .is_err()
-            {
+            let line = if as_stored(e) {
+                e.line()
+            } else {
+                encode(e.etype.as_str(), render(&e.object))
+            };
+            if tx.send(line).await.is_err() {
                 return;
             }
         }
@@ -839,12 +845,12 @@ fn watch(
                         if !labels.matches(&e.object) || !fields.matches(&e.object) {
                             continue;
                         }
-                        let etype = match e.etype {
-                            EventType::Added => "ADDED",
-                            EventType::Modified => "MODIFIED",
-                            EventType::Deleted => "DELETED",
+                        let line = if as_stored(&e) {
+                            e.line()
+                        } else {
+                            encode(e.etype.as_str(), render(&e.object))
                         };
-                        if tx.send(encode(etype, render(&e.object))).await.is_err() { return; }
+                        if tx.send(line).await.is_err() { return; }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         // Too slow: end the stream; the client re-watches from its last

@@ -186,6 +186,25 @@ pub struct Event {
     pub etype: EventType,
     /// The object after the change (before removal for DELETED).
     pub object: Arc<Value>,
+    /// The watch line (`{"type":…,"object":…}\n`), serialised once for every watcher
+    /// that wants the object as stored.
+    pub encoded: std::sync::OnceLock<bytes::Bytes>,
+}
+
+impl Event {
+    /// The JSON watch line for this event, encoded once.
+    pub fn line(&self) -> bytes::Bytes {
+        self.encoded
+            .get_or_init(|| {
+                let mut line = serde_json::to_vec(
+                    &json!({"type": self.etype.as_str(), "object": &*self.object}),
+                )
+                .unwrap_or_default();
+                line.push(b'\n');
+                bytes::Bytes::from(line)
+            })
+            .clone()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -492,6 +511,7 @@ impl Store {
             namespace,
             etype,
             object: obj.clone(),
+            encoded: std::sync::OnceLock::new(),
         });
         self.history.push_back(event.clone());
         while self.history.len() > self.history_limit {
@@ -1430,6 +1450,7 @@ impl Store {
                         namespace: k.namespace.clone(),
                         etype: EventType::Added,
                         object: o.clone(),
+                        encoded: std::sync::OnceLock::new(),
                     })
                 })
                 .collect(),

@@ -1,0 +1,300 @@
+//! Operator benchmark: 200 switches x 50 ports on fixture devices with 1 ms per
+//! device operation. Measures the time from linking a configuration to every port
+//! until all 10,000 ports are Active, then the operator's RSS and CPU over 60 s of
+//! idling. The operator runs as its own process (`patchbay run`) against devplane,
+//! so its figures are its own. Prints figures, asserts nothing.
+//!
+//! Run: `make bench` (or `cargo bench --bench operator`). Targets: <= 30 s to all
+//! Active, idle RSS <= 64 MiB, idle CPU <= 1 %.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
+use serde_json::json;
+
+const NS: &str = "bench";
+
+/// `BENCH_SWITCHES` / `BENCH_PORTS` / `BENCH_IDLE_SECONDS` shrink the run for a quick look.
+fn env_or(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn proc_cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+fn proc_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Port states kept current from one watch (relisting 10,000 ports to count them
+/// would load the API server more than the operator does).
+#[derive(Clone, Default)]
+struct StateCounter(std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>);
+
+impl StateCounter {
+    fn start(ports: Api<SwitchPort>) -> Self {
+        let counter = StateCounter::default();
+        let map = counter.0.clone();
+        tokio::spawn(async move {
+            let stream = kube::runtime::watcher(ports, kube::runtime::watcher::Config::default());
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                let record = |p: SwitchPort| {
+                    let state = p
+                        .status
+                        .and_then(|s| s.state)
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "(none)".into());
+                    map.lock()
+                        .unwrap()
+                        .insert(p.metadata.name.unwrap_or_default(), state);
+                };
+                match event {
+                    kube::runtime::watcher::Event::Apply(p)
+                    | kube::runtime::watcher::Event::InitApply(p) => record(p),
+                    kube::runtime::watcher::Event::Delete(p) => {
+                        map.lock()
+                            .unwrap()
+                            .remove(&p.metadata.name.unwrap_or_default());
+                    }
+                    _ => {}
+                }
+            }
+        });
+        counter
+    }
+
+    fn count(&self, state: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|s| *s == state)
+            .count()
+    }
+}
+
+#[allow(dead_code)]
+async fn count_states(ports: &Api<SwitchPort>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    if let Ok(list) = ports.list(&ListParams::default()).await {
+        for p in list.items {
+            let s = p
+                .status
+                .and_then(|s| s.state)
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "(none)".into());
+            *counts.entry(s).or_default() += 1;
+        }
+    }
+    counts
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let switches_n = env_or("BENCH_SWITCHES", 200);
+    let ports_n = env_or("BENCH_PORTS", 50);
+    let idle_secs = env_or("BENCH_IDLE_SECONDS", 60) as u64;
+    let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config {
+        history_limit: 2_000_000,
+        ..Default::default()
+    })
+    .expect("devplane");
+    let dir = std::env::temp_dir().join(format!("patchbay-opbench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
+    let client = Client::try_from(
+        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in crds() {
+        crd_api.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(NS.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("login".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([
+            ("username".to_string(), "u".to_string()),
+            ("password".to_string(), "p".to_string()),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let providers: Api<ProviderSwitch> = Api::namespaced(client.clone(), NS);
+    let switches: Api<Switch> = Api::namespaced(client.clone(), NS);
+    for s in 0..switches_n {
+        let name = format!("sw{s:03}");
+        let provider: ProviderSwitch = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch", "metadata": {"name": name},
+            "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1",
+                     "credentialsSecretRef": {"name": "login"}}
+        }))
+        .unwrap();
+        providers
+            .create(&PostParams::default(), &provider)
+            .await
+            .unwrap();
+        let ports: serde_json::Map<String, serde_json::Value> = (0..ports_n)
+            .map(|i| {
+                (
+                    format!("{name}-p{i:02}"),
+                    json!({"name": format!("Gi0/{i}")}),
+                )
+            })
+            .collect();
+        let switch: Switch = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch", "metadata": {"name": name},
+            "spec": {"provider": {"name": name}, "ports": ports}
+        }))
+        .unwrap();
+        switches
+            .create(&PostParams::default(), &switch)
+            .await
+            .unwrap();
+    }
+    let configs: Api<SwitchPortConfiguration> = Api::namespaced(client.clone(), NS);
+    for c in 0..10 {
+        let cfg: SwitchPortConfiguration = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+            "metadata": {"name": format!("cfg-{c}")},
+            "spec": {"untaggedVLAN": 100 + c, "description": format!("bench {c}")}
+        }))
+        .unwrap();
+        configs.create(&PostParams::default(), &cfg).await.unwrap();
+    }
+
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args([
+            "--fixture-latency-ms",
+            "1",
+            "--drift-interval-seconds",
+            "300",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("patchbay run starts");
+    let pid = operator.id();
+    let ports: Api<SwitchPort> = Api::namespaced(client.clone(), NS);
+    let total = switches_n * ports_n;
+    let created = Instant::now();
+    let counter = StateCounter::start(ports.clone());
+    while counter.count("Idle") < total {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "operator benchmark: {switches_n} switches x {ports_n} ports = {total} ports, fixture latency 1 ms"
+    );
+    println!(
+        "  SwitchPorts created by the Switch controller and Idle after {:.1} s",
+        created.elapsed().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    futures::stream::iter(0..total)
+        .map(|i| {
+            let ports = ports.clone();
+            async move {
+                let name = format!("sw{:03}-p{:02}", i / ports_n, i % ports_n);
+                ports
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(
+                            json!({"spec": {"configuration": {"name": format!("cfg-{}", i % 10)}}}),
+                        ),
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    let linked = started.elapsed();
+    while counter.count(&PortState::Active.to_string()) < total {
+        if started.elapsed() > Duration::from_secs(600) {
+            println!("  gave up after 600 s: {} Active", counter.count("Active"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let to_active = started.elapsed();
+    println!(
+        "  configuration linked to every port in {:.1} s; all {total} ports Active {:.1} s after the first link",
+        linked.as_secs_f64(),
+        to_active.as_secs_f64()
+    );
+    let busy_rss = proc_kib(pid, "VmRSS:");
+    let ticks_per_s = 100.0; // USER_HZ on Linux
+    let cpu0 = proc_cpu_ticks(pid);
+    let idle_from = Instant::now();
+    tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+    let cpu1 = proc_cpu_ticks(pid);
+    let idle = idle_from.elapsed().as_secs_f64();
+    let rss = proc_kib(pid, "VmRSS:");
+    let hwm = proc_kib(pid, "VmHWM:");
+    println!(
+        "  operator RSS: {:.1} MiB right after settling, {:.1} MiB after {idle_secs} s idle (peak {:.1} MiB)",
+        busy_rss as f64 / 1024.0,
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0
+    );
+    println!(
+        "  operator CPU while idle: {:.2} % of one core over {:.0} s",
+        100.0 * (cpu1 - cpu0) as f64 / ticks_per_s / idle,
+        idle
+    );
+    println!("  targets: <= 30 s to all Active, idle RSS <= 64 MiB, idle CPU <= 1 %");
+    let _ = operator.kill();
+    let _ = operator.wait();
+    server.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
