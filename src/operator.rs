@@ -89,10 +89,16 @@ pub struct Context {
     settings: Settings,
     backends: Backends,
     workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
-    recorder: Recorder,
+    /// One events recorder per switch: kube's Recorder scans its whole dedup cache
+    /// on every publish, so one shared by 10,000 ports would cost O(n) per event.
+    recorders: Mutex<HashMap<String, Recorder>>,
+    reporter: Reporter,
     drift: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
     /// When each switch last answered a probe, per worker fingerprint.
     probed: Mutex<HashMap<(String, String), (String, std::time::Instant)>>,
+    /// The SwitchPort cache of the port controller: the Switch controller checks its
+    /// ports here instead of listing them from the API server on every port event.
+    ports: kube::runtime::reflector::Store<SwitchPort>,
 }
 
 impl Context {
@@ -181,13 +187,31 @@ impl Context {
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
 
+    fn recorder(&self, scope: &str) -> Recorder {
+        self.recorders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(scope.to_owned())
+            .or_insert_with(|| Recorder::new(self.client.clone(), self.reporter.clone()))
+            .clone()
+    }
+
+    /// Publishes an Event about `obj`, deduplicated within its switch's recorder.
     async fn publish(
         &self,
-        obj: &impl Resource<DynamicType = ()>,
+        obj: &impl ResourceExt<DynamicType = ()>,
         type_: EventType,
         reason: &str,
         note: String,
     ) {
+        let scope = format!(
+            "{}/{}",
+            obj.namespace().unwrap_or_default(),
+            obj.labels()
+                .get(SWITCH_LABEL)
+                .cloned()
+                .unwrap_or_else(|| obj.name_any())
+        );
         let note: String = note.chars().take(1000).collect();
         let ev = Event {
             type_,
@@ -196,7 +220,11 @@ impl Context {
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+        if let Err(e) = self
+            .recorder(&scope)
+            .publish(&ev, &obj.object_ref(&()))
+            .await
+        {
             tracing::warn!(error = %e, "publishing an event failed");
         }
     }
@@ -221,14 +249,17 @@ pub async fn run(
 ) {
     let ns = settings.namespace.clone();
     let (drift_tx, mut drift_rx) = mpsc::unbounded_channel();
+    let wc = watcher::Config::default();
+    let ports: Api<SwitchPort> = api_for(&client, ns.as_deref());
+    let port_ctl = Controller::new(ports.clone(), wc.clone());
+    let port_store = port_ctl.store();
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "patchbay".into(),
-                instance: std::env::var("HOSTNAME").ok(),
-            },
-        ),
+        ports: port_store.clone(),
+        recorders: Mutex::new(HashMap::new()),
+        reporter: Reporter {
+            controller: "patchbay".into(),
+            instance: std::env::var("HOSTNAME").ok(),
+        },
         client: client.clone(),
         settings,
         backends,
@@ -236,8 +267,6 @@ pub async fn run(
         drift: drift_tx,
         probed: Mutex::new(HashMap::new()),
     });
-    let wc = watcher::Config::default();
-    let ports: Api<SwitchPort> = api_for(&client, ns.as_deref());
     let switches: Api<Switch> = api_for(&client, ns.as_deref());
     let configs: Api<SwitchPortConfiguration> = api_for(&client, ns.as_deref());
     let providers: Api<ProviderSwitch> = api_for(&client, ns.as_deref());
@@ -250,8 +279,6 @@ pub async fn run(
         }
     };
 
-    let port_ctl = Controller::new(ports.clone(), wc.clone());
-    let port_store = port_ctl.store();
     let by_config = port_store.clone();
     let by_switch = port_store.clone();
     let drift_stream = futures::stream::poll_fn(move |cx| drift_rx.poll_recv(cx));
@@ -1204,12 +1231,18 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
         controller: Some(true),
         block_owner_deletion: Some(true),
     };
-    let ours = api
-        .list(&ListParams::default().labels(&format!("{SWITCH_LABEL}={name}")))
-        .await?
-        .items;
+    let ours: Vec<Arc<SwitchPort>> = ctx
+        .ports
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.labels().get(SWITCH_LABEL) == Some(&name)
+        })
+        .collect();
+    let known: std::collections::HashSet<String> = ours.iter().map(|p| p.name_any()).collect();
     for key in switch.spec.ports.keys() {
-        if ours.iter().any(|p| &p.name_any() == key) {
+        if known.contains(key) {
             continue;
         }
         match api.get_opt(key).await? {
@@ -1238,9 +1271,11 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
                     .owner_references()
                     .iter()
                     .any(|o| o.controller == Some(true) && o.uid != owner.uid);
-                if !foreign {
+                let owned = p.owner_references().iter().any(|o| o.uid == owner.uid);
+                let labelled = p.labels().get(SWITCH_LABEL) == Some(&name);
+                if !(foreign || owned && labelled) {
                     let mut refs = p.owner_references().to_vec();
-                    if !refs.iter().any(|o| o.uid == owner.uid) {
+                    if !owned {
                         refs.push(owner.clone());
                     }
                     api.patch(

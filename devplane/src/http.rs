@@ -565,7 +565,6 @@ async fn object_request(
         let store = shared.store();
         store
             .resource(&o.group, &o.version, &o.plural)
-            .cloned()
             .ok_or_else(|| ApiError::no_route(req.uri().path()))?
     };
     if res.namespaced && o.namespace.is_none() && o.name.is_some() {

@@ -102,7 +102,10 @@ impl LabelSelector {
 
     /// Whether `obj`'s labels satisfy every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels");
+        if self.0.is_empty() {
+            return true;
+        }
+        let labels = obj.get("metadata").and_then(|m| m.get("labels"));
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.0.iter().all(|r| match r {
             Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
@@ -147,12 +150,16 @@ impl FieldSelector {
     /// Whether `obj` satisfies every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, eq, value)| {
-            let pointer = if field == "metadata.name" {
-                "/metadata/name"
+            let key = if field == "metadata.name" {
+                "name"
             } else {
-                "/metadata/namespace"
+                "namespace"
             };
-            let actual = obj.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+            let actual = obj
+                .get("metadata")
+                .and_then(|m| m.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or("");
             (actual == value) == *eq
         })
     }

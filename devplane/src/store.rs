@@ -371,7 +371,7 @@ fn valid_name(name: &str) -> bool {
 
 /// The store. See the module documentation.
 pub struct Store {
-    resources: BTreeMap<ResKey, Resource>,
+    resources: BTreeMap<ResKey, Arc<Resource>>,
     objects: BTreeMap<ObjKey, Arc<Value>>,
     rv: u64,
     history: VecDeque<Arc<Event>>,
@@ -390,7 +390,7 @@ impl Store {
         let mut store = Self {
             resources: Resource::builtins()
                 .into_iter()
-                .map(|r| (r.key(), r))
+                .map(|r| (r.key(), Arc::new(r)))
                 .collect(),
             objects: BTreeMap::new(),
             rv: 0,
@@ -415,17 +415,18 @@ impl Store {
 
     /// The served resources.
     pub fn resources(&self) -> impl Iterator<Item = &Resource> {
-        self.resources.values()
+        self.resources.values().map(|r| r.as_ref())
     }
 
     /// The resource at `group`/`version` with this plural.
-    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&Resource> {
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<Resource>> {
         self.resources
             .get(&ResKey {
                 group: group.into(),
                 plural: plural.into(),
             })
             .filter(|r| r.serves(version))
+            .cloned()
     }
 
     /// The current resourceVersion.
@@ -433,7 +434,7 @@ impl Store {
         self.rv
     }
 
-    fn res(&self, key: &ResKey) -> Result<Resource, ApiError> {
+    fn res(&self, key: &ResKey) -> Result<Arc<Resource>, ApiError> {
         self.resources
             .get(key)
             .cloned()
@@ -674,23 +675,28 @@ impl Store {
                 (Some((decoded.0, decoded.1)), decoded.2)
             }
         };
+        let rk = res.key();
         let lower = ObjKey {
-            res: res.key(),
-            namespace: String::new(),
+            res: rk.clone(),
+            namespace: match namespace {
+                Some(ns) if res.namespaced => ns.to_owned(),
+                _ => String::new(),
+            },
             name: String::new(),
         };
         let mut items = Vec::new();
         let mut matched_after = 0u64;
         let mut last: Option<(String, String)> = None;
         for (k, obj) in self.objects.range(lower..) {
-            if k.res != res.key() {
+            if k.res != rk {
                 break;
             }
             if let Some(ns) = namespace
                 && res.namespaced
                 && k.namespace != ns
             {
-                continue;
+                // Keys are ordered by namespace: past ours, nothing more matches.
+                break;
             }
             if let Some((sns, sname)) = &start_after
                 && (&k.namespace, &k.name) <= (sns, sname)
@@ -882,7 +888,7 @@ impl Store {
     }
 
     fn install(&mut self, r: Resource) {
-        self.resources.insert(r.key(), r);
+        self.resources.insert(r.key(), Arc::new(r));
     }
 
     /// UPDATE (PUT) of the object or its status.
