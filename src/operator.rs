@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -89,9 +91,7 @@ pub struct Context {
     settings: Settings,
     backends: Backends,
     workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
-    /// One events recorder per switch: kube's Recorder scans its whole dedup cache
-    /// on every publish, so one shared by 10,000 ports would cost O(n) per event.
-    recorders: Mutex<HashMap<String, Recorder>>,
+    /// Who publishes Events.
     reporter: Reporter,
     drift: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
     /// When each switch last answered a probe, per worker fingerprint.
@@ -187,16 +187,10 @@ impl Context {
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
 
-    fn recorder(&self, scope: &str) -> Recorder {
-        self.recorders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(scope.to_owned())
-            .or_insert_with(|| Recorder::new(self.client.clone(), self.reporter.clone()))
-            .clone()
-    }
-
-    /// Publishes an Event about `obj`, deduplicated within its switch's recorder.
+    /// Publishes an `events.k8s.io/v1` Event about `obj`. Written directly rather
+    /// than through kube's Recorder: transitions do not repeat, and the Recorder's
+    /// dedup cache would hold every event for six minutes (tens of MiB at 10,000
+    /// ports) and scan it on each publish. Failures repeat at most once per backoff.
     async fn publish(
         &self,
         obj: &impl ResourceExt<DynamicType = ()>,
@@ -204,27 +198,34 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        let scope = format!(
-            "{}/{}",
-            obj.namespace().unwrap_or_default(),
-            obj.labels()
-                .get(SWITCH_LABEL)
-                .cloned()
-                .unwrap_or_else(|| obj.name_any())
-        );
         let note: String = note.chars().take(1000).collect();
-        let ev = Event {
-            type_,
-            reason: reason.into(),
+        let ns = obj.namespace().unwrap_or_else(|| "default".into());
+        let event = K8sEvent {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.", obj.name_any())),
+                namespace: Some(ns.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(jiff::Timestamp::now())),
+            type_: Some(match type_ {
+                EventType::Normal => "Normal".into(),
+                EventType::Warning => "Warning".into(),
+            }),
+            reason: Some(reason.chars().take(128).collect()),
             note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
+            action: Some("Reconcile".into()),
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(
+                self.reporter
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            regarding: Some(obj.object_ref(&())),
+            ..Default::default()
         };
-        if let Err(e) = self
-            .recorder(&scope)
-            .publish(&ev, &obj.object_ref(&()))
-            .await
-        {
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = events.create(&PostParams::default(), &event).await {
             tracing::warn!(error = %e, "publishing an event failed");
         }
     }
@@ -255,7 +256,6 @@ pub async fn run(
     let port_store = port_ctl.store();
     let ctx = Arc::new(Context {
         ports: port_store.clone(),
-        recorders: Mutex::new(HashMap::new()),
         reporter: Reporter {
             controller: "patchbay".into(),
             instance: std::env::var("HOSTNAME").ok(),
