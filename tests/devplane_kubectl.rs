@@ -189,22 +189,31 @@ async fn kubectl_get_watch_receives_an_update() {
         }
     });
     let first = rx
-        .recv_timeout(Duration::from_secs(20))
+        .recv_timeout(Duration::from_secs(60))
         .expect("initial state");
     assert_eq!(first.trim(), "10");
+    // kubectl prints the object, then opens its watch; on a loaded machine that can
+    // take a while, so keep making updates until one is printed.
     let api: Api<SwitchPortConfiguration> =
         Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    api.patch(
-        "provisioning",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"untaggedVLAN": 11}})),
-    )
-    .await
-    .unwrap();
-    let second = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the update");
-    assert_eq!(second.trim(), "11");
+    let mut sent = Vec::new();
+    let mut seen = None;
+    for vlan in 11..=30 {
+        api.patch(
+            "provisioning",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"untaggedVLAN": vlan}})),
+        )
+        .await
+        .unwrap();
+        sent.push(vlan.to_string());
+        if let Ok(line) = rx.recv_timeout(Duration::from_secs(3)) {
+            seen = Some(line.trim().to_owned());
+            break;
+        }
+    }
+    let seen = seen.expect("kubectl get -w printed no update within 60 s");
+    assert!(sent.contains(&seen), "printed {seen:?}, sent {sent:?}");
     let _ = child.kill();
     let _ = child.wait();
     cluster.finish().await;
@@ -230,13 +239,18 @@ async fn kubectl_delete_waits_until_the_finalizer_is_removed() {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // kubectl has sent its DELETE once the deletionTimestamp is set (on a loaded
+    // machine kubectl itself may take a while to start).
+    support::eventually(60, "kubectl's DELETE", || async {
+        let p = api.get("server-7-eth0").await.ok()?;
+        p.metadata.deletion_timestamp.map(|_| ())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         child.try_wait().unwrap().is_none(),
         "kubectl delete returned while the finalizer holds"
     );
-    let held = api.get("server-7-eth0").await.unwrap();
-    assert!(held.metadata.deletion_timestamp.is_some());
     api.patch(
         "server-7-eth0",
         &PatchParams::default(),
@@ -245,7 +259,7 @@ async fn kubectl_delete_waits_until_the_finalizer_is_removed() {
     .await
     .unwrap();
     let mut status = None;
-    for _ in 0..100 {
+    for _ in 0..600 {
         status = child.try_wait().unwrap();
         if status.is_some() {
             break;

@@ -6,6 +6,20 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+/// The strings of the JSON array at `pointer` (empty when absent).
+pub(crate) fn string_list(value: &Value, pointer: &str) -> Vec<String> {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Identifies a resource independently of version: (group, plural).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResKey {
@@ -151,17 +165,7 @@ impl Resource {
                 "spec.scope: Unsupported value: {scope:?}: supported values: \"Cluster\", \"Namespaced\""
             ));
         }
-        let list = |p: &str| -> Vec<String> {
-            spec.pointer(p)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let list = |p: &str| string_list(spec, p);
         let versions_json = spec
             .get("versions")
             .and_then(Value::as_array)
