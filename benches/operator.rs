@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
 use serde_json::json;
@@ -95,22 +95,6 @@ impl StateCounter {
             .filter(|s| *s == state)
             .count()
     }
-}
-
-#[allow(dead_code)]
-async fn count_states(ports: &Api<SwitchPort>) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    if let Ok(list) = ports.list(&ListParams::default()).await {
-        for p in list.items {
-            let s = p
-                .status
-                .and_then(|s| s.state)
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "(none)".into());
-            *counts.entry(s).or_default() += 1;
-        }
-    }
-    counts
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

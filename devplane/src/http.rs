@@ -333,15 +333,15 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         );
         return resp;
     }
-    let result = {
-        let store = shared.store();
-        route(&path, &store).map(|r| (r, discovery(&shared, &store, &path)))
-    };
-    let response = match result {
+    // Parse the route once; discovery documents are built only for discovery paths.
+    let routed = route(&path, &shared.store());
+    let response = match routed {
         None => Err(ApiError::no_route(&path)),
-        Some((Route::Object(o), _)) => object_request(&shared, req, o).await,
-        Some((_, Some(doc))) if method == Method::GET => Ok(json_response(200, &doc, &[])),
-        Some((_, _)) => Err(ApiError::no_route(&path)),
+        Some(Route::Object(o)) => object_request(&shared, req, o).await,
+        Some(r) if method == Method::GET => discovery(&shared, &shared.store(), r)
+            .map(|doc| json_response(200, &doc, &[]))
+            .ok_or_else(|| ApiError::no_route(&path)),
+        Some(_) => Err(ApiError::no_route(&path)),
     };
     let response = response.unwrap_or_else(|e| error_response(&e));
     tracing::debug!(%method, %path, status = response.status().as_u16(), "devplane request");
@@ -349,8 +349,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
 }
 
 /// Discovery and OpenAPI documents; `None` for object routes.
-fn discovery(shared: &Shared, store: &Store, path: &str) -> Option<Value> {
-    let route = route(path, store)?;
+fn discovery(shared: &Shared, store: &Store, route: Route) -> Option<Value> {
     let resources: Vec<&Resource> = store.resources().collect();
     let group_versions = |group: &str| -> Vec<String> {
         let mut vs: Vec<String> = resources
