@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all demo test fmt-check clippy unit crds build deps kubectl bench help
+.PHONY: all demo test fmt-check clippy unit crds build deps kubectl fake-switch bench help
 
 all: test
 
@@ -26,10 +26,24 @@ kubectl:
 		echo "installing kubectl (Debian kubernetes-client)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client; }
 
+# The switch simulators (fake-switch/): fake-switches 1.5.0 and its pinned
+# dependencies in a venv. `--no-deps` because the release pins a Twisted that does
+# not build on Python 3.11 (see fake-switch/requirements.txt).
+FAKE_SWITCH_VENV := .venv/fake-switch
+fake-switch: $(FAKE_SWITCH_VENV)/.installed
+
+$(FAKE_SWITCH_VENV)/.installed: fake-switch/requirements.txt
+	@python3 -c 'import ensurepip' 2>/dev/null || { \
+		echo "installing python3-venv"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+	python3 -m venv $(FAKE_SWITCH_VENV)
+	$(FAKE_SWITCH_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r fake-switch/requirements.txt
+	touch $@
+
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
 
-demo: deps
+demo: deps fake-switch
 	$(CARGO) run --quiet --locked -- demo $(DEMO_ARGS)
 
 fmt-check: deps
@@ -38,14 +52,15 @@ fmt-check: deps
 clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-unit: deps kubectl
+unit: deps kubectl fake-switch
 	$(CARGO) test --workspace --locked
 
 test: fmt-check clippy unit
 
-bench: deps
+bench: deps fake-switch
 	$(CARGO) bench --locked --bench devplane
 	$(CARGO) bench --locked --bench operator
+	$(CARGO) bench --locked --bench ssh
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

@@ -4,9 +4,19 @@
 //! Fixture devices live in this process: one per ProviderSwitch (namespace/name),
 //! created on first use with the Switch's device ports, kept across operator
 //! restarts within the process (like a real switch keeps its configuration), and
-//! reachable through [`FixtureRegistry`] by tests. The SSH CLI, NETCONF, Ansible and
-//! OVSDB backends are separate issues; until they land such a ProviderSwitch is
-//! reported as not supported, and nothing is sent anywhere.
+//! reachable through [`FixtureRegistry`] by tests.
+//!
+//! `ssh` builds a [`CliSwitch`] with the dialect of `spec.os` (ios, powerconnect,
+//! dell10g, fastiron, eos) and the credentials of the Secret: `username`, `password`
+//! or `privateKey` (+ `passphrase`), optional `enablePassword` (default: none) and
+//! `knownHosts`. The host key is pinned by, in order: `spec.hostKey.fingerprint`,
+//! `spec.hostKey.knownHostsLine`, the Secret's `knownHosts` (the line naming the
+//! address, `[address]:port`, or the only line); `insecureAcceptAnyHostKey: true`
+//! accepts any key and warns on every connect; with none of these the backend is
+//! refused (`HostKeyNotPinned`) and nothing is dialled.
+//!
+//! NETCONF, Ansible and OVSDB are separate issues; until they land such a
+//! ProviderSwitch is reported as not supported, and nothing is sent anywhere.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -14,7 +24,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use patchbay_providers::Switch;
+use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::fixture::FixtureSwitch;
+use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 
 use crate::api::{Backend, ProviderSwitch};
@@ -54,6 +66,19 @@ pub enum BackendError {
     /// The backend is not available in this build.
     #[error("backend {0} is not available yet in this build of patchbay")]
     Unsupported(&'static str),
+    /// No dialect for this os over this backend.
+    #[error(
+        "spec.os: no {backend} dialect for os {os:?} (ssh supports ios, powerconnect, dell10g, fastiron, eos)"
+    )]
+    NoDialect {
+        /// The backend.
+        backend: &'static str,
+        /// The os value.
+        os: String,
+    },
+    /// No usable host-key pin.
+    #[error("host key: {0}")]
+    HostKey(String),
 }
 
 impl BackendError {
@@ -61,7 +86,8 @@ impl BackendError {
     pub fn category(&self) -> &'static str {
         match self {
             BackendError::Credentials(_) => "CredentialsInvalid",
-            BackendError::Unsupported(_) => "BackendUnsupported",
+            BackendError::Unsupported(_) | BackendError::NoDialect { .. } => "BackendUnsupported",
+            BackendError::HostKey(_) => "HostKeyNotPinned",
         }
     }
 }
@@ -134,10 +160,147 @@ impl Backends {
                     self.fixture_latency,
                 )))
             }
-            Backend::Ssh => Err(BackendError::Unsupported("ssh")),
+            Backend::Ssh => Ok(Arc::new(cli_switch(provider, secret)?)),
             Backend::Netconf => Err(BackendError::Unsupported("netconf")),
             Backend::Ansible => Err(BackendError::Unsupported("ansible")),
             Backend::Ovsdb => Err(BackendError::Unsupported("ovsdb")),
         }
+    }
+}
+
+fn secret_value(secret: Option<&Secret>, key: &str) -> Option<SecretString> {
+    let bytes = secret?.data.as_ref()?.get(key)?;
+    let text = String::from_utf8(bytes.0.clone()).ok()?;
+    (!text.is_empty()).then(|| SecretString::new(text))
+}
+
+/// The known_hosts line of `text` for `address:port`: the line whose host field names
+/// it (`address`, `[address]:port`, in a comma list), else the only line.
+fn known_hosts_for(text: &str, address: &str, port: u16) -> Option<String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let bracketed = format!("[{address}]:{port}");
+    let named = lines.iter().find(|l| {
+        l.split_whitespace().next().is_some_and(|hosts| {
+            hosts
+                .split(',')
+                .any(|h| h == bracketed || (port == 22 && h == address))
+        })
+    });
+    match (named, lines.as_slice()) {
+        (Some(l), _) => Some((*l).to_owned()),
+        (None, [only]) => Some((*only).to_owned()),
+        _ => None,
+    }
+}
+
+/// Builds the SSH CLI backend for `provider` from its Secret. Reads no value into an
+/// error message.
+pub fn cli_switch(
+    provider: &ProviderSwitch,
+    secret: Option<&Secret>,
+) -> Result<CliSwitch, BackendError> {
+    check_credentials(provider, secret)?;
+    let spec = &provider.spec;
+    let os = serde_json::to_value(spec.os)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let dialect = dialect::for_os(&os).ok_or(BackendError::NoDialect {
+        backend: "ssh",
+        os: os.clone(),
+    })?;
+    let port = spec.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(22);
+    let username = secret_value(secret, "username")
+        .map(|s| s.expose().to_owned())
+        .ok_or_else(|| BackendError::Credentials("no username".into()))?;
+    let auth = match (
+        secret_value(secret, "privateKey"),
+        secret_value(secret, "password"),
+    ) {
+        (Some(pem), _) => Auth::PrivateKey {
+            pem,
+            passphrase: secret_value(secret, "passphrase"),
+        },
+        (None, Some(pw)) => Auth::Password(pw),
+        (None, None) => {
+            return Err(BackendError::Credentials(
+                "neither \"password\" nor \"privateKey\"".into(),
+            ));
+        }
+    };
+    let host_key = match (&spec.host_key, secret_value(secret, "knownHosts")) {
+        (Some(pin), _) if pin.fingerprint.is_some() => {
+            HostKeyPolicy::Fingerprint(pin.fingerprint.clone().unwrap_or_default())
+        }
+        (Some(pin), _) if pin.known_hosts_line.is_some() => HostKeyPolicy::from_known_hosts_line(
+            pin.known_hosts_line.as_deref().unwrap_or_default(),
+        )
+        .map_err(|e| BackendError::HostKey(format!("spec.hostKey.knownHostsLine: {e}")))?,
+        (_, Some(known)) => {
+            let line = known_hosts_for(known.expose(), &spec.address, port).ok_or_else(|| {
+                BackendError::HostKey(format!(
+                    "the Secret's knownHosts has no line for {} or [{}]:{port}",
+                    spec.address, spec.address
+                ))
+            })?;
+            HostKeyPolicy::from_known_hosts_line(&line)
+                .map_err(|e| BackendError::HostKey(format!("the Secret's knownHosts: {e}")))?
+        }
+        _ if spec.insecure_accept_any_host_key => HostKeyPolicy::AcceptAny,
+        _ => {
+            return Err(BackendError::HostKey(
+                "no host key pinned: set spec.hostKey (fingerprint or knownHostsLine), put \
+                 knownHosts in the Secret, or (labs only) spec.insecureAcceptAnyHostKey"
+                    .into(),
+            ));
+        }
+    };
+    let options = spec.options.clone().unwrap_or_default();
+    let seconds = |v: Option<i64>, default: u64| {
+        Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(default))
+    };
+    let target = SshTarget {
+        address: spec.address.clone(),
+        port,
+        username,
+        auth,
+        host_key,
+        connect_timeout: seconds(options.connect_timeout_seconds, 10),
+    };
+    Ok(CliSwitch::new(
+        target,
+        secret_value(secret, "enablePassword"),
+        dialect,
+        CliOptions {
+            save_config: options.save_config.unwrap_or(true),
+            command_timeout: seconds(options.command_timeout_seconds, 30),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_hosts_line_is_chosen_by_address_and_port() {
+        let text = "# comment\n[10.0.0.1]:2222 ssh-ed25519 AAAA1\nsw2,10.0.0.2 ssh-rsa AAAA2\n";
+        assert_eq!(
+            known_hosts_for(text, "10.0.0.1", 2222).as_deref(),
+            Some("[10.0.0.1]:2222 ssh-ed25519 AAAA1")
+        );
+        assert_eq!(
+            known_hosts_for(text, "10.0.0.2", 22).as_deref(),
+            Some("sw2,10.0.0.2 ssh-rsa AAAA2")
+        );
+        assert_eq!(known_hosts_for(text, "10.0.0.3", 22), None);
+        assert_eq!(
+            known_hosts_for("x ssh-rsa AAAA", "10.0.0.3", 22).as_deref(),
+            Some("x ssh-rsa AAAA")
+        );
     }
 }

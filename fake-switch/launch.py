@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Starts simulated switches (fake-switches 1.5.0) on free loopback ports, in one process.
+
+Usage: launch.py SPEC.json OUT.json
+
+SPEC.json: {"switches": [{"name": "sw1", "model": "cisco_generic",
+                          "username": "admin", "password": "...",
+                          "enable_password": "...", "auto_enabled": false}, ...]}
+
+Each switch listens on 127.0.0.1 on a port the kernel picks. When every switch listens,
+OUT.json is written (atomically) with, per switch: name, model, address, port,
+username, password, enable_password, host_key_fingerprint (OpenSSH SHA256 form),
+known_hosts_line and ports (the device's port names). The process then serves until
+SIGTERM/SIGINT. Passwords arrive in a file, never on the command line.
+"""
+import base64
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+
+from twisted.conch.ssh import keys
+from twisted.internet import reactor
+
+from fake_switches.switch_factory import SwitchFactory
+from fake_switches.transports.ssh_service import SwitchSshService, getRSAKeys
+
+
+def host_key():
+    public, _ = getRSAKeys()
+    blob = keys.Key.fromString(data=public.encode()).blob()
+    fingerprint = "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+    return fingerprint, "ssh-rsa " + base64.b64encode(blob).decode()
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    spec_path, out_path = sys.argv[1], sys.argv[2]
+    with open(spec_path) as f:
+        spec = json.load(f)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    fingerprint, key_line = host_key()
+    factory = SwitchFactory()
+    described = []
+    for sw in spec["switches"]:
+        core = factory.get(
+            sw["model"],
+            hostname=sw["name"],
+            password=sw.get("enable_password", ""),
+            auto_enabled=bool(sw.get("auto_enabled", False)),
+        )
+        service = SwitchSshService(
+            ip="127.0.0.1",
+            port=0,
+            switch_core=core,
+            users={sw["username"]: sw["password"].encode()},
+        )
+        listening = service.hook_to_reactor(reactor)
+        port = listening.getHost().port
+        described.append({
+            "name": sw["name"],
+            "model": sw["model"],
+            "address": "127.0.0.1",
+            "port": port,
+            "username": sw["username"],
+            "password": sw["password"],
+            "enable_password": sw.get("enable_password", ""),
+            "host_key_fingerprint": fingerprint,
+            "known_hosts_line": "[127.0.0.1]:%d %s" % (port, key_line),
+            "ports": [p.name for p in core.switch_configuration.ports],
+        })
+    tmp = out_path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"pid": os.getpid(), "switches": described}, f, indent=2)
+    os.rename(tmp, out_path)
+
+    def stop(*_):
+        reactor.callFromThread(reactor.stop)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    reactor.run(installSignalHandlers=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,983 @@
+//! Vendor CLI dialects as data, and the pure engine that uses them.
+//!
+//! A dialect is a YAML document under `providers/dialects/` (embedded at build time):
+//! how to get to privileged and configuration mode, which output lines are errors,
+//! one command template per operation, and line rules that parse the device's own
+//! `show` output back into an [`ObservedPort`]. Adding a vendor means adding a file,
+//! not code, as long as its CLI fits one of the two VLAN styles:
+//!
+//! - `interface`: VLAN membership is configured inside `interface X` (Cisco, Dell,
+//!   Arista). A port is in one *kind* — unconfigured, access, trunk, or trunk with a
+//!   native VLAN (`trunk_native`, for devices that need another mode for it, such as
+//!   Dell's general mode). Changing kind clears the old kind's settings, enters the
+//!   new one and sets everything; staying in the same kind sends only the deltas.
+//! - `vlan`: membership is configured inside `vlan N` (`untagged` / `tagged` port,
+//!   Brocade). Memberships to drop are removed first (tagged, then untagged), then new
+//!   ones added (tagged, then untagged).
+//!
+//! Everything here is pure: [`Dialect::plan`] turns (observed, desired) into the exact
+//! command lines, [`Dialect::parse`] turns show output into an observed port, and
+//! [`Dialect::error_in`] finds an error line in a command's output. Rendered values
+//! come from the validated types of [`crate::values`]; [`render`] still refuses a
+//! line with a control character, so nothing can smuggle a second command.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
+
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::model::{
+    AdminState, Capabilities, Capability, DesiredPort, ObservedPort, PortField, VlanMode, diff,
+};
+use crate::values::{Description, Mtu, PortName, VlanId, VlanName, VlanSet};
+
+/// The dialect files, embedded: (file name, text).
+pub const DIALECT_FILES: [(&str, &str); 5] = [
+    (
+        "cisco_ios.yaml",
+        include_str!("../../dialects/cisco_ios.yaml"),
+    ),
+    (
+        "dell_powerconnect.yaml",
+        include_str!("../../dialects/dell_powerconnect.yaml"),
+    ),
+    ("dell10g.yaml", include_str!("../../dialects/dell10g.yaml")),
+    (
+        "brocade_fastiron.yaml",
+        include_str!("../../dialects/brocade_fastiron.yaml"),
+    ),
+    (
+        "arista_eos.yaml",
+        include_str!("../../dialects/arista_eos.yaml"),
+    ),
+];
+
+/// A dialect file that does not load: names the file and the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("dialect {file}: {reason}")]
+pub struct DialectError {
+    /// The file.
+    pub file: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Every embedded dialect, loaded once. Panics only if an embedded file is broken,
+/// which the unit tests rule out.
+pub fn builtin() -> &'static [Arc<Dialect>] {
+    static ALL: OnceLock<Vec<Arc<Dialect>>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        DIALECT_FILES
+            .iter()
+            .map(|(file, text)| Arc::new(Dialect::load(file, text).expect("embedded dialect")))
+            .collect()
+    })
+}
+
+/// The embedded dialect for an `os` value of the ProviderSwitch (`ios`, `powerconnect`,
+/// `dell10g`, `fastiron`, `eos`).
+pub fn for_os(os: &str) -> Option<Arc<Dialect>> {
+    builtin().iter().find(|d| d.os == os).cloned()
+}
+
+// ---------------------------------------------------------------------------------
+// The file format.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DialectFile {
+    name: String,
+    os: String,
+    capabilities: Vec<Capability>,
+    session: SessionSpec,
+    errors: Vec<String>,
+    vlan_create: Vec<String>,
+    vlan_create_named: Vec<String>,
+    interface_enter: String,
+    port: PortTemplates,
+    vlans: VlanTemplates,
+    read: ReadFile,
+    #[serde(default)]
+    save: Vec<SaveStep>,
+}
+
+/// How a session gets to configuration mode.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSpec {
+    /// How to reach privileged mode, when the login lands in user mode.
+    pub enable: Option<EnableSpec>,
+    /// Commands that turn paging off (sent once after enable).
+    #[serde(default)]
+    pub paging_off: Vec<String>,
+    /// Command that enters configuration mode.
+    pub configure: String,
+    /// Command that leaves one configuration level.
+    pub exit: String,
+}
+
+/// How to reach privileged mode.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnableSpec {
+    /// The command (`enable`).
+    pub command: String,
+    /// Regex matching the end of the password prompt.
+    pub password_prompt: String,
+}
+
+/// One step of saving the configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaveStep {
+    /// The command (`write memory`).
+    pub command: String,
+    /// Regex of a confirmation question the device may ask.
+    #[serde(default)]
+    pub confirm: Option<String>,
+    /// What to answer to it.
+    #[serde(default)]
+    pub answer: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PortTemplates {
+    description_set: Option<String>,
+    description_clear: Option<String>,
+    admin_up: Option<String>,
+    admin_down: Option<String>,
+    mtu_set: Option<String>,
+    mtu_clear: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "style", rename_all = "snake_case", deny_unknown_fields)]
+enum VlanTemplates {
+    Interface(Box<InterfaceVlans>),
+    Vlan(VlanCentric),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WithoutAllowed {
+    All,
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InterfaceVlans {
+    native_in_allowed: bool,
+    trunk_without_allowed: WithoutAllowed,
+    unconfigured: KindTemplates,
+    #[serde(default)]
+    access: Option<KindTemplates>,
+    #[serde(default)]
+    trunk: Option<KindTemplates>,
+    #[serde(default)]
+    trunk_native: Option<KindTemplates>,
+    /// Device mode word (`switchport mode X`) -> kind.
+    modes: BTreeMap<String, Kind>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KindTemplates {
+    #[serde(default)]
+    enter: Vec<String>,
+    #[serde(default)]
+    clear: Vec<String>,
+    set: Option<String>,
+    allowed_replace: Option<String>,
+    allowed_none: Option<String>,
+    allowed_add: Option<String>,
+    allowed_remove: Option<String>,
+    native_set: Option<String>,
+    native_clear: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VlanCentric {
+    default_vlan: u16,
+    vlan_enter: String,
+    untagged_add: String,
+    untagged_remove: String,
+    tagged_add: String,
+    tagged_remove: String,
+}
+
+/// The kind of VLAN configuration a port is in (interface style).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Kind {
+    Unconfigured,
+    Access,
+    Trunk,
+    TrunkNative,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadFile {
+    commands: Vec<String>,
+    admin_default: AdminWord,
+    rules: Vec<RuleFile>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum AdminWord {
+    Up,
+    Down,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    #[serde(rename = "match")]
+    pattern: String,
+    field: Field,
+}
+
+/// What a matching line says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Field {
+    Description,
+    Mode,
+    AccessVlan,
+    NativeVlan,
+    AllowedVlans,
+    AllowedVlansAdd,
+    UntaggedVlan,
+    TaggedVlan,
+    Mtu,
+    AdminDown,
+    AdminUp,
+}
+
+// ---------------------------------------------------------------------------------
+// The loaded dialect.
+
+/// A loaded, checked dialect.
+#[derive(Debug)]
+pub struct Dialect {
+    /// Dialect name (`cisco_ios`).
+    pub name: String,
+    /// The ProviderSwitch `os` value it serves.
+    pub os: String,
+    capabilities: Capabilities,
+    /// Session handling.
+    pub session: SessionSpec,
+    /// Regex of the enable password prompt, compiled.
+    pub enable_password_prompt: Option<Regex>,
+    errors: Vec<Regex>,
+    vlan_create: Vec<String>,
+    vlan_create_named: Vec<String>,
+    interface_enter: String,
+    port: PortTemplates,
+    vlans: VlanTemplates,
+    read_commands: Vec<String>,
+    admin_default: AdminState,
+    rules: Vec<(Regex, Field)>,
+    /// Steps that save the configuration, with compiled confirmation regexes.
+    pub save: Vec<(SaveStep, Option<Regex>)>,
+}
+
+fn compile(file: &str, what: &str, pattern: &str) -> Result<Regex, DialectError> {
+    Regex::new(pattern).map_err(|e| DialectError {
+        file: file.into(),
+        reason: format!("{what} {pattern:?} is not a valid regex: {e}"),
+    })
+}
+
+impl Dialect {
+    /// Loads and checks a dialect document.
+    pub fn load(file: &str, text: &str) -> Result<Self, DialectError> {
+        let f: DialectFile = serde_yaml::from_str(text).map_err(|e| DialectError {
+            file: file.into(),
+            reason: e.to_string(),
+        })?;
+        let err = |reason: String| DialectError {
+            file: file.into(),
+            reason,
+        };
+        let caps = Capabilities::new(f.capabilities.iter().copied());
+        // Every declared capability needs its templates.
+        let p = &f.port;
+        let need = |cap: Capability, ok: bool, what: &str| {
+            if caps.supports(cap) && !ok {
+                Err(err(format!("declares {cap} but has no {what}")))
+            } else {
+                Ok(())
+            }
+        };
+        need(
+            Capability::Description,
+            p.description_set.is_some() && p.description_clear.is_some(),
+            "port.description_set/description_clear",
+        )?;
+        need(
+            Capability::Disable,
+            p.admin_up.is_some() && p.admin_down.is_some(),
+            "port.admin_up/admin_down",
+        )?;
+        need(
+            Capability::Mtu,
+            p.mtu_set.is_some() && p.mtu_clear.is_some(),
+            "port.mtu_set/mtu_clear",
+        )?;
+        for cap in [Capability::Acl, Capability::LinkAggregation] {
+            need(
+                cap,
+                false,
+                "templates for it (not supported by the CLI engine)",
+            )?;
+        }
+        if let VlanTemplates::Interface(iv) = &f.vlans {
+            need(
+                Capability::AccessVlan,
+                iv.access.as_ref().is_some_and(|a| a.set.is_some()),
+                "vlans.access.set",
+            )?;
+            let allowed_ok = |k: &KindTemplates| {
+                k.allowed_replace.is_some()
+                    || (k.allowed_add.is_some() && k.allowed_remove.is_some())
+            };
+            need(
+                Capability::Trunk,
+                iv.trunk.as_ref().is_some_and(allowed_ok),
+                "vlans.trunk.allowed_replace or allowed_add/allowed_remove",
+            )?;
+            let native = iv.trunk_native.as_ref().or(iv.trunk.as_ref());
+            need(
+                Capability::NativeVlan,
+                native.is_some_and(|k| {
+                    k.native_set.is_some() && k.native_clear.is_some() && allowed_ok(k)
+                }),
+                "vlans.trunk(_native).native_set/native_clear",
+            )?;
+        }
+        let errors = f
+            .errors
+            .iter()
+            .map(|e| compile(file, "error pattern", e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rules = f
+            .read
+            .rules
+            .iter()
+            .map(|r| Ok((compile(file, "read rule", &r.pattern)?, r.field)))
+            .collect::<Result<Vec<_>, DialectError>>()?;
+        let enable_password_prompt = match &f.session.enable {
+            Some(e) => Some(compile(file, "password prompt", &e.password_prompt)?),
+            None => None,
+        };
+        let save = f
+            .save
+            .into_iter()
+            .map(|s| {
+                let re = match &s.confirm {
+                    Some(c) => Some(compile(file, "save confirmation", c)?),
+                    None => None,
+                };
+                Ok((s, re))
+            })
+            .collect::<Result<Vec<_>, DialectError>>()?;
+        Ok(Self {
+            name: f.name,
+            os: f.os,
+            capabilities: caps,
+            session: f.session,
+            enable_password_prompt,
+            errors,
+            vlan_create: f.vlan_create,
+            vlan_create_named: f.vlan_create_named,
+            interface_enter: f.interface_enter,
+            port: f.port,
+            vlans: f.vlans,
+            read_commands: f.read.commands,
+            admin_default: match f.read.admin_default {
+                AdminWord::Up => AdminState::Up,
+                AdminWord::Down => AdminState::Down,
+            },
+            rules,
+            save,
+        })
+    }
+
+    /// What this dialect can configure (and read back).
+    pub fn capabilities(&self) -> Capabilities {
+        self.capabilities.clone()
+    }
+
+    /// The first line of `output` that matches an error pattern, if any.
+    pub fn error_in(&self, output: &str) -> Option<String> {
+        output
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .find(|l| self.errors.iter().any(|re| re.is_match(l)))
+            .map(|l| l.trim().to_owned())
+    }
+
+    /// The show commands that read `port`.
+    pub fn read_commands(&self, port: &PortName) -> Vec<String> {
+        self.read_commands
+            .iter()
+            .map(|t| render(t, &Values::port(port)))
+            .collect()
+    }
+
+    /// Parses the outputs of [`Self::read_commands`] (concatenated) into the observed
+    /// port. Fields the dialect cannot read (ACL, LAG, and MTU where it has no MTU
+    /// capability) stay unknown.
+    pub fn parse(&self, port: &PortName, output: &str) -> ObservedPort {
+        let mut seen = Seen::default();
+        for line in output.lines().map(|l| l.trim_end_matches('\r')) {
+            for (re, field) in &self.rules {
+                if let Some(c) = re.captures(line) {
+                    let text = c.get(1).map(|m| m.as_str()).unwrap_or("");
+                    seen.record(*field, text);
+                }
+            }
+        }
+        let admin = seen.admin.unwrap_or(self.admin_default);
+        let vlans = match &self.vlans {
+            VlanTemplates::Interface(iv) => seen.interface_vlans(iv),
+            VlanTemplates::Vlan(vc) => seen.vlan_centric(vc),
+        };
+        let supports = |c| self.capabilities.supports(c);
+        ObservedPort {
+            port: port.clone(),
+            admin: Some(admin),
+            vlans: Some(vlans),
+            mtu: supports(Capability::Mtu).then_some(seen.mtu),
+            description: Some(
+                seen.description
+                    .map(|d| Description::parse(&d).unwrap_or_else(|_| unreadable_description())),
+            ),
+            acl: None,
+            lag: None,
+        }
+    }
+
+    /// The commands that take a port from `observed` to `desired`, grouped into one
+    /// block per configuration context; empty when nothing differs. VLANs the port
+    /// needs are created (and named) first. Lines are exact device input, run from
+    /// configuration mode; each block returns to it.
+    pub fn plan(&self, observed: &ObservedPort, desired: &DesiredPort) -> Plan {
+        let fields = diff(desired, observed);
+        let mut plan = Plan::default();
+        if fields.is_empty() {
+            return plan;
+        }
+        if fields.contains(&PortField::Vlans) {
+            for vlan in vlans_of(&desired.vlans) {
+                plan.vlans
+                    .insert(vlan, desired.vlan_names.get(&vlan).cloned());
+            }
+        }
+        let mut iface: Vec<String> = Vec::new();
+        let v = Values::port(&desired.port);
+        let p = &self.port;
+        let put = |out: &mut Vec<String>, t: &Option<String>, vals: &Values| {
+            if let Some(t) = t {
+                out.push(render(t, vals));
+            }
+        };
+        if fields.contains(&PortField::Description) {
+            match &desired.description {
+                Some(d) => {
+                    let vals = Values {
+                        description: Some(d.as_str()),
+                        ..v.clone()
+                    };
+                    put(&mut iface, &p.description_set, &vals);
+                }
+                None => put(&mut iface, &p.description_clear, &v),
+            }
+        }
+        if fields.contains(&PortField::Mtu) {
+            match desired.mtu {
+                Some(m) => {
+                    let vals = Values {
+                        mtu: Some(m),
+                        ..v.clone()
+                    };
+                    put(&mut iface, &p.mtu_set, &vals);
+                }
+                None => put(&mut iface, &p.mtu_clear, &v),
+            }
+        }
+        let observed_vlans = observed.vlans.clone().unwrap_or_default();
+        if fields.contains(&PortField::Vlans) {
+            match &self.vlans {
+                VlanTemplates::Interface(iv) => {
+                    iface.extend(interface_vlan_lines(iv, &observed_vlans, &desired.vlans));
+                }
+                VlanTemplates::Vlan(vc) => {
+                    plan.blocks.extend(vlan_centric_blocks(
+                        vc,
+                        &self.session.exit,
+                        &desired.port,
+                        &observed_vlans,
+                        &desired.vlans,
+                    ));
+                }
+            }
+        }
+        // Admin state last, so a port comes up with its final VLANs.
+        if fields.contains(&PortField::Admin) {
+            match desired.admin {
+                AdminState::Up => put(&mut iface, &p.admin_up, &v),
+                AdminState::Down => put(&mut iface, &p.admin_down, &v),
+            }
+        }
+        if !iface.is_empty() {
+            let mut block = vec![render(&self.interface_enter, &v)];
+            block.extend(iface);
+            block.push(self.session.exit.clone());
+            // The interface block goes after the VLAN-context blocks: memberships
+            // are settled before the port is enabled.
+            plan.blocks.push(block);
+        }
+        plan
+    }
+
+    /// The lines that create (and name) one VLAN, from configuration mode.
+    pub fn create_vlan_lines(&self, vlan: VlanId, name: Option<&VlanName>) -> Vec<String> {
+        let vals = Values {
+            vlan: Some(vlan),
+            name: name.map(VlanName::as_str),
+            ..Values::default()
+        };
+        let templates = if name.is_some() {
+            &self.vlan_create_named
+        } else {
+            &self.vlan_create
+        };
+        templates.iter().map(|t| render(t, &vals)).collect()
+    }
+}
+
+/// What one port needs: VLANs to create (with their names) and blocks of lines, each
+/// entered from and returning to configuration mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// VLANs to create before the blocks run.
+    pub vlans: BTreeMap<VlanId, Option<VlanName>>,
+    /// Command blocks, in order.
+    pub blocks: Vec<Vec<String>>,
+}
+
+impl Plan {
+    /// Whether the port already matches.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty() && self.vlans.is_empty()
+    }
+}
+
+/// The stand-in for a description set on the device that this grammar refuses (for
+/// example one with a `#`): it differs from every desired description, so the port
+/// reads as drifted and the next apply overwrites it.
+pub fn unreadable_description() -> Description {
+    Description::parse("(description not readable by patchbay)").expect("valid")
+}
+
+fn vlans_of(mode: &VlanMode) -> Vec<VlanId> {
+    match mode {
+        VlanMode::Unconfigured => Vec::new(),
+        VlanMode::Access { vlan } => vec![*vlan],
+        VlanMode::Trunk { native, allowed } => {
+            let mut all: BTreeSet<VlanId> = allowed.iter().collect();
+            all.extend(native.iter().copied());
+            all.into_iter().collect()
+        }
+    }
+}
+
+fn kind_of(iv: &InterfaceVlans, mode: &VlanMode) -> Kind {
+    match mode {
+        VlanMode::Unconfigured => Kind::Unconfigured,
+        VlanMode::Access { .. } => Kind::Access,
+        VlanMode::Trunk {
+            native: Some(_), ..
+        } if iv.trunk_native.is_some() => Kind::TrunkNative,
+        VlanMode::Trunk { .. } => Kind::Trunk,
+    }
+}
+
+fn templates(iv: &InterfaceVlans, kind: Kind) -> KindTemplates {
+    match kind {
+        Kind::Unconfigured => Some(iv.unconfigured.clone()),
+        Kind::Access => iv.access.clone(),
+        Kind::Trunk => iv.trunk.clone(),
+        Kind::TrunkNative => iv.trunk_native.clone(),
+    }
+    .unwrap_or_default()
+}
+
+/// The allowed list as the device holds it.
+fn device_allowed(iv: &InterfaceVlans, native: Option<VlanId>, allowed: &VlanSet) -> VlanSet {
+    let mut set = allowed.clone();
+    if iv.native_in_allowed
+        && let Some(n) = native
+    {
+        set.insert(n);
+    }
+    set
+}
+
+fn interface_vlan_lines(
+    iv: &InterfaceVlans,
+    observed: &VlanMode,
+    desired: &VlanMode,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let from = kind_of(iv, observed);
+    let to = kind_of(iv, desired);
+    let t = templates(iv, to);
+    let none = Values::default();
+    let same_kind = from == to;
+    if !same_kind {
+        for line in &templates(iv, from).clear {
+            out.push(render(line, &none));
+        }
+        for line in &t.enter {
+            out.push(render(line, &none));
+        }
+    }
+    match desired {
+        VlanMode::Unconfigured => {}
+        VlanMode::Access { vlan } => {
+            if let Some(set) = &t.set {
+                out.push(render(set, &Values::vlan(*vlan)));
+            }
+        }
+        VlanMode::Trunk { native, allowed } => {
+            let want = device_allowed(iv, *native, allowed);
+            let (had, had_native) = match (same_kind, observed) {
+                (true, VlanMode::Trunk { native, allowed }) => {
+                    (Some(device_allowed(iv, *native, allowed)), *native)
+                }
+                _ => (None, None),
+            };
+            if had.as_ref() != Some(&want) {
+                if let Some(replace) = &t.allowed_replace {
+                    if want.is_empty() {
+                        if let Some(none_line) = &t.allowed_none {
+                            out.push(render(none_line, &Values::default()));
+                        }
+                    } else {
+                        out.push(render(replace, &Values::vlans(&want)));
+                    }
+                } else if let (Some(add), Some(remove)) = (&t.allowed_add, &t.allowed_remove) {
+                    let had = had.unwrap_or_default();
+                    let drop: VlanSet = had.iter().filter(|v| !want.contains(*v)).collect();
+                    let gain: VlanSet = want.iter().filter(|v| !had.contains(*v)).collect();
+                    if !drop.is_empty() {
+                        out.push(render(remove, &Values::vlans(&drop)));
+                    }
+                    if !gain.is_empty() {
+                        out.push(render(add, &Values::vlans(&gain)));
+                    }
+                }
+            }
+            if *native != had_native || !same_kind {
+                match native {
+                    Some(n) => {
+                        if let Some(set) = &t.native_set {
+                            out.push(render(set, &Values::vlan(*n)));
+                        }
+                    }
+                    None if same_kind && had_native.is_some() => {
+                        if let Some(clear) = &t.native_clear {
+                            out.push(render(clear, &none));
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// (untagged, tagged) memberships of a VLAN mode on a vlan-centric device.
+fn memberships(vc: &VlanCentric, mode: &VlanMode) -> (Option<VlanId>, BTreeSet<VlanId>) {
+    match mode {
+        VlanMode::Unconfigured => (None, BTreeSet::new()),
+        VlanMode::Access { vlan } => (Some(*vlan), BTreeSet::new()),
+        VlanMode::Trunk { native, allowed } => (
+            native.filter(|n| n.get() != vc.default_vlan),
+            allowed.iter().collect(),
+        ),
+    }
+}
+
+fn vlan_centric_blocks(
+    vc: &VlanCentric,
+    exit: &str,
+    port: &PortName,
+    observed: &VlanMode,
+    desired: &VlanMode,
+) -> Vec<Vec<String>> {
+    let (u_old, t_old) = memberships(vc, observed);
+    let (u_new, t_new) = memberships(vc, desired);
+    let u_old = u_old.filter(|v| v.get() != vc.default_vlan);
+    let u_new_eff = u_new.filter(|v| v.get() != vc.default_vlan);
+    let mut blocks = Vec::new();
+    let block = |vlan: VlanId, template: &str| {
+        let vals = Values {
+            vlan: Some(vlan),
+            port: Some(port.as_str()),
+            ..Values::default()
+        };
+        vec![
+            render(&vc.vlan_enter, &vals),
+            render(template, &vals),
+            exit.to_owned(),
+        ]
+    };
+    for v in t_old.difference(&t_new) {
+        blocks.push(block(*v, &vc.tagged_remove));
+    }
+    if let Some(u) = u_old
+        && u_new_eff != Some(u)
+    {
+        blocks.push(block(u, &vc.untagged_remove));
+    }
+    for v in t_new.difference(&t_old) {
+        blocks.push(block(*v, &vc.tagged_add));
+    }
+    if let Some(u) = u_new_eff
+        && u_old != Some(u)
+    {
+        blocks.push(block(u, &vc.untagged_add));
+    }
+    blocks
+}
+
+// ---------------------------------------------------------------------------------
+// Parsing.
+
+#[derive(Default)]
+struct Seen {
+    description: Option<String>,
+    mode: Option<String>,
+    access: Option<VlanId>,
+    native: Option<VlanId>,
+    allowed: Option<VlanSet>,
+    untagged: Option<VlanId>,
+    tagged: BTreeSet<VlanId>,
+    mtu: Option<Mtu>,
+    admin: Option<AdminState>,
+}
+
+/// Parses a device VLAN list (`10,20-22`, `none`); unparsable parts are skipped
+/// (the read then differs from any desired state, which is the safe outcome).
+fn device_vlan_list(text: &str) -> VlanSet {
+    if text == "none" {
+        return VlanSet::new();
+    }
+    let mut set = VlanSet::new();
+    for part in text.split(',') {
+        if let Ok(s) = VlanSet::parse(part) {
+            for v in s.iter() {
+                set.insert(v);
+            }
+        } else if let Some((a, b)) = part.split_once('-') {
+            // Devices print ranges reaching 4095 (`1-4095`): clamp to usable VLANs.
+            if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) {
+                for n in a.max(1)..=b.min(4094) {
+                    if let Ok(v) = VlanId::new(n) {
+                        set.insert(v);
+                    }
+                }
+            }
+        }
+    }
+    set
+}
+
+fn all_vlans() -> VlanSet {
+    (1..=4094).filter_map(|n| VlanId::new(n).ok()).collect()
+}
+
+impl Seen {
+    fn record(&mut self, field: Field, text: &str) {
+        let vlan = || text.parse::<u16>().ok().and_then(|n| VlanId::new(n).ok());
+        match field {
+            Field::Description => self.description = Some(text.to_owned()),
+            Field::Mode => self.mode = Some(text.to_owned()),
+            Field::AccessVlan => self.access = vlan(),
+            Field::NativeVlan => self.native = vlan(),
+            Field::AllowedVlans => self.allowed = Some(device_vlan_list(text)),
+            Field::AllowedVlansAdd => {
+                let set = self.allowed.get_or_insert_with(VlanSet::new);
+                for v in device_vlan_list(text).iter() {
+                    set.insert(v);
+                }
+            }
+            Field::UntaggedVlan => self.untagged = vlan(),
+            Field::TaggedVlan => {
+                if let Some(v) = vlan() {
+                    self.tagged.insert(v);
+                }
+            }
+            Field::Mtu => self.mtu = text.parse::<i64>().ok().and_then(|n| Mtu::new(n).ok()),
+            Field::AdminDown => self.admin = Some(AdminState::Down),
+            Field::AdminUp => self.admin = Some(AdminState::Up),
+        }
+    }
+
+    fn interface_vlans(&self, iv: &InterfaceVlans) -> VlanMode {
+        let kind = match &self.mode {
+            Some(m) => iv.modes.get(m).copied().unwrap_or(Kind::Unconfigured),
+            None if self.access.is_some() => Kind::Access,
+            None => Kind::Unconfigured,
+        };
+        match kind {
+            Kind::Unconfigured => VlanMode::Unconfigured,
+            Kind::Access => VlanMode::Access {
+                vlan: self.access.unwrap_or(VlanId::new(1).expect("1 is a VLAN")),
+            },
+            Kind::Trunk | Kind::TrunkNative => {
+                let mut allowed = match (&self.allowed, iv.trunk_without_allowed) {
+                    (Some(a), _) => a.clone(),
+                    (None, WithoutAllowed::All) => all_vlans(),
+                    (None, WithoutAllowed::None) => VlanSet::new(),
+                };
+                if let Some(n) = self.native
+                    && (iv.native_in_allowed || kind == Kind::TrunkNative)
+                {
+                    allowed = allowed.iter().filter(|v| *v != n).collect();
+                }
+                VlanMode::Trunk {
+                    native: self.native,
+                    allowed,
+                }
+            }
+        }
+    }
+
+    fn vlan_centric(&self, vc: &VlanCentric) -> VlanMode {
+        let untagged = self.untagged.filter(|v| v.get() != vc.default_vlan);
+        if !self.tagged.is_empty() {
+            VlanMode::Trunk {
+                native: untagged,
+                allowed: self.tagged.iter().copied().collect(),
+            }
+        } else if let Some(u) = untagged {
+            VlanMode::Access { vlan: u }
+        } else {
+            VlanMode::Unconfigured
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Rendering.
+
+/// Values a template may use: `{port} {vlan} {vlans} {name} {description} {mtu}`.
+#[derive(Debug, Clone, Default)]
+struct Values<'a> {
+    port: Option<&'a str>,
+    vlan: Option<VlanId>,
+    vlans: Option<String>,
+    name: Option<&'a str>,
+    description: Option<&'a str>,
+    mtu: Option<Mtu>,
+}
+
+impl<'a> Values<'a> {
+    fn port(port: &'a PortName) -> Self {
+        Self {
+            port: Some(port.as_str()),
+            ..Self::default()
+        }
+    }
+    fn vlan(vlan: VlanId) -> Self {
+        Self {
+            vlan: Some(vlan),
+            ..Self::default()
+        }
+    }
+    fn vlans(set: &VlanSet) -> Self {
+        Self {
+            vlans: Some(set.to_range_string()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Fills a template. A placeholder without a value renders empty (the dialect
+/// loader's tests render every template). Control characters never reach the
+/// output: values are validated types, and any that slipped through are dropped.
+fn render(template: &str, v: &Values<'_>) -> String {
+    let mut out = template.to_owned();
+    let pairs: [(&str, Option<String>); 6] = [
+        ("{port}", v.port.map(str::to_owned)),
+        ("{vlan}", v.vlan.map(|x| x.get().to_string())),
+        ("{vlans}", v.vlans.clone()),
+        ("{name}", v.name.map(str::to_owned)),
+        ("{description}", v.description.map(str::to_owned)),
+        ("{mtu}", v.mtu.map(|m| m.get().to_string())),
+    ];
+    for (key, value) in pairs {
+        if out.contains(key) {
+            out = out.replace(key, value.as_deref().unwrap_or(""));
+        }
+    }
+    out.retain(|c| !c.is_control());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_dialect_loads_with_a_distinct_os() {
+        let all = builtin();
+        assert_eq!(all.len(), DIALECT_FILES.len());
+        let oses: BTreeSet<&str> = all.iter().map(|d| d.os.as_str()).collect();
+        assert_eq!(oses.len(), all.len());
+        assert!(for_os("ios").is_some() && for_os("junos").is_none());
+    }
+
+    #[test]
+    fn a_capability_without_templates_is_refused_naming_the_file() {
+        let (_, text) = DIALECT_FILES[0];
+        let broken = text.replace("  description_set: \"description {description}\"\n", "");
+        let err = Dialect::load("broken.yaml", &broken).unwrap_err();
+        assert_eq!(err.file, "broken.yaml");
+        assert!(err.reason.contains("description"), "{err}");
+        let bad_regex = text.replace("'^% '", "'(['");
+        assert!(
+            Dialect::load("x.yaml", &bad_regex)
+                .unwrap_err()
+                .reason
+                .contains("regex")
+        );
+    }
+
+    #[test]
+    fn rendering_drops_control_characters() {
+        let v = Values {
+            name: Some("a\nreload"),
+            ..Values::default()
+        };
+        assert_eq!(render("name {name}", &v), "name areload");
+    }
+
+    #[test]
+    fn device_vlan_lists_parse_ranges_none_and_4095() {
+        assert!(device_vlan_list("none").is_empty());
+        assert_eq!(device_vlan_list("10,20-22").to_range_string(), "10,20-22");
+        assert_eq!(device_vlan_list("1-4095").len(), 4094);
+    }
+}

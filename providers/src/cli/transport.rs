@@ -1,0 +1,308 @@
+//! The SSH transport: the only module that touches russh (its API moves between minor
+//! versions; keep it here).
+//!
+//! [`Shell::open`] connects with a timeout, verifies the host key against the pin
+//! (or, with [`HostKeyPolicy::AcceptAny`], logs a warning on every connect), logs in
+//! with a password or a private key, and opens a pty + interactive shell (switch CLIs,
+//! and the simulators, refuse exec channels). [`Shell::read_until`] reads with a
+//! deadline until a caller-supplied predicate finds the end of an answer.
+//!
+//! Errors are [`DeviceError`]s built from the address and what the transport said;
+//! credentials never enter them.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use russh::client::{self, Handle, Msg};
+use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use russh::{Channel, ChannelMsg, Disconnect};
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::error::DeviceError;
+use crate::secret::SecretString;
+
+/// How to log in.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Password authentication.
+    Password(SecretString),
+    /// Public-key authentication with an OpenSSH / PEM private key.
+    PrivateKey {
+        /// The key text.
+        pem: SecretString,
+        /// Its passphrase, if encrypted.
+        passphrase: Option<SecretString>,
+    },
+}
+
+/// How to check the device's host key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostKeyPolicy {
+    /// Accept only the key with this OpenSSH SHA256 fingerprint (`SHA256:…`).
+    Fingerprint(String),
+    /// Accept any host key: labs only; warns on every connect.
+    AcceptAny,
+}
+
+impl HostKeyPolicy {
+    /// The policy for a known_hosts line (`[host] key-type base64-key`): its key's
+    /// fingerprint.
+    pub fn from_known_hosts_line(line: &str) -> Result<Self, String> {
+        fingerprint_of_known_hosts_line(line).map(Self::Fingerprint)
+    }
+}
+
+/// The SHA256 fingerprint of the key in a known_hosts line.
+pub fn fingerprint_of_known_hosts_line(line: &str) -> Result<String, String> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let at = fields
+        .iter()
+        .position(|f| f.starts_with("ssh-") || f.starts_with("ecdsa-") || f.starts_with("sk-"))
+        .ok_or_else(|| "the known_hosts line has no key type (ssh-…, ecdsa-…)".to_owned())?;
+    let blob = fields
+        .get(at + 1)
+        .ok_or_else(|| "the known_hosts line has no key after its type".to_owned())?;
+    let key = PublicKey::from_openssh(&format!("{} {}", fields[at], blob))
+        .map_err(|e| format!("the known_hosts key does not parse: {e}"))?;
+    Ok(key.fingerprint(HashAlg::Sha256).to_string())
+}
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+pub struct SshTarget {
+    /// Address (IP or DNS name).
+    pub address: String,
+    /// TCP port.
+    pub port: u16,
+    /// Login name.
+    pub username: String,
+    /// Credentials.
+    pub auth: Auth,
+    /// Host-key check.
+    pub host_key: HostKeyPolicy,
+    /// Time allowed to connect, verify and log in.
+    pub connect_timeout: Duration,
+}
+
+impl SshTarget {
+    /// `address:port`, for messages.
+    pub fn endpoint(&self) -> String {
+        if self.address.contains(':') {
+            format!("[{}]:{}", self.address, self.port)
+        } else {
+            format!("{}:{}", self.address, self.port)
+        }
+    }
+}
+
+struct Verifier {
+    policy: HostKeyPolicy,
+    endpoint: String,
+    presented: Arc<Mutex<Option<String>>>,
+}
+
+impl client::Handler for Verifier {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        let fingerprint = match key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => {
+                key.fingerprint(HashAlg::Sha256).to_string()
+            }
+            PublicKeyOrCertificate::Certificate(cert) => {
+                cert.public_key().fingerprint(HashAlg::Sha256).to_string()
+            }
+        };
+        *self.presented.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint.clone());
+        Ok(match &self.policy {
+            HostKeyPolicy::Fingerprint(expected) => *expected == fingerprint,
+            HostKeyPolicy::AcceptAny => {
+                warn!(
+                    endpoint = %self.endpoint,
+                    presented = %fingerprint,
+                    "host key NOT verified (insecureAcceptAnyHostKey): pin it in the ProviderSwitch"
+                );
+                true
+            }
+        })
+    }
+}
+
+/// An interactive shell on the device.
+pub struct Shell {
+    handle: Handle<Verifier>,
+    channel: Channel<Msg>,
+    buf: String,
+    endpoint: String,
+}
+
+fn unreachable(endpoint: &str, reason: impl Into<String>) -> DeviceError {
+    DeviceError::Unreachable {
+        address: endpoint.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+impl Shell {
+    /// Connects, verifies the host key, logs in and opens the shell.
+    pub async fn open(target: &SshTarget) -> Result<Self, DeviceError> {
+        let endpoint = target.endpoint();
+        let during = format!("connecting to {endpoint}");
+        match tokio::time::timeout(target.connect_timeout, Self::open_inner(target)).await {
+            Ok(r) => r,
+            Err(_) => Err(DeviceError::Timeout {
+                during,
+                after: target.connect_timeout,
+            }),
+        }
+    }
+
+    async fn open_inner(target: &SshTarget) -> Result<Self, DeviceError> {
+        let endpoint = target.endpoint();
+        let presented = Arc::new(Mutex::new(None));
+        let verifier = Verifier {
+            policy: target.host_key.clone(),
+            endpoint: endpoint.clone(),
+            presented: presented.clone(),
+        };
+        let config = Arc::new(client::Config {
+            nodelay: true,
+            ..client::Config::default()
+        });
+        let connected =
+            client::connect(config, (target.address.as_str(), target.port), verifier).await;
+        let mut handle = match connected {
+            Ok(h) => h,
+            Err(e) => {
+                let seen = presented.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                return Err(match (&target.host_key, seen, &e) {
+                    (
+                        HostKeyPolicy::Fingerprint(expected),
+                        Some(seen),
+                        russh::Error::UnknownKey,
+                    ) if *expected != seen => DeviceError::HostKeyMismatch {
+                        address: endpoint,
+                        expected: expected.clone(),
+                        presented: seen,
+                    },
+                    _ => unreachable(&endpoint, e.to_string()),
+                });
+            }
+        };
+        let auth = match &target.auth {
+            Auth::Password(p) => handle
+                .authenticate_password(target.username.clone(), p.expose())
+                .await
+                .map_err(|e| unreachable(&endpoint, format!("during authentication: {e}")))?,
+            Auth::PrivateKey { pem, passphrase } => {
+                let key = russh::keys::decode_secret_key(
+                    pem.expose(),
+                    passphrase.as_ref().map(SecretString::expose),
+                )
+                .map_err(|_| DeviceError::AuthenticationFailed {
+                    address: endpoint.clone(),
+                })?;
+                let hash = handle
+                    .best_supported_rsa_hash()
+                    .await
+                    .map_err(|e| unreachable(&endpoint, e.to_string()))?
+                    .flatten();
+                handle
+                    .authenticate_publickey(
+                        target.username.clone(),
+                        PrivateKeyWithHashAlg::new(Arc::new(key), hash),
+                    )
+                    .await
+                    .map_err(|e| unreachable(&endpoint, format!("during authentication: {e}")))?
+            }
+        };
+        if !auth.success() {
+            return Err(DeviceError::AuthenticationFailed { address: endpoint });
+        }
+        let channel = handle
+            .channel_open_session()
+            .await
+            .map_err(|e| unreachable(&endpoint, format!("opening a session channel: {e}")))?;
+        // A wide terminal so long commands and show lines are not wrapped.
+        channel
+            .request_pty(false, "vt100", 511, 200, 0, 0, &[])
+            .await
+            .map_err(|e| unreachable(&endpoint, format!("requesting a pty: {e}")))?;
+        channel
+            .request_shell(false)
+            .await
+            .map_err(|e| unreachable(&endpoint, format!("requesting a shell: {e}")))?;
+        Ok(Self {
+            handle,
+            channel,
+            buf: String::new(),
+            endpoint,
+        })
+    }
+
+    /// The `address:port` of this session.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Sends text as typed input.
+    pub async fn write(&mut self, text: &str) -> Result<(), DeviceError> {
+        self.channel
+            .data_bytes(text.as_bytes().to_vec())
+            .await
+            .map_err(|e| unreachable(&self.endpoint, format!("sending: {e}")))
+    }
+
+    /// Reads until `done` finds the end of the answer in what has arrived (it returns
+    /// the byte offset just past it); returns that text and keeps the rest. Fails with
+    /// a timeout after `timeout`, or when the device closes the session.
+    pub async fn read_until(
+        &mut self,
+        done: impl Fn(&str) -> Option<usize>,
+        timeout: Duration,
+        during: &str,
+    ) -> Result<String, DeviceError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(end) = done(&self.buf) {
+                let rest = self.buf.split_off(end);
+                return Ok(std::mem::replace(&mut self.buf, rest));
+            }
+            let msg = match tokio::time::timeout_at(deadline, self.channel.wait()).await {
+                Ok(m) => m,
+                Err(_) => {
+                    return Err(DeviceError::Timeout {
+                        during: during.to_owned(),
+                        after: timeout,
+                    });
+                }
+            };
+            match msg {
+                Some(ChannelMsg::Data { data }) | Some(ChannelMsg::ExtendedData { data, .. }) => {
+                    self.buf.push_str(&String::from_utf8_lossy(&data));
+                }
+                Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => {
+                    return Err(unreachable(
+                        &self.endpoint,
+                        format!("the device closed the session while {during}"),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Closes the shell and the connection; errors are irrelevant at this point.
+    pub async fn close(self) {
+        let _ = self.channel.eof().await;
+        let _ = self.channel.close().await;
+        let _ = self
+            .handle
+            .disconnect(Disconnect::ByApplication, "", "en")
+            .await;
+    }
+}

@@ -1,0 +1,201 @@
+//! Starts and stops the switch simulators of `fake-switch/` (fake-switches 1.5.0 in a
+//! Python venv, `make fake-switch`): N switches of given models in one Python process,
+//! each on a free 127.0.0.1 port, described in a JSON file the launcher writes once
+//! every switch listens. Used by the tests, the benchmarks and `make demo`.
+//!
+//! Passwords travel in a 0600 spec file, never on a command line; the process is
+//! stopped by the PID this module started (on drop, too).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use serde::{Deserialize, Serialize};
+
+/// One switch to start.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimSpec {
+    /// Hostname (appears in the prompt).
+    pub name: String,
+    /// fake-switches model (`cisco_generic`, `dell_generic`, `dell10g_generic`,
+    /// `brocade_generic`, `arista_generic`, `cisco_2960_48TT_L`, …).
+    pub model: String,
+    /// Login name.
+    pub username: String,
+    /// Login password.
+    pub password: String,
+    /// Enable password.
+    pub enable_password: String,
+}
+
+impl SimSpec {
+    /// A switch with generated passwords.
+    pub fn new(name: &str, model: &str) -> Self {
+        let salt = rand_u32();
+        Self {
+            name: name.to_owned(),
+            model: model.to_owned(),
+            username: "netops".to_owned(),
+            password: format!("pw-{name}-{salt:x}"),
+            enable_password: format!("en-{name}-{salt:x}"),
+        }
+    }
+}
+
+/// A running simulated switch, as the launcher describes it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SimSwitch {
+    /// Hostname.
+    pub name: String,
+    /// Model.
+    pub model: String,
+    /// Always 127.0.0.1.
+    pub address: String,
+    /// SSH port.
+    pub port: u16,
+    /// Login name.
+    pub username: String,
+    /// Login password.
+    pub password: String,
+    /// Enable password.
+    pub enable_password: String,
+    /// The host key's OpenSSH SHA256 fingerprint.
+    pub host_key_fingerprint: String,
+    /// A known_hosts line for it.
+    pub known_hosts_line: String,
+    /// The device's port names.
+    pub ports: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Description {
+    switches: Vec<SimSwitch>,
+}
+
+/// The launcher process and its switches. Dropping it stops the process.
+pub struct FakeSwitches {
+    child: Child,
+    dir: PathBuf,
+    /// The switches, in the order asked for.
+    pub switches: Vec<SimSwitch>,
+}
+
+/// The repository root (where `fake-switch/` lives).
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv Python that has fake-switches: `PATCHBAY_FAKE_SWITCH_PYTHON`, else
+/// `.venv/fake-switch/bin/python` in the repository (made by `make fake-switch`).
+pub fn python() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("PATCHBAY_FAKE_SWITCH_PYTHON") {
+        return Ok(PathBuf::from(p));
+    }
+    let p = repo_root().join(".venv/fake-switch/bin/python");
+    if !p.exists() {
+        bail!(
+            "the switch simulators are not installed: run `make fake-switch` (creates {})",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+impl FakeSwitches {
+    /// Starts the switches and waits (up to 30 s) until they all listen.
+    pub fn start(specs: &[SimSpec]) -> Result<Self> {
+        let python = python()?;
+        let dir = std::env::temp_dir().join(format!(
+            "patchbay-fake-switch-{}-{}",
+            std::process::id(),
+            rand_u32()
+        ));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let spec_path = dir.join("spec.json");
+        let out_path = dir.join("switches.json");
+        write_private(
+            &spec_path,
+            &serde_json::to_vec(&serde_json::json!({ "switches": specs }))?,
+        )?;
+        let child = Command::new(&python)
+            .arg(repo_root().join("fake-switch/launch.py"))
+            .arg(&spec_path)
+            .arg(&out_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(
+                dir.join("launcher.log"),
+            )?))
+            .spawn()
+            .with_context(|| format!("starting {}", python.display()))?;
+        let mut me = Self {
+            child,
+            dir,
+            switches: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read(&out_path) {
+                let d: Description =
+                    serde_json::from_slice(&text).context("launcher description")?;
+                me.switches = d.switches;
+                return Ok(me);
+            }
+            if let Some(status) = me.child.try_wait()? {
+                let log = std::fs::read_to_string(me.dir.join("launcher.log")).unwrap_or_default();
+                bail!("the simulator launcher exited ({status}):\n{log}");
+            }
+            if Instant::now() > deadline {
+                bail!("the simulators did not start within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The switch named `name`.
+    pub fn get(&self, name: &str) -> &SimSwitch {
+        self.switches
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no simulated switch {name:?}"))
+    }
+
+    /// The launcher's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the launcher (the PID this process started) and removes its directory.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for FakeSwitches {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as u32
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(bytes)?;
+    Ok(())
+}

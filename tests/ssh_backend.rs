@@ -1,0 +1,294 @@
+//! The SSH CLI backend against the fake-switches simulators (`make fake-switch`), one
+//! simulator process per test, stopped by PID at the end.
+//!
+//! Per dialect: every desired state of tests/support/ssh_cases.rs is applied from a
+//! clean port and read back from the device; the lines sent equal the dry run;
+//! re-applying sends no configuration command; transitions between states (without a
+//! reset in between) read back right; reset returns the clean port; a port the device
+//! does not have fails alone in a batch, naming the command. Host-key and password
+//! failures are refused with clear errors. The simulator's own running configuration
+//! proves the hostile corpus never reached it.
+//!
+//! With `PATCHBAY_UPDATE_GOLDEN=1` the tests rewrite tests/data/<dialect>/ from the
+//! simulators (the golden files tests/ssh_golden.rs checks); otherwise the live
+//! outputs must equal them.
+
+#[path = "support/ssh_cases.rs"]
+mod ssh_cases;
+mod support;
+
+use patchbay::fake_switch::{FakeSwitches, SimSpec};
+use patchbay_providers::cli::HostKeyPolicy;
+use patchbay_providers::{
+    AdminState, DesiredPort, DeviceError, PortChange, PortOperation, Switch, VlanMode, diff,
+};
+use ssh_cases::*;
+
+fn updating_golden() -> bool {
+    std::env::var("PATCHBAY_UPDATE_GOLDEN").is_ok_and(|v| v == "1")
+}
+
+fn golden(os: &str, file: &str, live: &str) {
+    let path = golden_dir(os).join(file);
+    if updating_golden() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, live).unwrap();
+        return;
+    }
+    let stored = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (regenerate with PATCHBAY_UPDATE_GOLDEN=1)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        stored,
+        live,
+        "{} differs from the simulator (regenerate with PATCHBAY_UPDATE_GOLDEN=1 if intended)",
+        path.display()
+    );
+}
+
+fn config_lines(sw: &patchbay_providers::cli::CliSwitch) -> Vec<String> {
+    sw.journal()
+        .into_iter()
+        .filter(|s| s.configures)
+        .map(|s| s.line)
+        .collect()
+}
+
+async fn reads_as(sw: &patchbay_providers::cli::CliSwitch, desired: &DesiredPort, what: &str) {
+    let observed = sw.get_port(&desired.port).await.unwrap();
+    let fields = diff(desired, &observed);
+    assert!(
+        fields.is_empty(),
+        "{what}: {} reads back differently in {fields:?}: {observed:?}",
+        desired.port
+    );
+}
+
+async fn prove_dialect(os: &str) {
+    let c = case(os);
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", c.model)]).unwrap();
+    let sim = sims.get("sw1");
+    let sw = backend(os, sim);
+    let states = states(os, c.ports[0]);
+    assert!(states.len() >= 2, "{os}: nothing to prove");
+
+    // Each state from a clean port: dry run == what is sent, read-back, idempotence,
+    // golden files.
+    for (name, desired) in &states {
+        sw.reset_port(&desired.port).await.unwrap();
+        let script = sw
+            .dry_run(&[PortOperation::Set(desired.clone())])
+            .await
+            .unwrap();
+        sw.clear_journal();
+        let change = sw.set_port(desired).await.unwrap();
+        let expected = if *name == "clean" {
+            PortChange::Unchanged
+        } else {
+            PortChange::Changed
+        };
+        assert_eq!(change, expected, "{os} {name}");
+        assert_eq!(config_lines(&sw), script, "{os} {name}: sent != dry run");
+        reads_as(&sw, desired, &format!("{os} {name}")).await;
+
+        sw.clear_journal();
+        assert_eq!(
+            sw.set_port(desired).await.unwrap(),
+            PortChange::Unchanged,
+            "{os} {name}: re-apply"
+        );
+        let again = config_lines(&sw);
+        assert!(again.is_empty(), "{os} {name}: re-apply sent {again:?}");
+
+        golden(os, &format!("{name}.commands"), &(script.join("\n") + "\n"));
+        let raw = sw.show_port_raw(&desired.port).await.unwrap();
+        golden(os, &format!("{name}.show"), &raw);
+    }
+
+    // Transitions without a reset in between, forwards and backwards.
+    let mut order: Vec<&DesiredPort> = states.iter().map(|(_, d)| d).collect();
+    let back: Vec<&DesiredPort> = order.iter().rev().skip(1).copied().collect();
+    order.extend(back);
+    for desired in order {
+        sw.set_port(desired).await.unwrap();
+        reads_as(
+            &sw,
+            desired,
+            &format!("{os} transition to {:?}", desired.vlans),
+        )
+        .await;
+    }
+
+    // Disable and re-enable keep the VLANs.
+    if let Some((_, access)) = states.iter().find(|(n, _)| *n == "access")
+        && sw
+            .capabilities()
+            .supports(patchbay_providers::Capability::Disable)
+    {
+        let mut down = access.clone();
+        down.admin = AdminState::Down;
+        sw.set_port(&down).await.unwrap();
+        reads_as(&sw, &down, &format!("{os} disabled")).await;
+        sw.set_port(access).await.unwrap();
+        reads_as(&sw, access, &format!("{os} re-enabled")).await;
+    }
+
+    // Reset returns the clean port.
+    let (_, last) = &states[0];
+    sw.set_port(last).await.unwrap();
+    assert_eq!(
+        sw.reset_port(&last.port).await.unwrap(),
+        PortChange::Changed
+    );
+    reads_as(
+        &sw,
+        &DesiredPort::clean(last.port.clone()),
+        &format!("{os} reset"),
+    )
+    .await;
+
+    // A port the device lacks fails alone; the other port of the batch is applied.
+    if let Some(missing) = c.missing_port {
+        let mut good = states[0].1.clone();
+        good.port = port(c.ports[1]);
+        let mut bad = good.clone();
+        bad.port = port(missing);
+        let results = sw
+            .apply_batch(&[PortOperation::Set(bad), PortOperation::Set(good.clone())])
+            .await
+            .unwrap();
+        match &results[0].outcome {
+            Err(DeviceError::CommandRejected { command, output }) => {
+                assert!(command.contains(missing), "{os}: {command}");
+                golden(os, "error.txt", &format!("{output}\n"));
+            }
+            other => panic!("{os}: missing port gave {other:?}"),
+        }
+        assert_eq!(results[1].outcome, Ok(PortChange::Changed), "{os}");
+        reads_as(&sw, &good, &format!("{os} good port of a failed batch")).await;
+    }
+}
+
+#[tokio::test]
+async fn cisco_ios_against_the_simulator() {
+    prove_dialect("ios").await;
+}
+
+#[tokio::test]
+async fn dell_powerconnect_against_the_simulator() {
+    prove_dialect("powerconnect").await;
+}
+
+#[tokio::test]
+async fn dell10g_against_the_simulator() {
+    prove_dialect("dell10g").await;
+}
+
+#[tokio::test]
+async fn brocade_fastiron_against_the_simulator() {
+    prove_dialect("fastiron").await;
+}
+
+#[tokio::test]
+async fn arista_eos_against_the_simulator() {
+    prove_dialect("eos").await;
+}
+
+#[tokio::test]
+async fn a_command_the_device_rejects_is_a_typed_error_naming_it() {
+    // The PowerConnect refuses MTUs below 1518; patchbay accepts 576-9216, so this
+    // reaches the device and the device's own error must come back.
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "dell_generic")]).unwrap();
+    let sw = backend("powerconnect", sims.get("sw1"));
+    let mut d = DesiredPort::clean(port("ethernet 1/g1"));
+    d.vlans = VlanMode::Access { vlan: vlan(100) };
+    d.mtu = Some(patchbay_providers::values::Mtu::new(1500).unwrap());
+    let err = sw.set_port(&d).await.unwrap_err();
+    match &err {
+        DeviceError::CommandRejected { command, output } => {
+            assert_eq!(command, "mtu 1500");
+            assert!(output.contains("out of range"), "{output}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(err.category(), "CommandRejected");
+    // The commands before the failing one ran (the VLAN is set); the port reads back
+    // as what it is, so the operator sees the difference and retries.
+    let observed = sw.get_port(&d.port).await.unwrap();
+    assert_eq!(observed.mtu, Some(None));
+}
+
+#[tokio::test]
+async fn wrong_host_key_is_refused_naming_both_fingerprints() {
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let sim = sims.get("sw1");
+    let pinned = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".to_owned();
+    let sw = backend_with(
+        "ios",
+        sim,
+        HostKeyPolicy::Fingerprint(pinned.clone()),
+        &sim.password,
+    );
+    let err = sw.get_port(&port("FastEthernet0/1")).await.unwrap_err();
+    match &err {
+        DeviceError::HostKeyMismatch {
+            expected,
+            presented,
+            ..
+        } => {
+            assert_eq!(expected, &pinned);
+            assert_eq!(presented, &sim.host_key_fingerprint);
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains(&pinned) && text.contains(&sim.host_key_fingerprint),
+        "{text}"
+    );
+    assert!(
+        sw.journal().is_empty(),
+        "nothing may be sent to an unverified host"
+    );
+
+    // The known_hosts line of the launcher pins the same key.
+    let line_policy = HostKeyPolicy::from_known_hosts_line(&sim.known_hosts_line).unwrap();
+    assert_eq!(
+        line_policy,
+        HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone())
+    );
+    let ok = backend_with("ios", sim, line_policy, &sim.password);
+    ok.get_port(&port("FastEthernet0/1")).await.unwrap();
+}
+
+#[tokio::test]
+async fn wrong_password_is_refused_without_echoing_it() {
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let sim = sims.get("sw1");
+    let wrong = "not-the-password-4711";
+    let sw = backend_with(
+        "ios",
+        sim,
+        HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
+        wrong,
+    );
+    let err = sw.get_port(&port("FastEthernet0/1")).await.unwrap_err();
+    assert!(
+        matches!(err, DeviceError::AuthenticationFailed { .. }),
+        "{err:?}"
+    );
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains(wrong), "{text}");
+    assert!(text.contains("authentication"), "{text}");
+}
+
+#[tokio::test]
+async fn accept_any_host_key_connects() {
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "brocade_generic")]).unwrap();
+    let sim = sims.get("sw1");
+    let sw = backend_with("fastiron", sim, HostKeyPolicy::AcceptAny, &sim.password);
+    sw.get_port(&port("ethernet 1/1")).await.unwrap();
+}
