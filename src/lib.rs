@@ -12,6 +12,7 @@ pub mod api;
 pub mod backends;
 pub mod demo;
 pub mod demo_cluster;
+pub mod device_cli;
 pub mod fake_switch;
 pub mod operator;
 pub mod settings;

@@ -53,6 +53,11 @@ enum Command {
     /// configuration). Every setting comes from a flag, else its environment
     /// variable, else the config file, else its default.
     Run(RunArgs),
+    /// Direct device access for network engineers, from the YAML a user applies:
+    /// read a port, apply a SwitchPortConfiguration (or print the exact commands with
+    /// --dry-run), or reset a port. No cluster needed. Exits 2 on invalid input
+    /// (nothing dialled), 1 on a device failure.
+    Device(DeviceArgs),
     /// Run devplane, a small Kubernetes API server for tests and demos (plain HTTP on
     /// loopback, in memory, no authentication: never for production).
     Devplane {
@@ -65,6 +70,44 @@ enum Command {
         /// Events kept for watches; older resourceVersions get 410 Gone.
         #[arg(long, default_value_t = 100_000)]
         history: usize,
+    },
+}
+
+#[derive(clap::Args)]
+struct DeviceArgs {
+    /// ProviderSwitch manifest (YAML) describing the device.
+    #[arg(long, value_name = "FILE")]
+    provider: PathBuf,
+    /// Secret manifest (YAML, `data` or `stringData`) with the credentials.
+    #[arg(long, value_name = "FILE")]
+    secret: Option<PathBuf>,
+    #[command(subcommand)]
+    action: DeviceAction,
+}
+
+#[derive(Subcommand)]
+enum DeviceAction {
+    /// Read a port and print what patchbay sees.
+    ShowPort {
+        /// Device port name, e.g. `FastEthernet0/1` or `"ethernet 1/g1"`.
+        port: String,
+    },
+    /// Apply a SwitchPortConfiguration to a port and read it back.
+    ApplyPort {
+        /// Device port name.
+        port: String,
+        /// SwitchPortConfiguration manifest (YAML).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Read the port and print the exact commands that would be sent; change
+        /// nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Return a port to the clean definition (no VLANs, description or ACL; port up).
+    ResetPort {
+        /// Device port name.
+        port: String,
     },
 }
 
@@ -194,6 +237,35 @@ fn run() -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Device(args) => {
+            use patchbay::device_cli::{Action, InvalidInput, run};
+            let (port, action) = match args.action {
+                DeviceAction::ShowPort { port } => (port, Action::Show),
+                DeviceAction::ApplyPort {
+                    port,
+                    config,
+                    dry_run,
+                } => (port, Action::Apply { config, dry_run }),
+                DeviceAction::ResetPort { port } => (port, Action::Reset),
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            match rt.block_on(run(&args.provider, args.secret.as_deref(), &port, action)) {
+                Ok(out) => {
+                    print!("{out}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) if e.downcast_ref::<InvalidInput>().is_some() => {
+                    eprintln!("error: invalid input: {e}");
+                    Ok(ExitCode::from(2))
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    Ok(ExitCode::from(1))
+                }
+            }
         }
         Command::Devplane {
             listen,

@@ -14,25 +14,9 @@ use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{AdminState, Capabilities, Capability, VlanMode};
 use serde_json::{Value, json};
 
-/// Strings that must never reach a device CLI.
-fn hostile_strings() -> Vec<(&'static str, String)> {
-    vec![
-        ("newline", "uplink\nreload".into()),
-        ("carriage return", "uplink\r".into()),
-        ("semicolon", "a;reload".into()),
-        ("pipe", "a | include".into()),
-        ("bang (IOS comment)", "a!b".into()),
-        ("hash", "a#b".into()),
-        ("question mark (CLI help)", "a?".into()),
-        ("BEL control", "a\u{7}b".into()),
-        ("escape sequence", "a\u{1b}[2J".into()),
-        ("NUL", "a\u{0}b".into()),
-        ("non-ASCII letter", "réseau".into()),
-        ("full-width letter", "ｆｏｏ".into()),
-        ("XML metacharacter", "a<b>".into()),
-        ("300 characters", "a".repeat(300)),
-    ]
-}
+#[path = "support/hostile.rs"]
+mod hostile;
+use hostile::hostile_strings;
 
 fn config(value: Value) -> SwitchPortConfigurationSpec {
     serde_json::from_value(value).expect("test input matches the types")

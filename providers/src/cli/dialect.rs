@@ -223,6 +223,8 @@ enum Kind {
 #[serde(deny_unknown_fields)]
 struct ReadFile {
     commands: Vec<String>,
+    #[serde(default)]
+    running_config: Option<String>,
     admin_default: AdminWord,
     rules: Vec<RuleFile>,
 }
@@ -281,6 +283,9 @@ pub struct Dialect {
     port: PortTemplates,
     vlans: VlanTemplates,
     read_commands: Vec<String>,
+    /// The command that prints the whole running configuration, if the device has a
+    /// usable one.
+    pub running_config: Option<String>,
     admin_default: AdminState,
     rules: Vec<(Regex, Field)>,
     /// Steps that save the configuration, with compiled confirmation regexes.
@@ -400,6 +405,7 @@ impl Dialect {
             port: f.port,
             vlans: f.vlans,
             read_commands: f.read.commands,
+            running_config: f.read.running_config,
             admin_default: match f.read.admin_default {
                 AdminWord::Up => AdminState::Up,
                 AdminWord::Down => AdminState::Down,

@@ -167,6 +167,18 @@ impl CliSwitch {
         result.map(|()| all)
     }
 
+    /// The device's whole running configuration (the dialect's `running_config`
+    /// command), or `None` when the dialect has none.
+    pub async fn running_config(&self) -> Result<Option<String>, DeviceError> {
+        let Some(cmd) = self.dialect.running_config.clone() else {
+            return Ok(None);
+        };
+        let mut s = self.session().await?;
+        let r = s.run(&cmd, false).await;
+        s.close().await;
+        r.map(Some)
+    }
+
     fn script(&self, plans: &[Plan]) -> Vec<String> {
         self.dialect.script(plans, self.options.save_config)
     }

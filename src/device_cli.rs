@@ -1,0 +1,230 @@
+//! `patchbay device`: direct device access for network engineers, from the same YAML
+//! a user applies (ProviderSwitch, Secret, SwitchPortConfiguration), without a
+//! cluster.
+//!
+//! - `show-port PORT`: reads the port and prints what patchbay sees (YAML).
+//! - `apply-port PORT --config FILE`: validates the configuration (the same validator
+//!   as the operator, plus the dialect's capabilities), applies it and proves it by
+//!   reading the port back. `--dry-run` reads the port and prints the exact commands
+//!   that would be sent, changing nothing.
+//! - `reset-port PORT`: returns the port to the clean definition and reads it back.
+//!
+//! Bad input is refused before anything is dialled (exit 2, the field and the reason);
+//! device failures exit 1. The Secret may use `data` (base64) or `stringData`; its
+//! values never reach the output.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context as _, Result, anyhow};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use patchbay_providers::cli::CliSwitch;
+use patchbay_providers::values::PortName;
+use patchbay_providers::verify::{apply_verified, reset_verified};
+use patchbay_providers::{AdminState, ObservedPort, PortChange, PortOperation, VlanMode};
+use serde::Serialize;
+
+use crate::api::{Backend, ProviderSwitch, SwitchPortConfiguration};
+use crate::backends::cli_switch;
+use crate::validate::{configuration_to_desired, validate_provider};
+
+/// What to do.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Read a port.
+    Show,
+    /// Apply a configuration file.
+    Apply {
+        /// SwitchPortConfiguration YAML.
+        config: std::path::PathBuf,
+        /// Print the commands only.
+        dry_run: bool,
+    },
+    /// Reset a port.
+    Reset,
+}
+
+/// A refusal of the input (exit 2), as opposed to a device failure (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidInput(pub String);
+
+fn load_yaml<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_yaml::from_str(&text)
+        .map_err(|e| anyhow!(InvalidInput(format!("{} ({what}): {e}", path.display()))))
+}
+
+/// Reads a Secret manifest, folding `stringData` into `data` as the API server does.
+pub fn load_secret(path: &Path) -> Result<Secret> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let raw: serde_yaml::Value = serde_yaml::from_str(&text)
+        .map_err(|e| anyhow!(InvalidInput(format!("{} (Secret): {e}", path.display()))))?;
+    let string_data: BTreeMap<String, String> = match raw.get("stringData") {
+        Some(v) => serde_yaml::from_value(v.clone()).map_err(|_| {
+            anyhow!(InvalidInput(format!(
+                "{}: stringData must map keys to strings",
+                path.display()
+            )))
+        })?,
+        None => BTreeMap::new(),
+    };
+    let mut secret: Secret = serde_yaml::from_value(raw).map_err(|_| {
+        anyhow!(InvalidInput(format!(
+            "{}: not a Secret (data values must be base64)",
+            path.display()
+        )))
+    })?;
+    let data = secret.data.get_or_insert_with(BTreeMap::new);
+    for (k, v) in string_data {
+        data.insert(k, ByteString(v.into_bytes()));
+    }
+    secret.string_data = None;
+    Ok(secret)
+}
+
+/// The device of a ProviderSwitch file (and its Secret file).
+pub fn device(provider: &Path, secret: Option<&Path>) -> Result<(ProviderSwitch, CliSwitch)> {
+    let provider: ProviderSwitch = load_yaml(provider, "ProviderSwitch")?;
+    validate_provider(&provider.spec).map_err(|e| anyhow!(InvalidInput(e.to_string())))?;
+    if provider.spec.backend != Backend::Ssh {
+        return Err(anyhow!(InvalidInput(
+            "spec.backend: `patchbay device` drives ssh devices only so far".into()
+        )));
+    }
+    let secret = secret.map(load_secret).transpose()?;
+    let sw =
+        cli_switch(&provider, secret.as_ref()).map_err(|e| anyhow!(InvalidInput(e.to_string())))?;
+    Ok((provider, sw))
+}
+
+/// What `show-port` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortView {
+    /// Device port name.
+    pub port: String,
+    /// `up` or `down`.
+    pub admin: Option<&'static str>,
+    /// `unconfigured`, `access` or `trunk`.
+    pub mode: Option<&'static str>,
+    /// Access VLAN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_vlan: Option<u16>,
+    /// Native VLAN of a trunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub native_vlan: Option<u16>,
+    /// Tagged VLANs of a trunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_vlans: Option<String>,
+    /// Description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// MTU, when the dialect reads it and it is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+}
+
+impl From<&ObservedPort> for PortView {
+    fn from(o: &ObservedPort) -> Self {
+        let (mode, access_vlan, native_vlan, allowed_vlans) = match &o.vlans {
+            None => (None, None, None, None),
+            Some(VlanMode::Unconfigured) => (Some("unconfigured"), None, None, None),
+            Some(VlanMode::Access { vlan }) => (Some("access"), Some(vlan.get()), None, None),
+            Some(VlanMode::Trunk { native, allowed }) => (
+                Some("trunk"),
+                None,
+                native.map(|n| n.get()),
+                Some(if allowed.is_empty() {
+                    "none".to_owned()
+                } else {
+                    allowed.to_range_string()
+                }),
+            ),
+        };
+        Self {
+            port: o.port.to_string(),
+            admin: o.admin.map(|a| match a {
+                AdminState::Up => "up",
+                AdminState::Down => "down",
+            }),
+            mode,
+            access_vlan,
+            native_vlan,
+            allowed_vlans,
+            description: o.description.clone().flatten().map(|d| d.to_string()),
+            mtu: o.mtu.flatten().map(|m| m.get()),
+        }
+    }
+}
+
+/// Runs one `patchbay device` action; returns what to print.
+pub async fn run(
+    provider: &Path,
+    secret: Option<&Path>,
+    port: &str,
+    action: Action,
+) -> Result<String> {
+    let port = PortName::parse(port)
+        .map_err(|e| anyhow!(InvalidInput(format!("PORT {port:?}: {}", e.0))))?;
+    // Parse everything before dialling.
+    let desired = match &action {
+        Action::Apply { config, .. } => {
+            let c: SwitchPortConfiguration = load_yaml(config, "SwitchPortConfiguration")?;
+            let d = configuration_to_desired(&c.spec, port.clone())
+                .map_err(|e| anyhow!(InvalidInput(format!("{}: {e}", config.display()))))?;
+            Some(d)
+        }
+        _ => None,
+    };
+    let (_, sw) = device(provider, secret)?;
+    if let Some(d) = &desired {
+        let missing = sw.dialect().capabilities().missing_for(d);
+        if !missing.is_empty() {
+            let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
+            return Err(anyhow!(InvalidInput(format!(
+                "the {} dialect cannot configure: {}",
+                sw.dialect().name,
+                names.join(", ")
+            ))));
+        }
+    }
+    let view = |o: &ObservedPort| serde_yaml::to_string(&PortView::from(o)).unwrap_or_default();
+    let changed = |c: PortChange| match c {
+        PortChange::Changed => "changed",
+        PortChange::Unchanged => "unchanged (the device already matched; nothing was sent)",
+    };
+    use patchbay_providers::Switch as _;
+    Ok(match action {
+        Action::Show => view(&sw.get_port(&port).await?),
+        Action::Apply { dry_run: true, .. } => {
+            let d = desired.expect("parsed above");
+            let lines = sw.dry_run(&[PortOperation::Set(d)]).await?;
+            if lines.is_empty() {
+                "# the device already matches; nothing would be sent\n".to_owned()
+            } else {
+                lines.join("\n") + "\n"
+            }
+        }
+        Action::Apply { .. } => {
+            let d = desired.expect("parsed above");
+            let c = apply_verified(&sw, &d).await?;
+            format!(
+                "# {}; read back:\n{}",
+                changed(c),
+                view(&sw.get_port(&port).await?)
+            )
+        }
+        Action::Reset => {
+            let c = reset_verified(&sw, &port).await?;
+            format!(
+                "# {}; read back:\n{}",
+                changed(c),
+                view(&sw.get_port(&port).await?)
+            )
+        }
+    })
+}

@@ -1,0 +1,267 @@
+//! `patchbay device` against a simulated Cisco switch (the real binary, the YAML a
+//! user would apply), and the injection-safety proof: the hostile corpus, pushed
+//! through every text field the backend renders, is refused before anything is
+//! dialled, and the simulator's own running configuration is unchanged afterwards.
+
+#[path = "support/hostile.rs"]
+mod hostile;
+#[path = "support/ssh_cases.rs"]
+mod ssh_cases;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use patchbay::fake_switch::{FakeSwitches, SimSpec, SimSwitch};
+use serde_json::json;
+
+struct Files {
+    dir: PathBuf,
+}
+
+impl Files {
+    fn new(tag: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("patchbay-device-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir }
+    }
+    fn write(&self, name: &str, value: &serde_json::Value) -> PathBuf {
+        let p = self.dir.join(name);
+        std::fs::write(&p, serde_yaml::to_string(value).unwrap()).unwrap();
+        p
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn manifests(files: &Files, sim: &SimSwitch) -> (PathBuf, PathBuf) {
+    let provider = files.write(
+        "provider.yaml",
+        &json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": "tor1", "namespace": "infra"},
+            "spec": {
+                "backend": "ssh", "os": "ios", "address": sim.address, "port": sim.port,
+                "credentialsSecretRef": {"name": "tor1-login"},
+                "hostKey": {"knownHostsLine": sim.known_hosts_line},
+            }
+        }),
+    );
+    let secret = files.write(
+        "secret.yaml",
+        &json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "tor1-login", "namespace": "infra"},
+            "stringData": {
+                "username": sim.username, "password": sim.password,
+                "enablePassword": sim.enable_password,
+            }
+        }),
+    );
+    (provider, secret)
+}
+
+fn device(provider: &Path, secret: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .arg("device")
+        .arg("--provider")
+        .arg(provider)
+        .arg("--secret")
+        .arg(secret)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn show_dry_run_apply_and_reset_a_port() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    let files = Files::new("cycle");
+    let (provider, secret) = manifests(&files, sim);
+    let config = files.write(
+        "config.yaml",
+        &json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+            "metadata": {"name": "tenant-web"},
+            "spec": {"untaggedVLAN": 300, "vlans": [], "description": "tenant web 7"}
+        }),
+    );
+    let port = "FastEthernet0/5";
+
+    let o = device(&provider, &secret, &["show-port", port]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("mode: unconfigured"), "{out}");
+
+    let cfg = config.to_str().unwrap();
+    let o = device(
+        &provider,
+        &secret,
+        &["apply-port", port, "--config", cfg, "--dry-run"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(
+        out,
+        "configure terminal\nvlan 300\nexit\ninterface FastEthernet0/5\ndescription tenant web 7\n\
+         switchport mode access\nswitchport access vlan 300\nexit\nexit\nwrite memory\n"
+    );
+    // The dry run changed nothing.
+    let (out, _) = text(&device(&provider, &secret, &["show-port", port]));
+    assert!(out.contains("mode: unconfigured"), "{out}");
+
+    let o = device(&provider, &secret, &["apply-port", port, "--config", cfg]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("# changed") && out.contains("accessVlan: 300"),
+        "{out}"
+    );
+    assert!(out.contains("description: tenant web 7"), "{out}");
+
+    let (out, _) = text(&device(
+        &provider,
+        &secret,
+        &["apply-port", port, "--config", cfg, "--dry-run"],
+    ));
+    assert!(out.contains("nothing would be sent"), "{out}");
+    let (out, _) = text(&device(
+        &provider,
+        &secret,
+        &["apply-port", port, "--config", cfg],
+    ));
+    assert!(out.contains("# unchanged"), "{out}");
+
+    let o = device(&provider, &secret, &["reset-port", port]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("mode: unconfigured") && !out.contains("description"),
+        "{out}"
+    );
+
+    // Secrets never reach the output.
+    for o in [
+        device(&provider, &secret, &["show-port", port]),
+        device(&provider, &secret, &["show-port", "FastEthernet0/99"]),
+    ] {
+        let (out, err) = text(&o);
+        for s in [&sim.password, &sim.enable_password] {
+            assert!(!out.contains(s.as_str()) && !err.contains(s.as_str()));
+        }
+    }
+    // A port the device lacks: exit 1, the command and the device's words.
+    let o = device(&provider, &secret, &["show-port", "FastEthernet0/99"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("show running-config interface FastEthernet0/99"),
+        "{err}"
+    );
+    assert!(err.contains("% Invalid input"), "{err}");
+}
+
+#[test]
+fn a_capability_the_dialect_lacks_is_refused_before_dialling() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let files = Files::new("caps");
+    let (provider, secret) = manifests(&files, sims.get("tor1"));
+    let config = files.write(
+        "mtu.yaml",
+        &json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+                "metadata": {"name": "jumbo"}, "spec": {"untaggedVLAN": 10, "mtu": 9000}}),
+    );
+    let o = device(
+        &provider,
+        &secret,
+        &[
+            "apply-port",
+            "FastEthernet0/1",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cisco_ios dialect cannot configure: MTU"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_hostile_corpus_never_reaches_the_device() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    let sw = ssh_cases::backend("ios", sim);
+    let before = sw.running_config().await.unwrap().expect("cisco has one");
+    assert!(before.contains("interface FastEthernet0/1"), "{before}");
+
+    let files = Files::new("hostile");
+    let (provider, secret) = manifests(&files, sim);
+    let mut attempts = 0;
+    for (what, s) in hostile::hostile_strings() {
+        let cases = [
+            (
+                "spec.description",
+                json!({"untaggedVLAN": 10, "description": s}),
+            ),
+            (
+                "spec.vlans[0].name",
+                json!({"vlans": [{"id": 20, "name": s}], "untaggedVLAN": 10}),
+            ),
+        ];
+        for (field, spec) in cases {
+            let config = files.write(
+                "hostile.yaml",
+                &json!({"apiVersion": "patchbay.dev/v1alpha1",
+                        "kind": "SwitchPortConfiguration",
+                        "metadata": {"name": "x"}, "spec": spec}),
+            );
+            let o = device(
+                &provider,
+                &secret,
+                &[
+                    "apply-port",
+                    "FastEthernet0/1",
+                    "--config",
+                    config.to_str().unwrap(),
+                ],
+            );
+            let (_, err) = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{what} in {field}: {err}");
+            assert!(err.contains(field), "{what} in {field}: {err}");
+            assert!(
+                !err.chars().any(|c| c.is_control() && c != '\n'),
+                "{what}: the error echoes a control character: {err:?}"
+            );
+            attempts += 1;
+        }
+        // The port name itself (from a Switch, or the PORT argument).
+        if !s.contains('\0') {
+            let o = device(&provider, &secret, &["show-port", &s]);
+            let (_, err) = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{what} as PORT: {err}");
+            assert!(err.contains("PORT"), "{what} as PORT: {err}");
+            attempts += 1;
+        }
+    }
+    assert!(attempts >= 40, "{attempts}");
+    let after = sw.running_config().await.unwrap().unwrap();
+    assert_eq!(before, after, "the running configuration changed");
+    // The only lines this test's backend sent are its two reads of the running
+    // configuration: no session reached configuration mode.
+    assert!(sw.journal().iter().all(|s| !s.configures));
+}
