@@ -85,6 +85,8 @@ struct DeviceArgs {
     action: DeviceAction,
 }
 
+// The subcommand names are the CLI the issue specifies (show-port, apply-port, ...).
+#[allow(clippy::enum_variant_names)]
 #[derive(Subcommand)]
 enum DeviceAction {
     /// Read a port and print what patchbay sees.
