@@ -1,7 +1,10 @@
-//! The main demo: starts devplane, installs the CRDs, applies `examples/`, runs the
-//! operator in-process against fixture switches, and prints a table of the ports
-//! every time it changes, until Ctrl-C (or, with `--exit-when-settled`, until every
-//! example port is Active). Does Kubernetes I/O against its own devplane only.
+//! The main demo: starts three simulated switches (fake-switches: Cisco IOS, Dell
+//! PowerConnect, Brocade FastIron; see [`crate::fake_switch`]) and devplane, installs
+//! the CRDs, applies `examples/` (with the simulators' ports and passwords filled into
+//! the ProviderSwitches and Secrets), runs the operator in-process over SSH, and prints
+//! a table of the ports every time it changes, then each port as the switch itself
+//! reports it; until Ctrl-C (or, with `--exit-when-settled`, until every example port
+//! is Active). Talks only to its own devplane and to the simulators on 127.0.0.1.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,6 +20,7 @@ use serde::Deserialize as _;
 
 use crate::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration, crds};
 use crate::backends::Backends;
+use crate::fake_switch::{FakeSwitches, SimSpec};
 use crate::settings::Settings;
 
 /// The example manifests, in the order a user applies them.
@@ -42,6 +46,10 @@ const EXAMPLES: &[(&str, &str)] = &[
         "configuration-tenant-web.yaml",
         include_str!("../examples/configuration-tenant-web.yaml"),
     ),
+    (
+        "configuration-tenant-web-acl.yaml",
+        include_str!("../examples/configuration-tenant-web-acl.yaml"),
+    ),
     ("04-server.yaml", include_str!("../examples/04-server.yaml")),
     (
         "05-switchport-links.yaml",
@@ -61,10 +69,49 @@ where
     Ok(created.name_any())
 }
 
-async fn apply_examples(client: &Client) -> Result<()> {
+/// The simulated switch behind each example ProviderSwitch: (name, model).
+const SIMULATED: &[(&str, &str)] = &[
+    ("tor-1", "cisco_generic"),
+    ("tor-2", "dell_generic"),
+    ("tor-3", "brocade_generic"),
+];
+
+/// Points the example ProviderSwitches and Secrets at the simulators.
+fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches) {
+    let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    match kind.as_str() {
+        "ProviderSwitch" => {
+            if let Some(sim) = sims.switches.iter().find(|s| s.name == name) {
+                doc["spec"]["address"] = sim.address.clone().into();
+                doc["spec"]["port"] = u64::from(sim.port).into();
+                doc["spec"]["hostKey"]["fingerprint"] = sim.host_key_fingerprint.clone().into();
+            }
+        }
+        "Secret" => {
+            if let Some(sim) = sims
+                .switches
+                .iter()
+                .find(|s| format!("{}-login", s.name) == name)
+            {
+                let data = &mut doc["stringData"];
+                data["username"] = sim.username.clone().into();
+                data["password"] = sim.password.clone().into();
+                data["enablePassword"] = sim.enable_password.clone().into();
+            }
+        }
+        _ => {}
+    }
+}
+
+async fn apply_examples(client: &Client, sims: &FakeSwitches) -> Result<()> {
     for (file, text) in EXAMPLES {
         for doc in serde_yaml::Deserializer::from_str(text) {
-            let doc: serde_yaml::Value = serde::Deserialize::deserialize(doc)?;
+            let mut doc: serde_yaml::Value = serde::Deserialize::deserialize(doc)?;
+            for_simulators(&mut doc, sims);
             let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
             let ns = doc["metadata"]["namespace"]
                 .as_str()
@@ -149,6 +196,21 @@ fn table(ports: &[SwitchPort]) -> String {
 
 /// Runs the demo. See the module documentation.
 pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
+    let specs: Vec<SimSpec> = SIMULATED
+        .iter()
+        .map(|(name, model)| SimSpec::new(name, model))
+        .collect();
+    let sims = FakeSwitches::start(&specs).context("starting the simulated switches")?;
+    println!(
+        "patchbay demo: simulated switches (fake-switches, pid {}):",
+        sims.pid()
+    );
+    for s in &sims.switches {
+        println!(
+            "  {:<6} {:<16} ssh {}:{}",
+            s.name, s.model, s.address, s.port
+        );
+    }
     let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config::default())
         .context("starting devplane")?;
     let dir = std::env::temp_dir().join(format!("patchbay-demo-{}", std::process::id()));
@@ -171,18 +233,14 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         crd_api.create(&PostParams::default(), &crd).await?;
     }
     println!("installed {} CRDs from crds/", crds().len());
-    apply_examples(&client).await?;
+    apply_examples(&client, &sims).await?;
 
     let settings = Settings {
         batch_window: Duration::from_millis(100),
         drift_interval: Duration::from_secs(30),
-        fixture_latency: Duration::from_millis(150),
         ..Settings::default()
     };
-    println!(
-        "\nstarting the operator (fixture switches, {} ms per device operation)\n",
-        settings.fixture_latency.as_millis()
-    );
+    println!("\nstarting the operator (SSH to the simulated switches)\n");
     let backends = Backends {
         fixture_latency: settings.fixture_latency,
         ..Default::default()
@@ -207,6 +265,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     let started = Instant::now();
     let mut last = String::new();
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
+    let mut shown_devices = false;
     let result = loop {
         let mut list = ports.list(&ListParams::default()).await?.items;
         list.sort_by_key(|p| (p.namespace(), p.name_any()));
@@ -223,12 +282,16 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
             && states
                 .values()
                 .all(|s| *s == Some(crate::api::PortState::Active));
-        if exit_when_settled && settled {
+        if settled && !shown_devices {
+            shown_devices = true;
             println!(
-                "all {} example ports are Active after {:.2}s",
+                "all {} example ports are Active after {:.2}s; the switches say:",
                 states.len(),
                 started.elapsed().as_secs_f64()
             );
+            print!("{}", device_view(&client, &list).await);
+        }
+        if exit_when_settled && settled {
             break Ok(());
         }
         if exit_when_settled && started.elapsed() > timeout {
@@ -249,5 +312,45 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), operator).await;
     server.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
+    drop(sims);
     result
+}
+
+/// Each port as its switch reports it (read over SSH with the same backend).
+async fn device_view(client: &Client, ports: &[SwitchPort]) -> String {
+    let mut out = String::new();
+    for p in ports {
+        let (Some(switch), Some(device_port)) = (
+            p.status.as_ref().and_then(|s| s.switch.clone()),
+            p.status.as_ref().and_then(|s| s.device_port.clone()),
+        ) else {
+            continue;
+        };
+        let ns = p.namespace().unwrap_or_default();
+        let line = async {
+            let provider = Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
+                .get(&switch)
+                .await
+                .ok()?;
+            let secret_name = provider.spec.credentials_secret_ref.as_ref()?.name.clone();
+            let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+                .get(&secret_name)
+                .await
+                .ok()?;
+            let sw = crate::backends::cli_switch(&provider, Some(&secret)).ok()?;
+            let port = patchbay_providers::values::PortName::parse(&device_port).ok()?;
+            use patchbay_providers::Switch as _;
+            let o = sw.get_port(&port).await.ok()?;
+            let view = crate::device_cli::PortView::from(&o);
+            Some(format!(
+                "  {switch:<6} {device_port:<16} {}",
+                serde_json::to_string(&view).unwrap_or_default()
+            ))
+        }
+        .await
+        .unwrap_or_else(|| format!("  {switch:<6} {device_port:<16} (could not read)"));
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }

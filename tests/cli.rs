@@ -152,16 +152,31 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("kubeconfig: "), "{text}");
-    assert!(text.contains("all 3 example ports are Active"), "{text}");
+    assert!(text.contains("all 5 example ports are Active"), "{text}");
     // The live table showed the ports moving through Configuring.
     assert!(text.contains("Configuring"), "{text}");
     let last_table = text.rsplit("[").next().unwrap_or("");
-    for port in ["server-7-eth0", "server-7-eth1", "server-8-eth0"] {
+    for port in [
+        "server-7-eth0",
+        "server-7-eth1",
+        "server-8-eth0",
+        "server-9-eth0",
+        "server-10-eth0",
+    ] {
         let row = last_table
             .lines()
             .find(|l| l.contains(port))
             .unwrap_or_else(|| panic!("{port} in {last_table}"));
         assert!(row.contains("Active") && row.contains("True"), "{row}");
+    }
+    // Then the simulated switches themselves (Cisco, Dell, Brocade) report the ports
+    // as configured, read back over SSH.
+    for expected in [
+        r#"tor-1  FastEthernet0/7  {"port":"FastEthernet0/7","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"101-102""#,
+        r#"tor-2  ethernet 1/g1    {"port":"ethernet 1/g1","admin":"up","mode":"trunk","nativeVlan":100"#,
+        r#"tor-3  ethernet 1/1     {"port":"ethernet 1/1","admin":"up","mode":"access","accessVlan":10"#,
+    ] {
+        assert!(text.contains(expected), "{expected}\nnot in\n{text}");
     }
 }
 

@@ -3,9 +3,9 @@
 //! cluster with `PATCHBAY_E2E_CLUSTER=kubeconfig`), fake-switches simulators started
 //! and stopped by PID. Device state is read back from the simulator itself.
 
-mod support;
 #[path = "support/ssh_cases.rs"]
 mod ssh_cases;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -83,7 +83,14 @@ impl Env {
 
     /// Secret + ProviderSwitch (ssh, `os`, pinned to `fingerprint`) + Switch with
     /// the given (key, device port) pairs.
-    async fn switch(&self, name: &str, os: &str, sim: &SimSwitch, fingerprint: &str, ports: &[(&str, &str)]) {
+    async fn switch(
+        &self,
+        name: &str,
+        os: &str,
+        sim: &SimSwitch,
+        fingerprint: &str,
+        ports: &[(&str, &str)],
+    ) {
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(format!("{name}-login")),
@@ -144,7 +151,12 @@ impl Env {
         .unwrap();
     }
 
-    async fn wait_for(&self, port: &str, what: &str, check: impl Fn(&SwitchPort) -> bool) -> SwitchPort {
+    async fn wait_for(
+        &self,
+        port: &str,
+        what: &str,
+        check: impl Fn(&SwitchPort) -> bool,
+    ) -> SwitchPort {
         let api: Api<SwitchPort> = self.api();
         eventually(30, what, || async {
             let p = api.get_opt(port).await.ok()??;
@@ -175,10 +187,16 @@ async fn the_operator_configures_and_cleans_a_simulated_cisco_port() {
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let sim = sims.get("tor1");
     let env = Env::start("ssh-cisco").await;
-    env.switch("tor1", "ios", sim, &sim.host_key_fingerprint, &[
-        ("tor1-p1", "FastEthernet0/1"),
-        ("tor1-p2", "FastEthernet0/2"),
-    ])
+    env.switch(
+        "tor1",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[
+            ("tor1-p1", "FastEthernet0/1"),
+            ("tor1-p2", "FastEthernet0/2"),
+        ],
+    )
     .await;
     env.configuration(
         "tenant-web",
@@ -218,9 +236,8 @@ async fn the_operator_configures_and_cleans_a_simulated_cisco_port() {
         .unwrap();
     eventually(30, "the device to carry access VLAN 300", || async {
         let o = device.get_port(&port("FastEthernet0/1")).await.ok()?;
-        (o.vlans == Some(VlanMode::Access { vlan: vlan(300) })
-            && o.description == Some(None))
-        .then_some(())
+        (o.vlans == Some(VlanMode::Access { vlan: vlan(300) }) && o.description == Some(None))
+            .then_some(())
     })
     .await;
     env.wait_state("tor1-p1", PortState::Active).await;
@@ -246,24 +263,36 @@ async fn capabilities_and_host_keys_are_enforced_by_the_operator() {
     // Arista over SSH carries trunks only: an access configuration is refused at
     // validation, naming the field, and nothing reaches the device.
     let eos = sims.get("eos1");
-    env.switch("eos1", "eos", eos, &eos.host_key_fingerprint, &[("eos1-p1", "Ethernet1")])
+    env.switch(
+        "eos1",
+        "eos",
+        eos,
+        &eos.host_key_fingerprint,
+        &[("eos1-p1", "Ethernet1")],
+    )
+    .await;
+    env.configuration("access-only", json!({"untaggedVLAN": 100}))
         .await;
-    env.configuration("access-only", json!({"untaggedVLAN": 100})).await;
     env.link("eos1-p1", Some("access-only")).await;
     let p = env
         .wait_for("eos1-p1", "the capability refusal", |p| {
-            condition(p, "Ready").is_some_and(|(s, _, m)| s == "False" && m.contains("spec.untaggedVLAN"))
+            condition(p, "Ready")
+                .is_some_and(|(s, _, m)| s == "False" && m.contains("spec.untaggedVLAN"))
         })
         .await;
     let (_, _, message) = condition(&p, "Ready").unwrap();
-    assert!(message.contains("cannot configure access VLAN"), "{message}");
+    assert!(
+        message.contains("cannot configure access VLAN"),
+        "{message}"
+    );
     let device = backend("eos", eos);
     assert_eq!(
         device.get_port(&port("Ethernet1")).await.unwrap().vlans,
         Some(VlanMode::Unconfigured)
     );
     // A trunk is fine.
-    env.configuration("trunk", json!({"vlans": [{"id": 10}, {"id": 20}]})).await;
+    env.configuration("trunk", json!({"vlans": [{"id": 10}, {"id": 20}]}))
+        .await;
     env.link("eos1-p1", Some("trunk")).await;
     env.wait_state("eos1-p1", PortState::Active).await;
     assert_eq!(
@@ -277,7 +306,14 @@ async fn capabilities_and_host_keys_are_enforced_by_the_operator() {
     // A wrong pin: the port never configures and the status names both keys.
     let tor2 = sims.get("tor2");
     let wrong = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
-    env.switch("tor2", "ios", tor2, wrong, &[("tor2-p1", "FastEthernet0/1")]).await;
+    env.switch(
+        "tor2",
+        "ios",
+        tor2,
+        wrong,
+        &[("tor2-p1", "FastEthernet0/1")],
+    )
+    .await;
     env.link("tor2-p1", Some("trunk")).await;
     let p = env
         .wait_for("tor2-p1", "the host-key refusal", |p| {
@@ -288,11 +324,18 @@ async fn capabilities_and_host_keys_are_enforced_by_the_operator() {
         })
         .await;
     let err = p.status.unwrap().last_error.unwrap();
-    assert!(err.contains(wrong) && err.contains(&tor2.host_key_fingerprint), "{err}");
+    assert!(
+        err.contains(wrong) && err.contains(&tor2.host_key_fingerprint),
+        "{err}"
+    );
     assert!(!err.contains(&tor2.password));
     let tor2_device = backend("ios", tor2);
     assert_eq!(
-        tor2_device.get_port(&port("FastEthernet0/1")).await.unwrap().vlans,
+        tor2_device
+            .get_port(&port("FastEthernet0/1"))
+            .await
+            .unwrap()
+            .vlans,
         Some(VlanMode::Unconfigured)
     );
 }
