@@ -228,13 +228,19 @@ fn batch_vlans(plans: &[Plan]) -> BTreeMap<VlanId, Option<VlanName>> {
     all
 }
 
-fn is_transport(e: &DeviceError) -> bool {
-    matches!(
-        e,
-        DeviceError::Unreachable { .. }
-            | DeviceError::Timeout { .. }
-            | DeviceError::Protocol { .. }
-    )
+/// The first prompt in `b` after `from`: (start, end). With pipelined input the
+/// device prints a prompt and then echoes the next line on the same line, so a prompt
+/// counts when it is followed by a line end, the end of what arrived, or `next`.
+fn prompt_after(body: &Regex, b: &str, from: usize, next: Option<&str>) -> Option<(usize, usize)> {
+    body.find_iter(&b[from..]).find_map(|m| {
+        let end = from + m.end();
+        let after = b[end..].strip_prefix(' ').unwrap_or(&b[end..]);
+        let ok = after.is_empty()
+            || after.starts_with('\r')
+            || after.starts_with('\n')
+            || next.is_some_and(|n| after.starts_with(n));
+        ok.then_some((from + m.start(), end))
+    })
 }
 
 /// The prompt before the hostname is known: at the start of a line.
@@ -252,6 +258,8 @@ struct Session<'a> {
     sw: &'a CliSwitch,
     shell: Shell,
     prompt: Regex,
+    /// The prompt without the end anchor (pipelined answers).
+    prompt_body: Regex,
     /// Context of the last prompt (`config`, `config-if`, …), `None` outside
     /// configuration mode.
     ctx: Option<String>,
@@ -276,18 +284,21 @@ impl<'a> Session<'a> {
                 detail: "no prompt".into(),
             })?;
         let host = caps["host"].to_owned();
-        let prompt = Regex::new(&format!(
-            r"(?:SSH@)?{}(?:\((?P<ctx>[^)\r\n]*)\))?(?P<level>[>#]) ?$",
+        let body = format!(
+            r"(?:SSH@)?{}(?:\((?P<ctx>[^)\r\n]*)\))?(?P<level>[>#])",
             regex::escape(&host)
-        ))
-        .map_err(|e| DeviceError::Protocol {
+        );
+        let unusable = |e: regex::Error| DeviceError::Protocol {
             during: "logging in".into(),
             detail: format!("unusable hostname in prompt: {e}"),
-        })?;
+        };
+        let prompt = Regex::new(&format!("{body} ?$")).map_err(unusable)?;
+        let prompt_body = Regex::new(&body).map_err(unusable)?;
         let mut s = Self {
             sw,
             shell,
             prompt,
+            prompt_body,
             ctx: None,
             privileged: &caps["level"] == "#",
         };
@@ -410,6 +421,101 @@ impl<'a> Session<'a> {
         Ok(output)
     }
 
+    /// Sends `lines` in one write (pipelined) and returns each line's outcome, in
+    /// order: its output, or `CommandRejected` when the output matches an error
+    /// pattern. The answer is split at each line's echo and the prompt after it, so
+    /// every output is attributed to its own command. A transport failure fails all.
+    async fn run_many(
+        &mut self,
+        lines: &[String],
+        configures: bool,
+    ) -> Result<Vec<Result<String, DeviceError>>, DeviceError> {
+        if lines.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut input = String::new();
+        for l in lines {
+            self.record(l, configures);
+            input.push_str(l);
+            input.push('\n');
+        }
+        self.shell.write(&input).await?;
+        let body = self.prompt_body.clone();
+        let spans = |b: &str| -> Option<Vec<(usize, usize, usize)>> {
+            // (output start, output end, prompt end) per line.
+            let mut at = 0;
+            let mut out = Vec::with_capacity(lines.len());
+            for (k, l) in lines.iter().enumerate() {
+                let echo = b[at..].find(l.as_str())? + at + l.len();
+                // The first prompt after the echo ends this line's answer.
+                let next = lines.get(k + 1).map(String::as_str);
+                let m = prompt_after(&body, b, echo, next)?;
+                out.push((echo, m.0, m.1));
+                at = m.1;
+            }
+            Some(out)
+        };
+        let timeout = self.sw.options.command_timeout * (1 + lines.len() as u32 / 50);
+        let text = self
+            .shell
+            .read_until(
+                |b| spans(b).and_then(|v| v.last().map(|x| x.2)),
+                timeout,
+                &format!("waiting for the answers to {} commands", lines.len()),
+            )
+            .await?;
+        let spans = spans(&text).expect("complete");
+        self.note_prompt(&text);
+        Ok(lines
+            .iter()
+            .zip(spans)
+            .map(|(l, (start, end, _))| {
+                let output = text[start..end].to_owned();
+                match self.sw.dialect.error_in(&output) {
+                    Some(line) => Err(DeviceError::CommandRejected {
+                        command: l.clone(),
+                        output: line,
+                    }),
+                    None => Ok(output),
+                }
+            })
+            .collect())
+    }
+
+    /// Reads many ports with one pipelined write of all their show commands.
+    async fn read_ports(
+        &mut self,
+        ports: &[PortName],
+    ) -> Result<Vec<Result<ObservedPort, DeviceError>>, DeviceError> {
+        let per_port: Vec<Vec<String>> = ports
+            .iter()
+            .map(|p| self.sw.dialect.read_commands(p))
+            .collect();
+        let all: Vec<String> = per_port.iter().flatten().cloned().collect();
+        let mut outcomes = self.run_many(&all, false).await?.into_iter();
+        let mut out = Vec::with_capacity(ports.len());
+        for (port, cmds) in ports.iter().zip(&per_port) {
+            let mut text = String::new();
+            let mut failed = None;
+            for _ in cmds {
+                match outcomes.next().expect("one outcome per command") {
+                    Ok(o) => {
+                        text.push_str(&o);
+                        text.push('\n');
+                    }
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            out.push(match failed {
+                Some(e) => Err(e),
+                None => Ok(self.sw.dialect.parse(port, &text)),
+            });
+        }
+        Ok(out)
+    }
+
     async fn read_port(&mut self, port: &PortName) -> Result<ObservedPort, DeviceError> {
         let mut all = String::new();
         for cmd in self.sw.dialect.read_commands(port) {
@@ -513,29 +619,42 @@ impl CliSwitch {
         let mut outcomes: Vec<Option<Result<PortChange, DeviceError>>> = vec![None; ops.len()];
         let mut plans: Vec<Plan> = vec![Plan::default(); ops.len()];
         let caps = self.dialect.capabilities();
+        let mut to_read = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             // Defence in depth: the validator refuses these before they get here.
             if let Some(&capability) = caps.missing_for(&op.target()).first() {
                 outcomes[i] = Some(Err(DeviceError::Unsupported { capability }));
-                continue;
+            } else {
+                to_read.push(i);
             }
-            match s.read_port(op.port()).await {
+        }
+        let names: Vec<PortName> = to_read.iter().map(|&i| ops[i].port().clone()).collect();
+        for (&i, read) in to_read.iter().zip(s.read_ports(&names).await?) {
+            match read {
                 Ok(observed) => {
-                    let plan = self.dialect.plan(&observed, &op.target());
+                    let plan = self.dialect.plan(&observed, &ops[i].target());
                     if plan.is_empty() {
                         outcomes[i] = Some(Ok(PortChange::Unchanged));
                     }
                     plans[i] = plan;
                 }
-                Err(e) if is_transport(&e) => return Err(e),
                 Err(e) => outcomes[i] = Some(Err(e)),
             }
         }
         if outcomes.iter().all(Option::is_some) {
             return Ok(results(ops, outcomes));
         }
-        s.run(&self.dialect.session.configure.clone(), true).await?;
-        let mut vlan_errors: BTreeMap<VlanId, DeviceError> = BTreeMap::new();
+        // The whole configuration in one pipelined write. Every port in it was just
+        // read in this session, so entering it cannot fail; each line's answer is
+        // still checked and a failure fails the port (or the VLAN's ports) it
+        // belongs to.
+        enum Owner {
+            Session,
+            Vlan(VlanId),
+            Port(usize),
+        }
+        let mut lines: Vec<String> = vec![self.dialect.session.configure.clone()];
+        let mut owners: Vec<Owner> = vec![Owner::Session];
         let todo: Vec<Plan> = plans
             .iter()
             .zip(&outcomes)
@@ -544,14 +663,31 @@ impl CliSwitch {
             .collect();
         for (vlan, name) in batch_vlans(&todo) {
             for line in self.dialect.create_vlan_lines(vlan, name.as_ref()) {
-                match s.run(&line, true).await {
-                    Ok(_) => {}
-                    Err(e) if is_transport(&e) => return Err(e),
-                    Err(e) => {
-                        vlan_errors.insert(vlan, e);
-                        s.back_to_config_level().await?;
-                        break;
-                    }
+                lines.push(line);
+                owners.push(Owner::Vlan(vlan));
+            }
+        }
+        for (i, plan) in plans.iter().enumerate() {
+            if outcomes[i].is_some() {
+                continue;
+            }
+            for line in plan.blocks.iter().flatten() {
+                lines.push(line.clone());
+                owners.push(Owner::Port(i));
+            }
+        }
+        let answers = s.run_many(&lines, true).await?;
+        let mut vlan_errors: BTreeMap<VlanId, DeviceError> = BTreeMap::new();
+        let mut port_errors: BTreeMap<usize, DeviceError> = BTreeMap::new();
+        for (owner, answer) in owners.iter().zip(answers) {
+            let Err(e) = answer else { continue };
+            match owner {
+                Owner::Session => return Err(e),
+                Owner::Vlan(v) => {
+                    vlan_errors.entry(*v).or_insert(e);
+                }
+                Owner::Port(i) => {
+                    port_errors.entry(*i).or_insert(e);
                 }
             }
         }
@@ -560,27 +696,17 @@ impl CliSwitch {
             if outcomes[i].is_some() {
                 continue;
             }
-            if let Some(e) = plan.vlans.keys().find_map(|v| vlan_errors.get(v)) {
-                outcomes[i] = Some(Err(e.clone()));
-                continue;
-            }
-            let mut outcome = Ok(PortChange::Changed);
-            'blocks: for block in &plan.blocks {
-                for line in block {
-                    match s.run(line, true).await {
-                        Ok(_) => {}
-                        Err(e) if is_transport(&e) => return Err(e),
-                        Err(e) => {
-                            outcome = Err(e);
-                            s.back_to_config_level().await?;
-                            break 'blocks;
-                        }
-                    }
-                }
-            }
-            // A port whose commands partly ran has changed too: save it.
+            // A port whose commands ran, even partly, has changed: save it.
             changed = true;
-            outcomes[i] = Some(outcome);
+            let vlan_error = plan.vlans.keys().find_map(|v| vlan_errors.get(v));
+            outcomes[i] = Some(match (port_errors.remove(&i), vlan_error) {
+                (Some(e), _) => Err(e),
+                (None, Some(e)) => Err(e.clone()),
+                (None, None) => Ok(PortChange::Changed),
+            });
+        }
+        if !port_errors.is_empty() || !vlan_errors.is_empty() {
+            s.back_to_config_level().await?;
         }
         s.leave_config().await?;
         if changed && self.options.save_config {
@@ -635,17 +761,8 @@ impl Switch for CliSwitch {
 
     async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {
         let mut s = self.session().await?;
-        let mut out = Vec::with_capacity(ports.len());
-        for p in ports {
-            match s.read_port(p).await {
-                Err(e) if is_transport(&e) => {
-                    s.close().await;
-                    return Err(e);
-                }
-                r => out.push((p.clone(), r)),
-            }
-        }
+        let reads = s.read_ports(ports).await;
         s.close().await;
-        Ok(out)
+        Ok(ports.iter().cloned().zip(reads?).collect())
     }
 }

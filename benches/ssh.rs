@@ -1,0 +1,175 @@
+//! SSH CLI backend benchmark against the Cisco simulator (`cisco_2960_48TT_L`, one
+//! simulator process, started and stopped by PID). Prints figures, asserts nothing.
+//!
+//! - one access-VLAN change end to end: `apply_batch_verified` of one port (session:
+//!   read, configure, save; then the read-back session), as the switch worker does;
+//! - 48 ports on one switch in one batch, the same way;
+//! - in the same run, `bench/paramiko_baseline.py`: one paramiko session per port
+//!   (connect, enable, configure, read back, close) for the same 48 ports.
+//!
+//! Targets (issue 5): the 48-port batch <= 3x the single port; >= 3x faster than the
+//! per-port paramiko baseline. Env: BENCH_ROUNDS (default 7).
+
+use std::time::{Duration, Instant};
+
+use patchbay::fake_switch::{FakeSwitches, SimSpec};
+use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
+use patchbay_providers::secret::SecretString;
+use patchbay_providers::values::{PortName, VlanId};
+use patchbay_providers::verify::apply_batch_verified;
+use patchbay_providers::{DesiredPort, PortChange, PortOperation, VlanMode};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ops(ports: &[PortName], vlan: u16) -> Vec<PortOperation> {
+    ports
+        .iter()
+        .map(|p| {
+            let mut d = DesiredPort::clean(p.clone());
+            d.vlans = VlanMode::Access {
+                vlan: VlanId::new(vlan).unwrap(),
+            };
+            PortOperation::Set(d)
+        })
+        .collect()
+}
+
+async fn timed(sw: &CliSwitch, ops: &[PortOperation]) -> Duration {
+    let t = Instant::now();
+    let results = apply_batch_verified(sw, ops).await.expect("batch");
+    let elapsed = t.elapsed();
+    for r in results {
+        assert_eq!(r.outcome, Ok(PortChange::Changed), "{}", r.port);
+    }
+    elapsed
+}
+
+fn main() {
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let sims = FakeSwitches::start(&[SimSpec::new("bench48", "cisco_2960_48TT_L")])
+        .expect("simulator (make fake-switch)");
+    let sim = sims.get("bench48").clone();
+    let ports: Vec<PortName> = sim
+        .ports
+        .iter()
+        .filter(|p| p.starts_with("FastEthernet"))
+        .take(48)
+        .map(|p| PortName::parse(p).unwrap())
+        .collect();
+    assert_eq!(ports.len(), 48);
+    let sw = CliSwitch::new(
+        SshTarget {
+            address: sim.address.clone(),
+            port: sim.port,
+            username: sim.username.clone(),
+            auth: Auth::Password(SecretString::new(sim.password.clone())),
+            host_key: HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
+            connect_timeout: Duration::from_secs(10),
+        },
+        Some(SecretString::new(sim.enable_password.clone())),
+        dialect::for_os("ios").unwrap(),
+        CliOptions::default(),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "SSH CLI backend vs the Cisco simulator ({} rounds, release build, save_config on)",
+        rounds
+    );
+    let (single, batch) = rt.block_on(async {
+        // Warm up (first VLAN creation, first session).
+        timed(&sw, &ops(&ports[..1], 3001)).await;
+        let mut single = Vec::new();
+        for r in 0..rounds {
+            single.push(timed(&sw, &ops(&ports[..1], 100 + (r % 2) as u16)).await);
+        }
+        let mut batch = Vec::new();
+        for r in 0..rounds {
+            batch.push(timed(&sw, &ops(&ports, 200 + (r % 2) as u16)).await);
+        }
+        (median(single), median(batch))
+    });
+    println!(
+        "  one access-VLAN change, end to end (apply + read-back): median {:.1} ms",
+        single.as_secs_f64() * 1e3
+    );
+    println!(
+        "  48 ports, one batch (apply + read-back):                median {:.1} ms ({:.2} ms/port)",
+        batch.as_secs_f64() * 1e3,
+        batch.as_secs_f64() * 1e3 / 48.0
+    );
+    let ratio = batch.as_secs_f64() / single.as_secs_f64();
+    println!(
+        "  batch / single: {ratio:.2}x (target <= 3x: {})",
+        if ratio <= 3.0 { "met" } else { "NOT met" }
+    );
+
+    // The paramiko baseline, same simulator, same run.
+    let python = patchbay::fake_switch::python().unwrap();
+    let dir = std::env::temp_dir().join(format!("patchbay-bench-ssh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let creds = dir.join("credentials.json");
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&creds)
+            .unwrap();
+        serde_json::to_writer(
+            f,
+            &serde_json::json!({
+                "address": sim.address, "port": sim.port, "username": sim.username,
+                "password": sim.password, "enable_password": sim.enable_password,
+                "vlans": [300, 301], "repeat": 3,
+            }),
+        )
+        .unwrap();
+    }
+    let out = std::process::Command::new(python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/bench/paramiko_baseline.py"
+        ))
+        .arg(&creds)
+        .args(ports.iter().map(|p| p.as_str()))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success() {
+        println!(
+            "  paramiko baseline failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rounds_s: Vec<Duration> = v["rounds_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| Duration::from_secs_f64(x.as_f64().unwrap()))
+        .collect();
+    let paramiko = median(rounds_s);
+    println!(
+        "  paramiko, one session per port, 48 ports:               median {:.1} ms ({:.2} ms/port)",
+        paramiko.as_secs_f64() * 1e3,
+        paramiko.as_secs_f64() * 1e3 / 48.0
+    );
+    let speedup = paramiko.as_secs_f64() / batch.as_secs_f64();
+    println!(
+        "  paramiko per-port / patchbay batch: {speedup:.2}x (target >= 3x: {})",
+        if speedup >= 3.0 { "met" } else { "NOT met" }
+    );
+}
