@@ -32,6 +32,17 @@ impl Files {
     }
 }
 
+impl Files {
+    /// A SwitchPortConfiguration manifest with this spec.
+    fn configuration(&self, file: &str, name: &str, spec: serde_json::Value) -> PathBuf {
+        self.write(
+            file,
+            &json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+                    "metadata": {"name": name}, "spec": spec}),
+        )
+    }
+}
+
 impl Drop for Files {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -90,13 +101,10 @@ fn show_dry_run_apply_and_reset_a_port() {
     let sim = sims.get("tor1");
     let files = Files::new("cycle");
     let (provider, secret) = manifests(&files, sim);
-    let config = files.write(
+    let config = files.configuration(
         "config.yaml",
-        &json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
-            "metadata": {"name": "tenant-web"},
-            "spec": {"untaggedVLAN": 300, "vlans": [], "description": "tenant web 7"}
-        }),
+        "tenant-web",
+        json!({"untaggedVLAN": 300, "vlans": [], "description": "tenant web 7"}),
     );
     let port = "FastEthernet0/5";
 
@@ -178,10 +186,10 @@ fn a_capability_the_dialect_lacks_is_refused_before_dialling() {
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let files = Files::new("caps");
     let (provider, secret) = manifests(&files, sims.get("tor1"));
-    let config = files.write(
+    let config = files.configuration(
         "mtu.yaml",
-        &json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
-                "metadata": {"name": "jumbo"}, "spec": {"untaggedVLAN": 10, "mtu": 9000}}),
+        "jumbo",
+        json!({"untaggedVLAN": 10, "mtu": 9000}),
     );
     let o = device(
         &provider,
@@ -224,12 +232,7 @@ async fn the_hostile_corpus_never_reaches_the_device() {
             ),
         ];
         for (field, spec) in cases {
-            let config = files.write(
-                "hostile.yaml",
-                &json!({"apiVersion": "patchbay.dev/v1alpha1",
-                        "kind": "SwitchPortConfiguration",
-                        "metadata": {"name": "x"}, "spec": spec}),
-            );
+            let config = files.configuration("hostile.yaml", "x", spec);
             let o = device(
                 &provider,
                 &secret,

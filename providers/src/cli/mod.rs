@@ -2,19 +2,21 @@
 //! shell, with the vendor's commands, prompts, errors and show-output parsers taken
 //! from a [`dialect::Dialect`] (data, under `providers/dialects/`).
 //!
-//! One session per call: `apply_batch` reads every port of the batch, plans the
-//! commands (nothing for a port that already matches), enters configuration mode once,
-//! creates the VLANs the batch needs, configures each port, leaves configuration mode
-//! and saves once (unless `save_config` is off). A command whose output matches one of
-//! the dialect's error patterns fails its port with [`DeviceError::CommandRejected`]
-//! naming the command; the rest of that port's commands are not sent, the session
-//! returns to configuration mode and the batch goes on. A transport failure fails the
-//! whole batch.
+//! One session per call: `apply_batch` reads every port of the batch (show commands
+//! pipelined in one write), plans the commands (nothing for a port that already
+//! matches), then sends in one pipelined write: enter configuration mode, create the
+//! VLANs the batch needs, each port's lines. It then leaves configuration mode and
+//! saves once (unless `save_config` is off). A line whose answer matches one of the
+//! dialect's error patterns fails its port (or, for a VLAN, the ports needing it) with
+//! [`DeviceError::CommandRejected`] naming the command; that port's later lines were
+//! already queued and still run, the other ports are applied, and the session returns
+//! to configuration mode. A transport failure fails the whole batch.
 //!
 //! Prompt handling: the first prompt gives the hostname; from then on a prompt is the
-//! hostname, an optional `(context)` and `>` or `#` at the very end of what arrived,
-//! after the echo of the command just sent (so a late duplicate prompt cannot end an
-//! answer early). Every read has the command timeout.
+//! hostname, an optional `(context)` and `>` or `#`, found after the echo of the line
+//! it answers and followed by a line end, the end of what arrived, or the echo of the
+//! next pipelined line (so a late duplicate prompt cannot end an answer early). Every
+//! read has the command timeout (scaled for long pipelines).
 
 pub mod dialect;
 pub mod transport;
@@ -135,13 +137,11 @@ impl CliSwitch {
     /// (the whole script: entering configuration mode, VLANs, ports, leaving, saving).
     /// Sends nothing that changes the device.
     pub async fn dry_run(&self, ops: &[PortOperation]) -> Result<Vec<String>, DeviceError> {
-        let mut s = self.session().await?;
+        let ports: Vec<PortName> = ops.iter().map(|op| op.port().clone()).collect();
         let mut plans = Vec::new();
-        for op in ops {
-            let observed = s.read_port(op.port()).await?;
-            plans.push(self.dialect.plan(&observed, &op.target()));
+        for (op, (_, read)) in ops.iter().zip(self.get_ports(&ports).await?) {
+            plans.push(self.dialect.plan(&read?, &op.target()));
         }
-        s.close().await;
         Ok(self.script(&plans))
     }
 
@@ -149,22 +149,14 @@ impl CliSwitch {
     /// [`Dialect::parse`] reads), concatenated.
     pub async fn show_port_raw(&self, port: &PortName) -> Result<String, DeviceError> {
         let mut s = self.session().await?;
-        let mut all = String::new();
-        let mut result = Ok(());
-        for cmd in self.dialect.read_commands(port) {
-            match s.run(&cmd, false).await {
-                Ok(out) => {
-                    all.push_str(&out);
-                    all.push('\n');
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
+        let answers = s.run_many(&self.dialect.read_commands(port), false).await;
         s.close().await;
-        result.map(|()| all)
+        let mut all = String::new();
+        for answer in answers? {
+            all.push_str(&answer?);
+            all.push('\n');
+        }
+        Ok(all)
     }
 
     /// The device's whole running configuration (the dialect's `running_config`
@@ -389,36 +381,8 @@ impl<'a> Session<'a> {
     /// Sends one command and returns its output (without echo and prompt). An output
     /// line matching the dialect's error patterns fails it.
     async fn run(&mut self, cmd: &str, configures: bool) -> Result<String, DeviceError> {
-        self.record(cmd, configures);
-        self.shell.write(&format!("{cmd}\n")).await?;
-        let prompt = self.prompt.clone();
-        let echo = cmd.to_owned();
-        let text = self
-            .shell
-            .read_until(
-                |b| {
-                    let at = b.find(&echo)? + echo.len();
-                    prompt.find(&b[at..]).map(|m| at + m.end())
-                },
-                self.sw.options.command_timeout,
-                &format!("waiting for the answer to `{cmd}`"),
-            )
-            .await?;
-        self.note_prompt(&text);
-        let start = text.find(cmd).map(|i| i + cmd.len()).unwrap_or(0);
-        let end = self
-            .prompt
-            .find(&text[start..])
-            .map(|m| start + m.start())
-            .unwrap_or(text.len());
-        let output = text[start..end].to_owned();
-        if let Some(line) = self.sw.dialect.error_in(&output) {
-            return Err(DeviceError::CommandRejected {
-                command: cmd.to_owned(),
-                output: line,
-            });
-        }
-        Ok(output)
+        let mut answers = self.run_many(&[cmd.to_owned()], configures).await?;
+        answers.remove(0)
     }
 
     /// Sends `lines` in one write (pipelined) and returns each line's outcome, in
@@ -516,34 +480,27 @@ impl<'a> Session<'a> {
         Ok(out)
     }
 
-    async fn read_port(&mut self, port: &PortName) -> Result<ObservedPort, DeviceError> {
-        let mut all = String::new();
-        for cmd in self.sw.dialect.read_commands(port) {
-            all.push_str(&self.run(&cmd, false).await?);
-            all.push('\n');
+    /// Sends `exit` while `stay` holds for the current context (at most 8 times).
+    async fn exit_while(&mut self, stay: impl Fn(Option<&str>) -> bool) -> Result<(), DeviceError> {
+        let exit = self.sw.dialect.session.exit.clone();
+        for _ in 0..8 {
+            if !stay(self.ctx.as_deref()) {
+                break;
+            }
+            self.run(&exit, true).await?;
         }
-        Ok(self.sw.dialect.parse(port, &all))
+        Ok(())
     }
 
     /// Back to the top configuration level after a failed command.
     async fn back_to_config_level(&mut self) -> Result<(), DeviceError> {
-        let exit = self.sw.dialect.session.exit.clone();
-        let mut guard = 0;
-        while self.ctx.as_deref().is_some_and(|c| c != "config") && guard < 8 {
-            self.run(&exit, true).await?;
-            guard += 1;
-        }
-        Ok(())
+        self.exit_while(|ctx| ctx.is_some_and(|c| c != "config"))
+            .await
     }
 
+    /// Out of configuration mode.
     async fn leave_config(&mut self) -> Result<(), DeviceError> {
-        let exit = self.sw.dialect.session.exit.clone();
-        let mut guard = 0;
-        while self.ctx.is_some() && guard < 8 {
-            self.run(&exit, true).await?;
-            guard += 1;
-        }
-        Ok(())
+        self.exit_while(|ctx| ctx.is_some()).await
     }
 
     async fn save(&mut self) -> Result<(), DeviceError> {
@@ -736,10 +693,8 @@ impl Switch for CliSwitch {
     }
 
     async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
-        let mut s = self.session().await?;
-        let r = s.read_port(port).await;
-        s.close().await;
-        r
+        let mut reads = self.get_ports(std::slice::from_ref(port)).await?;
+        reads.remove(0).1
     }
 
     async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
