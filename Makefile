@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all demo test fmt-check clippy unit crds build deps kubectl fake-switch bench help
+.PHONY: all demo test fmt-check clippy unit crds build deps kubectl fake-switch ovs bench help
 
 all: test
 
@@ -40,6 +40,16 @@ $(FAKE_SWITCH_VENV)/.installed: fake-switch/requirements.txt
 	$(FAKE_SWITCH_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r fake-switch/requirements.txt
 	touch $@
 
+# Open vSwitch (started by hand by fake-switch/ovs.py, never through systemd) and the
+# tools the traffic tests use in network namespaces: ip, ethtool, ping.
+ovs:
+	@command -v ovs-vswitchd >/dev/null 2>&1 && command -v ovsdb-server >/dev/null 2>&1 \
+		&& command -v ethtool >/dev/null 2>&1 && command -v ping >/dev/null 2>&1 \
+		&& command -v ip >/dev/null 2>&1 || { \
+		echo "installing openvswitch-switch, ethtool, iputils-ping, iproute2"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			openvswitch-switch ethtool iputils-ping iproute2; }
+
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
 
@@ -52,7 +62,7 @@ fmt-check: deps
 clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-unit: deps kubectl fake-switch
+unit: deps kubectl fake-switch ovs
 	$(CARGO) test --workspace --locked
 
 test: fmt-check clippy unit

@@ -199,3 +199,148 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     f.write_all(bytes)?;
     Ok(())
 }
+
+/// A private Open vSwitch started by `fake-switch/ovs.py`: ovsdb-server and
+/// ovs-vswitchd in a temporary directory, OVSDB on a free 127.0.0.1 port, bridges
+/// with the userspace datapath, ovs-vswitchd in a network namespace of its own (the
+/// userspace datapath's tap devices have fixed names, so instances would collide).
+/// Dropping it stops the launcher and both daemons by the PIDs started here.
+pub struct OvsSim {
+    child: Child,
+    out: PathBuf,
+    /// The launcher's description.
+    pub info: OvsInfo,
+}
+
+/// What `fake-switch/ovs.py` reports.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OvsInfo {
+    /// The temporary directory (OVS_RUNDIR).
+    pub dir: PathBuf,
+    /// The network namespace ovs-vswitchd (and so every bridge port) lives in.
+    pub netns: String,
+    /// The OVSDB unix socket.
+    pub db_socket: PathBuf,
+    /// Always 127.0.0.1.
+    pub ovsdb_address: String,
+    /// The OVSDB TCP port.
+    pub ovsdb_port: u16,
+    /// PID of ovsdb-server.
+    pub ovsdb_server_pid: u32,
+    /// PID of ovs-vswitchd.
+    pub ovs_vswitchd_pid: u32,
+    /// Bridges and their OpenFlow listener port.
+    pub bridges: std::collections::BTreeMap<String, OvsBridge>,
+}
+
+/// One bridge of an [`OvsSim`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct OvsBridge {
+    /// The bridge's OpenFlow management socket, `unix:<dir>/<bridge>.mgmt`.
+    pub openflow: String,
+}
+
+impl OvsSim {
+    /// Starts Open vSwitch with `bridges`; waits up to 30 s.
+    pub fn start(bridges: &[&str]) -> Result<Self> {
+        let out = std::env::temp_dir().join(format!(
+            "patchbay-ovs-{}-{}.json",
+            std::process::id(),
+            rand_u32() ^ Instant::now().elapsed().subsec_nanos()
+        ));
+        let mut cmd = Command::new("python3");
+        cmd.arg(repo_root().join("fake-switch/ovs.py")).arg(&out);
+        for b in bridges {
+            cmd.arg("--bridge").arg(b);
+        }
+        let log = out.with_extension("log");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log)?))
+            .spawn()
+            .context("starting fake-switch/ovs.py")?;
+        let mut child = child;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read(&out) {
+                let info: OvsInfo = serde_json::from_slice(&text).context("ovs.py description")?;
+                let _ = std::fs::remove_file(&log);
+                return Ok(Self { child, out, info });
+            }
+            if let Some(status) = child.try_wait()? {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                bail!("fake-switch/ovs.py exited ({status}):\n{text}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("Open vSwitch did not start within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `host:port` of OVSDB.
+    pub fn ovsdb_tcp(&self) -> String {
+        format!("{}:{}", self.info.ovsdb_address, self.info.ovsdb_port)
+    }
+
+    /// The OpenFlow target of `bridge` (`unix:<dir>/<bridge>.mgmt`).
+    pub fn openflow(&self, bridge: &str) -> Option<String> {
+        self.info.bridges.get(bridge).map(|b| b.openflow.clone())
+    }
+
+    /// Runs `ovs-vsctl` against this OVSDB (tests and benchmarks; patchbay itself
+    /// never does). Returns stdout; fails with stderr.
+    pub fn vsctl(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("ovs-vsctl")
+            .arg(format!("--db=unix:{}", self.info.db_socket.display()))
+            .arg("--timeout=20")
+            .args(args)
+            .env("OVS_RUNDIR", &self.info.dir)
+            .output()
+            .context("running ovs-vsctl")?;
+        if !out.status.success() {
+            bail!(
+                "ovs-vsctl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Stops the launcher and both daemons (by PID) and removes the directory.
+    pub fn stop(&mut self) {
+        terminate(self.child.id());
+        let _ = self.child.wait();
+        // The launcher stops its daemons; if it could not, stop them here, by the
+        // PIDs it reported, only while they are still Open vSwitch processes.
+        for pid in [self.info.ovs_vswitchd_pid, self.info.ovsdb_server_pid] {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.starts_with("ovs") {
+                terminate(pid);
+            }
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.info.netns])
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.info.dir);
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+impl Drop for OvsSim {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// SIGTERM to a PID this module started (via `kill(1)`, to stay free of libc).
+fn terminate(pid: u32) {
+    let _ = Command::new("kill")
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}

@@ -6,14 +6,15 @@
 //! [`Switch`]; backends render it for their device and read the device back into an
 //! [`ObservedPort`].
 //!
-//! Backends: [`fixture`] (in memory, for tests and the demo) and [`cli`] (vendor
-//! CLIs over SSH, dialects as data). NETCONF, Ansible and OVSDB backends follow in
-//! later changes.
+//! Backends: [`fixture`] (in memory, for tests and the demo), [`cli`] (vendor
+//! CLIs over SSH, dialects as data) and [`ovsdb`] (Open vSwitch bridges over OVSDB).
+//! NETCONF and Ansible backends follow in later changes.
 
 pub mod cli;
 pub mod error;
 pub mod fixture;
 pub mod model;
+pub mod ovsdb;
 pub mod secret;
 pub mod switch;
 pub mod values;

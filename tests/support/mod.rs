@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -1,0 +1,817 @@
+//! Open vSwitch as a [`Switch`]: ports of one bridge, configured over OVSDB
+//! (RFC 7047, [`rpc`]) and, for the admin state only, OpenFlow ([`openflow`]).
+//!
+//! | desired | OVSDB columns written |
+//! |---|---|
+//! | clean (no VLAN config) | `Port.tag`, `trunks`, `vlan_mode` all empty (OVS's default: a trunk of every VLAN) |
+//! | access VLAN v | `vlan_mode=access`, `tag=v`, `trunks=[]` |
+//! | trunk of tagged VLANs A | `vlan_mode=trunk`, `tag=[]`, `trunks=A` |
+//! | trunk, native n untagged, tagged A | `vlan_mode=native-untagged`, `tag=n`, `trunks=A ∪ {n}` |
+//! | MTU m | `Interface.mtu_request=m` on each interface of the port |
+//! | description d | `Port.external_ids:patchbay/description=d` (other keys kept) |
+//! | disabled | OpenFlow PORT_MOD `OFPPC_PORT_DOWN` (see [`openflow`]); read back from `Interface.admin_state` |
+//!
+//! The native VLAN is always written into `trunks`: an empty `trunks` means *every*
+//! VLAN to OVS, so a native-only trunk must not leave it empty.
+//!
+//! Reads are one transaction of `select`s; a batch of changes is one transaction for
+//! every port plus `next_cfg += 1`, after which the backend waits until
+//! ovs-vswitchd reports `cur_cfg` at least that value — the change is then in the
+//! datapath, not only in the database. If the transaction is refused (OVSDB rolls it
+//! back whole), each changed port is retried alone so the refusal is reported on the
+//! port that caused it and the others still apply.
+//!
+//! Read-back is strict: column combinations patchbay never writes (`native-tagged`,
+//! `dot1q-tunnel`, access without a tag, a trunk with no `trunks`) read as a trunk
+//! with no VLANs, which no desired state equals, so such a port shows drift and is
+//! rewritten.
+
+pub mod openflow;
+pub mod rpc;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::error::DeviceError;
+use crate::model::{AdminState, Capabilities, Capability, DesiredPort, ObservedPort, VlanMode};
+use crate::switch::{PortChange, PortOperation, PortReads, PortResult, Switch};
+use crate::values::{Description, Mtu, PortName, VlanId, VlanSet};
+pub use openflow::PortMod;
+pub use rpc::{Connection, Endpoint, OvsdbError};
+
+/// The `external_ids` key that holds a port's description.
+pub const DESCRIPTION_KEY: &str = "patchbay/description";
+const DB: &str = "Open_vSwitch";
+
+/// How to reach one Open vSwitch.
+#[derive(Debug, Clone)]
+pub struct OvsOptions {
+    /// The OVSDB server.
+    pub endpoint: Endpoint,
+    /// The bridge whose ports are managed.
+    pub bridge: String,
+    /// OpenFlow target of the bridge, `unix:PATH` or `tcp:HOST:PORT` (see
+    /// [`openflow::set_ports_down`]); without it the admin state is not managed and
+    /// ports cannot be disabled.
+    pub openflow: Option<String>,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Timeout of one call, and of waiting for ovs-vswitchd.
+    pub command_timeout: Duration,
+}
+
+/// An Open vSwitch bridge reached over OVSDB.
+pub struct OvsSwitch {
+    opts: OvsOptions,
+}
+
+/// One interface of a port, as read.
+#[derive(Debug, Clone)]
+struct IfaceRow {
+    uuid: String,
+    name: String,
+    ofport: Option<i64>,
+    mac: Option<String>,
+    mtu_request: Option<i64>,
+    admin_state: Option<String>,
+}
+
+/// One port, as read.
+#[derive(Debug, Clone)]
+struct PortRow {
+    uuid: String,
+    tag: Option<i64>,
+    trunks: BTreeSet<i64>,
+    vlan_mode: Option<String>,
+    description: Option<String>,
+    ifaces: Vec<IfaceRow>,
+}
+
+/// The OVS columns a desired state needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Columns {
+    tag: Option<i64>,
+    trunks: BTreeSet<i64>,
+    vlan_mode: Option<&'static str>,
+}
+
+fn columns(vlans: &VlanMode) -> Result<Columns, DeviceError> {
+    let ids = |s: &VlanSet| {
+        s.iter()
+            .map(|v| i64::from(v.get()))
+            .collect::<BTreeSet<_>>()
+    };
+    Ok(match vlans {
+        VlanMode::Unconfigured => Columns {
+            tag: None,
+            trunks: BTreeSet::new(),
+            vlan_mode: None,
+        },
+        VlanMode::Access { vlan } => Columns {
+            tag: Some(i64::from(vlan.get())),
+            trunks: BTreeSet::new(),
+            vlan_mode: Some("access"),
+        },
+        VlanMode::Trunk {
+            native: None,
+            allowed,
+        } => {
+            if allowed.is_empty() {
+                // An empty trunks column means every VLAN to OVS: never write it.
+                return Err(DeviceError::Protocol {
+                    during: "rendering a trunk".into(),
+                    detail: "a trunk needs at least one VLAN".into(),
+                });
+            }
+            Columns {
+                tag: None,
+                trunks: ids(allowed),
+                vlan_mode: Some("trunk"),
+            }
+        }
+        VlanMode::Trunk {
+            native: Some(n),
+            allowed,
+        } => {
+            let mut trunks = ids(allowed);
+            trunks.insert(i64::from(n.get()));
+            Columns {
+                tag: Some(i64::from(n.get())),
+                trunks,
+                vlan_mode: Some("native-untagged"),
+            }
+        }
+    })
+}
+
+/// A trunk with no VLANs: what unrecognised VLAN columns read as (no desired state
+/// equals it).
+fn unrecognised() -> VlanMode {
+    VlanMode::Trunk {
+        native: None,
+        allowed: VlanSet::new(),
+    }
+}
+
+fn vlan(v: i64) -> Option<VlanId> {
+    VlanId::from_i64(v).ok()
+}
+
+fn vlans_of(row: &PortRow) -> VlanMode {
+    let set = |xs: &BTreeSet<i64>| -> Option<VlanSet> { xs.iter().map(|v| vlan(*v)).collect() };
+    match (row.vlan_mode.as_deref(), row.tag, row.trunks.is_empty()) {
+        (None, None, true) => VlanMode::Unconfigured,
+        (Some("access"), Some(t), true) => {
+            vlan(t).map_or_else(unrecognised, |vlan| VlanMode::Access { vlan })
+        }
+        (Some("trunk"), None, false) => {
+            set(&row.trunks).map_or_else(unrecognised, |allowed| VlanMode::Trunk {
+                native: None,
+                allowed,
+            })
+        }
+        (Some("native-untagged"), Some(t), false) if row.trunks.contains(&t) => {
+            let rest: BTreeSet<i64> = row.trunks.iter().copied().filter(|v| *v != t).collect();
+            match (vlan(t), set(&rest)) {
+                (Some(n), Some(allowed)) => VlanMode::Trunk {
+                    native: Some(n),
+                    allowed,
+                },
+                _ => unrecognised(),
+            }
+        }
+        _ => unrecognised(),
+    }
+}
+
+fn unreadable_description() -> Description {
+    Description::parse("(description not readable by patchbay)").expect("valid")
+}
+
+fn observed(port: &PortName, row: &PortRow, admin_managed: bool) -> ObservedPort {
+    let states: Vec<&str> = row
+        .ifaces
+        .iter()
+        .filter_map(|i| i.admin_state.as_deref())
+        .collect();
+    let admin = if states.is_empty() || !admin_managed {
+        None
+    } else if states.iter().all(|s| *s == "up") {
+        Some(AdminState::Up)
+    } else {
+        Some(AdminState::Down)
+    };
+    let mtu =
+        row.ifaces.first().and_then(|i| i.mtu_request).map(|m| {
+            Mtu::new(m).unwrap_or_else(|_| Mtu::new(m.clamp(576, 9216)).expect("in range"))
+        });
+    ObservedPort {
+        port: port.clone(),
+        admin,
+        vlans: Some(vlans_of(row)),
+        mtu: Some(mtu),
+        description: Some(
+            row.description
+                .as_deref()
+                .map(|d| Description::parse(d).unwrap_or_else(|_| unreadable_description())),
+        ),
+        acl: None,
+        lag: None,
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    rpc::atoms(v).first().and_then(Value::as_i64)
+}
+
+fn string(v: &Value) -> Option<String> {
+    rpc::atoms(v)
+        .first()
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn rows(result: &Value) -> Vec<Value> {
+    result
+        .get("rows")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn iface_row(r: &Value) -> Option<IfaceRow> {
+    Some(IfaceRow {
+        uuid: rpc::uuid(&r["_uuid"])?.to_owned(),
+        name: r["name"].as_str().unwrap_or_default().to_owned(),
+        ofport: int(&r["ofport"]),
+        mac: string(&r["mac_in_use"]),
+        mtu_request: int(&r["mtu_request"]),
+        admin_state: string(&r["admin_state"]),
+    })
+}
+
+const PORT_COLUMNS: [&str; 6] = [
+    "_uuid",
+    "tag",
+    "trunks",
+    "vlan_mode",
+    "external_ids",
+    "interfaces",
+];
+const IFACE_COLUMNS: [&str; 6] = [
+    "_uuid",
+    "name",
+    "ofport",
+    "mac_in_use",
+    "mtu_request",
+    "admin_state",
+];
+
+/// One port's planned change.
+struct Plan {
+    ops: Vec<Value>,
+    admin: Option<(bool, Vec<IfaceRow>)>,
+}
+
+impl OvsSwitch {
+    /// A backend for `opts` (connects per batch).
+    pub fn new(opts: OvsOptions) -> Self {
+        Self { opts }
+    }
+
+    /// The bridge this backend manages.
+    pub fn bridge(&self) -> &str {
+        &self.opts.bridge
+    }
+
+    /// Runs `f` on a new session. One session per batch or read: nothing stale to
+    /// recover (ovsdb-server drops idle TCP sessions that miss its probes), and a
+    /// connect on the management network costs one round trip.
+    async fn with_session<T>(
+        &self,
+        f: impl AsyncFnOnce(&mut Connection) -> Result<T, DeviceError>,
+    ) -> Result<T, DeviceError> {
+        let mut conn = Connection::connect(
+            &self.opts.endpoint,
+            self.opts.connect_timeout,
+            self.opts.command_timeout,
+        )
+        .await?;
+        f(&mut conn).await
+    }
+
+    /// Reads `ports` of the bridge in one transaction (two if a port has interfaces
+    /// named differently from itself, as bonds do).
+    async fn read_rows(
+        &self,
+        conn: &mut Connection,
+        ports: &[PortName],
+    ) -> Result<Vec<Result<PortRow, DeviceError>>, DeviceError> {
+        let mut ops = vec![json!({
+            "op": "select", "table": "Bridge",
+            "where": [["name", "==", self.opts.bridge]], "columns": ["ports"],
+        })];
+        for p in ports {
+            ops.push(json!({"op": "select", "table": "Port",
+                "where": [["name", "==", p.as_str()]], "columns": PORT_COLUMNS}));
+            ops.push(json!({"op": "select", "table": "Interface",
+                "where": [["name", "==", p.as_str()]], "columns": IFACE_COLUMNS}));
+        }
+        let results = conn.transact(DB, &ops).await?;
+        let bridge = rows(&results[0]);
+        let Some(bridge) = bridge.first() else {
+            return Err(DeviceError::CommandRejected {
+                command: format!("select Bridge {}", self.opts.bridge),
+                output: "there is no bridge of that name".into(),
+            });
+        };
+        let on_bridge: BTreeSet<String> = rpc::atoms(&bridge["ports"])
+            .iter()
+            .filter_map(|u| rpc::uuid(u).map(str::to_owned))
+            .collect();
+        let mut out = Vec::with_capacity(ports.len());
+        let mut missing: BTreeSet<String> = BTreeSet::new();
+        for (i, p) in ports.iter().enumerate() {
+            let port_rows = rows(&results[1 + 2 * i]);
+            let Some(r) = port_rows.first() else {
+                out.push(Err(DeviceError::UnknownPort {
+                    port: p.to_string(),
+                }));
+                continue;
+            };
+            let uuid = rpc::uuid(&r["_uuid"]).unwrap_or_default().to_owned();
+            if !on_bridge.contains(&uuid) {
+                out.push(Err(DeviceError::UnknownPort {
+                    port: format!("{p} (not on bridge {})", self.opts.bridge),
+                }));
+                continue;
+            }
+            let iface_uuids: Vec<String> = rpc::atoms(&r["interfaces"])
+                .iter()
+                .filter_map(|u| rpc::uuid(u).map(str::to_owned))
+                .collect();
+            let by_name: Vec<IfaceRow> = rows(&results[2 + 2 * i])
+                .iter()
+                .filter_map(iface_row)
+                .filter(|f| iface_uuids.contains(&f.uuid))
+                .collect();
+            let ifaces: Vec<IfaceRow> = iface_uuids
+                .iter()
+                .map(|u| {
+                    by_name
+                        .iter()
+                        .find(|f| &f.uuid == u)
+                        .cloned()
+                        .unwrap_or_else(|| {
+                            missing.insert(u.clone());
+                            IfaceRow {
+                                uuid: u.clone(),
+                                name: String::new(),
+                                ofport: None,
+                                mac: None,
+                                mtu_request: None,
+                                admin_state: None,
+                            }
+                        })
+                })
+                .collect();
+            let ext = rpc::string_map(&r["external_ids"]);
+            out.push(Ok(PortRow {
+                uuid,
+                tag: int(&r["tag"]),
+                trunks: rpc::atoms(&r["trunks"])
+                    .iter()
+                    .filter_map(Value::as_i64)
+                    .collect(),
+                vlan_mode: string(&r["vlan_mode"]),
+                description: ext
+                    .into_iter()
+                    .find(|(k, _)| k == DESCRIPTION_KEY)
+                    .map(|(_, v)| v),
+                ifaces,
+            }));
+        }
+        if !missing.is_empty() {
+            let ops: Vec<Value> = missing
+                .iter()
+                .map(|u| {
+                    json!({"op": "select", "table": "Interface",
+                    "where": [["_uuid", "==", ["uuid", u]]], "columns": IFACE_COLUMNS})
+                })
+                .collect();
+            let found: HashMap<String, IfaceRow> = conn
+                .transact(DB, &ops)
+                .await?
+                .iter()
+                .flat_map(rows)
+                .filter_map(|r| iface_row(&r))
+                .map(|f| (f.uuid.clone(), f))
+                .collect();
+            for row in out.iter_mut().flatten() {
+                for f in &mut row.ifaces {
+                    if let Some(full) = found.get(&f.uuid) {
+                        *f = full.clone();
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The operations that make `row` match `desired` (empty when it does).
+    fn plan(&self, desired: &DesiredPort, row: &PortRow) -> Result<Plan, DeviceError> {
+        let caps = self.capabilities();
+        if let Some(c) = caps.missing_for(desired).first() {
+            return Err(DeviceError::Unsupported { capability: *c });
+        }
+        let want = columns(&desired.vlans)?;
+        let have = Columns {
+            tag: row.tag,
+            trunks: row.trunks.clone(),
+            vlan_mode: None,
+        };
+        let mut ops = Vec::new();
+        let port_where = json!([["_uuid", "==", ["uuid", row.uuid]]]);
+        if want.tag != have.tag
+            || want.trunks != have.trunks
+            || want.vlan_mode != row.vlan_mode.as_deref()
+        {
+            ops.push(
+                json!({"op": "update", "table": "Port", "where": port_where, "row": {
+                    "tag": rpc::set(want.tag.map(Value::from)),
+                    "trunks": rpc::set(want.trunks.iter().map(|v| Value::from(*v))),
+                    "vlan_mode": rpc::set(want.vlan_mode.map(Value::from)),
+                }}),
+            );
+        }
+        let want_desc = desired.description.as_ref().map(|d| d.as_str().to_owned());
+        if want_desc != row.description {
+            let mut mutations = vec![json!([
+                "external_ids",
+                "delete",
+                rpc::set([Value::from(DESCRIPTION_KEY)])
+            ])];
+            if let Some(d) = &want_desc {
+                mutations.push(json!([
+                    "external_ids",
+                    "insert",
+                    ["map", [[DESCRIPTION_KEY, d]]]
+                ]));
+            }
+            ops.push(json!({"op": "mutate", "table": "Port", "where": port_where, "mutations": mutations}));
+        }
+        let want_mtu = desired.mtu.map(|m| i64::from(m.get()));
+        for f in &row.ifaces {
+            if f.mtu_request != want_mtu {
+                ops.push(json!({"op": "update", "table": "Interface",
+                    "where": [["_uuid", "==", ["uuid", f.uuid]]],
+                    "row": {"mtu_request": rpc::set(want_mtu.map(Value::from))}}));
+            }
+        }
+        // Without an OpenFlow listener the admin state is not managed (and not
+        // compared, see `observed`): desired Down was refused above.
+        let down = desired.admin == AdminState::Down;
+        let wrong: Vec<IfaceRow> = row
+            .ifaces
+            .iter()
+            .filter(|f| f.admin_state.as_deref() != Some(if down { "down" } else { "up" }))
+            .cloned()
+            .collect();
+        let admin = (self.opts.openflow.is_some() && !wrong.is_empty()).then_some((down, wrong));
+        Ok(Plan { ops, admin })
+    }
+
+    /// Commits `ops` with `next_cfg += 1` and waits until ovs-vswitchd applied it.
+    async fn commit(&self, conn: &mut Connection, mut ops: Vec<Value>) -> Result<(), DeviceError> {
+        ops.push(json!({"op": "mutate", "table": "Open_vSwitch", "where": [],
+            "mutations": [["next_cfg", "+=", 1]]}));
+        ops.push(
+            json!({"op": "select", "table": "Open_vSwitch", "where": [], "columns": ["next_cfg"]}),
+        );
+        let results = conn.transact(DB, &ops).await?;
+        let target = results
+            .last()
+            .map(rows)
+            .and_then(|r| r.first().and_then(|r| r["next_cfg"].as_i64()))
+            .ok_or_else(|| DeviceError::Protocol {
+                during: "reading next_cfg".into(),
+                detail: "no Open_vSwitch row".into(),
+            })?;
+        self.wait_cur_cfg(conn, target).await
+    }
+
+    /// Polls `cur_cfg` until ovs-vswitchd has caught up with `target`.
+    async fn wait_cur_cfg(&self, conn: &mut Connection, target: i64) -> Result<(), DeviceError> {
+        let deadline = Instant::now() + self.opts.command_timeout;
+        let mut pause = Duration::from_micros(500);
+        loop {
+            let r = conn
+                .transact(DB, &[json!({"op": "select", "table": "Open_vSwitch", "where": [], "columns": ["cur_cfg"]})])
+                .await?;
+            let cur = rows(&r[0])
+                .first()
+                .and_then(|r| r["cur_cfg"].as_i64())
+                .unwrap_or(0);
+            if cur >= target {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(DeviceError::Timeout {
+                    during: format!(
+                        "waiting for ovs-vswitchd to apply configuration {target} (cur_cfg {cur}); is ovs-vswitchd running?"
+                    ),
+                    after: self.opts.command_timeout,
+                });
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends the admin changes over OpenFlow and waits until OVSDB reports them.
+    async fn set_admin(
+        &self,
+        conn: &mut Connection,
+        changes: &[(bool, Vec<IfaceRow>)],
+    ) -> Result<(), DeviceError> {
+        let Some(of) = &self.opts.openflow else {
+            return Err(DeviceError::Unsupported {
+                capability: Capability::Disable,
+            });
+        };
+        let mut mods = Vec::new();
+        for (down, ifaces) in changes {
+            for f in ifaces {
+                let (Some(ofport), Some(mac)) = (
+                    f.ofport
+                        .and_then(|p| u16::try_from(p).ok())
+                        .filter(|p| *p < 0xff00),
+                    f.mac.as_deref().and_then(openflow::parse_mac),
+                ) else {
+                    return Err(DeviceError::CommandRejected {
+                        command: format!("OpenFlow port-mod of {}", f.name),
+                        output:
+                            "the interface has no OpenFlow port number or MAC (is it attached?)"
+                                .into(),
+                    });
+                };
+                mods.push(PortMod {
+                    name: f.name.clone(),
+                    ofport,
+                    mac,
+                    down: *down,
+                });
+            }
+        }
+        openflow::set_ports_down(of, &mods, self.opts.command_timeout).await?;
+        // ovs-vswitchd reports admin_state in OVSDB shortly after; wait for it so the
+        // read-back that follows sees the new state.
+        let deadline = Instant::now() + self.opts.command_timeout;
+        loop {
+            let ops: Vec<Value> = mods
+                .iter()
+                .map(|m| {
+                    json!({"op": "select", "table": "Interface",
+                    "where": [["name", "==", m.name]], "columns": ["admin_state"]})
+                })
+                .collect();
+            let r = conn.transact(DB, &ops).await?;
+            let pending = mods.iter().zip(&r).filter(|(m, res)| {
+                let state = rows(res)
+                    .first()
+                    .and_then(|row| string(&row["admin_state"]));
+                state.as_deref() != Some(if m.down { "down" } else { "up" })
+            });
+            if pending.count() == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(DeviceError::Timeout {
+                    during: "waiting for ovs-vswitchd to report the new admin state".into(),
+                    after: self.opts.command_timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn apply_all(
+        &self,
+        conn: &mut Connection,
+        ops: &[PortOperation],
+    ) -> Result<Vec<PortResult>, DeviceError> {
+        let ports: Vec<PortName> = ops.iter().map(|o| o.port().clone()).collect();
+        let reads = self.read_rows(conn, &ports).await?;
+        let mut outcomes: Vec<Option<Result<PortChange, DeviceError>>> =
+            Vec::with_capacity(ops.len());
+        let mut plans: Vec<Option<Plan>> = Vec::with_capacity(ops.len());
+        for (op, read) in ops.iter().zip(reads) {
+            match read.and_then(|row| self.plan(&op.target(), &row)) {
+                Err(e) => {
+                    outcomes.push(Some(Err(e)));
+                    plans.push(None);
+                }
+                Ok(p) if p.ops.is_empty() && p.admin.is_none() => {
+                    outcomes.push(Some(Ok(PortChange::Unchanged)));
+                    plans.push(None);
+                }
+                Ok(p) => {
+                    outcomes.push(None);
+                    plans.push(Some(p));
+                }
+            }
+        }
+        let all: Vec<Value> = plans.iter().flatten().flat_map(|p| p.ops.clone()).collect();
+        if !all.is_empty() {
+            match self.commit(conn, all).await {
+                Ok(()) => {}
+                Err(DeviceError::CommandRejected { .. }) if plans.iter().flatten().count() > 1 => {
+                    // Rolled back whole: retry port by port to find the culprit.
+                    for (i, plan) in plans.iter_mut().enumerate() {
+                        let Some(p) = plan else { continue };
+                        if p.ops.is_empty() {
+                            continue;
+                        }
+                        if let Err(e) = self.commit(conn, p.ops.clone()).await {
+                            outcomes[i] = Some(Err(e));
+                            *plan = None;
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let admin: Vec<(usize, (bool, Vec<IfaceRow>))> = plans
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().and_then(|p| p.admin.clone()).map(|a| (i, a)))
+            .collect();
+        if !admin.is_empty() {
+            let changes: Vec<(bool, Vec<IfaceRow>)> =
+                admin.iter().map(|(_, a)| a.clone()).collect();
+            if let Err(e) = self.set_admin(conn, &changes).await {
+                for (i, _) in &admin {
+                    outcomes[*i] = Some(Err(e.clone()));
+                }
+            }
+        }
+        Ok(ops
+            .iter()
+            .zip(outcomes)
+            .map(|(op, o)| PortResult {
+                port: op.port().clone(),
+                outcome: o.unwrap_or(Ok(PortChange::Changed)),
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Switch for OvsSwitch {
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = vec![
+            Capability::AccessVlan,
+            Capability::Trunk,
+            Capability::NativeVlan,
+            Capability::Description,
+            Capability::Mtu,
+        ];
+        if self.opts.openflow.is_some() {
+            caps.push(Capability::Disable);
+        }
+        Capabilities::new(caps)
+    }
+
+    async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
+        let mut reads = self.get_ports(std::slice::from_ref(port)).await?;
+        reads.pop().map(|(_, r)| r).unwrap_or_else(|| {
+            Err(DeviceError::UnknownPort {
+                port: port.to_string(),
+            })
+        })
+    }
+
+    async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
+        let mut r = self
+            .apply_batch(&[PortOperation::Set(desired.clone())])
+            .await?;
+        r.pop()
+            .map(|r| r.outcome)
+            .unwrap_or(Ok(PortChange::Unchanged))
+    }
+
+    async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
+        let mut r = self
+            .apply_batch(&[PortOperation::Reset(port.clone())])
+            .await?;
+        r.pop()
+            .map(|r| r.outcome)
+            .unwrap_or(Ok(PortChange::Unchanged))
+    }
+
+    async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.with_session(async |conn| self.apply_all(conn, ops).await)
+            .await
+    }
+
+    async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {
+        if ports.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.with_session(async |conn| {
+            let rows = self.read_rows(conn, ports).await?;
+            Ok(ports
+                .iter()
+                .zip(rows)
+                .map(|(p, r)| {
+                    (
+                        p.clone(),
+                        r.map(|row| observed(p, &row, self.opts.openflow.is_some())),
+                    )
+                })
+                .collect())
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(tag: Option<i64>, trunks: &[i64], mode: Option<&str>) -> PortRow {
+        PortRow {
+            uuid: "u".into(),
+            tag,
+            trunks: trunks.iter().copied().collect(),
+            vlan_mode: mode.map(str::to_owned),
+            description: None,
+            ifaces: Vec::new(),
+        }
+    }
+
+    fn v(n: u16) -> VlanId {
+        VlanId::new(n).unwrap()
+    }
+
+    #[test]
+    fn every_written_form_reads_back_as_itself() {
+        let forms = [
+            VlanMode::Unconfigured,
+            VlanMode::Access { vlan: v(10) },
+            VlanMode::Trunk {
+                native: None,
+                allowed: [v(10), v(20)].into_iter().collect(),
+            },
+            VlanMode::Trunk {
+                native: Some(v(5)),
+                allowed: [v(10)].into_iter().collect(),
+            },
+            VlanMode::Trunk {
+                native: Some(v(5)),
+                allowed: VlanSet::new(),
+            },
+        ];
+        for f in forms {
+            let c = columns(&f).unwrap();
+            let trunks: Vec<i64> = c.trunks.iter().copied().collect();
+            assert_eq!(vlans_of(&row(c.tag, &trunks, c.vlan_mode)), f, "{c:?}");
+        }
+        // A native-only trunk names its VLAN in trunks: empty would mean all VLANs.
+        let c = columns(&VlanMode::Trunk {
+            native: Some(v(5)),
+            allowed: VlanSet::new(),
+        })
+        .unwrap();
+        assert_eq!(c.trunks.into_iter().collect::<Vec<_>>(), vec![5]);
+        assert!(
+            columns(&VlanMode::Trunk {
+                native: None,
+                allowed: VlanSet::new()
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn forms_patchbay_never_writes_read_as_drift() {
+        for r in [
+            row(Some(5), &[], Some("native-tagged")),
+            row(None, &[], Some("access")),
+            row(None, &[], Some("trunk")),
+            row(Some(5), &[10], Some("native-untagged")),
+            row(Some(5), &[10], Some("access")),
+            row(None, &[10], None),
+            row(Some(4095), &[], Some("access")),
+        ] {
+            assert_eq!(vlans_of(&r), unrecognised(), "{r:?}");
+        }
+    }
+}

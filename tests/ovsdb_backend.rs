@@ -1,0 +1,392 @@
+//! The OVSDB client and the Open vSwitch backend against a real Open vSwitch
+//! (ovsdb-server + ovs-vswitchd started by `fake-switch/ovs.py` in a temporary
+//! directory, stopped by PID). Everything the backend writes is read back twice: by
+//! the backend itself and independently with `ovs-vsctl`.
+
+mod support;
+
+use std::time::Duration;
+
+use patchbay::fake_switch::OvsSim;
+use patchbay_providers::ovsdb::{Connection, Endpoint, OvsOptions, OvsSwitch, OvsdbError};
+use patchbay_providers::values::{Description, Mtu, PortName, VlanId};
+use patchbay_providers::{
+    AdminState, Capability, DesiredPort, DeviceError, PortChange, PortOperation, Switch, VlanMode,
+};
+use serde_json::json;
+use support::netns::Hosts;
+
+fn p(name: &str) -> PortName {
+    PortName::parse(name).unwrap()
+}
+
+fn v(n: u16) -> VlanId {
+    VlanId::new(n).unwrap()
+}
+
+fn backend(ovs: &OvsSim, bridge: &str, openflow: bool) -> OvsSwitch {
+    OvsSwitch::new(OvsOptions {
+        endpoint: Endpoint::Tcp(ovs.ovsdb_tcp()),
+        bridge: bridge.into(),
+        openflow: if openflow { ovs.openflow(bridge) } else { None },
+        connect_timeout: Duration::from_secs(5),
+        command_timeout: Duration::from_secs(10),
+    })
+}
+
+/// `tag trunks vlan_mode mtu_request description admin_state` as ovs-vsctl sees them.
+fn columns(ovs: &OvsSim, port: &str) -> String {
+    let get = |table: &str, col: &str| ovs.vsctl(&["get", table, port, col]).unwrap();
+    let desc = ovs
+        .vsctl(&[
+            "--if-exists",
+            "get",
+            "Port",
+            port,
+            "external_ids:\"patchbay/description\"",
+        ])
+        .unwrap();
+    format!(
+        "tag={} trunks={} vlan_mode={} mtu_request={} description={} admin={}",
+        get("Port", "tag"),
+        get("Port", "trunks"),
+        get("Port", "vlan_mode"),
+        get("Interface", "mtu_request"),
+        if desc.is_empty() { "-".into() } else { desc },
+        get("Interface", "admin_state"),
+    )
+}
+
+#[tokio::test]
+async fn client_speaks_rfc7047_over_tcp_and_unix_with_typed_errors() {
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    ovs.vsctl(&[
+        "add-port",
+        "br0",
+        "t1",
+        "--",
+        "set",
+        "Interface",
+        "t1",
+        "type=internal",
+    ])
+    .unwrap();
+    let t = Duration::from_secs(5);
+    for ep in [
+        Endpoint::Tcp(ovs.ovsdb_tcp()),
+        Endpoint::Unix(ovs.info.db_socket.clone()),
+    ] {
+        let mut c = Connection::connect(&ep, t, t).await.unwrap();
+        let dbs = c.list_dbs().await.unwrap();
+        assert!(dbs.contains(&"Open_vSwitch".to_string()), "{ep}: {dbs:?}");
+        assert_eq!(c.echo(json!(["ping"])).await.unwrap(), json!(["ping"]));
+        let r = c
+            .transact(
+                "Open_vSwitch",
+                &[json!({"op": "select", "table": "Port", "where": [["name", "==", "t1"]], "columns": ["name"]})],
+            )
+            .await
+            .unwrap();
+        assert_eq!(r[0]["rows"][0]["name"], "t1", "{ep}");
+    }
+
+    // An error inside result[i] is typed, names the operation, and the whole
+    // transaction is rolled back: the good update before it did not happen.
+    let mut c = Connection::connect(&Endpoint::Tcp(ovs.ovsdb_tcp()), t, t)
+        .await
+        .unwrap();
+    let err = c
+        .transact(
+            "Open_vSwitch",
+            &[
+                json!({"op": "update", "table": "Port", "where": [["name", "==", "t1"]], "row": {"tag": 10}}),
+                json!({"op": "update", "table": "Port", "where": [["name", "==", "t1"]], "row": {"tag": 4096}}),
+            ],
+        )
+        .await
+        .unwrap_err();
+    match &err {
+        OvsdbError::Operation { op, error, .. } => {
+            assert_eq!(op, "operation 1 (update Port)");
+            assert_eq!(error, "constraint violation");
+        }
+        other => panic!("expected an operation error, got {other:?}"),
+    }
+    assert_eq!(ovs.vsctl(&["get", "Port", "t1", "tag"]).unwrap(), "[]");
+    // A wrong method is a top-level error.
+    assert!(matches!(
+        c.call("no_such_method", json!([])).await,
+        Err(OvsdbError::Rpc { .. })
+    ));
+
+    // The server's echo probes are answered while a call waits: a manager with a
+    // 1 s probe, and a `wait` that blocks for 2.5 s and then times out (typed).
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    ovs.vsctl(&["set-manager", &format!("ptcp:{port}:127.0.0.1")])
+        .unwrap();
+    ovs.vsctl(&["set", "Manager", ".", "inactivity_probe=1000"])
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut c = Connection::connect(
+        &Endpoint::Tcp(format!("127.0.0.1:{port}")),
+        t,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let err = c
+        .transact(
+            "Open_vSwitch",
+            &[
+                json!({"op": "wait", "table": "Open_vSwitch", "where": [], "columns": ["cur_cfg"],
+                     "until": "==", "rows": [{"cur_cfg": -1}], "timeout": 2500}),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, OvsdbError::Operation { error, .. } if error == "timed out"),
+        "{err:?}"
+    );
+    assert!(c.echoes_answered() >= 1, "no echo was answered");
+    // The session survived its probes.
+    assert!(c.list_dbs().await.is_ok());
+
+    // Nothing listening: Unreachable, naming the endpoint.
+    let e: DeviceError = Connection::connect(&Endpoint::Tcp("127.0.0.1:1".into()), t, t)
+        .await
+        .err()
+        .unwrap()
+        .into();
+    assert!(
+        matches!(&e, DeviceError::Unreachable { address, .. } if address == "tcp:127.0.0.1:1"),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_port_state_is_written_read_back_and_reset() {
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    let hosts = Hosts::create(&ovs, "br0", 1);
+    let port = hosts.ports[0].clone();
+    let sw = backend(&ovs, "br0", true);
+    assert!(sw.capabilities().supports(Capability::Disable));
+    let clean = columns(&ovs, &port);
+    assert_eq!(
+        clean,
+        "tag=[] trunks=[] vlan_mode=[] mtu_request=[] description=- admin=up"
+    );
+    assert_eq!(
+        sw.get_port(&p(&port)).await.unwrap(),
+        patchbay_providers::ObservedPort {
+            acl: None,
+            lag: None,
+            ..patchbay_providers::ObservedPort::from_desired(&DesiredPort::clean(p(&port)))
+        }
+    );
+
+    let mut access = DesiredPort::clean(p(&port));
+    access.vlans = VlanMode::Access { vlan: v(10) };
+    access.mtu = Some(Mtu::new(9000).unwrap());
+    access.description = Some(Description::parse("web-01 eth1").unwrap());
+    let mut trunk = DesiredPort::clean(p(&port));
+    trunk.vlans = VlanMode::Trunk {
+        native: None,
+        allowed: [v(20), v(30)].into_iter().collect(),
+    };
+    let mut native = DesiredPort::clean(p(&port));
+    native.vlans = VlanMode::Trunk {
+        native: Some(v(5)),
+        allowed: [v(20)].into_iter().collect(),
+    };
+    let mut disabled = access.clone();
+    disabled.admin = AdminState::Down;
+    let cases = [
+        (
+            &access,
+            "tag=10 trunks=[] vlan_mode=access mtu_request=9000 description=\"web-01 eth1\" admin=up",
+        ),
+        (
+            &trunk,
+            "tag=[] trunks=[20, 30] vlan_mode=trunk mtu_request=[] description=- admin=up",
+        ),
+        (
+            &native,
+            "tag=5 trunks=[5, 20] vlan_mode=native-untagged mtu_request=[] description=- admin=up",
+        ),
+        (
+            &disabled,
+            "tag=10 trunks=[] vlan_mode=access mtu_request=9000 description=\"web-01 eth1\" admin=down",
+        ),
+        (
+            &access,
+            "tag=10 trunks=[] vlan_mode=access mtu_request=9000 description=\"web-01 eth1\" admin=up",
+        ),
+    ];
+    for (desired, expect) in cases {
+        assert_eq!(sw.set_port(desired).await.unwrap(), PortChange::Changed);
+        assert_eq!(columns(&ovs, &port), expect);
+        let observed = sw.get_port(&p(&port)).await.unwrap();
+        assert!(
+            patchbay_providers::diff(desired, &observed).is_empty(),
+            "{desired:?} read back as {observed:?}"
+        );
+        // Idempotent: nothing to send the second time.
+        assert_eq!(sw.set_port(desired).await.unwrap(), PortChange::Unchanged);
+        if desired.admin == AdminState::Down {
+            assert!(!hosts.has_carrier(0), "the host still has carrier");
+        } else {
+            assert!(hosts.has_carrier(0), "the host has no carrier");
+        }
+    }
+    // Other external_ids survive a description change.
+    ovs.vsctl(&["set", "Port", &port, "external_ids:owner=infra"])
+        .unwrap();
+    let mut other = access.clone();
+    other.description = Some(Description::parse("db-02").unwrap());
+    sw.set_port(&other).await.unwrap();
+    assert_eq!(
+        ovs.vsctl(&["get", "Port", &port, "external_ids"]).unwrap(),
+        "{owner=infra, \"patchbay/description\"=db-02}"
+    );
+
+    // Reset: back to the clean definition, port up.
+    sw.set_port(&disabled).await.unwrap();
+    assert_eq!(sw.reset_port(&p(&port)).await.unwrap(), PortChange::Changed);
+    assert_eq!(columns(&ovs, &port), clean);
+    assert!(hosts.has_carrier(0));
+
+    // Drift behind the backend's back is seen on the next read.
+    sw.set_port(&access).await.unwrap();
+    ovs.vsctl(&["set", "Port", &port, "tag=30"]).unwrap();
+    let observed = sw.get_port(&p(&port)).await.unwrap();
+    assert_eq!(observed.vlans, Some(VlanMode::Access { vlan: v(30) }));
+    ovs.vsctl(&["set", "Port", &port, "vlan_mode=native-tagged"])
+        .unwrap();
+    let observed = sw.get_port(&p(&port)).await.unwrap();
+    assert!(!patchbay_providers::diff(&access, &observed).is_empty());
+    assert_eq!(sw.set_port(&access).await.unwrap(), PortChange::Changed);
+    assert_eq!(
+        columns(&ovs, &port),
+        "tag=10 trunks=[] vlan_mode=access mtu_request=9000 description=\"web-01 eth1\" admin=up"
+    );
+}
+
+#[tokio::test]
+async fn batches_are_one_transaction_with_results_per_port() {
+    let ovs = OvsSim::start(&["br0", "br1"]).expect("Open vSwitch starts");
+    for i in 1..=4 {
+        let name = format!("b{i}");
+        ovs.vsctl(&[
+            "add-port",
+            "br0",
+            &name,
+            "--",
+            "set",
+            "Interface",
+            &name,
+            "type=internal",
+        ])
+        .unwrap();
+    }
+    ovs.vsctl(&[
+        "add-port",
+        "br1",
+        "other",
+        "--",
+        "set",
+        "Interface",
+        "other",
+        "type=internal",
+    ])
+    .unwrap();
+    let sw = backend(&ovs, "br0", false);
+    assert!(!sw.capabilities().supports(Capability::Disable));
+    let access = |port: &str, vlan: u16| {
+        let mut d = DesiredPort::clean(p(port));
+        d.vlans = VlanMode::Access { vlan: v(vlan) };
+        d
+    };
+    let mut disabled = access("b3", 30);
+    disabled.admin = AdminState::Down;
+    let ops = vec![
+        PortOperation::Set(access("b1", 10)),
+        PortOperation::Set(access("nope", 10)),
+        PortOperation::Set(access("other", 10)),
+        PortOperation::Set(disabled),
+        PortOperation::Set(access("b2", 20)),
+        PortOperation::Reset(p("b4")),
+    ];
+    let before = ovs
+        .vsctl(&["get", "Open_vSwitch", ".", "cur_cfg"])
+        .unwrap()
+        .parse::<i64>()
+        .unwrap();
+    let results = sw.apply_batch(&ops).await.unwrap();
+    let outcome: Vec<String> = results
+        .iter()
+        .map(|r| match &r.outcome {
+            Ok(c) => format!("{}: {c:?}", r.port),
+            Err(e) => format!("{}: {e}", r.port),
+        })
+        .collect();
+    assert_eq!(
+        outcome,
+        vec![
+            "b1: Changed",
+            "nope: port nope does not exist on the device",
+            "other: port other (not on bridge br0) does not exist on the device",
+            "b3: this backend cannot configure disabling the port",
+            "b2: Changed",
+            "b4: Unchanged",
+        ]
+    );
+    // One configuration round for the whole batch, applied by ovs-vswitchd.
+    let after = ovs
+        .vsctl(&["get", "Open_vSwitch", ".", "cur_cfg"])
+        .unwrap()
+        .parse::<i64>()
+        .unwrap();
+    assert_eq!(after, before + 1);
+    assert_eq!(ovs.vsctl(&["get", "Port", "b1", "tag"]).unwrap(), "10");
+    assert_eq!(ovs.vsctl(&["get", "Port", "b2", "tag"]).unwrap(), "20");
+    assert_eq!(ovs.vsctl(&["get", "Port", "b3", "tag"]).unwrap(), "[]");
+    assert_eq!(ovs.vsctl(&["get", "Port", "other", "tag"]).unwrap(), "[]");
+
+    // A bridge that does not exist is named.
+    let e = backend(&ovs, "br9", false)
+        .get_port(&p("b1"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the device rejected `select Bridge br9`: there is no bridge of that name"
+    );
+
+    // ovs-vswitchd gone: the change is in the database but never applied, and the
+    // backend says so instead of reporting success.
+    let slow = OvsSwitch::new(OvsOptions {
+        endpoint: Endpoint::Tcp(ovs.ovsdb_tcp()),
+        bridge: "br0".into(),
+        openflow: None,
+        connect_timeout: Duration::from_secs(5),
+        command_timeout: Duration::from_secs(1),
+    });
+    let pid = ovs.info.ovs_vswitchd_pid.to_string();
+    std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    let e = slow.set_port(&access("b1", 11)).await.unwrap_err();
+    std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap();
+    assert!(
+        matches!(&e, DeviceError::Timeout { during, .. } if during.contains("ovs-vswitchd")),
+        "{e:?}"
+    );
+}

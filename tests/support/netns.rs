@@ -1,0 +1,128 @@
+//! Hosts for traffic tests: network namespaces joined by veth pairs to an Open vSwitch
+//! bridge. Each host gets `eth0` with 10.77.<net>.<i>/24 inside its namespace,
+//! transmit checksum offload off (TCP over the userspace datapath needs it), and the
+//! other end of its veth, moved into the switch's namespace, on the bridge as a port
+//! named after the link. Drop deletes only the namespaces (and so the links) this
+//! helper created.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use patchbay::fake_switch::OvsSim;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Namespaced hosts on one bridge.
+pub struct Hosts {
+    /// Namespace names, one per host.
+    pub namespaces: Vec<String>,
+    /// The bridge-side veth names (the OVS port names), one per host.
+    pub ports: Vec<String>,
+    net: u32,
+}
+
+fn run(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args[0]))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl Hosts {
+    /// Creates `n` hosts attached to `bridge` of `ovs`.
+    pub fn create(ovs: &OvsSim, bridge: &str, n: usize) -> Hosts {
+        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}{}", std::process::id() % 100_000, seq);
+        let mut hosts = Hosts {
+            namespaces: Vec::new(),
+            ports: Vec::new(),
+            net: (std::process::id() + seq * 7) % 250 + 1,
+        };
+        for i in 1..=n {
+            let ns = format!("pb{tag}h{i}");
+            let link = format!("pb{tag}v{i}");
+            run(&["ip", "netns", "add", &ns]).expect("netns add");
+            hosts.namespaces.push(ns.clone());
+            run(&[
+                "ip", "link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ])
+            .expect("veth pair");
+            hosts.ports.push(link.clone());
+            run(&["ip", "link", "set", &link, "netns", &ovs.info.netns]).expect("into the switch");
+            run(&["ip", "-n", &ovs.info.netns, "link", "set", &link, "up"]).expect("link up");
+            let addr = format!("10.77.{}.{i}/24", hosts.net);
+            run(&["ip", "-n", &ns, "addr", "add", &addr, "dev", "eth0"]).expect("address");
+            run(&["ip", "-n", &ns, "link", "set", "eth0", "up"]).expect("eth0 up");
+            run(&["ip", "-n", &ns, "link", "set", "lo", "up"]).expect("lo up");
+            run(&[
+                "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tx", "off",
+            ])
+            .expect("tx checksum offload off");
+            ovs.vsctl(&["add-port", bridge, &link]).expect("add-port");
+            // add-port exits 0 even when the port failed: wait for an ofport, and
+            // report the interface's error column if none comes.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            loop {
+                let ofport = ovs
+                    .vsctl(&["get", "Interface", &link, "ofport"])
+                    .expect("ofport");
+                if ofport.parse::<i64>().is_ok_and(|p| p > 0) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline && ofport != "-1",
+                    "{link} did not attach (ofport {ofport}): {:?}",
+                    ovs.vsctl(&["get", "Interface", &link, "error"])
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        hosts
+    }
+
+    /// The IPv4 address of host `i` (0-based).
+    pub fn ip(&self, i: usize) -> String {
+        format!("10.77.{}.{}", self.net, i + 1)
+    }
+
+    /// Packet loss in percent of `count` pings from host `from` to host `to`.
+    pub fn loss(&self, from: usize, to: usize, count: u32) -> u32 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.namespaces[from], "ping", "-q", "-n"])
+            .args(["-c", &count.to_string(), "-i", "0.2", "-W", "1"])
+            .arg(self.ip(to))
+            .output()
+            .expect("ping runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split(", ")
+            .find_map(|part| part.strip_suffix("% packet loss"))
+            .and_then(|p| p.trim().parse::<f32>().ok())
+            .map(|p| p.round() as u32)
+            .unwrap_or_else(|| panic!("no ping summary in {text:?}"))
+    }
+
+    /// Whether host `i`'s eth0 has carrier.
+    pub fn has_carrier(&self, i: usize) -> bool {
+        let out = run(&["ip", "-n", &self.namespaces[i], "link", "show", "eth0"]).expect("link");
+        !out.contains("NO-CARRIER")
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            // Deleting the namespace deletes eth0 and with it the veth peer.
+            let _ = run(&["ip", "netns", "del", ns]);
+        }
+    }
+}
