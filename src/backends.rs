@@ -15,8 +15,13 @@
 //! accepts any key and warns on every connect; with none of these the backend is
 //! refused (`HostKeyNotPinned`) and nothing is dialled.
 //!
-//! NETCONF, Ansible and OVSDB are separate issues; until they land such a
-//! ProviderSwitch is reported as not supported, and nothing is sent anywhere.
+//! `ovsdb` builds an [`OvsSwitch`] for the bridge `spec.options.bridge`: OVSDB over
+//! TCP at `address:port` (default 6640; plain TCP, no login — OVSDB has none, so no
+//! Secret is read), and OpenFlow for the admin state at `spec.options.openflow` when
+//! given.
+//!
+//! NETCONF and Ansible are separate issues; until they land such a ProviderSwitch is
+//! reported as not supported, and nothing is sent anywhere.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -26,6 +31,7 @@ use k8s_openapi::api::core::v1::Secret;
 use patchbay_providers::Switch;
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::fixture::FixtureSwitch;
+use patchbay_providers::ovsdb::{Endpoint, OvsOptions, OvsSwitch};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 
@@ -101,6 +107,10 @@ pub fn check_credentials(
     let Some(reference) = &provider.spec.credentials_secret_ref else {
         return Ok(());
     };
+    if provider.spec.backend == Backend::Ovsdb {
+        // OVSDB has no login; a Secret, if named, is not read.
+        return Ok(());
+    }
     let Some(secret) = secret else {
         return Err(BackendError::Credentials(format!(
             "Secret {:?} (spec.credentialsSecretRef) not found",
@@ -163,7 +173,7 @@ impl Backends {
             Backend::Ssh => Ok(Arc::new(cli_switch(provider, secret)?)),
             Backend::Netconf => Err(BackendError::Unsupported("netconf")),
             Backend::Ansible => Err(BackendError::Unsupported("ansible")),
-            Backend::Ovsdb => Err(BackendError::Unsupported("ovsdb")),
+            Backend::Ovsdb => Ok(Arc::new(ovs_switch(provider))),
         }
     }
 }
@@ -195,6 +205,32 @@ fn known_hosts_for(text: &str, address: &str, port: u16) -> Option<String> {
         (None, [only]) => Some((*only).to_owned()),
         _ => None,
     }
+}
+
+fn seconds(v: Option<i64>, default: u64) -> Duration {
+    Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(default))
+}
+
+/// Builds the Open vSwitch backend for `provider` (validated: ovsdb with a bridge).
+pub fn ovs_switch(provider: &ProviderSwitch) -> OvsSwitch {
+    let spec = &provider.spec;
+    let options = spec.options.clone().unwrap_or_default();
+    let port = spec
+        .port
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(6640);
+    let host = if spec.address.contains(':') {
+        format!("[{}]", spec.address)
+    } else {
+        spec.address.clone()
+    };
+    OvsSwitch::new(OvsOptions {
+        endpoint: Endpoint::Tcp(format!("{host}:{port}")),
+        bridge: options.bridge.unwrap_or_default(),
+        openflow: options.openflow,
+        connect_timeout: seconds(options.connect_timeout_seconds, 10),
+        command_timeout: seconds(options.command_timeout_seconds, 30),
+    })
 }
 
 /// Builds the SSH CLI backend for `provider` from its Secret. Reads no value into an
@@ -260,9 +296,6 @@ pub fn cli_switch(
         }
     };
     let options = spec.options.clone().unwrap_or_default();
-    let seconds = |v: Option<i64>, default: u64| {
-        Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(default))
-    };
     let target = SshTarget {
         address: spec.address.clone(),
         port,

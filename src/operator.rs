@@ -657,53 +657,9 @@ impl PortRun<'_> {
         )
         .map_err(|e| Failure::new(FailureKind::Invalid, "InvalidConfiguration", e.to_string()))
     }
+}
 
-    async fn perform(
-        &self,
-        action: PortAction,
-    ) -> Result<Result<Outcome, Failure>, ControllerError> {
-        let api: Api<SwitchPort> = Api::namespaced(
-            self.ctx.client.clone(),
-            &self.port.namespace().unwrap_or_default(),
-        );
-        Ok(match action {
-            PortAction::None => Ok(Outcome::InSync),
-            PortAction::AddFinalizer => {
-                let mut f = self.port.finalizers().to_vec();
-                f.push(FINALIZER.into());
-                api.patch(
-                    &self.port.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {
-                        "finalizers": f,
-                        "resourceVersion": self.port.resource_version(),
-                    }})),
-                )
-                .await?;
-                Ok(Outcome::FinalizerAdded)
-            }
-            PortAction::RemoveFinalizer => {
-                let f: Vec<String> = self
-                    .port
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != FINALIZER)
-                    .cloned()
-                    .collect();
-                api.patch(
-                    &self.port.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"finalizers": f}})),
-                )
-                .await?;
-                Ok(Outcome::FinalizerRemoved)
-            }
-            PortAction::Apply => self.apply().await,
-            PortAction::Clean => self.clean().await,
-            PortAction::Verify => self.verify().await,
-        })
-    }
-
+impl PortDevice for PortRun<'_> {
     async fn apply(&self) -> Result<Outcome, Failure> {
         let entry = self.worker()?;
         let desired = self.desired(&entry)?;
@@ -742,6 +698,14 @@ impl PortRun<'_> {
         } else {
             Outcome::Drifted
         })
+    }
+
+    fn track_active(&self) {
+        if let Ok(entry) = self.worker()
+            && let Ok(desired) = self.desired(&entry)
+        {
+            entry.worker.track(self.key.clone(), Some(desired));
+        }
     }
 }
 
@@ -788,7 +752,7 @@ async fn reconcile_port_inner(
             port.metadata.generation,
         );
         status.observed_generation = port.metadata.generation;
-        write_port_status(&api, &name, &port, &status).await?;
+        write_status(&api, &name, port.status.as_ref(), &status).await?;
         return Ok(Action::await_change());
     }
     status.switch = world
@@ -817,6 +781,84 @@ async fn reconcile_port_inner(
         world,
         key: key.clone(),
     };
+    drive(
+        Drive {
+            ctx: &ctx,
+            obj: port.as_ref(),
+            api,
+            old_status,
+            status,
+            desired: run.world.desired.clone(),
+            drift_policy,
+            skip_cleanup,
+            drift_check_due: drift_notice.is_some(),
+            kind: "SwitchPortConfiguration",
+        },
+        &run,
+    )
+    .await
+}
+
+/// What a port controller does on its device(s). The state-machine loop ([`drive`])
+/// is shared by SwitchPorts and SmartNicPorts.
+trait PortDevice {
+    /// Validate and apply the desired configuration, verified by read-back.
+    async fn apply(&self) -> Result<Outcome, Failure>;
+    /// Return the port to clean, verified by read-back.
+    async fn clean(&self) -> Result<Outcome, Failure>;
+    /// Read back and compare with the applied configuration.
+    async fn verify(&self) -> Result<Outcome, Failure>;
+    /// The loop ended in Active: keep the port in its switch's drift sweep.
+    fn track_active(&self);
+    /// What the last [`Outcome::Waiting`] waits for.
+    fn waiting(&self) -> Option<String> {
+        None
+    }
+}
+
+/// One reconcile of a port object with [`PortStatus`].
+struct Drive<'a, K> {
+    ctx: &'a Context,
+    obj: &'a K,
+    api: Api<K>,
+    old_status: PortStatus,
+    /// The status to write (switch / devicePort already filled in).
+    status: PortStatus,
+    desired: Option<PortTarget>,
+    drift_policy: DriftPolicy,
+    skip_cleanup: bool,
+    drift_check_due: bool,
+    /// The configuration kind, for status messages.
+    kind: &'static str,
+}
+
+/// Runs the state machine for one port object: decide, write the state before
+/// acting, act, feed the outcome back, until there is nothing to do; then writes
+/// status once if it changed.
+async fn drive<K, D>(input: Drive<'_, K>, device: &D) -> Result<Action, ControllerError>
+where
+    K: Resource<DynamicType = ()>
+        + ResourceExt
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    D: PortDevice,
+{
+    let Drive {
+        ctx,
+        obj,
+        api,
+        old_status,
+        mut status,
+        desired,
+        drift_policy,
+        skip_cleanup,
+        mut drift_check_due,
+        kind,
+    } = input;
+    let name = obj.name_any();
+    let generation = obj.meta().generation;
     let mut state = status.state;
     let mut applied: Option<PortTarget> =
         match (&status.configuration_ref, &status.configuration_hash) {
@@ -826,12 +868,12 @@ async fn reconcile_port_inner(
             }),
             _ => None,
         };
-    let mut has_finalizer = port.finalizers().iter().any(|f| f == FINALIZER);
+    let mut has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
     let mut failures = status.failure_count.unwrap_or(0).max(0) as u32;
     let mut last_attempt = status.last_attempt.clone();
     let mut outcome: Option<Outcome> = None;
     let mut failure: Option<Failure> = None;
-    let mut drift_check_due = drift_notice.is_some();
+    let mut waiting: Option<String> = None;
     let mut drift_reported = old_status
         .conditions
         .iter()
@@ -842,9 +884,9 @@ async fn reconcile_port_inner(
         let facts = PortFacts {
             state,
             has_finalizer,
-            deletion_requested: port.metadata.deletion_timestamp.is_some(),
+            deletion_requested: obj.meta().deletion_timestamp.is_some(),
             skip_device_cleanup: skip_cleanup,
-            desired: run.world.desired.as_ref(),
+            desired: desired.as_ref(),
             applied: applied.as_ref(),
             failures,
             last_attempt: last_attempt.as_deref(),
@@ -861,31 +903,35 @@ async fn reconcile_port_inner(
         drift_reported = d.health == Health::Drifted;
         match d.applied {
             AppliedChange::Keep => {}
-            AppliedChange::SetToDesired => applied = run.world.desired.clone(),
+            AppliedChange::SetToDesired => applied = desired.clone(),
             AppliedChange::Clear => applied = None,
         }
         if state != Some(d.state) {
             let from = state.map_or("(none)".to_owned(), |s| s.to_string());
-            tracing::info!(from = %from, to = %d.state, "SwitchPort state");
+            tracing::info!(from = %from, to = %d.state, kind = K::kind(&()).as_ref(), "port state");
             status.state = Some(d.state);
             status.last_transition_time = Some(Time(jiff::Timestamp::now()));
             state = Some(d.state);
             fill_status(
                 &mut status,
-                &port,
-                applied.as_ref(),
-                failures,
-                &last_attempt,
-                d.health,
-                failure.as_ref(),
-                drift_policy,
+                &StatusFacts {
+                    generation,
+                    applied: applied.as_ref(),
+                    failures,
+                    last_attempt: &last_attempt,
+                    health: d.health,
+                    failure: failure.as_ref(),
+                    waiting: waiting.as_deref(),
+                    drift_policy,
+                    kind,
+                },
             );
             // Write the state before acting: a restarted operator resumes from it.
             if d.action != PortAction::RemoveFinalizer {
-                write_port_status(&api, &name, &port, &status).await?;
+                write_status(&api, &name, Some(&old_status), &status).await?;
             }
             ctx.publish(
-                port.as_ref(),
+                obj,
                 EventType::Normal,
                 &d.state.to_string(),
                 format!("{from} -> {}", d.state),
@@ -902,7 +948,43 @@ async fn reconcile_port_inner(
             }
             break;
         }
-        match run.perform(action).await? {
+        let result = match action {
+            PortAction::None => Ok(Outcome::InSync),
+            PortAction::AddFinalizer => {
+                let mut f = obj.finalizers().to_vec();
+                f.push(FINALIZER.into());
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {
+                        "finalizers": f,
+                        "resourceVersion": obj.resource_version(),
+                    }})),
+                )
+                .await?;
+                Ok(Outcome::FinalizerAdded)
+            }
+            PortAction::RemoveFinalizer => {
+                let f: Vec<String> = obj
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != FINALIZER)
+                    .cloned()
+                    .collect();
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": f}})),
+                )
+                .await?;
+                Ok(Outcome::FinalizerRemoved)
+            }
+            PortAction::Apply => device.apply().await,
+            PortAction::Clean => device.clean().await,
+            PortAction::Verify => device.verify().await,
+        };
+        waiting = None;
+        match result {
             Ok(o) => {
                 outcome = Some(o);
                 failure = None;
@@ -912,19 +994,15 @@ async fn reconcile_port_inner(
                         has_finalizer = false;
                         removed = true;
                     }
+                    Outcome::Waiting => waiting = device.waiting(),
                     _ => {}
                 }
             }
             Err(f) => {
                 outcome = Some(Outcome::Failed(f.kind));
-                tracing::warn!(category = f.category, error = %f.message, "SwitchPort action failed");
-                ctx.publish(
-                    port.as_ref(),
-                    EventType::Warning,
-                    f.category,
-                    f.message.clone(),
-                )
-                .await;
+                tracing::warn!(category = f.category, error = %f.message, "port action failed");
+                ctx.publish(obj, EventType::Warning, f.category, f.message.clone())
+                    .await;
                 failure = Some(f);
             }
         }
@@ -936,24 +1014,25 @@ async fn reconcile_port_inner(
         return Ok(Action::await_change());
     }
     // Active ports are watched by their switch's drift sweep.
-    if state == Some(PortState::Active)
-        && let Ok(entry) = run.worker()
-        && let Ok(desired) = run.desired(&entry)
-    {
-        entry.worker.track(key, Some(desired));
+    if state == Some(PortState::Active) {
+        device.track_active();
     }
     fill_status(
         &mut status,
-        &port,
-        applied.as_ref(),
-        failures,
-        &last_attempt,
-        d.health,
-        failure.as_ref(),
-        drift_policy,
+        &StatusFacts {
+            generation,
+            applied: applied.as_ref(),
+            failures,
+            last_attempt: &last_attempt,
+            health: d.health,
+            failure: failure.as_ref(),
+            waiting: waiting.as_deref(),
+            drift_policy,
+            kind,
+        },
     );
     if status != old_status {
-        write_port_status(&api, &name, &port, &status).await?;
+        write_status(&api, &name, Some(&old_status), &status).await?;
     }
     Ok(match d.requeue {
         Requeue::Never | Requeue::DriftCheck | Requeue::Now => Action::await_change(),
@@ -961,18 +1040,31 @@ async fn reconcile_port_inner(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn fill_status(
-    status: &mut PortStatus,
-    port: &SwitchPort,
-    applied: Option<&PortTarget>,
+/// What [`fill_status`] needs besides the status.
+struct StatusFacts<'a> {
+    generation: Option<i64>,
+    applied: Option<&'a PortTarget>,
     failures: u32,
-    last_attempt: &Option<String>,
+    last_attempt: &'a Option<String>,
     health: Health,
-    failure: Option<&Failure>,
+    failure: Option<&'a Failure>,
+    waiting: Option<&'a str>,
     drift_policy: DriftPolicy,
-) {
-    let generation = port.metadata.generation;
+    kind: &'static str,
+}
+
+fn fill_status(status: &mut PortStatus, facts: &StatusFacts<'_>) {
+    let StatusFacts {
+        generation,
+        applied,
+        failures,
+        last_attempt,
+        health,
+        failure,
+        waiting,
+        drift_policy,
+        kind,
+    } = *facts;
     status.configuration_ref = applied.map(|a| a.configuration.clone());
     status.configuration_hash = applied.map(|a| a.hash.clone());
     status.observed_generation = generation;
@@ -998,10 +1090,7 @@ fn fill_status(
         (Health::Steady, _) => {
             status.last_error = None;
             let msg = match applied {
-                Some(a) => format!(
-                    "the device carries SwitchPortConfiguration {}",
-                    a.configuration.name
-                ),
+                Some(a) => format!("the device carries {kind} {}", a.configuration.name),
                 None => "the port is clean".into(),
             };
             set_condition(
@@ -1025,12 +1114,16 @@ fn fill_status(
             );
         }
         _ => {
+            let (reason, message) = match waiting {
+                Some(w) => ("WaitingForNextPort", w.to_owned()),
+                None => (state.as_str(), format!("the port is {state}")),
+            };
             set_condition(
                 &mut status.conditions,
                 "Ready",
                 false,
-                &state,
-                format!("the port is {state}"),
+                reason,
+                message,
                 generation,
             );
         }
@@ -1054,13 +1147,16 @@ fn fill_status(
     }
 }
 
-async fn write_port_status(
-    api: &Api<SwitchPort>,
+async fn write_status<K>(
+    api: &Api<K>,
     name: &str,
-    port: &SwitchPort,
+    current: Option<&PortStatus>,
     status: &PortStatus,
-) -> Result<(), ControllerError> {
-    if port.status.as_ref() == Some(status) {
+) -> Result<(), ControllerError>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if current == Some(status) {
         return Ok(());
     }
     api.patch_status(

@@ -13,7 +13,7 @@
 //! |---|---|
 //! | (none) | finalizer added → Idle |
 //! | Idle | configuration set → Configuring; deletion → Deleting |
-//! | Configuring | applied and verified → Active; configuration cleared or deletion → Cleaning |
+//! | Configuring | applied and verified → Active (a SmartNicPort also waits for its next port); configuration cleared or deletion → Cleaning |
 //! | Active | drift (policy Reconcile) or target changed → Configuring; cleared or deletion → Cleaning |
 //! | Cleaning | clean → Idle, or straight to Deleting when deletion is pending |
 //! | Deleting | finalizer removed (the object disappears) |
@@ -53,6 +53,11 @@ pub enum Outcome {
     InSync,
     /// The drift check found the device differs from the applied configuration.
     Drifted,
+    /// The action did its own part but depends on another object that is not there
+    /// yet (a SmartNicPort whose next SwitchPort is still Configuring or Cleaning):
+    /// stay in the state without counting a failure; that object's watch brings the
+    /// port back.
+    Waiting,
     /// The action failed.
     Failed(FailureKind),
 }
@@ -378,6 +383,17 @@ fn after(facts: &PortFacts<'_>, outcome: Outcome) -> Decision {
                 Decision::new(Active, Action::None, Requeue::DriftCheck, Health::Drifted)
             }
         },
+        Outcome::Waiting => {
+            let mut d = Decision::new(
+                state,
+                Action::None,
+                Requeue::After(facts.backoff.cap),
+                Health::Progressing,
+            );
+            d = carry_failures(d, facts);
+            d.failures = 0;
+            d
+        }
         Outcome::Cleaned => {
             if facts.deletion_requested {
                 Decision::new(
@@ -1099,6 +1115,25 @@ mod tests {
         assert_eq!(port.trail.last(), Some(&Deleting));
         assert!(!port.has_finalizer);
         assert_eq!(port.device, ["apply", "apply", "clean"]);
+    }
+
+    #[test]
+    fn waiting_stays_put_without_counting_a_failure() {
+        let a = target("chained", "h");
+        for state in [Configuring, Cleaning] {
+            let mut f = facts(Some(state));
+            f.desired = Some(&a);
+            f.failures = 3;
+            f.last_attempt = Some("x");
+            f.outcome = Some(Outcome::Waiting);
+            let d = decide(&f);
+            assert_eq!(d.state, state);
+            assert_eq!(d.action, Action::None);
+            assert_eq!(d.health, Health::Progressing);
+            assert_eq!(d.failures, 0);
+            assert_eq!(d.applied, AppliedChange::Keep);
+            assert!(matches!(d.requeue, Requeue::After(_)));
+        }
     }
 
     #[test]

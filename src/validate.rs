@@ -633,6 +633,16 @@ pub fn validate_provider(spec: &ProviderSwitchSpec) -> Result<(), ValidationErro
             }
             (None, _) => {}
         }
+        if let Some(target) = &opts.openflow {
+            if spec.backend != Backend::Ovsdb {
+                errors.push(
+                    "spec.options.openflow",
+                    "only the ovsdb backend uses OpenFlow",
+                );
+            } else if let Err(e) = openflow_target(target) {
+                errors.push("spec.options.openflow", e);
+            }
+        }
     }
     if spec.backend == Backend::Ovsdb
         && spec
@@ -647,6 +657,39 @@ pub fn validate_provider(spec: &ProviderSwitchSpec) -> Result<(), ValidationErro
         );
     }
     errors.finish(|| ())
+}
+
+/// Checks an OpenFlow target: `unix:/absolute/path` or `tcp:HOST:PORT`.
+fn openflow_target(t: &str) -> Result<(), String> {
+    if let Some(path) = t.strip_prefix("unix:") {
+        let ok = path.starts_with('/')
+            && path.len() < 255
+            && !path.split('/').any(|c| c == "..")
+            && path
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'));
+        return if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{:?} is not an absolute socket path (letters, digits, '/', '.', '_', '-'; no '..')",
+                excerpt(path)
+            ))
+        };
+    }
+    if let Some(rest) = t.strip_prefix("tcp:") {
+        let (host, port) = rest.rsplit_once(':').ok_or("tcp: needs HOST:PORT")?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        DeviceAddress::parse(host).map_err(|e| e.0)?;
+        return match port.parse::<u16>() {
+            Ok(p) if p > 0 => Ok(()),
+            _ => Err(format!("{:?} is not a TCP port (1-65535)", excerpt(port))),
+        };
+    }
+    Err(format!(
+        "{:?} is neither unix:/PATH nor tcp:HOST:PORT",
+        excerpt(t)
+    ))
 }
 
 /// The serde spelling of an enum value (`ssh`, `ios`).

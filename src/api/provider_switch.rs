@@ -156,6 +156,14 @@ pub struct BackendOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 15), pattern(pattern::VLAN_NAME))]
     pub bridge: Option<String>,
+    /// Where patchbay sends OpenFlow port-mods to take bridge ports down and up
+    /// (ovsdb only): `unix:/var/run/openvswitch/BRIDGE.mgmt` when the operator runs
+    /// beside Open vSwitch, or `tcp:HOST:PORT` for a `ptcp:` service controller on
+    /// the bridge. Without it the ovsdb backend does not manage the admin state and
+    /// refuses configurations with `disabled: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 6, max = 255), pattern(pattern::OPENFLOW_TARGET))]
+    pub openflow: Option<String>,
     /// Most sessions open to this device at once (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]
