@@ -32,8 +32,8 @@ use tokio::sync::mpsc;
 
 use crate::api::{
     ConditionsStatus, ConfigurationRef, DriftPolicy, FINALIZER, PortState, PortStatus,
-    ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, SwitchPortDefinition,
-    SwitchPortSpec, configuration_hash,
+    ProviderSwitch, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration, SwitchPortDefinition, SwitchPortSpec, configuration_hash,
 };
 use crate::backends::{BackendError, Backends, check_credentials};
 use crate::settings::Settings;
@@ -43,6 +43,10 @@ use crate::state_machine::{
 };
 use crate::validate::{PortContext, validate_for_port, validate_provider, validate_switch};
 use crate::worker::{PortKey, SwitchWorker, WorkerConfig};
+
+mod smartnic;
+
+pub use smartnic::CHAINED_FROM_ANNOTATION;
 
 /// Annotation (on a SwitchPort or its Switch): delete without touching the device,
 /// for devices that are gone for good.
@@ -94,6 +98,8 @@ pub struct Context {
     /// Who publishes Events.
     reporter: Reporter,
     drift: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
+    /// Drift notices for SmartNicPorts.
+    smartnic_drift: mpsc::UnboundedSender<ObjectRef<SmartNicPort>>,
     /// When each switch last answered a probe, per worker fingerprint.
     probed: Mutex<HashMap<(String, String), (String, std::time::Instant)>>,
     /// The SwitchPort cache of the port controller: the Switch controller checks its
@@ -153,7 +159,63 @@ impl Context {
             self.backends.build(provider, secret, &ports)?;
             return Ok(entry.clone());
         }
-        let device = self.backends.build(provider, secret, &ports)?;
+        let drift = self.drift.clone();
+        self.spawn_worker(
+            key,
+            fingerprint,
+            provider,
+            secret,
+            &ports,
+            Arc::new(move |k: PortKey| {
+                let _ = drift.send(ObjectRef::new(&k.name).within(&k.namespace));
+            }),
+        )
+    }
+
+    /// The worker of a SmartNIC's ProviderSwitch (one per provider, serving every
+    /// SmartNicPort on it).
+    fn smartnic_worker(
+        &self,
+        provider: &ProviderSwitch,
+        port: &PortName,
+    ) -> Result<Arc<WorkerEntry>, BackendError> {
+        let key = smartnic_worker_key(
+            &provider.namespace().unwrap_or_default(),
+            &provider.name_any(),
+        );
+        let fingerprint = format!(
+            "{}/{}",
+            provider.uid().unwrap_or_default(),
+            provider.metadata.generation.unwrap_or(0)
+        );
+        if let Some(entry) = self.workers().get(&key)
+            && entry.fingerprint == fingerprint
+        {
+            return Ok(entry.clone());
+        }
+        let drift = self.smartnic_drift.clone();
+        self.spawn_worker(
+            key,
+            fingerprint,
+            provider,
+            None,
+            std::slice::from_ref(port),
+            Arc::new(move |k: PortKey| {
+                let _ = drift.send(ObjectRef::new(&k.name).within(&k.namespace));
+            }),
+        )
+    }
+
+    fn spawn_worker(
+        &self,
+        key: (String, String),
+        fingerprint: String,
+        provider: &ProviderSwitch,
+        secret: Option<&Secret>,
+        ports: &[PortName],
+        notify: crate::worker::DriftNotifier,
+    ) -> Result<Arc<WorkerEntry>, BackendError> {
+        let device = self.backends.build(provider, secret, ports)?;
         let max_sessions = provider
             .spec
             .options
@@ -161,7 +223,6 @@ impl Context {
             .and_then(|o| o.max_sessions)
             .map(|n| n.clamp(1, 16) as usize)
             .unwrap_or(self.settings.max_sessions);
-        let drift = self.drift.clone();
         let worker = SwitchWorker::spawn(
             device.clone(),
             WorkerConfig {
@@ -169,9 +230,7 @@ impl Context {
                 drift_interval: self.settings.drift_interval,
                 max_sessions,
             },
-            Arc::new(move |k: PortKey| {
-                let _ = drift.send(ObjectRef::new(&k.name).within(&k.namespace));
-            }),
+            notify,
         );
         let entry = Arc::new(WorkerEntry {
             fingerprint,
@@ -231,6 +290,11 @@ impl Context {
     }
 }
 
+/// The worker key of a SmartNIC provider (Switch names cannot contain `/`).
+fn smartnic_worker_key(namespace: &str, provider: &str) -> (String, String) {
+    (namespace.to_owned(), format!("smartnic/{provider}"))
+}
+
 fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
@@ -250,6 +314,7 @@ pub async fn run(
 ) {
     let ns = settings.namespace.clone();
     let (drift_tx, mut drift_rx) = mpsc::unbounded_channel();
+    let (snic_drift_tx, mut snic_drift_rx) = mpsc::unbounded_channel();
     let wc = watcher::Config::default();
     let ports: Api<SwitchPort> = api_for(&client, ns.as_deref());
     let port_ctl = Controller::new(ports.clone(), wc.clone());
@@ -265,6 +330,7 @@ pub async fn run(
         backends,
         workers: Mutex::new(HashMap::new()),
         drift: drift_tx,
+        smartnic_drift: snic_drift_tx,
         probed: Mutex::new(HashMap::new()),
     });
     let switches: Api<Switch> = api_for(&client, ns.as_deref());
@@ -349,8 +415,8 @@ pub async fn run(
             }
         });
 
-    let provider_ctl = Controller::new(providers, wc.clone())
-        .watches(switches, wc, |s: Switch| {
+    let provider_ctl = Controller::new(providers.clone(), wc.clone())
+        .watches(switches, wc.clone(), |s: Switch| {
             Some(
                 ObjectRef::<ProviderSwitch>::new(&s.spec.provider.name)
                     .within(&s.namespace().unwrap_or_default()),
@@ -364,11 +430,79 @@ pub async fn run(
             }
         });
 
+    // SmartNicPorts: woken by their configuration, the SwitchPort they chain to (or
+    // claimed), their provider, and the drift sweeps of their provider's worker.
+    let snics: Api<SmartNicPort> = api_for(&client, ns.as_deref());
+    let snic_ctl = Controller::new(snics, wc.clone());
+    let snic_store = snic_ctl.store();
+    let (by_snc, by_next, by_provider) = (snic_store.clone(), snic_store.clone(), snic_store);
+    let snic_drift = futures::stream::poll_fn(move |cx| snic_drift_rx.poll_recv(cx));
+    let snic_ctl = snic_ctl
+        .watches(
+            api_for::<SmartNicConfiguration>(&client, ns.as_deref()),
+            wc.clone(),
+            move |cfg: SmartNicConfiguration| {
+                let (cns, cname) = (cfg.namespace().unwrap_or_default(), cfg.name_any());
+                by_snc
+                    .state()
+                    .iter()
+                    .filter(|p| {
+                        p.spec.configuration.as_ref().is_some_and(|r| {
+                            r.name == cname
+                                && r.namespace.clone().or_else(|| p.namespace()).as_deref()
+                                    == Some(cns.as_str())
+                        })
+                    })
+                    .map(|p| ObjectRef::from_obj(p.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            api_for::<SwitchPort>(&client, ns.as_deref()),
+            wc.clone(),
+            move |sp: SwitchPort| {
+                let (sns, sname) = (sp.namespace().unwrap_or_default(), sp.name_any());
+                let claimed_by = sp.annotations().get(CHAINED_FROM_ANNOTATION).cloned();
+                by_next
+                    .state()
+                    .iter()
+                    .filter(|p| {
+                        let me = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+                        claimed_by.as_deref() == Some(me.as_str())
+                            || p.spec.next_port_ref.as_ref().is_some_and(|n| {
+                                n.name == sname
+                                    && n.namespace.clone().or_else(|| p.namespace()).as_deref()
+                                        == Some(sns.as_str())
+                            })
+                    })
+                    .map(|p| ObjectRef::from_obj(p.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(providers.clone(), wc.clone(), move |pv: ProviderSwitch| {
+            let (pns, pname) = (pv.namespace(), pv.name_any());
+            by_provider
+                .state()
+                .iter()
+                .filter(|p| p.namespace() == pns && p.spec.provider.name == pname)
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(snic_drift)
+        .with_config(kube::runtime::controller::Config::default().concurrency(64))
+        .graceful_shutdown_on(stopped(&stop_tx))
+        .run(smartnic::reconcile, generic_error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "SmartNicPort reconcile failed");
+            }
+        });
+
     let stopper = async move {
         shutdown.await;
         let _ = stop_tx.send(());
     };
-    tokio::join!(port_ctl, switch_ctl, provider_ctl, stopper);
+    tokio::join!(port_ctl, switch_ctl, provider_ctl, snic_ctl, stopper);
 }
 
 fn port_error_policy(_: Arc<SwitchPort>, e: &ControllerError, _: Arc<Context>) -> Action {

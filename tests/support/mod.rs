@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod env;
 pub mod netns;
 
 use std::path::PathBuf;

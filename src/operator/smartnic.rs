@@ -1,0 +1,561 @@
+//! The SmartNicPort controller (seed 003 story 3, seed 002's chaining): a port on a
+//! SmartNIC's Open vSwitch bridge, cabled to a switch port.
+//!
+//! A SmartNicPort runs the same state machine and writes the same status as a
+//! SwitchPort ([`super::drive`]); what differs is what "apply" and "clean" mean:
+//!
+//! - **Apply**: the SmartNicConfiguration is validated (and checked against the OVS
+//!   backend's capabilities) before anything is written anywhere. If it names a
+//!   `nextConfigurationRef` and the port a `nextPortRef`, the next SwitchPort is
+//!   *claimed* — annotated `patchbay.dev/chained-from: <namespace>/<name>` — and its
+//!   `spec.configuration` set to that SwitchPortConfiguration; the SwitchPort
+//!   controller then configures the physical switch as for any port. The bridge port
+//!   is applied (verified by read-back) through the provider's worker. The
+//!   SmartNicPort becomes Active only when the next SwitchPort is Active with exactly
+//!   that configuration (same reference, same spec hash); until then it stays
+//!   Configuring with `Ready=False, reason WaitingForNextPort` naming the SwitchPort
+//!   and its state or last error. No failure is counted for waiting.
+//! - **Clean**: the bridge port is reset to clean, every SwitchPort this SmartNicPort
+//!   claimed gets its `spec.configuration` cleared, and once each is Idle its claim
+//!   annotation is removed; then the SmartNicPort is Idle (or deleted).
+//!
+//! The target hash covers the SmartNicConfiguration, the next port and the next
+//! configuration's spec, so editing any of them reconfigures. An Active SmartNicPort
+//! whose next port stops carrying the configuration (edited by hand, failed) is
+//! treated as drift: back to Configuring until both are in place again.
+//!
+//! Refusals (no device touched): a next SwitchPort claimed by another SmartNicPort
+//! (`NextPortClaimed`) or carrying a configuration somebody else set
+//! (`NextPortInUse`); a provider that is not `ovsdb`. A SmartNicPort without
+//! `nextPortRef` is not cabled to a managed switch: its configuration's
+//! `nextConfigurationRef` does not apply to it.
+
+use std::sync::{Arc, Mutex};
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use patchbay_providers::values::PortName;
+use patchbay_providers::{Capability, DesiredPort, PortOperation, diff};
+use serde_json::json;
+
+use super::{
+    Context, ControllerError, Drive, Failure, PortDevice, SKIP_CLEANUP_ANNOTATION, WorkerEntry,
+    drive, is_true,
+};
+use crate::api::{
+    Backend, ConfigurationRef, DriftPolicy, PortState, ProviderSwitch, SmartNicConfiguration,
+    SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
+};
+use crate::state_machine::{FailureKind, Outcome, PortTarget};
+use crate::validate::{
+    smartnic_configuration_to_desired, validate_provider, validate_smartnic_port,
+};
+use crate::worker::PortKey;
+
+/// Annotation on a SwitchPort claimed by a SmartNicPort: `<namespace>/<name>`.
+pub const CHAINED_FROM_ANNOTATION: &str = "patchbay.dev/chained-from";
+
+/// The next port of a chain and what it must carry.
+struct Chain {
+    port_ns: String,
+    port_name: String,
+    config: ConfigurationRef,
+    config_obj: Option<SwitchPortConfiguration>,
+    port: Option<SwitchPort>,
+}
+
+struct World {
+    provider: Option<ProviderSwitch>,
+    config: Option<SmartNicConfiguration>,
+    desired: Option<PortTarget>,
+    chain: Option<Chain>,
+}
+
+async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, ControllerError> {
+    let ns = port.namespace().unwrap_or_default();
+    let client = &ctx.client;
+    let provider = Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
+        .get_opt(&port.spec.provider.name)
+        .await?;
+    let Some(r) = &port.spec.configuration else {
+        return Ok(World {
+            provider,
+            config: None,
+            desired: None,
+            chain: None,
+        });
+    };
+    let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
+    let config = Api::<SmartNicConfiguration>::namespaced(client.clone(), &cns)
+        .get_opt(&r.name)
+        .await?;
+    let next_cfg = config
+        .as_ref()
+        .and_then(|c| c.spec.next_configuration_ref.clone());
+    let chain = match (&port.spec.next_port_ref, next_cfg) {
+        (Some(np), Some(nc)) => {
+            let port_ns = np.namespace.clone().unwrap_or_else(|| ns.clone());
+            let config_ns = nc.namespace.clone().unwrap_or_else(|| cns.clone());
+            let next = Api::<SwitchPort>::namespaced(client.clone(), &port_ns)
+                .get_opt(&np.name)
+                .await?;
+            let config_obj = Api::<SwitchPortConfiguration>::namespaced(client.clone(), &config_ns)
+                .get_opt(&nc.name)
+                .await?;
+            Some(Chain {
+                port_ns,
+                port_name: np.name.clone(),
+                config: ConfigurationRef {
+                    name: nc.name,
+                    namespace: Some(config_ns),
+                },
+                config_obj,
+                port: next,
+            })
+        }
+        // A SmartNicPort without nextPortRef is not cabled to a managed switch: the
+        // configuration's nextConfigurationRef does not apply to it.
+        _ => None,
+    };
+    let hash = match &config {
+        None => "missing".to_owned(),
+        Some(c) => configuration_hash(&json!({
+            "smartNic": configuration_hash(&c.spec),
+            "nextPort": chain.as_ref().map(|c| format!("{}/{}", c.port_ns, c.port_name)),
+            "next": chain.as_ref().map(|c| c.config_obj.as_ref().map_or_else(
+                || "missing".to_owned(),
+                |o| configuration_hash(&o.spec),
+            )),
+        })),
+    };
+    Ok(World {
+        provider,
+        config,
+        desired: Some(PortTarget {
+            configuration: ConfigurationRef {
+                name: r.name.clone(),
+                namespace: Some(cns),
+            },
+            hash,
+        }),
+        chain,
+    })
+}
+
+struct SmartRun<'a> {
+    ctx: &'a Context,
+    port: &'a SmartNicPort,
+    world: World,
+    key: PortKey,
+    waiting: Mutex<Option<String>>,
+}
+
+fn capability_field(c: Capability) -> &'static str {
+    match c {
+        Capability::Disable => "spec.disabled",
+        Capability::Mtu => "spec.mtu",
+        Capability::Description => "spec.description",
+        Capability::AccessVlan | Capability::NativeVlan => "spec.untaggedVLAN",
+        Capability::Trunk => "spec.vlans",
+        Capability::Acl | Capability::LinkAggregation => "spec",
+    }
+}
+
+impl SmartRun<'_> {
+    fn me(&self) -> String {
+        format!(
+            "{}/{}",
+            self.port.namespace().unwrap_or_default(),
+            self.port.name_any()
+        )
+    }
+
+    fn wait(&self, why: String) -> Result<Outcome, Failure> {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        Ok(Outcome::Waiting)
+    }
+
+    fn worker(&self) -> Result<Arc<WorkerEntry>, Failure> {
+        if let Err(e) = validate_smartnic_port(&self.port.spec) {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidSmartNicPort",
+                e.to_string(),
+            ));
+        }
+        let Some(provider) = &self.world.provider else {
+            return Err(Failure::new(
+                FailureKind::Transient,
+                "ProviderNotFound",
+                format!(
+                    "ProviderSwitch {:?} (spec.provider) not found",
+                    self.port.spec.provider.name
+                ),
+            ));
+        };
+        if provider.spec.backend != Backend::Ovsdb {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidProvider",
+                format!(
+                    "spec.provider: ProviderSwitch {} is not an Open vSwitch (backend ovsdb)",
+                    provider.name_any()
+                ),
+            ));
+        }
+        if let Err(e) = validate_provider(&provider.spec) {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidProvider",
+                format!("ProviderSwitch {}: {e}", provider.name_any()),
+            ));
+        }
+        let port = self.device_port()?;
+        self.ctx
+            .smartnic_worker(provider, &port)
+            .map_err(|e| Failure::new(FailureKind::Device, e.category(), e.to_string()))
+    }
+
+    fn device_port(&self) -> Result<PortName, Failure> {
+        PortName::parse(&self.port.spec.port_name).map_err(|e| {
+            Failure::new(
+                FailureKind::Invalid,
+                "InvalidPortName",
+                format!("spec.portName: {}", e.0),
+            )
+        })
+    }
+
+    fn desired(&self, entry: &WorkerEntry) -> Result<DesiredPort, Failure> {
+        let Some(cfg) = &self.world.config else {
+            let r = self.world.desired.as_ref().map(|d| d.configuration.clone());
+            return Err(Failure::new(
+                FailureKind::Transient,
+                "ConfigurationNotFound",
+                format!(
+                    "SmartNicConfiguration {} not found (spec.configuration)",
+                    r.map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+                        .unwrap_or_default()
+                ),
+            ));
+        };
+        let desired =
+            smartnic_configuration_to_desired(&cfg.spec, self.device_port()?).map_err(|e| {
+                Failure::new(FailureKind::Invalid, "InvalidConfiguration", e.to_string())
+            })?;
+        if let Some(c) = entry.device.capabilities().missing_for(&desired).first() {
+            let hint = if *c == Capability::Disable {
+                " (the ProviderSwitch has no options.openflow)"
+            } else {
+                ""
+            };
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidConfiguration",
+                format!(
+                    "{}: this SmartNIC cannot configure {c}{hint}",
+                    capability_field(*c)
+                ),
+            ));
+        }
+        Ok(desired)
+    }
+
+    /// Claims the next SwitchPort and sets its configuration. Refuses a port
+    /// claimed by another SmartNicPort or configured by somebody else.
+    async fn claim(&self, chain: &Chain) -> Result<bool, Failure> {
+        let Some(next) = &chain.port else {
+            return Err(Failure::new(
+                FailureKind::Transient,
+                "NextPortNotFound",
+                format!(
+                    "SwitchPort {}/{} (spec.nextPortRef) not found",
+                    chain.port_ns, chain.port_name
+                ),
+            ));
+        };
+        let me = self.me();
+        let claimed_by = next.annotations().get(CHAINED_FROM_ANNOTATION);
+        if let Some(other) = claimed_by
+            && *other != me
+        {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "NextPortClaimed",
+                format!(
+                    "spec.nextPortRef: SwitchPort {}/{} is already chained from SmartNicPort {other}",
+                    chain.port_ns, chain.port_name
+                ),
+            ));
+        }
+        let carries = next.spec.configuration.as_ref().map(|r| ConfigurationRef {
+            name: r.name.clone(),
+            namespace: Some(r.namespace.clone().unwrap_or_else(|| chain.port_ns.clone())),
+        });
+        if claimed_by.is_none()
+            && let Some(c) = &carries
+            && *c != chain.config
+        {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "NextPortInUse",
+                format!(
+                    "spec.nextPortRef: SwitchPort {}/{} carries SwitchPortConfiguration {} set \
+                     outside this SmartNicPort; clear it first",
+                    chain.port_ns, chain.port_name, c.name
+                ),
+            ));
+        }
+        if claimed_by.is_some() && carries.as_ref() == Some(&chain.config) {
+            return Ok(false);
+        }
+        let api: Api<SwitchPort> = Api::namespaced(self.ctx.client.clone(), &chain.port_ns);
+        api.patch(
+            &chain.port_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {CHAINED_FROM_ANNOTATION: me}},
+                "spec": {"configuration": chain.config},
+            })),
+        )
+        .await
+        .map_err(|e| Failure::new(FailureKind::Transient, "KubernetesError", e.to_string()))?;
+        Ok(true)
+    }
+
+    /// Why the next port does not (yet) carry the chain's configuration.
+    fn next_not_ready(&self, chain: &Chain) -> Option<String> {
+        let next = chain.port.as_ref()?;
+        let status = next.status.clone().unwrap_or_default();
+        let hash = chain
+            .config_obj
+            .as_ref()
+            .map(|o| configuration_hash(&o.spec));
+        let ready = status.state == Some(PortState::Active)
+            && status.configuration_ref.as_ref() == Some(&chain.config)
+            && hash.is_some()
+            && status.configuration_hash == hash
+            && status.observed_generation == next.meta().generation;
+        if ready {
+            return None;
+        }
+        let state = status.state.map_or_else(
+            || "not yet seen by its controller".to_owned(),
+            |s| s.to_string(),
+        );
+        let error = status
+            .last_error
+            .map(|e| format!("; last error: {e}"))
+            .unwrap_or_default();
+        Some(format!(
+            "waiting for SwitchPort {}/{} (nextPortRef) to carry SwitchPortConfiguration {}: it is {state}{error}",
+            chain.port_ns, chain.port_name, chain.config.name
+        ))
+    }
+
+    /// Releases every SwitchPort claimed by this SmartNicPort except `keep`. Returns
+    /// what is still pending.
+    async fn release(&self, keep: Option<(&str, &str)>) -> Result<Vec<String>, Failure> {
+        let me = self.me();
+        let mut pending = Vec::new();
+        let claimed: Vec<Arc<SwitchPort>> = self
+            .ctx
+            .ports
+            .state()
+            .into_iter()
+            .filter(|p| p.annotations().get(CHAINED_FROM_ANNOTATION) == Some(&me))
+            .filter(|p| {
+                keep.is_none_or(|(ns, n)| p.namespace().as_deref() != Some(ns) || p.name_any() != n)
+            })
+            .collect();
+        for p in claimed {
+            let ns = p.namespace().unwrap_or_default();
+            let name = p.name_any();
+            let api: Api<SwitchPort> = Api::namespaced(self.ctx.client.clone(), &ns);
+            let status = p.status.clone().unwrap_or_default();
+            let patch = if p.spec.configuration.is_some() {
+                pending.push(format!("{ns}/{name}"));
+                json!({"spec": {"configuration": null}})
+            } else if matches!(status.state, None | Some(PortState::Idle))
+                && status.configuration_ref.is_none()
+            {
+                json!({"metadata": {"annotations": {CHAINED_FROM_ANNOTATION: null}}})
+            } else {
+                pending.push(format!("{ns}/{name}"));
+                continue;
+            };
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(Failure::new(
+                        FailureKind::Transient,
+                        "KubernetesError",
+                        e.to_string(),
+                    ));
+                }
+            }
+        }
+        Ok(pending)
+    }
+}
+
+impl PortDevice for SmartRun<'_> {
+    async fn apply(&self) -> Result<Outcome, Failure> {
+        let entry = self.worker()?;
+        let desired = self.desired(&entry)?;
+        // Nothing is written anywhere before both ends are validated.
+        let chain = self.world.chain.as_ref();
+        let claimed = match chain {
+            Some(c) => self.claim(c).await?,
+            None => false,
+        };
+        let keep = chain.map(|c| (c.port_ns.as_str(), c.port_name.as_str()));
+        self.release(keep).await?;
+        entry
+            .worker
+            .apply(PortOperation::Set(desired.clone()))
+            .await
+            .map_err(Failure::device)?;
+        entry.worker.track(self.key.clone(), Some(desired));
+        match chain {
+            Some(c) if claimed => self.wait(format!(
+                "waiting for SwitchPort {}/{} (nextPortRef) to carry SwitchPortConfiguration {}",
+                c.port_ns, c.port_name, c.config.name
+            )),
+            Some(c) => match self.next_not_ready(c) {
+                Some(why) => self.wait(why),
+                None => Ok(Outcome::Applied),
+            },
+            None => Ok(Outcome::Applied),
+        }
+    }
+
+    async fn clean(&self) -> Result<Outcome, Failure> {
+        let port = self.device_port()?;
+        let entry = self.worker()?;
+        entry.worker.track(self.key.clone(), None);
+        entry
+            .worker
+            .apply(PortOperation::Reset(port))
+            .await
+            .map_err(Failure::device)?;
+        let pending = self.release(None).await?;
+        if pending.is_empty() {
+            Ok(Outcome::Cleaned)
+        } else {
+            self.wait(format!(
+                "waiting for SwitchPort {} (chained) to be cleaned",
+                pending.join(", ")
+            ))
+        }
+    }
+
+    async fn verify(&self) -> Result<Outcome, Failure> {
+        let entry = self.worker()?;
+        let desired = self.desired(&entry)?;
+        let observed = entry
+            .worker
+            .read(desired.port.clone())
+            .await
+            .map_err(Failure::device)?;
+        entry.worker.track(self.key.clone(), Some(desired.clone()));
+        let next_ok = self
+            .world
+            .chain
+            .as_ref()
+            .is_none_or(|c| self.next_not_ready(c).is_none());
+        Ok(if diff(&desired, &observed).is_empty() && next_ok {
+            Outcome::InSync
+        } else {
+            Outcome::Drifted
+        })
+    }
+
+    fn track_active(&self) {
+        if let Ok(entry) = self.worker()
+            && let Ok(desired) = self.desired(&entry)
+        {
+            entry.worker.track(self.key.clone(), Some(desired));
+        }
+    }
+
+    fn waiting(&self) -> Option<String> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// Reconciles one SmartNicPort.
+pub(super) async fn reconcile(
+    port: Arc<SmartNicPort>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        "smartnicport",
+        namespace = %port.namespace().unwrap_or_default(),
+        name = %port.name_any(),
+        provider = %port.spec.provider.name,
+    );
+    async move {
+        let ns = port.namespace().unwrap_or_default();
+        let name = port.name_any();
+        let world = dereference(&port, &ctx).await?;
+        let key = PortKey {
+            namespace: ns.clone(),
+            name: name.clone(),
+        };
+        let old_status = port.status.clone().unwrap_or_default();
+        let mut status = old_status.clone();
+        status.switch = Some(port.spec.provider.name.clone());
+        status.device_port = Some(port.spec.port_name.clone());
+        let drift_notice = ctx
+            .workers()
+            .get(&super::smartnic_worker_key(&ns, &port.spec.provider.name))
+            .and_then(|e| e.worker.take_drift_notice(&key));
+        let run = SmartRun {
+            ctx: &ctx,
+            port: &port,
+            world,
+            key,
+            waiting: Mutex::new(None),
+        };
+        // An Active port whose next port stopped carrying the configuration is
+        // drift: check it now rather than at the next sweep.
+        let next_lost =
+            old_status.state == Some(PortState::Active)
+                && run.world.desired.as_ref().is_some_and(|d| {
+                    old_status.configuration_hash.as_deref() == Some(d.hash.as_str())
+                })
+                && run
+                    .world
+                    .chain
+                    .as_ref()
+                    .is_some_and(|c| run.next_not_ready(c).is_some());
+        drive(
+            Drive {
+                ctx: &ctx,
+                obj: port.as_ref(),
+                api: Api::namespaced(ctx.client.clone(), &ns),
+                old_status,
+                status,
+                desired: run.world.desired.clone(),
+                drift_policy: DriftPolicy::Reconcile,
+                skip_cleanup: is_true(port.annotations(), SKIP_CLEANUP_ANNOTATION),
+                drift_check_due: drift_notice.is_some() || next_lost,
+                kind: "SmartNicConfiguration",
+            },
+            &run,
+        )
+        .await
+    }
+    .instrument(span)
+    .await
+}

@@ -1,0 +1,354 @@
+//! SmartNicPorts on a real Open vSwitch, proven with traffic. Three network
+//! namespaces hang off an OVS bridge (userspace datapath, ovsdb-server and
+//! ovs-vswitchd started by `fake-switch/ovs.py` and stopped by PID); the operator on
+//! devplane configures the bridge ports from SmartNicPort / SmartNicConfiguration
+//! objects, and chains one of them to a port of a simulated Cisco switch (SSH).
+//! Every step is checked three ways: the objects' status, the device read back
+//! (`ovs-vsctl`, the Cisco's own show output) and ping between the namespaces.
+
+#[path = "support/ssh_cases.rs"]
+mod ssh_cases;
+mod support;
+
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use patchbay::api::{
+    PortState, ProviderSwitch, SmartNicConfiguration, SmartNicPort, SwitchPort,
+    SwitchPortConfiguration,
+};
+use patchbay::fake_switch::{FakeSwitches, OvsSim, SimSpec};
+use patchbay::operator::CHAINED_FROM_ANNOTATION;
+use patchbay_providers::{Switch as _, VlanMode};
+use serde_json::json;
+use ssh_cases::{backend, port, vlan};
+use support::env::Env;
+use support::eventually;
+use support::netns::Hosts;
+
+const BRIDGE: &str = "br-snic";
+
+fn state(status: Option<&patchbay::api::PortStatus>) -> Option<PortState> {
+    status.and_then(|s| s.state)
+}
+
+fn snp_state(p: &SmartNicPort) -> Option<PortState> {
+    state(p.status.as_ref())
+}
+
+/// Ping loss in percent, off the async runtime (the operator runs on it).
+fn loss(hosts: &Hosts, from: usize, to: usize) -> u32 {
+    tokio::task::block_in_place(|| hosts.loss(from, to, 4))
+}
+
+async fn patch<K>(env: &Env, name: &str, value: serde_json::Value)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    env.api::<K>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(value))
+        .await
+        .unwrap();
+}
+
+fn vsctl_port(ovs: &OvsSim, port: &str) -> String {
+    let get = |table: &str, col: &str| ovs.vsctl(&["get", table, port, col]).unwrap();
+    format!(
+        "tag={} trunks={} vlan_mode={} mtu_request={} external_ids={} admin={}",
+        get("Port", "tag"),
+        get("Port", "trunks"),
+        get("Port", "vlan_mode"),
+        get("Interface", "mtu_request"),
+        get("Port", "external_ids"),
+        get("Interface", "admin_state"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smartnic_ports_carry_traffic_and_chain_to_their_switch_port() {
+    let ovs = OvsSim::start(&[BRIDGE]).expect("Open vSwitch starts");
+    let hosts = Hosts::create(&ovs, BRIDGE, 3);
+    let [p1, p2, p3] = [0, 1, 2].map(|i| hosts.ports[i].clone());
+    let clean = vsctl_port(&ovs, &p1);
+    assert_eq!(
+        clean,
+        "tag=[] trunks=[] vlan_mode=[] mtu_request=[] external_ids={} admin=up"
+    );
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    let cisco = backend("ios", sim);
+    let env = Env::start("ovs-traffic").await;
+
+    // The top-of-rack switch the SmartNIC of host 1 is cabled to.
+    env.switch(
+        "tor1",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[("tor1-p1", "FastEthernet0/1")],
+    )
+    .await;
+    env.configuration("tor-a", json!({"untaggedVLAN": 10}))
+        .await;
+    // The SmartNIC: OVSDB over TCP, OpenFlow through the bridge's management socket.
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "snic"},
+        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                 "port": ovs.info.ovsdb_port,
+                 "options": {"bridge": BRIDGE, "openflow": ovs.openflow(BRIDGE)}}
+    }))
+    .await;
+    for (name, spec) in [
+        (
+            "nic-a",
+            json!({"untaggedVLAN": 10, "description": "tenant a",
+                   "nextConfigurationRef": {"name": "tor-a"}}),
+        ),
+        ("nic-b", json!({"untaggedVLAN": 20})),
+        ("nic-a-off", json!({"untaggedVLAN": 10, "disabled": true})),
+    ] {
+        env.create::<SmartNicConfiguration>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicConfiguration",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .await;
+    }
+    let snp = |name: &str, port: &str, config: &str, next: Option<&str>| {
+        let mut spec = json!({"provider": {"name": "snic"}, "portName": port,
+                              "configuration": {"name": config}});
+        if let Some(n) = next {
+            spec["nextPortRef"] = json!({"kind": "SwitchPort", "name": n});
+        }
+        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    env.create::<SmartNicPort>(snp("h1", &p1, "nic-a", Some("tor1-p1")))
+        .await;
+    env.create::<SmartNicPort>(snp("h2", &p2, "nic-a", None))
+        .await;
+    env.create::<SmartNicPort>(snp("h3", &p3, "nic-b", None))
+        .await;
+
+    // 1. Configure: h1 is Active only once its switch port is.
+    let h1 = env
+        .wait_obj::<SmartNicPort>("h1", "h1 Active", |p| {
+            snp_state(p) == Some(PortState::Active)
+        })
+        .await;
+    let tor = env.api::<SwitchPort>().get("tor1-p1").await.unwrap();
+    let tor_status = tor.status.clone().unwrap();
+    assert_eq!(tor_status.state, Some(PortState::Active));
+    assert_eq!(tor_status.configuration_ref.unwrap().name, "tor-a");
+    assert_eq!(
+        tor.annotations()
+            .get(CHAINED_FROM_ANNOTATION)
+            .map(String::as_str),
+        Some(format!("{}/h1", env.cluster.namespace).as_str())
+    );
+    assert_eq!(
+        condition_of(&h1),
+        Some((
+            "True".into(),
+            "Active".into(),
+            "the device carries SmartNicConfiguration nic-a".into()
+        ))
+    );
+    for h in ["h2", "h3"] {
+        env.wait_obj::<SmartNicPort>(h, &format!("{h} Active"), |p| {
+            snp_state(p) == Some(PortState::Active)
+        })
+        .await;
+    }
+    assert_eq!(
+        vsctl_port(&ovs, &p1),
+        "tag=10 trunks=[] vlan_mode=access mtu_request=[] external_ids={\"patchbay/description\"=\"tenant a\"} admin=up"
+    );
+    assert_eq!(
+        vsctl_port(&ovs, &p3),
+        "tag=20 trunks=[] vlan_mode=access mtu_request=[] external_ids={} admin=up"
+    );
+    let cisco_port = cisco.get_port(&port("FastEthernet0/1")).await.unwrap();
+    assert_eq!(cisco_port.vlans, Some(VlanMode::Access { vlan: vlan(10) }));
+    assert_eq!(loss(&hosts, 0, 1), 0, "same VLAN must reach");
+    assert_eq!(loss(&hosts, 0, 2), 100, "another VLAN must not");
+
+    // 2. Edit a configuration: h3 moves to VLAN 10 and reachability flips.
+    patch::<SmartNicConfiguration>(&env, "nic-b", json!({"spec": {"untaggedVLAN": 10}})).await;
+    eventually(30, "h3 retagged and Active", || async {
+        let p = env.api::<SmartNicPort>().get("h3").await.ok()?;
+        (snp_state(&p) == Some(PortState::Active)
+            && ovs.vsctl(&["get", "Port", &p3, "tag"]).ok()? == "10")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(loss(&hosts, 0, 2), 0, "retagged host must reach");
+
+    // 3. Editing the next port's configuration takes h1 back through Configuring;
+    //    it is Active again only when the Cisco carries the new VLAN.
+    patch::<SwitchPortConfiguration>(&env, "tor-a", json!({"spec": {"untaggedVLAN": 11}})).await;
+    eventually(30, "h1 Active on the new switch configuration", || async {
+        let p = env.api::<SmartNicPort>().get("h1").await.ok()?;
+        let hash_changed =
+            p.status.as_ref()?.configuration_hash != h1.status.as_ref()?.configuration_hash;
+        (snp_state(&p) == Some(PortState::Active) && hash_changed).then_some(())
+    })
+    .await;
+    let cisco_port = cisco.get_port(&port("FastEthernet0/1")).await.unwrap();
+    assert_eq!(cisco_port.vlans, Some(VlanMode::Access { vlan: vlan(11) }));
+
+    // 4. Disable: the port goes silent (and its host loses carrier).
+    patch::<SmartNicPort>(
+        &env,
+        "h2",
+        json!({"spec": {"configuration": {"name": "nic-a-off"}}}),
+    )
+    .await;
+    eventually(30, "h2 disabled and Active", || async {
+        let p = env.api::<SmartNicPort>().get("h2").await.ok()?;
+        (snp_state(&p) == Some(PortState::Active)
+            && p.status.as_ref()?.configuration_ref.as_ref()?.name == "nic-a-off")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        ovs.vsctl(&["get", "Interface", &p2, "admin_state"])
+            .unwrap(),
+        "down"
+    );
+    assert!(!hosts.has_carrier(1));
+    assert_eq!(loss(&hosts, 0, 1), 100, "a disabled port must be silent");
+    assert_eq!(loss(&hosts, 0, 2), 0, "other ports keep working");
+
+    // 5. Drift behind the operator's back is put right.
+    ovs.vsctl(&["set", "Port", &p3, "tag=30"]).unwrap();
+    eventually(30, "the drifted tag restored", || async {
+        (ovs.vsctl(&["get", "Port", &p3, "tag"]).ok()? == "10").then_some(())
+    })
+    .await;
+    assert_eq!(loss(&hosts, 0, 2), 0);
+
+    // 6. Clear: Cleaning -> Idle, the bridge port and the chained switch port clean.
+    patch::<SmartNicPort>(&env, "h1", json!({"spec": {"configuration": null}})).await;
+    patch::<SmartNicPort>(&env, "h2", json!({"spec": {"configuration": null}})).await;
+    for h in ["h1", "h2"] {
+        let p = env
+            .wait_obj::<SmartNicPort>(h, &format!("{h} Idle"), |p| {
+                snp_state(p) == Some(PortState::Idle)
+            })
+            .await;
+        assert_eq!(p.status.unwrap().configuration_ref, None);
+    }
+    assert_eq!(vsctl_port(&ovs, &p1), clean);
+    assert_eq!(vsctl_port(&ovs, &p2), clean);
+    assert!(hosts.has_carrier(1));
+    let tor = env.api::<SwitchPort>().get("tor1-p1").await.unwrap();
+    assert_eq!(tor.spec.configuration, None);
+    assert_eq!(state(tor.status.as_ref()), Some(PortState::Idle));
+    assert!(!tor.annotations().contains_key(CHAINED_FROM_ANNOTATION));
+    let cisco_port = cisco.get_port(&port("FastEthernet0/1")).await.unwrap();
+    assert_eq!(cisco_port.vlans, Some(VlanMode::Unconfigured));
+    // Clean ports on the bridge are in OVS's default VLAN together again.
+    assert_eq!(loss(&hosts, 0, 1), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_change_nothing_on_either_device() {
+    let ovs = OvsSim::start(&[BRIDGE]).expect("Open vSwitch starts");
+    let hosts = Hosts::create(&ovs, BRIDGE, 2);
+    let env = Env::start("ovs-refusals").await;
+    // No OpenFlow target: this SmartNIC cannot disable ports.
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "snic"},
+        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                 "port": ovs.info.ovsdb_port, "options": {"bridge": BRIDGE}}
+    }))
+    .await;
+    env.configuration("tor-a", json!({"untaggedVLAN": 10}))
+        .await;
+    for (name, spec) in [
+        ("off", json!({"untaggedVLAN": 10, "disabled": true})),
+        (
+            "chained",
+            json!({"untaggedVLAN": 10, "nextConfigurationRef": {"name": "tor-a"}}),
+        ),
+    ] {
+        env.create::<SmartNicConfiguration>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicConfiguration",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .await;
+    }
+    let before: Vec<String> = hosts.ports.iter().map(|p| vsctl_port(&ovs, p)).collect();
+    env.create::<SmartNicPort>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+        "metadata": {"name": "h1"},
+        "spec": {"provider": {"name": "snic"}, "portName": hosts.ports[0],
+                 "configuration": {"name": "off"}}
+    }))
+    .await;
+    let h1 = env
+        .wait_obj::<SmartNicPort>("h1", "h1 refused", |p| {
+            condition_of(p).is_some_and(|c| c.1 == "InvalidConfiguration")
+        })
+        .await;
+    let (_, _, message) = condition_of(&h1).unwrap();
+    assert!(
+        message.starts_with("spec.disabled: this SmartNIC cannot configure disabling the port"),
+        "{message}"
+    );
+
+    // A SwitchPort somebody else configured is not taken over.
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    env.switch(
+        "tor1",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[("tor1-p1", "FastEthernet0/1")],
+    )
+    .await;
+    env.configuration("other", json!({"untaggedVLAN": 99}))
+        .await;
+    env.link("tor1-p1", Some("other")).await;
+    env.wait_state("tor1-p1", PortState::Active).await;
+    env.create::<SmartNicPort>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+        "metadata": {"name": "h2"},
+        "spec": {"provider": {"name": "snic"}, "portName": hosts.ports[1],
+                 "configuration": {"name": "chained"},
+                 "nextPortRef": {"name": "tor1-p1"}}
+    }))
+    .await;
+    let h2 = env
+        .wait_obj::<SmartNicPort>("h2", "h2 refused", |p| {
+            condition_of(p).is_some_and(|c| c.1 == "NextPortInUse")
+        })
+        .await;
+    assert!(
+        condition_of(&h2)
+            .unwrap()
+            .2
+            .contains("SwitchPortConfiguration other")
+    );
+    let tor = env.api::<SwitchPort>().get("tor1-p1").await.unwrap();
+    assert_eq!(tor.spec.configuration.unwrap().name, "other");
+    let after: Vec<String> = hosts.ports.iter().map(|p| vsctl_port(&ovs, p)).collect();
+    assert_eq!(before, after, "a refused configuration touched the bridge");
+    let cisco = backend("ios", sim);
+    let cisco_port = cisco.get_port(&port("FastEthernet0/1")).await.unwrap();
+    assert_eq!(cisco_port.vlans, Some(VlanMode::Access { vlan: vlan(99) }));
+}
+
+fn condition_of(p: &SmartNicPort) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}

@@ -1,0 +1,195 @@
+//! An operator on a test cluster: devplane (or a real cluster) with the CRDs, the
+//! operator running in-process with test-friendly settings, and helpers to create
+//! objects and wait for ports.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
+use patchbay::backends::Backends;
+use patchbay::fake_switch::SimSwitch;
+use patchbay::settings::Settings;
+use patchbay::state_machine::Backoff;
+use serde_json::json;
+
+use super::{Cluster, eventually};
+
+pub struct Env {
+    pub cluster: Cluster,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Env {
+    pub async fn start(test: &str) -> Env {
+        let cluster = Cluster::start(test).await;
+        for (_, crd) in crds() {
+            cluster.install_crd(crd).await;
+        }
+        let settings = Settings {
+            namespace: Some(cluster.namespace.clone()),
+            batch_window: Duration::from_millis(50),
+            drift_interval: Duration::from_secs(1),
+            max_sessions: 1,
+            backoff: Backoff {
+                base: Duration::from_millis(300),
+                cap: Duration::from_secs(2),
+            },
+            fixture_latency: Duration::ZERO,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(patchbay::operator::run(
+            cluster.client.clone(),
+            settings,
+            Backends::default(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Env {
+            cluster,
+            _stop: stop,
+        }
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.cluster.client.clone(), &self.cluster.namespace)
+    }
+
+    pub async fn create<K>(&self, value: serde_json::Value)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj: K = serde_json::from_value(value).unwrap();
+        self.api::<K>()
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap();
+    }
+
+    /// Secret + ProviderSwitch (ssh, `os`, pinned to `fingerprint`) + Switch with
+    /// the given (key, device port) pairs.
+    pub async fn switch(
+        &self,
+        name: &str,
+        os: &str,
+        sim: &SimSwitch,
+        fingerprint: &str,
+        ports: &[(&str, &str)],
+    ) {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-login")),
+                ..Default::default()
+            },
+            string_data: Some(BTreeMap::from([
+                ("username".to_string(), sim.username.clone()),
+                ("password".to_string(), sim.password.clone()),
+                ("enablePassword".to_string(), sim.enable_password.clone()),
+            ])),
+            ..Default::default()
+        };
+        self.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        self.create::<ProviderSwitch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": name},
+            "spec": {"backend": "ssh", "os": os, "address": sim.address, "port": sim.port,
+                     "credentialsSecretRef": {"name": format!("{name}-login")},
+                     "hostKey": {"fingerprint": fingerprint}}
+        }))
+        .await;
+        let port_map: serde_json::Map<String, serde_json::Value> = ports
+            .iter()
+            .map(|(k, dev)| (k.to_string(), json!({"name": dev})))
+            .collect();
+        self.create::<Switch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": name},
+            "spec": {"provider": {"name": name}, "ports": port_map}
+        }))
+        .await;
+    }
+
+    pub async fn configuration(&self, name: &str, spec: serde_json::Value) {
+        self.create::<SwitchPortConfiguration>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .await;
+    }
+
+    pub async fn link(&self, port: &str, configuration: Option<&str>) {
+        let api: Api<SwitchPort> = self.api();
+        eventually(20, &format!("SwitchPort {port} to exist"), || async {
+            api.get_opt(port).await.ok()?
+        })
+        .await;
+        let value = configuration.map(|c| json!({"name": c}));
+        api.patch(
+            port,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"configuration": value}})),
+        )
+        .await
+        .unwrap();
+    }
+
+    pub async fn wait_for(
+        &self,
+        port: &str,
+        what: &str,
+        check: impl Fn(&SwitchPort) -> bool,
+    ) -> SwitchPort {
+        let api: Api<SwitchPort> = self.api();
+        eventually(30, what, || async {
+            let p = api.get_opt(port).await.ok()??;
+            check(&p).then_some(p)
+        })
+        .await
+    }
+
+    /// Polls `name` of kind K until `check` holds (30 s).
+    pub async fn wait_obj<K>(&self, name: &str, what: &str, check: impl Fn(&K) -> bool) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = self.api();
+        eventually(30, what, || async {
+            let o = api.get_opt(name).await.ok()??;
+            check(&o).then_some(o)
+        })
+        .await
+    }
+
+    pub async fn wait_state(&self, port: &str, state: PortState) -> SwitchPort {
+        self.wait_for(port, &format!("{port} to be {state}"), |p| {
+            p.status.as_ref().and_then(|s| s.state) == Some(state)
+        })
+        .await
+    }
+}
+
+pub fn condition(p: &SwitchPort, type_: &str) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
