@@ -67,10 +67,11 @@ unit: deps kubectl fake-switch ovs
 
 test: fmt-check clippy unit
 
-bench: deps fake-switch
+bench: deps fake-switch ovs
 	$(CARGO) bench --locked --bench devplane
 	$(CARGO) bench --locked --bench operator
 	$(CARGO) bench --locked --bench ssh
+	$(CARGO) bench --locked --bench ovsdb
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

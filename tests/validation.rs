@@ -438,6 +438,37 @@ fn provider_switch_rules() {
         "spec.options.bridge",
         "needs the bridge",
     );
+    let ovs_with = |openflow: &str| {
+        provider(
+            json!({"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                        "options": {"bridge": "br0", "openflow": openflow}}),
+        )
+    };
+    for good in [
+        "unix:/var/run/openvswitch/br0.mgmt",
+        "tcp:10.0.0.5:6653",
+        "tcp:[fd00::1]:6653",
+    ] {
+        assert!(validate_provider(&ovs_with(good)).is_ok(), "{good}");
+    }
+    for (bad, reason) in [
+        ("unix:relative/br0.mgmt", "not an absolute socket path"),
+        ("unix:/var/run/../etc/x", "not an absolute socket path"),
+        ("tcp:10.0.0.5", "needs HOST:PORT"),
+        ("tcp:10.0.0.5:99999", "not a TCP port"),
+        ("ssl:10.0.0.5:6653", "neither unix:/PATH nor tcp:HOST:PORT"),
+    ] {
+        expect_error(
+            validate_provider(&ovs_with(bad)),
+            "spec.options.openflow",
+            reason,
+        );
+    }
+    expect_error(
+        validate_provider(&with(json!({"options": {"openflow": "tcp:10.0.0.5:6653"}}))),
+        "spec.options.openflow",
+        "only the ovsdb backend",
+    );
 }
 
 // ---- The schema layer: what the API server refuses before anything is stored ----
