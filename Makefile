@@ -53,7 +53,7 @@ ovs:
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
 
-demo: deps fake-switch
+demo: deps fake-switch ovs
 	$(CARGO) run --quiet --locked -- demo $(DEMO_ARGS)
 
 fmt-check: deps

@@ -1,10 +1,13 @@
 //! The main demo: starts three simulated switches (fake-switches: Cisco IOS, Dell
-//! PowerConnect, Brocade FastIron; see [`crate::fake_switch`]) and devplane, installs
-//! the CRDs, applies `examples/` (with the simulators' ports and passwords filled into
-//! the ProviderSwitches and Secrets), runs the operator in-process over SSH, and prints
-//! a table of the ports every time it changes, then each port as the switch itself
-//! reports it; until Ctrl-C (or, with `--exit-when-settled`, until every example port
-//! is Active). Talks only to its own devplane and to the simulators on 127.0.0.1.
+//! PowerConnect, Brocade FastIron; see [`crate::fake_switch`]), a private Open
+//! vSwitch standing in for a SmartNIC (`fake-switch/ovs.py`, bridge `br-snic` with an
+//! internal port `snic0p0`) and devplane, installs the CRDs, applies `examples/` (with
+//! the simulators' ports and passwords filled into the ProviderSwitches and Secrets),
+//! runs the operator in-process (SSH to the switches, OVSDB + OpenFlow to Open
+//! vSwitch), and prints a table of the ports every time it changes, then each port as
+//! the device itself reports it; until Ctrl-C (or, with `--exit-when-settled`, until
+//! every example port is Active). Talks only to its own devplane, the simulators on
+//! 127.0.0.1 and its own Open vSwitch.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,9 +21,12 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use serde::Deserialize as _;
 
-use crate::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration, crds};
+use crate::api::{
+    PortStatus, ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration, crds,
+};
 use crate::backends::Backends;
-use crate::fake_switch::{FakeSwitches, SimSpec};
+use crate::fake_switch::{FakeSwitches, OvsSim, SimSpec};
 use crate::settings::Settings;
 
 /// The example manifests, in the order a user applies them.
@@ -55,7 +61,14 @@ const EXAMPLES: &[(&str, &str)] = &[
         "05-switchport-links.yaml",
         include_str!("../examples/05-switchport-links.yaml"),
     ),
+    (
+        "06-smartnic.yaml",
+        include_str!("../examples/06-smartnic.yaml"),
+    ),
 ];
+
+/// The SmartNIC of the examples: its ProviderSwitch, bridge and port.
+const SMARTNIC: (&str, &str, &str) = ("snic-1", "br-snic", "snic0p0");
 
 async fn create<K>(api: Api<K>, doc: serde_yaml::Value, file: &str) -> Result<String>
 where
@@ -77,13 +90,19 @@ const SIMULATED: &[(&str, &str)] = &[
 ];
 
 /// Points the example ProviderSwitches and Secrets at the simulators.
-fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches) {
+fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches, ovs: &OvsSim) {
     let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
     let name = doc["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     match kind.as_str() {
+        "ProviderSwitch" if name == SMARTNIC.0 => {
+            doc["spec"]["address"] = ovs.info.ovsdb_address.clone().into();
+            doc["spec"]["port"] = u64::from(ovs.info.ovsdb_port).into();
+            doc["spec"]["options"]["openflow"] =
+                ovs.openflow(SMARTNIC.1).unwrap_or_default().into();
+        }
         "ProviderSwitch" => {
             if let Some(sim) = sims.switches.iter().find(|s| s.name == name) {
                 doc["spec"]["address"] = sim.address.clone().into();
@@ -107,11 +126,11 @@ fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches) {
     }
 }
 
-async fn apply_examples(client: &Client, sims: &FakeSwitches) -> Result<()> {
+async fn apply_examples(client: &Client, sims: &FakeSwitches, ovs: &OvsSim) -> Result<()> {
     for (file, text) in EXAMPLES {
         for doc in serde_yaml::Deserializer::from_str(text) {
             let mut doc: serde_yaml::Value = serde::Deserialize::deserialize(doc)?;
-            for_simulators(&mut doc, sims);
+            for_simulators(&mut doc, sims, ovs);
             let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
             let ns = doc["metadata"]["namespace"]
                 .as_str()
@@ -134,6 +153,12 @@ async fn apply_examples(client: &Client, sims: &FakeSwitches) -> Result<()> {
                     .await?
                 }
                 "SwitchPort" => create(Api::<SwitchPort>::namespaced(c, &ns), doc, file).await?,
+                "SmartNicConfiguration" => {
+                    create(Api::<SmartNicConfiguration>::namespaced(c, &ns), doc, file).await?
+                }
+                "SmartNicPort" => {
+                    create(Api::<SmartNicPort>::namespaced(c, &ns), doc, file).await?
+                }
                 "Server" => create(Api::<Server>::all(c), doc, file).await?,
                 other => bail!("{file}: unexpected kind {other:?}"),
             };
@@ -143,11 +168,21 @@ async fn apply_examples(client: &Client, sims: &FakeSwitches) -> Result<()> {
     Ok(())
 }
 
-fn table(ports: &[SwitchPort]) -> String {
+/// One row of the port table: kind, object, status and linked configuration.
+struct Row {
+    kind: &'static str,
+    namespace: String,
+    name: String,
+    status: Option<PortStatus>,
+    configuration: Option<String>,
+}
+
+fn table(ports: &[Row]) -> String {
     let mut rows = vec![[
+        "KIND".to_owned(),
         "NAMESPACE".to_owned(),
         "NAME".to_owned(),
-        "SWITCH".to_owned(),
+        "DEVICE".to_owned(),
         "PORT".to_owned(),
         "STATE".to_owned(),
         "CONFIGURATION".to_owned(),
@@ -162,22 +197,19 @@ fn table(ports: &[SwitchPort]) -> String {
             .map(|c| format!("{} {}", c.status, c.reason))
             .unwrap_or_default();
         rows.push([
-            p.namespace().unwrap_or_default(),
-            p.name_any(),
+            p.kind.to_owned(),
+            p.namespace.clone(),
+            p.name.clone(),
             s.switch.unwrap_or_default(),
             s.device_port.unwrap_or_default(),
             s.state
                 .map(|x| x.to_string())
                 .unwrap_or_else(|| "(none)".into()),
-            p.spec
-                .configuration
-                .as_ref()
-                .map(|c| c.name.clone())
-                .unwrap_or_default(),
+            p.configuration.clone().unwrap_or_default(),
             ready,
         ]);
     }
-    let widths: Vec<usize> = (0..7)
+    let widths: Vec<usize> = (0..8)
         .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
         .collect();
     rows.iter()
@@ -211,6 +243,25 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
             s.name, s.model, s.address, s.port
         );
     }
+    let (_, bridge, snic_port) = SMARTNIC;
+    let ovs = OvsSim::start(&[bridge])
+        .context("starting Open vSwitch (make ovs installs it; needs root for its netns)")?;
+    ovs.vsctl(&[
+        "add-port",
+        bridge,
+        snic_port,
+        "--",
+        "set",
+        "Interface",
+        snic_port,
+        "type=internal",
+    ])?;
+    println!(
+        "  snic-1 Open vSwitch 3 (SmartNIC) ovsdb tcp:{} bridge {bridge} port {snic_port} (ovsdb-server pid {}, ovs-vswitchd pid {})",
+        ovs.ovsdb_tcp(),
+        ovs.info.ovsdb_server_pid,
+        ovs.info.ovs_vswitchd_pid
+    );
     let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config::default())
         .context("starting devplane")?;
     let dir = std::env::temp_dir().join(format!("patchbay-demo-{}", std::process::id()));
@@ -233,7 +284,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         crd_api.create(&PostParams::default(), &crd).await?;
     }
     println!("installed {} CRDs from crds/", crds().len());
-    apply_examples(&client, &sims).await?;
+    apply_examples(&client, &sims, &ovs).await?;
 
     let settings = Settings {
         batch_window: Duration::from_millis(100),
@@ -256,12 +307,19 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     ));
 
     let ports: Api<SwitchPort> = Api::all(client.clone());
+    let snics: Api<SmartNicPort> = Api::all(client.clone());
+    // Every SwitchPort and SmartNicPort of the examples, plus the switch port the
+    // SmartNicPort is chained to (created by the Switch controller, not listed).
     let expected: usize = EXAMPLES
         .iter()
         .flat_map(|(_, t)| serde_yaml::Deserializer::from_str(t))
         .filter_map(|d| serde_yaml::Value::deserialize(d).ok())
-        .filter(|d| d["kind"].as_str() == Some("SwitchPort"))
-        .count();
+        .map(|d| match d["kind"].as_str() {
+            Some("SwitchPort") => 1,
+            Some("SmartNicPort") => 2,
+            _ => 0,
+        })
+        .sum();
     let started = Instant::now();
     let mut last = String::new();
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
@@ -269,14 +327,38 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     let result = loop {
         let mut list = ports.list(&ListParams::default()).await?.items;
         list.sort_by_key(|p| (p.namespace(), p.name_any()));
-        let rendered = table(&list);
+        let mut snic_list = snics.list(&ListParams::default()).await?.items;
+        snic_list.sort_by_key(|p| (p.namespace(), p.name_any()));
+        let rows: Vec<Row> = list
+            .iter()
+            .map(|p| Row {
+                kind: "SwitchPort",
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+                status: p.status.clone(),
+                configuration: p.spec.configuration.as_ref().map(|c| c.name.clone()),
+            })
+            .chain(snic_list.iter().map(|p| Row {
+                kind: "SmartNicPort",
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+                status: p.status.clone(),
+                configuration: p.spec.configuration.as_ref().map(|c| c.name.clone()),
+            }))
+            .collect();
+        let rendered = table(&rows);
         if rendered != last {
             println!("[{:>6.2}s]\n{rendered}\n", started.elapsed().as_secs_f64());
             last = rendered;
         }
-        let states: BTreeMap<String, Option<crate::api::PortState>> = list
+        let states: BTreeMap<String, Option<crate::api::PortState>> = rows
             .iter()
-            .map(|p| (p.name_any(), p.status.as_ref().and_then(|s| s.state)))
+            .map(|r| {
+                (
+                    format!("{}/{}", r.kind, r.name),
+                    r.status.as_ref().and_then(|s| s.state),
+                )
+            })
             .collect();
         let settled = states.len() >= expected
             && states
@@ -285,11 +367,11 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         if settled && !shown_devices {
             shown_devices = true;
             println!(
-                "all {} example ports are Active after {:.2}s; the switches say:",
+                "all {} example ports are Active after {:.2}s; the devices say:",
                 states.len(),
                 started.elapsed().as_secs_f64()
             );
-            print!("{}", device_view(&client, &list).await);
+            print!("{}", device_view(&client, &rows).await);
         }
         if exit_when_settled && settled {
             break Ok(());
@@ -313,11 +395,13 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     server.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
     drop(sims);
+    drop(ovs);
     result
 }
 
-/// Each port as its switch reports it (read over SSH with the same backend).
-async fn device_view(client: &Client, ports: &[SwitchPort]) -> String {
+/// Each port as its device reports it (read with the same backends: SSH for the
+/// switches, OVSDB for the SmartNIC).
+async fn device_view(client: &Client, ports: &[Row]) -> String {
     let mut out = String::new();
     for p in ports {
         let (Some(switch), Some(device_port)) = (
@@ -326,21 +410,28 @@ async fn device_view(client: &Client, ports: &[SwitchPort]) -> String {
         ) else {
             continue;
         };
-        let ns = p.namespace().unwrap_or_default();
+        let ns = p.namespace.clone();
         let line = async {
             let provider = Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
                 .get(&switch)
                 .await
                 .ok()?;
-            let secret_name = provider.spec.credentials_secret_ref.as_ref()?.name.clone();
-            let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-                .get(&secret_name)
-                .await
-                .ok()?;
-            let sw = crate::backends::cli_switch(&provider, Some(&secret)).ok()?;
             let port = patchbay_providers::values::PortName::parse(&device_port).ok()?;
             use patchbay_providers::Switch as _;
-            let o = sw.get_port(&port).await.ok()?;
+            let o = if provider.spec.backend == crate::api::Backend::Ovsdb {
+                crate::backends::ovs_switch(&provider)
+                    .get_port(&port)
+                    .await
+                    .ok()?
+            } else {
+                let secret_name = provider.spec.credentials_secret_ref.as_ref()?.name.clone();
+                let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+                    .get(&secret_name)
+                    .await
+                    .ok()?;
+                let sw = crate::backends::cli_switch(&provider, Some(&secret)).ok()?;
+                sw.get_port(&port).await.ok()?
+            };
             let view = crate::device_cli::PortView::from(&o);
             Some(format!(
                 "  {switch:<6} {device_port:<16} {}",
