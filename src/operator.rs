@@ -1,6 +1,8 @@
 //! The controllers: SwitchPort (drives the pure state machine), Switch (provider,
 //! credentials, reachability, one SwitchPort per `spec.ports` entry, ordered
-//! deletion) and ProviderSwitch (held until no Switch uses it). Does Kubernetes I/O
+//! deletion), ProviderSwitch (held until no Switch uses it) and SmartNicPort
+//! (`smartnic`: an Open vSwitch bridge port chained to its SwitchPort; it shares
+//! the state-machine loop, `drive`). Does Kubernetes I/O
 //! through kube-rs and device I/O through the per-switch workers.
 //!
 //! Each SwitchPort reconcile dereferences (Switch, ProviderSwitch, Secret,
