@@ -68,8 +68,8 @@ pub enum ControllerError {
     /// A Switch cannot go while its ports exist.
     #[error("{0} SwitchPort(s) still exist; waiting for them to be cleaned and deleted")]
     PortsRemaining(usize),
-    /// A ProviderSwitch cannot go while a Switch uses it.
-    #[error("{0} Switch(es) still use this ProviderSwitch")]
+    /// A ProviderSwitch cannot go while a Switch or SmartNicPort uses it.
+    #[error("{0} Switch(es) or SmartNicPort(s) still use this ProviderSwitch")]
     SwitchesRemaining(usize),
 }
 
@@ -424,6 +424,16 @@ pub async fn run(
                     .within(&s.namespace().unwrap_or_default()),
             )
         })
+        .watches(
+            api_for::<SmartNicPort>(&client, ns.as_deref()),
+            wc.clone(),
+            |p: SmartNicPort| {
+                Some(
+                    ObjectRef::<ProviderSwitch>::new(&p.spec.provider.name)
+                        .within(&p.namespace().unwrap_or_default()),
+                )
+            },
+        )
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(reconcile_provider, generic_error_policy, ctx.clone())
         .for_each(|r| async move {
@@ -1583,6 +1593,8 @@ async fn reconcile_provider(
     .map_err(|e| ControllerError::Finalizer(Box::new(e)))
 }
 
+/// Switches and SmartNicPorts that use `provider`: it stays until they are gone
+/// (their ports must be cleaned through it first).
 async fn switches_using(
     provider: &ProviderSwitch,
     ctx: &Context,
@@ -1591,11 +1603,19 @@ async fn switches_using(
     let switches = Api::<Switch>::namespaced(ctx.client.clone(), &ns)
         .list(&ListParams::default())
         .await?;
+    let snics = Api::<SmartNicPort>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?;
     Ok(switches
         .items
         .iter()
         .filter(|s| s.spec.provider.name == provider.name_any())
-        .count())
+        .count()
+        + snics
+            .items
+            .iter()
+            .filter(|p| p.spec.provider.name == provider.name_any())
+            .count())
 }
 
 async fn apply_provider(

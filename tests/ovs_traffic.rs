@@ -252,6 +252,45 @@ async fn smartnic_ports_carry_traffic_and_chain_to_their_switch_port() {
     assert_eq!(cisco_port.vlans, Some(VlanMode::Unconfigured));
     // Clean ports on the bridge are in OVS's default VLAN together again.
     assert_eq!(loss(&hosts, 0, 1), 0);
+
+    // 7. Deletion: the ProviderSwitch is held while SmartNicPorts use it, and an
+    //    Active SmartNicPort is cleaned before it goes.
+    let dp = kube::api::DeleteParams::default();
+    env.api::<ProviderSwitch>()
+        .delete("snic", &dp)
+        .await
+        .unwrap();
+    env.api::<SmartNicPort>().delete("h3", &dp).await.unwrap();
+    eventually(30, "h3 deleted", || async {
+        env.api::<SmartNicPort>()
+            .get_opt("h3")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(vsctl_port(&ovs, &p3), clean);
+    assert!(
+        env.api::<ProviderSwitch>()
+            .get_opt("snic")
+            .await
+            .unwrap()
+            .is_some(),
+        "the ProviderSwitch went while SmartNicPorts still use it"
+    );
+    for h in ["h1", "h2"] {
+        env.api::<SmartNicPort>().delete(h, &dp).await.unwrap();
+    }
+    eventually(30, "the ProviderSwitch deleted", || async {
+        env.api::<ProviderSwitch>()
+            .get_opt("snic")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

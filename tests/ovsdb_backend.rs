@@ -90,6 +90,38 @@ async fn client_speaks_rfc7047_over_tcp_and_unix_with_typed_errors() {
         assert_eq!(r[0]["rows"][0]["name"], "t1", "{ep}");
     }
 
+    // insert (with a uuid-name), mutate, delete: a root table (QoS) row round trip.
+    let mut c = Connection::connect(&Endpoint::Unix(ovs.info.db_socket.clone()), t, t)
+        .await
+        .unwrap();
+    let r = c
+        .transact(
+            "Open_vSwitch",
+            &[
+                json!({"op": "insert", "table": "QoS", "uuid-name": "q",
+                       "row": {"type": "linux-htb", "external_ids": ["map", [["owner", "test"]]]}}),
+                json!({"op": "mutate", "table": "QoS", "where": [["_uuid", "==", ["named-uuid", "q"]]],
+                       "mutations": [["external_ids", "insert", ["map", [["k", "v"]]]]]}),
+            ],
+        )
+        .await
+        .unwrap();
+    let uuid = r[0]["uuid"][1].as_str().unwrap().to_owned();
+    assert_eq!(r[1]["count"], 1);
+    assert_eq!(
+        ovs.vsctl(&["get", "QoS", &uuid, "external_ids"]).unwrap(),
+        "{k=v, owner=test}"
+    );
+    let r = c
+        .transact(
+            "Open_vSwitch",
+            &[json!({"op": "delete", "table": "QoS", "where": [["_uuid", "==", ["uuid", uuid]]]})],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r[0]["count"], 1);
+    assert_eq!(ovs.vsctl(&["list", "QoS"]).unwrap(), "");
+
     // An error inside result[i] is typed, names the operation, and the whole
     // transaction is rolled back: the good update before it did not happen.
     let mut c = Connection::connect(&Endpoint::Tcp(ovs.ovsdb_tcp()), t, t)
