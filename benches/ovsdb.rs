@@ -12,41 +12,14 @@
 //! Env: BENCH_ROUNDS (default 5; the ovs-vsctl baseline runs once), BENCH_PORTS
 //! (default 500).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use patchbay::fake_switch::OvsSim;
 use patchbay_providers::ovsdb::{Endpoint, OvsOptions, OvsSwitch};
-use patchbay_providers::values::{PortName, VlanId};
-use patchbay_providers::verify::apply_batch_verified;
-use patchbay_providers::{DesiredPort, PortChange, PortOperation, VlanMode};
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ops(ports: &[PortName], vlan: u16) -> Vec<PortOperation> {
-    ports
-        .iter()
-        .map(|p| {
-            let mut d = DesiredPort::clean(p.clone());
-            d.vlans = VlanMode::Access {
-                vlan: VlanId::new(vlan).unwrap(),
-            };
-            PortOperation::Set(d)
-        })
-        .collect()
-}
-
-async fn timed(sw: &OvsSwitch, ops: &[PortOperation]) -> Duration {
-    let t = Instant::now();
-    let results = apply_batch_verified(sw, ops).await.expect("batch");
-    let elapsed = t.elapsed();
-    for r in results {
-        assert_eq!(r.outcome, Ok(PortChange::Changed), "{}", r.port);
-    }
-    elapsed
-}
+use patchbay_providers::values::PortName;
+use support::{median, ops, timed};
 
 fn main() {
     let env = |k: &str, d: usize| {

@@ -10,42 +10,15 @@
 //! Targets (issue 5): the 48-port batch <= 3x the single port; >= 3x faster than the
 //! per-port paramiko baseline. Env: BENCH_ROUNDS (default 7).
 
-use std::time::{Duration, Instant};
+mod support;
+
+use std::time::Duration;
 
 use patchbay::fake_switch::{FakeSwitches, SimSpec};
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::secret::SecretString;
-use patchbay_providers::values::{PortName, VlanId};
-use patchbay_providers::verify::apply_batch_verified;
-use patchbay_providers::{DesiredPort, PortChange, PortOperation, VlanMode};
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ops(ports: &[PortName], vlan: u16) -> Vec<PortOperation> {
-    ports
-        .iter()
-        .map(|p| {
-            let mut d = DesiredPort::clean(p.clone());
-            d.vlans = VlanMode::Access {
-                vlan: VlanId::new(vlan).unwrap(),
-            };
-            PortOperation::Set(d)
-        })
-        .collect()
-}
-
-async fn timed(sw: &CliSwitch, ops: &[PortOperation]) -> Duration {
-    let t = Instant::now();
-    let results = apply_batch_verified(sw, ops).await.expect("batch");
-    let elapsed = t.elapsed();
-    for r in results {
-        assert_eq!(r.outcome, Ok(PortChange::Changed), "{}", r.port);
-    }
-    elapsed
-}
+use patchbay_providers::values::PortName;
+use support::{median, ops, timed};
 
 fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS")

@@ -246,7 +246,7 @@ impl OvsSim {
         let out = std::env::temp_dir().join(format!(
             "patchbay-ovs-{}-{}.json",
             std::process::id(),
-            rand_u32() ^ Instant::now().elapsed().subsec_nanos()
+            rand_u32()
         ));
         let mut cmd = Command::new("python3");
         cmd.arg(repo_root().join("fake-switch/ovs.py")).arg(&out);
@@ -254,13 +254,12 @@ impl OvsSim {
             cmd.arg("--bridge").arg(b);
         }
         let log = out.with_extension("log");
-        let child = cmd
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(std::fs::File::create(&log)?))
             .spawn()
             .context("starting fake-switch/ovs.py")?;
-        let mut child = child;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(text) = std::fs::read(&out) {

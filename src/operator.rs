@@ -703,6 +703,21 @@ impl Failure {
         }
     }
 
+    /// The linked configuration (`kind`) does not exist (yet).
+    fn configuration_not_found(kind: &str, target: Option<&PortTarget>) -> Self {
+        let name = target
+            .map(|t| {
+                let r = &t.configuration;
+                format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name)
+            })
+            .unwrap_or_default();
+        Self::new(
+            FailureKind::Transient,
+            "ConfigurationNotFound",
+            format!("{kind} {name} not found (spec.configuration)"),
+        )
+    }
+
     fn device(e: DeviceError) -> Self {
         let kind = if e.is_transient() {
             FailureKind::Transient
@@ -720,7 +735,7 @@ struct PortRun<'a> {
     key: PortKey,
 }
 
-impl PortRun<'_> {
+impl PortDevice for PortRun<'_> {
     fn worker(&self) -> Result<Arc<WorkerEntry>, Failure> {
         let Some(switch) = &self.world.switch else {
             return Err(Failure::new(
@@ -766,15 +781,9 @@ impl PortRun<'_> {
     /// The validated desired device state of the linked configuration.
     fn desired(&self, entry: &WorkerEntry) -> Result<DesiredPort, Failure> {
         let Some(cfg) = &self.world.config else {
-            let r = self.world.desired.as_ref().map(|d| d.configuration.clone());
-            return Err(Failure::new(
-                FailureKind::Transient,
-                "ConfigurationNotFound",
-                format!(
-                    "SwitchPortConfiguration {} not found (spec.configuration)",
-                    r.map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
-                        .unwrap_or_default()
-                ),
+            return Err(Failure::configuration_not_found(
+                "SwitchPortConfiguration",
+                self.world.desired.as_ref(),
             ));
         };
         let Some(definition) = &self.world.definition else {
@@ -803,55 +812,9 @@ impl PortRun<'_> {
         )
         .map_err(|e| Failure::new(FailureKind::Invalid, "InvalidConfiguration", e.to_string()))
     }
-}
 
-impl PortDevice for PortRun<'_> {
-    async fn apply(&self) -> Result<Outcome, Failure> {
-        let entry = self.worker()?;
-        let desired = self.desired(&entry)?;
-        entry
-            .worker
-            .apply(PortOperation::Set(desired.clone()))
-            .await
-            .map_err(Failure::device)?;
-        entry.worker.track(self.key.clone(), Some(desired));
-        Ok(Outcome::Applied)
-    }
-
-    async fn clean(&self) -> Result<Outcome, Failure> {
-        let port = self.device_port()?;
-        let entry = self.worker()?;
-        entry.worker.track(self.key.clone(), None);
-        entry
-            .worker
-            .apply(PortOperation::Reset(port))
-            .await
-            .map_err(Failure::device)?;
-        Ok(Outcome::Cleaned)
-    }
-
-    async fn verify(&self) -> Result<Outcome, Failure> {
-        let entry = self.worker()?;
-        let desired = self.desired(&entry)?;
-        let observed = entry
-            .worker
-            .read(desired.port.clone())
-            .await
-            .map_err(Failure::device)?;
-        entry.worker.track(self.key.clone(), Some(desired.clone()));
-        Ok(if diff(&desired, &observed).is_empty() {
-            Outcome::InSync
-        } else {
-            Outcome::Drifted
-        })
-    }
-
-    fn track_active(&self) {
-        if let Ok(entry) = self.worker()
-            && let Ok(desired) = self.desired(&entry)
-        {
-            entry.worker.track(self.key.clone(), Some(desired));
-        }
+    fn key(&self) -> &PortKey {
+        &self.key
     }
 }
 
@@ -948,14 +911,89 @@ async fn reconcile_port_inner(
 /// What a port controller does on its device(s). The state-machine loop ([`drive`])
 /// is shared by SwitchPorts and SmartNicPorts.
 trait PortDevice {
+    /// The worker of the device the port is on (checking what it needs first).
+    fn worker(&self) -> Result<Arc<WorkerEntry>, Failure>;
+    /// The validated desired device state of the linked configuration.
+    fn desired(&self, entry: &WorkerEntry) -> Result<DesiredPort, Failure>;
+    /// The port's name on the device.
+    fn device_port(&self) -> Result<PortName, Failure>;
+    /// The key the worker's drift sweep tracks the port under.
+    fn key(&self) -> &PortKey;
+
     /// Validate and apply the desired configuration, verified by read-back.
-    async fn apply(&self) -> Result<Outcome, Failure>;
+    async fn apply(&self) -> Result<Outcome, Failure> {
+        let entry = self.worker()?;
+        let desired = self.desired(&entry)?;
+        self.set_on_device(&entry, desired).await?;
+        Ok(Outcome::Applied)
+    }
+
     /// Return the port to clean, verified by read-back.
-    async fn clean(&self) -> Result<Outcome, Failure>;
+    async fn clean(&self) -> Result<Outcome, Failure> {
+        self.reset_on_device().await?;
+        Ok(Outcome::Cleaned)
+    }
+
     /// Read back and compare with the applied configuration.
-    async fn verify(&self) -> Result<Outcome, Failure>;
+    async fn verify(&self) -> Result<Outcome, Failure> {
+        Ok(if self.device_matches().await? {
+            Outcome::InSync
+        } else {
+            Outcome::Drifted
+        })
+    }
+
+    /// Applies `desired` through the worker and keeps the port in the drift sweep.
+    async fn set_on_device(
+        &self,
+        entry: &WorkerEntry,
+        desired: DesiredPort,
+    ) -> Result<(), Failure> {
+        entry
+            .worker
+            .apply(PortOperation::Set(desired.clone()))
+            .await
+            .map_err(Failure::device)?;
+        entry.worker.track(self.key().clone(), Some(desired));
+        Ok(())
+    }
+
+    /// Resets the port through the worker (out of the drift sweep first).
+    async fn reset_on_device(&self) -> Result<(), Failure> {
+        let port = self.device_port()?;
+        let entry = self.worker()?;
+        entry.worker.track(self.key().clone(), None);
+        entry
+            .worker
+            .apply(PortOperation::Reset(port))
+            .await
+            .map_err(Failure::device)?;
+        Ok(())
+    }
+
+    /// Whether the device port reads back as the desired state.
+    async fn device_matches(&self) -> Result<bool, Failure> {
+        let entry = self.worker()?;
+        let desired = self.desired(&entry)?;
+        let observed = entry
+            .worker
+            .read(desired.port.clone())
+            .await
+            .map_err(Failure::device)?;
+        let matches = diff(&desired, &observed).is_empty();
+        entry.worker.track(self.key().clone(), Some(desired));
+        Ok(matches)
+    }
+
     /// The loop ended in Active: keep the port in its switch's drift sweep.
-    fn track_active(&self);
+    fn track_active(&self) {
+        if let Ok(entry) = self.worker()
+            && let Ok(desired) = self.desired(&entry)
+        {
+            entry.worker.track(self.key().clone(), Some(desired));
+        }
+    }
+
     /// What the last [`Outcome::Waiting`] waits for.
     fn waiting(&self) -> Option<String> {
         None

@@ -66,6 +66,63 @@ fn vsctl_port(ovs: &OvsSim, port: &str) -> String {
     )
 }
 
+/// tor1 (a simulated Cisco) with one port, `tor1-p1` = FastEthernet0/1.
+async fn tor1(env: &Env, sim: &patchbay::fake_switch::SimSwitch) {
+    env.switch(
+        "tor1",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[("tor1-p1", "FastEthernet0/1")],
+    )
+    .await;
+}
+
+/// The SmartNIC's ProviderSwitch `snic`: OVSDB over TCP, and OpenFlow through the
+/// bridge's management socket when `openflow`.
+async fn smartnic(env: &Env, ovs: &OvsSim, openflow: bool) {
+    let mut options = json!({"bridge": BRIDGE});
+    if openflow {
+        options["openflow"] = json!(ovs.openflow(BRIDGE));
+    }
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "snic"},
+        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                 "port": ovs.info.ovsdb_port, "options": options}
+    }))
+    .await;
+}
+
+async fn smartnic_configurations(env: &Env, configs: Vec<(&str, serde_json::Value)>) {
+    for (name, spec) in configs {
+        env.create::<SmartNicConfiguration>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicConfiguration",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .await;
+    }
+}
+
+/// Waits until `name` of kind K no longer exists.
+async fn gone<K>(env: &Env, name: &str)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    eventually(30, &format!("{name} deleted"), || async {
+        env.api::<K>()
+            .get_opt(name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smartnic_ports_carry_traffic_and_chain_to_their_switch_port() {
     let ovs = OvsSim::start(&[BRIDGE]).expect("Open vSwitch starts");
@@ -82,40 +139,24 @@ async fn smartnic_ports_carry_traffic_and_chain_to_their_switch_port() {
     let env = Env::start("ovs-traffic").await;
 
     // The top-of-rack switch the SmartNIC of host 1 is cabled to.
-    env.switch(
-        "tor1",
-        "ios",
-        sim,
-        &sim.host_key_fingerprint,
-        &[("tor1-p1", "FastEthernet0/1")],
-    )
-    .await;
+    tor1(&env, sim).await;
     env.configuration("tor-a", json!({"untaggedVLAN": 10}))
         .await;
     // The SmartNIC: OVSDB over TCP, OpenFlow through the bridge's management socket.
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "snic"},
-        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
-                 "port": ovs.info.ovsdb_port,
-                 "options": {"bridge": BRIDGE, "openflow": ovs.openflow(BRIDGE)}}
-    }))
+    smartnic(&env, &ovs, true).await;
+    smartnic_configurations(
+        &env,
+        vec![
+            (
+                "nic-a",
+                json!({"untaggedVLAN": 10, "description": "tenant a",
+                       "nextConfigurationRef": {"name": "tor-a"}}),
+            ),
+            ("nic-b", json!({"untaggedVLAN": 20})),
+            ("nic-a-off", json!({"untaggedVLAN": 10, "disabled": true})),
+        ],
+    )
     .await;
-    for (name, spec) in [
-        (
-            "nic-a",
-            json!({"untaggedVLAN": 10, "description": "tenant a",
-                   "nextConfigurationRef": {"name": "tor-a"}}),
-        ),
-        ("nic-b", json!({"untaggedVLAN": 20})),
-        ("nic-a-off", json!({"untaggedVLAN": 10, "disabled": true})),
-    ] {
-        env.create::<SmartNicConfiguration>(json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicConfiguration",
-            "metadata": {"name": name}, "spec": spec
-        }))
-        .await;
-    }
     let snp = |name: &str, port: &str, config: &str, next: Option<&str>| {
         let mut spec = json!({"provider": {"name": "snic"}, "portName": port,
                               "configuration": {"name": config}});
@@ -261,15 +302,7 @@ async fn smartnic_ports_carry_traffic_and_chain_to_their_switch_port() {
         .await
         .unwrap();
     env.api::<SmartNicPort>().delete("h3", &dp).await.unwrap();
-    eventually(30, "h3 deleted", || async {
-        env.api::<SmartNicPort>()
-            .get_opt("h3")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    gone::<SmartNicPort>(&env, "h3").await;
     assert_eq!(vsctl_port(&ovs, &p3), clean);
     assert!(
         env.api::<ProviderSwitch>()
@@ -282,15 +315,7 @@ async fn smartnic_ports_carry_traffic_and_chain_to_their_switch_port() {
     for h in ["h1", "h2"] {
         env.api::<SmartNicPort>().delete(h, &dp).await.unwrap();
     }
-    eventually(30, "the ProviderSwitch deleted", || async {
-        env.api::<ProviderSwitch>()
-            .get_opt("snic")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    gone::<ProviderSwitch>(&env, "snic").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,28 +324,20 @@ async fn refusals_change_nothing_on_either_device() {
     let hosts = Hosts::create(&ovs, BRIDGE, 2);
     let env = Env::start("ovs-refusals").await;
     // No OpenFlow target: this SmartNIC cannot disable ports.
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "snic"},
-        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
-                 "port": ovs.info.ovsdb_port, "options": {"bridge": BRIDGE}}
-    }))
-    .await;
+    smartnic(&env, &ovs, false).await;
     env.configuration("tor-a", json!({"untaggedVLAN": 10}))
         .await;
-    for (name, spec) in [
-        ("off", json!({"untaggedVLAN": 10, "disabled": true})),
-        (
-            "chained",
-            json!({"untaggedVLAN": 10, "nextConfigurationRef": {"name": "tor-a"}}),
-        ),
-    ] {
-        env.create::<SmartNicConfiguration>(json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicConfiguration",
-            "metadata": {"name": name}, "spec": spec
-        }))
-        .await;
-    }
+    smartnic_configurations(
+        &env,
+        vec![
+            ("off", json!({"untaggedVLAN": 10, "disabled": true})),
+            (
+                "chained",
+                json!({"untaggedVLAN": 10, "nextConfigurationRef": {"name": "tor-a"}}),
+            ),
+        ],
+    )
+    .await;
     let before: Vec<String> = hosts.ports.iter().map(|p| vsctl_port(&ovs, p)).collect();
     env.create::<SmartNicPort>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
@@ -343,14 +360,7 @@ async fn refusals_change_nothing_on_either_device() {
     // A SwitchPort somebody else configured is not taken over.
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let sim = sims.get("tor1");
-    env.switch(
-        "tor1",
-        "ios",
-        sim,
-        &sim.host_key_fingerprint,
-        &[("tor1-p1", "FastEthernet0/1")],
-    )
-    .await;
+    tor1(&env, sim).await;
     env.configuration("other", json!({"untaggedVLAN": 99}))
         .await;
     env.link("tor1-p1", Some("other")).await;

@@ -36,7 +36,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use patchbay_providers::values::PortName;
-use patchbay_providers::{Capability, DesiredPort, PortOperation, diff};
+use patchbay_providers::{Capability, DesiredPort};
 use serde_json::json;
 
 use super::{
@@ -174,92 +174,6 @@ impl SmartRun<'_> {
     fn wait(&self, why: String) -> Result<Outcome, Failure> {
         *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
         Ok(Outcome::Waiting)
-    }
-
-    fn worker(&self) -> Result<Arc<WorkerEntry>, Failure> {
-        if let Err(e) = validate_smartnic_port(&self.port.spec) {
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "InvalidSmartNicPort",
-                e.to_string(),
-            ));
-        }
-        let Some(provider) = &self.world.provider else {
-            return Err(Failure::new(
-                FailureKind::Transient,
-                "ProviderNotFound",
-                format!(
-                    "ProviderSwitch {:?} (spec.provider) not found",
-                    self.port.spec.provider.name
-                ),
-            ));
-        };
-        if provider.spec.backend != Backend::Ovsdb {
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "InvalidProvider",
-                format!(
-                    "spec.provider: ProviderSwitch {} is not an Open vSwitch (backend ovsdb)",
-                    provider.name_any()
-                ),
-            ));
-        }
-        if let Err(e) = validate_provider(&provider.spec) {
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "InvalidProvider",
-                format!("ProviderSwitch {}: {e}", provider.name_any()),
-            ));
-        }
-        let port = self.device_port()?;
-        self.ctx
-            .smartnic_worker(provider, &port)
-            .map_err(|e| Failure::new(FailureKind::Device, e.category(), e.to_string()))
-    }
-
-    fn device_port(&self) -> Result<PortName, Failure> {
-        PortName::parse(&self.port.spec.port_name).map_err(|e| {
-            Failure::new(
-                FailureKind::Invalid,
-                "InvalidPortName",
-                format!("spec.portName: {}", e.0),
-            )
-        })
-    }
-
-    fn desired(&self, entry: &WorkerEntry) -> Result<DesiredPort, Failure> {
-        let Some(cfg) = &self.world.config else {
-            let r = self.world.desired.as_ref().map(|d| d.configuration.clone());
-            return Err(Failure::new(
-                FailureKind::Transient,
-                "ConfigurationNotFound",
-                format!(
-                    "SmartNicConfiguration {} not found (spec.configuration)",
-                    r.map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
-                        .unwrap_or_default()
-                ),
-            ));
-        };
-        let desired =
-            smartnic_configuration_to_desired(&cfg.spec, self.device_port()?).map_err(|e| {
-                Failure::new(FailureKind::Invalid, "InvalidConfiguration", e.to_string())
-            })?;
-        if let Some(c) = entry.device.capabilities().missing_for(&desired).first() {
-            let hint = if *c == Capability::Disable {
-                " (the ProviderSwitch has no options.openflow)"
-            } else {
-                ""
-            };
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "InvalidConfiguration",
-                format!(
-                    "{}: this SmartNIC cannot configure {c}{hint}",
-                    capability_field(*c)
-                ),
-            ));
-        }
-        Ok(desired)
     }
 
     /// Claims the next SwitchPort and sets its configuration. Refuses a port
@@ -405,6 +319,90 @@ impl SmartRun<'_> {
 }
 
 impl PortDevice for SmartRun<'_> {
+    fn worker(&self) -> Result<Arc<WorkerEntry>, Failure> {
+        if let Err(e) = validate_smartnic_port(&self.port.spec) {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidSmartNicPort",
+                e.to_string(),
+            ));
+        }
+        let Some(provider) = &self.world.provider else {
+            return Err(Failure::new(
+                FailureKind::Transient,
+                "ProviderNotFound",
+                format!(
+                    "ProviderSwitch {:?} (spec.provider) not found",
+                    self.port.spec.provider.name
+                ),
+            ));
+        };
+        if provider.spec.backend != Backend::Ovsdb {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidProvider",
+                format!(
+                    "spec.provider: ProviderSwitch {} is not an Open vSwitch (backend ovsdb)",
+                    provider.name_any()
+                ),
+            ));
+        }
+        if let Err(e) = validate_provider(&provider.spec) {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidProvider",
+                format!("ProviderSwitch {}: {e}", provider.name_any()),
+            ));
+        }
+        let port = self.device_port()?;
+        self.ctx
+            .smartnic_worker(provider, &port)
+            .map_err(|e| Failure::new(FailureKind::Device, e.category(), e.to_string()))
+    }
+
+    fn device_port(&self) -> Result<PortName, Failure> {
+        PortName::parse(&self.port.spec.port_name).map_err(|e| {
+            Failure::new(
+                FailureKind::Invalid,
+                "InvalidPortName",
+                format!("spec.portName: {}", e.0),
+            )
+        })
+    }
+
+    fn desired(&self, entry: &WorkerEntry) -> Result<DesiredPort, Failure> {
+        let Some(cfg) = &self.world.config else {
+            return Err(Failure::configuration_not_found(
+                "SmartNicConfiguration",
+                self.world.desired.as_ref(),
+            ));
+        };
+        let desired =
+            smartnic_configuration_to_desired(&cfg.spec, self.device_port()?).map_err(|e| {
+                Failure::new(FailureKind::Invalid, "InvalidConfiguration", e.to_string())
+            })?;
+        if let Some(c) = entry.device.capabilities().missing_for(&desired).first() {
+            let hint = if *c == Capability::Disable {
+                " (the ProviderSwitch has no options.openflow)"
+            } else {
+                ""
+            };
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "InvalidConfiguration",
+                format!(
+                    "{}: this SmartNIC cannot configure {c}{hint}",
+                    capability_field(*c)
+                ),
+            ));
+        }
+        Ok(desired)
+    }
+
+    fn key(&self) -> &PortKey {
+        &self.key
+    }
+
     async fn apply(&self) -> Result<Outcome, Failure> {
         let entry = self.worker()?;
         let desired = self.desired(&entry)?;
@@ -416,12 +414,7 @@ impl PortDevice for SmartRun<'_> {
         };
         let keep = chain.map(|c| (c.port_ns.as_str(), c.port_name.as_str()));
         self.release(keep).await?;
-        entry
-            .worker
-            .apply(PortOperation::Set(desired.clone()))
-            .await
-            .map_err(Failure::device)?;
-        entry.worker.track(self.key.clone(), Some(desired));
+        self.set_on_device(&entry, desired).await?;
         match chain {
             Some(c) if claimed => self.wait(format!(
                 "waiting for SwitchPort {}/{} (nextPortRef) to carry SwitchPortConfiguration {}",
@@ -436,14 +429,7 @@ impl PortDevice for SmartRun<'_> {
     }
 
     async fn clean(&self) -> Result<Outcome, Failure> {
-        let port = self.device_port()?;
-        let entry = self.worker()?;
-        entry.worker.track(self.key.clone(), None);
-        entry
-            .worker
-            .apply(PortOperation::Reset(port))
-            .await
-            .map_err(Failure::device)?;
+        self.reset_on_device().await?;
         let pending = self.release(None).await?;
         if pending.is_empty() {
             Ok(Outcome::Cleaned)
@@ -456,32 +442,16 @@ impl PortDevice for SmartRun<'_> {
     }
 
     async fn verify(&self) -> Result<Outcome, Failure> {
-        let entry = self.worker()?;
-        let desired = self.desired(&entry)?;
-        let observed = entry
-            .worker
-            .read(desired.port.clone())
-            .await
-            .map_err(Failure::device)?;
-        entry.worker.track(self.key.clone(), Some(desired.clone()));
         let next_ok = self
             .world
             .chain
             .as_ref()
             .is_none_or(|c| self.next_not_ready(c).is_none());
-        Ok(if diff(&desired, &observed).is_empty() && next_ok {
+        Ok(if self.device_matches().await? && next_ok {
             Outcome::InSync
         } else {
             Outcome::Drifted
         })
-    }
-
-    fn track_active(&self) {
-        if let Ok(entry) = self.worker()
-            && let Ok(desired) = self.desired(&entry)
-        {
-            entry.worker.track(self.key.clone(), Some(desired));
-        }
     }
 
     fn waiting(&self) -> Option<String> {

@@ -429,15 +429,10 @@ impl OvsSwitch {
             return Err(DeviceError::Unsupported { capability: *c });
         }
         let want = columns(&desired.vlans)?;
-        let have = Columns {
-            tag: row.tag,
-            trunks: row.trunks.clone(),
-            vlan_mode: None,
-        };
         let mut ops = Vec::new();
         let port_where = json!([["_uuid", "==", ["uuid", row.uuid]]]);
-        if want.tag != have.tag
-            || want.trunks != have.trunks
+        if want.tag != row.tag
+            || want.trunks != row.trunks
             || want.vlan_mode != row.vlan_mode.as_deref()
         {
             ops.push(

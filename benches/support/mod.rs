@@ -1,0 +1,40 @@
+//! What the backend benchmarks share: the median, a batch of access-VLAN changes and
+//! timing one verified batch as the switch worker runs it.
+
+use std::time::{Duration, Instant};
+
+use patchbay_providers::values::{PortName, VlanId};
+use patchbay_providers::verify::apply_batch_verified;
+use patchbay_providers::{DesiredPort, PortChange, PortOperation, Switch, VlanMode};
+
+/// The median of `v` (upper middle for even lengths).
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Every port of `ports` as an access port on `vlan`.
+pub fn ops(ports: &[PortName], vlan: u16) -> Vec<PortOperation> {
+    ports
+        .iter()
+        .map(|p| {
+            let mut d = DesiredPort::clean(p.clone());
+            d.vlans = VlanMode::Access {
+                vlan: VlanId::new(vlan).unwrap(),
+            };
+            PortOperation::Set(d)
+        })
+        .collect()
+}
+
+/// Applies `ops` with `apply_batch_verified` (apply, then one verifying read) and
+/// returns how long it took; every port must have changed.
+pub async fn timed(sw: &dyn Switch, ops: &[PortOperation]) -> Duration {
+    let t = Instant::now();
+    let results = apply_batch_verified(sw, ops).await.expect("batch");
+    let elapsed = t.elapsed();
+    for r in results {
+        assert_eq!(r.outcome, Ok(PortChange::Changed), "{}", r.port);
+    }
+    elapsed
+}
