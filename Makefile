@@ -72,6 +72,7 @@ bench: deps fake-switch ovs
 	$(CARGO) bench --locked --bench operator
 	$(CARGO) bench --locked --bench ssh
 	$(CARGO) bench --locked --bench ovsdb
+	$(CARGO) bench --locked --bench failures
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

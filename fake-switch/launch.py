@@ -5,9 +5,16 @@ Usage: launch.py SPEC.json OUT.json
 
 SPEC.json: {"switches": [{"name": "sw1", "model": "cisco_generic",
                           "username": "admin", "password": "...",
-                          "enable_password": "...", "auto_enabled": false}, ...]}
+                          "enable_password": "...", "auto_enabled": false,
+                          "port": 0}, ...],
+            "connection_log": "/path/connections.log"}
 
-Each switch listens on 127.0.0.1 on a port the kernel picks. When every switch listens,
+Each switch listens on 127.0.0.1 on its "port", or on a port the kernel picks when it
+is 0 or absent (a fixed port lets a test stop a switch and start a fresh, empty one
+where the operator expects it; every simulator has the same host key). With
+"connection_log", the name of the switch is appended as one line to that file for
+every TCP connection it accepts: tests count the operator's attempts (SSH handshakes)
+from it. It observes; the simulated device behaves the same. When every switch listens,
 OUT.json is written (atomically) with, per switch: name, model, address, port,
 username, password, enable_password, host_key_fingerprint (OpenSSH SHA256 form),
 known_hosts_line and ports (the device's port names). The process then serves until
@@ -35,6 +42,18 @@ def host_key():
     return fingerprint, "ssh-rsa " + base64.b64encode(blob).decode()
 
 
+def log_connections(ssh_factory, name, path):
+    """Appends `name` to `path` for each connection the factory accepts."""
+    build = ssh_factory.buildProtocol
+
+    def logged(addr):
+        with open(path, "a") as f:
+            f.write(name + "\n")
+        return build(addr)
+
+    ssh_factory.buildProtocol = logged
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -44,6 +63,7 @@ def main():
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     fingerprint, key_line = host_key()
     factory = SwitchFactory()
+    connection_log = spec.get("connection_log")
     described = []
     for sw in spec["switches"]:
         core = factory.get(
@@ -54,11 +74,13 @@ def main():
         )
         service = SwitchSshService(
             ip="127.0.0.1",
-            port=0,
+            port=int(sw.get("port") or 0),
             switch_core=core,
             users={sw["username"]: sw["password"].encode()},
         )
         listening = service.hook_to_reactor(reactor)
+        if connection_log:
+            log_connections(listening.factory, sw["name"], connection_log)
         port = listening.getHost().port
         described.append({
             "name": sw["name"],

@@ -27,10 +27,14 @@ pub struct SimSpec {
     pub password: String,
     /// Enable password.
     pub enable_password: String,
+    /// Listen on this 127.0.0.1 port (0: a free port the kernel picks). A fixed port
+    /// lets a test stop a switch and start a fresh, empty one at the same address;
+    /// every simulator presents the same host key.
+    pub port: u16,
 }
 
 impl SimSpec {
-    /// A switch with generated passwords.
+    /// A switch with generated passwords on a free port.
     pub fn new(name: &str, model: &str) -> Self {
         let salt = rand_u32();
         Self {
@@ -39,6 +43,20 @@ impl SimSpec {
             username: "netops".to_owned(),
             password: format!("pw-{name}-{salt:x}"),
             enable_password: format!("en-{name}-{salt:x}"),
+            port: 0,
+        }
+    }
+
+    /// The same switch (name, model, credentials, port) as `running`: a fresh,
+    /// unconfigured device where the operator expects the old one.
+    pub fn again(running: &SimSwitch) -> Self {
+        Self {
+            name: running.name.clone(),
+            model: running.model.clone(),
+            username: running.username.clone(),
+            password: running.password.clone(),
+            enable_password: running.enable_password.clone(),
+            port: running.port,
         }
     }
 }
@@ -114,9 +132,13 @@ impl FakeSwitches {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let spec_path = dir.join("spec.json");
         let out_path = dir.join("switches.json");
+        let connection_log = dir.join("connections.log");
         write_private(
             &spec_path,
-            &serde_json::to_vec(&serde_json::json!({ "switches": specs }))?,
+            &serde_json::to_vec(&serde_json::json!({
+                "switches": specs,
+                "connection_log": connection_log,
+            }))?,
         )?;
         let child = Command::new(&python)
             .arg(repo_root().join("fake-switch/launch.py"))
@@ -164,6 +186,16 @@ impl FakeSwitches {
     /// The launcher's PID.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// How many TCP connections (SSH handshakes attempted) switch `name` accepted
+    /// so far.
+    pub fn connections(&self, name: &str) -> usize {
+        std::fs::read_to_string(self.dir.join("connections.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| *l == name)
+            .count()
     }
 
     /// Stops the launcher (the PID this process started) and removes its directory.
