@@ -20,7 +20,7 @@ use crate::api::{
     configuration_hash,
 };
 use crate::state_machine::{
-    Action, AppliedChange, Backoff, FailureKind, Outcome, PortFacts, PortTarget, decide,
+    AppliedChange, Backoff, FailureKind, Outcome, PortFacts, PortTarget, Step, decide,
 };
 use crate::validate::{PortContext, validate_for_port};
 
@@ -66,6 +66,8 @@ struct Walk {
     applied: Option<PortTarget>,
     failures: u32,
     last_attempt: Option<String>,
+    last_failure: Option<jiff::Timestamp>,
+    next_retry: Option<jiff::Timestamp>,
 }
 
 impl Walk {
@@ -86,23 +88,19 @@ impl Walk {
 
     async fn perform(
         &self,
-        action: Action,
+        step: Step,
         config: Option<&SwitchPortConfiguration>,
     ) -> Result<Outcome> {
         let port = self.port()?;
         let failed = |e: DeviceError| {
             println!("    device error: {e}");
-            Outcome::Failed(if e.is_transient() {
-                FailureKind::Transient
-            } else {
-                FailureKind::Device
-            })
+            Outcome::Failed(FailureKind::Transient)
         };
-        Ok(match action {
-            Action::None => unreachable!("perform is not called for Action::None"),
-            Action::AddFinalizer => Outcome::FinalizerAdded,
-            Action::RemoveFinalizer => Outcome::FinalizerRemoved,
-            Action::Apply => {
+        Ok(match step {
+            Step::None => unreachable!("perform is not called for Step::None"),
+            Step::AddFinalizer => Outcome::FinalizerAdded,
+            Step::RemoveFinalizer => Outcome::FinalizerRemoved,
+            Step::Apply => {
                 let config = config.context("Apply without a configuration")?;
                 let caps = self.switch.capabilities();
                 let ctx = PortContext {
@@ -122,11 +120,11 @@ impl Walk {
                     },
                 }
             }
-            Action::Clean => match reset_verified(&self.switch, &port).await {
+            Step::Clean => match reset_verified(&self.switch, &port).await {
                 Ok(_) => Outcome::Cleaned,
                 Err(e) => failed(e),
             },
-            Action::Verify => {
+            Step::Verify => {
                 let config = config.context("Verify without a configuration")?;
                 let ctx = PortContext {
                     switch: "tor-1",
@@ -170,6 +168,9 @@ impl Walk {
         });
         let mut outcome = None;
         let mut printed = false;
+        let inputs = target
+            .as_ref()
+            .map_or("none".to_owned(), |t| t.hash.clone());
         for _ in 0..16 {
             let facts = PortFacts {
                 state: self.state,
@@ -178,8 +179,13 @@ impl Walk {
                 skip_device_cleanup: false,
                 desired: target.as_ref(),
                 applied: self.applied.as_ref(),
+                inputs: &inputs,
                 failures: self.failures,
                 last_attempt: self.last_attempt.as_deref(),
+                last_failure: self.last_failure,
+                next_retry: self.next_retry,
+                switch_outage: None,
+                now: jiff::Timestamp::now(),
                 drift_check_due: drift_check_due && outcome.is_none(),
                 drift_reported: false,
                 drift_policy: DriftPolicy::Reconcile,
@@ -191,6 +197,8 @@ impl Walk {
             self.state = Some(decision.state);
             self.failures = decision.failures;
             self.last_attempt = decision.attempt.clone();
+            self.last_failure = decision.last_failure;
+            self.next_retry = decision.next_retry;
             match decision.applied {
                 AppliedChange::Keep => {}
                 AppliedChange::SetToDesired => self.applied = target.clone(),
@@ -200,13 +208,13 @@ impl Walk {
                 self.show(if printed { "" } else { step })?;
                 printed = true;
             }
-            if decision.action == Action::None {
+            if decision.step == Step::None {
                 return Ok(());
             }
-            outcome = Some(self.perform(decision.action, config).await?);
-            match decision.action {
-                Action::AddFinalizer => self.has_finalizer = true,
-                Action::RemoveFinalizer => self.has_finalizer = false,
+            outcome = Some(self.perform(decision.step, config).await?);
+            match decision.step {
+                Step::AddFinalizer => self.has_finalizer = true,
+                Step::RemoveFinalizer => self.has_finalizer = false,
                 _ => {}
             }
         }
@@ -245,6 +253,8 @@ pub async fn run() -> Result<()> {
         applied: None,
         failures: 0,
         last_attempt: None,
+        last_failure: None,
+        next_retry: None,
     };
 
     println!(

@@ -17,18 +17,17 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use patchbay_providers::values::PortName;
-use patchbay_providers::{DesiredPort, DeviceError, PortOperation, Switch as DeviceSwitch, diff};
+use patchbay_providers::{DesiredPort, PortOperation, Switch as DeviceSwitch, diff};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -40,14 +39,17 @@ use crate::api::{
 use crate::backends::{BackendError, Backends, check_credentials};
 use crate::settings::Settings;
 use crate::state_machine::{
-    Action as PortAction, AppliedChange, FailureKind, Health, Outcome, PortFacts, PortTarget,
-    Requeue, decide,
+    AppliedChange, FailureKind, Health, Outcome, PortFacts, PortTarget, Requeue, Step, decide,
 };
 use crate::validate::{PortContext, validate_for_port, validate_provider, validate_switch};
-use crate::worker::{PortKey, SwitchWorker, WorkerConfig};
+use crate::worker::{
+    Notice, Notifier, Outage, PortKey, Reachability, SwitchWorker, WorkerConfig, WorkerError,
+};
 
+mod events;
 mod smartnic;
 
+use events::{EventPublisher, Severity};
 pub use smartnic::CHAINED_FROM_ANNOTATION;
 
 /// Annotation (on a SwitchPort or its Switch): delete without touching the device,
@@ -97,37 +99,20 @@ pub struct Context {
     settings: Settings,
     backends: Backends,
     workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
-    /// Who publishes Events.
-    reporter: Reporter,
-    drift: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
-    /// Drift notices for SmartNicPorts.
-    smartnic_drift: mpsc::UnboundedSender<ObjectRef<SmartNicPort>>,
-    /// When each switch last answered a probe, per worker fingerprint.
-    probed: Mutex<HashMap<(String, String), (String, std::time::Instant)>>,
+    /// Publishes Events (Warning repetitions folded into series).
+    events: EventPublisher,
+    /// Ports to reconcile at a worker's notice (drift, the switch's reachability).
+    port_notices: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
+    /// SmartNicPorts to reconcile at their provider worker's notice.
+    smartnic_notices: mpsc::UnboundedSender<ObjectRef<SmartNicPort>>,
+    /// Switches whose worker found their reachability changed.
+    switch_notices: mpsc::UnboundedSender<ObjectRef<Switch>>,
     /// The SwitchPort cache of the port controller: the Switch controller checks its
     /// ports here instead of listing them from the API server on every port event.
     ports: kube::runtime::reflector::Store<SwitchPort>,
 }
 
 impl Context {
-    /// Whether the switch's device should be probed now: a new worker, or no
-    /// successful probe within the drift interval. Port events trigger Switch
-    /// reconciles often; they must not each cost a device read.
-    fn probe_due(&self, key: &(String, String), fingerprint: &str) -> bool {
-        let probed = self.probed.lock().unwrap_or_else(|e| e.into_inner());
-        match probed.get(key) {
-            Some((f, at)) => f != fingerprint || at.elapsed() >= self.settings.drift_interval,
-            None => true,
-        }
-    }
-
-    fn probe_succeeded(&self, key: (String, String), fingerprint: String) {
-        self.probed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (fingerprint, std::time::Instant::now()));
-    }
-
     fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<WorkerEntry>>> {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -159,19 +144,20 @@ impl Context {
         {
             // New device ports appear on fixture devices as the Switch grows.
             self.backends.build(provider, secret, &ports)?;
+            entry.worker.set_probe_ports(ports);
             return Ok(entry.clone());
         }
-        let drift = self.drift.clone();
-        self.spawn_worker(
-            key,
-            fingerprint,
-            provider,
-            secret,
-            &ports,
-            Arc::new(move |k: PortKey| {
-                let _ = drift.send(ObjectRef::new(&k.name).within(&k.namespace));
-            }),
-        )
+        let (ports_tx, switch_tx) = (self.port_notices.clone(), self.switch_notices.clone());
+        let switch_ref = ObjectRef::from_obj(switch);
+        let notify: Notifier = Arc::new(move |notice| match notice {
+            Notice::Port(k) => {
+                let _ = ports_tx.send(ObjectRef::new(&k.name).within(&k.namespace));
+            }
+            Notice::Switch => {
+                let _ = switch_tx.send(switch_ref.clone());
+            }
+        });
+        self.spawn_worker(key, fingerprint, provider, secret, ports, notify)
     }
 
     /// The worker of a SmartNIC's ProviderSwitch (one per provider, serving every
@@ -195,17 +181,13 @@ impl Context {
         {
             return Ok(entry.clone());
         }
-        let drift = self.smartnic_drift.clone();
-        self.spawn_worker(
-            key,
-            fingerprint,
-            provider,
-            None,
-            std::slice::from_ref(port),
-            Arc::new(move |k: PortKey| {
-                let _ = drift.send(ObjectRef::new(&k.name).within(&k.namespace));
-            }),
-        )
+        let tx = self.smartnic_notices.clone();
+        let notify: Notifier = Arc::new(move |notice| {
+            if let Notice::Port(k) = notice {
+                let _ = tx.send(ObjectRef::new(&k.name).within(&k.namespace));
+            }
+        });
+        self.spawn_worker(key, fingerprint, provider, None, vec![port.clone()], notify)
     }
 
     fn spawn_worker(
@@ -214,10 +196,10 @@ impl Context {
         fingerprint: String,
         provider: &ProviderSwitch,
         secret: Option<&Secret>,
-        ports: &[PortName],
-        notify: crate::worker::DriftNotifier,
+        ports: Vec<PortName>,
+        notify: Notifier,
     ) -> Result<Arc<WorkerEntry>, BackendError> {
-        let device = self.backends.build(provider, secret, ports)?;
+        let device = self.backends.build(provider, secret, &ports)?;
         let max_sessions = provider
             .spec
             .options
@@ -231,7 +213,9 @@ impl Context {
                 batch_window: self.settings.batch_window,
                 drift_interval: self.settings.drift_interval,
                 max_sessions,
+                backoff: self.settings.backoff,
             },
+            ports,
             notify,
         );
         let entry = Arc::new(WorkerEntry {
@@ -243,52 +227,14 @@ impl Context {
         Ok(entry)
     }
 
+    /// The worker of `key`, if one runs.
+    fn existing_worker(&self, key: &(String, String)) -> Option<Arc<WorkerEntry>> {
+        self.workers().get(key).cloned()
+    }
+
     fn drop_worker(&self, namespace: &str, name: &str) {
         self.workers()
             .remove(&(namespace.to_owned(), name.to_owned()));
-    }
-
-    /// Publishes an `events.k8s.io/v1` Event about `obj`. Written directly rather
-    /// than through kube's Recorder: transitions do not repeat, and the Recorder's
-    /// dedup cache would hold every event for six minutes (tens of MiB at 10,000
-    /// ports) and scan it on each publish. Failures repeat at most once per backoff.
-    async fn publish(
-        &self,
-        obj: &impl ResourceExt<DynamicType = ()>,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let note: String = note.chars().take(1000).collect();
-        let ns = obj.namespace().unwrap_or_else(|| "default".into());
-        let event = K8sEvent {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{}.", obj.name_any())),
-                namespace: Some(ns.clone()),
-                ..Default::default()
-            },
-            event_time: Some(MicroTime(jiff::Timestamp::now())),
-            type_: Some(match type_ {
-                EventType::Normal => "Normal".into(),
-                EventType::Warning => "Warning".into(),
-            }),
-            reason: Some(reason.chars().take(128).collect()),
-            note: Some(note),
-            action: Some("Reconcile".into()),
-            reporting_controller: Some(self.reporter.controller.clone()),
-            reporting_instance: Some(
-                self.reporter
-                    .instance
-                    .clone()
-                    .unwrap_or_else(|| self.reporter.controller.clone()),
-            ),
-            regarding: Some(obj.object_ref(&())),
-            ..Default::default()
-        };
-        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &ns);
-        if let Err(e) = events.create(&PostParams::default(), &event).await {
-            tracing::warn!(error = %e, "publishing an event failed");
-        }
     }
 }
 
@@ -307,6 +253,42 @@ where
     }
 }
 
+/// Ports (in `store`) of the Switches named in `switches` of namespace `ns`.
+fn ports_of_switches(
+    store: &kube::runtime::reflector::Store<SwitchPort>,
+    ns: Option<&str>,
+    switches: &[String],
+) -> Vec<ObjectRef<SwitchPort>> {
+    if switches.is_empty() {
+        return Vec::new();
+    }
+    store
+        .state()
+        .iter()
+        .filter(|p| {
+            p.namespace().as_deref() == ns
+                && p.labels()
+                    .get(SWITCH_LABEL)
+                    .is_some_and(|s| switches.contains(s))
+        })
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// Names of the Switches (in `store`) of namespace `ns` that use one of `providers`.
+fn switches_of_providers(
+    store: &kube::runtime::reflector::Store<Switch>,
+    ns: Option<&str>,
+    providers: &[String],
+) -> Vec<String> {
+    store
+        .state()
+        .iter()
+        .filter(|s| s.namespace().as_deref() == ns && providers.contains(&s.spec.provider.name))
+        .map(|s| s.name_any())
+        .collect()
+}
+
 /// Runs the controllers until `shutdown` completes.
 pub async fn run(
     client: Client,
@@ -315,29 +297,37 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.clone();
-    let (drift_tx, mut drift_rx) = mpsc::unbounded_channel();
-    let (snic_drift_tx, mut snic_drift_rx) = mpsc::unbounded_channel();
+    let (port_tx, mut port_rx) = mpsc::unbounded_channel();
+    let (snic_tx, mut snic_rx) = mpsc::unbounded_channel();
+    let (switch_tx, mut switch_rx) = mpsc::unbounded_channel();
     let wc = watcher::Config::default();
     let ports: Api<SwitchPort> = api_for(&client, ns.as_deref());
+    let switches: Api<Switch> = api_for(&client, ns.as_deref());
+    let configs: Api<SwitchPortConfiguration> = api_for(&client, ns.as_deref());
+    let providers: Api<ProviderSwitch> = api_for(&client, ns.as_deref());
     let port_ctl = Controller::new(ports.clone(), wc.clone());
     let port_store = port_ctl.store();
+    let switch_ctl = Controller::new(switches.clone(), wc.clone());
+    let switch_store = switch_ctl.store();
+    let provider_ctl = Controller::new(providers.clone(), wc.clone());
+    let provider_store = provider_ctl.store();
     let ctx = Arc::new(Context {
         ports: port_store.clone(),
-        reporter: Reporter {
-            controller: "patchbay".into(),
-            instance: std::env::var("HOSTNAME").ok(),
-        },
+        events: EventPublisher::new(
+            client.clone(),
+            Reporter {
+                controller: "patchbay".into(),
+                instance: std::env::var("HOSTNAME").ok(),
+            },
+        ),
         client: client.clone(),
         settings,
         backends,
         workers: Mutex::new(HashMap::new()),
-        drift: drift_tx,
-        smartnic_drift: snic_drift_tx,
-        probed: Mutex::new(HashMap::new()),
+        port_notices: port_tx,
+        smartnic_notices: snic_tx,
+        switch_notices: switch_tx,
     });
-    let switches: Api<Switch> = api_for(&client, ns.as_deref());
-    let configs: Api<SwitchPortConfiguration> = api_for(&client, ns.as_deref());
-    let providers: Api<ProviderSwitch> = api_for(&client, ns.as_deref());
 
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let stopped = |tx: &tokio::sync::broadcast::Sender<()>| {
@@ -347,9 +337,24 @@ pub async fn run(
         }
     };
 
+    // SwitchPorts are woken by their configuration, their Switch, the Switch's
+    // ProviderSwitch and credentials Secret (any input of theirs: a change starts a
+    // new attempt at once, whatever the backoff), and their worker's notices.
     let by_config = port_store.clone();
     let by_switch = port_store.clone();
-    let drift_stream = futures::stream::poll_fn(move |cx| drift_rx.poll_recv(cx));
+    let (by_provider, provider_switches) = (port_store.clone(), switch_store.clone());
+    let (by_secret, secret_switches, secret_providers) = (
+        port_store.clone(),
+        switch_store.clone(),
+        provider_store.clone(),
+    );
+    let notices = futures::stream::poll_fn(move |cx| port_rx.poll_recv(cx));
+    // Only the metadata of Secrets: the operator never keeps their data in memory.
+    let secrets = watcher(
+        api_for::<PartialObjectMeta<Secret>>(&client, ns.as_deref()),
+        wc.clone(),
+    )
+    .touched_objects();
     let port_ctl = port_ctl
         .watches(configs, wc.clone(), move |cfg: SwitchPortConfiguration| {
             let cfg_ns = cfg.namespace().unwrap_or_default();
@@ -368,18 +373,34 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .watches(switches.clone(), wc.clone(), move |sw: Switch| {
-            let sw_ns = sw.namespace();
-            let sw_name = sw.name_any();
-            by_switch
-                .state()
-                .iter()
-                .filter(|p| {
-                    p.namespace() == sw_ns && p.labels().get(SWITCH_LABEL) == Some(&sw_name)
-                })
-                .map(|p| ObjectRef::from_obj(p.as_ref()))
-                .collect::<Vec<_>>()
+            ports_of_switches(&by_switch, sw.namespace().as_deref(), &[sw.name_any()])
         })
-        .reconcile_on(drift_stream)
+        .watches(providers.clone(), wc.clone(), move |pv: ProviderSwitch| {
+            let ns = pv.namespace();
+            let names = switches_of_providers(&provider_switches, ns.as_deref(), &[pv.name_any()]);
+            ports_of_switches(&by_provider, ns.as_deref(), &names)
+        })
+        .watches_stream(secrets, move |secret| {
+            let (sns, sname) = (secret.namespace(), secret.name_any());
+            let mut out = Vec::new();
+            let users: Vec<Arc<ProviderSwitch>> = secret_providers
+                .state()
+                .into_iter()
+                .filter(|p| {
+                    p.spec.credentials_secret_ref.as_ref().is_some_and(|r| {
+                        r.name == sname && r.namespace.clone().or_else(|| p.namespace()) == sns
+                    })
+                })
+                .collect();
+            for p in users {
+                let pns = p.namespace();
+                let names =
+                    switches_of_providers(&secret_switches, pns.as_deref(), &[p.name_any()]);
+                out.extend(ports_of_switches(&by_secret, pns.as_deref(), &names));
+            }
+            out
+        })
+        .reconcile_on(notices)
         .with_config(kube::runtime::controller::Config::default().concurrency(64))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(reconcile_port, port_error_policy, ctx.clone())
@@ -389,20 +410,18 @@ pub async fn run(
             }
         });
 
-    let switch_ctl = Controller::new(switches.clone(), wc.clone());
-    let switch_store = switch_ctl.store();
+    let by_provider = switch_store.clone();
+    let switch_notices = futures::stream::poll_fn(move |cx| switch_rx.poll_recv(cx));
     let switch_ctl = switch_ctl
         .owns(ports, wc.clone())
         .watches(providers.clone(), wc.clone(), move |p: ProviderSwitch| {
             let p_ns = p.namespace();
-            let p_name = p.name_any();
-            switch_store
-                .state()
-                .iter()
-                .filter(|s| s.namespace() == p_ns && s.spec.provider.name == p_name)
-                .map(|s| ObjectRef::from_obj(s.as_ref()))
+            switches_of_providers(&by_provider, p_ns.as_deref(), &[p.name_any()])
+                .into_iter()
+                .map(|n| ObjectRef::new(&n).within(p_ns.as_deref().unwrap_or_default()))
                 .collect::<Vec<_>>()
         })
+        .reconcile_on(switch_notices)
         // Every port event wakes its Switch (owns); gather them.
         .with_config(
             kube::runtime::controller::Config::default()
@@ -417,7 +436,7 @@ pub async fn run(
             }
         });
 
-    let provider_ctl = Controller::new(providers.clone(), wc.clone())
+    let provider_ctl = provider_ctl
         .watches(switches, wc.clone(), |s: Switch| {
             Some(
                 ObjectRef::<ProviderSwitch>::new(&s.spec.provider.name)
@@ -443,12 +462,12 @@ pub async fn run(
         });
 
     // SmartNicPorts: woken by their configuration, the SwitchPort they chain to (or
-    // claimed), their provider, and the drift sweeps of their provider's worker.
+    // claimed), their provider, and the notices of their provider's worker.
     let snics: Api<SmartNicPort> = api_for(&client, ns.as_deref());
     let snic_ctl = Controller::new(snics, wc.clone());
     let snic_store = snic_ctl.store();
     let (by_snc, by_next, by_provider) = (snic_store.clone(), snic_store.clone(), snic_store);
-    let snic_drift = futures::stream::poll_fn(move |cx| snic_drift_rx.poll_recv(cx));
+    let snic_notices = futures::stream::poll_fn(move |cx| snic_rx.poll_recv(cx));
     let snic_ctl = snic_ctl
         .watches(
             api_for::<SmartNicConfiguration>(&client, ns.as_deref()),
@@ -500,7 +519,7 @@ pub async fn run(
                 .map(|p| ObjectRef::from_obj(p.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_on(snic_drift)
+        .reconcile_on(snic_notices)
         .with_config(kube::runtime::controller::Config::default().concurrency(64))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(smartnic::reconcile, generic_error_policy, ctx.clone())
@@ -536,20 +555,47 @@ fn generic_error_policy<K>(_: Arc<K>, e: &ControllerError, _: Arc<Context>) -> A
     Action::requeue(Duration::from_secs(1))
 }
 
+/// The status of condition `type_`, if set.
+fn condition_status(conditions: &[Condition], type_: &str) -> Option<String> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
 fn is_true(map: &std::collections::BTreeMap<String, String>, key: &str) -> bool {
     map.get(key).is_some_and(|v| v == "true")
+}
+
+/// The status of a condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Truth {
+    True,
+    False,
+    Unknown,
+}
+
+impl From<bool> for Truth {
+    fn from(b: bool) -> Self {
+        if b { Truth::True } else { Truth::False }
+    }
 }
 
 /// Sets a condition, keeping lastTransitionTime unless the status changes.
 fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
-    status: bool,
+    status: impl Into<Truth>,
     reason: &str,
     message: String,
     generation: Option<i64>,
 ) {
-    let status = if status { "True" } else { "False" }.to_owned();
+    let status = match status.into() {
+        Truth::True => "True",
+        Truth::False => "False",
+        Truth::Unknown => "Unknown",
+    }
+    .to_owned();
     let now = Time(jiff::Timestamp::now());
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
@@ -594,8 +640,16 @@ const PORT_STATUS_KEYS: &[&str] = &[
     "lastError",
     "failureCount",
     "lastAttempt",
+    "lastFailureTime",
+    "nextRetryTime",
     "lastTransitionTime",
 ];
+
+/// A short digest of everything a port's decision depends on: its failures belong
+/// to it, so a change to any input starts a new attempt at once.
+fn inputs_digest(inputs: &serde_json::Value) -> String {
+    configuration_hash(inputs).chars().take(16).collect()
+}
 
 /// What a SwitchPort refers to, fetched once per reconcile.
 struct PortWorld {
@@ -606,6 +660,8 @@ struct PortWorld {
     desired: Option<PortTarget>,
     config: Option<SwitchPortConfiguration>,
     device_port: Option<String>,
+    /// See [`inputs_digest`].
+    inputs: String,
 }
 
 async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, ControllerError> {
@@ -676,6 +732,13 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         .as_ref()
         .map(|d| d.name.clone())
         .or_else(|| port.status.as_ref().and_then(|s| s.device_port.clone()));
+    let inputs = inputs_digest(&json!({
+        "spec": port.spec,
+        "configuration": config.as_ref().map(|c| &c.spec),
+        "definition": definition,
+        "provider": provider.as_ref().map(|p| json!({"uid": p.uid(), "spec": p.spec})),
+        "secret": secret.as_ref().map(|s| json!({"uid": s.uid(), "version": s.resource_version()})),
+    }));
     Ok(PortWorld {
         switch,
         definition,
@@ -684,14 +747,17 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         desired,
         config,
         device_port,
+        inputs,
     })
 }
 
-/// A failure to report: category (bounded) and message.
+/// A failure to report: how it is retried, category (bounded) and message, and the
+/// switch's outage when the switch does not answer.
 struct Failure {
     kind: FailureKind,
     category: &'static str,
     message: String,
+    outage: Option<Box<Outage>>,
 }
 
 impl Failure {
@@ -700,7 +766,29 @@ impl Failure {
             kind,
             category,
             message: message.into(),
+            outage: None,
         }
+    }
+
+    /// What the switch worker said.
+    fn worker(e: WorkerError) -> Self {
+        match e {
+            WorkerError::Device(e) => {
+                Self::new(FailureKind::Transient, e.category(), e.to_string())
+            }
+            WorkerError::SwitchDown(outage) => Self {
+                kind: FailureKind::SwitchDown,
+                category: outage.error.category(),
+                message: outage.error.to_string(),
+                outage: Some(outage),
+            },
+        }
+    }
+
+    /// No backend can be built from the ProviderSwitch and its Secret as they are:
+    /// nothing to retry until one of them changes.
+    fn backend(e: BackendError) -> Self {
+        Self::new(FailureKind::Invalid, e.category(), e.to_string())
     }
 
     /// The linked configuration (`kind`) does not exist (yet).
@@ -716,15 +804,6 @@ impl Failure {
             "ConfigurationNotFound",
             format!("{kind} {name} not found (spec.configuration)"),
         )
-    }
-
-    fn device(e: DeviceError) -> Self {
-        let kind = if e.is_transient() {
-            FailureKind::Transient
-        } else {
-            FailureKind::Device
-        };
-        Self::new(kind, e.category(), e.to_string())
     }
 }
 
@@ -763,7 +842,7 @@ impl PortDevice for PortRun<'_> {
         }
         self.ctx
             .worker(switch, provider, self.world.secret.as_ref())
-            .map_err(|e| Failure::new(FailureKind::Device, e.category(), e.to_string()))
+            .map_err(Failure::backend)
     }
 
     fn device_port(&self) -> Result<PortName, Failure> {
@@ -880,10 +959,12 @@ async fn reconcile_port_inner(
             .switch
             .as_ref()
             .is_some_and(|s| is_true(s.annotations(), SKIP_CLEANUP_ANNOTATION));
-    let drift_notice = ctx
-        .workers()
-        .get(&(ns.clone(), status.switch.clone().unwrap_or_default()))
+    let worker = ctx.existing_worker(&(ns.clone(), status.switch.clone().unwrap_or_default()));
+    let drift_notice = worker
+        .as_ref()
         .and_then(|e| e.worker.take_drift_notice(&key));
+    let outage = worker.as_ref().and_then(|e| e.worker.outage());
+    let inputs = world.inputs.clone();
     let run = PortRun {
         ctx: &ctx,
         port: &port,
@@ -898,6 +979,8 @@ async fn reconcile_port_inner(
             old_status,
             status,
             desired: run.world.desired.clone(),
+            inputs,
+            outage,
             drift_policy,
             skip_cleanup,
             drift_check_due: drift_notice.is_some(),
@@ -951,9 +1034,9 @@ trait PortDevice {
     ) -> Result<(), Failure> {
         entry
             .worker
-            .apply(PortOperation::Set(desired.clone()))
+            .apply(Some(self.key()), PortOperation::Set(desired.clone()))
             .await
-            .map_err(Failure::device)?;
+            .map_err(Failure::worker)?;
         entry.worker.track(self.key().clone(), Some(desired));
         Ok(())
     }
@@ -965,9 +1048,9 @@ trait PortDevice {
         entry.worker.track(self.key().clone(), None);
         entry
             .worker
-            .apply(PortOperation::Reset(port))
+            .apply(Some(self.key()), PortOperation::Reset(port))
             .await
-            .map_err(Failure::device)?;
+            .map_err(Failure::worker)?;
         Ok(())
     }
 
@@ -977,9 +1060,9 @@ trait PortDevice {
         let desired = self.desired(&entry)?;
         let observed = entry
             .worker
-            .read(desired.port.clone())
+            .read(Some(self.key()), desired.port.clone())
             .await
-            .map_err(Failure::device)?;
+            .map_err(Failure::worker)?;
         let matches = diff(&desired, &observed).is_empty();
         entry.worker.track(self.key().clone(), Some(desired));
         Ok(matches)
@@ -1009,11 +1092,19 @@ struct Drive<'a, K> {
     /// The status to write (switch / devicePort already filled in).
     status: PortStatus,
     desired: Option<PortTarget>,
+    /// See [`inputs_digest`].
+    inputs: String,
+    /// The switch's outage, if its worker finds it not answering.
+    outage: Option<Outage>,
     drift_policy: DriftPolicy,
     skip_cleanup: bool,
     drift_check_due: bool,
     /// The configuration kind, for status messages.
     kind: &'static str,
+}
+
+fn timestamp(t: &Option<Time>) -> Option<jiff::Timestamp> {
+    t.as_ref().map(|t| t.0)
 }
 
 /// Runs the state machine for one port object: decide, write the state before
@@ -1036,6 +1127,8 @@ where
         old_status,
         mut status,
         desired,
+        inputs,
+        mut outage,
         drift_policy,
         skip_cleanup,
         mut drift_check_due,
@@ -1055,6 +1148,8 @@ where
     let mut has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
     let mut failures = status.failure_count.unwrap_or(0).max(0) as u32;
     let mut last_attempt = status.last_attempt.clone();
+    let mut last_failure = timestamp(&status.last_failure_time);
+    let mut next_retry = timestamp(&status.next_retry_time);
     let mut outcome: Option<Outcome> = None;
     let mut failure: Option<Failure> = None;
     let mut waiting: Option<String> = None;
@@ -1072,8 +1167,13 @@ where
             skip_device_cleanup: skip_cleanup,
             desired: desired.as_ref(),
             applied: applied.as_ref(),
+            inputs: &inputs,
             failures,
             last_attempt: last_attempt.as_deref(),
+            last_failure,
+            next_retry,
+            switch_outage: outage.as_ref().map(|o| o.timing),
+            now: jiff::Timestamp::now(),
             drift_check_due,
             drift_reported,
             drift_policy,
@@ -1081,9 +1181,11 @@ where
             outcome,
         };
         let d = decide(&facts);
-        tracing::debug!(?state, outcome = ?facts.outcome, drift_check_due, next = %d.state, action = ?d.action, health = ?d.health, "decision");
+        tracing::debug!(?state, outcome = ?facts.outcome, drift_check_due, next = %d.state, step = ?d.step, health = ?d.health, "decision");
         failures = d.failures;
         last_attempt = d.attempt.clone();
+        last_failure = d.last_failure;
+        next_retry = d.next_retry;
         drift_reported = d.health == Health::Drifted;
         match d.applied {
             AppliedChange::Keep => {}
@@ -1103,38 +1205,42 @@ where
                     applied: applied.as_ref(),
                     failures,
                     last_attempt: &last_attempt,
+                    last_failure,
+                    next_retry,
                     health: d.health,
                     failure: failure.as_ref(),
                     waiting: waiting.as_deref(),
+                    outage: outage.as_ref(),
                     drift_policy,
                     kind,
                 },
             );
             // Write the state before acting: a restarted operator resumes from it.
-            if d.action != PortAction::RemoveFinalizer {
+            if d.step != Step::RemoveFinalizer {
                 write_status(&api, &name, Some(&old_status), &status).await?;
             }
-            ctx.publish(
-                obj,
-                EventType::Normal,
-                &d.state.to_string(),
-                format!("{from} -> {}", d.state),
-            )
-            .await;
+            ctx.events
+                .publish(
+                    obj,
+                    Severity::Normal,
+                    &d.state.to_string(),
+                    &format!("{from} -> {}", d.state),
+                )
+                .await;
         }
         drift_check_due = false;
-        let action = d.action;
+        let step = d.step;
         decision = Some(d.clone());
-        if action == PortAction::None {
+        if step == Step::None {
             if d.requeue == Requeue::Now {
                 outcome = None;
                 continue;
             }
             break;
         }
-        let result = match action {
-            PortAction::None => Ok(Outcome::InSync),
-            PortAction::AddFinalizer => {
+        let result = match step {
+            Step::None => Ok(Outcome::InSync),
+            Step::AddFinalizer => {
                 let mut f = obj.finalizers().to_vec();
                 f.push(FINALIZER.into());
                 api.patch(
@@ -1148,7 +1254,7 @@ where
                 .await?;
                 Ok(Outcome::FinalizerAdded)
             }
-            PortAction::RemoveFinalizer => {
+            Step::RemoveFinalizer => {
                 let f: Vec<String> = obj
                     .finalizers()
                     .iter()
@@ -1163,9 +1269,9 @@ where
                 .await?;
                 Ok(Outcome::FinalizerRemoved)
             }
-            PortAction::Apply => device.apply().await,
-            PortAction::Clean => device.clean().await,
-            PortAction::Verify => device.verify().await,
+            Step::Apply => device.apply().await,
+            Step::Clean => device.clean().await,
+            Step::Verify => device.verify().await,
         };
         waiting = None;
         match result {
@@ -1183,9 +1289,13 @@ where
                 }
             }
             Err(f) => {
+                if let Some(o) = &f.outage {
+                    outage = Some(o.as_ref().clone());
+                }
                 outcome = Some(Outcome::Failed(f.kind));
-                tracing::warn!(category = f.category, error = %f.message, "port action failed");
-                ctx.publish(obj, EventType::Warning, f.category, f.message.clone())
+                tracing::warn!(category = f.category, error = %f.message, "port step failed");
+                ctx.events
+                    .publish(obj, Severity::Warning, f.category, &f.message)
                     .await;
                 failure = Some(f);
             }
@@ -1195,11 +1305,15 @@ where
         return Ok(Action::await_change());
     };
     if removed {
+        ctx.events.forget(&obj.uid().unwrap_or_default());
         return Ok(Action::await_change());
     }
     // Active ports are watched by their switch's drift sweep.
     if state == Some(PortState::Active) {
         device.track_active();
+    }
+    if d.health == Health::Steady {
+        ctx.events.forget(&obj.uid().unwrap_or_default());
     }
     fill_status(
         &mut status,
@@ -1208,9 +1322,12 @@ where
             applied: applied.as_ref(),
             failures,
             last_attempt: &last_attempt,
+            last_failure,
+            next_retry,
             health: d.health,
             failure: failure.as_ref(),
             waiting: waiting.as_deref(),
+            outage: outage.as_ref(),
             drift_policy,
             kind,
         },
@@ -1230,9 +1347,12 @@ struct StatusFacts<'a> {
     applied: Option<&'a PortTarget>,
     failures: u32,
     last_attempt: &'a Option<String>,
+    last_failure: Option<jiff::Timestamp>,
+    next_retry: Option<jiff::Timestamp>,
     health: Health,
     failure: Option<&'a Failure>,
     waiting: Option<&'a str>,
+    outage: Option<&'a Outage>,
     drift_policy: DriftPolicy,
     kind: &'static str,
 }
@@ -1243,24 +1363,65 @@ fn fill_status(status: &mut PortStatus, facts: &StatusFacts<'_>) {
         applied,
         failures,
         last_attempt,
+        last_failure,
+        next_retry,
         health,
         failure,
         waiting,
+        outage,
         drift_policy,
         kind,
     } = *facts;
     status.configuration_ref = applied.map(|a| a.configuration.clone());
     status.configuration_hash = applied.map(|a| a.hash.clone());
     status.observed_generation = generation;
-    status.failure_count = (failures > 0).then_some(failures as i32);
-    status.last_attempt = if failures > 0 {
-        last_attempt.clone()
-    } else {
-        None
-    };
+    let failing = failures > 0;
+    status.failure_count = failing.then_some(failures as i32);
+    status.last_attempt = if failing { last_attempt.clone() } else { None };
+    status.last_failure_time = last_failure.filter(|_| failing).map(Time);
+    status.next_retry_time = next_retry.filter(|_| failing).map(Time);
     let state = status.state.map(|s| s.to_string()).unwrap_or_default();
-    match (health, failure) {
-        (Health::Failed(_), Some(f)) => {
+    match (health, failure, outage) {
+        // Waiting out an earlier failure: the condition and error stay as it left
+        // them.
+        (Health::BackingOff, _, _) => {}
+        (Health::SwitchDown, _, Some(o)) => {
+            let since = o.since.round(jiff::Unit::Second).unwrap_or(o.since);
+            if status.state == Some(PortState::Active) {
+                set_condition(
+                    &mut status.conditions,
+                    "Ready",
+                    Truth::Unknown,
+                    o.error.category(),
+                    format!(
+                        "the switch does not answer (since {since}): {}; the configuration is \
+                         believed to be still on the device, and is checked when it answers",
+                        o.error
+                    ),
+                    generation,
+                );
+            } else {
+                let next = o
+                    .timing
+                    .next_probe
+                    .round(jiff::Unit::Second)
+                    .unwrap_or(o.timing.next_probe);
+                status.last_error = Some(o.error.to_string());
+                set_condition(
+                    &mut status.conditions,
+                    "Ready",
+                    false,
+                    o.error.category(),
+                    format!(
+                        "{}; the switch does not answer since {since} ({} failed attempts) and is \
+                         tried again at {next}; this port waits for it",
+                        o.error, o.timing.failures
+                    ),
+                    generation,
+                );
+            }
+        }
+        (Health::Failed(_) | Health::SwitchDown, Some(f), _) => {
             status.last_error = Some(f.message.clone());
             set_condition(
                 &mut status.conditions,
@@ -1271,7 +1432,7 @@ fn fill_status(status: &mut PortStatus, facts: &StatusFacts<'_>) {
                 generation,
             );
         }
-        (Health::Steady, _) => {
+        (Health::Steady, _, _) => {
             status.last_error = None;
             let msg = match applied {
                 Some(a) => format!("the device carries {kind} {}", a.configuration.name),
@@ -1286,7 +1447,7 @@ fn fill_status(status: &mut PortStatus, facts: &StatusFacts<'_>) {
                 generation,
             );
         }
-        (Health::Drifted, _) => {
+        (Health::Drifted, _, _) => {
             status.last_error = None;
             set_condition(
                 &mut status.conditions,
@@ -1381,7 +1542,7 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
         .get_opt(&switch.spec.provider.name)
         .await?;
     let mut requeue = ctx.settings.drift_interval;
-    let verdict: Result<(), (&'static str, String)> = async {
+    let verdict: Result<Reachability, (&'static str, String)> = async {
         validate_switch(&switch.spec).map_err(|e| ("InvalidSwitch", e.to_string()))?;
         let provider = provider.as_ref().ok_or_else(|| {
             (
@@ -1408,26 +1569,12 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
         let entry = ctx
             .worker(switch, provider, secret.as_ref())
             .map_err(|e| (e.category(), e.to_string()))?;
-        let ports: Vec<PortName> = switch
-            .spec
-            .ports
-            .values()
-            .filter_map(|d| PortName::parse(&d.name).ok())
-            .collect();
-        let key = (ns.clone(), name.clone());
-        if ctx.probe_due(&key, &entry.fingerprint) {
-            entry
-                .worker
-                .probe(&ports)
-                .await
-                .map_err(|e| (e.category(), e.to_string()))?;
-            ctx.probe_succeeded(key, entry.fingerprint.clone());
-        }
-        Ok(())
+        Ok(entry.worker.reachability())
     }
     .await;
+    let was_reachable = condition_status(&status.conditions, "DeviceReachable");
     match &verdict {
-        Ok(()) => {
+        Ok(Reachability::Reachable) => {
             set_condition(
                 &mut status.conditions,
                 "DeviceReachable",
@@ -1445,19 +1592,54 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
                 generation,
             );
         }
+        Ok(Reachability::Unknown) => {
+            let message = "the device has not been tried yet".to_owned();
+            set_condition(
+                &mut status.conditions,
+                "DeviceReachable",
+                Truth::Unknown,
+                "Probing",
+                message.clone(),
+                generation,
+            );
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                Truth::Unknown,
+                "Probing",
+                message,
+                generation,
+            );
+        }
+        Ok(Reachability::Down(o)) => {
+            let round = |t: jiff::Timestamp| t.round(jiff::Unit::Second).unwrap_or(t);
+            let message = format!(
+                "{} (since {}, {} failed attempts; tried again at {})",
+                o.error,
+                round(o.since),
+                o.timing.failures,
+                round(o.timing.next_probe)
+            );
+            let reason = o.error.category();
+            set_condition(
+                &mut status.conditions,
+                "DeviceReachable",
+                false,
+                reason,
+                message.clone(),
+                generation,
+            );
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                reason,
+                message,
+                generation,
+            );
+        }
         Err((reason, message)) => {
             requeue = ctx.settings.backoff.base;
-            let reachable_known = matches!(*reason, "DeviceUnreachable" | "DeviceTimeout");
-            if reachable_known {
-                set_condition(
-                    &mut status.conditions,
-                    "DeviceReachable",
-                    false,
-                    reason,
-                    message.clone(),
-                    generation,
-                );
-            }
             set_condition(
                 &mut status.conditions,
                 "Ready",
@@ -1467,6 +1649,33 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
                 generation,
             );
         }
+    }
+    match (
+        was_reachable.as_deref(),
+        condition_status(&status.conditions, "DeviceReachable").as_deref(),
+        &verdict,
+    ) {
+        (prev, Some("False"), Ok(Reachability::Down(o))) if prev != Some("False") => {
+            ctx.events
+                .publish(
+                    switch,
+                    Severity::Warning,
+                    o.error.category(),
+                    &format!("the device does not answer: {}", o.error),
+                )
+                .await;
+        }
+        (Some("False"), Some("True"), _) => {
+            ctx.events
+                .publish(
+                    switch,
+                    Severity::Normal,
+                    "Reachable",
+                    "the device answers again",
+                )
+                .await;
+        }
+        _ => {}
     }
     ensure_ports(switch, ctx).await?;
     if switch.status.as_ref() != Some(&status) {
@@ -1597,13 +1806,15 @@ async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, Contro
         return Err(ControllerError::PortsRemaining(ours.len()));
     }
     ctx.drop_worker(&ns, &name);
-    ctx.publish(
-        switch,
-        EventType::Normal,
-        "Deleted",
-        "every port was cleaned and deleted".into(),
-    )
-    .await;
+    ctx.events.forget(&switch.uid().unwrap_or_default());
+    ctx.events
+        .publish(
+            switch,
+            Severity::Normal,
+            "Deleted",
+            "every port was cleaned and deleted",
+        )
+        .await;
     Ok(Action::await_change())
 }
 

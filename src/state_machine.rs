@@ -1,13 +1,13 @@
 //! The SwitchPort state machine (seed 003), as one pure function: [`decide`]. No
-//! client, no I/O, no clock.
+//! client, no I/O; the current time is one of the facts.
 //!
 //! The controller gathers [`PortFacts`] (current state, desired and applied targets,
-//! deletion, finalizer, failures) and calls [`decide`] with `outcome: None` to learn
-//! the next state and the [`Action`] to take. It writes the new state *before* it acts
-//! (so an operator killed mid-apply resumes in Configuring and applies again), performs
-//! the action, and calls [`decide`] again with the [`Outcome`] to learn where the port
-//! goes next. It repeats until the action is [`Action::None`], then requeues as the
-//! [`Decision`] says.
+//! deletion, finalizer, failures, the switch's outage, the time) and calls [`decide`]
+//! with `outcome: None` to learn the next state and the [`Step`] to take. It writes
+//! the new state *before* it acts (so an operator killed mid-apply resumes in
+//! Configuring and applies again), performs the step, and calls [`decide`] again with
+//! the [`Outcome`] to learn where the port goes next. It repeats until the step is
+//! [`Step::None`], then requeues as the [`Decision`] says.
 //!
 //! | state | leaves when |
 //! |---|---|
@@ -19,10 +19,28 @@
 //! | Deleting | finalizer removed (the object disappears) |
 //!
 //! Failures are not a state: the port stays where it is, [`Decision::health`] says why,
-//! and the retry backs off exponentially (capped). The failure count belongs to one
-//! target; a new target (a spec change) starts again at zero.
+//! and nothing touches the device again before the failure's retry time, *whatever
+//! woke the reconcile* (an event, the port's own status write, a requeue):
+//!
+//! - a failure of the port (a rejected command, a read-back that differs, a missing
+//!   object) is retried after an exponential backoff from its time (`base` doubling
+//!   to `cap`), written to status as `nextRetryTime`;
+//! - an invalid configuration, port or provider is not retried at all: the port waits
+//!   for one of its inputs to change;
+//! - a switch that does not answer (unreachable, timeout, authentication, host key) is
+//!   the switch's failure, not the port's: its worker probes it once per backoff step
+//!   for all its ports ([`SwitchOutage`]); a port that needs the device waits for it
+//!   and mirrors its failure count and next probe, and an Active port stays Active
+//!   (its configuration is believed to be still there) with its readiness unknown.
+//!
+//! Failures are counted against an attempt key made of the step and the digest of
+//! every input of the port ([`PortFacts::inputs`]: its spec, its configuration, its
+//! Switch port entry, the ProviderSwitch, the credentials Secret). A change to any of
+//! them is a new attempt: the count and the retry time start afresh, at once.
 
 use std::time::Duration;
+
+use jiff::Timestamp;
 
 use crate::api::{ConfigurationRef, DriftPolicy, PortState};
 
@@ -35,10 +53,7 @@ pub struct PortTarget {
     pub hash: String,
 }
 
-/// Key under which failures of a Cleaning attempt are counted.
-pub const CLEAN_TARGET: &str = "clean";
-
-/// What the last action achieved.
+/// What the last step achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// The finalizer was added.
@@ -53,31 +68,44 @@ pub enum Outcome {
     InSync,
     /// The drift check found the device differs from the applied configuration.
     Drifted,
-    /// The action did its own part but depends on another object that is not there
+    /// The step did its own part but depends on another object that is not there
     /// yet (a SmartNicPort whose next SwitchPort is still Configuring or Cleaning):
     /// stay in the state without counting a failure; that object's watch brings the
     /// port back.
     Waiting,
-    /// The action failed.
+    /// The step failed.
     Failed(FailureKind),
 }
 
-/// How an action failed.
+/// How a step failed, which decides when it is tried again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureKind {
-    /// Network trouble, timeouts, a busy device: retry with backoff.
+    /// The port's own trouble (a rejected command, a read-back that differs, an
+    /// object not found yet): retried after the backoff.
     Transient,
-    /// The device refused (bad credentials, rejected command, host key): retry with
-    /// backoff, since a human may fix the device or the Secret meanwhile.
-    Device,
-    /// The configuration is invalid for this port: no retry until something changes
-    /// (the controller watches configurations and switches).
+    /// The configuration, port or provider is invalid: not retried until an input
+    /// changes.
     Invalid,
+    /// The switch does not answer (see [`SwitchOutage`]): retried when the switch's
+    /// worker finds it answering again.
+    SwitchDown,
+}
+
+/// A switch whose worker found it not answering: the worker probes it again at
+/// `next_probe`, once for all its ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwitchOutage {
+    /// Consecutive failed attempts to reach the switch.
+    pub failures: u32,
+    /// When the last one failed.
+    pub last_failure: Timestamp,
+    /// When the worker tries again.
+    pub next_probe: Timestamp,
 }
 
 /// What the controller must do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum Step {
     /// Add the cleanup finalizer.
     AddFinalizer,
     /// Validate the desired configuration, apply it, read it back.
@@ -90,6 +118,13 @@ pub enum Action {
     RemoveFinalizer,
     /// Nothing.
     None,
+}
+
+impl Step {
+    /// Whether the step talks to the device.
+    pub fn touches_device(self) -> bool {
+        matches!(self, Step::Apply | Step::Verify | Step::Clean)
+    }
 }
 
 /// When to reconcile again (besides watch events).
@@ -114,8 +149,14 @@ pub enum Health {
     Progressing,
     /// Active, but the device differs and the drift policy is report-only.
     Drifted,
-    /// The last attempt failed.
+    /// The step just failed.
     Failed(FailureKind),
+    /// Waiting out the retry time of an earlier failure: the conditions and the
+    /// error stay as that failure left them.
+    BackingOff,
+    /// The switch does not answer: a port that needs it waits; an Active port is
+    /// still believed configured, its readiness is unknown.
+    SwitchDown,
 }
 
 /// What to record as the applied target.
@@ -155,6 +196,11 @@ impl Backoff {
         let factor = 1u32 << exp;
         self.base.saturating_mul(factor).min(self.cap)
     }
+
+    /// The time to try again after the `failures`-th failure at `at`.
+    pub fn retry_at(&self, at: Timestamp, failures: u32) -> Timestamp {
+        at.checked_add(self.delay(failures)).unwrap_or(at)
+    }
 }
 
 /// Everything [`decide`] needs to know.
@@ -172,11 +218,24 @@ pub struct PortFacts<'a> {
     pub desired: Option<&'a PortTarget>,
     /// The target recorded as applied in status.
     pub applied: Option<&'a PortTarget>,
-    /// Consecutive failures so far, counted against `last_attempt`.
+    /// A digest of every input of the port (its spec, configuration, Switch port
+    /// entry, ProviderSwitch, credentials Secret, chained objects): failures belong
+    /// to it, so any change starts a new attempt.
+    pub inputs: &'a str,
+    /// Consecutive failures so far (`status.failureCount`), counted against
+    /// `last_attempt`.
     pub failures: u32,
-    /// The target key the failures were counted against (a configuration hash, or
-    /// [`CLEAN_TARGET`]).
+    /// The attempt key the failures were counted against (`status.lastAttempt`).
     pub last_attempt: Option<&'a str>,
+    /// When the last failure happened (`status.lastFailureTime`).
+    pub last_failure: Option<Timestamp>,
+    /// When the failed attempt may be tried again (`status.nextRetryTime`); absent
+    /// while failing means: only when an input changes.
+    pub next_retry: Option<Timestamp>,
+    /// The switch's outage, when its worker finds it not answering.
+    pub switch_outage: Option<SwitchOutage>,
+    /// The current time.
+    pub now: Timestamp,
     /// Whether an Active port's periodic drift check is due.
     pub drift_check_due: bool,
     /// Whether the port is currently reported drifted (policy ReportOnly): it stays
@@ -186,7 +245,7 @@ pub struct PortFacts<'a> {
     pub drift_policy: DriftPolicy,
     /// The backoff settings.
     pub backoff: Backoff,
-    /// What the action of the previous decision achieved; `None` to plan.
+    /// What the step of the previous decision achieved; `None` to plan.
     pub outcome: Option<Outcome>,
 }
 
@@ -196,28 +255,35 @@ pub struct Decision {
     /// The state to write.
     pub state: PortState,
     /// What to do now.
-    pub action: Action,
+    pub step: Step,
     /// When to come back.
     pub requeue: Requeue,
     /// How the applied target changes.
     pub applied: AppliedChange,
     /// Consecutive failures after this decision.
     pub failures: u32,
-    /// The target key failures are counted against after this decision.
+    /// The attempt key failures are counted against after this decision.
     pub attempt: Option<String>,
+    /// When the last failure happened (absent without failures).
+    pub last_failure: Option<Timestamp>,
+    /// When a failed attempt is tried again (absent without failures, or while
+    /// waiting for an input to change).
+    pub next_retry: Option<Timestamp>,
     /// How the port is doing.
     pub health: Health,
 }
 
 impl Decision {
-    fn new(state: PortState, action: Action, requeue: Requeue, health: Health) -> Self {
+    fn new(state: PortState, step: Step, requeue: Requeue, health: Health) -> Self {
         Self {
             state,
-            action,
+            step,
             requeue,
             applied: AppliedChange::Keep,
             failures: 0,
             attempt: None,
+            last_failure: None,
+            next_retry: None,
             health,
         }
     }
@@ -226,27 +292,45 @@ impl Decision {
         self.applied = change;
         self
     }
-}
 
-/// The target key an action in `state` works towards.
-fn attempt_key(state: PortState, facts: &PortFacts<'_>) -> Option<String> {
-    match state {
-        PortState::Configuring => facts.desired.map(|d| d.hash.clone()),
-        PortState::Cleaning => Some(CLEAN_TARGET.to_owned()),
-        PortState::Active => facts.applied.map(|a| a.hash.clone()),
-        PortState::Idle | PortState::Deleting => None,
+    /// Records the failure numbers of a switch outage.
+    fn mirror(mut self, outage: &SwitchOutage) -> Self {
+        self.failures = outage.failures;
+        self.last_failure = Some(outage.last_failure);
+        self.next_retry = Some(outage.next_probe);
+        self
     }
 }
 
-/// Keeps the failure count of the current attempt across a plan (a spec change
-/// starts a new attempt at zero).
+/// The attempt key a step in `state` works towards: the step and the inputs.
+fn attempt_key(state: PortState, facts: &PortFacts<'_>) -> Option<String> {
+    let step = match state {
+        PortState::Configuring => "apply",
+        PortState::Cleaning => "clean",
+        PortState::Active => "verify",
+        PortState::Idle | PortState::Deleting => return None,
+    };
+    Some(format!("{step}/{}", facts.inputs))
+}
+
+/// Keeps the failures of the current attempt across a plan (a new attempt starts at
+/// zero).
 fn carry_failures(mut d: Decision, facts: &PortFacts<'_>) -> Decision {
     let key = attempt_key(d.state, facts);
     if key.is_some() && key.as_deref() == facts.last_attempt {
         d.failures = facts.failures;
+        if d.failures > 0 {
+            d.last_failure = facts.last_failure;
+            d.next_retry = facts.next_retry;
+        }
     }
     d.attempt = key;
     d
+}
+
+/// How long until `at`, from `now` (zero when past).
+fn until(at: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
 }
 
 /// Whether `desired` differs from what is applied.
@@ -254,47 +338,87 @@ fn target_changed(facts: &PortFacts<'_>) -> bool {
     facts.desired != facts.applied
 }
 
-/// The next state and action. See the module documentation.
+/// The next state and step. See the module documentation.
 pub fn decide(facts: &PortFacts<'_>) -> Decision {
     match facts.outcome {
-        None => carry_failures(plan(facts), facts),
+        None => hold(carry_failures(plan(facts), facts), facts),
         Some(outcome) => after(facts, outcome),
     }
 }
 
-/// Plans from the current state (no action performed yet).
+/// Turns a planned device step into waiting when it may not run yet: the switch
+/// does not answer, or an earlier failure's retry time has not come (or never comes
+/// before an input changes).
+fn hold(mut d: Decision, facts: &PortFacts<'_>) -> Decision {
+    if let Some(outage) = &facts.switch_outage {
+        if d.state == PortState::Active {
+            // Still believed configured: no drift read while the switch is away; the
+            // worker's notice brings the port back when it answers again.
+            if d.step == Step::Verify {
+                d.step = Step::None;
+            }
+            if d.step == Step::None {
+                d.health = Health::SwitchDown;
+                return d;
+            }
+        }
+        if d.step.touches_device() {
+            let wait = until(outage.next_probe, facts.now).max(facts.backoff.base);
+            let mut held = d.mirror(outage);
+            held.step = Step::None;
+            held.requeue = Requeue::After(wait);
+            held.health = Health::SwitchDown;
+            return held;
+        }
+        return d;
+    }
+    if !d.step.touches_device() || d.failures == 0 {
+        return d;
+    }
+    match d.next_retry {
+        None => {
+            d.step = Step::None;
+            d.requeue = Requeue::Never;
+            d.health = Health::BackingOff;
+        }
+        Some(at) if facts.now < at => {
+            d.step = Step::None;
+            d.requeue = Requeue::After(until(at, facts.now));
+            d.health = Health::BackingOff;
+        }
+        Some(_) => {}
+    }
+    d
+}
+
+/// Plans from the current state (no step performed yet).
 fn plan(facts: &PortFacts<'_>) -> Decision {
     use PortState::*;
     let state = facts.state;
     // Guard: deletion of an object without our finalizer needs nothing from us.
     if facts.deletion_requested && !facts.has_finalizer {
-        return Decision::new(Deleting, Action::None, Requeue::Never, Health::Steady);
+        return Decision::new(Deleting, Step::None, Requeue::Never, Health::Steady);
     }
     // Guard: the finalizer comes first, in every live state.
     if !facts.deletion_requested && !facts.has_finalizer {
         let next = state.unwrap_or(Idle);
         let next = if next == Deleting { Idle } else { next };
-        return Decision::new(
-            next,
-            Action::AddFinalizer,
-            Requeue::Now,
-            Health::Progressing,
-        );
+        return Decision::new(next, Step::AddFinalizer, Requeue::Now, Health::Progressing);
     }
     // Guard: deletion without device cleanup (escape hatch).
     if facts.deletion_requested && facts.skip_device_cleanup {
         return Decision::new(
             Deleting,
-            Action::RemoveFinalizer,
+            Step::RemoveFinalizer,
             Requeue::Never,
             Health::Progressing,
         );
     }
-    let cleaning = || Decision::new(Cleaning, Action::Clean, Requeue::Never, Health::Progressing);
+    let cleaning = || Decision::new(Cleaning, Step::Clean, Requeue::Never, Health::Progressing);
     let configuring = || {
         Decision::new(
             Configuring,
-            Action::Apply,
+            Step::Apply,
             Requeue::Never,
             Health::Progressing,
         )
@@ -304,14 +428,14 @@ fn plan(facts: &PortFacts<'_>) -> Decision {
             if facts.deletion_requested {
                 Decision::new(
                     Deleting,
-                    Action::RemoveFinalizer,
+                    Step::RemoveFinalizer,
                     Requeue::Never,
                     Health::Progressing,
                 )
             } else if facts.desired.is_some() {
                 configuring()
             } else {
-                Decision::new(Idle, Action::None, Requeue::Never, Health::Steady)
+                Decision::new(Idle, Step::None, Requeue::Never, Health::Steady)
             }
         }
         Some(Configuring) => {
@@ -332,46 +456,44 @@ fn plan(facts: &PortFacts<'_>) -> Decision {
                 } else {
                     Health::Steady
                 };
-                let action = if facts.drift_check_due {
-                    Action::Verify
+                let step = if facts.drift_check_due {
+                    Step::Verify
                 } else {
-                    Action::None
+                    Step::None
                 };
-                Decision::new(Active, action, Requeue::DriftCheck, health)
+                Decision::new(Active, step, Requeue::DriftCheck, health)
             }
         }
         Some(Cleaning) => cleaning(),
         Some(Deleting) => Decision::new(
             Deleting,
-            Action::RemoveFinalizer,
+            Step::RemoveFinalizer,
             Requeue::Never,
             Health::Progressing,
         ),
     }
 }
 
-/// Where the port goes after the action of a decision taken in `facts.state`.
+/// Where the port goes after the step of a decision taken in `facts.state`.
 fn after(facts: &PortFacts<'_>, outcome: Outcome) -> Decision {
     use PortState::*;
     let state = facts.state.unwrap_or(Idle);
     match outcome {
         Outcome::FinalizerAdded => {
-            Decision::new(state, Action::None, Requeue::Now, Health::Progressing)
+            Decision::new(state, Step::None, Requeue::Now, Health::Progressing)
         }
         Outcome::FinalizerRemoved => {
-            Decision::new(Deleting, Action::None, Requeue::Never, Health::Steady)
+            Decision::new(Deleting, Step::None, Requeue::Never, Health::Steady)
         }
-        Outcome::Applied => {
-            Decision::new(Active, Action::None, Requeue::DriftCheck, Health::Steady)
-                .applied(AppliedChange::SetToDesired)
-        }
-        Outcome::InSync => Decision::new(Active, Action::None, Requeue::DriftCheck, Health::Steady),
+        Outcome::Applied => Decision::new(Active, Step::None, Requeue::DriftCheck, Health::Steady)
+            .applied(AppliedChange::SetToDesired),
+        Outcome::InSync => Decision::new(Active, Step::None, Requeue::DriftCheck, Health::Steady),
         Outcome::Drifted => match facts.drift_policy {
             DriftPolicy::Reconcile => {
                 // Seed 003: back to Configuring with the applied reference cleared.
                 let mut d = Decision::new(
                     Configuring,
-                    Action::Apply,
+                    Step::Apply,
                     Requeue::Never,
                     Health::Progressing,
                 )
@@ -380,33 +502,44 @@ fn after(facts: &PortFacts<'_>, outcome: Outcome) -> Decision {
                 d
             }
             DriftPolicy::ReportOnly => {
-                Decision::new(Active, Action::None, Requeue::DriftCheck, Health::Drifted)
+                Decision::new(Active, Step::None, Requeue::DriftCheck, Health::Drifted)
             }
         },
         Outcome::Waiting => {
             let mut d = Decision::new(
                 state,
-                Action::None,
+                Step::None,
                 Requeue::After(facts.backoff.cap),
                 Health::Progressing,
             );
-            d = carry_failures(d, facts);
-            d.failures = 0;
+            d.attempt = attempt_key(state, facts);
             d
         }
         Outcome::Cleaned => {
             if facts.deletion_requested {
                 Decision::new(
                     Deleting,
-                    Action::RemoveFinalizer,
+                    Step::RemoveFinalizer,
                     Requeue::Never,
                     Health::Progressing,
                 )
                 .applied(AppliedChange::Clear)
             } else {
-                Decision::new(Idle, Action::None, Requeue::Now, Health::Steady)
+                Decision::new(Idle, Step::None, Requeue::Now, Health::Steady)
                     .applied(AppliedChange::Clear)
             }
+        }
+        Outcome::Failed(FailureKind::SwitchDown) if facts.switch_outage.is_some() => {
+            let outage = facts.switch_outage.unwrap_or(SwitchOutage {
+                failures: 1,
+                last_failure: facts.now,
+                next_probe: facts.now,
+            });
+            let wait = until(outage.next_probe, facts.now).max(facts.backoff.base);
+            let mut d = Decision::new(state, Step::None, Requeue::After(wait), Health::SwitchDown)
+                .mirror(&outage);
+            d.attempt = attempt_key(state, facts);
+            d
         }
         Outcome::Failed(kind) => {
             let key = attempt_key(state, facts);
@@ -416,15 +549,18 @@ fn after(facts: &PortFacts<'_>, outcome: Outcome) -> Decision {
                 0
             };
             let failures = previous.saturating_add(1);
-            let requeue = match kind {
-                FailureKind::Invalid => Requeue::Never,
-                FailureKind::Transient | FailureKind::Device => {
-                    Requeue::After(facts.backoff.delay(failures))
-                }
+            let (requeue, next_retry) = match kind {
+                FailureKind::Invalid => (Requeue::Never, None),
+                FailureKind::Transient | FailureKind::SwitchDown => (
+                    Requeue::After(facts.backoff.delay(failures)),
+                    Some(facts.backoff.retry_at(facts.now, failures)),
+                ),
             };
-            let mut d = Decision::new(state, Action::None, requeue, Health::Failed(kind));
+            let mut d = Decision::new(state, Step::None, requeue, Health::Failed(kind));
             d.failures = failures;
             d.attempt = key;
+            d.last_failure = Some(facts.now);
+            d.next_retry = next_retry;
             d
         }
     }
@@ -454,8 +590,13 @@ mod tests {
             skip_device_cleanup: false,
             desired: None,
             applied: None,
+            inputs: "i",
             failures: 0,
             last_attempt: None,
+            last_failure: None,
+            next_retry: None,
+            switch_outage: None,
+            now: t0(),
             drift_check_due: false,
             drift_reported: false,
             drift_policy: DriftPolicy::Reconcile,
@@ -464,11 +605,21 @@ mod tests {
         }
     }
 
+    /// A fixed "now" for the tables.
+    fn t0() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        t0().checked_add(jiff::SignedDuration::from_secs(seconds))
+            .unwrap()
+    }
+
     struct Row {
         name: &'static str,
         facts: PortFacts<'static>,
         state: PortState,
-        action: Action,
+        step: Step,
         requeue: Requeue,
         applied: AppliedChange,
         health: Health,
@@ -488,16 +639,16 @@ mod tests {
             edit(&mut p);
             p
         };
-        use Action as A;
         use AppliedChange::{Clear, Keep, SetToDesired};
         use Health::*;
+        use Step as A;
         let rows = vec![
             // (none)
             Row {
                 name: "new port gets the finalizer and becomes Idle",
                 facts: with(f(None), &|p| p.has_finalizer = false),
                 state: Idle,
-                action: A::AddFinalizer,
+                step: A::AddFinalizer,
                 requeue: Requeue::Now,
                 applied: Keep,
                 health: Progressing,
@@ -508,7 +659,7 @@ mod tests {
                     p.outcome = Some(Outcome::FinalizerAdded)
                 }),
                 state: Idle,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::Now,
                 applied: Keep,
                 health: Progressing,
@@ -520,7 +671,7 @@ mod tests {
                     p.deletion_requested = true
                 }),
                 state: Deleting,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Steady,
@@ -529,7 +680,7 @@ mod tests {
                 name: "new port that already has a configuration goes straight to Configuring",
                 facts: with(f(None), &|p| p.desired = Some(a)),
                 state: Configuring,
-                action: A::Apply,
+                step: A::Apply,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -539,7 +690,7 @@ mod tests {
                 name: "Idle without configuration stays Idle",
                 facts: f(Some(Idle)),
                 state: Idle,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Steady,
@@ -548,7 +699,7 @@ mod tests {
                 name: "Idle + configuration -> Configuring",
                 facts: with(f(Some(Idle)), &|p| p.desired = Some(a)),
                 state: Configuring,
-                action: A::Apply,
+                step: A::Apply,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -557,7 +708,7 @@ mod tests {
                 name: "Idle + deletion -> Deleting",
                 facts: with(f(Some(Idle)), &|p| p.deletion_requested = true),
                 state: Deleting,
-                action: A::RemoveFinalizer,
+                step: A::RemoveFinalizer,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -569,7 +720,7 @@ mod tests {
                     p.desired = Some(a)
                 }),
                 state: Deleting,
-                action: A::RemoveFinalizer,
+                step: A::RemoveFinalizer,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -579,7 +730,7 @@ mod tests {
                 name: "Configuring applies",
                 facts: with(f(Some(Configuring)), &|p| p.desired = Some(a)),
                 state: Configuring,
-                action: A::Apply,
+                step: A::Apply,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -591,7 +742,7 @@ mod tests {
                     p.outcome = Some(Outcome::Applied)
                 }),
                 state: Active,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::DriftCheck,
                 applied: SetToDesired,
                 health: Steady,
@@ -600,7 +751,7 @@ mod tests {
                 name: "Configuring + configuration cleared -> Cleaning",
                 facts: f(Some(Configuring)),
                 state: Cleaning,
-                action: A::Clean,
+                step: A::Clean,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -612,7 +763,7 @@ mod tests {
                     p.deletion_requested = true
                 }),
                 state: Cleaning,
-                action: A::Clean,
+                step: A::Clean,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -625,7 +776,7 @@ mod tests {
                     p.skip_device_cleanup = true
                 }),
                 state: Deleting,
-                action: A::RemoveFinalizer,
+                step: A::RemoveFinalizer,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -637,7 +788,7 @@ mod tests {
                     p.outcome = Some(Outcome::Failed(FailureKind::Transient))
                 }),
                 state: Configuring,
-                action: A::None,
+                step: A::None,
                 requeue: secs(5),
                 applied: Keep,
                 health: Failed(FailureKind::Transient),
@@ -647,25 +798,25 @@ mod tests {
                 facts: with(f(Some(Configuring)), &|p| {
                     p.desired = Some(a);
                     p.failures = 3;
-                    p.last_attempt = Some("h-a");
-                    p.outcome = Some(Outcome::Failed(FailureKind::Device))
+                    p.last_attempt = Some("apply/i");
+                    p.outcome = Some(Outcome::Failed(FailureKind::Transient))
                 }),
                 state: Configuring,
-                action: A::None,
+                step: A::None,
                 requeue: secs(40),
                 applied: Keep,
-                health: Failed(FailureKind::Device),
+                health: Failed(FailureKind::Transient),
             },
             Row {
                 name: "backoff is capped at 5 minutes",
                 facts: with(f(Some(Configuring)), &|p| {
                     p.desired = Some(a);
                     p.failures = 40;
-                    p.last_attempt = Some("h-a");
+                    p.last_attempt = Some("apply/i");
                     p.outcome = Some(Outcome::Failed(FailureKind::Transient))
                 }),
                 state: Configuring,
-                action: A::None,
+                step: A::None,
                 requeue: secs(300),
                 applied: Keep,
                 health: Failed(FailureKind::Transient),
@@ -674,12 +825,13 @@ mod tests {
                 name: "a spec change resets the backoff",
                 facts: with(f(Some(Configuring)), &|p| {
                     p.desired = Some(a2);
+                    p.inputs = "i2";
                     p.failures = 6;
-                    p.last_attempt = Some("h-a");
+                    p.last_attempt = Some("apply/i");
                     p.outcome = Some(Outcome::Failed(FailureKind::Transient))
                 }),
                 state: Configuring,
-                action: A::None,
+                step: A::None,
                 requeue: secs(5),
                 applied: Keep,
                 health: Failed(FailureKind::Transient),
@@ -691,7 +843,7 @@ mod tests {
                     p.outcome = Some(Outcome::Failed(FailureKind::Invalid))
                 }),
                 state: Configuring,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Failed(FailureKind::Invalid),
@@ -704,7 +856,7 @@ mod tests {
                     p.applied = Some(a)
                 }),
                 state: Active,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::DriftCheck,
                 applied: Keep,
                 health: Steady,
@@ -717,7 +869,7 @@ mod tests {
                     p.drift_check_due = true
                 }),
                 state: Active,
-                action: A::Verify,
+                step: A::Verify,
                 requeue: Requeue::DriftCheck,
                 applied: Keep,
                 health: Steady,
@@ -730,7 +882,7 @@ mod tests {
                     p.outcome = Some(Outcome::InSync)
                 }),
                 state: Active,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::DriftCheck,
                 applied: Keep,
                 health: Steady,
@@ -743,7 +895,7 @@ mod tests {
                     p.outcome = Some(Outcome::Drifted)
                 }),
                 state: Configuring,
-                action: A::Apply,
+                step: A::Apply,
                 requeue: Requeue::Never,
                 applied: Clear,
                 health: Progressing,
@@ -757,7 +909,7 @@ mod tests {
                     p.outcome = Some(Outcome::Drifted)
                 }),
                 state: Active,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::DriftCheck,
                 applied: Keep,
                 health: Drifted,
@@ -770,7 +922,7 @@ mod tests {
                     p.outcome = Some(Outcome::Failed(FailureKind::Transient))
                 }),
                 state: Active,
-                action: A::None,
+                step: A::None,
                 requeue: secs(5),
                 applied: Keep,
                 health: Failed(FailureKind::Transient),
@@ -782,7 +934,7 @@ mod tests {
                     p.applied = Some(a)
                 }),
                 state: Configuring,
-                action: A::Apply,
+                step: A::Apply,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -794,7 +946,7 @@ mod tests {
                     p.applied = Some(a)
                 }),
                 state: Configuring,
-                action: A::Apply,
+                step: A::Apply,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -803,7 +955,7 @@ mod tests {
                 name: "deprovision: ref cleared -> Cleaning",
                 facts: with(f(Some(Active)), &|p| p.applied = Some(a)),
                 state: Cleaning,
-                action: A::Clean,
+                step: A::Clean,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -816,7 +968,7 @@ mod tests {
                     p.deletion_requested = true
                 }),
                 state: Cleaning,
-                action: A::Clean,
+                step: A::Clean,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -830,7 +982,7 @@ mod tests {
                     p.skip_device_cleanup = true
                 }),
                 state: Deleting,
-                action: A::RemoveFinalizer,
+                step: A::RemoveFinalizer,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -843,7 +995,7 @@ mod tests {
                     p.has_finalizer = false
                 }),
                 state: Active,
-                action: A::AddFinalizer,
+                step: A::AddFinalizer,
                 requeue: Requeue::Now,
                 applied: Keep,
                 health: Progressing,
@@ -853,7 +1005,7 @@ mod tests {
                 name: "Cleaning cleans",
                 facts: with(f(Some(Cleaning)), &|p| p.applied = Some(a)),
                 state: Cleaning,
-                action: A::Clean,
+                step: A::Clean,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -865,7 +1017,7 @@ mod tests {
                     p.desired = Some(b)
                 }),
                 state: Cleaning,
-                action: A::Clean,
+                step: A::Clean,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -877,7 +1029,7 @@ mod tests {
                     p.outcome = Some(Outcome::Cleaned)
                 }),
                 state: Idle,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::Now,
                 applied: Clear,
                 health: Steady,
@@ -890,7 +1042,7 @@ mod tests {
                     p.outcome = Some(Outcome::Cleaned)
                 }),
                 state: Deleting,
-                action: A::RemoveFinalizer,
+                step: A::RemoveFinalizer,
                 requeue: Requeue::Never,
                 applied: Clear,
                 health: Progressing,
@@ -900,11 +1052,11 @@ mod tests {
                 facts: with(f(Some(Cleaning)), &|p| {
                     p.applied = Some(a);
                     p.failures = 1;
-                    p.last_attempt = Some(CLEAN_TARGET);
+                    p.last_attempt = Some("clean/i");
                     p.outcome = Some(Outcome::Failed(FailureKind::Transient))
                 }),
                 state: Cleaning,
-                action: A::None,
+                step: A::None,
                 requeue: secs(10),
                 applied: Keep,
                 health: Failed(FailureKind::Transient),
@@ -917,7 +1069,7 @@ mod tests {
                     p.skip_device_cleanup = true
                 }),
                 state: Deleting,
-                action: A::RemoveFinalizer,
+                step: A::RemoveFinalizer,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -927,7 +1079,7 @@ mod tests {
                 name: "Deleting removes the finalizer",
                 facts: with(f(Some(Deleting)), &|p| p.deletion_requested = true),
                 state: Deleting,
-                action: A::RemoveFinalizer,
+                step: A::RemoveFinalizer,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Progressing,
@@ -939,7 +1091,7 @@ mod tests {
                     p.outcome = Some(Outcome::FinalizerRemoved)
                 }),
                 state: Deleting,
-                action: A::None,
+                step: A::None,
                 requeue: Requeue::Never,
                 applied: Keep,
                 health: Steady,
@@ -948,10 +1100,10 @@ mod tests {
         let mut failures = Vec::new();
         for row in rows {
             let d = decide(&row.facts);
-            let got = (d.state, d.action, d.requeue, d.applied.clone(), d.health);
+            let got = (d.state, d.step, d.requeue, d.applied.clone(), d.health);
             let want = (
                 row.state,
-                row.action,
+                row.step,
                 row.requeue,
                 row.applied.clone(),
                 row.health,
@@ -999,13 +1151,17 @@ mod tests {
     }
 
     /// A tiny driver that plays the controller: apply decisions, feed outcomes from a
-    /// scripted device, and record the states the port passes through.
+    /// scripted device, and record the states the port passes through. Its clock
+    /// moves only when the test moves it.
     struct Driver {
         state: Option<PortState>,
         has_finalizer: bool,
         applied: Option<PortTarget>,
         failures: u32,
         last_attempt: Option<String>,
+        last_failure: Option<Timestamp>,
+        next_retry: Option<Timestamp>,
+        now: Timestamp,
         trail: Vec<PortState>,
         device: Vec<&'static str>,
     }
@@ -1018,12 +1174,16 @@ mod tests {
                 applied: None,
                 failures: 0,
                 last_attempt: None,
+                last_failure: None,
+                next_retry: None,
+                now: t0(),
                 trail: Vec::new(),
                 device: Vec::new(),
             }
         }
 
-        /// One reconcile. `device_ok` decides whether device actions succeed.
+        /// One reconcile. `device_ok` decides whether device steps succeed. The
+        /// inputs digest is the desired hash (a new configuration is a new input).
         fn reconcile(
             &mut self,
             desired: Option<&PortTarget>,
@@ -1031,6 +1191,7 @@ mod tests {
             device_ok: bool,
         ) -> Decision {
             let mut outcome = None;
+            let inputs = desired.map_or("none".to_owned(), |d| d.hash.clone());
             for _ in 0..10 {
                 let facts = PortFacts {
                     state: self.state,
@@ -1039,8 +1200,13 @@ mod tests {
                     skip_device_cleanup: false,
                     desired,
                     applied: self.applied.as_ref(),
+                    inputs: &inputs,
                     failures: self.failures,
                     last_attempt: self.last_attempt.as_deref(),
+                    last_failure: self.last_failure,
+                    next_retry: self.next_retry,
+                    switch_outage: None,
+                    now: self.now,
                     drift_check_due: false,
                     drift_reported: false,
                     drift_policy: DriftPolicy::Reconcile,
@@ -1054,39 +1220,51 @@ mod tests {
                 self.state = Some(d.state);
                 self.failures = d.failures;
                 self.last_attempt = d.attempt.clone();
+                self.last_failure = d.last_failure;
+                self.next_retry = d.next_retry;
                 match d.applied {
                     AppliedChange::Keep => {}
                     AppliedChange::SetToDesired => self.applied = desired.cloned(),
                     AppliedChange::Clear => self.applied = None,
                 }
-                outcome = Some(match d.action {
+                outcome = Some(match d.step {
                     // A requeue at once is another reconcile, as the controller does it.
-                    Action::None if d.requeue == Requeue::Now => {
+                    Step::None if d.requeue == Requeue::Now => {
                         outcome = None;
                         continue;
                     }
-                    Action::None => return d,
-                    Action::AddFinalizer => {
+                    Step::None => return d,
+                    Step::AddFinalizer => {
                         self.has_finalizer = true;
                         Outcome::FinalizerAdded
                     }
-                    Action::RemoveFinalizer => {
+                    Step::RemoveFinalizer => {
                         self.has_finalizer = false;
                         Outcome::FinalizerRemoved
                     }
-                    _ if !device_ok => Outcome::Failed(FailureKind::Transient),
-                    Action::Apply => {
+                    _ if !device_ok => {
+                        self.device.push("failed");
+                        Outcome::Failed(FailureKind::Transient)
+                    }
+                    Step::Apply => {
                         self.device.push("apply");
                         Outcome::Applied
                     }
-                    Action::Clean => {
+                    Step::Clean => {
                         self.device.push("clean");
                         Outcome::Cleaned
                     }
-                    Action::Verify => Outcome::InSync,
+                    Step::Verify => Outcome::InSync,
                 });
             }
             panic!("no steady state after 10 steps: {:?}", self.trail);
+        }
+
+        fn wait(&mut self, seconds: i64) {
+            self.now = self
+                .now
+                .checked_add(jiff::SignedDuration::from_secs(seconds))
+                .unwrap();
         }
     }
 
@@ -1124,11 +1302,11 @@ mod tests {
             let mut f = facts(Some(state));
             f.desired = Some(&a);
             f.failures = 3;
-            f.last_attempt = Some("x");
+            f.last_attempt = Some("apply/i");
             f.outcome = Some(Outcome::Waiting);
             let d = decide(&f);
             assert_eq!(d.state, state);
-            assert_eq!(d.action, Action::None);
+            assert_eq!(d.step, Step::None);
             assert_eq!(d.health, Health::Progressing);
             assert_eq!(d.failures, 0);
             assert_eq!(d.applied, AppliedChange::Keep);
@@ -1153,13 +1331,156 @@ mod tests {
         let mut port = Driver::new();
         port.reconcile(None, false, true);
         let d1 = port.reconcile(Some(&a), false, false);
-        let d2 = port.reconcile(Some(&a), false, false);
         assert_eq!(d1.requeue, Requeue::After(Duration::from_secs(5)));
+        // Woken again at once (its own status write, another event): it waits.
+        let held = port.reconcile(Some(&a), false, false);
+        assert_eq!((held.step, held.health), (Step::None, Health::BackingOff));
+        assert_eq!(held.requeue, Requeue::After(Duration::from_secs(5)));
+        port.wait(5);
+        let d2 = port.reconcile(Some(&a), false, false);
         assert_eq!(d2.requeue, Requeue::After(Duration::from_secs(10)));
+        assert_eq!(port.device, ["failed", "failed"]);
         assert_eq!(port.state, Some(Configuring));
+        port.wait(10);
         let d3 = port.reconcile(Some(&a), false, true);
         assert_eq!(d3.state, Active);
         assert_eq!(d3.failures, 0);
+        assert_eq!((d3.last_failure, d3.next_retry), (None, None));
+    }
+
+    #[test]
+    fn a_failing_port_woken_ten_times_a_second_touches_the_device_on_the_backoff_schedule() {
+        // Whatever wakes it, a port whose device step keeps failing tries at 0, 5, 15,
+        // 35 s (5 s doubling): four attempts in a minute, not one per wake-up.
+        let a = target("tenant", "h-t");
+        let mut port = Driver::new();
+        port.reconcile(None, false, true);
+        let mut attempts_at = Vec::new();
+        for tick in 0..600 {
+            let before = port.device.len();
+            port.reconcile(Some(&a), false, false);
+            if port.device.len() > before {
+                attempts_at.push(tick / 10);
+            }
+            port.now = port
+                .now
+                .checked_add(jiff::SignedDuration::from_millis(100))
+                .unwrap();
+        }
+        assert_eq!(attempts_at, [0, 5, 15, 35]);
+        assert_eq!(port.failures, 4);
+        assert_eq!(port.next_retry, Some(at(35 + 40)));
+        // A new configuration is a new input: tried at once, counted from zero.
+        let b = target("tenant", "h-edited");
+        let d = port.reconcile(Some(&b), false, false);
+        assert_eq!(port.device.len(), 5);
+        assert_eq!(d.failures, 1);
+    }
+
+    #[test]
+    fn an_invalid_configuration_is_not_tried_again_until_an_input_changes() {
+        let a = target("tenant", "h-t");
+        let mut p = facts(Some(Configuring));
+        p.desired = Some(&a);
+        p.outcome = Some(Outcome::Failed(FailureKind::Invalid));
+        let failed = decide(&p);
+        assert_eq!(failed.requeue, Requeue::Never);
+        assert_eq!(failed.next_retry, None);
+        assert_eq!(failed.last_failure, Some(t0()));
+        // An hour later, woken by anything: still nothing.
+        let mut later = facts(Some(Configuring));
+        later.desired = Some(&a);
+        later.failures = failed.failures;
+        later.last_attempt = failed.attempt.as_deref();
+        later.last_failure = failed.last_failure;
+        later.now = at(3600);
+        let d = decide(&later);
+        assert_eq!(
+            (d.step, d.requeue, d.health),
+            (Step::None, Requeue::Never, Health::BackingOff)
+        );
+        assert_eq!(d.failures, 1);
+        // The configuration is fixed (a new inputs digest): applied at once.
+        later.inputs = "fixed";
+        let d = decide(&later);
+        assert_eq!((d.step, d.failures), (Step::Apply, 0));
+    }
+
+    #[test]
+    fn a_port_waits_for_its_switch_and_mirrors_the_outage() {
+        let a = target("tenant", "h-t");
+        let outage = SwitchOutage {
+            failures: 3,
+            last_failure: at(-2),
+            next_probe: at(18),
+        };
+        // Configuring (or Cleaning) on a switch that does not answer: nothing is
+        // sent; the port shows the switch's count and next probe.
+        for state in [Configuring, Cleaning] {
+            let mut p = facts(Some(state));
+            p.desired = (state == Configuring).then_some(&a);
+            p.switch_outage = Some(outage);
+            let d = decide(&p);
+            assert_eq!(
+                (d.state, d.step, d.health),
+                (state, Step::None, Health::SwitchDown)
+            );
+            assert_eq!(d.requeue, Requeue::After(Duration::from_secs(18)));
+            assert_eq!(
+                (d.failures, d.last_failure, d.next_retry),
+                (3, Some(at(-2)), Some(at(18)))
+            );
+        }
+        // The first failure comes from the step itself: mirrored the same way.
+        let mut p = facts(Some(Configuring));
+        p.desired = Some(&a);
+        p.switch_outage = Some(outage);
+        p.outcome = Some(Outcome::Failed(FailureKind::SwitchDown));
+        let d = decide(&p);
+        assert_eq!((d.health, d.failures), (Health::SwitchDown, 3));
+        // A probe due within the backoff base still leaves the worker time to probe.
+        let mut soon = outage;
+        soon.next_probe = at(1);
+        p.outcome = None;
+        p.switch_outage = Some(soon);
+        assert_eq!(decide(&p).requeue, Requeue::After(Duration::from_secs(5)));
+        // The switch answers again and the probe time has passed: apply.
+        let mut back = facts(Some(Configuring));
+        back.desired = Some(&a);
+        back.failures = 3;
+        back.last_attempt = d.attempt.as_deref();
+        back.last_failure = Some(at(-2));
+        back.next_retry = Some(at(18));
+        back.now = at(19);
+        assert_eq!(decide(&back).step, Step::Apply);
+    }
+
+    #[test]
+    fn an_active_port_on_a_switch_that_went_away_stays_active_with_unknown_readiness() {
+        let a = target("tenant", "h-t");
+        let mut p = facts(Some(Active));
+        p.desired = Some(&a);
+        p.applied = Some(&a);
+        p.drift_check_due = true;
+        p.switch_outage = Some(SwitchOutage {
+            failures: 1,
+            last_failure: t0(),
+            next_probe: at(5),
+        });
+        let d = decide(&p);
+        assert_eq!(
+            (d.state, d.step, d.health, d.applied.clone()),
+            (Active, Step::None, Health::SwitchDown, AppliedChange::Keep)
+        );
+        assert_eq!(d.failures, 0, "the port itself did not fail");
+        // Deleting it still needs the device: Cleaning waits for the switch.
+        p.deletion_requested = true;
+        let d = decide(&p);
+        assert_eq!((d.state, d.step), (Cleaning, Step::None));
+        // Back: the drift check runs.
+        p.deletion_requested = false;
+        p.switch_outage = None;
+        assert_eq!(decide(&p).step, Step::Verify);
     }
 
     #[test]

@@ -1,25 +1,41 @@
 //! One writer per switch: a task that owns a switch's device access, coalesces the
 //! port operations that arrive within a short window into one batch (one session,
-//! one commit), answers each port with its own result, and sweeps the switch for
-//! drift with one read of all its tracked ports. Does device I/O through the
-//! [`Switch`] it owns; no Kubernetes.
+//! one commit), answers each port with its own result, sweeps the switch for drift
+//! with one read of all its tracked ports, and knows whether the switch answers.
+//! Does device I/O through the [`Switch`] it owns; no Kubernetes.
 //!
 //! Port reconciles talk to it through [`SwitchWorker`]; at most `max_sessions`
 //! batches run against the device at once (1 by default). Reads requested within the
 //! same window are served by one `get_ports` call.
+//!
+//! **Reachability.** A failure of the whole session (unreachable, timeout,
+//! authentication, host key: [`DeviceError::is_session_failure`]) puts the switch
+//! [`Reachability::Down`]: from then on the worker refuses every operation at once,
+//! without touching the device ([`WorkerError::SwitchDown`]), and probes the switch
+//! itself once per backoff step (base doubling to cap) — one probe for the whole
+//! switch however many ports wait. A batch arriving when the probe is due is run
+//! and is the probe. The periodic drift sweep is also the reachability check (it
+//! reads one port when no port is tracked), so a switch that goes away is noticed
+//! within one drift interval. Every change is announced through the [`Notifier`]:
+//! the switch (its status shows it), the ports waiting on it, and the tracked
+//! (Active) ports; when the switch answers again every tracked port gets a drift
+//! notice, so a device that came back empty is re-applied at once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use jiff::Timestamp;
 use patchbay_providers::values::PortName;
 use patchbay_providers::verify::apply_batch_verified;
 use patchbay_providers::{
     DesiredPort, DeviceError, ObservedPort, PortChange, PortOperation, Switch, diff,
 };
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-/// Identifies a SwitchPort object (namespace, name).
+use crate::state_machine::{Backoff, SwitchOutage};
+
+/// Identifies a port object (namespace, name).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PortKey {
     /// Namespace.
@@ -33,24 +49,93 @@ pub struct PortKey {
 pub struct WorkerConfig {
     /// How long to gather operations into one batch.
     pub batch_window: Duration,
-    /// How often tracked ports are read back for drift.
+    /// How often tracked ports are read back for drift (and the switch probed).
     pub drift_interval: Duration,
     /// Most batches (device sessions) at once.
     pub max_sessions: usize,
+    /// How the switch is probed again after a session failure.
+    pub backoff: Backoff,
 }
 
-/// Called with a port whose drift verdict changed (to reconcile it).
-pub type DriftNotifier = Arc<dyn Fn(PortKey) + Send + Sync>;
+/// What a worker announces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// This port should be reconciled: its drift verdict changed, or the switch's
+    /// reachability changed while it waits on the switch or is tracked.
+    Port(PortKey),
+    /// The switch's reachability changed (or a probe failed again).
+    Switch,
+}
+
+/// Receives the worker's notices.
+pub type Notifier = Arc<dyn Fn(Notice) + Send + Sync>;
+
+/// A switch that does not answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outage {
+    /// The session failure of the last attempt.
+    pub error: DeviceError,
+    /// When the first attempt of this outage failed.
+    pub since: Timestamp,
+    /// Failure count, last failure and next probe (what port decisions mirror).
+    pub timing: SwitchOutage,
+}
+
+/// Whether the switch answers.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Reachability {
+    /// Not tried yet (or nothing to probe).
+    #[default]
+    Unknown,
+    /// The last session worked.
+    Reachable,
+    /// The last session failed as a whole.
+    Down(Outage),
+}
+
+/// Why the worker could not do an operation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WorkerError {
+    /// The device failed the operation (the port's own failure).
+    #[error(transparent)]
+    Device(DeviceError),
+    /// The switch does not answer; nothing was sent. It is probed again at
+    /// `timing.next_probe`.
+    #[error("{}", .0.error)]
+    SwitchDown(Box<Outage>),
+}
 
 enum Job {
     Apply {
+        key: Option<PortKey>,
         op: PortOperation,
-        reply: oneshot::Sender<Result<PortChange, DeviceError>>,
+        reply: oneshot::Sender<Result<PortChange, WorkerError>>,
     },
     Read {
+        key: Option<PortKey>,
         port: PortName,
-        reply: oneshot::Sender<Result<ObservedPort, DeviceError>>,
+        reply: oneshot::Sender<Result<ObservedPort, WorkerError>>,
     },
+}
+
+impl Job {
+    fn key(&self) -> Option<&PortKey> {
+        match self {
+            Job::Apply { key, .. } | Job::Read { key, .. } => key.as_ref(),
+        }
+    }
+
+    fn refuse(self, outage: &Outage) {
+        let e = || WorkerError::SwitchDown(Box::new(outage.clone()));
+        match self {
+            Job::Apply { reply, .. } => {
+                let _ = reply.send(Err(e()));
+            }
+            Job::Read { reply, .. } => {
+                let _ = reply.send(Err(e()));
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -59,14 +144,164 @@ struct Tracking {
     desired: BTreeMap<PortKey, DesiredPort>,
     /// The last sweep's verdict per port (true = drifted).
     verdict: HashMap<PortKey, bool>,
-    /// Ports whose verdict changed and that have not been reconciled since.
+    /// Ports with a drift notice they have not taken yet.
     pending: HashMap<PortKey, bool>,
+}
+
+#[derive(Default)]
+struct HealthState {
+    reach: Reachability,
+    /// A probe (or a batch standing in for it) is running.
+    probing: bool,
+    /// A drift sweep is running.
+    sweeping: bool,
+    /// Ports that were refused (or failed) because the switch is down.
+    waiting: BTreeSet<PortKey>,
+    /// The device ports to read when no port is tracked.
+    probe_ports: Vec<PortName>,
+}
+
+/// What the worker's task and its spawned batches share.
+struct Shared {
+    tracking: Mutex<Tracking>,
+    health: Mutex<HealthState>,
+    /// Wakes the worker loop when the probe schedule changed.
+    changed: Notify,
+    notify: Notifier,
+    backoff: Backoff,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What to do with a batch that arrives.
+enum Admission {
+    Run,
+    Refuse(Outage),
+}
+
+impl Shared {
+    fn admit(&self) -> Admission {
+        let mut h = lock(&self.health);
+        let outage = match &h.reach {
+            Reachability::Down(o) => o.clone(),
+            _ => return Admission::Run,
+        };
+        if h.probing || Timestamp::now() < outage.timing.next_probe {
+            return Admission::Refuse(outage);
+        }
+        // The probe is due: this batch is the probe.
+        h.probing = true;
+        Admission::Run
+    }
+
+    /// How long until the next probe, when the switch is down and none is running.
+    fn probe_wait(&self) -> Option<Duration> {
+        let h = lock(&self.health);
+        match &h.reach {
+            Reachability::Down(o) if !h.probing => Some(
+                Duration::try_from(o.timing.next_probe.duration_since(Timestamp::now()))
+                    .unwrap_or(Duration::ZERO),
+            ),
+            _ => None,
+        }
+    }
+
+    fn tracked_keys(&self) -> Vec<PortKey> {
+        lock(&self.tracking).desired.keys().cloned().collect()
+    }
+
+    /// Records a session failure. A failure of a batch that started before the
+    /// outage was known belongs to the same step and does not count again.
+    fn fail(&self, error: DeviceError, as_probe: bool) -> Outage {
+        let now = Timestamp::now();
+        let mut h = lock(&self.health);
+        let previous = match &h.reach {
+            Reachability::Down(o) => Some(o.clone()),
+            _ => None,
+        };
+        if let Some(o) = &previous
+            && !as_probe
+        {
+            return o.clone();
+        }
+        let failures = previous.as_ref().map_or(1, |o| o.timing.failures + 1);
+        let outage = Outage {
+            error,
+            since: previous.as_ref().map_or(now, |o| o.since),
+            timing: SwitchOutage {
+                failures,
+                last_failure: now,
+                next_probe: self.backoff.retry_at(now, failures),
+            },
+        };
+        h.reach = Reachability::Down(outage.clone());
+        h.probing = false;
+        let mut wake: Vec<PortKey> = h.waiting.iter().cloned().collect();
+        drop(h);
+        if previous.is_none() {
+            tracing::warn!(error = %outage.error, "the switch does not answer; probing it again after the backoff");
+            wake.extend(self.tracked_keys());
+        } else {
+            tracing::debug!(failures, error = %outage.error, "the switch still does not answer");
+        }
+        self.changed.notify_one();
+        (self.notify)(Notice::Switch);
+        for key in dedup(wake) {
+            (self.notify)(Notice::Port(key));
+        }
+        outage
+    }
+
+    /// Records a session that worked.
+    fn succeed(&self) {
+        let mut h = lock(&self.health);
+        h.probing = false;
+        let was = std::mem::replace(&mut h.reach, Reachability::Reachable);
+        if was == Reachability::Reachable {
+            return;
+        }
+        let waiting: Vec<PortKey> = std::mem::take(&mut h.waiting).into_iter().collect();
+        drop(h);
+        let tracked = {
+            let mut t = lock(&self.tracking);
+            let keys: Vec<PortKey> = t.desired.keys().cloned().collect();
+            if matches!(was, Reachability::Down(_)) {
+                // Whatever the device holds now is unknown: check every tracked port.
+                for k in &keys {
+                    t.pending.insert(k.clone(), true);
+                }
+            }
+            keys
+        };
+        if matches!(was, Reachability::Down(_)) {
+            tracing::info!("the switch answers again");
+        }
+        self.changed.notify_one();
+        (self.notify)(Notice::Switch);
+        for key in dedup(waiting.into_iter().chain(tracked).collect()) {
+            (self.notify)(Notice::Port(key));
+        }
+    }
+
+    fn wait_for_switch(&self, key: Option<&PortKey>) {
+        if let Some(k) = key {
+            lock(&self.health).waiting.insert(k.clone());
+        }
+    }
+}
+
+fn dedup(mut keys: Vec<PortKey>) -> Vec<PortKey> {
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// A handle to one switch's worker. Dropping every handle stops the worker.
 pub struct SwitchWorker {
     jobs: mpsc::UnboundedSender<Job>,
-    tracking: Arc<Mutex<Tracking>>,
+    shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -76,63 +311,94 @@ impl Drop for SwitchWorker {
     }
 }
 
-fn lock(t: &Mutex<Tracking>) -> std::sync::MutexGuard<'_, Tracking> {
-    t.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn closed() -> DeviceError {
-    DeviceError::Protocol {
+fn closed() -> WorkerError {
+    WorkerError::Device(DeviceError::Protocol {
         during: "handing the operation to the switch worker".into(),
         detail: "the worker stopped".into(),
-    }
+    })
 }
 
 impl SwitchWorker {
-    /// Starts a worker for `switch`.
-    pub fn spawn(switch: Arc<dyn Switch>, config: WorkerConfig, notify: DriftNotifier) -> Self {
+    /// Starts a worker for `switch`; `probe_ports` are read to check reachability
+    /// while no port is tracked. The first check runs at once.
+    pub fn spawn(
+        switch: Arc<dyn Switch>,
+        config: WorkerConfig,
+        probe_ports: Vec<PortName>,
+        notify: Notifier,
+    ) -> Self {
         let (jobs, rx) = mpsc::unbounded_channel();
-        let tracking = Arc::new(Mutex::new(Tracking::default()));
-        let task = tokio::spawn(run(switch, config, rx, tracking.clone(), notify));
-        Self {
-            jobs,
-            tracking,
-            task,
-        }
+        let shared = Arc::new(Shared {
+            tracking: Mutex::new(Tracking::default()),
+            health: Mutex::new(HealthState {
+                probe_ports,
+                ..Default::default()
+            }),
+            changed: Notify::new(),
+            notify,
+            backoff: config.backoff,
+        });
+        let task = tokio::spawn(run(switch, config, rx, shared.clone()));
+        Self { jobs, shared, task }
     }
 
     /// Applies one operation (batched with others) and returns its verified result.
-    pub async fn apply(&self, op: PortOperation) -> Result<PortChange, DeviceError> {
+    /// `key` is the port object asking: it is notified when the switch answers again
+    /// after refusing it.
+    pub async fn apply(
+        &self,
+        key: Option<&PortKey>,
+        op: PortOperation,
+    ) -> Result<PortChange, WorkerError> {
         let (reply, rx) = oneshot::channel();
         self.jobs
-            .send(Job::Apply { op, reply })
+            .send(Job::Apply {
+                key: key.cloned(),
+                op,
+                reply,
+            })
             .map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?
     }
 
     /// Reads one port (reads in the same window share one device read).
-    pub async fn read(&self, port: PortName) -> Result<ObservedPort, DeviceError> {
+    pub async fn read(
+        &self,
+        key: Option<&PortKey>,
+        port: PortName,
+    ) -> Result<ObservedPort, WorkerError> {
         let (reply, rx) = oneshot::channel();
         self.jobs
-            .send(Job::Read { port, reply })
+            .send(Job::Read {
+                key: key.cloned(),
+                port,
+                reply,
+            })
             .map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?
     }
 
-    /// Checks the device answers by reading the given ports.
-    pub async fn probe(&self, ports: &[PortName]) -> Result<(), DeviceError> {
-        let reads = ports.iter().map(|p| self.read(p.clone()));
-        for r in futures::future::join_all(reads).await {
-            match r {
-                Ok(_) | Err(DeviceError::UnknownPort { .. }) => {}
-                Err(e) => return Err(e),
-            }
+    /// Whether the switch answers, as the worker last found.
+    pub fn reachability(&self) -> Reachability {
+        lock(&self.shared.health).reach.clone()
+    }
+
+    /// The outage, while the switch does not answer.
+    pub fn outage(&self) -> Option<Outage> {
+        match self.reachability() {
+            Reachability::Down(o) => Some(o),
+            _ => None,
         }
-        Ok(())
+    }
+
+    /// The device ports read to check reachability while no port is tracked.
+    pub fn set_probe_ports(&self, ports: Vec<PortName>) {
+        lock(&self.shared.health).probe_ports = ports;
     }
 
     /// Tracks an Active port for drift sweeps (`None` stops tracking it).
     pub fn track(&self, key: PortKey, desired: Option<DesiredPort>) {
-        let mut t = lock(&self.tracking);
+        let mut t = lock(&self.shared.tracking);
         match desired {
             Some(d) => {
                 if t.desired.get(&key) != Some(&d) {
@@ -148,9 +414,10 @@ impl SwitchWorker {
         }
     }
 
-    /// Whether a sweep changed this port's drift verdict since it was last asked.
+    /// Whether a drift check of this port is due (a sweep changed its verdict, or the
+    /// switch answers again after an outage) since it was last asked.
     pub fn take_drift_notice(&self, key: &PortKey) -> Option<bool> {
-        lock(&self.tracking).pending.remove(key)
+        lock(&self.shared.tracking).pending.remove(key)
     }
 }
 
@@ -158,14 +425,14 @@ async fn run(
     switch: Arc<dyn Switch>,
     config: WorkerConfig,
     mut rx: mpsc::UnboundedReceiver<Job>,
-    tracking: Arc<Mutex<Tracking>>,
-    notify: DriftNotifier,
+    shared: Arc<Shared>,
 ) {
     let sessions = Arc::new(Semaphore::new(config.max_sessions.max(1)));
+    // The first tick is immediate: the first reachability check.
     let mut sweep = tokio::time::interval(config.drift_interval);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    sweep.tick().await;
     loop {
+        let probe_in = shared.probe_wait();
         tokio::select! {
             job = rx.recv() => {
                 let Some(first) = job else { return };
@@ -174,112 +441,191 @@ async fn run(
                 while let Ok(Some(job)) = tokio::time::timeout_at(deadline, rx.recv()).await {
                     batch.push(job);
                 }
-                let permit = match sessions.clone().acquire_owned().await {
-                    Ok(p) => p,
-                    Err(_) => return,
-                };
-                let switch = switch.clone();
+                match shared.admit() {
+                    Admission::Refuse(outage) => {
+                        for job in batch {
+                            shared.wait_for_switch(job.key());
+                            job.refuse(&outage);
+                        }
+                    }
+                    Admission::Run => {
+                        let Ok(permit) = sessions.clone().acquire_owned().await else { return };
+                        let (switch, shared) = (switch.clone(), shared.clone());
+                        tokio::spawn(async move {
+                            run_batch(switch.as_ref(), &shared, batch).await;
+                            drop(permit);
+                        });
+                    }
+                }
+            }
+            _ = tokio::time::sleep(probe_in.unwrap_or_default()), if probe_in.is_some() => {
+                lock(&shared.health).probing = true;
+                let Ok(permit) = sessions.clone().acquire_owned().await else { return };
+                let (switch, shared) = (switch.clone(), shared.clone());
                 tokio::spawn(async move {
-                    run_batch(switch.as_ref(), batch).await;
+                    check(switch.as_ref(), &shared).await;
                     drop(permit);
                 });
             }
             _ = sweep.tick() => {
+                {
+                    let mut h = lock(&shared.health);
+                    // While the switch is down, the probe schedule does the checking.
+                    if matches!(h.reach, Reachability::Down(_)) || h.sweeping {
+                        continue;
+                    }
+                    h.sweeping = true;
+                }
                 let Ok(permit) = sessions.clone().acquire_owned().await else { return };
-                sweep_drift(switch.as_ref(), &tracking, &notify).await;
-                drop(permit);
+                let (switch, shared) = (switch.clone(), shared.clone());
+                tokio::spawn(async move {
+                    check(switch.as_ref(), &shared).await;
+                    lock(&shared.health).sweeping = false;
+                    drop(permit);
+                });
             }
+            _ = shared.changed.notified() => {}
         }
     }
 }
 
 /// Runs one batch: all writes in one `apply_batch` (split into rounds only if a port
-/// appears twice), all reads in one `get_ports`.
-async fn run_batch(switch: &dyn Switch, batch: Vec<Job>) {
-    let mut writes: Vec<(
-        PortOperation,
-        oneshot::Sender<Result<PortChange, DeviceError>>,
-    )> = Vec::new();
-    let mut reads: Vec<(PortName, oneshot::Sender<Result<ObservedPort, DeviceError>>)> = Vec::new();
+/// appears twice), all reads in one `get_ports`. A session failure marks the switch
+/// down (once for the batch) and the operations it hit are answered with the outage.
+async fn run_batch(switch: &dyn Switch, shared: &Shared, batch: Vec<Job>) {
+    let as_probe = lock(&shared.health).probing;
+    let outage: Mutex<Option<Outage>> = Mutex::new(None);
+    let port_error = |e: DeviceError, key: Option<&PortKey>| {
+        if !e.is_session_failure() {
+            return WorkerError::Device(e);
+        }
+        shared.wait_for_switch(key);
+        let mut recorded = lock(&outage);
+        let o = recorded
+            .get_or_insert_with(|| shared.fail(e, as_probe))
+            .clone();
+        WorkerError::SwitchDown(Box::new(o))
+    };
+    let mut writes = Vec::new();
+    let mut reads = Vec::new();
     for job in batch {
         match job {
-            Job::Apply { op, reply } => writes.push((op, reply)),
-            Job::Read { port, reply } => reads.push((port, reply)),
+            Job::Apply { key, op, reply } => writes.push((key, op, reply)),
+            Job::Read { key, port, reply } => reads.push((key, port, reply)),
         }
     }
     while !writes.is_empty() {
         let mut seen = std::collections::HashSet::new();
         let (round, rest): (Vec<_>, Vec<_>) = writes
             .into_iter()
-            .partition(|(op, _)| seen.insert(op.port().clone()));
+            .partition(|(_, op, _)| seen.insert(op.port().clone()));
         writes = rest;
-        let ops: Vec<PortOperation> = round.iter().map(|(op, _)| op.clone()).collect();
+        let ops: Vec<PortOperation> = round.iter().map(|(_, op, _)| op.clone()).collect();
         match apply_batch_verified(switch, &ops).await {
             Ok(results) => {
                 let mut by_port: HashMap<PortName, Result<PortChange, DeviceError>> =
                     results.into_iter().map(|r| (r.port, r.outcome)).collect();
-                for (op, reply) in round {
+                if !by_port
+                    .values()
+                    .any(|r| r.as_ref().is_err_and(DeviceError::is_session_failure))
+                {
+                    shared.succeed();
+                }
+                for (key, op, reply) in round {
                     let outcome = by_port.remove(op.port()).unwrap_or_else(|| {
                         Err(DeviceError::Protocol {
                             during: format!("configuring {}", op.port()),
                             detail: "the batch reported no result for this port".into(),
                         })
                     });
-                    let _ = reply.send(outcome);
+                    let _ = reply.send(outcome.map_err(|e| port_error(e, key.as_ref())));
                 }
             }
             Err(e) => {
                 // The session itself failed: nothing is known applied.
-                for (_, reply) in round {
-                    let _ = reply.send(Err(e.clone()));
+                for (key, _, reply) in round {
+                    let _ = reply.send(Err(port_error(e.clone(), key.as_ref())));
                 }
             }
         }
     }
-    if reads.is_empty() {
-        return;
+    if !reads.is_empty() {
+        let mut names: Vec<PortName> = reads.iter().map(|(_, p, _)| p.clone()).collect();
+        names.sort();
+        names.dedup();
+        match switch.get_ports(&names).await {
+            Ok(observed) => {
+                let by_port: HashMap<PortName, Result<ObservedPort, DeviceError>> =
+                    observed.into_iter().collect();
+                if !by_port
+                    .values()
+                    .any(|r| r.as_ref().is_err_and(DeviceError::is_session_failure))
+                {
+                    shared.succeed();
+                }
+                for (key, port, reply) in reads {
+                    let r = by_port.get(&port).cloned().unwrap_or_else(|| {
+                        Err(DeviceError::UnknownPort {
+                            port: port.to_string(),
+                        })
+                    });
+                    let _ = reply.send(r.map_err(|e| port_error(e, key.as_ref())));
+                }
+            }
+            Err(e) => {
+                for (key, _, reply) in reads {
+                    let _ = reply.send(Err(port_error(e.clone(), key.as_ref())));
+                }
+            }
+        }
     }
-    let mut names: Vec<PortName> = reads.iter().map(|(p, _)| p.clone()).collect();
-    names.sort();
-    names.dedup();
-    match switch.get_ports(&names).await {
-        Ok(observed) => {
-            let by_port: HashMap<PortName, Result<ObservedPort, DeviceError>> =
-                observed.into_iter().collect();
-            for (port, reply) in reads {
-                let r = by_port.get(&port).cloned().unwrap_or_else(|| {
-                    Err(DeviceError::UnknownPort {
-                        port: port.to_string(),
-                    })
-                });
-                let _ = reply.send(r);
-            }
-        }
-        Err(e) => {
-            for (_, reply) in reads {
-                let _ = reply.send(Err(e.clone()));
-            }
-        }
+    if as_probe {
+        // A probe that ended without a verdict (a protocol error) must not block
+        // the next one.
+        lock(&shared.health).probing = false;
     }
 }
 
-/// Reads every tracked port in one call and notifies ports whose verdict changed.
-async fn sweep_drift(switch: &dyn Switch, tracking: &Mutex<Tracking>, notify: &DriftNotifier) {
-    let tracked: Vec<(PortKey, DesiredPort)> = lock(tracking)
+/// The drift sweep and reachability check in one read: every tracked port (or one
+/// probe port when none is tracked). Notifies ports whose drift verdict changed and
+/// records whether the switch answered.
+async fn check(switch: &dyn Switch, shared: &Shared) {
+    let tracked: Vec<(PortKey, DesiredPort)> = lock(&shared.tracking)
         .desired
         .iter()
         .map(|(k, d)| (k.clone(), d.clone()))
         .collect();
-    if tracked.is_empty() {
+    let mut names: Vec<PortName> = tracked.iter().map(|(_, d)| d.port.clone()).collect();
+    if names.is_empty() {
+        names.extend(lock(&shared.health).probe_ports.first().cloned());
+    }
+    if names.is_empty() {
+        // Nothing to read: reachability stays as it is.
+        lock(&shared.health).probing = false;
         return;
     }
-    let mut names: Vec<PortName> = tracked.iter().map(|(_, d)| d.port.clone()).collect();
     names.sort();
     names.dedup();
-    let Ok(observed) = switch.get_ports(&names).await else {
-        // Unreachable: the next sweep tries again; port reconciles report outages.
-        return;
+    let observed = match switch.get_ports(&names).await {
+        Ok(o) => o,
+        Err(e) if e.is_session_failure() => {
+            shared.fail(e, true);
+            return;
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "the drift sweep could not read the switch");
+            lock(&shared.health).probing = false;
+            return;
+        }
     };
+    if let Some(e) = observed
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .find(|e| e.is_session_failure())
+    {
+        shared.fail(e.clone(), true);
+        return;
+    }
     let observed: HashMap<PortName, ObservedPort> = observed
         .into_iter()
         .filter_map(|(p, r)| r.ok().map(|o| (p, o)))
@@ -287,7 +633,7 @@ async fn sweep_drift(switch: &dyn Switch, tracking: &Mutex<Tracking>, notify: &D
     let mut changed = Vec::new();
     tracing::debug!(ports = names.len(), "drift sweep read the switch");
     {
-        let mut t = lock(tracking);
+        let mut t = lock(&shared.tracking);
         for (key, desired) in tracked {
             let Some(obs) = observed.get(&desired.port) else {
                 continue;
@@ -301,8 +647,9 @@ async fn sweep_drift(switch: &dyn Switch, tracking: &Mutex<Tracking>, notify: &D
             }
         }
     }
+    shared.succeed();
     for key in changed {
-        notify(key);
+        (shared.notify)(Notice::Port(key));
     }
 }
 
@@ -315,6 +662,13 @@ mod tests {
 
     fn p(n: &str) -> PortName {
         PortName::parse(n).unwrap()
+    }
+
+    fn key(n: &str) -> PortKey {
+        PortKey {
+            namespace: "ns".into(),
+            name: n.into(),
+        }
     }
 
     fn access(port: &str, vlan: u16) -> DesiredPort {
@@ -330,7 +684,25 @@ mod tests {
             batch_window: Duration::from_millis(50),
             drift_interval: Duration::from_secs(3600),
             max_sessions: 1,
+            backoff: Backoff {
+                base: Duration::from_millis(400),
+                cap: Duration::from_secs(2),
+            },
         }
+    }
+
+    fn recorder() -> (Notifier, Arc<Mutex<Vec<Notice>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        (Arc::new(move |n| s.lock().unwrap().push(n)), seen)
+    }
+
+    fn attempts(fixture: &FixtureSwitch) -> usize {
+        fixture
+            .operations()
+            .iter()
+            .filter(|o| matches!(o, LoggedOperation::Failed { .. }))
+            .count()
     }
 
     #[tokio::test]
@@ -338,9 +710,18 @@ mod tests {
         let names: Vec<PortName> = (1..=8).map(|i| p(&format!("Gi0/{i}"))).collect();
         let fixture = FixtureSwitch::new("tor", names.clone());
         fixture.set_latency(Duration::from_millis(5));
-        let worker = SwitchWorker::spawn(Arc::new(fixture.clone()), config(), Arc::new(|_| {}));
-        let applies =
-            (1..=8).map(|i| worker.apply(PortOperation::Set(access(&format!("Gi0/{i}"), 100 + i))));
+        let worker = SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            config(),
+            Vec::new(),
+            Arc::new(|_| {}),
+        );
+        let applies = (1..=8).map(|i| {
+            worker.apply(
+                None,
+                PortOperation::Set(access(&format!("Gi0/{i}"), 100 + i)),
+            )
+        });
         let results = futures::future::join_all(applies).await;
         assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
         let batches: Vec<usize> = fixture
@@ -354,38 +735,37 @@ mod tests {
         assert_eq!(batches, [8]);
         assert_eq!(fixture.max_concurrent_sessions(), 1);
         assert_eq!(fixture.write_count(), 8);
+        assert_eq!(worker.reachability(), Reachability::Reachable);
     }
 
     #[tokio::test]
     async fn a_sweep_reads_the_switch_once_and_reports_drift() {
         let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2")]);
-        let notified = Arc::new(Mutex::new(Vec::new()));
-        let n = notified.clone();
+        let (notify, notified) = recorder();
         let mut cfg = config();
         cfg.drift_interval = Duration::from_millis(100);
-        let worker = SwitchWorker::spawn(
-            Arc::new(fixture.clone()),
-            cfg,
-            Arc::new(move |k| n.lock().unwrap().push(k)),
-        );
+        let worker = SwitchWorker::spawn(Arc::new(fixture.clone()), cfg, Vec::new(), notify);
         for (i, port) in ["Gi0/1", "Gi0/2"].iter().enumerate() {
             let d = access(port, 10);
-            worker.apply(PortOperation::Set(d.clone())).await.unwrap();
-            worker.track(
-                PortKey {
-                    namespace: "ns".into(),
-                    name: format!("port-{i}"),
-                },
-                Some(d),
-            );
+            worker
+                .apply(None, PortOperation::Set(d.clone()))
+                .await
+                .unwrap();
+            worker.track(key(&format!("port-{i}")), Some(d));
         }
         fixture.clear_log();
+        notified.lock().unwrap().clear();
         fixture.tamper(&p("Gi0/2"), |o| o.vlans = Some(VlanMode::Unconfigured));
         tokio::time::sleep(Duration::from_millis(350)).await;
-        let keys = notified.lock().unwrap().clone();
-        assert_eq!(keys.len(), 1, "{keys:?}");
-        assert_eq!(keys[0].name, "port-1");
-        assert_eq!(worker.take_drift_notice(&keys[0]), Some(true));
+        let ports: Vec<Notice> = notified
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| matches!(n, Notice::Port(_)))
+            .cloned()
+            .collect();
+        assert_eq!(ports, [Notice::Port(key("port-1"))]);
+        assert_eq!(worker.take_drift_notice(&key("port-1")), Some(true));
         // Each sweep read both ports in one get_ports call (two Get log entries per sweep).
         let gets = fixture
             .operations()
@@ -393,5 +773,98 @@ mod tests {
             .filter(|o| matches!(o, LoggedOperation::Get { .. }))
             .count();
         assert!(gets >= 2 && gets % 2 == 0, "{gets}");
+    }
+
+    #[tokio::test]
+    async fn a_dead_switch_is_probed_once_per_backoff_step_for_all_its_ports() {
+        let names: Vec<PortName> = (1..=48).map(|i| p(&format!("Gi0/{i}"))).collect();
+        let fixture = FixtureSwitch::new("tor", names.clone());
+        fixture.set_unreachable(true);
+        let (notify, notified) = recorder();
+        let worker = Arc::new(SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            config(),
+            vec![names[0].clone()],
+            notify,
+        ));
+        // 48 ports ask, and keep asking every 50 ms for 2.5 s, as impatient
+        // reconciles would.
+        let started = std::time::Instant::now();
+        let mut refused = 0;
+        while started.elapsed() < Duration::from_millis(2500) {
+            let asks = (1..=48).map(|i| {
+                let w = worker.clone();
+                async move {
+                    w.apply(
+                        Some(&key(&format!("p{i}"))),
+                        PortOperation::Set(access(&format!("Gi0/{i}"), 10)),
+                    )
+                    .await
+                }
+            });
+            for r in futures::future::join_all(asks).await {
+                match r {
+                    Err(WorkerError::SwitchDown(o)) => {
+                        assert_eq!(o.error.category(), "DeviceUnreachable");
+                        refused += 1;
+                    }
+                    other => panic!("expected SwitchDown, got {other:?}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Schedule 0.4 s doubling to 2 s: the first check, then about 0.4, 1.2, 2.8 s.
+        let tries = attempts(&fixture);
+        assert!(
+            (2..=5).contains(&tries),
+            "{tries} device attempts for 48 ports in 2.5 s"
+        );
+        assert!(refused > 48 * 10, "{refused}");
+        let outage = worker.outage().expect("down");
+        assert_eq!(outage.timing.failures as usize, tries);
+        // Every waiting port and the switch hear about each failed probe.
+        assert!(notified.lock().unwrap().contains(&Notice::Switch));
+        assert!(notified.lock().unwrap().contains(&Notice::Port(key("p48"))));
+
+        // The switch comes back: the next probe finds it, and every waiting port is
+        // told at once.
+        notified.lock().unwrap().clear();
+        fixture.set_unreachable(false);
+        tokio::time::sleep(Duration::from_millis(2200)).await;
+        assert_eq!(worker.reachability(), Reachability::Reachable);
+        let heard = notified.lock().unwrap().clone();
+        assert!(heard.contains(&Notice::Switch), "{heard:?}");
+        for i in 1..=48 {
+            assert!(heard.contains(&Notice::Port(key(&format!("p{i}")))), "p{i}");
+        }
+        worker
+            .apply(None, PortOperation::Set(access("Gi0/1", 10)))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_switch_that_goes_away_is_found_by_the_sweep_and_its_ports_rechecked_when_back() {
+        let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2")]);
+        let (notify, notified) = recorder();
+        let mut cfg = config();
+        cfg.drift_interval = Duration::from_millis(200);
+        let worker = SwitchWorker::spawn(Arc::new(fixture.clone()), cfg, Vec::new(), notify);
+        let d = access("Gi0/1", 10);
+        worker
+            .apply(Some(&key("a")), PortOperation::Set(d.clone()))
+            .await
+            .unwrap();
+        worker.track(key("a"), Some(d));
+        fixture.set_unreachable(true);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(worker.outage().is_some(), "{:?}", worker.reachability());
+        assert!(notified.lock().unwrap().contains(&Notice::Port(key("a"))));
+        // It comes back empty: the port gets a drift notice.
+        fixture.set_unreachable(false);
+        fixture.tamper(&p("Gi0/1"), |o| o.vlans = Some(VlanMode::Unconfigured));
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(worker.reachability(), Reachability::Reachable);
+        assert_eq!(worker.take_drift_notice(&key("a")), Some(true));
     }
 }

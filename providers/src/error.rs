@@ -102,6 +102,20 @@ impl DeviceError {
         }
     }
 
+    /// Whether the failure is the whole device's rather than one port's: it could not
+    /// be reached, did not answer in time, or refused the session (credentials, host
+    /// key). Such a failure says nothing about the port; the operator backs off on
+    /// the switch, once for all its ports.
+    pub fn is_session_failure(&self) -> bool {
+        matches!(
+            self,
+            DeviceError::Unreachable { .. }
+                | DeviceError::Timeout { .. }
+                | DeviceError::AuthenticationFailed { .. }
+                | DeviceError::HostKeyMismatch { .. }
+        )
+    }
+
     /// A short, bounded category: used as a metric label and an Event reason.
     pub fn category(&self) -> &'static str {
         match self {

@@ -355,6 +355,13 @@ impl Switch for FixtureSwitch {
 
     async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
         let _session = self.open_session();
+        if self.lock().unreachable {
+            // An unreachable device fails the session once, not each port of it.
+            self.delay().await;
+            let f = FixtureFailure::Unreachable;
+            self.lock().log.push(LoggedOperation::Failed { failure: f });
+            return Err(self.error_for(f, "opening a session"));
+        }
         self.lock()
             .log
             .push(LoggedOperation::Batch { size: ops.len() });

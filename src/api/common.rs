@@ -128,14 +128,26 @@ pub struct PortStatus {
     /// The last error, if the last attempt failed (never contains credentials).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    /// Consecutive failed attempts at the current target; drives the backoff and
-    /// resets when the target changes.
+    /// Consecutive failed attempts at the current target (for a switch that does
+    /// not answer: the switch's failed probes); drives the backoff and resets when
+    /// any input of the port changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_count: Option<i32>,
-    /// The target `failureCount` belongs to (a configuration hash, or `clean`); a
-    /// different target starts counting again.
+    /// The attempt `failureCount` belongs to: the step (`apply`, `clean`, `verify`)
+    /// and a digest of the port's inputs (its spec, configuration, Switch port entry,
+    /// ProviderSwitch and credentials Secret); a change to any of them starts
+    /// counting again, at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempt: Option<String>,
+    /// When the last failed attempt failed; absent while nothing fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<Time>,
+    /// When the failed attempt is tried again: after the backoff for a failure of
+    /// the port, at the switch's next probe for a switch that does not answer.
+    /// Absent while failing: not until an input of the port changes (an invalid
+    /// configuration is never retried as it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_time: Option<Time>,
     /// When `state` last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,

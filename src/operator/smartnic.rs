@@ -41,7 +41,7 @@ use serde_json::json;
 
 use super::{
     Context, ControllerError, Drive, Failure, PortDevice, SKIP_CLEANUP_ANNOTATION, WorkerEntry,
-    drive, is_true,
+    drive, inputs_digest, is_true,
 };
 use crate::api::{
     Backend, ConfigurationRef, DriftPolicy, PortState, ProviderSwitch, SmartNicConfiguration,
@@ -70,6 +70,9 @@ struct World {
     config: Option<SmartNicConfiguration>,
     desired: Option<PortTarget>,
     chain: Option<Chain>,
+    /// See [`super::inputs_digest`]: the spec, the provider, the configuration and
+    /// the chained port's claim and configuration.
+    inputs: String,
 }
 
 async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, ControllerError> {
@@ -78,8 +81,12 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
     let provider = Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
         .get_opt(&port.spec.provider.name)
         .await?;
+    let provider_input = provider
+        .as_ref()
+        .map(|p| json!({"uid": p.uid(), "spec": p.spec}));
     let Some(r) = &port.spec.configuration else {
         return Ok(World {
+            inputs: inputs_digest(&json!({"spec": port.spec, "provider": provider_input})),
             provider,
             config: None,
             desired: None,
@@ -129,7 +136,18 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             )),
         })),
     };
+    let inputs = inputs_digest(&json!({
+        "spec": port.spec,
+        "provider": provider_input,
+        "configuration": config.as_ref().map(|c| &c.spec),
+        "next": chain.as_ref().map(|c| json!({
+            "claim": c.port.as_ref().and_then(|p| p.annotations().get(CHAINED_FROM_ANNOTATION)),
+            "carries": c.port.as_ref().map(|p| &p.spec.configuration),
+            "configuration": c.config_obj.as_ref().map(|o| &o.spec),
+        })),
+    }));
     Ok(World {
+        inputs,
         provider,
         config,
         desired: Some(PortTarget {
@@ -357,7 +375,7 @@ impl PortDevice for SmartRun<'_> {
         let port = self.device_port()?;
         self.ctx
             .smartnic_worker(provider, &port)
-            .map_err(|e| Failure::new(FailureKind::Device, e.category(), e.to_string()))
+            .map_err(Failure::backend)
     }
 
     fn device_port(&self) -> Result<PortName, Failure> {
@@ -486,10 +504,12 @@ pub(super) async fn reconcile(
         let mut status = old_status.clone();
         status.switch = Some(port.spec.provider.name.clone());
         status.device_port = Some(port.spec.port_name.clone());
-        let drift_notice = ctx
-            .workers()
-            .get(&super::smartnic_worker_key(&ns, &port.spec.provider.name))
+        let worker =
+            ctx.existing_worker(&super::smartnic_worker_key(&ns, &port.spec.provider.name));
+        let drift_notice = worker
+            .as_ref()
             .and_then(|e| e.worker.take_drift_notice(&key));
+        let outage = worker.as_ref().and_then(|e| e.worker.outage());
         let run = SmartRun {
             ctx: &ctx,
             port: &port,
@@ -517,6 +537,8 @@ pub(super) async fn reconcile(
                 old_status,
                 status,
                 desired: run.world.desired.clone(),
+                inputs: run.world.inputs.clone(),
+                outage,
                 drift_policy: DriftPolicy::Reconcile,
                 skip_cleanup: is_true(port.annotations(), SKIP_CLEANUP_ANNOTATION),
                 drift_check_due: drift_notice.is_some() || next_lost,
