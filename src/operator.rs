@@ -131,14 +131,7 @@ impl Context {
             .values()
             .filter_map(|d| PortName::parse(&d.name).ok())
             .collect();
-        let fingerprint = format!(
-            "{}/{}/{}",
-            provider.uid().unwrap_or_default(),
-            provider.metadata.generation.unwrap_or(0),
-            secret
-                .and_then(|s| s.resource_version())
-                .unwrap_or_default()
-        );
+        let fingerprint = worker_fingerprint(provider, secret);
         if let Some(entry) = self.workers().get(&key)
             && entry.fingerprint == fingerprint
         {
@@ -171,11 +164,7 @@ impl Context {
             &provider.namespace().unwrap_or_default(),
             &provider.name_any(),
         );
-        let fingerprint = format!(
-            "{}/{}",
-            provider.uid().unwrap_or_default(),
-            provider.metadata.generation.unwrap_or(0)
-        );
+        let fingerprint = worker_fingerprint(provider, None);
         if let Some(entry) = self.workers().get(&key)
             && entry.fingerprint == fingerprint
         {
@@ -227,15 +216,38 @@ impl Context {
         Ok(entry)
     }
 
-    /// The worker of `key`, if one runs.
-    fn existing_worker(&self, key: &(String, String)) -> Option<Arc<WorkerEntry>> {
-        self.workers().get(key).cloned()
+    /// The worker of `key`, if one runs for this provider and Secret as they are
+    /// (a worker for an older version of them is about to be replaced).
+    fn current_worker(
+        &self,
+        key: &(String, String),
+        provider: Option<&ProviderSwitch>,
+        secret: Option<&Secret>,
+    ) -> Option<Arc<WorkerEntry>> {
+        let fingerprint = worker_fingerprint(provider?, secret);
+        self.workers()
+            .get(key)
+            .filter(|e| e.fingerprint == fingerprint)
+            .cloned()
     }
 
     fn drop_worker(&self, namespace: &str, name: &str) {
         self.workers()
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
+}
+
+/// What a worker is built from: the ProviderSwitch (uid, generation) and the
+/// credentials Secret's version. A worker whose fingerprint differs is replaced.
+fn worker_fingerprint(provider: &ProviderSwitch, secret: Option<&Secret>) -> String {
+    format!(
+        "{}/{}/{}",
+        provider.uid().unwrap_or_default(),
+        provider.metadata.generation.unwrap_or(0),
+        secret
+            .and_then(|s| s.resource_version())
+            .unwrap_or_default()
+    )
 }
 
 /// The worker key of a SmartNIC provider (Switch names cannot contain `/`).
@@ -561,6 +573,14 @@ fn condition_status(conditions: &[Condition], type_: &str) -> Option<String> {
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| c.status.clone())
+}
+
+/// The reason of condition `type_`, if set.
+fn condition_reason(conditions: &[Condition], type_: &str) -> Option<String> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.reason.clone())
 }
 
 fn is_true(map: &std::collections::BTreeMap<String, String>, key: &str) -> bool {
@@ -959,7 +979,11 @@ async fn reconcile_port_inner(
             .switch
             .as_ref()
             .is_some_and(|s| is_true(s.annotations(), SKIP_CLEANUP_ANNOTATION));
-    let worker = ctx.existing_worker(&(ns.clone(), status.switch.clone().unwrap_or_default()));
+    let worker = ctx.current_worker(
+        &(ns.clone(), status.switch.clone().unwrap_or_default()),
+        world.provider.as_ref(),
+        world.secret.as_ref(),
+    );
     let drift_notice = worker
         .as_ref()
         .and_then(|e| e.worker.take_drift_notice(&key));
@@ -1314,6 +1338,22 @@ where
     }
     if d.health == Health::Steady {
         ctx.events.forget(&obj.uid().unwrap_or_default());
+    }
+    // A port that starts waiting for a switch that does not answer says so once (an
+    // Active port does not: its configuration is believed to be in place, and the
+    // Switch carries the Warning).
+    if let (Health::SwitchDown, None, Some(o)) = (d.health, &failure, &outage)
+        && state != Some(PortState::Active)
+        && condition_reason(&old_status.conditions, "Ready").as_deref() != Some(o.error.category())
+    {
+        ctx.events
+            .publish(
+                obj,
+                Severity::Warning,
+                o.error.category(),
+                &o.error.to_string(),
+            )
+            .await;
     }
     fill_status(
         &mut status,

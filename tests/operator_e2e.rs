@@ -19,7 +19,7 @@ use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortCon
 use patchbay::backends::{Backends, FixtureRegistry};
 use patchbay::settings::Settings;
 use patchbay::state_machine::Backoff;
-use patchbay_providers::fixture::{FixtureSwitch, LoggedOperation};
+use patchbay_providers::fixture::{FixtureFailure, FixtureSwitch, LoggedOperation};
 use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{AdminState, VlanMode};
 use serde_json::json;
@@ -754,4 +754,114 @@ async fn the_skip_cleanup_annotation_deletes_a_dead_switch_without_touching_it()
         "the device was not touched"
     );
     env.finish().await;
+}
+
+#[tokio::test]
+async fn twelve_ports_on_a_dead_switch_cost_one_attempt_per_backoff_step() {
+    let env = Env::start("dead-switch").await;
+    let ports: Vec<(String, String)> = (1..=12)
+        .map(|i| (format!("p{i}"), format!("Gi0/{i}")))
+        .collect();
+    let refs: Vec<(&str, &str, Option<&str>)> = ports
+        .iter()
+        .map(|(k, d)| (k.as_str(), d.as_str(), None))
+        .collect();
+    env.switch("tor-1", &refs, "Reconcile").await;
+    env.configuration("cfg", json!({"untaggedVLAN": 80})).await;
+    let device = env.device("tor-1");
+    device.set_unreachable(true);
+    device.clear_log();
+    let start = std::time::Instant::now();
+    futures::future::join_all(ports.iter().map(|(k, _)| env.link(k, Some("cfg")))).await;
+    for (k, _) in &ports {
+        env.wait_for(k, "the port to wait for its switch", |p| {
+            ready(p).is_some_and(|(s, r, _)| s == "False" && r == "DeviceUnreachable")
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(3000).saturating_sub(start.elapsed())).await;
+    let window = start.elapsed();
+    // Backoff 0.2 s doubling to 1 s: attempts at about 0, 0.2, 0.6, 1.4, 2.4 s (and
+    // the sweep when the switch was still believed up): one per step for all twelve
+    // ports, where each port retrying on its own would make 60.
+    let attempts = device
+        .operations()
+        .iter()
+        .filter(|o| matches!(o, LoggedOperation::Failed { .. }))
+        .count();
+    assert!(
+        (3..=7).contains(&attempts),
+        "{attempts} device attempts in {window:?}"
+    );
+    // Every port mirrors the switch's count and says when it is tried again.
+    for (k, _) in &ports {
+        let p = env.api::<SwitchPort>().get(k).await.unwrap();
+        let s = p.status.clone().unwrap();
+        assert_eq!(s.state, Some(PortState::Configuring));
+        assert!(s.failure_count.unwrap_or(0) >= 2, "{k}: {s:?}");
+        assert!(s.next_retry_time.is_some());
+        assert_eq!(env.warnings(k).await.len(), 1, "{k}: one Warning");
+    }
+    device.set_unreachable(false);
+    for (k, _) in &ports {
+        env.wait_state(k, PortState::Active).await;
+    }
+    for (_, dev) in &ports {
+        assert_eq!(
+            device.port_state(&p(dev)).unwrap().vlans,
+            Some(VlanMode::Access { vlan: vlan(80) })
+        );
+    }
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_repeated_failure_is_one_event_series_not_one_event_per_attempt() {
+    let env = Env::start("event-series").await;
+    env.switch("tor-1", &[("p", "Gi0/1", None)], "Reconcile")
+        .await;
+    env.configuration("cfg", json!({"untaggedVLAN": 90})).await;
+    let device = env.device("tor-1");
+    device.fail_port(&p("Gi0/1"), Some(FixtureFailure::Rejected));
+    env.link("p", Some("cfg")).await;
+    // The device refuses the port's command: the port's own failure, retried after
+    // 0.2, 0.4, 0.8, 1 s...
+    let failing = env
+        .wait_for("p", "four failures", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.failure_count.unwrap_or(0) >= 4)
+        })
+        .await;
+    let (_, reason, _) = ready(&failing).unwrap();
+    assert_eq!(reason, "CommandRejected");
+    let count = failing.status.unwrap().failure_count.unwrap();
+    let warnings = env.warnings("p").await;
+    assert_eq!(warnings.len(), 1, "one Event object: {warnings:?}");
+    let series = warnings[0].series.clone().expect("a series");
+    assert!(
+        (count - 1..=count + 1).contains(&series.count),
+        "series count {} vs {count} failures",
+        series.count
+    );
+    device.fail_port(&p("Gi0/1"), None);
+    env.wait_state("p", PortState::Active).await;
+    env.finish().await;
+}
+
+impl Env {
+    /// The Warning Events about `name`.
+    async fn warnings(&self, name: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+        self.api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+            .collect()
+    }
 }

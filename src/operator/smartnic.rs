@@ -504,8 +504,11 @@ pub(super) async fn reconcile(
         let mut status = old_status.clone();
         status.switch = Some(port.spec.provider.name.clone());
         status.device_port = Some(port.spec.port_name.clone());
-        let worker =
-            ctx.existing_worker(&super::smartnic_worker_key(&ns, &port.spec.provider.name));
+        let worker = ctx.current_worker(
+            &super::smartnic_worker_key(&ns, &port.spec.provider.name),
+            world.provider.as_ref(),
+            None,
+        );
         let drift_notice = worker
             .as_ref()
             .and_then(|e| e.worker.take_drift_notice(&key));

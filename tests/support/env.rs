@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
 use patchbay::backends::Backends;
 use patchbay::fake_switch::SimSwitch;
@@ -25,11 +26,16 @@ pub struct Env {
 
 impl Env {
     pub async fn start(test: &str) -> Env {
+        Self::start_with(test, |_| {}).await
+    }
+
+    /// Like [`Env::start`], with the test's own changes to the settings.
+    pub async fn start_with(test: &str, edit: impl FnOnce(&mut Settings)) -> Env {
         let cluster = Cluster::start(test).await;
         for (_, crd) in crds() {
             cluster.install_crd(crd).await;
         }
-        let settings = Settings {
+        let mut settings = Settings {
             namespace: Some(cluster.namespace.clone()),
             batch_window: Duration::from_millis(50),
             drift_interval: Duration::from_secs(1),
@@ -40,6 +46,7 @@ impl Env {
             },
             fixture_latency: Duration::ZERO,
         };
+        edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(patchbay::operator::run(
             cluster.client.clone(),
@@ -183,13 +190,35 @@ impl Env {
         })
         .await
     }
+
+    /// The Warning Events about the object `name` (of any kind) in the test's
+    /// namespace.
+    pub async fn warnings(&self, name: &str) -> Vec<Event> {
+        self.api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+            .collect()
+    }
 }
 
-pub fn condition(p: &SwitchPort, type_: &str) -> Option<(String, String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
+/// The condition `type_` of an object's conditions: (status, reason, message).
+pub fn find_condition(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<(String, String, String)> {
+    conditions
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+pub fn condition(p: &SwitchPort, type_: &str) -> Option<(String, String, String)> {
+    find_condition(&p.status.as_ref()?.conditions, type_)
 }
