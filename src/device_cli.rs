@@ -27,7 +27,8 @@ use serde::Serialize;
 
 use crate::api::{Backend, ProviderSwitch, SwitchPortConfiguration};
 use crate::backends::cli_switch;
-use crate::validate::{configuration_to_desired, validate_provider};
+use crate::validate::unknown_fields::{SECRET_FIELDS, unknown_fields, unknown_top_level};
+use crate::validate::{FieldError, configuration_to_desired, validate_provider};
 
 /// What to do.
 #[derive(Debug, Clone)]
@@ -50,11 +51,31 @@ pub enum Action {
 #[error("{0}")]
 pub struct InvalidInput(pub String);
 
-fn load_yaml<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
+/// Refuses the document when it has fields the schema does not know (they would be
+/// dropped silently and the opposite of what the user meant applied).
+fn refuse_unknown(path: &Path, errors: Vec<FieldError>) -> Result<()> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    Err(anyhow!(InvalidInput(format!(
+        "{}: {}",
+        path.display(),
+        list.join("; ")
+    ))))
+}
+
+/// Reads a manifest of `kind`, refusing fields its CRD's schema does not know.
+fn load_manifest<T: serde::de::DeserializeOwned>(path: &Path, kind: &str) -> Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_yaml::from_str(&text)
-        .map_err(|e| anyhow!(InvalidInput(format!("{} ({what}): {e}", path.display()))))
+    let value: serde_json::Value = serde_yaml::from_str(&text)
+        .map_err(|e| anyhow!(InvalidInput(format!("{} ({kind}): {e}", path.display()))))?;
+    if let Some(schema) = crate::api::published_schema(kind) {
+        refuse_unknown(path, unknown_fields(schema, &value))?;
+    }
+    serde_json::from_value(value)
+        .map_err(|e| anyhow!(InvalidInput(format!("{} ({kind}): {e}", path.display()))))
 }
 
 /// Reads a Secret manifest, folding `stringData` into `data` as the API server does.
@@ -63,6 +84,9 @@ pub fn load_secret(path: &Path) -> Result<Secret> {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let raw: serde_yaml::Value = serde_yaml::from_str(&text)
         .map_err(|e| anyhow!(InvalidInput(format!("{} (Secret): {e}", path.display()))))?;
+    if let Ok(json) = serde_json::to_value(&raw) {
+        refuse_unknown(path, unknown_top_level(SECRET_FIELDS, &json))?;
+    }
     let string_data: BTreeMap<String, String> = match raw.get("stringData") {
         Some(v) => serde_yaml::from_value(v.clone()).map_err(|_| {
             anyhow!(InvalidInput(format!(
@@ -88,7 +112,7 @@ pub fn load_secret(path: &Path) -> Result<Secret> {
 
 /// The device of a ProviderSwitch file (and its Secret file).
 pub fn device(provider: &Path, secret: Option<&Path>) -> Result<(ProviderSwitch, CliSwitch)> {
-    let provider: ProviderSwitch = load_yaml(provider, "ProviderSwitch")?;
+    let provider: ProviderSwitch = load_manifest(provider, "ProviderSwitch")?;
     validate_provider(&provider.spec).map_err(|e| anyhow!(InvalidInput(e.to_string())))?;
     if provider.spec.backend != Backend::Ssh {
         return Err(anyhow!(InvalidInput(
@@ -173,7 +197,7 @@ pub async fn run(
     // Parse everything before dialling.
     let desired = match &action {
         Action::Apply { config, .. } => {
-            let c: SwitchPortConfiguration = load_yaml(config, "SwitchPortConfiguration")?;
+            let c: SwitchPortConfiguration = load_manifest(config, "SwitchPortConfiguration")?;
             let d = configuration_to_desired(&c.spec, port.clone())
                 .map_err(|e| anyhow!(InvalidInput(format!("{}: {e}", config.display()))))?;
             Some(d)

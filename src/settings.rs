@@ -41,7 +41,7 @@ impl Default for Settings {
 }
 
 /// The config file: every key optional, same names as the flags without dashes.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SettingsFile {
     /// See [`Settings::namespace`].
@@ -101,6 +101,14 @@ pub enum SettingsError {
         #[source]
         source: serde_yaml::Error,
     },
+    /// The config file has keys no setting has (misspelt).
+    #[error("config file {path}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Unknown {
+        /// The file.
+        path: PathBuf,
+        /// Each unknown key, with the nearest known one.
+        errors: Vec<crate::validate::FieldError>,
+    },
     /// A value is out of range.
     #[error("{field}: {reason}")]
     Invalid {
@@ -121,7 +129,22 @@ impl Settings {
                     path: path.to_owned(),
                     source,
                 })?;
-                serde_yaml::from_str(&text).map_err(|source| SettingsError::Parse {
+                let value: serde_yaml::Value =
+                    serde_yaml::from_str(&text).map_err(|source| SettingsError::Parse {
+                        path: path.to_owned(),
+                        source,
+                    })?;
+                let schema =
+                    serde_json::to_value(schemars::schema_for!(SettingsFile)).unwrap_or_default();
+                let json = serde_json::to_value(&value).unwrap_or_default();
+                let errors = crate::validate::unknown_fields::unknown_fields(&schema, &json);
+                if !errors.is_empty() {
+                    return Err(SettingsError::Unknown {
+                        path: path.to_owned(),
+                        errors,
+                    });
+                }
+                serde_yaml::from_value(value).map_err(|source| SettingsError::Parse {
                     path: path.to_owned(),
                     source,
                 })?
@@ -219,7 +242,11 @@ mod tests {
         assert_eq!(s.backoff, Backoff::default());
         std::fs::write(&file, "batchWindow: 1\n").unwrap();
         let err = Settings::resolve(&SettingsArgs::default(), Some(&file)).unwrap_err();
-        assert!(err.to_string().contains("unknown field"), "{err}");
+        assert!(
+            err.to_string()
+                .ends_with("batchWindow: unknown field, did you mean \"batchWindowMs\"?"),
+            "{err}"
+        );
         let bad = SettingsArgs {
             max_sessions: Some(0),
             ..Default::default()

@@ -10,6 +10,7 @@
 //! trunking allowed, port disabled) and against what the device's backend can do.
 
 pub mod manifests;
+pub mod unknown_fields;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -227,3 +227,61 @@ fn the_demo_walk_takes_a_port_through_every_state() {
         "{text}"
     );
 }
+
+#[test]
+fn misspelt_fields_are_refused_with_the_nearest_known_name() {
+    let dir = std::env::temp_dir().join(format!("patchbay-cli-typos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifests = dir.join("typos.yaml");
+    std::fs::write(
+        &manifests,
+        "\
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPortConfiguration
+metadata: {name: shut, namespace: tenant-a}
+spec:
+  untaggedVLAN: 10
+  disabeld: true
+  descripton: web
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: Switch
+metadata: {name: tor-1, namespace: network-infra}
+spec:
+  provider: {name: tor-1}
+  ports:
+    server-7-eth0: {name: Gi0/7, vlanrange: \"10, 100-199\"}
+",
+    )
+    .unwrap();
+    let out = patchbay(&["validate", manifests.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Invalid like any other invalid field: the verdict, exit 1.
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for line in [
+        "spec.disabeld: unknown field, did you mean \"disabled\"?",
+        "spec.descripton: unknown field, did you mean \"description\"?",
+        "spec.ports.server-7-eth0.vlanrange: unknown field, did you mean \"vlanRange\"?",
+    ] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+    assert!(text.contains("2 checked, 2 invalid"), "{text}");
+
+    // The operator's own settings file: refused before anything connects.
+    let config = dir.join("patchbay.yaml");
+    std::fs::write(&config, "batchWindowMs: 50\ndriftIntervalSecond: 60\n").unwrap();
+    let out = patchbay(&[
+        "run",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("driftIntervalSecond: unknown field, did you mean \"driftIntervalSeconds\"?"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -207,6 +207,84 @@ fn a_capability_the_dialect_lacks_is_refused_before_dialling() {
         err.contains("cisco_ios dialect cannot configure: MTU"),
         "{err}"
     );
+    assert_eq!(sims.connections("tor1"), 0, "nothing was dialled");
+}
+
+#[test]
+fn misspelt_fields_are_refused_with_the_nearest_name_and_nothing_is_dialled() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    let files = Files::new("typos");
+    let (provider, secret) = manifests(&files, sim);
+    // Meant: shut the port down. Read as written, the port would stay up.
+    let config = files.configuration(
+        "typo.yaml",
+        "shut",
+        json!({"untaggedVLAN": 10, "disabeld": true, "descripton": "x"}),
+    );
+    let apply = |provider: &Path, secret: &Path| {
+        device(
+            provider,
+            secret,
+            &[
+                "apply-port",
+                "FastEthernet0/1",
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        )
+    };
+    let o = apply(&provider, &secret);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("spec.disabeld: unknown field, did you mean \"disabled\"?"),
+        "{err}"
+    );
+    assert!(
+        err.contains("spec.descripton: unknown field, did you mean \"description\"?"),
+        "{err}"
+    );
+    // The same for the ProviderSwitch and the Secret a user hands over.
+    let bad_provider = files.write(
+        "provider-typo.yaml",
+        &json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": "tor1"},
+            "spec": {"backend": "ssh", "os": "ios", "address": sim.address, "port": sim.port,
+                     "credentialsSecretRef": {"name": "tor1-login"},
+                     "hostkey": {"fingerprint": sim.host_key_fingerprint},
+                     "insecureAcceptAnyHostKey": false}
+        }),
+    );
+    let o = device(&bad_provider, &secret, &["show-port", "FastEthernet0/1"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("spec.hostkey: unknown field, did you mean \"hostKey\"?"),
+        "{err}"
+    );
+    let bad_secret = files.write(
+        "secret-typo.yaml",
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tor1-login"},
+                "stringdata": {"username": sim.username, "password": sim.password}}),
+    );
+    let o = device(&provider, &bad_secret, &["show-port", "FastEthernet0/1"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("stringdata: unknown field, did you mean \"stringData\"?"),
+        "{err}"
+    );
+    assert!(!err.contains(&sim.password), "{err}");
+    assert_eq!(sims.connections("tor1"), 0, "nothing was dialled");
+    // The port is as it was: up, no VLAN.
+    let o = device(&provider, &secret, &["show-port", "FastEthernet0/1"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(out.contains("admin: up"), "{out}");
+    assert!(out.contains("mode: unconfigured"), "{out}");
 }
 
 #[tokio::test]

@@ -55,6 +55,28 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     ]
 }
 
+/// The structural schema (`openAPIV3Schema` of the served version) the CRD of
+/// `kind` publishes, as JSON; `None` for a kind that is not ours.
+pub fn published_schema(kind: &str) -> Option<&'static serde_json::Value> {
+    static SCHEMAS: std::sync::OnceLock<std::collections::BTreeMap<String, serde_json::Value>> =
+        std::sync::OnceLock::new();
+    SCHEMAS
+        .get_or_init(|| {
+            crds()
+                .into_iter()
+                .filter_map(|(_, crd)| {
+                    let version = crd.spec.versions.first()?;
+                    let schema = version.schema.as_ref()?.open_api_v3_schema.as_ref()?;
+                    Some((
+                        crd.spec.names.kind.clone(),
+                        serde_json::to_value(schema).ok()?,
+                    ))
+                })
+                .collect()
+        })
+        .get(kind)
+}
+
 /// Renders one CRD as the YAML committed in `crds/`.
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
     // Serialising a CRD cannot fail: it is plain data with string keys.

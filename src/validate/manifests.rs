@@ -145,6 +145,12 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                 continue;
             }
             let mut errors = Vec::new();
+            // Misspelt fields first: typed parsing would silently drop them.
+            if let Some(schema) = crate::api::published_schema(kind)
+                && let Ok(json) = serde_json::to_value(&value)
+            {
+                errors.extend(super::unknown_fields::unknown_fields(schema, &json));
+            }
             if api_version != API_VERSION {
                 errors.push(FieldError {
                     path: "apiVersion".into(),
