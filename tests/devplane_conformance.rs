@@ -726,3 +726,99 @@ async fn a_controller_with_the_finalizer_helper_reconciles_end_to_end() {
     controller.abort();
     cluster.finish().await;
 }
+
+#[tokio::test]
+async fn events_are_served_through_both_groups_with_their_field_selectors() {
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
+    let (cluster, widgets) = setup("events-two-groups").await;
+    let ns = cluster.namespace.clone();
+    let w = widgets
+        .create(&PostParams::default(), &widget("w1", 10))
+        .await
+        .unwrap();
+    // Published through events.k8s.io/v1, as the operator does (kube's Recorder
+    // folds the repetition into a series).
+    let recorder = Recorder::new(
+        cluster.client.clone(),
+        Reporter {
+            controller: "patchbay-test".into(),
+            instance: None,
+        },
+    );
+    let warning = Event {
+        type_: EventType::Warning,
+        reason: "DeviceUnreachable".into(),
+        note: Some("cannot reach the device".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    for _ in 0..3 {
+        recorder
+            .publish(&warning, &w.object_ref(&()))
+            .await
+            .unwrap();
+    }
+    let core: Api<CoreEvent> = Api::namespaced(cluster.client.clone(), &ns);
+    let v1: Api<K8sEvent> = Api::namespaced(cluster.client.clone(), &ns);
+    // The core face, with the selectors `kubectl describe` and `kubectl events` use.
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind=Widget,involvedObject.name=w1,involvedObject.namespace={ns},involvedObject.uid={}",
+        w.uid().unwrap()
+    ));
+    let listed = core.list(&lp).await.unwrap().items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let e = &listed[0];
+    assert_eq!(e.message.as_deref(), Some("cannot reach the device"));
+    assert_eq!(e.reason.as_deref(), Some("DeviceUnreachable"));
+    assert_eq!(e.involved_object.name.as_deref(), Some("w1"));
+    assert_eq!(e.reporting_component.as_deref(), Some("patchbay-test"));
+    assert_eq!(e.series.as_ref().map(|s| s.count), Some(Some(3)));
+    // The events.k8s.io face, with its own labels, is the same object.
+    let same = v1
+        .list(&ListParams::default().fields("regarding.kind=Widget,regarding.name=w1,type=Warning"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(same.len(), 1);
+    assert_eq!(same[0].metadata.name, e.metadata.name);
+    assert_eq!(same[0].note.as_deref(), Some("cannot reach the device"));
+    assert_eq!(same[0].series.as_ref().map(|s| s.count), Some(3));
+    // Written through core/v1, read through events.k8s.io/v1.
+    let legacy = CoreEvent {
+        metadata: ObjectMeta {
+            name: Some("w1.legacy".into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Widget".into()),
+            name: Some("w1".into()),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        message: Some("hello from core".into()),
+        reason: Some("Legacy".into()),
+        type_: Some("Normal".into()),
+        count: Some(2),
+        ..Default::default()
+    };
+    core.create(&PostParams::default(), &legacy).await.unwrap();
+    let read = v1.get("w1.legacy").await.unwrap();
+    assert_eq!(read.note.as_deref(), Some("hello from core"));
+    assert_eq!(read.deprecated_count, Some(2));
+    assert_eq!(read.regarding.and_then(|r| r.name).as_deref(), Some("w1"));
+    let both = core
+        .list(&ListParams::default().fields("involvedObject.name=w1"))
+        .await
+        .unwrap();
+    assert_eq!(both.items.len(), 2);
+    // Each group refuses the other's labels, as the API server does.
+    let err = core
+        .list(&ListParams::default().fields("regarding.name=w1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 400 && s.message.contains("field label not supported")),
+        "{err}"
+    );
+    cluster.finish().await;
+}

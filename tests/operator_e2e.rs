@@ -865,3 +865,72 @@ impl Env {
             .collect()
     }
 }
+
+/// Runs the machine's kubectl against the test's cluster; returns stdout.
+fn kubectl(env: &Env, args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&env.cluster.kubeconfig)
+        .arg("--cache-dir")
+        .arg(env.cluster.dir.join("kube-cache"))
+        .arg("--namespace")
+        .arg(env.ns())
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn kubectl_describe_and_events_show_the_ports_transitions_and_failures() {
+    let env = Env::start("kubectl-events").await;
+    env.switch("tor-1", &[("p", "Gi0/1", None)], "Reconcile")
+        .await;
+    env.configuration("cfg", json!({"untaggedVLAN": 95})).await;
+    let device = env.device("tor-1");
+    device.fail_port(&p("Gi0/1"), Some(FixtureFailure::Rejected));
+    env.link("p", Some("cfg")).await;
+    env.wait_for("p", "three failures", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.failure_count.unwrap_or(0) >= 3)
+    })
+    .await;
+    device.fail_port(&p("Gi0/1"), None);
+    env.wait_state("p", PortState::Active).await;
+    let described = kubectl(&env, &["describe", "switchport", "p"]);
+    let events = described
+        .split_once("Events:")
+        .map(|(_, e)| e.to_owned())
+        .unwrap_or_default();
+    // Every transition, and the repeated failure as one line with its count.
+    for want in ["Idle", "Configuring", "Active", "CommandRejected"] {
+        assert!(events.contains(want), "{want} in:\n{described}");
+    }
+    let failure = events
+        .lines()
+        .find(|l| l.contains("CommandRejected"))
+        .unwrap();
+    assert!(failure.contains("Warning"), "{failure}");
+    assert!(failure.contains("(x"), "a series with its count: {failure}");
+    assert!(failure.contains("patchbay"), "{failure}");
+    assert_eq!(
+        events
+            .lines()
+            .filter(|l| l.contains("CommandRejected"))
+            .count(),
+        1,
+        "{events}"
+    );
+    let listed = kubectl(&env, &["events", "--for", "switchport/p"]);
+    for want in ["Configuring", "Active", "CommandRejected", "SwitchPort/p"] {
+        assert!(listed.contains(want), "{want} in:\n{listed}");
+    }
+    env.finish().await;
+}

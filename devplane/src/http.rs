@@ -545,11 +545,18 @@ fn write_options(q: &HashMap<String, String>) -> WriteOptions {
     }
 }
 
-fn selectors(q: &HashMap<String, String>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+fn selectors(
+    q: &HashMap<String, String>,
+    res: &Resource,
+) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
-    let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse_for(
+        q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        &res.group,
+        &res.plural,
+    )
+    .map_err(ApiError::bad_request)?;
     Ok((labels, fields))
 }
 
@@ -600,7 +607,7 @@ async fn object_request(
             watch(shared, &res, &o.version, ns, &q, table, &include_object)
         }
         (Method::GET, None) => {
-            let (labels, fields) = selectors(&q)?;
+            let (labels, fields) = selectors(&q, &res)?;
             let limit = q
                 .get("limit")
                 .and_then(|l| l.parse::<usize>().ok())
@@ -720,7 +727,7 @@ async fn object_request(
                     Ok(json_response(200, &obj, &[]))
                 }
                 None => {
-                    let (labels, fields) = selectors(&q)?;
+                    let (labels, fields) = selectors(&q, &res)?;
                     let items = shared
                         .store()
                         .delete_collection(&key, &o.version, ns, &labels, &fields, &opts)?;
@@ -747,7 +754,7 @@ fn watch(
     table: bool,
     include_object: &str,
 ) -> Result<Response<Body>, ApiError> {
-    let (labels, fields) = selectors(q)?;
+    let (labels, fields) = selectors(q, res)?;
     let rv = q.get("resourceVersion").map(String::as_str);
     let start = shared.store().watch(&res.key(), namespace, rv);
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
@@ -762,7 +769,7 @@ fn watch(
     let version = version.to_owned();
     let namespace = namespace.map(str::to_owned);
     let include_object = include_object.to_owned();
-    let key: ResKey = res.key();
+    let key: ResKey = res.storage_key();
     tokio::spawn(async move {
         let encode = |etype: &str, obj: Value| -> Bytes {
             let mut line =
@@ -779,8 +786,7 @@ fn watch(
         };
         let mut headers_sent = false;
         let mut render = |obj: &Value| -> Value {
-            let mut obj = obj.clone();
-            obj["apiVersion"] = json!(res.api_version(&version));
+            let obj = Store::present(&res, &version, obj);
             if table {
                 let t = table::table(
                     &res,

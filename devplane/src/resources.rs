@@ -69,6 +69,25 @@ impl Resource {
         }
     }
 
+    /// The key its objects are stored under: its own, except for events.k8s.io
+    /// Events, which are core Events served in a second shape
+    /// ([`crate::events`]).
+    pub fn storage_key(&self) -> ResKey {
+        if crate::events::is_events_alias(&self.group, &self.plural) {
+            ResKey {
+                group: String::new(),
+                plural: "events".into(),
+            }
+        } else {
+            self.key()
+        }
+    }
+
+    /// Whether this is the events.k8s.io face of core Events.
+    pub fn is_events_alias(&self) -> bool {
+        crate::events::is_events_alias(&self.group, &self.plural)
+    }
+
     /// `v1` or `group/version`.
     pub fn api_version(&self, version: &str) -> String {
         if self.group.is_empty() {

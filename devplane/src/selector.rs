@@ -118,13 +118,22 @@ impl LabelSelector {
     }
 }
 
-/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+/// A parsed field selector: `metadata.name` and `metadata.namespace` for every
+/// resource, and the labels the API server supports for Events in each group
+/// ([`crate::events::field_label`]), stored as the field they read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
 impl FieldSelector {
-    /// Parses `metadata.name=x,metadata.namespace!=y`.
+    /// Parses `metadata.name=x,metadata.namespace!=y` for any resource.
     pub fn parse(input: &str) -> Result<Self, String> {
+        Self::parse_for(input, "", "")
+    }
+
+    /// Parses a selector for resource `plural` of `group`.
+    pub fn parse_for(input: &str, group: &str, plural: &str) -> Result<Self, String> {
+        let events =
+            plural == "events" && (group.is_empty() || group == crate::events::EVENTS_GROUP);
         let mut reqs = Vec::new();
         for part in split_top(input) {
             let (field, eq, value) = if let Some((f, v)) = part.split_once("!=") {
@@ -137,29 +146,32 @@ impl FieldSelector {
                 return Err(format!("invalid field selector {part:?}"));
             };
             let field = field.trim();
-            if !matches!(field, "metadata.name" | "metadata.namespace") {
-                return Err(format!(
-                    "field label not supported: {field} (only metadata.name and metadata.namespace)"
-                ));
-            }
-            reqs.push((field.to_owned(), eq, value.trim().to_owned()));
+            let stored = match field {
+                "metadata.name" | "metadata.namespace" => field,
+                _ if events => crate::events::field_label(group, field)
+                    .ok_or_else(|| format!("field label not supported: {field}"))?,
+                _ => {
+                    return Err(format!(
+                        "field label not supported: {field} (only metadata.name and metadata.namespace)"
+                    ));
+                }
+            };
+            reqs.push((stored.to_owned(), eq, value.trim().to_owned()));
         }
         Ok(Self(reqs))
     }
 
-    /// Whether `obj` satisfies every requirement.
+    /// Whether `obj` (as stored) satisfies every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, eq, value)| {
-            let key = if field == "metadata.name" {
-                "name"
-            } else {
-                "namespace"
+            let actual = match field.as_str() {
+                "metadata.name" | "metadata.namespace" => obj
+                    .get("metadata")
+                    .and_then(|m| m.get(&field["metadata.".len()..]))
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+                other => crate::events::field_value(obj, other),
             };
-            let actual = obj
-                .get("metadata")
-                .and_then(|m| m.get(key))
-                .and_then(Value::as_str)
-                .unwrap_or("");
             (actual == value) == *eq
         })
     }
@@ -225,5 +237,37 @@ mod tests {
                 .matches(&obj)
         );
         assert!(FieldSelector::parse("spec.x=1").is_err());
+    }
+
+    #[test]
+    fn event_field_selectors_in_both_groups() {
+        let stored = json!({"metadata": {"name": "e1"},
+                            "involvedObject": {"kind": "SwitchPort", "name": "p1"},
+                            "type": "Warning", "reportingComponent": "patchbay"});
+        for (group, selector) in [
+            (
+                "",
+                "involvedObject.kind=SwitchPort,involvedObject.name=p1,type=Warning",
+            ),
+            (
+                "events.k8s.io",
+                "regarding.kind=SwitchPort,regarding.name=p1,reportingController=patchbay",
+            ),
+        ] {
+            let s = FieldSelector::parse_for(selector, group, "events").unwrap();
+            assert!(s.matches(&stored), "{group}: {selector}");
+        }
+        assert!(
+            !FieldSelector::parse_for("involvedObject.name=p2", "", "events")
+                .unwrap()
+                .matches(&stored)
+        );
+        let err = FieldSelector::parse_for("involvedObject.kind=X", "patchbay.dev", "switchports")
+            .unwrap_err();
+        assert!(
+            err.starts_with("field label not supported: involvedObject.kind"),
+            "{err}"
+        );
+        assert!(FieldSelector::parse_for("regarding.kind=X", "", "events").is_err());
     }
 }

@@ -435,7 +435,7 @@ impl Store {
 
     fn obj_key(res: &Resource, namespace: Option<&str>, name: &str) -> ObjKey {
         ObjKey {
-            res: res.key(),
+            res: res.storage_key(),
             namespace: if res.namespaced {
                 namespace.unwrap_or("").to_owned()
             } else {
@@ -445,11 +445,27 @@ impl Store {
         }
     }
 
-    /// Renders a stored object for `version` (no conversion: only apiVersion changes).
-    fn present(res: &Resource, version: &str, obj: &Arc<Value>) -> Value {
-        let mut v = (**obj).clone();
+    /// Renders a stored object as `res` serves it at `version`: the apiVersion, and
+    /// for events.k8s.io Events the conversion from their stored core shape. No
+    /// conversion between versions of one group.
+    pub(crate) fn present(res: &Resource, version: &str, obj: &Value) -> Value {
+        let mut v = if res.is_events_alias() {
+            crate::events::core_to_v1(obj.clone())
+        } else {
+            obj.clone()
+        };
         v["apiVersion"] = json!(res.api_version(version));
         v
+    }
+
+    /// The resource whose storage `res` serves (itself, or core Events for
+    /// events.k8s.io Events).
+    fn storage_res(&self, res: &Arc<Resource>) -> Result<Arc<Resource>, ApiError> {
+        if res.is_events_alias() {
+            self.res(&res.storage_key())
+        } else {
+            Ok(res.clone())
+        }
     }
 
     fn next_uid(&mut self) -> String {
@@ -667,7 +683,7 @@ impl Store {
                 (Some((decoded.0, decoded.1)), decoded.2)
             }
         };
-        let rk = res.key();
+        let rk = res.storage_key();
         let lower = ObjKey {
             res: rk.clone(),
             namespace: match namespace {
@@ -727,9 +743,13 @@ impl Store {
         mut body: Value,
         opts: &WriteOptions,
     ) -> Result<(Value, Vec<String>), ApiError> {
-        let res = self.res(key)?;
+        let requested = self.res(key)?;
+        let res = self.storage_res(&requested)?;
         if !body.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        if requested.is_events_alias() {
+            body = crate::events::v1_to_core(body);
         }
         if let Some(kind) = body.get("kind").and_then(Value::as_str)
             && kind != res.kind
@@ -870,13 +890,13 @@ impl Store {
         meta.insert("creationTimestamp".into(), json!(now()));
         meta.insert("generation".into(), json!(1));
         if opts.dry_run {
-            return Ok((body, warnings));
+            return Ok((Self::present(&requested, version, &body), warnings));
         }
         if let Some(r) = crd_resource {
             self.install(r);
         }
         let stored = self.commit(okey, body, EventType::Added);
-        Ok((Self::present(&res, version, &stored), warnings))
+        Ok((Self::present(&requested, version, &stored), warnings))
     }
 
     fn install(&mut self, r: Resource) {
@@ -895,7 +915,13 @@ impl Store {
         sub: Subresource,
         opts: &WriteOptions,
     ) -> Result<(Value, Vec<String>), ApiError> {
-        let res = self.res(key)?;
+        let requested = self.res(key)?;
+        let res = self.storage_res(&requested)?;
+        let body = if requested.is_events_alias() {
+            crate::events::v1_to_core(body)
+        } else {
+            body
+        };
         let okey = Self::obj_key(&res, namespace, name);
         let old = self
             .objects
@@ -926,7 +952,8 @@ impl Store {
             }
             Some(_) => {}
         }
-        self.write(&res, version, okey, &old, body, sub, opts)
+        let (out, warnings) = self.write(&res, version, okey, &old, body, sub, opts)?;
+        Ok((Self::present(&requested, version, &out), warnings))
     }
 
     /// PATCH of the object or its status (apply patches create when missing).
@@ -942,7 +969,8 @@ impl Store {
         sub: Subresource,
         opts: &WriteOptions,
     ) -> Result<(Value, Vec<String>), ApiError> {
-        let res = self.res(key)?;
+        let requested = self.res(key)?;
+        let res = self.storage_res(&requested)?;
         let okey = Self::obj_key(&res, namespace, name);
         let Some(old) = self.objects.get(&okey).cloned() else {
             if ptype == PatchType::Apply && sub == Subresource::Main {
@@ -955,7 +983,8 @@ impl Store {
             }
             return Err(ApiError::not_found(&res, name));
         };
-        let mut patched = (*old).clone();
+        // The patch is in the requested group's terms.
+        let mut patched = Self::present(&requested, version, &old);
         match ptype {
             PatchType::Merge | PatchType::StrategicMerge | PatchType::Apply => {
                 if !patch.is_object() {
@@ -998,7 +1027,11 @@ impl Store {
         {
             return Err(ApiError::conflict(&res, name));
         }
-        self.write(&res, version, okey, &old, patched, sub, opts)
+        if requested.is_events_alias() {
+            patched = crate::events::v1_to_core(patched);
+        }
+        let (out, warnings) = self.write(&res, version, okey, &old, patched, sub, opts)?;
+        Ok((Self::present(&requested, version, &out), warnings))
     }
 
     /// The shared tail of update and patch: keep server-owned fields, honour the
@@ -1437,7 +1470,7 @@ impl Store {
             None | Some("") | Some("0") => self
                 .objects
                 .iter()
-                .filter(|(k, _)| k.res == res.key())
+                .filter(|(k, _)| k.res == res.storage_key())
                 .filter(|(k, _)| namespace.is_none_or(|ns| !res.namespaced || k.namespace == ns))
                 .map(|(k, o)| {
                     Arc::new(Event {
@@ -1464,7 +1497,7 @@ impl Store {
                 }
                 self.history
                     .iter()
-                    .filter(|e| e.rv > rv && e.res == res.key())
+                    .filter(|e| e.rv > rv && e.res == res.storage_key())
                     .filter(|e| namespace.is_none_or(|ns| !res.namespaced || e.namespace == ns))
                     .cloned()
                     .collect()
