@@ -316,3 +316,62 @@ async fn a_switch_that_goes_away_shows_and_comes_back_with_every_port_reapplied(
     .await;
     env.cluster.finish().await;
 }
+
+#[tokio::test]
+async fn a_corrected_password_in_the_secret_is_used_at_once() {
+    use k8s_openapi::api::core::v1::Secret;
+    let sims = FakeSwitches::start(&[SimSpec::new("tor", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor");
+    let env = Env::start_with("failures-secret", |s| {
+        s.backoff = Backoff {
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(16),
+        };
+        s.drift_interval = Duration::from_secs(60);
+    })
+    .await;
+    env.switch(
+        "tor",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[("p1", "FastEthernet0/1")],
+    )
+    .await;
+    let secrets = env.api::<Secret>();
+    let set_password = |password: String| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "tor-login",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"stringData": {"password": password}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_password("not-the-password".into()).await;
+    env.configuration("access", json!({"untaggedVLAN": 40}))
+        .await;
+    env.link("p1", Some("access")).await;
+    let failing = env
+        .wait_for("p1", "four refused logins", |p| {
+            condition(p, "Ready").is_some_and(|(_, r, _)| r == "AuthenticationFailed")
+                && failure_count(p) >= 4
+        })
+        .await;
+    let error = failing.status.unwrap().last_error.unwrap();
+    assert!(!error.contains("not-the-password"), "{error}");
+    // The next probe is 4 s or more away; the corrected Secret is used now.
+    let fixed = Instant::now();
+    set_password(sim.password.clone()).await;
+    env.wait_state("p1", PortState::Active).await;
+    assert!(
+        fixed.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        fixed.elapsed()
+    );
+    env.cluster.finish().await;
+}
