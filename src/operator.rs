@@ -6,10 +6,15 @@
 //! through kube-rs and device I/O through the per-switch workers.
 //!
 //! Each SwitchPort reconcile dereferences (Switch, ProviderSwitch, Secret,
-//! configuration), asks [`decide`] what to do, writes the new state *before* acting,
+//! configuration, and the digest of them all), asks [`decide`] what to do — with the
+//! time, the port's failures and its switch worker's outage, so a failure waits out
+//! its retry time whatever woke the reconcile — writes the new state *before* acting,
 //! acts, feeds the outcome back, and finally writes status in one place, only when it
 //! changed. Nothing reaches a device before the configuration has been validated
-//! against the port's constraints and the backend's capabilities.
+//! against the port's constraints and the backend's capabilities. Ports are woken by
+//! every input (configuration, Switch, ProviderSwitch, the credentials Secret's
+//! metadata) and by their worker's notices (drift, the switch answering or not).
+//! Events go through the `events` module (repeated Warnings as one series).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
