@@ -15,17 +15,17 @@
 //!
 //! Run: `cargo bench --bench failures` (in `make bench`).
 
-use std::collections::BTreeMap;
+#[path = "support/cluster.rs"]
+mod cluster;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use cluster::{BenchCluster, proc_cpu_ticks};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
 use patchbay::fake_switch::{FakeSwitches, SimSpec, SimSwitch};
 use serde_json::json;
 
@@ -38,14 +38,6 @@ fn window() -> Duration {
             .and_then(|v| v.parse().ok())
             .unwrap_or(60),
     )
-}
-
-fn proc_cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
 async fn create<K>(client: &Client, ns: &str, value: serde_json::Value)
@@ -64,34 +56,24 @@ where
 }
 
 /// Namespace, Secret, ProviderSwitch (pinned to `pin`), Switch with `ports`.
-async fn switch(client: &Client, ns: &str, sim: &SimSwitch, pin: &str, ports: &[(&str, &str)]) {
-    let n = Namespace {
-        metadata: ObjectMeta {
-            name: Some(ns.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &n)
-        .await
-        .unwrap();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("login".into()),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([
-            ("username".to_string(), sim.username.clone()),
-            ("password".to_string(), sim.password.clone()),
-            ("enablePassword".to_string(), sim.enable_password.clone()),
-        ])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+async fn switch(
+    cluster: &BenchCluster,
+    ns: &str,
+    sim: &SimSwitch,
+    pin: &str,
+    ports: &[(&str, &str)],
+) {
+    let client = &cluster.client;
+    cluster
+        .namespace_with_login(
+            ns,
+            &[
+                ("username", &sim.username),
+                ("password", &sim.password),
+                ("enablePassword", &sim.enable_password),
+            ],
+        )
+        .await;
     create::<ProviderSwitch>(
         client,
         ns,
@@ -190,26 +172,8 @@ fn per_minute(n: f64, window: Duration) -> f64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let window = window();
-    let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config {
-        history_limit: 2_000_000,
-        ..Default::default()
-    })
-    .expect("devplane");
-    let dir = std::env::temp_dir().join(format!("patchbay-failbench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
-    let client = Client::try_from(
-        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .unwrap(),
-    )
-    .unwrap();
-    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, crd) in crds() {
-        crd_api.create(&PostParams::default(), &crd).await.unwrap();
-    }
+    let cluster = BenchCluster::start("failbench").await;
+    let (client, kubeconfig) = (cluster.client.clone(), cluster.kubeconfig.clone());
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let sims = FakeSwitches::start(&[
@@ -222,7 +186,7 @@ async fn main() {
 
     let (hk, iv) = (sims.get("hk").clone(), sims.get("iv").clone());
     switch(
-        &client,
+        &cluster,
         "host-key",
         &hk,
         WRONG_PIN,
@@ -231,7 +195,7 @@ async fn main() {
     .await;
     configuration(&client, "host-key", "access", json!({"untaggedVLAN": 10})).await;
     switch(
-        &client,
+        &cluster,
         "invalid",
         &iv,
         &iv.host_key_fingerprint,
@@ -251,7 +215,7 @@ async fn main() {
         ("p3", "FastEthernet0/3"),
         ("p4", "FastEthernet0/4"),
     ];
-    switch(&client, "down", &dn, &dn.host_key_fingerprint, &down_ports).await;
+    switch(&cluster, "down", &dn, &dn.host_key_fingerprint, &down_ports).await;
     configuration(&client, "down", "access", json!({"untaggedVLAN": 20})).await;
 
     let mut operator = Command::new(env!("CARGO_BIN_EXE_patchbay"))
@@ -343,5 +307,4 @@ async fn main() {
         "down: a fresh switch at the same address -> all 4 ports Active in {:.2} s",
         recovery.as_secs_f64()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,17 +7,17 @@
 //! Run: `make bench` (or `cargo bench --bench operator`). Targets: <= 30 s to all
 //! Active, idle RSS <= 64 MiB, idle CPU <= 1 %.
 
+#[path = "support/cluster.rs"]
+mod cluster;
+
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cluster::{BenchCluster, proc_cpu_ticks};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
 use serde_json::json;
 
 const NS: &str = "bench";
@@ -28,15 +28,6 @@ fn env_or(key: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn proc_cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
 fn proc_kib(pid: u32, key: &str) -> u64 {
@@ -102,52 +93,11 @@ async fn main() {
     let switches_n = env_or("BENCH_SWITCHES", 200);
     let ports_n = env_or("BENCH_PORTS", 50);
     let idle_secs = env_or("BENCH_IDLE_SECONDS", 60) as u64;
-    let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config {
-        history_limit: 2_000_000,
-        ..Default::default()
-    })
-    .expect("devplane");
-    let dir = std::env::temp_dir().join(format!("patchbay-opbench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
-    let client = Client::try_from(
-        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .unwrap(),
-    )
-    .unwrap();
-    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, crd) in crds() {
-        crd_api.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(NS.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("login".into()),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([
-            ("username".to_string(), "u".to_string()),
-            ("password".to_string(), "p".to_string()),
-        ])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    let cluster = BenchCluster::start("opbench").await;
+    let (client, kubeconfig) = (cluster.client.clone(), cluster.kubeconfig.clone());
+    cluster
+        .namespace_with_login(NS, &[("username", "u"), ("password", "p")])
+        .await;
     let providers: Api<ProviderSwitch> = Api::namespaced(client.clone(), NS);
     let switches: Api<Switch> = Api::namespaced(client.clone(), NS);
     for s in 0..switches_n {
@@ -279,6 +229,5 @@ async fn main() {
     println!("  targets: <= 30 s to all Active, idle RSS <= 64 MiB, idle CPU <= 1 %");
     let _ = operator.kill();
     let _ = operator.wait();
-    server.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(cluster);
 }

@@ -106,6 +106,8 @@ pub struct Context {
     workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
     /// Publishes Events (Warning repetitions folded into series).
     events: EventPublisher,
+    /// The failures recorded last, per port (see [`FailureLedger`]).
+    ledger: FailureLedger,
     /// Ports to reconcile at a worker's notice (drift, the switch's reachability).
     port_notices: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
     /// SmartNicPorts to reconcile at their provider worker's notice.
@@ -341,6 +343,7 @@ pub async fn run(
         settings,
         backends,
         workers: Mutex::new(HashMap::new()),
+        ledger: FailureLedger::default(),
         port_notices: port_tx,
         smartnic_notices: snic_tx,
         switch_notices: switch_tx,
@@ -572,20 +575,9 @@ fn generic_error_policy<K>(_: Arc<K>, e: &ControllerError, _: Arc<Context>) -> A
     Action::requeue(Duration::from_secs(1))
 }
 
-/// The status of condition `type_`, if set.
-fn condition_status(conditions: &[Condition], type_: &str) -> Option<String> {
-    conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
-}
-
-/// The reason of condition `type_`, if set.
-fn condition_reason(conditions: &[Condition], type_: &str) -> Option<String> {
-    conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.reason.clone())
+/// Condition `type_`, if set.
+fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
 }
 
 fn is_true(map: &std::collections::BTreeMap<String, String>, key: &str) -> bool {
@@ -1136,6 +1128,55 @@ fn timestamp(t: &Option<Time>) -> Option<jiff::Timestamp> {
     t.as_ref().map(|t| t.0)
 }
 
+/// A port's failures: count, attempt key, last failure and retry time.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct FailureRecord {
+    failures: u32,
+    last_attempt: Option<String>,
+    last_failure: Option<jiff::Timestamp>,
+    next_retry: Option<jiff::Timestamp>,
+}
+
+impl FailureRecord {
+    fn of(status: &PortStatus) -> Self {
+        Self {
+            failures: status.failure_count.unwrap_or(0).max(0) as u32,
+            last_attempt: status.last_attempt.clone(),
+            last_failure: timestamp(&status.last_failure_time),
+            next_retry: timestamp(&status.next_retry_time),
+        }
+    }
+}
+
+/// The failures this process recorded last, per port object (by uid: a port
+/// deleted and created again starts afresh). A reconcile may read a cached object that does not show its own latest
+/// status write yet; the retry time must hold all the same, so the newer of the two
+/// records counts. Only failing ports are kept.
+#[derive(Default)]
+struct FailureLedger(Mutex<HashMap<String, FailureRecord>>);
+
+impl FailureLedger {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, FailureRecord>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The newer of `status` and what this process recorded for `key`.
+    fn newest(&self, key: &str, status: FailureRecord) -> FailureRecord {
+        match self.map().get(key) {
+            Some(mine) if mine.last_failure > status.last_failure => mine.clone(),
+            _ => status,
+        }
+    }
+
+    fn record(&self, key: String, record: FailureRecord) {
+        if record.failures == 0 {
+            self.map().remove(&key);
+        } else {
+            self.map().insert(key, record);
+        }
+    }
+}
+
 /// Runs the state machine for one port object: decide, write the state before
 /// acting, act, feed the outcome back, until there is nothing to do; then writes
 /// status once if it changed.
@@ -1175,10 +1216,13 @@ where
             _ => None,
         };
     let mut has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
-    let mut failures = status.failure_count.unwrap_or(0).max(0) as u32;
-    let mut last_attempt = status.last_attempt.clone();
-    let mut last_failure = timestamp(&status.last_failure_time);
-    let mut next_retry = timestamp(&status.next_retry_time);
+    let ledger_key = obj.uid().unwrap_or_default();
+    let FailureRecord {
+        mut failures,
+        mut last_attempt,
+        mut last_failure,
+        mut next_retry,
+    } = ctx.ledger.newest(&ledger_key, FailureRecord::of(&status));
     let mut outcome: Option<Outcome> = None;
     let mut failure: Option<Failure> = None;
     let mut waiting: Option<String> = None;
@@ -1333,6 +1377,15 @@ where
     let Some(d) = decision else {
         return Ok(Action::await_change());
     };
+    ctx.ledger.record(
+        ledger_key,
+        FailureRecord {
+            failures: if removed { 0 } else { failures },
+            last_attempt: last_attempt.clone(),
+            last_failure,
+            next_retry,
+        },
+    );
     if removed {
         ctx.events.forget(&obj.uid().unwrap_or_default());
         return Ok(Action::await_change());
@@ -1349,7 +1402,8 @@ where
     // Switch carries the Warning).
     if let (Health::SwitchDown, None, Some(o)) = (d.health, &failure, &outage)
         && state != Some(PortState::Active)
-        && condition_reason(&old_status.conditions, "Ready").as_deref() != Some(o.error.category())
+        && find_condition(&old_status.conditions, "Ready").map(|c| c.reason.as_str())
+            != Some(o.error.category())
     {
         ctx.events
             .publish(
@@ -1617,7 +1671,8 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
         Ok(entry.worker.reachability())
     }
     .await;
-    let was_reachable = condition_status(&status.conditions, "DeviceReachable");
+    let was_reachable =
+        find_condition(&status.conditions, "DeviceReachable").map(|c| c.status.clone());
     match &verdict {
         Ok(Reachability::Reachable) => {
             set_condition(
@@ -1697,7 +1752,7 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
     }
     match (
         was_reachable.as_deref(),
-        condition_status(&status.conditions, "DeviceReachable").as_deref(),
+        find_condition(&status.conditions, "DeviceReachable").map(|c| c.status.as_str()),
         &verdict,
     ) {
         (prev, Some("False"), Ok(Reachability::Down(o))) if prev != Some("False") => {

@@ -154,6 +154,19 @@ impl Env {
         }
     }
 
+    /// A switch with ports `p1..pN` on `Gi0/1..N`; returns (key, device port) pairs.
+    async fn switch_of(&self, name: &str, n: usize) -> Vec<(String, String)> {
+        let ports: Vec<(String, String)> = (1..=n)
+            .map(|i| (format!("p{i}"), format!("Gi0/{i}")))
+            .collect();
+        let refs: Vec<(&str, &str, Option<&str>)> = ports
+            .iter()
+            .map(|(k, d)| (k.as_str(), d.as_str(), None))
+            .collect();
+        self.switch(name, &refs, "Reconcile").await;
+        ports
+    }
+
     async fn configuration(&self, name: &str, spec: serde_json::Value) {
         let cfg: SwitchPortConfiguration = serde_json::from_value(json!({
             "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
@@ -670,14 +683,7 @@ async fn an_invalid_configuration_is_refused_naming_the_field_and_the_device_is_
 #[tokio::test]
 async fn ports_of_one_switch_are_batched_into_few_sessions() {
     let env = Env::start("batching").await;
-    let ports: Vec<(String, String)> = (1..=12)
-        .map(|i| (format!("p{i}"), format!("Gi0/{i}")))
-        .collect();
-    let refs: Vec<(&str, &str, Option<&str>)> = ports
-        .iter()
-        .map(|(k, d)| (k.as_str(), d.as_str(), None))
-        .collect();
-    env.switch("tor-1", &refs, "Reconcile").await;
+    let ports = env.switch_of("tor-1", 12).await;
     env.configuration("cfg", json!({"untaggedVLAN": 60})).await;
     let device = env.device("tor-1");
     device.clear_log();
@@ -759,14 +765,7 @@ async fn the_skip_cleanup_annotation_deletes_a_dead_switch_without_touching_it()
 #[tokio::test]
 async fn twelve_ports_on_a_dead_switch_cost_one_attempt_per_backoff_step() {
     let env = Env::start("dead-switch").await;
-    let ports: Vec<(String, String)> = (1..=12)
-        .map(|i| (format!("p{i}"), format!("Gi0/{i}")))
-        .collect();
-    let refs: Vec<(&str, &str, Option<&str>)> = ports
-        .iter()
-        .map(|(k, d)| (k.as_str(), d.as_str(), None))
-        .collect();
-    env.switch("tor-1", &refs, "Reconcile").await;
+    let ports = env.switch_of("tor-1", 12).await;
     env.configuration("cfg", json!({"untaggedVLAN": 80})).await;
     let device = env.device("tor-1");
     device.set_unreachable(true);
@@ -852,17 +851,7 @@ async fn a_repeated_failure_is_one_event_series_not_one_event_per_attempt() {
 impl Env {
     /// The Warning Events about `name`.
     async fn warnings(&self, name: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
-        self.api::<k8s_openapi::api::events::v1::Event>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-            })
-            .collect()
+        support::warnings(&self.api(), name).await
     }
 }
 

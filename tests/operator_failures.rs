@@ -19,7 +19,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
-use patchbay::fake_switch::{FakeSwitches, SimSpec};
+use patchbay::fake_switch::{FakeSwitches, SimSpec, SimSwitch};
+use patchbay::settings::Settings;
 use patchbay::state_machine::Backoff;
 use patchbay_providers::{Switch as _, VlanMode};
 use serde_json::json;
@@ -31,6 +32,20 @@ mod ssh_cases;
 use ssh_cases::{backend, port, vlan};
 
 const WRONG_PIN: &str = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+/// Test settings: backoff `base_ms` doubling to `cap_s`, drift interval `drift_s`.
+fn backoff(s: &mut Settings, base_ms: u64, cap_s: u64, drift_s: u64) {
+    s.backoff = Backoff {
+        base: Duration::from_millis(base_ms),
+        cap: Duration::from_secs(cap_s),
+    };
+    s.drift_interval = Duration::from_secs(drift_s);
+}
+
+/// What the simulator itself reports for the VLANs of `dev` (read over SSH).
+async fn access_vlan(sim: &SimSwitch, dev: &str) -> Option<VlanMode> {
+    backend("ios", sim).get_port(&port(dev)).await.ok()?.vlans
+}
 
 fn failure_count(p: &SwitchPort) -> i32 {
     p.status.as_ref().and_then(|s| s.failure_count).unwrap_or(0)
@@ -52,14 +67,7 @@ async fn a_wrong_host_key_is_tried_once_per_backoff_step_and_a_corrected_pin_at_
     let sims = FakeSwitches::start(&[SimSpec::new("tor", "cisco_generic")]).unwrap();
     let sim = sims.get("tor");
     // 0.5 s doubling to 8 s: attempts at about 0, 0.5, 1.5, 3.5, 7.5 s.
-    let env = Env::start_with("failures-hostkey", |s| {
-        s.backoff = Backoff {
-            base: Duration::from_millis(500),
-            cap: Duration::from_secs(8),
-        };
-        s.drift_interval = Duration::from_secs(60);
-    })
-    .await;
+    let env = Env::start_with("failures-hostkey", |s| backoff(s, 500, 8, 60)).await;
     let start = Instant::now();
     env.switch("tor", "ios", sim, WRONG_PIN, &[("p1", "FastEthernet0/1")])
         .await;
@@ -138,13 +146,8 @@ async fn a_wrong_host_key_is_tried_once_per_backoff_step_and_a_corrected_pin_at_
     );
     let s = active.status.unwrap();
     assert!(s.failure_count.is_none() && s.next_retry_time.is_none() && s.last_error.is_none());
-    let device = backend("ios", sim);
     assert_eq!(
-        device
-            .get_port(&port("FastEthernet0/1"))
-            .await
-            .unwrap()
-            .vlans,
+        access_vlan(sim, "FastEthernet0/1").await,
         Some(VlanMode::Access { vlan: vlan(10) })
     );
     let sw = env
@@ -221,13 +224,8 @@ async fn a_configuration_the_switch_cannot_apply_is_refused_once_and_not_retried
         "{:?}",
         fixed.elapsed()
     );
-    let device = backend("ios", sim);
     assert_eq!(
-        device
-            .get_port(&port("FastEthernet0/1"))
-            .await
-            .unwrap()
-            .vlans,
+        access_vlan(sim, "FastEthernet0/1").await,
         Some(VlanMode::Access { vlan: vlan(10) })
     );
     env.cluster.finish().await;
@@ -238,14 +236,7 @@ async fn a_switch_that_goes_away_shows_and_comes_back_with_every_port_reapplied(
     let mut sims = FakeSwitches::start(&[SimSpec::new("tor", "cisco_generic")]).unwrap();
     let sim = sims.get("tor").clone();
     let drift = Duration::from_secs(1);
-    let env = Env::start_with("failures-outage", |s| {
-        s.drift_interval = drift;
-        s.backoff = Backoff {
-            base: Duration::from_millis(500),
-            cap: Duration::from_secs(2),
-        };
-    })
-    .await;
+    let env = Env::start_with("failures-outage", |s| backoff(s, 500, 2, 1)).await;
     let ports = [
         ("p1", "FastEthernet0/1"),
         ("p2", "FastEthernet0/2"),
@@ -322,14 +313,7 @@ async fn a_corrected_password_in_the_secret_is_used_at_once() {
     use k8s_openapi::api::core::v1::Secret;
     let sims = FakeSwitches::start(&[SimSpec::new("tor", "cisco_generic")]).unwrap();
     let sim = sims.get("tor");
-    let env = Env::start_with("failures-secret", |s| {
-        s.backoff = Backoff {
-            base: Duration::from_millis(500),
-            cap: Duration::from_secs(16),
-        };
-        s.drift_interval = Duration::from_secs(60);
-    })
-    .await;
+    let env = Env::start_with("failures-secret", |s| backoff(s, 500, 16, 60)).await;
     env.switch(
         "tor",
         "ios",

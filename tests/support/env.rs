@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
 use patchbay::backends::Backends;
 use patchbay::fake_switch::SimSwitch;
@@ -194,17 +194,7 @@ impl Env {
     /// The Warning Events about the object `name` (of any kind) in the test's
     /// namespace.
     pub async fn warnings(&self, name: &str) -> Vec<Event> {
-        self.api::<Event>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-            })
-            .collect()
+        super::warnings(&self.api(), name).await
     }
 }
 

@@ -142,6 +142,24 @@ impl Drop for Cluster {
     }
 }
 
+/// The Warning Events (events.k8s.io/v1) about the object `name`, of any kind.
+pub async fn warnings(
+    events: &Api<k8s_openapi::api::events::v1::Event>,
+    name: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .collect()
+}
+
 /// Polls `check` every 50 ms until it returns `Some`, or panics after `secs`.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
 where

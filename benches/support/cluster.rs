@@ -1,0 +1,107 @@
+//! What the benchmarks that run the operator as its own process share: devplane with
+//! the CRDs installed, a kubeconfig for `patchbay run`, and a process's CPU ticks.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// devplane in this process, with every patchbay CRD.
+pub struct BenchCluster {
+    /// The server: it serves until this is dropped.
+    _server: patchbay_devplane::DevPlane,
+    /// A scratch directory holding the kubeconfig.
+    pub dir: PathBuf,
+    /// The kubeconfig for `patchbay run`.
+    pub kubeconfig: PathBuf,
+    /// A client.
+    pub client: Client,
+}
+
+impl BenchCluster {
+    /// Starts devplane (with a watch history long enough for the run) and installs
+    /// the CRDs.
+    pub async fn start(tag: &str) -> Self {
+        let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config {
+            history_limit: 2_000_000,
+            ..Default::default()
+        })
+        .expect("devplane");
+        let dir = std::env::temp_dir().join(format!("patchbay-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
+        let client = Client::try_from(
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for (_, crd) in patchbay::api::crds() {
+            crd_api.create(&PostParams::default(), &crd).await.unwrap();
+        }
+        Self {
+            _server: server,
+            dir,
+            kubeconfig,
+            client,
+        }
+    }
+}
+
+impl BenchCluster {
+    /// Creates namespace `ns` and, in it, Secret `login` with these keys
+    /// (`username`, `password`, …).
+    pub async fn namespace_with_login(&self, ns: &str, login: &[(&str, &str)]) {
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some("login".into()),
+                ..Default::default()
+            },
+            string_data: Some(
+                login
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+}
+
+impl Drop for BenchCluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// User + system CPU ticks (1/100 s) a process has used so far.
+pub fn proc_cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
