@@ -61,6 +61,7 @@ fmt-check: deps
 
 clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy --locked --no-default-features --bin patchbay -- -D warnings
 
 unit: deps kubectl fake-switch ovs
 	$(CARGO) test --workspace --locked

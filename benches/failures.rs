@@ -26,7 +26,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
-use patchbay::fake_switch::{FakeSwitches, SimSpec, SimSwitch};
+use patchbay_testbed::{FakeSwitches, SimSpec, SimSwitch};
 use serde_json::json;
 
 const WRONG_PIN: &str = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";

@@ -16,9 +16,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use patchbay::fake_switch::OvsSim;
 use patchbay_providers::ovsdb::{Endpoint, OvsOptions, OvsSwitch};
 use patchbay_providers::values::PortName;
+use patchbay_testbed::OvsSim;
 use support::{median, ops, timed};
 
 fn main() {

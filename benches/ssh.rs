@@ -14,10 +14,10 @@ mod support;
 
 use std::time::Duration;
 
-use patchbay::fake_switch::{FakeSwitches, SimSpec};
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
+use patchbay_testbed::{FakeSwitches, SimSpec};
 use support::{median, ops, timed};
 
 fn main() {
@@ -87,7 +87,7 @@ fn main() {
     );
 
     // The paramiko baseline, same simulator, same run.
-    let python = patchbay::fake_switch::python().unwrap();
+    let python = patchbay_testbed::python().unwrap();
     let dir = std::env::temp_dir().join(format!("patchbay-bench-ssh-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let creds = dir.join("credentials.json");

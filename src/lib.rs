@@ -6,14 +6,9 @@
 //!   and the CLI; it also turns a configuration into a device-level
 //!   [`patchbay_providers::DesiredPort`].
 //! - [`state_machine`]: the pure SwitchPort state machine.
-//! - [`demo`]: the demo walk-through.
 
 pub mod api;
 pub mod backends;
-pub mod demo;
-pub mod demo_cluster;
-pub mod device_cli;
-pub mod fake_switch;
 pub mod operator;
 pub mod settings;
 pub mod state_machine;

@@ -11,7 +11,7 @@ mod ssh_cases;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use patchbay::fake_switch::{FakeSwitches, SimSpec, SimSwitch};
+use patchbay_testbed::{FakeSwitches, SimSpec, SimSwitch};
 use serde_json::json;
 
 struct Files {

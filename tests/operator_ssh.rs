@@ -9,8 +9,8 @@ mod support;
 
 use kube::api::{Patch, PatchParams};
 use patchbay::api::{PortState, SwitchPortConfiguration};
-use patchbay::fake_switch::{FakeSwitches, SimSpec};
 use patchbay_providers::{AdminState, Switch as _, VlanMode};
+use patchbay_testbed::{FakeSwitches, SimSpec};
 use serde_json::json;
 use ssh_cases::{backend, port, vlan};
 use support::env::{Env, condition};

@@ -16,9 +16,9 @@ use patchbay::api::{
     PortState, ProviderSwitch, SmartNicConfiguration, SmartNicPort, SwitchPort,
     SwitchPortConfiguration,
 };
-use patchbay::fake_switch::{FakeSwitches, OvsSim, SimSpec};
 use patchbay::operator::CHAINED_FROM_ANNOTATION;
 use patchbay_providers::{Switch as _, VlanMode};
+use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 use serde_json::json;
 use ssh_cases::{backend, port, vlan};
 use support::env::Env;
@@ -67,7 +67,7 @@ fn vsctl_port(ovs: &OvsSim, port: &str) -> String {
 }
 
 /// tor1 (a simulated Cisco) with one port, `tor1-p1` = FastEthernet0/1.
-async fn tor1(env: &Env, sim: &patchbay::fake_switch::SimSwitch) {
+async fn tor1(env: &Env, sim: &patchbay_testbed::SimSwitch) {
     env.switch(
         "tor1",
         "ios",

@@ -7,12 +7,12 @@ mod support;
 
 use std::time::Duration;
 
-use patchbay::fake_switch::OvsSim;
 use patchbay_providers::ovsdb::{Connection, Endpoint, OvsOptions, OvsSwitch, OvsdbError};
 use patchbay_providers::values::{Description, Mtu, PortName, VlanId};
 use patchbay_providers::{
     AdminState, Capability, DesiredPort, DeviceError, PortChange, PortOperation, Switch, VlanMode,
 };
+use patchbay_testbed::OvsSim;
 use serde_json::json;
 use support::netns::Hosts;
 

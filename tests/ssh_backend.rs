@@ -17,11 +17,11 @@
 mod ssh_cases;
 mod support;
 
-use patchbay::fake_switch::{FakeSwitches, SimSpec};
 use patchbay_providers::cli::HostKeyPolicy;
 use patchbay_providers::{
     AdminState, DesiredPort, DeviceError, PortChange, PortOperation, Switch, VlanMode, diff,
 };
+use patchbay_testbed::{FakeSwitches, SimSpec};
 use ssh_cases::*;
 
 fn updating_golden() -> bool {

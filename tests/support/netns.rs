@@ -10,7 +10,7 @@
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use patchbay::fake_switch::OvsSim;
+use patchbay_testbed::OvsSim;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 

@@ -11,7 +11,7 @@ use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::{Description, Mtu, PortName, VlanId, VlanName, VlanSet};
 use patchbay_providers::{AdminState, Capability, DesiredPort, VlanMode};
 
-use patchbay::fake_switch::SimSwitch;
+use patchbay_testbed::SimSwitch;
 
 /// One dialect under test.
 pub struct DialectCase {

@@ -1,17 +1,55 @@
-//! Starts and stops the switch simulators of `fake-switch/` (fake-switches 1.5.0 in a
-//! Python venv, `make fake-switch`): N switches of given models in one Python process,
-//! each on a free 127.0.0.1 port, described in a JSON file the launcher writes once
-//! every switch listens. Used by the tests, the benchmarks and `make demo`.
+//! The test bed: the real peers patchbay's tests, benchmarks and `make demo` start
+//! and stop — never part of the operator. Starts processes and reads their files
+//! (I/O); talks to nothing but 127.0.0.1 and the network namespace Open vSwitch
+//! runs in.
 //!
-//! Passwords travel in a 0600 spec file, never on a command line; the process is
-//! stopped by the PID this module started (on drop, too).
+//! - [`FakeSwitches`]: the switch simulators of `fake-switch/` (fake-switches 1.5.0
+//!   in a Python venv, `make fake-switch`): N switches of given models in one Python
+//!   process, each on a free (or a given) 127.0.0.1 port, described in a JSON file
+//!   the launcher writes once every switch listens. Passwords travel in a 0600 spec
+//!   file, never on a command line; the process is stopped by the PID this crate
+//!   started (on drop, too).
+//! - [`OvsSim`]: a private Open vSwitch (`fake-switch/ovs.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
+
+/// Why a peer could not be started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A launcher wrote a description that does not parse.
+    #[error("{what}: {source}")]
+    Description {
+        /// Which description.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A peer did not start, or a command against it failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// This crate's results.
+pub type Result<T> = std::result::Result<T, TestbedError>;
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestbedError {
+    let what = what.into();
+    move |source| TestbedError::Io { what, source }
+}
 
 /// One switch to start.
 #[derive(Debug, Clone, Serialize)]
@@ -101,7 +139,8 @@ pub struct FakeSwitches {
 
 /// The repository root (where `fake-switch/` lives).
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(Path::to_path_buf).unwrap_or(here)
 }
 
 /// The venv Python that has fake-switches: `PATCHBAY_FAKE_SWITCH_PYTHON`, else
@@ -112,10 +151,10 @@ pub fn python() -> Result<PathBuf> {
     }
     let p = repo_root().join(".venv/fake-switch/bin/python");
     if !p.exists() {
-        bail!(
+        return Err(TestbedError::Failed(format!(
             "the switch simulators are not installed: run `make fake-switch` (creates {})",
             p.display()
-        );
+        )));
     }
     Ok(p)
 }
@@ -129,16 +168,18 @@ impl FakeSwitches {
             std::process::id(),
             rand_u32()
         ));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
         let spec_path = dir.join("spec.json");
         let out_path = dir.join("switches.json");
         let connection_log = dir.join("connections.log");
         write_private(
             &spec_path,
-            &serde_json::to_vec(&serde_json::json!({
+            serde_json::json!({
                 "switches": specs,
                 "connection_log": connection_log,
-            }))?,
+            })
+            .to_string()
+            .as_bytes(),
         )?;
         let child = Command::new(&python)
             .arg(repo_root().join("fake-switch/launch.py"))
@@ -146,11 +187,12 @@ impl FakeSwitches {
             .arg(&out_path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(
-                dir.join("launcher.log"),
-            )?))
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("launcher.log"))
+                    .map_err(io("creating the launcher's log"))?,
+            ))
             .spawn()
-            .with_context(|| format!("starting {}", python.display()))?;
+            .map_err(io(format!("starting {}", python.display())))?;
         let mut me = Self {
             child,
             dir,
@@ -160,16 +202,27 @@ impl FakeSwitches {
         loop {
             if let Ok(text) = std::fs::read(&out_path) {
                 let d: Description =
-                    serde_json::from_slice(&text).context("launcher description")?;
+                    serde_json::from_slice(&text).map_err(|source| TestbedError::Description {
+                        what: "the launcher's description",
+                        source,
+                    })?;
                 me.switches = d.switches;
                 return Ok(me);
             }
-            if let Some(status) = me.child.try_wait()? {
+            if let Some(status) = me
+                .child
+                .try_wait()
+                .map_err(io("waiting for the launcher"))?
+            {
                 let log = std::fs::read_to_string(me.dir.join("launcher.log")).unwrap_or_default();
-                bail!("the simulator launcher exited ({status}):\n{log}");
+                return Err(TestbedError::Failed(format!(
+                    "the simulator launcher exited ({status}):\n{log}"
+                )));
             }
             if Instant::now() > deadline {
-                bail!("the simulators did not start within 30 s");
+                return Err(TestbedError::Failed(
+                    "the simulators did not start within 30 s".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -227,9 +280,9 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(bytes)?;
-    Ok(())
+        .map_err(io(format!("creating {}", path.display())))?;
+    f.write_all(bytes)
+        .map_err(io(format!("writing {}", path.display())))
 }
 
 /// A private Open vSwitch started by `fake-switch/ovs.py`: ovsdb-server and
@@ -289,23 +342,33 @@ impl OvsSim {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log)?))
+            .stderr(Stdio::from(
+                std::fs::File::create(&log).map_err(io(format!("creating {}", log.display())))?,
+            ))
             .spawn()
-            .context("starting fake-switch/ovs.py")?;
+            .map_err(io("starting fake-switch/ovs.py"))?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(text) = std::fs::read(&out) {
-                let info: OvsInfo = serde_json::from_slice(&text).context("ovs.py description")?;
+                let info: OvsInfo =
+                    serde_json::from_slice(&text).map_err(|source| TestbedError::Description {
+                        what: "ovs.py's description",
+                        source,
+                    })?;
                 let _ = std::fs::remove_file(&log);
                 return Ok(Self { child, out, info });
             }
-            if let Some(status) = child.try_wait()? {
+            if let Some(status) = child.try_wait().map_err(io("waiting for ovs.py"))? {
                 let text = std::fs::read_to_string(&log).unwrap_or_default();
-                bail!("fake-switch/ovs.py exited ({status}):\n{text}");
+                return Err(TestbedError::Failed(format!(
+                    "fake-switch/ovs.py exited ({status}):\n{text}"
+                )));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                bail!("Open vSwitch did not start within 30 s");
+                return Err(TestbedError::Failed(
+                    "Open vSwitch did not start within 30 s".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -330,13 +393,13 @@ impl OvsSim {
             .args(args)
             .env("OVS_RUNDIR", &self.info.dir)
             .output()
-            .context("running ovs-vsctl")?;
+            .map_err(io("running ovs-vsctl"))?;
         if !out.status.success() {
-            bail!(
+            return Err(TestbedError::Failed(format!(
                 "ovs-vsctl {}: {}",
                 args.join(" "),
                 String::from_utf8_lossy(&out.stderr).trim()
-            );
+            )));
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }

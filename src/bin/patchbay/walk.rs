@@ -15,17 +15,17 @@ use patchbay_providers::values::PortName;
 use patchbay_providers::verify::{apply_verified, reset_verified};
 use patchbay_providers::{AdminState, DeviceError, ObservedPort, Switch, VlanMode, diff};
 
-use crate::api::{
+use patchbay::api::{
     ConfigurationRef, DriftPolicy, PortState, SwitchPortConfiguration, SwitchPortDefinition,
     configuration_hash,
 };
-use crate::state_machine::{
+use patchbay::state_machine::{
     AppliedChange, Backoff, FailureKind, Outcome, PortFacts, PortTarget, Step, decide,
 };
-use crate::validate::{PortContext, validate_for_port};
+use patchbay::validate::{PortContext, validate_for_port};
 
-const PROVISIONING: &str = include_str!("../examples/configuration-provisioning.yaml");
-const TENANT: &str = include_str!("../examples/configuration-tenant-web.yaml");
+const PROVISIONING: &str = include_str!("../../../examples/configuration-provisioning.yaml");
+const TENANT: &str = include_str!("../../../examples/configuration-tenant-web.yaml");
 
 /// One line per device read: admin state, VLANs, description.
 pub fn describe(port: &ObservedPort) -> String {
@@ -226,7 +226,7 @@ impl Walk {
 pub async fn run() -> Result<()> {
     println!("patchbay demo — the port state machine on the fixture backend\n");
     println!("CRDs (full YAML: `patchbay crds`):");
-    for (file, crd) in crate::api::crds() {
+    for (file, crd) in patchbay::api::crds() {
         println!(
             "  {:<36} crds/{file}",
             crd.metadata.name.unwrap_or_default()
@@ -274,7 +274,7 @@ pub async fn run() -> Result<()> {
     .await?;
     walk.reconcile("tenant configuration linked", Some(&tenant), false, false)
         .await?;
-    tenant.spec.vlans.push(crate::api::VlanSpec {
+    tenant.spec.vlans.push(patchbay::api::VlanSpec {
         id: 120,
         name: Some("web-backup".into()),
     });
@@ -291,7 +291,7 @@ pub async fn run() -> Result<()> {
     walk.reconcile("periodic drift check", Some(&tenant), false, true)
         .await?;
     let mut bad = tenant.clone();
-    bad.spec.vlans.push(crate::api::VlanSpec {
+    bad.spec.vlans.push(patchbay::api::VlanSpec {
         id: 300,
         name: None,
     });

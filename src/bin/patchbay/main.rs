@@ -10,6 +10,12 @@ use clap::{Parser, Subcommand};
 use patchbay::api;
 use patchbay::validate::manifests::{ValidationReport, validate_manifests};
 
+#[cfg(feature = "devtools")]
+mod demo;
+mod device;
+#[cfg(feature = "devtools")]
+mod walk;
+
 /// patchbay: configures switch and SmartNIC ports from Kubernetes custom resources.
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
@@ -37,6 +43,7 @@ enum Command {
     },
     /// The demo: devplane, the CRDs, examples/, the operator on fixture switches, and
     /// a live table of the ports until Ctrl-C.
+    #[cfg(feature = "devtools")]
     Demo {
         /// Exit 0 once every example port is Active (exit 1 after --timeout-seconds).
         #[arg(long)]
@@ -60,6 +67,7 @@ enum Command {
     Device(DeviceArgs),
     /// Run devplane, a small Kubernetes API server for tests and demos (plain HTTP on
     /// loopback, in memory, no authentication: never for production).
+    #[cfg(feature = "devtools")]
     Devplane {
         /// Address to listen on; port 0 picks a free port.
         #[arg(long, default_value = "127.0.0.1:0", env = "PATCHBAY_DEVPLANE_LISTEN")]
@@ -241,34 +249,31 @@ fn run() -> Result<ExitCode> {
             })
         }
         Command::Device(args) => {
-            use patchbay::device_cli::{Action, InvalidInput, run};
-            let (port, action) = match args.action {
-                DeviceAction::ShowPort { port } => (port, Action::Show),
+            use device::{DeviceCommand, run};
+            let (port, command) = match args.action {
+                DeviceAction::ShowPort { port } => (port, DeviceCommand::Show),
                 DeviceAction::ApplyPort {
                     port,
                     config,
                     dry_run,
-                } => (port, Action::Apply { config, dry_run }),
-                DeviceAction::ResetPort { port } => (port, Action::Reset),
+                } => (port, DeviceCommand::Apply { config, dry_run }),
+                DeviceAction::ResetPort { port } => (port, DeviceCommand::Reset),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            match rt.block_on(run(&args.provider, args.secret.as_deref(), &port, action)) {
+            match rt.block_on(run(&args.provider, args.secret.as_deref(), &port, command)) {
                 Ok(out) => {
                     print!("{out}");
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(e) if e.downcast_ref::<InvalidInput>().is_some() => {
-                    eprintln!("error: invalid input: {e}");
-                    Ok(ExitCode::from(2))
-                }
                 Err(e) => {
-                    eprintln!("error: {e:#}");
-                    Ok(ExitCode::from(1))
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(e.exit_code()))
                 }
             }
         }
+        #[cfg(feature = "devtools")]
         Command::Devplane {
             listen,
             kubeconfig,
@@ -331,13 +336,15 @@ fn run() -> Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "devtools")]
         Command::Demo { walk: true, .. } => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()?;
-            rt.block_on(patchbay::demo::run())?;
+            rt.block_on(walk::run())?;
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "devtools")]
         Command::Demo {
             exit_when_settled,
             timeout_seconds,
@@ -347,7 +354,7 @@ fn run() -> Result<ExitCode> {
                 .worker_threads(2)
                 .enable_all()
                 .build()?;
-            rt.block_on(patchbay::demo_cluster::run(
+            rt.block_on(demo::run(
                 exit_when_settled,
                 std::time::Duration::from_secs(timeout_seconds),
             ))?;

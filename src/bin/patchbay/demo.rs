@@ -1,5 +1,5 @@
 //! The main demo: starts three simulated switches (fake-switches: Cisco IOS, Dell
-//! PowerConnect, Brocade FastIron; see [`crate::fake_switch`]), a private Open
+//! PowerConnect, Brocade FastIron; see [`patchbay_testbed`]), a private Open
 //! vSwitch standing in for a SmartNIC (`fake-switch/ovs.py`, bridge `br-snic` with an
 //! internal port `snic0p0`) and devplane, installs the CRDs, applies `examples/` (with
 //! the simulators' ports and passwords filled into the ProviderSwitches and Secrets),
@@ -21,49 +21,55 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use serde::Deserialize as _;
 
-use crate::api::{
+use patchbay::api::{
     PortStatus, ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, crds,
 };
-use crate::backends::Backends;
-use crate::fake_switch::{FakeSwitches, OvsSim, SimSpec};
-use crate::settings::Settings;
+use patchbay::backends::Backends;
+use patchbay::settings::Settings;
+use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 
 /// The example manifests, in the order a user applies them.
 const EXAMPLES: &[(&str, &str)] = &[
     (
         "00-namespace.yaml",
-        include_str!("../examples/00-namespace.yaml"),
+        include_str!("../../../examples/00-namespace.yaml"),
     ),
     (
         "01-credentials-secret.yaml",
-        include_str!("../examples/01-credentials-secret.yaml"),
+        include_str!("../../../examples/01-credentials-secret.yaml"),
     ),
     (
         "02-provider-switch.yaml",
-        include_str!("../examples/02-provider-switch.yaml"),
+        include_str!("../../../examples/02-provider-switch.yaml"),
     ),
-    ("03-switch.yaml", include_str!("../examples/03-switch.yaml")),
+    (
+        "03-switch.yaml",
+        include_str!("../../../examples/03-switch.yaml"),
+    ),
     (
         "configuration-provisioning.yaml",
-        include_str!("../examples/configuration-provisioning.yaml"),
+        include_str!("../../../examples/configuration-provisioning.yaml"),
     ),
     (
         "configuration-tenant-web.yaml",
-        include_str!("../examples/configuration-tenant-web.yaml"),
+        include_str!("../../../examples/configuration-tenant-web.yaml"),
     ),
     (
         "configuration-tenant-web-acl.yaml",
-        include_str!("../examples/configuration-tenant-web-acl.yaml"),
+        include_str!("../../../examples/configuration-tenant-web-acl.yaml"),
     ),
-    ("04-server.yaml", include_str!("../examples/04-server.yaml")),
+    (
+        "04-server.yaml",
+        include_str!("../../../examples/04-server.yaml"),
+    ),
     (
         "05-switchport-links.yaml",
-        include_str!("../examples/05-switchport-links.yaml"),
+        include_str!("../../../examples/05-switchport-links.yaml"),
     ),
     (
         "06-smartnic.yaml",
-        include_str!("../examples/06-smartnic.yaml"),
+        include_str!("../../../examples/06-smartnic.yaml"),
     ),
 ];
 
@@ -297,7 +303,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         ..Default::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let operator = tokio::spawn(crate::operator::run(
+    let operator = tokio::spawn(patchbay::operator::run(
         client.clone(),
         settings,
         backends,
@@ -351,7 +357,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
             println!("[{:>6.2}s]\n{rendered}\n", started.elapsed().as_secs_f64());
             last = rendered;
         }
-        let states: BTreeMap<String, Option<crate::api::PortState>> = rows
+        let states: BTreeMap<String, Option<patchbay::api::PortState>> = rows
             .iter()
             .map(|r| {
                 (
@@ -363,7 +369,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         let settled = states.len() >= expected
             && states
                 .values()
-                .all(|s| *s == Some(crate::api::PortState::Active));
+                .all(|s| *s == Some(patchbay::api::PortState::Active));
         if settled && !shown_devices {
             shown_devices = true;
             println!(
@@ -418,8 +424,8 @@ async fn device_view(client: &Client, ports: &[Row]) -> String {
                 .ok()?;
             let port = patchbay_providers::values::PortName::parse(&device_port).ok()?;
             use patchbay_providers::Switch as _;
-            let o = if provider.spec.backend == crate::api::Backend::Ovsdb {
-                crate::backends::ovs_switch(&provider)
+            let o = if provider.spec.backend == patchbay::api::Backend::Ovsdb {
+                patchbay::backends::ovs_switch(&provider)
                     .get_port(&port)
                     .await
                     .ok()?
@@ -429,10 +435,10 @@ async fn device_view(client: &Client, ports: &[Row]) -> String {
                     .get(&secret_name)
                     .await
                     .ok()?;
-                let sw = crate::backends::cli_switch(&provider, Some(&secret)).ok()?;
+                let sw = patchbay::backends::cli_switch(&provider, Some(&secret)).ok()?;
                 sw.get_port(&port).await.ok()?
             };
-            let view = crate::device_cli::PortView::from(&o);
+            let view = crate::device::PortView::from(&o);
             Some(format!(
                 "  {switch:<6} {device_port:<16} {}",
                 serde_json::to_string(&view).unwrap_or_default()

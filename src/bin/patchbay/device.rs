@@ -16,23 +16,24 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context as _, Result, anyhow};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use patchbay_providers::cli::CliSwitch;
 use patchbay_providers::values::PortName;
 use patchbay_providers::verify::{apply_verified, reset_verified};
-use patchbay_providers::{AdminState, ObservedPort, PortChange, PortOperation, VlanMode};
+use patchbay_providers::{
+    AdminState, DeviceError, ObservedPort, PortChange, PortOperation, VlanMode,
+};
 use serde::Serialize;
 
-use crate::api::{Backend, ProviderSwitch, SwitchPortConfiguration};
-use crate::backends::cli_switch;
-use crate::validate::unknown_fields::{SECRET_FIELDS, unknown_fields, unknown_top_level};
-use crate::validate::{FieldError, configuration_to_desired, validate_provider};
+use patchbay::api::{Backend, ProviderSwitch, SwitchPortConfiguration};
+use patchbay::backends::cli_switch;
+use patchbay::validate::unknown_fields::{SECRET_FIELDS, unknown_fields, unknown_top_level};
+use patchbay::validate::{FieldError, configuration_to_desired, validate_provider};
 
 /// What to do.
 #[derive(Debug, Clone)]
-pub enum Action {
+pub enum DeviceCommand {
     /// Read a port.
     Show,
     /// Apply a configuration file.
@@ -46,10 +47,49 @@ pub enum Action {
     Reset,
 }
 
-/// A refusal of the input (exit 2), as opposed to a device failure (exit 1).
+/// Why a `patchbay device` command failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidInput(pub String);
+pub enum DeviceCommandError {
+    /// The input is refused (exit 2): nothing was dialled.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// A file could not be read (exit 2).
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The device failed (exit 1).
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+impl DeviceCommandError {
+    /// The process exit code: 2 for input refused before dialling, 1 for a device
+    /// failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DeviceCommandError::InvalidInput(_) | DeviceCommandError::Read { .. } => 2,
+            DeviceCommandError::Device(_) => 1,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, DeviceCommandError>;
+
+fn invalid(message: String) -> DeviceCommandError {
+    DeviceCommandError::InvalidInput(message)
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| DeviceCommandError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
 
 /// Refuses the document when it has fields the schema does not know (they would be
 /// dropped silently and the opposite of what the user meant applied).
@@ -58,49 +98,42 @@ fn refuse_unknown(path: &Path, errors: Vec<FieldError>) -> Result<()> {
         return Ok(());
     }
     let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    Err(anyhow!(InvalidInput(format!(
-        "{}: {}",
-        path.display(),
-        list.join("; ")
-    ))))
+    Err(invalid(format!("{}: {}", path.display(), list.join("; "))))
 }
 
 /// Reads a manifest of `kind`, refusing fields its CRD's schema does not know.
 fn load_manifest<T: serde::de::DeserializeOwned>(path: &Path, kind: &str) -> Result<T> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = read(path)?;
     let value: serde_json::Value = serde_yaml::from_str(&text)
-        .map_err(|e| anyhow!(InvalidInput(format!("{} ({kind}): {e}", path.display()))))?;
-    if let Some(schema) = crate::api::published_schema(kind) {
+        .map_err(|e| invalid(format!("{} ({kind}): {e}", path.display())))?;
+    if let Some(schema) = patchbay::api::published_schema(kind) {
         refuse_unknown(path, unknown_fields(schema, &value))?;
     }
-    serde_json::from_value(value)
-        .map_err(|e| anyhow!(InvalidInput(format!("{} ({kind}): {e}", path.display()))))
+    serde_json::from_value(value).map_err(|e| invalid(format!("{} ({kind}): {e}", path.display())))
 }
 
 /// Reads a Secret manifest, folding `stringData` into `data` as the API server does.
 pub fn load_secret(path: &Path) -> Result<Secret> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = read(path)?;
     let raw: serde_yaml::Value = serde_yaml::from_str(&text)
-        .map_err(|e| anyhow!(InvalidInput(format!("{} (Secret): {e}", path.display()))))?;
+        .map_err(|e| invalid(format!("{} (Secret): {e}", path.display())))?;
     if let Ok(json) = serde_json::to_value(&raw) {
         refuse_unknown(path, unknown_top_level(SECRET_FIELDS, &json))?;
     }
     let string_data: BTreeMap<String, String> = match raw.get("stringData") {
         Some(v) => serde_yaml::from_value(v.clone()).map_err(|_| {
-            anyhow!(InvalidInput(format!(
+            invalid(format!(
                 "{}: stringData must map keys to strings",
                 path.display()
-            )))
+            ))
         })?,
         None => BTreeMap::new(),
     };
     let mut secret: Secret = serde_yaml::from_value(raw).map_err(|_| {
-        anyhow!(InvalidInput(format!(
+        invalid(format!(
             "{}: not a Secret (data values must be base64)",
             path.display()
-        )))
+        ))
     })?;
     let data = secret.data.get_or_insert_with(BTreeMap::new);
     for (k, v) in string_data {
@@ -113,15 +146,14 @@ pub fn load_secret(path: &Path) -> Result<Secret> {
 /// The device of a ProviderSwitch file (and its Secret file).
 pub fn device(provider: &Path, secret: Option<&Path>) -> Result<(ProviderSwitch, CliSwitch)> {
     let provider: ProviderSwitch = load_manifest(provider, "ProviderSwitch")?;
-    validate_provider(&provider.spec).map_err(|e| anyhow!(InvalidInput(e.to_string())))?;
+    validate_provider(&provider.spec).map_err(|e| invalid(e.to_string()))?;
     if provider.spec.backend != Backend::Ssh {
-        return Err(anyhow!(InvalidInput(
-            "spec.backend: `patchbay device` drives ssh devices only so far".into()
-        )));
+        return Err(invalid(
+            "spec.backend: `patchbay device` drives ssh devices only so far".into(),
+        ));
     }
     let secret = secret.map(load_secret).transpose()?;
-    let sw =
-        cli_switch(&provider, secret.as_ref()).map_err(|e| anyhow!(InvalidInput(e.to_string())))?;
+    let sw = cli_switch(&provider, secret.as_ref()).map_err(|e| invalid(e.to_string()))?;
     Ok((provider, sw))
 }
 
@@ -190,16 +222,15 @@ pub async fn run(
     provider: &Path,
     secret: Option<&Path>,
     port: &str,
-    action: Action,
+    command: DeviceCommand,
 ) -> Result<String> {
-    let port = PortName::parse(port)
-        .map_err(|e| anyhow!(InvalidInput(format!("PORT {port:?}: {}", e.0))))?;
+    let port = PortName::parse(port).map_err(|e| invalid(format!("PORT {port:?}: {}", e.0)))?;
     // Parse everything before dialling.
-    let desired = match &action {
-        Action::Apply { config, .. } => {
+    let desired = match &command {
+        DeviceCommand::Apply { config, .. } => {
             let c: SwitchPortConfiguration = load_manifest(config, "SwitchPortConfiguration")?;
             let d = configuration_to_desired(&c.spec, port.clone())
-                .map_err(|e| anyhow!(InvalidInput(format!("{}: {e}", config.display()))))?;
+                .map_err(|e| invalid(format!("{}: {e}", config.display())))?;
             Some(d)
         }
         _ => None,
@@ -209,11 +240,11 @@ pub async fn run(
         let missing = sw.dialect().capabilities().missing_for(d);
         if !missing.is_empty() {
             let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
-            return Err(anyhow!(InvalidInput(format!(
+            return Err(invalid(format!(
                 "the {} dialect cannot configure: {}",
                 sw.dialect().name,
                 names.join(", ")
-            ))));
+            )));
         }
     }
     let view = |o: &ObservedPort| serde_yaml::to_string(&PortView::from(o)).unwrap_or_default();
@@ -222,9 +253,9 @@ pub async fn run(
         PortChange::Unchanged => "unchanged (the device already matched; nothing was sent)",
     };
     use patchbay_providers::Switch as _;
-    Ok(match action {
-        Action::Show => view(&sw.get_port(&port).await?),
-        Action::Apply { dry_run: true, .. } => {
+    Ok(match command {
+        DeviceCommand::Show => view(&sw.get_port(&port).await?),
+        DeviceCommand::Apply { dry_run: true, .. } => {
             let d = desired.expect("parsed above");
             let lines = sw.dry_run(&[PortOperation::Set(d)]).await?;
             if lines.is_empty() {
@@ -233,7 +264,7 @@ pub async fn run(
                 lines.join("\n") + "\n"
             }
         }
-        Action::Apply { .. } => {
+        DeviceCommand::Apply { .. } => {
             let d = desired.expect("parsed above");
             let c = apply_verified(&sw, &d).await?;
             format!(
@@ -242,7 +273,7 @@ pub async fn run(
                 view(&sw.get_port(&port).await?)
             )
         }
-        Action::Reset => {
+        DeviceCommand::Reset => {
             let c = reset_verified(&sw, &port).await?;
             format!(
                 "# {}; read back:\n{}",
