@@ -1,4 +1,4 @@
-//! Turns a ProviderSwitch (and its Secret) into a [`Switch`] backend. Pure apart from
+//! Turns a ProviderSwitch (and its Secret) into a [`Device`] backend. Pure apart from
 //! the in-memory fixture registry.
 //!
 //! Fixture devices live in this process: one per ProviderSwitch (namespace/name),
@@ -13,7 +13,8 @@
 //! `spec.hostKey.knownHostsLine`, the Secret's `knownHosts` (the line naming the
 //! address, `[address]:port`, or the only line); `insecureAcceptAnyHostKey: true`
 //! accepts any key and warns on every connect; with none of these the backend is
-//! refused (`HostKeyNotPinned`) and nothing is dialled.
+//! refused (`HostKeyNotPinned`; an unreadable pin is `HostKeyUnusable`) and nothing
+//! is dialled.
 //!
 //! `ovsdb` builds an [`OvsSwitch`] for the bridge `spec.options.bridge`: OVSDB over
 //! TCP at `address:port` (default 6640; plain TCP, no login — OVSDB has none, so no
@@ -28,12 +29,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use patchbay_providers::Switch;
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::fixture::FixtureSwitch;
 use patchbay_providers::ovsdb::{Endpoint, OvsOptions, OvsSwitch};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
+use patchbay_providers::{Cause, Device};
 
 use crate::api::{Backend, ProviderSwitch};
 
@@ -82,9 +83,21 @@ pub enum BackendError {
         /// The os value.
         os: String,
     },
-    /// No usable host-key pin.
-    #[error("host key: {0}")]
-    HostKey(String),
+    /// No host key is pinned at all.
+    #[error(
+        "host key: no host key pinned: set spec.hostKey (fingerprint or knownHostsLine), put \
+         knownHosts in the Secret, or (labs only) spec.insecureAcceptAnyHostKey"
+    )]
+    HostKeyNotPinned,
+    /// A pin is given but cannot be used.
+    #[error("host key: {pin}: {cause}")]
+    HostKeyUnusable {
+        /// Which pin (`spec.hostKey.knownHostsLine`, `the Secret's knownHosts`).
+        pin: &'static str,
+        /// Why it cannot be used.
+        #[source]
+        cause: Cause,
+    },
 }
 
 impl BackendError {
@@ -93,7 +106,8 @@ impl BackendError {
         match self {
             BackendError::Credentials(_) => "CredentialsInvalid",
             BackendError::Unsupported(_) | BackendError::NoDialect { .. } => "BackendUnsupported",
-            BackendError::HostKey(_) => "HostKeyNotPinned",
+            BackendError::HostKeyNotPinned => "HostKeyNotPinned",
+            BackendError::HostKeyUnusable { .. } => "HostKeyUnusable",
         }
     }
 }
@@ -155,7 +169,7 @@ impl Backends {
         provider: &ProviderSwitch,
         secret: Option<&Secret>,
         ports: &[PortName],
-    ) -> Result<Arc<dyn Switch>, BackendError> {
+    ) -> Result<Arc<dyn Device>, BackendError> {
         check_credentials(provider, secret)?;
         match provider.spec.backend {
             Backend::Fixture => {
@@ -275,24 +289,31 @@ pub fn cli_switch(
         (Some(pin), _) if pin.known_hosts_line.is_some() => HostKeyPolicy::from_known_hosts_line(
             pin.known_hosts_line.as_deref().unwrap_or_default(),
         )
-        .map_err(|e| BackendError::HostKey(format!("spec.hostKey.knownHostsLine: {e}")))?,
+        .map_err(|e| BackendError::HostKeyUnusable {
+            pin: "spec.hostKey.knownHostsLine",
+            cause: Cause::msg(e),
+        })?,
         (_, Some(known)) => {
+            let pin = "the Secret's knownHosts";
             let line = known_hosts_for(known.expose(), &spec.address, port).ok_or_else(|| {
-                BackendError::HostKey(format!(
-                    "the Secret's knownHosts has no line for {} or [{}]:{port}",
-                    spec.address, spec.address
-                ))
+                BackendError::HostKeyUnusable {
+                    pin,
+                    cause: Cause::msg(format!(
+                        "no line for {} or [{}]:{port}",
+                        spec.address, spec.address
+                    )),
+                }
             })?;
-            HostKeyPolicy::from_known_hosts_line(&line)
-                .map_err(|e| BackendError::HostKey(format!("the Secret's knownHosts: {e}")))?
+            HostKeyPolicy::from_known_hosts_line(&line).map_err(|e| {
+                BackendError::HostKeyUnusable {
+                    pin,
+                    cause: Cause::msg(e),
+                }
+            })?
         }
         _ if spec.insecure_accept_any_host_key => HostKeyPolicy::AcceptAny,
         _ => {
-            return Err(BackendError::HostKey(
-                "no host key pinned: set spec.hostKey (fingerprint or knownHostsLine), put \
-                 knownHosts in the Secret, or (labs only) spec.insecureAcceptAnyHostKey"
-                    .into(),
-            ));
+            return Err(BackendError::HostKeyNotPinned);
         }
     };
     let options = spec.options.clone().unwrap_or_default();

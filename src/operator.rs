@@ -32,7 +32,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use patchbay_providers::values::PortName;
-use patchbay_providers::{DesiredPort, PortOperation, Switch as DeviceSwitch, diff};
+use patchbay_providers::{DesiredPort, Device, PortOperation, diff};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -94,7 +94,7 @@ impl ControllerError {
 
 struct WorkerEntry {
     fingerprint: String,
-    device: Arc<dyn DeviceSwitch>,
+    device: Arc<dyn Device>,
     worker: Arc<SwitchWorker>,
 }
 

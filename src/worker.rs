@@ -2,7 +2,7 @@
 //! port operations that arrive within a short window into one batch (one session,
 //! one commit), answers each port with its own result, sweeps the switch for drift
 //! with one read of all its tracked ports, and knows whether the switch answers.
-//! Does device I/O through the [`Switch`] it owns; no Kubernetes.
+//! Does device I/O through the [`Device`] it owns; no Kubernetes.
 //!
 //! Port reconciles talk to it through [`SwitchWorker`]; at most `max_sessions`
 //! batches run against the device at once (1 by default). Reads requested within the
@@ -29,7 +29,7 @@ use jiff::Timestamp;
 use patchbay_providers::values::PortName;
 use patchbay_providers::verify::apply_batch_verified;
 use patchbay_providers::{
-    DesiredPort, DeviceError, ObservedPort, PortChange, PortOperation, Switch, diff,
+    Cause, DesiredPort, Device, DeviceError, ObservedPort, PortChange, PortOperation, diff,
 };
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
@@ -314,7 +314,7 @@ impl Drop for SwitchWorker {
 fn closed() -> WorkerError {
     WorkerError::Device(DeviceError::Protocol {
         during: "handing the operation to the switch worker".into(),
-        detail: "the worker stopped".into(),
+        cause: Cause::msg("the worker stopped"),
     })
 }
 
@@ -322,7 +322,7 @@ impl SwitchWorker {
     /// Starts a worker for `switch`; `probe_ports` are read to check reachability
     /// while no port is tracked. The first check runs at once.
     pub fn spawn(
-        switch: Arc<dyn Switch>,
+        switch: Arc<dyn Device>,
         config: WorkerConfig,
         probe_ports: Vec<PortName>,
         notify: Notifier,
@@ -422,7 +422,7 @@ impl SwitchWorker {
 }
 
 async fn run(
-    switch: Arc<dyn Switch>,
+    switch: Arc<dyn Device>,
     config: WorkerConfig,
     mut rx: mpsc::UnboundedReceiver<Job>,
     shared: Arc<Shared>,
@@ -492,7 +492,7 @@ async fn run(
 /// Runs one batch: all writes in one `apply_batch` (split into rounds only if a port
 /// appears twice), all reads in one `get_ports`. A session failure marks the switch
 /// down (once for the batch) and the operations it hit are answered with the outage.
-async fn run_batch(switch: &dyn Switch, shared: &Shared, batch: Vec<Job>) {
+async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
     let as_probe = lock(&shared.health).probing;
     let outage: Mutex<Option<Outage>> = Mutex::new(None);
     let port_error = |e: DeviceError, key: Option<&PortKey>| {
@@ -535,7 +535,7 @@ async fn run_batch(switch: &dyn Switch, shared: &Shared, batch: Vec<Job>) {
                     let outcome = by_port.remove(op.port()).unwrap_or_else(|| {
                         Err(DeviceError::Protocol {
                             during: format!("configuring {}", op.port()),
-                            detail: "the batch reported no result for this port".into(),
+                            cause: Cause::msg("the batch reported no result for this port"),
                         })
                     });
                     let _ = reply.send(outcome.map_err(|e| port_error(e, key.as_ref())));
@@ -589,7 +589,7 @@ async fn run_batch(switch: &dyn Switch, shared: &Shared, batch: Vec<Job>) {
 /// The drift sweep and reachability check in one read: every tracked port (or one
 /// probe port when none is tracked). Notifies ports whose drift verdict changed and
 /// records whether the switch answered.
-async fn check(switch: &dyn Switch, shared: &Shared) {
+async fn check(switch: &dyn Device, shared: &Shared) {
     let tracked: Vec<(PortKey, DesiredPort)> = lock(&shared.tracking)
         .desired
         .iter()

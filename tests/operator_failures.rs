@@ -21,7 +21,7 @@ use kube::api::{Patch, PatchParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
 use patchbay::settings::Settings;
 use patchbay::state_machine::Backoff;
-use patchbay_providers::{Switch as _, VlanMode};
+use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, SimSpec, SimSwitch};
 use serde_json::json;
 use support::env::{Env, condition, find_condition};

@@ -9,7 +9,7 @@ mod support;
 
 use kube::api::{Patch, PatchParams};
 use patchbay::api::{PortState, SwitchPortConfiguration};
-use patchbay_providers::{AdminState, Switch as _, VlanMode};
+use patchbay_providers::{AdminState, Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, SimSpec};
 use serde_json::json;
 use ssh_cases::{backend, port, vlan};

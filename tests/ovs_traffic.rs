@@ -17,7 +17,7 @@ use patchbay::api::{
     SwitchPortConfiguration,
 };
 use patchbay::operator::CHAINED_FROM_ANNOTATION;
-use patchbay_providers::{Switch as _, VlanMode};
+use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 use serde_json::json;
 use ssh_cases::{backend, port, vlan};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use patchbay_providers::ovsdb::{Connection, Endpoint, OvsOptions, OvsSwitch, OvsdbError};
 use patchbay_providers::values::{Description, Mtu, PortName, VlanId};
 use patchbay_providers::{
-    AdminState, Capability, DesiredPort, DeviceError, PortChange, PortOperation, Switch, VlanMode,
+    AdminState, Capability, DesiredPort, Device, DeviceError, PortChange, PortOperation, VlanMode,
 };
 use patchbay_testbed::OvsSim;
 use serde_json::json;

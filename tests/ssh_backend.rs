@@ -19,7 +19,7 @@ mod support;
 
 use patchbay_providers::cli::HostKeyPolicy;
 use patchbay_providers::{
-    AdminState, DesiredPort, DeviceError, PortChange, PortOperation, Switch, VlanMode, diff,
+    AdminState, DesiredPort, Device, DeviceError, PortChange, PortOperation, VlanMode, diff,
 };
 use patchbay_testbed::{FakeSwitches, SimSpec};
 use ssh_cases::*;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::verify::apply_batch_verified;
-use patchbay_providers::{DesiredPort, PortChange, PortOperation, Switch, VlanMode};
+use patchbay_providers::{DesiredPort, Device, PortChange, PortOperation, VlanMode};
 
 /// The median of `v` (upper middle for even lengths).
 pub fn median(mut v: Vec<Duration>) -> Duration {
@@ -29,7 +29,7 @@ pub fn ops(ports: &[PortName], vlan: u16) -> Vec<PortOperation> {
 
 /// Applies `ops` with `apply_batch_verified` (apply, then one verifying read) and
 /// returns how long it took; every port must have changed.
-pub async fn timed(sw: &dyn Switch, ops: &[PortOperation]) -> Duration {
+pub async fn timed(sw: &dyn Device, ops: &[PortOperation]) -> Duration {
     let t = Instant::now();
     let results = apply_batch_verified(sw, ops).await.expect("batch");
     let elapsed = t.elapsed();

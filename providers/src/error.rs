@@ -4,20 +4,90 @@
 //! backends build them from the command text and device output only, and the
 //! credential-bearing parts of a session never enter an error.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{Capability, PortField};
+
+/// The underlying error of a [`DeviceError`] (an I/O error, a protocol library's
+/// error, or a message where the cause is only words), kept as the error's
+/// `source()` so the chain survives. Cheap to clone; equal when it reads the same.
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// Wraps an error.
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(e))
+    }
+
+    /// A cause that is only a message.
+    pub fn msg(text: impl Into<String>) -> Self {
+        Self(Arc::new(Message(text.into())))
+    }
+
+    /// `error`, which happened while doing `what`.
+    pub fn during(
+        what: impl Into<String>,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(During {
+            what: what.into(),
+            source: Box::new(error),
+        }))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Message(String);
+
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+struct During {
+    what: String,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl std::fmt::Debug for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The wrapped error is the cause itself; its own chain follows it.
+        self.0.source()
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 /// Why a device operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeviceError {
     /// The device could not be reached (connection refused, no route, closed).
-    #[error("cannot reach the device at {address}: {reason}")]
+    #[error("cannot reach the device at {address}: {cause}")]
     Unreachable {
         /// Address and port that were dialled.
         address: String,
         /// What the transport said.
-        reason: String,
+        #[source]
+        cause: Cause,
     },
     /// An operation took longer than its timeout.
     #[error("timed out after {after:?} while {during}")]
@@ -76,12 +146,13 @@ pub enum DeviceError {
         fields: Vec<PortField>,
     },
     /// The device answered something the backend could not understand.
-    #[error("unexpected answer from the device while {during}: {detail}")]
+    #[error("unexpected answer from the device while {during}: {cause}")]
     Protocol {
         /// What was being done.
         during: String,
         /// What was wrong with the answer.
-        detail: String,
+        #[source]
+        cause: Cause,
     },
 }
 
@@ -129,5 +200,33 @@ impl DeviceError {
             DeviceError::VerificationFailed { .. } => "VerificationFailed",
             DeviceError::Protocol { .. } => "ProtocolError",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_device_error_keeps_its_cause_chain() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = DeviceError::Unreachable {
+            address: "10.0.0.1:22".into(),
+            cause: Cause::during("opening a session channel", io),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot reach the device at 10.0.0.1:22: opening a session channel: refused"
+        );
+        let cause = e.source().expect("the cause");
+        assert_eq!(cause.to_string(), "opening a session channel: refused");
+        assert_eq!(
+            cause.source().expect("the I/O error").to_string(),
+            "refused"
+        );
+        assert!(e.is_session_failure() && e.is_transient());
+        // Clones compare equal: batch replies hand the same error to many ports.
+        assert_eq!(e.clone(), e);
     }
 }

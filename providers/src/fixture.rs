@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
+use crate::error::Cause;
 use crate::error::DeviceError;
 use crate::model::{Capabilities, DesiredPort, ObservedPort};
-use crate::switch::{PortChange, PortOperation, PortReads, PortResult, Switch};
 use crate::values::PortName;
 
 /// A failure the fixture can be told to produce.
@@ -245,7 +246,7 @@ impl FixtureSwitch {
         match failure {
             FixtureFailure::Unreachable => DeviceError::Unreachable {
                 address: self.name.clone(),
-                reason: "connection refused (injected)".into(),
+                cause: Cause::msg("connection refused (injected)"),
             },
             FixtureFailure::Timeout => DeviceError::Timeout {
                 during: during.to_owned(),
@@ -260,7 +261,7 @@ impl FixtureSwitch {
             },
             FixtureFailure::SilentlyIgnored => DeviceError::Protocol {
                 during: during.to_owned(),
-                detail: "silently ignored (injected)".into(),
+                cause: Cause::msg("silently ignored (injected)"),
             },
         }
     }
@@ -322,7 +323,7 @@ impl Drop for Session<'_> {
 }
 
 #[async_trait]
-impl Switch for FixtureSwitch {
+impl Device for FixtureSwitch {
     fn capabilities(&self) -> Capabilities {
         self.lock().capabilities.clone()
     }

@@ -1,9 +1,9 @@
 //! patchbay's device layer: the vendor-neutral port model, the strict value grammar,
-//! the [`Switch`] trait every backend implements, and the backends themselves.
+//! the [`Device`] trait every backend implements, and the backends themselves.
 //!
 //! This crate has no Kubernetes dependency. The operator turns custom resources into a
 //! [`DesiredPort`] (through the validated values of [`values`]) and hands it to a
-//! [`Switch`]; backends render it for their device and read the device back into an
+//! [`Device`]; backends render it for their device and read the device back into an
 //! [`ObservedPort`].
 //!
 //! Backends: [`fixture`] (in memory, for tests and the demo), [`cli`] (vendor
@@ -11,20 +11,20 @@
 //! NETCONF and Ansible backends follow in later changes.
 
 pub mod cli;
+pub mod device;
 pub mod error;
 pub mod fixture;
 pub mod model;
 pub mod ovsdb;
 pub mod secret;
-pub mod switch;
 pub mod values;
 pub mod verify;
 
-pub use error::DeviceError;
+#[cfg(any(test, feature = "mocks"))]
+pub use device::MockDevice;
+pub use device::{Device, PortChange, PortOperation, PortReads, PortResult};
+pub use error::{Cause, DeviceError};
 pub use model::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capabilities, Capability,
     DesiredPort, IpVersion, LagMembership, LagMode, ObservedPort, PortField, VlanMode, diff,
 };
-#[cfg(any(test, feature = "mocks"))]
-pub use switch::MockSwitch;
-pub use switch::{PortChange, PortOperation, PortReads, PortResult, Switch};

@@ -1,17 +1,17 @@
 //! Apply-then-read-back: the one way the operator changes a port. Does device I/O only
-//! through the [`Switch`] it is given.
+//! through the [`Device`] it is given.
 //!
 //! A backend's word that it applied something is not enough: every change is read back
 //! and compared with [`diff`], and a mismatch is a [`DeviceError::VerificationFailed`].
 //! A desired state that needs a capability the backend lacks is refused before
 //! anything is sent.
 
+use crate::device::{Device, PortChange, PortOperation, PortResult};
 use crate::error::DeviceError;
 use crate::model::{DesiredPort, diff};
-use crate::switch::{PortChange, PortOperation, PortResult, Switch};
 
 /// Refuses `desired` when the backend lacks a capability it needs.
-pub fn check_capabilities(switch: &dyn Switch, desired: &DesiredPort) -> Result<(), DeviceError> {
+pub fn check_capabilities(switch: &dyn Device, desired: &DesiredPort) -> Result<(), DeviceError> {
     match switch.capabilities().missing_for(desired).first() {
         Some(&capability) => Err(DeviceError::Unsupported { capability }),
         None => Ok(()),
@@ -20,7 +20,7 @@ pub fn check_capabilities(switch: &dyn Switch, desired: &DesiredPort) -> Result<
 
 /// Applies `desired` to its port and proves it by reading the port back.
 pub async fn apply_verified(
-    switch: &dyn Switch,
+    switch: &dyn Device,
     desired: &DesiredPort,
 ) -> Result<PortChange, DeviceError> {
     check_capabilities(switch, desired)?;
@@ -31,7 +31,7 @@ pub async fn apply_verified(
 
 /// Resets the port and proves it is clean by reading it back.
 pub async fn reset_verified(
-    switch: &dyn Switch,
+    switch: &dyn Device,
     port: &crate::values::PortName,
 ) -> Result<PortChange, DeviceError> {
     let change = switch.reset_port(port).await?;
@@ -42,7 +42,7 @@ pub async fn reset_verified(
 /// Applies a batch and verifies every port that reported success with one
 /// `get_ports` read. Ports that fail the capability check are not sent at all.
 pub async fn apply_batch_verified(
-    switch: &dyn Switch,
+    switch: &dyn Device,
     ops: &[PortOperation],
 ) -> Result<Vec<PortResult>, DeviceError> {
     let mut refused = Vec::new();
@@ -95,7 +95,7 @@ pub async fn apply_batch_verified(
     Ok(results)
 }
 
-async fn verify(switch: &dyn Switch, desired: &DesiredPort) -> Result<(), DeviceError> {
+async fn verify(switch: &dyn Device, desired: &DesiredPort) -> Result<(), DeviceError> {
     let observed = switch.get_port(&desired.port).await?;
     let fields = diff(desired, &observed);
     if fields.is_empty() {
@@ -111,8 +111,8 @@ async fn verify(switch: &dyn Switch, desired: &DesiredPort) -> Result<(), Device
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::MockDevice;
     use crate::model::{Capabilities, Capability, ObservedPort, PortField, VlanMode};
-    use crate::switch::MockSwitch;
     use crate::values::{PortName, VlanId};
 
     fn desired_access(vlan: u16) -> DesiredPort {
@@ -126,7 +126,7 @@ mod tests {
     #[tokio::test]
     async fn a_matching_read_back_confirms_the_change() {
         let desired = desired_access(100);
-        let mut sw = MockSwitch::new();
+        let mut sw = MockDevice::new();
         sw.expect_capabilities().return_const(Capabilities::all());
         sw.expect_set_port()
             .times(1)
@@ -144,7 +144,7 @@ mod tests {
     #[tokio::test]
     async fn a_device_that_silently_ignores_the_change_is_caught() {
         let desired = desired_access(100);
-        let mut sw = MockSwitch::new();
+        let mut sw = MockDevice::new();
         sw.expect_capabilities().return_const(Capabilities::all());
         sw.expect_set_port().returning(|_| Ok(PortChange::Changed));
         let mut stale = ObservedPort::from_desired(&desired);
@@ -163,7 +163,7 @@ mod tests {
     #[tokio::test]
     async fn a_missing_capability_sends_nothing() {
         let desired = desired_access(100);
-        let mut sw = MockSwitch::new();
+        let mut sw = MockDevice::new();
         sw.expect_capabilities()
             .return_const(Capabilities::new([Capability::Trunk]));
         sw.expect_set_port().never();
@@ -180,7 +180,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_set_is_not_read_back() {
         let desired = desired_access(100);
-        let mut sw = MockSwitch::new();
+        let mut sw = MockDevice::new();
         sw.expect_capabilities().return_const(Capabilities::all());
         sw.expect_set_port().returning(|_| {
             Err(DeviceError::CommandRejected {

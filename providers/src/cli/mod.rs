@@ -1,4 +1,4 @@
-//! The SSH CLI backend: a [`Switch`] that drives a vendor CLI over an interactive SSH
+//! The SSH CLI backend: a [`Device`] that drives a vendor CLI over an interactive SSH
 //! shell, with the vendor's commands, prompts, errors and show-output parsers taken
 //! from a [`dialect::Dialect`] (data, under `providers/dialects/`).
 //!
@@ -28,10 +28,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use regex::Regex;
 
+use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
+use crate::error::Cause;
 use crate::error::DeviceError;
 use crate::model::{Capabilities, DesiredPort, ObservedPort};
 use crate::secret::SecretString;
-use crate::switch::{PortChange, PortOperation, PortReads, PortResult, Switch};
 use crate::values::{PortName, VlanId, VlanName};
 
 pub use dialect::{Dialect, Plan};
@@ -273,7 +274,7 @@ impl<'a> Session<'a> {
             .captures(&banner)
             .ok_or_else(|| DeviceError::Protocol {
                 during: "logging in".into(),
-                detail: "no prompt".into(),
+                cause: Cause::msg("no prompt"),
             })?;
         let host = caps["host"].to_owned();
         let body = format!(
@@ -282,7 +283,7 @@ impl<'a> Session<'a> {
         );
         let unusable = |e: regex::Error| DeviceError::Protocol {
             during: "logging in".into(),
-            detail: format!("unusable hostname in prompt: {e}"),
+            cause: Cause::during("unusable hostname in prompt", e),
         };
         let prompt = Regex::new(&format!("{body} ?$")).map_err(unusable)?;
         let prompt_body = Regex::new(&body).map_err(unusable)?;
@@ -324,8 +325,9 @@ impl<'a> Session<'a> {
         let Some(spec) = &dialect.session.enable else {
             return Err(DeviceError::Protocol {
                 during: "logging in".into(),
-                detail: "the login landed in user mode and the dialect has no enable command"
-                    .into(),
+                cause: Cause::msg(
+                    "the login landed in user mode and the dialect has no enable command",
+                ),
             });
         };
         let timeout = self.sw.options.command_timeout;
@@ -687,7 +689,7 @@ fn results(
 }
 
 #[async_trait]
-impl Switch for CliSwitch {
+impl Device for CliSwitch {
     fn capabilities(&self) -> Capabilities {
         self.dialect.capabilities()
     }

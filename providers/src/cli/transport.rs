@@ -19,7 +19,7 @@ use russh::{Channel, ChannelMsg, Disconnect};
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::error::DeviceError;
+use crate::error::{Cause, DeviceError};
 use crate::secret::SecretString;
 
 /// How to log in.
@@ -140,10 +140,10 @@ pub struct Shell {
     endpoint: String,
 }
 
-fn unreachable(endpoint: &str, reason: impl Into<String>) -> DeviceError {
+fn unreachable(endpoint: &str, cause: Cause) -> DeviceError {
     DeviceError::Unreachable {
         address: endpoint.to_owned(),
-        reason: reason.into(),
+        cause,
     }
 }
 
@@ -189,7 +189,7 @@ impl Shell {
                         expected: expected.clone(),
                         presented: seen,
                     },
-                    _ => unreachable(&endpoint, e.to_string()),
+                    _ => unreachable(&endpoint, Cause::new(e)),
                 });
             }
         };
@@ -197,7 +197,7 @@ impl Shell {
             Auth::Password(p) => handle
                 .authenticate_password(target.username.clone(), p.expose())
                 .await
-                .map_err(|e| unreachable(&endpoint, format!("during authentication: {e}")))?,
+                .map_err(|e| unreachable(&endpoint, Cause::during("during authentication", e)))?,
             Auth::PrivateKey { pem, passphrase } => {
                 let key = russh::keys::decode_secret_key(
                     pem.expose(),
@@ -209,7 +209,7 @@ impl Shell {
                 let hash = handle
                     .best_supported_rsa_hash()
                     .await
-                    .map_err(|e| unreachable(&endpoint, e.to_string()))?
+                    .map_err(|e| unreachable(&endpoint, Cause::new(e)))?
                     .flatten();
                 handle
                     .authenticate_publickey(
@@ -217,7 +217,9 @@ impl Shell {
                         PrivateKeyWithHashAlg::new(Arc::new(key), hash),
                     )
                     .await
-                    .map_err(|e| unreachable(&endpoint, format!("during authentication: {e}")))?
+                    .map_err(|e| {
+                        unreachable(&endpoint, Cause::during("during authentication", e))
+                    })?
             }
         };
         if !auth.success() {
@@ -226,16 +228,16 @@ impl Shell {
         let channel = handle
             .channel_open_session()
             .await
-            .map_err(|e| unreachable(&endpoint, format!("opening a session channel: {e}")))?;
+            .map_err(|e| unreachable(&endpoint, Cause::during("opening a session channel", e)))?;
         // A wide terminal so long commands and show lines are not wrapped.
         channel
             .request_pty(false, "vt100", 511, 200, 0, 0, &[])
             .await
-            .map_err(|e| unreachable(&endpoint, format!("requesting a pty: {e}")))?;
+            .map_err(|e| unreachable(&endpoint, Cause::during("requesting a pty", e)))?;
         channel
             .request_shell(false)
             .await
-            .map_err(|e| unreachable(&endpoint, format!("requesting a shell: {e}")))?;
+            .map_err(|e| unreachable(&endpoint, Cause::during("requesting a shell", e)))?;
         Ok(Self {
             handle,
             channel,
@@ -254,7 +256,7 @@ impl Shell {
         self.channel
             .data_bytes(text.as_bytes().to_vec())
             .await
-            .map_err(|e| unreachable(&self.endpoint, format!("sending: {e}")))
+            .map_err(|e| unreachable(&self.endpoint, Cause::during("sending", e)))
     }
 
     /// Reads until `done` finds the end of the answer in what has arrived (it returns
@@ -288,7 +290,7 @@ impl Shell {
                 Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => {
                     return Err(unreachable(
                         &self.endpoint,
-                        format!("the device closed the session while {during}"),
+                        Cause::msg(format!("the device closed the session while {during}")),
                     ));
                 }
                 Some(_) => {}

@@ -1,4 +1,4 @@
-//! Open vSwitch as a [`Switch`]: ports of one bridge, configured over OVSDB
+//! Open vSwitch as a [`Device`]: ports of one bridge, configured over OVSDB
 //! (RFC 7047, [`rpc`]) and, for the admin state only, OpenFlow ([`openflow`]).
 //!
 //! | desired | OVSDB columns written |
@@ -36,9 +36,10 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
+use crate::error::Cause;
 use crate::error::DeviceError;
 use crate::model::{AdminState, Capabilities, Capability, DesiredPort, ObservedPort, VlanMode};
-use crate::switch::{PortChange, PortOperation, PortReads, PortResult, Switch};
 use crate::values::{Description, Mtu, PortName, VlanId, VlanSet};
 pub use openflow::PortMod;
 pub use rpc::{Connection, Endpoint, OvsdbError};
@@ -124,7 +125,7 @@ fn columns(vlans: &VlanMode) -> Result<Columns, DeviceError> {
                 // An empty trunks column means every VLAN to OVS: never write it.
                 return Err(DeviceError::Protocol {
                     during: "rendering a trunk".into(),
-                    detail: "a trunk needs at least one VLAN".into(),
+                    cause: Cause::msg("a trunk needs at least one VLAN"),
                 });
             }
             Columns {
@@ -494,7 +495,7 @@ impl OvsSwitch {
             .and_then(|r| r.first().and_then(|r| r["next_cfg"].as_i64()))
             .ok_or_else(|| DeviceError::Protocol {
                 during: "reading next_cfg".into(),
-                detail: "no Open_vSwitch row".into(),
+                cause: Cause::msg("no Open_vSwitch row"),
             })?;
         self.wait_cur_cfg(conn, target).await
     }
@@ -666,7 +667,7 @@ impl OvsSwitch {
 }
 
 #[async_trait]
-impl Switch for OvsSwitch {
+impl Device for OvsSwitch {
     fn capabilities(&self) -> Capabilities {
         let mut caps = vec![
             Capability::AccessVlan,

@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::rpc::OvsdbError;
+use crate::error::Cause;
 
 const VERSION: u8 = 0x01;
 const OFPT_HELLO: u8 = 0;
@@ -93,7 +94,7 @@ pub async fn set_ports_down(
     let endpoint = format!("openflow {target}");
     let io = |e: std::io::Error| OvsdbError::Io {
         endpoint: endpoint.clone(),
-        reason: e.to_string(),
+        cause: Cause::new(e),
     };
     let deadline = Instant::now() + timeout;
     let timed_out = |during: &str| OvsdbError::Timeout {
@@ -134,7 +135,7 @@ pub async fn set_ports_down(
             if n == 0 {
                 return Err(OvsdbError::Io {
                     endpoint: endpoint.clone(),
-                    reason: "the switch closed the OpenFlow connection".into(),
+                    cause: Cause::msg("the switch closed the OpenFlow connection"),
                 });
             }
             buf.extend_from_slice(&chunk[..n]);

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::error::DeviceError;
+use crate::error::{Cause, DeviceError};
 
 /// Where an OVSDB server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,12 +43,13 @@ impl std::fmt::Display for Endpoint {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OvsdbError {
     /// Connecting, reading or writing failed.
-    #[error("cannot talk to the OVSDB server at {endpoint}: {reason}")]
+    #[error("cannot talk to the OVSDB server at {endpoint}: {cause}")]
     Io {
         /// The endpoint.
         endpoint: String,
         /// What the socket said.
-        reason: String,
+        #[source]
+        cause: Cause,
     },
     /// No answer in time.
     #[error("timed out after {after:?} while {during}")]
@@ -90,9 +91,9 @@ pub enum OvsdbError {
 impl From<OvsdbError> for DeviceError {
     fn from(e: OvsdbError) -> Self {
         match e {
-            OvsdbError::Io { endpoint, reason } => DeviceError::Unreachable {
+            OvsdbError::Io { endpoint, cause } => DeviceError::Unreachable {
                 address: endpoint,
-                reason,
+                cause,
             },
             OvsdbError::Timeout { during, after } => DeviceError::Timeout { during, after },
             OvsdbError::Rpc { method, error } => DeviceError::CommandRejected {
@@ -107,7 +108,10 @@ impl From<OvsdbError> for DeviceError {
                     format!("{error}: {details}")
                 },
             },
-            OvsdbError::Protocol { during, detail } => DeviceError::Protocol { during, detail },
+            OvsdbError::Protocol { during, detail } => DeviceError::Protocol {
+                during,
+                cause: Cause::msg(detail),
+            },
         }
     }
 }
@@ -136,7 +140,7 @@ impl Connection {
         let name = endpoint.to_string();
         let io = |e: std::io::Error| OvsdbError::Io {
             endpoint: name.clone(),
-            reason: e.to_string(),
+            cause: Cause::new(e),
         };
         let dial = async {
             Ok::<Box<dyn Stream>, OvsdbError>(match endpoint {
@@ -186,7 +190,7 @@ impl Connection {
             .await
             .map_err(|e| OvsdbError::Io {
                 endpoint: self.endpoint.clone(),
-                reason: e.to_string(),
+                cause: Cause::new(e),
             })
     }
 
@@ -217,12 +221,12 @@ impl Connection {
                 })?
                 .map_err(|e| OvsdbError::Io {
                     endpoint: self.endpoint.clone(),
-                    reason: e.to_string(),
+                    cause: Cause::new(e),
                 })?;
             if n == 0 {
                 return Err(OvsdbError::Io {
                     endpoint: self.endpoint.clone(),
-                    reason: "the server closed the connection".into(),
+                    cause: Cause::msg("the server closed the connection"),
                 });
             }
             self.buf.extend_from_slice(&chunk[..n]);

@@ -423,7 +423,7 @@ async fn device_view(client: &Client, ports: &[Row]) -> String {
                 .await
                 .ok()?;
             let port = patchbay_providers::values::PortName::parse(&device_port).ok()?;
-            use patchbay_providers::Switch as _;
+            use patchbay_providers::Device as _;
             let o = if provider.spec.backend == patchbay::api::Backend::Ovsdb {
                 patchbay::backends::ovs_switch(&provider)
                     .get_port(&port)

@@ -252,7 +252,7 @@ pub async fn run(
         PortChange::Changed => "changed",
         PortChange::Unchanged => "unchanged (the device already matched; nothing was sent)",
     };
-    use patchbay_providers::Switch as _;
+    use patchbay_providers::Device as _;
     Ok(match command {
         DeviceCommand::Show => view(&sw.get_port(&port).await?),
         DeviceCommand::Apply { dry_run: true, .. } => {

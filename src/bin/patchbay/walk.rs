@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use patchbay_providers::fixture::FixtureSwitch;
 use patchbay_providers::values::PortName;
 use patchbay_providers::verify::{apply_verified, reset_verified};
-use patchbay_providers::{AdminState, DeviceError, ObservedPort, Switch, VlanMode, diff};
+use patchbay_providers::{AdminState, Device, DeviceError, ObservedPort, VlanMode, diff};
 
 use patchbay::api::{
     ConfigurationRef, DriftPolicy, PortState, SwitchPortConfiguration, SwitchPortDefinition,

@@ -1,4 +1,4 @@
-//! The [`Switch`] trait every backend implements, and the batch types. The trait is
+//! The [`Device`] trait every backend implements, and the batch types. The trait is
 //! the only way the operator touches a device.
 //!
 //! Contract for implementors:
@@ -69,7 +69,7 @@ pub type PortReads = Vec<(PortName, Result<ObservedPort, DeviceError>)>;
 /// A device that can read and configure ports.
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait]
-pub trait Switch: Send + Sync {
+pub trait Device: Send + Sync {
     /// What this backend can configure on this device.
     fn capabilities(&self) -> Capabilities;
 
