@@ -366,6 +366,13 @@ string_value!(
 );
 
 impl Description {
+    /// A description as a device reports it. One this grammar refuses (for example
+    /// with a `#`) reads as a stand-in that differs from every desired description,
+    /// so the port shows drift and the next apply overwrites it.
+    pub fn read_from_device(text: &str) -> Self {
+        Self::parse(text).unwrap_or_else(|_| Self("(description not readable by patchbay)".into()))
+    }
+
     /// Parses a port description.
     pub fn parse(input: &str) -> Result<Self, ValueError> {
         check_chars(

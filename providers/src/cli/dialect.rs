@@ -461,10 +461,7 @@ impl Dialect {
             admin: Some(admin),
             vlans: Some(vlans),
             mtu: supports(Capability::Mtu).then_some(seen.mtu),
-            description: Some(
-                seen.description
-                    .map(|d| Description::parse(&d).unwrap_or_else(|_| unreadable_description())),
-            ),
+            description: Some(seen.description.map(|d| Description::read_from_device(&d))),
             acl: None,
             lag: None,
         }
@@ -584,13 +581,6 @@ impl Plan {
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty() && self.vlans.is_empty()
     }
-}
-
-/// The stand-in for a description set on the device that this grammar refuses (for
-/// example one with a `#`): it differs from every desired description, so the port
-/// reads as drifted and the next apply overwrites it.
-pub fn unreadable_description() -> Description {
-    Description::parse("(description not readable by patchbay)").expect("valid")
 }
 
 fn vlans_of(mode: &VlanMode) -> Vec<VlanId> {

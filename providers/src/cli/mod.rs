@@ -177,22 +177,50 @@ impl CliSwitch {
     }
 }
 
+/// Whom a configuration line belongs to: a line the device rejects fails its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineOwner {
+    /// Entering configuration mode: its failure fails the batch.
+    Session,
+    /// Creating a VLAN: its failure fails every port that needs the VLAN.
+    Vlan(VlanId),
+    /// A line of the port at this index of the plans.
+    Port(usize),
+}
+
 impl Dialect {
-    /// The whole script for a batch of plans: enter configuration mode, create the
-    /// batch's VLANs once, each port's blocks, leave, save (when `save`). Empty when
-    /// every plan is.
-    pub fn script(&self, plans: &[Plan], save: bool) -> Vec<String> {
+    /// The configuration lines of a batch, each with its owner: enter configuration
+    /// mode, create the batch's VLANs once, then each port's blocks (`plans[i]` is the
+    /// plan of port `i`; an empty plan adds nothing). Empty when every plan is. This
+    /// is what is sent, and what `--dry-run` prints.
+    pub fn configuration_lines(&self, plans: &[Plan]) -> Vec<(LineOwner, String)> {
         if plans.iter().all(Plan::is_empty) {
             return Vec::new();
         }
-        let mut out = vec![self.session.configure.clone()];
+        let mut out = vec![(LineOwner::Session, self.session.configure.clone())];
         for (vlan, name) in batch_vlans(plans) {
-            out.extend(self.create_vlan_lines(vlan, name.as_ref()));
-        }
-        for plan in plans {
-            for block in &plan.blocks {
-                out.extend(block.iter().cloned());
+            for line in self.create_vlan_lines(vlan, name.as_ref()) {
+                out.push((LineOwner::Vlan(vlan), line));
             }
+        }
+        for (i, plan) in plans.iter().enumerate() {
+            for line in plan.blocks.iter().flatten() {
+                out.push((LineOwner::Port(i), line.clone()));
+            }
+        }
+        out
+    }
+
+    /// The whole script for a batch of plans: [`Dialect::configuration_lines`], then
+    /// leaving configuration mode and saving (when `save`). Empty when every plan is.
+    pub fn script(&self, plans: &[Plan], save: bool) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .configuration_lines(plans)
+            .into_iter()
+            .map(|(_, line)| line)
+            .collect();
+        if out.is_empty() {
+            return out;
         }
         out.push(self.session.exit.clone());
         if save {
@@ -603,49 +631,29 @@ impl CliSwitch {
         if outcomes.iter().all(Option::is_some) {
             return Ok(results(ops, outcomes));
         }
-        // The whole configuration in one pipelined write. Every port in it was just
+        // The whole configuration in one pipelined write, the same lines `--dry-run`
+        // prints (ports already decided have empty plans). Every port in it was just
         // read in this session, so entering it cannot fail; each line's answer is
         // still checked and a failure fails the port (or the VLAN's ports) it
         // belongs to.
-        enum Owner {
-            Session,
-            Vlan(VlanId),
-            Port(usize),
-        }
-        let mut lines: Vec<String> = vec![self.dialect.session.configure.clone()];
-        let mut owners: Vec<Owner> = vec![Owner::Session];
-        let todo: Vec<Plan> = plans
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, o)| o.is_none())
-            .map(|(p, _)| p.clone())
-            .collect();
-        for (vlan, name) in batch_vlans(&todo) {
-            for line in self.dialect.create_vlan_lines(vlan, name.as_ref()) {
-                lines.push(line);
-                owners.push(Owner::Vlan(vlan));
+        for (plan, outcome) in plans.iter_mut().zip(&outcomes) {
+            if outcome.is_some() {
+                *plan = Plan::default();
             }
         }
-        for (i, plan) in plans.iter().enumerate() {
-            if outcomes[i].is_some() {
-                continue;
-            }
-            for line in plan.blocks.iter().flatten() {
-                lines.push(line.clone());
-                owners.push(Owner::Port(i));
-            }
-        }
+        let (owners, lines): (Vec<LineOwner>, Vec<String>) =
+            self.dialect.configuration_lines(&plans).into_iter().unzip();
         let answers = s.run_many(&lines, true).await?;
         let mut vlan_errors: BTreeMap<VlanId, DeviceError> = BTreeMap::new();
         let mut port_errors: BTreeMap<usize, DeviceError> = BTreeMap::new();
         for (owner, answer) in owners.iter().zip(answers) {
             let Err(e) = answer else { continue };
             match owner {
-                Owner::Session => return Err(e),
-                Owner::Vlan(v) => {
+                LineOwner::Session => return Err(e),
+                LineOwner::Vlan(v) => {
                     vlan_errors.entry(*v).or_insert(e);
                 }
-                Owner::Port(i) => {
+                LineOwner::Port(i) => {
                     port_errors.entry(*i).or_insert(e);
                 }
             }
@@ -721,5 +729,61 @@ impl Device for CliSwitch {
         let reads = s.read_ports(ports).await;
         s.close().await;
         Ok(ports.iter().cloned().zip(reads?).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DesiredPort, ObservedPort};
+
+    fn access(port: &str, vlan: u16) -> (ObservedPort, DesiredPort) {
+        let p = PortName::parse(port).unwrap();
+        let clean = ObservedPort::from_desired(&DesiredPort::clean(p.clone()));
+        let mut d = DesiredPort::clean(p);
+        d.vlans = crate::model::VlanMode::Access {
+            vlan: VlanId::new(vlan).unwrap(),
+        };
+        (clean, d)
+    }
+
+    #[test]
+    fn what_is_sent_and_what_dry_run_prints_come_from_one_builder() {
+        let dialect = dialect::for_os("ios").unwrap();
+        let (o1, d1) = access("FastEthernet0/1", 10);
+        let (o2, d2) = access("FastEthernet0/2", 10);
+        let (o3, _) = access("FastEthernet0/3", 20);
+        let plans = vec![
+            dialect.plan(&o1, &d1),
+            dialect.plan(&o2, &d2),
+            // A port that already matches: nothing of it is sent.
+            dialect.plan(&o3, &DesiredPort::clean(o3.port.clone())),
+        ];
+        let lines = dialect.configuration_lines(&plans);
+        assert_eq!(lines[0], (LineOwner::Session, "configure terminal".into()));
+        let owners: Vec<LineOwner> = lines.iter().map(|(o, _)| *o).collect();
+        // VLAN 10 is created once for both ports, before any port line.
+        let vlan_lines = owners
+            .iter()
+            .filter(|o| **o == LineOwner::Vlan(VlanId::new(10).unwrap()))
+            .count();
+        assert!(vlan_lines >= 1);
+        let first_port = owners
+            .iter()
+            .position(|o| matches!(o, LineOwner::Port(_)))
+            .unwrap();
+        assert!(
+            owners[first_port..]
+                .iter()
+                .all(|o| matches!(o, LineOwner::Port(_)))
+        );
+        assert!(owners.contains(&LineOwner::Port(0)) && owners.contains(&LineOwner::Port(1)));
+        assert!(!owners.contains(&LineOwner::Port(2)));
+        // The dry-run script is exactly these lines, then leaving and saving.
+        let script = dialect.script(&plans, true);
+        let sent: Vec<String> = lines.into_iter().map(|(_, l)| l).collect();
+        assert_eq!(script[..sent.len()], sent[..]);
+        assert_eq!(script[sent.len()], dialect.session.exit);
+        assert!(dialect.script(&plans[2..], true).is_empty());
     }
 }

@@ -189,10 +189,6 @@ fn vlans_of(row: &PortRow) -> VlanMode {
     }
 }
 
-fn unreadable_description() -> Description {
-    Description::parse("(description not readable by patchbay)").expect("valid")
-}
-
 fn observed(port: &PortName, row: &PortRow, admin_managed: bool) -> ObservedPort {
     let states: Vec<&str> = row
         .ifaces
@@ -218,7 +214,7 @@ fn observed(port: &PortName, row: &PortRow, admin_managed: bool) -> ObservedPort
         description: Some(
             row.description
                 .as_deref()
-                .map(|d| Description::parse(d).unwrap_or_else(|_| unreadable_description())),
+                .map(Description::read_from_device),
         ),
         acl: None,
         lag: None,
