@@ -163,6 +163,16 @@ pub struct Backends {
 }
 
 impl Backends {
+    /// The Switch of `provider` now lists `ports`: an in-memory fixture device grows
+    /// them (a real device has its ports already; nothing is built or dialled).
+    pub fn add_ports(&self, provider: &ProviderSwitch, ports: &[PortName]) {
+        if provider.spec.backend == Backend::Fixture {
+            let _ = self
+                .fixtures
+                .get_or_create(fixture_key(provider), ports, self.fixture_latency);
+        }
+    }
+
     /// The backend for `provider`, serving `ports`.
     pub fn build(
         &self,
@@ -172,24 +182,26 @@ impl Backends {
     ) -> Result<Arc<dyn Device>, BackendError> {
         check_credentials(provider, secret)?;
         match provider.spec.backend {
-            Backend::Fixture => {
-                let key = format!(
-                    "{}/{}",
-                    provider.metadata.namespace.as_deref().unwrap_or("default"),
-                    provider.metadata.name.as_deref().unwrap_or_default()
-                );
-                Ok(Arc::new(self.fixtures.get_or_create(
-                    key,
-                    ports,
-                    self.fixture_latency,
-                )))
-            }
+            Backend::Fixture => Ok(Arc::new(self.fixtures.get_or_create(
+                fixture_key(provider),
+                ports,
+                self.fixture_latency,
+            ))),
             Backend::Ssh => Ok(Arc::new(cli_switch(provider, secret)?)),
             Backend::Netconf => Err(BackendError::Unsupported("netconf")),
             Backend::Ansible => Err(BackendError::Unsupported("ansible")),
             Backend::Ovsdb => Ok(Arc::new(ovs_switch(provider))),
         }
     }
+}
+
+/// The fixture registry's key of a ProviderSwitch: `namespace/name`.
+fn fixture_key(provider: &ProviderSwitch) -> String {
+    format!(
+        "{}/{}",
+        provider.metadata.namespace.as_deref().unwrap_or("default"),
+        provider.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 fn secret_value(secret: Option<&Secret>, key: &str) -> Option<SecretString> {

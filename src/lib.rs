@@ -9,7 +9,7 @@
 
 pub mod api;
 pub mod backends;
-pub mod operator;
+pub mod controllers;
 pub mod settings;
 pub mod state_machine;
 pub mod validate;

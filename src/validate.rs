@@ -344,7 +344,9 @@ pub struct PortContext<'a> {
     pub capabilities: Option<&'a Capabilities>,
 }
 
-fn capability_field(cap: Capability) -> &'static str {
+/// The configuration field that needs `cap` (a configuration needing a capability
+/// the device lacks is refused naming it).
+pub fn capability_field(cap: Capability) -> &'static str {
     match cap {
         Capability::AccessVlan | Capability::NativeVlan => "spec.untaggedVLAN",
         Capability::Trunk => "spec.vlans",
@@ -361,7 +363,7 @@ fn capability_field(cap: Capability) -> &'static str {
 ///
 /// Refused: a disabled port; any VLAN outside the port's `vlanRange`; tagged VLANs on a
 /// port with `trunkDisable`; anything the backend cannot configure.
-pub fn validate_for_port(
+pub fn desired_for_port(
     spec: &SwitchPortConfigurationSpec,
     ctx: &PortContext<'_>,
 ) -> Result<DesiredPort, ValidationErrors> {

@@ -70,10 +70,13 @@ pub enum Notice {
 /// Receives the worker's notices.
 pub type Notifier = Arc<dyn Fn(Notice) + Send + Sync>;
 
-/// A switch that does not answer.
-#[derive(Debug, Clone, PartialEq)]
+/// A switch that does not answer. As an error it reads as its last session failure
+/// (its source).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{error}")]
 pub struct Outage {
     /// The session failure of the last attempt.
+    #[source]
     pub error: DeviceError,
     /// When the first attempt of this outage failed.
     pub since: Timestamp,

@@ -70,7 +70,7 @@ impl Env {
             fixtures: self.fixtures.clone(),
             fixture_latency: self.settings.fixture_latency,
         };
-        let handle = tokio::spawn(patchbay::operator::run(
+        let handle = tokio::spawn(patchbay::controllers::run(
             self.cluster.client.clone(),
             self.settings.clone(),
             backends,
@@ -921,5 +921,63 @@ async fn kubectl_describe_and_events_show_the_ports_transitions_and_failures() {
     for want in ["Configuring", "Active", "CommandRejected", "SwitchPort/p"] {
         assert!(listed.contains(want), "{want} in:\n{listed}");
     }
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_switch_and_its_provider_switch_may_have_different_names() {
+    let env = Env::start("different-names").await;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("rack-7-login".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([
+            ("username".to_string(), "patchbay".to_string()),
+            ("password".to_string(), "x".to_string()),
+        ])),
+        ..Default::default()
+    };
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let provider: ProviderSwitch = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "rack-7-fixture"},
+        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1",
+                 "credentialsSecretRef": {"name": "rack-7-login"}}
+    }))
+    .unwrap();
+    env.api::<ProviderSwitch>()
+        .create(&PostParams::default(), &provider)
+        .await
+        .unwrap();
+    let switch: Switch = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "tor-7"},
+        "spec": {"provider": {"name": "rack-7-fixture"}, "ports": {"p": {"name": "Gi0/1"}}}
+    }))
+    .unwrap();
+    env.api::<Switch>()
+        .create(&PostParams::default(), &switch)
+        .await
+        .unwrap();
+    env.configuration("cfg", json!({"untaggedVLAN": 77})).await;
+    env.wait_state("p", PortState::Idle).await;
+    env.link("p", Some("cfg")).await;
+    let port = env.wait_state("p", PortState::Active).await;
+    let s = port.status.unwrap();
+    assert_eq!(s.switch.as_deref(), Some("tor-7"));
+    assert_eq!(s.provider.as_deref(), Some("rack-7-fixture"));
+    // The device is the provider's: the fixture registry knows it by that name.
+    let device = env
+        .fixtures
+        .get(env.ns(), "rack-7-fixture")
+        .expect("the provider's device");
+    assert_eq!(
+        device.port_state(&p("Gi0/1")).unwrap().vlans,
+        Some(VlanMode::Access { vlan: vlan(77) })
+    );
     env.finish().await;
 }

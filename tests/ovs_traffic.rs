@@ -16,7 +16,7 @@ use patchbay::api::{
     PortState, ProviderSwitch, SmartNicConfiguration, SmartNicPort, SwitchPort,
     SwitchPortConfiguration,
 };
-use patchbay::operator::CHAINED_FROM_ANNOTATION;
+use patchbay::controllers::CHAINED_FROM_ANNOTATION;
 use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 use serde_json::json;

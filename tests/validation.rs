@@ -7,8 +7,8 @@ use patchbay::api::{
     ProviderSwitchSpec, SwitchPortConfigurationSpec, SwitchPortDefinition, SwitchSpec, crds,
 };
 use patchbay::validate::{
-    PortContext, ValidationErrors, configuration_to_desired, validate_configuration,
-    validate_for_port, validate_provider, validate_switch,
+    PortContext, ValidationErrors, configuration_to_desired, desired_for_port,
+    validate_configuration, validate_provider, validate_switch,
 };
 use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{AdminState, Capabilities, Capability, VlanMode};
@@ -198,7 +198,7 @@ fn for_port(
     def: &SwitchPortDefinition,
     caps: Option<&Capabilities>,
 ) -> Result<patchbay_providers::DesiredPort, ValidationErrors> {
-    validate_for_port(
+    desired_for_port(
         spec,
         &PortContext {
             switch: "tor-1",

@@ -104,10 +104,15 @@ pub struct PortStatus {
     /// Lifecycle state; absent until the controller has seen the port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<PortState>,
-    /// The Switch (or SmartNIC provider) this port belongs to, as resolved by the
-    /// controller.
+    /// The Switch this port belongs to, as resolved by the controller (absent for a
+    /// SmartNicPort, which is on no Switch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch: Option<String>,
+    /// The ProviderSwitch through which the port's device is reached (a SwitchPort's
+    /// Switch's provider; a SmartNicPort's `spec.provider`), as resolved by the
+    /// controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     /// The port name on the device, as resolved by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_port: Option<String>,

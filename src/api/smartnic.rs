@@ -24,7 +24,7 @@ use super::switch::ProviderRef;
     category = "patchbay",
     doc = "A port on a SmartNIC's Open vSwitch bridge, chained to the switch port it is cabled to.",
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(name = "Switch", type_ = "string", json_path = ".status.switch"),
+    printcolumn(name = "Provider", type_ = "string", json_path = ".status.provider"),
     printcolumn(name = "Port", type_ = "string", json_path = ".status.devicePort"),
     printcolumn(
         name = "Configuration",

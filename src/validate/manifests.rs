@@ -9,7 +9,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 
 use super::{
-    FieldError, PortContext, ValidationErrors, configuration_to_desired, validate_for_port,
+    FieldError, PortContext, ValidationErrors, configuration_to_desired, desired_for_port,
     validate_provider, validate_server, validate_smartnic_port, validate_switch,
 };
 use crate::api::{
@@ -280,7 +280,7 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
         report.verdicts.push(ObjectVerdict {
             source: "link".into(),
             object: format!("{what} -> SwitchPortConfiguration {cns}/{cname}"),
-            errors: validate_for_port(spec, &ctx)
+            errors: desired_for_port(spec, &ctx)
                 .err()
                 .map(|e| e.0)
                 .unwrap_or_default(),

@@ -48,7 +48,7 @@ impl Env {
         };
         edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(patchbay::operator::run(
+        tokio::spawn(patchbay::controllers::run(
             cluster.client.clone(),
             settings,
             Backends::default(),

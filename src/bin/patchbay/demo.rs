@@ -26,6 +26,7 @@ use patchbay::api::{
     SwitchPortConfiguration, crds,
 };
 use patchbay::backends::Backends;
+use patchbay::controllers::context::fetch_secret;
 use patchbay::settings::Settings;
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 
@@ -88,11 +89,13 @@ where
     Ok(created.name_any())
 }
 
-/// The simulated switch behind each example ProviderSwitch: (name, model).
-const SIMULATED: &[(&str, &str)] = &[
-    ("tor-1", "cisco_generic"),
-    ("tor-2", "dell_generic"),
-    ("tor-3", "brocade_generic"),
+/// The simulated switch behind each example ProviderSwitch: (ProviderSwitch,
+/// simulator hostname, model). A ProviderSwitch need not be named after its Switch:
+/// tor-2's is `tor-2-ssh`.
+const SIMULATED: &[(&str, &str, &str)] = &[
+    ("tor-1", "tor-1", "cisco_generic"),
+    ("tor-2-ssh", "tor-2", "dell_generic"),
+    ("tor-3", "tor-3", "brocade_generic"),
 ];
 
 /// Points the example ProviderSwitches and Secrets at the simulators.
@@ -102,6 +105,10 @@ fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches, ovs: &OvsSim
         .as_str()
         .unwrap_or_default()
         .to_owned();
+    let sim_of_provider = SIMULATED
+        .iter()
+        .find(|(provider, _, _)| *provider == name)
+        .and_then(|(_, host, _)| sims.switches.iter().find(|s| s.name == *host));
     match kind.as_str() {
         "ProviderSwitch" if name == SMARTNIC.0 => {
             doc["spec"]["address"] = ovs.info.ovsdb_address.clone().into();
@@ -110,7 +117,7 @@ fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches, ovs: &OvsSim
                 ovs.openflow(SMARTNIC.1).unwrap_or_default().into();
         }
         "ProviderSwitch" => {
-            if let Some(sim) = sims.switches.iter().find(|s| s.name == name) {
+            if let Some(sim) = sim_of_provider {
                 doc["spec"]["address"] = sim.address.clone().into();
                 doc["spec"]["port"] = u64::from(sim.port).into();
                 doc["spec"]["hostKey"]["fingerprint"] = sim.host_key_fingerprint.clone().into();
@@ -206,7 +213,7 @@ fn table(ports: &[Row]) -> String {
             p.kind.to_owned(),
             p.namespace.clone(),
             p.name.clone(),
-            s.switch.unwrap_or_default(),
+            s.switch.or(s.provider).unwrap_or_default(),
             s.device_port.unwrap_or_default(),
             s.state
                 .map(|x| x.to_string())
@@ -236,7 +243,7 @@ fn table(ports: &[Row]) -> String {
 pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     let specs: Vec<SimSpec> = SIMULATED
         .iter()
-        .map(|(name, model)| SimSpec::new(name, model))
+        .map(|(_, name, model)| SimSpec::new(name, model))
         .collect();
     let sims = FakeSwitches::start(&specs).context("starting the simulated switches")?;
     println!(
@@ -303,7 +310,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         ..Default::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let operator = tokio::spawn(patchbay::operator::run(
+    let operator = tokio::spawn(patchbay::controllers::run(
         client.clone(),
         settings,
         backends,
@@ -405,47 +412,36 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     result
 }
 
-/// Each port as its device reports it (read with the same backends: SSH for the
-/// switches, OVSDB for the SmartNIC).
+/// Each port as its device reports it: the port's ProviderSwitch (`status.provider`)
+/// and its Secret, a backend built the way the operator builds it
+/// ([`Backends::build`]), one read.
 async fn device_view(client: &Client, ports: &[Row]) -> String {
     let mut out = String::new();
     for p in ports {
-        let (Some(switch), Some(device_port)) = (
-            p.status.as_ref().and_then(|s| s.switch.clone()),
-            p.status.as_ref().and_then(|s| s.device_port.clone()),
-        ) else {
+        let status = p.status.clone().unwrap_or_default();
+        let (Some(provider_name), Some(device_port)) = (status.provider, status.device_port) else {
             continue;
         };
-        let ns = p.namespace.clone();
+        let device = status.switch.unwrap_or_else(|| provider_name.clone());
         let line = async {
-            let provider = Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
-                .get(&switch)
+            let provider = Api::<ProviderSwitch>::namespaced(client.clone(), &p.namespace)
+                .get(&provider_name)
                 .await
                 .ok()?;
+            let secret = fetch_secret(client, &provider).await.ok()?;
             let port = patchbay_providers::values::PortName::parse(&device_port).ok()?;
-            use patchbay_providers::Device as _;
-            let o = if provider.spec.backend == patchbay::api::Backend::Ovsdb {
-                patchbay::backends::ovs_switch(&provider)
-                    .get_port(&port)
-                    .await
-                    .ok()?
-            } else {
-                let secret_name = provider.spec.credentials_secret_ref.as_ref()?.name.clone();
-                let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-                    .get(&secret_name)
-                    .await
-                    .ok()?;
-                let sw = patchbay::backends::cli_switch(&provider, Some(&secret)).ok()?;
-                sw.get_port(&port).await.ok()?
-            };
-            let view = crate::device::PortView::from(&o);
+            let backend = Backends::default()
+                .build(&provider, secret.as_ref(), std::slice::from_ref(&port))
+                .ok()?;
+            let observed = backend.get_port(&port).await.ok()?;
+            let view = crate::device::PortView::from(&observed);
             Some(format!(
-                "  {switch:<6} {device_port:<16} {}",
+                "  {device:<6} {device_port:<16} {}",
                 serde_json::to_string(&view).unwrap_or_default()
             ))
         }
         .await
-        .unwrap_or_else(|| format!("  {switch:<6} {device_port:<16} (could not read)"));
+        .unwrap_or_else(|| format!("  {device:<6} {device_port:<16} (could not read)"));
         out.push_str(&line);
         out.push('\n');
     }

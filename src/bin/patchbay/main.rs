@@ -331,7 +331,7 @@ fn run() -> Result<ExitCode> {
                     fixture_latency: settings.fixture_latency,
                     ..Default::default()
                 };
-                patchbay::operator::run(client, settings, backends, shutdown_signal()).await;
+                patchbay::controllers::run(client, settings, backends, shutdown_signal()).await;
                 anyhow::Ok(())
             })?;
             Ok(ExitCode::SUCCESS)

@@ -22,7 +22,7 @@ use patchbay::api::{
 use patchbay::state_machine::{
     AppliedChange, Backoff, FailureKind, Outcome, PortFacts, PortTarget, Step, decide,
 };
-use patchbay::validate::{PortContext, validate_for_port};
+use patchbay::validate::{PortContext, desired_for_port};
 
 const PROVISIONING: &str = include_str!("../../../examples/configuration-provisioning.yaml");
 const TENANT: &str = include_str!("../../../examples/configuration-tenant-web.yaml");
@@ -109,7 +109,7 @@ impl Walk {
                     definition: &self.definition,
                     capabilities: Some(&caps),
                 };
-                match validate_for_port(&config.spec, &ctx) {
+                match desired_for_port(&config.spec, &ctx) {
                     Err(e) => {
                         println!("    refused: {e}");
                         Outcome::Failed(FailureKind::Invalid)
@@ -132,7 +132,7 @@ impl Walk {
                     definition: &self.definition,
                     capabilities: None,
                 };
-                let desired = validate_for_port(&config.spec, &ctx)?;
+                let desired = desired_for_port(&config.spec, &ctx)?;
                 match self.switch.get_port(&port).await {
                     Ok(observed) if diff(&desired, &observed).is_empty() => Outcome::InSync,
                     Ok(observed) => {

@@ -28,6 +28,8 @@ use kube::runtime::events::Reporter;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use super::status::Severity;
+
 /// Most open Warning series remembered at once.
 pub const MAX_SERIES: usize = 4096;
 /// A series not seen for this long starts a new Event (the API server's Event TTL
@@ -55,15 +57,6 @@ pub struct EventPublisher {
     client: Client,
     reporter: Reporter,
     series: Mutex<HashMap<SeriesKey, Series>>,
-}
-
-/// Normal or Warning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Severity {
-    /// Something went as expected (a transition).
-    Normal,
-    /// Something failed.
-    Warning,
 }
 
 impl EventPublisher {

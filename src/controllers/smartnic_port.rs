@@ -36,20 +36,23 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use patchbay_providers::values::PortName;
-use patchbay_providers::{Capability, DesiredPort};
+use patchbay_providers::{Capabilities, Capability, DesiredPort};
 use serde_json::json;
+use tracing::Instrument;
 
-use super::{
-    Context, ControllerError, Drive, Failure, PortDevice, SKIP_CLEANUP_ANNOTATION, WorkerEntry,
-    drive, inputs_digest, is_true,
-};
+use super::context::{Context, smartnic_worker_key};
+use super::failure::Failure;
+use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive};
+use super::port_record::KubeRecord;
+use super::{ControllerError, SKIP_CLEANUP_ANNOTATION, inputs_digest, is_true, requeue_action};
 use crate::api::{
     Backend, ConfigurationRef, DriftPolicy, PortState, ProviderSwitch, SmartNicConfiguration,
     SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
 };
-use crate::state_machine::{FailureKind, Outcome, PortTarget};
+use crate::state_machine::{Outcome, PortTarget};
 use crate::validate::{
-    smartnic_configuration_to_desired, validate_provider, validate_smartnic_port,
+    FieldError, ValidationErrors, capability_field, smartnic_configuration_to_desired,
+    validate_provider, validate_smartnic_port,
 };
 use crate::worker::PortKey;
 
@@ -161,7 +164,9 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
     })
 }
 
-struct SmartRun<'a> {
+/// A SmartNicPort's steps: its bridge port through the provider's worker, and the
+/// chain to its next SwitchPort.
+struct SmartNicSteps<'a> {
     ctx: &'a Context,
     port: &'a SmartNicPort,
     world: World,
@@ -169,18 +174,7 @@ struct SmartRun<'a> {
     waiting: Mutex<Option<String>>,
 }
 
-fn capability_field(c: Capability) -> &'static str {
-    match c {
-        Capability::Disable => "spec.disabled",
-        Capability::Mtu => "spec.mtu",
-        Capability::Description => "spec.description",
-        Capability::AccessVlan | Capability::NativeVlan => "spec.untaggedVLAN",
-        Capability::Trunk => "spec.vlans",
-        Capability::Acl | Capability::LinkAggregation => "spec",
-    }
-}
-
-impl SmartRun<'_> {
+impl SmartNicSteps<'_> {
     fn me(&self) -> String {
         format!(
             "{}/{}",
@@ -198,28 +192,19 @@ impl SmartRun<'_> {
     /// claimed by another SmartNicPort or configured by somebody else.
     async fn claim(&self, chain: &Chain) -> Result<bool, Failure> {
         let Some(next) = &chain.port else {
-            return Err(Failure::new(
-                FailureKind::Transient,
-                "NextPortNotFound",
-                format!(
-                    "SwitchPort {}/{} (spec.nextPortRef) not found",
-                    chain.port_ns, chain.port_name
-                ),
-            ));
+            return Err(Failure::NextPortNotFound {
+                port: format!("{}/{}", chain.port_ns, chain.port_name),
+            });
         };
         let me = self.me();
         let claimed_by = next.annotations().get(CHAINED_FROM_ANNOTATION);
         if let Some(other) = claimed_by
             && *other != me
         {
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "NextPortClaimed",
-                format!(
-                    "spec.nextPortRef: SwitchPort {}/{} is already chained from SmartNicPort {other}",
-                    chain.port_ns, chain.port_name
-                ),
-            ));
+            return Err(Failure::NextPortClaimed {
+                port: format!("{}/{}", chain.port_ns, chain.port_name),
+                by: other.clone(),
+            });
         }
         let carries = next.spec.configuration.as_ref().map(|r| ConfigurationRef {
             name: r.name.clone(),
@@ -229,15 +214,10 @@ impl SmartRun<'_> {
             && let Some(c) = &carries
             && *c != chain.config
         {
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "NextPortInUse",
-                format!(
-                    "spec.nextPortRef: SwitchPort {}/{} carries SwitchPortConfiguration {} set \
-                     outside this SmartNicPort; clear it first",
-                    chain.port_ns, chain.port_name, c.name
-                ),
-            ));
+            return Err(Failure::NextPortInUse {
+                port: format!("{}/{}", chain.port_ns, chain.port_name),
+                configuration: c.name.clone(),
+            });
         }
         if claimed_by.is_some() && carries.as_ref() == Some(&chain.config) {
             return Ok(false);
@@ -251,8 +231,7 @@ impl SmartRun<'_> {
                 "spec": {"configuration": chain.config},
             })),
         )
-        .await
-        .map_err(|e| Failure::new(FailureKind::Transient, "KubernetesError", e.to_string()))?;
+        .await?;
         Ok(true)
     }
 
@@ -323,96 +302,72 @@ impl SmartRun<'_> {
             {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(Failure::new(
-                        FailureKind::Transient,
-                        "KubernetesError",
-                        e.to_string(),
-                    ));
-                }
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(pending)
     }
 }
 
-impl PortDevice for SmartRun<'_> {
-    fn worker(&self) -> Result<Arc<WorkerEntry>, Failure> {
-        if let Err(e) = validate_smartnic_port(&self.port.spec) {
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "InvalidSmartNicPort",
-                e.to_string(),
-            ));
-        }
+impl PortSteps for SmartNicSteps<'_> {
+    fn device(&self) -> Result<DeviceHandle, Failure> {
+        validate_smartnic_port(&self.port.spec).map_err(Failure::InvalidSmartNicPort)?;
         let Some(provider) = &self.world.provider else {
-            return Err(Failure::new(
-                FailureKind::Transient,
-                "ProviderNotFound",
-                format!(
-                    "ProviderSwitch {:?} (spec.provider) not found",
-                    self.port.spec.provider.name
-                ),
-            ));
+            return Err(Failure::ProviderNotFound {
+                name: self.port.spec.provider.name.clone(),
+                field: "spec.provider",
+            });
         };
         if provider.spec.backend != Backend::Ovsdb {
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "InvalidProvider",
-                format!(
-                    "spec.provider: ProviderSwitch {} is not an Open vSwitch (backend ovsdb)",
-                    provider.name_any()
-                ),
-            ));
+            return Err(Failure::ProviderNotOvs {
+                name: provider.name_any(),
+            });
         }
-        if let Err(e) = validate_provider(&provider.spec) {
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "InvalidProvider",
-                format!("ProviderSwitch {}: {e}", provider.name_any()),
-            ));
-        }
+        validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
+            name: provider.name_any(),
+            errors,
+        })?;
         let port = self.device_port()?;
-        self.ctx
-            .smartnic_worker(provider, &port)
-            .map_err(Failure::backend)
+        Ok(self.ctx.smartnic_worker(provider, &port)?.handle())
     }
 
     fn device_port(&self) -> Result<PortName, Failure> {
-        PortName::parse(&self.port.spec.port_name).map_err(|e| {
-            Failure::new(
-                FailureKind::Invalid,
-                "InvalidPortName",
-                format!("spec.portName: {}", e.0),
-            )
+        PortName::parse(&self.port.spec.port_name).map_err(|error| Failure::InvalidPortName {
+            field: Some("spec.portName"),
+            error,
         })
     }
 
-    fn desired(&self, entry: &WorkerEntry) -> Result<DesiredPort, Failure> {
+    fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure> {
         let Some(cfg) = &self.world.config else {
-            return Err(Failure::configuration_not_found(
-                "SmartNicConfiguration",
-                self.world.desired.as_ref(),
-            ));
+            let name = self
+                .world
+                .desired
+                .as_ref()
+                .map(|t| {
+                    let r = &t.configuration;
+                    format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name)
+                })
+                .unwrap_or_default();
+            return Err(Failure::ConfigurationNotFound {
+                kind: "SmartNicConfiguration",
+                name,
+            });
         };
-        let desired =
-            smartnic_configuration_to_desired(&cfg.spec, self.device_port()?).map_err(|e| {
-                Failure::new(FailureKind::Invalid, "InvalidConfiguration", e.to_string())
-            })?;
-        if let Some(c) = entry.device.capabilities().missing_for(&desired).first() {
+        let desired = smartnic_configuration_to_desired(&cfg.spec, self.device_port()?)
+            .map_err(Failure::InvalidConfiguration)?;
+        if let Some(c) = capabilities.missing_for(&desired).first() {
             let hint = if *c == Capability::Disable {
                 " (the ProviderSwitch has no options.openflow)"
             } else {
                 ""
             };
-            return Err(Failure::new(
-                FailureKind::Invalid,
-                "InvalidConfiguration",
-                format!(
-                    "{}: this SmartNIC cannot configure {c}{hint}",
-                    capability_field(*c)
-                ),
-            ));
+            return Err(Failure::InvalidConfiguration(ValidationErrors(vec![
+                FieldError {
+                    path: capability_field(*c).into(),
+                    reason: format!("this SmartNIC cannot configure {c}{hint}"),
+                },
+            ])));
         }
         Ok(desired)
     }
@@ -422,8 +377,8 @@ impl PortDevice for SmartRun<'_> {
     }
 
     async fn apply(&self) -> Result<Outcome, Failure> {
-        let entry = self.worker()?;
-        let desired = self.desired(&entry)?;
+        let device = self.device()?;
+        let desired = self.desired(&device.capabilities)?;
         // Nothing is written anywhere before both ends are validated.
         let chain = self.world.chain.as_ref();
         let claimed = match chain {
@@ -432,7 +387,7 @@ impl PortDevice for SmartRun<'_> {
         };
         let keep = chain.map(|c| (c.port_ns.as_str(), c.port_name.as_str()));
         self.release(keep).await?;
-        self.set_on_device(&entry, desired).await?;
+        self.set_on_device(&device, desired).await?;
         match chain {
             Some(c) if claimed => self.wait(format!(
                 "waiting for SwitchPort {}/{} (nextPortRef) to carry SwitchPortConfiguration {}",
@@ -480,77 +435,85 @@ impl PortDevice for SmartRun<'_> {
     }
 }
 
-/// Reconciles one SmartNicPort.
+/// Reconciles one SmartNicPort. Its span carries namespace, name, provider and
+/// device port.
 pub(super) async fn reconcile(
     port: Arc<SmartNicPort>,
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
-    use tracing::Instrument;
     let span = tracing::info_span!(
         "smartnicport",
         namespace = %port.namespace().unwrap_or_default(),
         name = %port.name_any(),
         provider = %port.spec.provider.name,
+        device_port = %port.spec.port_name,
     );
-    async move {
-        let ns = port.namespace().unwrap_or_default();
-        let name = port.name_any();
-        let world = dereference(&port, &ctx).await?;
-        let key = PortKey {
-            namespace: ns.clone(),
-            name: name.clone(),
-        };
-        let old_status = port.status.clone().unwrap_or_default();
-        let mut status = old_status.clone();
-        status.switch = Some(port.spec.provider.name.clone());
-        status.device_port = Some(port.spec.port_name.clone());
-        let worker = ctx.current_worker(
-            &super::smartnic_worker_key(&ns, &port.spec.provider.name),
-            world.provider.as_ref(),
-            None,
-        );
-        let drift_notice = worker
+    reconcile_in(port, ctx).instrument(span).await
+}
+
+async fn reconcile_in(
+    port: Arc<SmartNicPort>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let ns = port.namespace().unwrap_or_default();
+    let world = dereference(&port, &ctx).await?;
+    let key = PortKey {
+        namespace: ns.clone(),
+        name: port.name_any(),
+    };
+    let old_status = port.status.clone().unwrap_or_default();
+    let mut status = old_status.clone();
+    // A SmartNicPort is on no Switch: its device is the provider's bridge.
+    status.switch = None;
+    status.provider = Some(port.spec.provider.name.clone());
+    status.device_port = Some(port.spec.port_name.clone());
+    let worker = ctx.current_worker(
+        &smartnic_worker_key(&ns, &port.spec.provider.name),
+        world.provider.as_ref(),
+        None,
+    );
+    let drift_notice = worker
+        .as_ref()
+        .and_then(|e| e.worker.take_drift_notice(&key));
+    let outage = worker.as_ref().and_then(|e| e.worker.outage());
+    let steps = SmartNicSteps {
+        ctx: &ctx,
+        port: &port,
+        world,
+        key,
+        waiting: Mutex::new(None),
+    };
+    // An Active port whose next port stopped carrying the configuration is drift:
+    // check it now rather than at the next sweep.
+    let next_lost = old_status.state == Some(PortState::Active)
+        && steps
+            .world
+            .desired
             .as_ref()
-            .and_then(|e| e.worker.take_drift_notice(&key));
-        let outage = worker.as_ref().and_then(|e| e.worker.outage());
-        let run = SmartRun {
-            ctx: &ctx,
-            port: &port,
-            world,
-            key,
-            waiting: Mutex::new(None),
-        };
-        // An Active port whose next port stopped carrying the configuration is
-        // drift: check it now rather than at the next sweep.
-        let next_lost =
-            old_status.state == Some(PortState::Active)
-                && run.world.desired.as_ref().is_some_and(|d| {
-                    old_status.configuration_hash.as_deref() == Some(d.hash.as_str())
-                })
-                && run
-                    .world
-                    .chain
-                    .as_ref()
-                    .is_some_and(|c| run.next_not_ready(c).is_some());
-        drive(
-            Drive {
-                ctx: &ctx,
-                obj: port.as_ref(),
-                api: Api::namespaced(ctx.client.clone(), &ns),
-                old_status,
-                status,
-                desired: run.world.desired.clone(),
-                inputs: run.world.inputs.clone(),
-                outage,
-                drift_policy: DriftPolicy::Reconcile,
-                skip_cleanup: is_true(port.annotations(), SKIP_CLEANUP_ANNOTATION),
-                drift_check_due: drift_notice.is_some() || next_lost,
-                kind: "SmartNicConfiguration",
-            },
-            &run,
-        )
-        .await
-    }
-    .instrument(span)
-    .await
+            .is_some_and(|d| old_status.configuration_hash.as_deref() == Some(d.hash.as_str()))
+        && steps
+            .world
+            .chain
+            .as_ref()
+            .is_some_and(|c| steps.next_not_ready(c).is_some());
+    let record = KubeRecord {
+        api: Api::namespaced(ctx.client.clone(), &ns),
+        obj: port.as_ref(),
+        events: &ctx.events,
+    };
+    let input = DriveInput {
+        meta: record.meta(),
+        old_status,
+        status,
+        desired: steps.world.desired.clone(),
+        inputs: steps.world.inputs.clone(),
+        outage,
+        drift_policy: DriftPolicy::Reconcile,
+        skip_cleanup: is_true(port.annotations(), SKIP_CLEANUP_ANNOTATION),
+        drift_check_due: drift_notice.is_some() || next_lost,
+        config_kind: "SmartNicConfiguration",
+        backoff: ctx.settings.backoff,
+    };
+    let requeue = drive(input, &steps, &record, &ctx.ledger).await?;
+    Ok(requeue_action(requeue))
 }

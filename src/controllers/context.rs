@@ -1,0 +1,272 @@
+//! What the controllers share: the client, the settings, the backends, the switch
+//! workers (one per Switch or SmartNIC provider, rebuilt when the ProviderSwitch or
+//! its Secret changes), the Event publisher, the failure ledger and the channels the
+//! workers' notices travel on. Spawns workers; reads Secrets from the API server.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use patchbay_providers::Device;
+use patchbay_providers::values::PortName;
+use tokio::sync::mpsc;
+
+use super::events::EventPublisher;
+use super::port_loop::{DeviceHandle, FailureLedger};
+use crate::api::{ProviderSwitch, SmartNicPort, Switch, SwitchPort};
+use crate::backends::{BackendError, Backends};
+use crate::settings::Settings;
+use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
+
+/// A running switch worker and what it was built from.
+pub struct WorkerEntry {
+    /// See [`worker_fingerprint`].
+    pub fingerprint: String,
+    /// The backend.
+    pub device: Arc<dyn Device>,
+    /// The worker that owns it.
+    pub worker: Arc<SwitchWorker>,
+}
+
+impl WorkerEntry {
+    /// The handle a port's steps use.
+    pub fn handle(&self) -> DeviceHandle {
+        DeviceHandle {
+            worker: self.worker.clone(),
+            capabilities: self.device.capabilities(),
+        }
+    }
+}
+
+/// Where workers' notices go: ports to reconcile, Switches whose reachability changed.
+pub struct Notices {
+    /// SwitchPorts (drift, the switch answering or not).
+    pub ports: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
+    /// SmartNicPorts, from their provider's worker.
+    pub smartnics: mpsc::UnboundedSender<ObjectRef<SmartNicPort>>,
+    /// Switches.
+    pub switches: mpsc::UnboundedSender<ObjectRef<Switch>>,
+}
+
+/// Shared state of the controllers.
+pub struct Context {
+    /// The API server.
+    pub client: Client,
+    /// The operator's settings.
+    pub settings: Settings,
+    /// Builds device backends.
+    pub backends: Backends,
+    /// Publishes Events (Warning repetitions folded into series).
+    pub events: EventPublisher,
+    /// The failures recorded last, per port.
+    pub ledger: FailureLedger,
+    /// Where workers' notices go.
+    pub notices: Notices,
+    /// The SwitchPort cache of the port controller: the Switch controller checks its
+    /// ports here instead of listing them on every port event.
+    pub ports: Store<SwitchPort>,
+    workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
+}
+
+/// What a worker is built from: the ProviderSwitch (uid, generation) and the
+/// credentials Secret's version. A worker whose fingerprint differs is replaced.
+fn worker_fingerprint(provider: &ProviderSwitch, secret: Option<&Secret>) -> String {
+    format!(
+        "{}/{}/{}",
+        provider.uid().unwrap_or_default(),
+        provider.metadata.generation.unwrap_or(0),
+        secret
+            .and_then(|s| s.resource_version())
+            .unwrap_or_default()
+    )
+}
+
+/// The worker key of a Switch.
+pub fn switch_worker_key(namespace: &str, switch: &str) -> (String, String) {
+    (namespace.to_owned(), switch.to_owned())
+}
+
+/// The worker key of a SmartNIC provider (Switch names cannot contain `/`).
+pub fn smartnic_worker_key(namespace: &str, provider: &str) -> (String, String) {
+    (namespace.to_owned(), format!("smartnic/{provider}"))
+}
+
+/// The credentials Secret of `provider`, if it names one (its namespace defaults to
+/// the provider's). The one place the controllers read Secrets.
+pub async fn fetch_secret(
+    client: &Client,
+    provider: &ProviderSwitch,
+) -> Result<Option<Secret>, kube::Error> {
+    let Some(r) = &provider.spec.credentials_secret_ref else {
+        return Ok(None);
+    };
+    let ns = r
+        .namespace
+        .clone()
+        .or_else(|| provider.namespace())
+        .unwrap_or_default();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .get_opt(&r.name)
+        .await
+}
+
+/// An API for kind `K` in `namespace`, or in all namespaces.
+pub fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+impl Context {
+    /// The shared state; workers are spawned on first use.
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        backends: Backends,
+        events: EventPublisher,
+        notices: Notices,
+        ports: Store<SwitchPort>,
+    ) -> Self {
+        Self {
+            client,
+            settings,
+            backends,
+            events,
+            ledger: FailureLedger::default(),
+            notices,
+            ports,
+            workers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<WorkerEntry>>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The worker of a Switch, (re)built when its provider or credentials changed.
+    pub fn worker(
+        &self,
+        switch: &Switch,
+        provider: &ProviderSwitch,
+        secret: Option<&Secret>,
+    ) -> Result<Arc<WorkerEntry>, BackendError> {
+        let key = switch_worker_key(&switch.namespace().unwrap_or_default(), &switch.name_any());
+        let ports: Vec<PortName> = switch
+            .spec
+            .ports
+            .values()
+            .filter_map(|d| PortName::parse(&d.name).ok())
+            .collect();
+        let fingerprint = worker_fingerprint(provider, secret);
+        if let Some(entry) = self.workers().get(&key)
+            && entry.fingerprint == fingerprint
+        {
+            // The Switch may have grown: fixture devices grow the ports too.
+            self.backends.add_ports(provider, &ports);
+            entry.worker.set_probe_ports(ports);
+            return Ok(entry.clone());
+        }
+        let (ports_tx, switch_tx) = (self.notices.ports.clone(), self.notices.switches.clone());
+        let switch_ref = ObjectRef::from_obj(switch);
+        let notify: Notifier = Arc::new(move |notice| match notice {
+            Notice::Port(k) => {
+                let _ = ports_tx.send(ObjectRef::new(&k.name).within(&k.namespace));
+            }
+            Notice::Switch => {
+                let _ = switch_tx.send(switch_ref.clone());
+            }
+        });
+        self.spawn_worker(key, fingerprint, provider, secret, ports, notify)
+    }
+
+    /// The worker of a SmartNIC's ProviderSwitch (one per provider, serving every
+    /// SmartNicPort on it).
+    pub fn smartnic_worker(
+        &self,
+        provider: &ProviderSwitch,
+        port: &PortName,
+    ) -> Result<Arc<WorkerEntry>, BackendError> {
+        let key = smartnic_worker_key(
+            &provider.namespace().unwrap_or_default(),
+            &provider.name_any(),
+        );
+        let fingerprint = worker_fingerprint(provider, None);
+        if let Some(entry) = self.workers().get(&key)
+            && entry.fingerprint == fingerprint
+        {
+            return Ok(entry.clone());
+        }
+        let tx = self.notices.smartnics.clone();
+        let notify: Notifier = Arc::new(move |notice| {
+            if let Notice::Port(k) = notice {
+                let _ = tx.send(ObjectRef::new(&k.name).within(&k.namespace));
+            }
+        });
+        self.spawn_worker(key, fingerprint, provider, None, vec![port.clone()], notify)
+    }
+
+    fn spawn_worker(
+        &self,
+        key: (String, String),
+        fingerprint: String,
+        provider: &ProviderSwitch,
+        secret: Option<&Secret>,
+        ports: Vec<PortName>,
+        notify: Notifier,
+    ) -> Result<Arc<WorkerEntry>, BackendError> {
+        let device = self.backends.build(provider, secret, &ports)?;
+        let max_sessions = provider
+            .spec
+            .options
+            .as_ref()
+            .and_then(|o| o.max_sessions)
+            .map(|n| n.clamp(1, 16) as usize)
+            .unwrap_or(self.settings.max_sessions);
+        let worker = SwitchWorker::spawn(
+            device.clone(),
+            WorkerConfig {
+                batch_window: self.settings.batch_window,
+                drift_interval: self.settings.drift_interval,
+                max_sessions,
+                backoff: self.settings.backoff,
+            },
+            ports,
+            notify,
+        );
+        let entry = Arc::new(WorkerEntry {
+            fingerprint,
+            device,
+            worker: Arc::new(worker),
+        });
+        self.workers().insert(key, entry.clone());
+        Ok(entry)
+    }
+
+    /// The worker of `key`, if one runs for this provider and Secret as they are (a
+    /// worker for an older version of them is about to be replaced).
+    pub fn current_worker(
+        &self,
+        key: &(String, String),
+        provider: Option<&ProviderSwitch>,
+        secret: Option<&Secret>,
+    ) -> Option<Arc<WorkerEntry>> {
+        let fingerprint = worker_fingerprint(provider?, secret);
+        self.workers()
+            .get(key)
+            .filter(|e| e.fingerprint == fingerprint)
+            .cloned()
+    }
+
+    /// Stops the worker of `key` (its Switch is gone).
+    pub fn drop_worker(&self, key: &(String, String)) {
+        self.workers().remove(key);
+    }
+}

@@ -1,0 +1,339 @@
+//! What can go wrong with a port, a Switch or a ProviderSwitch: one failure type for
+//! every controller, with a bounded [`Failure::category`] (the condition reason, the
+//! Event reason, a metric label) and the retry policy it calls for
+//! ([`Failure::kind`], [`Failure::is_transient`]). Device, backend, validation and
+//! Kubernetes errors are kept as the failure's `source()`. Pure data, no I/O.
+
+use patchbay_providers::DeviceError;
+use patchbay_providers::values::ValueError;
+
+use super::SKIP_CLEANUP_ANNOTATION;
+use crate::backends::BackendError;
+use crate::state_machine::FailureKind;
+use crate::validate::ValidationErrors;
+use crate::worker::{Outage, WorkerError};
+
+/// Why a step, or a check of a Switch or ProviderSwitch, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The device failed the step for this port (a rejected command, a read-back
+    /// that differs, an unknown port).
+    #[error("{0}")]
+    Device(#[source] DeviceError),
+    /// The switch does not answer; its worker probes it again later.
+    #[error("{0}")]
+    SwitchDown(#[source] Box<Outage>),
+    /// No backend can be built from the ProviderSwitch and its Secret as they are.
+    #[error("{0}")]
+    Backend(#[source] BackendError),
+    /// The configuration is invalid, or invalid for this port or device.
+    #[error("{0}")]
+    InvalidConfiguration(#[source] ValidationErrors),
+    /// The ProviderSwitch is invalid.
+    #[error("ProviderSwitch {name}: {errors}")]
+    InvalidProvider {
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        #[source]
+        errors: ValidationErrors,
+    },
+    /// A SmartNicPort's provider is not an Open vSwitch.
+    #[error("spec.provider: ProviderSwitch {name} is not an Open vSwitch (backend ovsdb)")]
+    ProviderNotOvs {
+        /// Its name.
+        name: String,
+    },
+    /// The Switch is invalid.
+    #[error("{0}")]
+    InvalidSwitch(#[source] ValidationErrors),
+    /// The SmartNicPort is invalid.
+    #[error("{0}")]
+    InvalidSmartNicPort(#[source] ValidationErrors),
+    /// The port's device name does not follow the grammar.
+    #[error("{}{error}", .field.map(|f| format!("{f}: ")).unwrap_or_default())]
+    InvalidPortName {
+        /// The field holding it, when it is the port's own.
+        field: Option<&'static str>,
+        /// Why.
+        #[source]
+        error: ValueError,
+    },
+    /// The Switch has no entry for this port.
+    #[error("Switch.spec.ports has no entry {port:?}")]
+    PortNotDefined {
+        /// The SwitchPort's name.
+        port: String,
+    },
+    /// The port's Switch does not exist.
+    #[error(
+        "the Switch of this port was not found; to delete the port without cleaning the \
+         device, annotate it {SKIP_CLEANUP_ANNOTATION}=true"
+    )]
+    SwitchNotFound,
+    /// The ProviderSwitch does not exist (yet).
+    #[error("ProviderSwitch {name:?} ({field}) not found")]
+    ProviderNotFound {
+        /// Its name.
+        name: String,
+        /// Where it is named.
+        field: &'static str,
+    },
+    /// The linked configuration does not exist (yet).
+    #[error("{kind} {name} not found (spec.configuration)")]
+    ConfigurationNotFound {
+        /// `SwitchPortConfiguration` or `SmartNicConfiguration`.
+        kind: &'static str,
+        /// `namespace/name`.
+        name: String,
+    },
+    /// A SmartNicPort's next SwitchPort does not exist (yet).
+    #[error("SwitchPort {port} (spec.nextPortRef) not found")]
+    NextPortNotFound {
+        /// `namespace/name`.
+        port: String,
+    },
+    /// A SmartNicPort's next SwitchPort is claimed by another SmartNicPort.
+    #[error("spec.nextPortRef: SwitchPort {port} is already chained from SmartNicPort {by}")]
+    NextPortClaimed {
+        /// `namespace/name`.
+        port: String,
+        /// The other SmartNicPort, `namespace/name`.
+        by: String,
+    },
+    /// A SmartNicPort's next SwitchPort carries a configuration set by somebody else.
+    #[error(
+        "spec.nextPortRef: SwitchPort {port} carries SwitchPortConfiguration {configuration} \
+         set outside this SmartNicPort; clear it first"
+    )]
+    NextPortInUse {
+        /// `namespace/name`.
+        port: String,
+        /// The configuration it carries.
+        configuration: String,
+    },
+    /// The API server refused or failed a request made on the port's behalf.
+    #[error("{0}")]
+    Kubernetes(#[source] kube::Error),
+}
+
+impl Failure {
+    /// A short, bounded category: the condition reason, the Event reason and a metric
+    /// label. Never an object name or an error message.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Failure::Device(e) => e.category(),
+            Failure::SwitchDown(o) => o.error.category(),
+            Failure::Backend(e) => e.category(),
+            Failure::InvalidConfiguration(_) => "InvalidConfiguration",
+            Failure::InvalidProvider { .. } | Failure::ProviderNotOvs { .. } => "InvalidProvider",
+            Failure::InvalidSwitch(_) => "InvalidSwitch",
+            Failure::InvalidSmartNicPort(_) => "InvalidSmartNicPort",
+            Failure::InvalidPortName { .. } => "InvalidPortName",
+            Failure::PortNotDefined { .. } => "PortNotDefined",
+            Failure::SwitchNotFound => "SwitchNotFound",
+            Failure::ProviderNotFound { .. } => "ProviderNotFound",
+            Failure::ConfigurationNotFound { .. } => "ConfigurationNotFound",
+            Failure::NextPortNotFound { .. } => "NextPortNotFound",
+            Failure::NextPortClaimed { .. } => "NextPortClaimed",
+            Failure::NextPortInUse { .. } => "NextPortInUse",
+            Failure::Kubernetes(_) => "KubernetesError",
+        }
+    }
+
+    /// How the state machine retries it: after a backoff (the port's own trouble, or
+    /// an object that is not there yet), not until an input changes (invalid input),
+    /// or when the switch answers again.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            Failure::SwitchDown(_) => FailureKind::SwitchDown,
+            Failure::Device(_)
+            | Failure::SwitchNotFound
+            | Failure::ProviderNotFound { .. }
+            | Failure::ConfigurationNotFound { .. }
+            | Failure::NextPortNotFound { .. }
+            | Failure::Kubernetes(_) => FailureKind::Transient,
+            Failure::Backend(_)
+            | Failure::InvalidConfiguration(_)
+            | Failure::InvalidProvider { .. }
+            | Failure::ProviderNotOvs { .. }
+            | Failure::InvalidSwitch(_)
+            | Failure::InvalidSmartNicPort(_)
+            | Failure::InvalidPortName { .. }
+            | Failure::PortNotDefined { .. }
+            | Failure::NextPortClaimed { .. }
+            | Failure::NextPortInUse { .. } => FailureKind::Invalid,
+        }
+    }
+
+    /// Whether trying again (after a backoff, or when the switch answers) may
+    /// succeed, as opposed to waiting for a person to change something.
+    pub fn is_transient(&self) -> bool {
+        self.kind() != FailureKind::Invalid
+    }
+
+    /// The switch's outage, when the switch does not answer.
+    pub fn outage(&self) -> Option<&Outage> {
+        match self {
+            Failure::SwitchDown(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+impl From<WorkerError> for Failure {
+    fn from(e: WorkerError) -> Self {
+        match e {
+            WorkerError::Device(e) => Failure::Device(e),
+            WorkerError::SwitchDown(o) => Failure::SwitchDown(o),
+        }
+    }
+}
+
+impl From<BackendError> for Failure {
+    fn from(e: BackendError) -> Self {
+        Failure::Backend(e)
+    }
+}
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        Failure::Kubernetes(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state_machine::SwitchOutage;
+    use crate::validate::FieldError;
+    use patchbay_providers::Cause;
+    use std::error::Error as _;
+
+    fn errors(path: &str, reason: &str) -> ValidationErrors {
+        ValidationErrors(vec![FieldError {
+            path: path.into(),
+            reason: reason.into(),
+        }])
+    }
+
+    #[test]
+    fn each_failure_has_a_category_a_retry_policy_and_words() {
+        let unreachable = DeviceError::Unreachable {
+            address: "10.0.0.1:22".into(),
+            cause: Cause::msg("connection refused"),
+        };
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let outage = Outage {
+            error: unreachable.clone(),
+            since: now,
+            timing: SwitchOutage {
+                failures: 2,
+                last_failure: now,
+                next_probe: now,
+            },
+        };
+        let rows: Vec<(Failure, &str, FailureKind, &str)> = vec![
+            (
+                Failure::Device(DeviceError::CommandRejected {
+                    command: "switchport access vlan 10".into(),
+                    output: "% Invalid input".into(),
+                }),
+                "CommandRejected",
+                FailureKind::Transient,
+                "the device rejected `switchport access vlan 10`: % Invalid input",
+            ),
+            (
+                Failure::SwitchDown(Box::new(outage)),
+                "DeviceUnreachable",
+                FailureKind::SwitchDown,
+                "cannot reach the device at 10.0.0.1:22: connection refused",
+            ),
+            (
+                Failure::Backend(BackendError::HostKeyNotPinned),
+                "HostKeyNotPinned",
+                FailureKind::Invalid,
+                "host key: no host key pinned",
+            ),
+            (
+                Failure::InvalidConfiguration(errors("spec.mtu", "too big")),
+                "InvalidConfiguration",
+                FailureKind::Invalid,
+                "spec.mtu: too big",
+            ),
+            (
+                Failure::InvalidProvider {
+                    name: "tor-1".into(),
+                    errors: errors("spec.address", "bad"),
+                },
+                "InvalidProvider",
+                FailureKind::Invalid,
+                "ProviderSwitch tor-1: spec.address: bad",
+            ),
+            (
+                Failure::InvalidPortName {
+                    field: Some("spec.portName"),
+                    error: ValueError("bad name".into()),
+                },
+                "InvalidPortName",
+                FailureKind::Invalid,
+                "spec.portName: bad name",
+            ),
+            (
+                Failure::ProviderNotFound {
+                    name: "tor-1".into(),
+                    field: "spec.provider",
+                },
+                "ProviderNotFound",
+                FailureKind::Transient,
+                "ProviderSwitch \"tor-1\" (spec.provider) not found",
+            ),
+            (
+                Failure::ConfigurationNotFound {
+                    kind: "SwitchPortConfiguration",
+                    name: "ns/web".into(),
+                },
+                "ConfigurationNotFound",
+                FailureKind::Transient,
+                "SwitchPortConfiguration ns/web not found (spec.configuration)",
+            ),
+            (
+                Failure::NextPortInUse {
+                    port: "ns/p1".into(),
+                    configuration: "web".into(),
+                },
+                "NextPortInUse",
+                FailureKind::Invalid,
+                "spec.nextPortRef: SwitchPort ns/p1 carries SwitchPortConfiguration web",
+            ),
+            (
+                Failure::SwitchNotFound,
+                "SwitchNotFound",
+                FailureKind::Transient,
+                "annotate it patchbay.dev/skip-device-cleanup=true",
+            ),
+        ];
+        for (failure, category, kind, words) in rows {
+            assert_eq!(failure.category(), category, "{failure}");
+            assert_eq!(failure.kind(), kind, "{failure}");
+            assert_eq!(failure.is_transient(), kind != FailureKind::Invalid);
+            let text = failure.to_string();
+            assert!(
+                text.starts_with(words) || text.contains(words),
+                "{text:?} lacks {words:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn device_causes_stay_reachable_through_source() {
+        let f = Failure::Device(DeviceError::Unreachable {
+            address: "a:22".into(),
+            cause: Cause::during("sending", std::io::Error::other("broken pipe")),
+        });
+        let device = f.source().expect("the device error");
+        let cause = device.source().expect("its cause");
+        assert_eq!(cause.to_string(), "sending: broken pipe");
+        assert_eq!(cause.source().unwrap().to_string(), "broken pipe");
+    }
+}

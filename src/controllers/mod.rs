@@ -1,0 +1,96 @@
+//! The controllers, one room each, and what they share.
+//!
+//! | module | what it holds | I/O |
+//! |---|---|---|
+//! | [`runtime`] | the wiring: a kube-rs `Controller` per kind, watches, notice streams, shutdown ([`run`]) | watches |
+//! | [`switch_port`] | the SwitchPort controller: what a port refers to, its steps over its Switch's worker | Kubernetes, device (via the worker) |
+//! | [`switch`] | the Switch controller: checks, reachability, one SwitchPort per `spec.ports` entry, ordered deletion | Kubernetes |
+//! | [`provider_switch`] | the ProviderSwitch controller: validity, held while used | Kubernetes |
+//! | [`smartnic_port`] | the SmartNicPort controller: a bridge port chained to its SwitchPort | Kubernetes, device (via the worker) |
+//! | [`port_loop`] | the state-machine loop every port runs (and `demo --walk`), over two traits | none of its own |
+//! | [`port_record`] | a port object in the API server, as the loop records on it | Kubernetes |
+//! | [`status`] | facts → status and conditions, status patches, reachability Events | pure |
+//! | [`failure`] | what can go wrong: one type, a bounded category, the retry policy | pure |
+//! | [`triggers`] | which objects an event wakes | pure |
+//! | [`events`] | Events, repeated Warnings as one series | Kubernetes |
+//! | [`context`] | shared state: client, settings, workers, ledger, the Secret reader | spawns workers |
+//!
+//! How a SwitchPort's status is computed: [`status::port_status`]. What happens on a
+//! Switch deletion: [`switch`] (`cleanup_switch`). How the Cisco commands are
+//! produced: `providers/dialects/cisco_ios.yaml` through
+//! `patchbay_providers::cli::dialect` (the `Dialect::configuration_lines` builder).
+
+pub mod context;
+pub mod events;
+pub mod failure;
+pub mod port_loop;
+pub mod port_record;
+pub mod provider_switch;
+pub mod runtime;
+pub mod smartnic_port;
+pub mod status;
+pub mod switch;
+pub mod switch_port;
+pub mod triggers;
+
+pub use runtime::run;
+pub use smartnic_port::CHAINED_FROM_ANNOTATION;
+
+use kube::runtime::controller::Action;
+
+use crate::api::configuration_hash;
+use crate::state_machine::Requeue;
+
+/// Annotation (on a SwitchPort or its Switch): delete without touching the device,
+/// for devices that are gone for good.
+pub const SKIP_CLEANUP_ANNOTATION: &str = "patchbay.dev/skip-device-cleanup";
+/// Label on every SwitchPort: the Switch it belongs to.
+pub const SWITCH_LABEL: &str = "patchbay.dev/switch";
+
+/// Errors of the controllers' Kubernetes I/O (device failures are port conditions,
+/// see [`failure::Failure`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The API server refused or failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The finalizer helper failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<ControllerError>>),
+    /// A Switch cannot go while its ports exist.
+    #[error("{0} SwitchPort(s) still exist; waiting for them to be cleaned and deleted")]
+    PortsRemaining(usize),
+    /// A ProviderSwitch cannot go while a Switch or SmartNicPort uses it.
+    #[error("{0} Switch(es) or SmartNicPort(s) still use this ProviderSwitch")]
+    SwitchesRemaining(usize),
+}
+
+impl ControllerError {
+    /// A bounded category for metrics and events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ControllerError::Kube(_) => "KubernetesError",
+            ControllerError::Finalizer(_) => "FinalizerError",
+            ControllerError::PortsRemaining(_) => "PortsRemaining",
+            ControllerError::SwitchesRemaining(_) => "SwitchesInUse",
+        }
+    }
+}
+
+/// A short digest of everything a port's decision depends on: its failures belong
+/// to it, so a change to any input starts a new attempt at once.
+fn inputs_digest(inputs: &serde_json::Value) -> String {
+    configuration_hash(inputs).chars().take(16).collect()
+}
+
+fn is_true(map: &std::collections::BTreeMap<String, String>, key: &str) -> bool {
+    map.get(key).is_some_and(|v| v == "true")
+}
+
+/// The controller action for the state machine's requeue.
+fn requeue_action(requeue: Requeue) -> Action {
+    match requeue {
+        Requeue::Never | Requeue::DriftCheck | Requeue::Now => Action::await_change(),
+        Requeue::After(t) => Action::requeue(t),
+    }
+}

@@ -1,0 +1,108 @@
+//! A port object in the API server as the state-machine loop records on it: status
+//! written as a merge patch (only when it changed), the cleanup finalizer added with
+//! the object's resourceVersion as precondition and removed, Events published.
+//! Kubernetes I/O.
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::ControllerError;
+use super::events::EventPublisher;
+use super::port_loop::{PortMeta, PortRecord};
+use super::status::{Severity, status_merge_patch};
+use crate::api::{FINALIZER, PortStatus};
+
+/// The port object `obj` (a SwitchPort or SmartNicPort) in the API server.
+pub struct KubeRecord<'a, K> {
+    /// The API of its kind in its namespace.
+    pub api: Api<K>,
+    /// The object as this reconcile read it.
+    pub obj: &'a K,
+    /// Where Events go.
+    pub events: &'a EventPublisher,
+}
+
+impl<K> KubeRecord<'_, K>
+where
+    K: Resource<DynamicType = ()> + ResourceExt,
+{
+    /// What the loop needs to know about the object.
+    pub fn meta(&self) -> PortMeta {
+        PortMeta {
+            kind: match K::kind(&()) {
+                std::borrow::Cow::Borrowed(k) => k,
+                std::borrow::Cow::Owned(_) => "port",
+            },
+            uid: self.obj.uid().unwrap_or_default(),
+            generation: self.obj.meta().generation,
+            has_finalizer: self.obj.finalizers().iter().any(|f| f == FINALIZER),
+            deletion_requested: self.obj.meta().deletion_timestamp.is_some(),
+        }
+    }
+}
+
+impl<K> PortRecord for KubeRecord<'_, K>
+where
+    K: Resource<DynamicType = ()>
+        + ResourceExt
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    async fn write_status(
+        &self,
+        old: &PortStatus,
+        new: &PortStatus,
+    ) -> Result<(), ControllerError> {
+        if old == new {
+            return Ok(());
+        }
+        self.api
+            .patch_status(
+                &self.obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(status_merge_patch(old, new)),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn set_finalizer(&self, present: bool) -> Result<(), ControllerError> {
+        let mut finalizers: Vec<String> = self
+            .obj
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        let patch = if present {
+            finalizers.push(FINALIZER.into());
+            // Against the version read: a concurrent writer makes this a conflict
+            // and the reconcile starts over with what it wrote.
+            json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": self.obj.resource_version(),
+            }})
+        } else {
+            json!({"metadata": {"finalizers": finalizers}})
+        };
+        self.api
+            .patch(
+                &self.obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn publish(&self, severity: Severity, reason: &str, note: &str) {
+        self.events.publish(self.obj, severity, reason, note).await;
+    }
+
+    fn forget_events(&self) {
+        self.events.forget(&self.obj.uid().unwrap_or_default());
+    }
+}

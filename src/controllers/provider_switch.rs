@@ -1,0 +1,99 @@
+//! The ProviderSwitch controller: validates the spec and the credentials Secret
+//! (`Ready`), and holds the ProviderSwitch while a Switch or SmartNicPort still uses
+//! it (their ports are cleaned through it first). Kubernetes I/O.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+
+use super::ControllerError;
+use super::context::{Context, fetch_secret};
+use super::failure::Failure;
+use super::status::{provider_status, status_merge_patch};
+use crate::api::{FINALIZER, ProviderSwitch, SmartNicPort, Switch};
+use crate::backends::check_credentials;
+use crate::validate::validate_provider;
+
+/// Reconciles one ProviderSwitch.
+pub(super) async fn reconcile(
+    provider: Arc<ProviderSwitch>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let ns = provider.namespace().unwrap_or_default();
+    let api: Api<ProviderSwitch> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, provider, |event| async {
+        match event {
+            FinalizerEvent::Apply(p) => apply_provider(&p, &ctx).await,
+            FinalizerEvent::Cleanup(p) => {
+                let users = switches_using(&p, &ctx).await?;
+                if users > 0 {
+                    return Err(ControllerError::SwitchesRemaining(users));
+                }
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| ControllerError::Finalizer(Box::new(e)))
+}
+
+/// Switches and SmartNicPorts that use `provider`: it stays until they are gone
+/// (their ports must be cleaned through it first).
+async fn switches_using(
+    provider: &ProviderSwitch,
+    ctx: &Context,
+) -> Result<usize, ControllerError> {
+    let ns = provider.namespace().unwrap_or_default();
+    let switches = Api::<Switch>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?;
+    let snics = Api::<SmartNicPort>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?;
+    Ok(switches
+        .items
+        .iter()
+        .filter(|s| s.spec.provider.name == provider.name_any())
+        .count()
+        + snics
+            .items
+            .iter()
+            .filter(|p| p.spec.provider.name == provider.name_any())
+            .count())
+}
+
+async fn apply_provider(
+    provider: &ProviderSwitch,
+    ctx: &Context,
+) -> Result<Action, ControllerError> {
+    let ns = provider.namespace().unwrap_or_default();
+    let old = provider.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let secret = fetch_secret(&ctx.client, provider).await?;
+    let verdict = validate_provider(&provider.spec)
+        .map_err(|errors| Failure::InvalidProvider {
+            name: provider.name_any(),
+            errors,
+        })
+        .and_then(|()| Ok(check_credentials(provider, secret.as_ref())?));
+    provider_status(
+        &mut status,
+        &verdict,
+        provider.metadata.generation,
+        jiff::Timestamp::now(),
+    );
+    if old != status {
+        Api::<ProviderSwitch>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(
+                &provider.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(status_merge_patch(&old, &status)),
+            )
+            .await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}

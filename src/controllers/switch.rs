@@ -1,0 +1,213 @@
+//! The Switch controller: checks the Switch, its ProviderSwitch and credentials,
+//! starts the switch's worker and shows whether the device answers as the worker last
+//! found (`DeviceReachable`, one Warning when it stops answering, one Normal when it
+//! answers again); keeps exactly one SwitchPort per `spec.ports` entry (owned,
+//! labelled, adopted when created ahead); on deletion, deletes its ports (each
+//! cleaned on the device first) and goes when none is left. Kubernetes I/O; no
+//! device I/O of its own (the worker probes).
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use serde_json::json;
+
+use super::context::{Context, fetch_secret, switch_worker_key};
+use super::failure::Failure;
+use super::status::{
+    Severity, find_condition, reachability_event, status_merge_patch, switch_status,
+};
+use super::{ControllerError, SWITCH_LABEL};
+use crate::api::{FINALIZER, ProviderSwitch, Switch, SwitchPort, SwitchPortSpec};
+use crate::backends::check_credentials;
+use crate::validate::{validate_provider, validate_switch};
+use crate::worker::Reachability;
+
+/// Reconciles one Switch.
+pub(super) async fn reconcile(
+    switch: Arc<Switch>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let ns = switch.namespace().unwrap_or_default();
+    let api: Api<Switch> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, switch, |event| async {
+        match event {
+            FinalizerEvent::Apply(s) => apply_switch(&s, &ctx).await,
+            FinalizerEvent::Cleanup(s) => cleanup_switch(&s, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| ControllerError::Finalizer(Box::new(e)))
+}
+
+/// Whether the Switch can be used and what its worker found.
+async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> {
+    validate_switch(&switch.spec).map_err(Failure::InvalidSwitch)?;
+    let ns = switch.namespace().unwrap_or_default();
+    let provider = Api::<ProviderSwitch>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&switch.spec.provider.name)
+        .await?
+        .ok_or_else(|| Failure::ProviderNotFound {
+            name: switch.spec.provider.name.clone(),
+            field: "spec.provider",
+        })?;
+    validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
+        name: provider.name_any(),
+        errors,
+    })?;
+    let secret = fetch_secret(&ctx.client, &provider).await?;
+    check_credentials(&provider, secret.as_ref())?;
+    let entry = ctx.worker(switch, &provider, secret.as_ref())?;
+    Ok(entry.worker.reachability())
+}
+
+async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, ControllerError> {
+    let ns = switch.namespace().unwrap_or_default();
+    let name = switch.name_any();
+    let old = switch.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let verdict = check(switch, ctx).await;
+    let was_reachable =
+        find_condition(&old.conditions, "DeviceReachable").map(|c| c.status.clone());
+    switch_status(
+        &mut status,
+        &verdict,
+        switch.spec.ports.len(),
+        switch.metadata.generation,
+        jiff::Timestamp::now(),
+    );
+    if let Some(e) = reachability_event(was_reachable.as_deref(), &status, &verdict) {
+        ctx.events
+            .publish(switch, e.severity, e.reason, &e.note)
+            .await;
+    }
+    ensure_ports(switch, ctx).await?;
+    if old != status {
+        Api::<Switch>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(status_merge_patch(&old, &status)),
+            )
+            .await?;
+    }
+    // The worker tells this controller when reachability changes; a Switch that
+    // cannot be used is looked at again after the backoff base.
+    Ok(Action::requeue(match verdict {
+        Ok(_) => ctx.settings.drift_interval,
+        Err(_) => ctx.settings.backoff.base,
+    }))
+}
+
+async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerError> {
+    let ns = switch.namespace().unwrap_or_default();
+    let name = switch.name_any();
+    let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
+    let owner = OwnerReference {
+        api_version: "patchbay.dev/v1alpha1".into(),
+        kind: "Switch".into(),
+        name: name.clone(),
+        uid: switch.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let ours: Vec<Arc<SwitchPort>> = ctx
+        .ports
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.labels().get(SWITCH_LABEL) == Some(&name)
+        })
+        .collect();
+    let known: std::collections::HashSet<String> = ours.iter().map(|p| p.name_any()).collect();
+    for key in switch.spec.ports.keys() {
+        if known.contains(key) {
+            continue;
+        }
+        match api.get_opt(key).await? {
+            None => {
+                let port = SwitchPort {
+                    metadata: ObjectMeta {
+                        name: Some(key.clone()),
+                        namespace: Some(ns.clone()),
+                        labels: Some([(SWITCH_LABEL.to_string(), name.clone())].into()),
+                        owner_references: Some(vec![owner.clone()]),
+                        ..Default::default()
+                    },
+                    spec: SwitchPortSpec::default(),
+                    status: None,
+                };
+                match api.create(&PostParams::default(), &port).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Some(p) => {
+                // Created ahead of time by a user: adopt it, unless another controller
+                // owns it.
+                let foreign = p
+                    .owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && o.uid != owner.uid);
+                let owned = p.owner_references().iter().any(|o| o.uid == owner.uid);
+                let labelled = p.labels().get(SWITCH_LABEL) == Some(&name);
+                if !(foreign || owned && labelled) {
+                    let mut refs = p.owner_references().to_vec();
+                    if !owned {
+                        refs.push(owner.clone());
+                    }
+                    api.patch(
+                        key,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {
+                            "labels": {SWITCH_LABEL: name},
+                            "ownerReferences": refs,
+                        }})),
+                    )
+                    .await?;
+                }
+            }
+        }
+    }
+    for p in &ours {
+        if !switch.spec.ports.contains_key(&p.name_any()) && p.metadata.deletion_timestamp.is_none()
+        {
+            api.delete(&p.name_any(), &DeleteParams::default()).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, ControllerError> {
+    let ns = switch.namespace().unwrap_or_default();
+    let name = switch.name_any();
+    let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
+    let ours: Vec<SwitchPort> = api
+        .list(&ListParams::default().labels(&format!("{SWITCH_LABEL}={name}")))
+        .await?
+        .items;
+    for p in &ours {
+        if p.metadata.deletion_timestamp.is_none() {
+            api.delete(&p.name_any(), &DeleteParams::default()).await?;
+        }
+    }
+    if !ours.is_empty() {
+        return Err(ControllerError::PortsRemaining(ours.len()));
+    }
+    ctx.drop_worker(&switch_worker_key(&ns, &name));
+    ctx.events.forget(&switch.uid().unwrap_or_default());
+    ctx.events
+        .publish(
+            switch,
+            Severity::Normal,
+            "Deleted",
+            "every port was cleaned and deleted",
+        )
+        .await;
+    Ok(Action::await_change())
+}

@@ -1,0 +1,328 @@
+//! The SwitchPort controller: reads what a port refers to (its Switch and port entry,
+//! the ProviderSwitch, the credentials Secret, the linked SwitchPortConfiguration),
+//! and runs the shared state-machine loop ([`super::port_loop`]) with steps that go
+//! through its Switch's worker. Kubernetes I/O (reads, through the loop's record
+//! writes) and device I/O (through the worker).
+//!
+//! Nothing reaches a device before the configuration has been validated against the
+//! port's constraints (`vlanRange`, `trunkDisable`, `disabled`) and the backend's
+//! capabilities.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use patchbay_providers::values::PortName;
+use patchbay_providers::{Capabilities, DesiredPort};
+use serde_json::json;
+use tracing::Instrument;
+
+use super::context::{Context, fetch_secret, switch_worker_key};
+use super::failure::Failure;
+use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive};
+use super::port_record::KubeRecord;
+use super::status::set_condition;
+use super::{ControllerError, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL, inputs_digest, is_true};
+use super::{requeue_action, status::Truth};
+use crate::api::{
+    ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
+    SwitchPortDefinition, configuration_hash,
+};
+use crate::state_machine::PortTarget;
+use crate::validate::{PortContext, desired_for_port, validate_provider};
+use crate::worker::PortKey;
+
+/// What a SwitchPort refers to, read once per reconcile.
+struct PortWorld {
+    switch: Option<Switch>,
+    definition: Option<SwitchPortDefinition>,
+    provider: Option<ProviderSwitch>,
+    secret: Option<Secret>,
+    desired: Option<PortTarget>,
+    config: Option<SwitchPortConfiguration>,
+    device_port: Option<String>,
+    /// See [`inputs_digest`].
+    inputs: String,
+}
+
+/// The Switch a port belongs to: its label, else its owner.
+fn switch_name(port: &SwitchPort) -> Option<String> {
+    port.labels().get(SWITCH_LABEL).cloned().or_else(|| {
+        port.owner_references()
+            .iter()
+            .find(|o| o.kind == "Switch")
+            .map(|o| o.name.clone())
+    })
+}
+
+async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, ControllerError> {
+    let ns = port.namespace().unwrap_or_default();
+    let client = &ctx.client;
+    let switch = match switch_name(port) {
+        Some(n) => {
+            Api::<Switch>::namespaced(client.clone(), &ns)
+                .get_opt(&n)
+                .await?
+        }
+        None => None,
+    };
+    let definition = switch
+        .as_ref()
+        .and_then(|s| s.spec.ports.get(&port.name_any()).cloned());
+    let provider = match &switch {
+        Some(s) => {
+            Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
+                .get_opt(&s.spec.provider.name)
+                .await?
+        }
+        None => None,
+    };
+    let secret = match &provider {
+        Some(p) => fetch_secret(client, p).await?,
+        None => None,
+    };
+    let (desired, config) = match &port.spec.configuration {
+        None => (None, None),
+        Some(r) => {
+            let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
+            let cfg = Api::<SwitchPortConfiguration>::namespaced(client.clone(), &cns)
+                .get_opt(&r.name)
+                .await?;
+            let hash = cfg
+                .as_ref()
+                .map(|c| configuration_hash(&c.spec))
+                .unwrap_or_else(|| "missing".into());
+            let configuration = ConfigurationRef {
+                name: r.name.clone(),
+                namespace: Some(cns),
+            };
+            (
+                Some(PortTarget {
+                    configuration,
+                    hash,
+                }),
+                cfg,
+            )
+        }
+    };
+    let device_port = definition
+        .as_ref()
+        .map(|d| d.name.clone())
+        .or_else(|| port.status.as_ref().and_then(|s| s.device_port.clone()));
+    let inputs = inputs_digest(&json!({
+        "spec": port.spec,
+        "configuration": config.as_ref().map(|c| &c.spec),
+        "definition": definition,
+        "provider": provider.as_ref().map(|p| json!({"uid": p.uid(), "spec": p.spec})),
+        "secret": secret.as_ref().map(|s| json!({"uid": s.uid(), "version": s.resource_version()})),
+    }));
+    Ok(PortWorld {
+        switch,
+        definition,
+        provider,
+        secret,
+        desired,
+        config,
+        device_port,
+        inputs,
+    })
+}
+
+/// A SwitchPort's steps, through its Switch's worker.
+struct SwitchPortSteps<'a> {
+    ctx: &'a Context,
+    port: &'a SwitchPort,
+    world: PortWorld,
+    key: PortKey,
+}
+
+impl PortSteps for SwitchPortSteps<'_> {
+    fn device(&self) -> Result<DeviceHandle, Failure> {
+        let Some(switch) = &self.world.switch else {
+            return Err(Failure::SwitchNotFound);
+        };
+        let Some(provider) = &self.world.provider else {
+            return Err(Failure::ProviderNotFound {
+                name: switch.spec.provider.name.clone(),
+                field: "Switch.spec.provider",
+            });
+        };
+        validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
+            name: provider.name_any(),
+            errors,
+        })?;
+        let entry = self
+            .ctx
+            .worker(switch, provider, self.world.secret.as_ref())?;
+        Ok(entry.handle())
+    }
+
+    fn device_port(&self) -> Result<PortName, Failure> {
+        let name = self
+            .world
+            .device_port
+            .as_deref()
+            .ok_or_else(|| Failure::PortNotDefined {
+                port: self.port.name_any(),
+            })?;
+        PortName::parse(name).map_err(|error| Failure::InvalidPortName { field: None, error })
+    }
+
+    fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure> {
+        let Some(cfg) = &self.world.config else {
+            let name = self
+                .world
+                .desired
+                .as_ref()
+                .map(|t| {
+                    let r = &t.configuration;
+                    format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name)
+                })
+                .unwrap_or_default();
+            return Err(Failure::ConfigurationNotFound {
+                kind: "SwitchPortConfiguration",
+                name,
+            });
+        };
+        let Some(definition) = &self.world.definition else {
+            return Err(Failure::PortNotDefined {
+                port: self.port.name_any(),
+            });
+        };
+        let switch_name = self
+            .world
+            .switch
+            .as_ref()
+            .map(|s| s.name_any())
+            .unwrap_or_default();
+        let port_key = self.port.name_any();
+        desired_for_port(
+            &cfg.spec,
+            &PortContext {
+                switch: &switch_name,
+                port_key: &port_key,
+                definition,
+                capabilities: Some(capabilities),
+            },
+        )
+        .map_err(Failure::InvalidConfiguration)
+    }
+
+    fn key(&self) -> &PortKey {
+        &self.key
+    }
+}
+
+/// Reconciles one SwitchPort. Its span carries namespace, name, switch and device
+/// port.
+pub(super) async fn reconcile(
+    port: Arc<SwitchPort>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let span = tracing::info_span!(
+        "switchport",
+        namespace = %port.namespace().unwrap_or_default(),
+        name = %port.name_any(),
+        switch = %switch_name(&port).unwrap_or_default(),
+        device_port = tracing::field::Empty,
+    );
+    reconcile_in(port, ctx, span.clone()).instrument(span).await
+}
+
+async fn reconcile_in(
+    port: Arc<SwitchPort>,
+    ctx: Arc<Context>,
+    span: tracing::Span,
+) -> Result<Action, ControllerError> {
+    let ns = port.namespace().unwrap_or_default();
+    let name = port.name_any();
+    let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
+    let world = dereference(&port, &ctx).await?;
+    if let Some(device_port) = &world.device_port {
+        span.record("device_port", device_port.as_str());
+    }
+    let record = KubeRecord {
+        api,
+        obj: port.as_ref(),
+        events: &ctx.events,
+    };
+    let old_status = port.status.clone().unwrap_or_default();
+    let mut status = old_status.clone();
+    if world.switch.is_none()
+        && old_status.state.is_none()
+        && port.metadata.deletion_timestamp.is_none()
+    {
+        // Created ahead of its Switch (or by hand): nothing to manage until a Switch
+        // lists it; the Switch watch brings us back.
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            Truth::False,
+            "WaitingForSwitch",
+            "no Switch lists this port in spec.ports yet".into(),
+            port.metadata.generation,
+            jiff::Timestamp::now(),
+        );
+        status.observed_generation = port.metadata.generation;
+        use super::port_loop::PortRecord as _;
+        record.write_status(&old_status, &status).await?;
+        return Ok(Action::await_change());
+    }
+    status.switch = world
+        .switch
+        .as_ref()
+        .map(|s| s.name_any())
+        .or(status.switch);
+    status.provider = world
+        .switch
+        .as_ref()
+        .map(|s| s.spec.provider.name.clone())
+        .or(status.provider);
+    status.device_port = world.device_port.clone();
+    let drift_policy = world
+        .switch
+        .as_ref()
+        .and_then(|s| s.spec.drift_policy)
+        .unwrap_or_default();
+    let skip_cleanup = is_true(port.annotations(), SKIP_CLEANUP_ANNOTATION)
+        || world
+            .switch
+            .as_ref()
+            .is_some_and(|s| is_true(s.annotations(), SKIP_CLEANUP_ANNOTATION));
+    let key = PortKey {
+        namespace: ns.clone(),
+        name,
+    };
+    let worker = ctx.current_worker(
+        &switch_worker_key(&ns, status.switch.as_deref().unwrap_or_default()),
+        world.provider.as_ref(),
+        world.secret.as_ref(),
+    );
+    let drift_notice = worker
+        .as_ref()
+        .and_then(|e| e.worker.take_drift_notice(&key));
+    let outage = worker.as_ref().and_then(|e| e.worker.outage());
+    let input = DriveInput {
+        meta: record.meta(),
+        old_status,
+        status,
+        desired: world.desired.clone(),
+        inputs: world.inputs.clone(),
+        outage,
+        drift_policy,
+        skip_cleanup,
+        drift_check_due: drift_notice.is_some(),
+        config_kind: "SwitchPortConfiguration",
+        backoff: ctx.settings.backoff,
+    };
+    let steps = SwitchPortSteps {
+        ctx: &ctx,
+        port: &port,
+        world,
+        key,
+    };
+    let requeue = drive(input, &steps, &record, &ctx.ledger).await?;
+    Ok(requeue_action(requeue))
+}

@@ -1,0 +1,298 @@
+//! Which objects an event wakes: a SwitchPortConfiguration wakes the ports linked to
+//! it, a Switch its ports, a ProviderSwitch the ports of its Switches, a credentials
+//! Secret the ports of the Switches whose ProviderSwitch reads it, and the same for
+//! SmartNicPorts. The runtime calls these with its caches' contents. Pure, no I/O.
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+
+use super::{CHAINED_FROM_ANNOTATION, SWITCH_LABEL};
+use crate::api::{ConfigurationRef, ProviderSwitch, SmartNicPort, Switch, SwitchPort};
+
+/// Whether `reference`, held by an object of namespace `holder_ns`, names object
+/// `name` of namespace `ns` (a reference without namespace means the holder's).
+fn names(reference: &ConfigurationRef, holder_ns: Option<&str>, ns: &str, name: &str) -> bool {
+    reference.name == name && reference.namespace.as_deref().or(holder_ns) == Some(ns)
+}
+
+/// Ports linked to the SwitchPortConfiguration `ns/name`.
+pub fn ports_using_configuration(
+    ports: &[Arc<SwitchPort>],
+    ns: &str,
+    name: &str,
+) -> Vec<ObjectRef<SwitchPort>> {
+    ports
+        .iter()
+        .filter(|p| {
+            p.spec
+                .configuration
+                .as_ref()
+                .is_some_and(|r| names(r, p.namespace().as_deref(), ns, name))
+        })
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// Ports of the Switches named `switches` in namespace `ns`.
+pub fn ports_of_switches(
+    ports: &[Arc<SwitchPort>],
+    ns: Option<&str>,
+    switches: &[String],
+) -> Vec<ObjectRef<SwitchPort>> {
+    if switches.is_empty() {
+        return Vec::new();
+    }
+    ports
+        .iter()
+        .filter(|p| {
+            p.namespace().as_deref() == ns
+                && p.labels()
+                    .get(SWITCH_LABEL)
+                    .is_some_and(|s| switches.contains(s))
+        })
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// Names of the Switches of namespace `ns` that use one of `providers`.
+pub fn switches_of_providers(
+    switches: &[Arc<Switch>],
+    ns: Option<&str>,
+    providers: &[String],
+) -> Vec<String> {
+    switches
+        .iter()
+        .filter(|s| s.namespace().as_deref() == ns && providers.contains(&s.spec.provider.name))
+        .map(|s| s.name_any())
+        .collect()
+}
+
+/// Ports whose Switch's ProviderSwitch reads the Secret `ns/name`.
+pub fn ports_using_secret(
+    ports: &[Arc<SwitchPort>],
+    switches: &[Arc<Switch>],
+    providers: &[Arc<ProviderSwitch>],
+    ns: Option<&str>,
+    name: &str,
+) -> Vec<ObjectRef<SwitchPort>> {
+    let mut out = Vec::new();
+    for p in providers {
+        let reads = p.spec.credentials_secret_ref.as_ref().is_some_and(|r| {
+            r.name == name && r.namespace.as_deref().or(p.namespace().as_deref()) == ns
+        });
+        if reads {
+            let pns = p.namespace();
+            let names = switches_of_providers(switches, pns.as_deref(), &[p.name_any()]);
+            out.extend(ports_of_switches(ports, pns.as_deref(), &names));
+        }
+    }
+    out
+}
+
+/// SmartNicPorts linked to the SmartNicConfiguration `ns/name`.
+pub fn smartnics_using_configuration(
+    snics: &[Arc<SmartNicPort>],
+    ns: &str,
+    name: &str,
+) -> Vec<ObjectRef<SmartNicPort>> {
+    snics
+        .iter()
+        .filter(|p| {
+            p.spec
+                .configuration
+                .as_ref()
+                .is_some_and(|r| names(r, p.namespace().as_deref(), ns, name))
+        })
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// SmartNicPorts chained to `port`: by their `nextPortRef`, or by the port's claim.
+pub fn smartnics_chained_to(
+    snics: &[Arc<SmartNicPort>],
+    port: &SwitchPort,
+) -> Vec<ObjectRef<SmartNicPort>> {
+    let (sns, sname) = (port.namespace().unwrap_or_default(), port.name_any());
+    let claimed_by = port.annotations().get(CHAINED_FROM_ANNOTATION);
+    snics
+        .iter()
+        .filter(|p| {
+            let me = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+            claimed_by == Some(&me)
+                || p.spec.next_port_ref.as_ref().is_some_and(|n| {
+                    n.name == sname
+                        && n.namespace.clone().or_else(|| p.namespace()).as_deref()
+                            == Some(sns.as_str())
+                })
+        })
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// SmartNicPorts on the ProviderSwitch `name` of namespace `ns`.
+pub fn smartnics_of_provider(
+    snics: &[Arc<SmartNicPort>],
+    ns: Option<&str>,
+    name: &str,
+) -> Vec<ObjectRef<SmartNicPort>> {
+    snics
+        .iter()
+        .filter(|p| p.namespace().as_deref() == ns && p.spec.provider.name == name)
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<K> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    fn port(ns: &str, name: &str, switch: &str, cfg: Option<serde_json::Value>) -> Arc<SwitchPort> {
+        obj(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPort",
+            "metadata": {"name": name, "namespace": ns, "labels": {SWITCH_LABEL: switch}},
+            "spec": {"configuration": cfg}
+        }))
+    }
+
+    fn names_of<K: kube::Resource>(refs: Vec<ObjectRef<K>>) -> Vec<String> {
+        let mut v: Vec<String> = refs.into_iter().map(|r| r.name).collect();
+        v.sort();
+        v
+    }
+
+    /// Ports, Switches and ProviderSwitches of one small fabric.
+    type Fabric = (
+        Vec<Arc<SwitchPort>>,
+        Vec<Arc<Switch>>,
+        Vec<Arc<ProviderSwitch>>,
+    );
+
+    fn fabric() -> Fabric {
+        let ports = vec![
+            port("infra", "p1", "tor-1", Some(json!({"name": "web"}))),
+            port(
+                "infra",
+                "p2",
+                "tor-1",
+                Some(json!({"name": "web", "namespace": "tenant"})),
+            ),
+            port("infra", "p3", "tor-2", None),
+            port("other", "p4", "tor-1", Some(json!({"name": "web"}))),
+        ];
+        let switches = vec![
+            obj(
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+                       "metadata": {"name": "tor-1", "namespace": "infra"},
+                       "spec": {"provider": {"name": "tor-1-ssh"}}}),
+            ),
+            obj(
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+                       "metadata": {"name": "tor-2", "namespace": "infra"},
+                       "spec": {"provider": {"name": "tor-2-ssh"}}}),
+            ),
+        ];
+        let providers = vec![
+            obj(
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+                       "metadata": {"name": "tor-1-ssh", "namespace": "infra"},
+                       "spec": {"backend": "ssh", "os": "ios", "address": "10.0.0.1",
+                                "credentialsSecretRef": {"name": "login"}}}),
+            ),
+            obj(
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+                       "metadata": {"name": "tor-2-ssh", "namespace": "infra"},
+                       "spec": {"backend": "ssh", "os": "ios", "address": "10.0.0.2",
+                                "credentialsSecretRef": {"name": "login", "namespace": "vault"}}}),
+            ),
+        ];
+        (ports, switches, providers)
+    }
+
+    #[test]
+    fn each_input_wakes_exactly_the_ports_that_depend_on_it() {
+        let (ports, switches, providers) = fabric();
+        // A configuration: by name, with the reference's namespace defaulting to the
+        // port's.
+        assert_eq!(
+            names_of(ports_using_configuration(&ports, "infra", "web")),
+            ["p1"]
+        );
+        assert_eq!(
+            names_of(ports_using_configuration(&ports, "tenant", "web")),
+            ["p2"]
+        );
+        // A Switch: its ports in its namespace only.
+        assert_eq!(
+            names_of(ports_of_switches(&ports, Some("infra"), &["tor-1".into()])),
+            ["p1", "p2"]
+        );
+        assert!(ports_of_switches(&ports, Some("infra"), &[]).is_empty());
+        // A ProviderSwitch whose name is not its Switch's.
+        assert_eq!(
+            switches_of_providers(&switches, Some("infra"), &["tor-2-ssh".into()]),
+            ["tor-2"]
+        );
+        // A Secret: through the providers that read it, wherever it lives.
+        assert_eq!(
+            names_of(ports_using_secret(
+                &ports,
+                &switches,
+                &providers,
+                Some("infra"),
+                "login"
+            )),
+            ["p1", "p2"]
+        );
+        assert_eq!(
+            names_of(ports_using_secret(
+                &ports,
+                &switches,
+                &providers,
+                Some("vault"),
+                "login"
+            )),
+            ["p3"]
+        );
+        assert!(ports_using_secret(&ports, &switches, &providers, Some("infra"), "x").is_empty());
+    }
+
+    #[test]
+    fn smartnic_ports_are_woken_by_their_configuration_chain_and_provider() {
+        let snic = |name: &str, next: &str| -> Arc<SmartNicPort> {
+            obj(
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+                       "metadata": {"name": name, "namespace": "infra"},
+                       "spec": {"provider": {"name": "snic-1"}, "portName": "p0",
+                                "configuration": {"name": "snc"},
+                                "nextPortRef": {"name": next}}}),
+            )
+        };
+        let snics = vec![snic("s1", "p1"), snic("s2", "p2")];
+        assert_eq!(
+            names_of(smartnics_using_configuration(&snics, "infra", "snc")),
+            ["s1", "s2"]
+        );
+        let (ports, _, _) = fabric();
+        assert_eq!(names_of(smartnics_chained_to(&snics, &ports[0])), ["s1"]);
+        // A port claimed by a SmartNicPort that no longer names it still wakes it.
+        let mut claimed = (*ports[2]).clone();
+        claimed
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(CHAINED_FROM_ANNOTATION.into(), "infra/s2".into());
+        assert_eq!(names_of(smartnics_chained_to(&snics, &claimed)), ["s2"]);
+        assert_eq!(
+            names_of(smartnics_of_provider(&snics, Some("infra"), "snic-1")),
+            ["s1", "s2"]
+        );
+        assert!(smartnics_of_provider(&snics, Some("other"), "snic-1").is_empty());
+    }
+}
