@@ -1,0 +1,367 @@
+//! Table tests of the status module: every port health, the Switch and
+//! ProviderSwitch conditions, reachability Events, status patches.
+use super::*;
+use crate::api::ConfigurationRef;
+use crate::backends::BackendError;
+use crate::state_machine::{FailureKind, SwitchOutage};
+use crate::validate::{FieldError, ValidationErrors};
+use patchbay_providers::{Cause, DeviceError};
+
+fn t(s: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
+}
+
+fn outage() -> Outage {
+    Outage {
+        error: DeviceError::Unreachable {
+            address: "10.0.0.1:22".into(),
+            cause: Cause::msg("connection refused"),
+        },
+        since: t(0),
+        timing: SwitchOutage {
+            failures: 3,
+            last_failure: t(30),
+            next_probe: t(70),
+        },
+    }
+}
+
+fn target() -> PortTarget {
+    PortTarget {
+        configuration: ConfigurationRef {
+            name: "tenant-web".into(),
+            namespace: Some("ns".into()),
+        },
+        hash: "h".into(),
+    }
+}
+
+fn ready(s: &PortStatus) -> (String, String, String) {
+    let c = find_condition(&s.conditions, "Ready").expect("Ready");
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[test]
+fn port_status_table() {
+    let applied = target();
+    let invalid = Failure::InvalidConfiguration(ValidationErrors(vec![FieldError {
+        path: "spec.mtu".into(),
+        reason: "this switch cannot configure MTU".into(),
+    }]));
+    let down = outage();
+    let none: Option<String> = None;
+    let attempt = Some("apply/abc".to_owned());
+    struct Row<'a> {
+        name: &'static str,
+        state: PortState,
+        facts: StatusFacts<'a>,
+        ready: (&'static str, &'static str, &'static str),
+        last_error: Option<&'static str>,
+        failure_count: Option<i32>,
+    }
+    let base = |state_health: Health| StatusFacts {
+        generation: Some(4),
+        applied: None,
+        failures: 0,
+        last_attempt: &none,
+        last_failure: None,
+        next_retry: None,
+        health: state_health,
+        failure: None,
+        waiting: None,
+        outage: None,
+        drift_policy: DriftPolicy::Reconcile,
+        kind: "SwitchPortConfiguration",
+        now: t(100),
+    };
+    let rows = vec![
+        Row {
+            name: "Active and in sync",
+            state: PortState::Active,
+            facts: StatusFacts {
+                applied: Some(&applied),
+                ..base(Health::Steady)
+            },
+            ready: (
+                "True",
+                "Active",
+                "the device carries SwitchPortConfiguration tenant-web",
+            ),
+            last_error: None,
+            failure_count: None,
+        },
+        Row {
+            name: "Idle and clean",
+            state: PortState::Idle,
+            facts: base(Health::Steady),
+            ready: ("True", "Idle", "the port is clean"),
+            last_error: None,
+            failure_count: None,
+        },
+        Row {
+            name: "Configuring, on its way",
+            state: PortState::Configuring,
+            facts: base(Health::Progressing),
+            ready: ("False", "Configuring", "the port is Configuring"),
+            last_error: None,
+            failure_count: None,
+        },
+        Row {
+            name: "a SmartNicPort waiting for its next port",
+            state: PortState::Configuring,
+            facts: StatusFacts {
+                waiting: Some("waiting for SwitchPort ns/p1"),
+                ..base(Health::Progressing)
+            },
+            ready: (
+                "False",
+                "WaitingForNextPort",
+                "waiting for SwitchPort ns/p1",
+            ),
+            last_error: None,
+            failure_count: None,
+        },
+        Row {
+            name: "an invalid configuration",
+            state: PortState::Configuring,
+            facts: StatusFacts {
+                failures: 1,
+                last_attempt: &attempt,
+                last_failure: Some(t(99)),
+                failure: Some(&invalid),
+                ..base(Health::Failed(FailureKind::Invalid))
+            },
+            ready: (
+                "False",
+                "InvalidConfiguration",
+                "spec.mtu: this switch cannot configure MTU",
+            ),
+            last_error: Some("spec.mtu: this switch cannot configure MTU"),
+            failure_count: Some(1),
+        },
+        Row {
+            name: "a port waiting for a switch that does not answer",
+            state: PortState::Configuring,
+            facts: StatusFacts {
+                failures: 3,
+                last_attempt: &attempt,
+                last_failure: Some(t(30)),
+                next_retry: Some(t(70)),
+                outage: Some(&down),
+                ..base(Health::SwitchDown)
+            },
+            ready: (
+                "False",
+                "DeviceUnreachable",
+                "cannot reach the device at 10.0.0.1:22: connection refused; the switch \
+                 does not answer since 2027-01-15T08:00:00Z (3 failed attempts) and is \
+                 tried again at 2027-01-15T08:01:10Z; this port waits for it",
+            ),
+            last_error: Some("cannot reach the device at 10.0.0.1:22: connection refused"),
+            failure_count: Some(3),
+        },
+        Row {
+            name: "an Active port on a switch that went away",
+            state: PortState::Active,
+            facts: StatusFacts {
+                applied: Some(&applied),
+                outage: Some(&down),
+                ..base(Health::SwitchDown)
+            },
+            ready: (
+                "Unknown",
+                "DeviceUnreachable",
+                "the switch does not answer (since 2027-01-15T08:00:00Z): cannot reach the \
+                 device at 10.0.0.1:22: connection refused; the configuration is believed \
+                 to be still on the device, and is checked when it answers",
+            ),
+            last_error: None,
+            failure_count: None,
+        },
+        Row {
+            name: "drift reported, not repaired",
+            state: PortState::Active,
+            facts: StatusFacts {
+                applied: Some(&applied),
+                drift_policy: DriftPolicy::ReportOnly,
+                ..base(Health::Drifted)
+            },
+            ready: (
+                "False",
+                "Drifted",
+                "the device differs from the applied configuration",
+            ),
+            last_error: None,
+            failure_count: None,
+        },
+    ];
+    for row in rows {
+        let mut s = PortStatus {
+            state: Some(row.state),
+            ..Default::default()
+        };
+        port_status(&mut s, &row.facts);
+        let (status, reason, message) = ready(&s);
+        assert_eq!(
+            (status.as_str(), reason.as_str(), message.as_str()),
+            row.ready,
+            "{}",
+            row.name
+        );
+        assert_eq!(s.last_error.as_deref(), row.last_error, "{}", row.name);
+        assert_eq!(s.failure_count, row.failure_count, "{}", row.name);
+        assert_eq!(s.observed_generation, Some(4), "{}", row.name);
+        let ready_since = &find_condition(&s.conditions, "Ready")
+            .unwrap()
+            .last_transition_time;
+        assert_eq!(ready_since.0, t(100), "{}", row.name);
+    }
+}
+
+#[test]
+fn backing_off_leaves_the_failure_as_it_was_and_times_move_only_on_change() {
+    let mut s = PortStatus {
+        state: Some(PortState::Configuring),
+        last_error: Some("the device rejected `x`: no".into()),
+        ..Default::default()
+    };
+    set_condition(
+        &mut s.conditions,
+        "Ready",
+        false,
+        "CommandRejected",
+        "the device rejected `x`: no".into(),
+        Some(1),
+        t(0),
+    );
+    let before = s.clone();
+    let attempt = Some("apply/abc".to_owned());
+    port_status(
+        &mut s,
+        &StatusFacts {
+            generation: Some(1),
+            applied: None,
+            failures: 2,
+            last_attempt: &attempt,
+            last_failure: Some(t(0)),
+            next_retry: Some(t(10)),
+            health: Health::BackingOff,
+            failure: None,
+            waiting: None,
+            outage: None,
+            drift_policy: DriftPolicy::Reconcile,
+            kind: "SwitchPortConfiguration",
+            now: t(5),
+        },
+    );
+    assert_eq!(s.conditions, before.conditions);
+    assert_eq!(s.last_error, before.last_error);
+    assert_eq!(s.next_retry_time, Some(Time(t(10))));
+    // Same status again: lastTransitionTime stays; another status: it moves.
+    set_condition(
+        &mut s.conditions,
+        "Ready",
+        false,
+        "X",
+        "y".into(),
+        None,
+        t(7),
+    );
+    assert_eq!(s.conditions[0].last_transition_time, Time(t(0)));
+    set_condition(
+        &mut s.conditions,
+        "Ready",
+        true,
+        "X",
+        "y".into(),
+        None,
+        t(8),
+    );
+    assert_eq!(s.conditions[0].last_transition_time, Time(t(8)));
+}
+
+#[test]
+fn switch_status_and_its_events() {
+    let down: Result<Reachability, Failure> = Ok(Reachability::Down(outage()));
+    let up: Result<Reachability, Failure> = Ok(Reachability::Reachable);
+    let mut s = ConditionsStatus::default();
+    switch_status(&mut s, &up, 3, Some(2), t(0));
+    let c = |s: &ConditionsStatus, ty: &str| {
+        let c = find_condition(&s.conditions, ty).unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    };
+    assert_eq!(c(&s, "Ready").2, "3 ports managed");
+    assert_eq!(c(&s, "DeviceReachable").0, "True");
+    assert_eq!(reachability_event(None, &s, &up), None);
+    // It goes away: one Warning, then none while it stays away.
+    switch_status(&mut s, &down, 3, Some(2), t(40));
+    let (status, reason, message) = c(&s, "DeviceReachable");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "DeviceUnreachable")
+    );
+    assert!(
+        message.ends_with(
+            "(since 2027-01-15T08:00:00Z, 3 failed attempts; tried again at 2027-01-15T08:01:10Z)"
+        ),
+        "{message}"
+    );
+    let warning = reachability_event(Some("True"), &s, &down).unwrap();
+    assert_eq!(
+        (warning.severity, warning.reason),
+        (Severity::Warning, "DeviceUnreachable")
+    );
+    assert_eq!(reachability_event(Some("False"), &s, &down), None);
+    // Back: one Normal.
+    switch_status(&mut s, &up, 3, Some(2), t(80));
+    let back = reachability_event(Some("False"), &s, &up).unwrap();
+    assert_eq!(
+        (back.severity, back.reason),
+        (Severity::Normal, "Reachable")
+    );
+    // Not tried yet, and a Switch that cannot be used.
+    let mut fresh = ConditionsStatus::default();
+    switch_status(&mut fresh, &Ok(Reachability::Unknown), 0, None, t(0));
+    assert_eq!(c(&fresh, "Ready").0, "Unknown");
+    let unusable = Err(Failure::Backend(BackendError::HostKeyNotPinned));
+    switch_status(&mut fresh, &unusable, 0, None, t(1));
+    assert_eq!(c(&fresh, "Ready").1, "HostKeyNotPinned");
+    assert_eq!(c(&fresh, "DeviceReachable").0, "Unknown", "untouched");
+}
+
+#[test]
+fn provider_status_says_why_it_is_not_ready() {
+    let mut s = ConditionsStatus::default();
+    provider_status(&mut s, &Ok(()), Some(1), t(0));
+    assert_eq!(s.conditions[0].reason, "Valid");
+    let missing = Err(Failure::Backend(BackendError::Credentials(
+        "Secret \"login\" (spec.credentialsSecretRef) not found".into(),
+    )));
+    provider_status(&mut s, &missing, Some(2), t(1));
+    assert_eq!(
+        (
+            s.conditions[0].status.as_str(),
+            s.conditions[0].reason.as_str()
+        ),
+        ("False", "CredentialsInvalid")
+    );
+    assert_eq!(s.observed_generation, Some(2));
+}
+
+#[test]
+fn a_status_patch_clears_what_the_new_status_no_longer_has() {
+    let old = PortStatus {
+        state: Some(PortState::Configuring),
+        last_error: Some("boom".into()),
+        failure_count: Some(2),
+        ..Default::default()
+    };
+    let new = PortStatus {
+        state: Some(PortState::Active),
+        ..Default::default()
+    };
+    assert_eq!(
+        status_merge_patch(&old, &new),
+        json!({"status": {"state": "Active", "lastError": null, "failureCount": null}})
+    );
+}
