@@ -1,28 +1,34 @@
-//! The demo: walks one port through every state of the state machine on the fixture
-//! backend, printing each state and what the device holds. Does device I/O only on the
-//! in-memory fixture; no cluster needed.
+//! `patchbay demo --walk`: one SwitchPort through every state of the state machine,
+//! on an in-memory fixture switch, without a cluster — printing each state and what
+//! the device holds. Device I/O only on the fixture.
 //!
-//! It plays the controller's part by hand — the same [`decide`] loop the SwitchPort
-//! controller runs — so a reader can see the seed workflows happen: configure,
-//! update, drift corrected, deprovision, delete.
+//! It runs the operator's own loop ([`drive`]): the same decisions, the same switch
+//! worker, the same validation and read-back. Only the port object lives in memory
+//! instead of an API server ([`MemoryRecord`]), so a reader sees the seed workflows
+//! happen exactly as the operator runs them: configure, update, drift corrected, an
+//! invalid configuration refused, deprovision, delete.
 
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use patchbay_providers::fixture::FixtureSwitch;
-use patchbay_providers::values::PortName;
-use patchbay_providers::verify::{apply_verified, reset_verified};
-use patchbay_providers::{AdminState, Device, DeviceError, ObservedPort, VlanMode, diff};
-
 use patchbay::api::{
-    ConfigurationRef, DriftPolicy, PortState, SwitchPortConfiguration, SwitchPortDefinition,
+    ConfigurationRef, DriftPolicy, PortStatus, SwitchPortConfiguration, SwitchPortDefinition,
     configuration_hash,
 };
-use patchbay::state_machine::{
-    AppliedChange, Backoff, FailureKind, Outcome, PortFacts, PortTarget, Step, decide,
+use patchbay::controllers::ControllerError;
+use patchbay::controllers::failure::Failure;
+use patchbay::controllers::port_loop::{
+    DeviceHandle, DriveInput, FailureLedger, PortMeta, PortRecord, PortSteps, drive,
 };
+use patchbay::controllers::status::Severity;
+use patchbay::state_machine::{Backoff, PortTarget};
 use patchbay::validate::{PortContext, desired_for_port};
+use patchbay::worker::{PortKey, SwitchWorker, WorkerConfig};
+use patchbay_providers::fixture::FixtureSwitch;
+use patchbay_providers::values::PortName;
+use patchbay_providers::{AdminState, Capabilities, DesiredPort, ObservedPort, VlanMode, diff};
 
 const PROVISIONING: &str = include_str!("../../../examples/configuration-provisioning.yaml");
 const TENANT: &str = include_str!("../../../examples/configuration-tenant-web.yaml");
@@ -58,167 +64,165 @@ pub fn describe(port: &ObservedPort) -> String {
     out
 }
 
-struct Walk {
+/// The port object, in memory: its status and finalizer. Prints every state the
+/// loop writes, with what the device holds at that moment.
+struct MemoryRecord {
+    status: Mutex<PortStatus>,
+    finalizer: Mutex<bool>,
     switch: FixtureSwitch,
-    definition: SwitchPortDefinition,
-    state: Option<PortState>,
-    has_finalizer: bool,
-    applied: Option<PortTarget>,
-    failures: u32,
-    last_attempt: Option<String>,
-    last_failure: Option<jiff::Timestamp>,
-    next_retry: Option<jiff::Timestamp>,
+    port: PortName,
+    /// The walk step being printed (printed once, on its first line).
+    step: Mutex<Option<String>>,
 }
 
-impl Walk {
-    fn port(&self) -> Result<PortName> {
-        Ok(PortName::parse(&self.definition.name)?)
-    }
-
-    fn show(&self, step: &str) -> Result<()> {
-        let state = self.state.map_or("(none)".to_owned(), |s| s.to_string());
+impl MemoryRecord {
+    fn show(&self, state: &str) {
+        let step = self.step.lock().unwrap().take().unwrap_or_default();
         let device = self
             .switch
-            .port_state(&self.port()?)
+            .port_state(&self.port)
             .map(|p| describe(&p))
             .unwrap_or_default();
         println!("  {step:<44} {state:<12} {device}");
+    }
+}
+
+impl PortRecord for MemoryRecord {
+    async fn write_status(
+        &self,
+        _old: &PortStatus,
+        new: &PortStatus,
+    ) -> Result<(), ControllerError> {
+        let mut status = self.status.lock().unwrap();
+        let changed = status.state != new.state;
+        *status = new.clone();
+        drop(status);
+        if changed {
+            self.show(&new.state.map(|s| s.to_string()).unwrap_or_default());
+        }
         Ok(())
     }
 
-    async fn perform(
-        &self,
-        step: Step,
-        config: Option<&SwitchPortConfiguration>,
-    ) -> Result<Outcome> {
-        let port = self.port()?;
-        let failed = |e: DeviceError| {
-            println!("    device error: {e}");
-            Outcome::Failed(FailureKind::Transient)
-        };
-        Ok(match step {
-            Step::None => unreachable!("perform is not called for Step::None"),
-            Step::AddFinalizer => Outcome::FinalizerAdded,
-            Step::RemoveFinalizer => Outcome::FinalizerRemoved,
-            Step::Apply => {
-                let config = config.context("Apply without a configuration")?;
-                let caps = self.switch.capabilities();
-                let ctx = PortContext {
-                    switch: "tor-1",
-                    port_key: "server-7-eth0",
-                    definition: &self.definition,
-                    capabilities: Some(&caps),
-                };
-                match desired_for_port(&config.spec, &ctx) {
-                    Err(e) => {
-                        println!("    refused: {e}");
-                        Outcome::Failed(FailureKind::Invalid)
-                    }
-                    Ok(desired) => match apply_verified(&self.switch, &desired).await {
-                        Ok(_) => Outcome::Applied,
-                        Err(e) => failed(e),
-                    },
-                }
-            }
-            Step::Clean => match reset_verified(&self.switch, &port).await {
-                Ok(_) => Outcome::Cleaned,
-                Err(e) => failed(e),
-            },
-            Step::Verify => {
-                let config = config.context("Verify without a configuration")?;
-                let ctx = PortContext {
-                    switch: "tor-1",
-                    port_key: "server-7-eth0",
-                    definition: &self.definition,
-                    capabilities: None,
-                };
-                let desired = desired_for_port(&config.spec, &ctx)?;
-                match self.switch.get_port(&port).await {
-                    Ok(observed) if diff(&desired, &observed).is_empty() => Outcome::InSync,
-                    Ok(observed) => {
-                        println!(
-                            "    drift: device has {:?} different",
-                            diff(&desired, &observed)
-                                .iter()
-                                .map(ToString::to_string)
-                                .collect::<Vec<_>>()
-                        );
-                        Outcome::Drifted
-                    }
-                    Err(e) => failed(e),
-                }
-            }
-        })
+    async fn set_finalizer(&self, present: bool) -> Result<(), ControllerError> {
+        *self.finalizer.lock().unwrap() = present;
+        if !present {
+            // The object goes with its finalizer; no status is written for it.
+            self.show("Deleting");
+        }
+        Ok(())
     }
 
-    /// One reconcile: decide, act, feed the outcome back, until nothing is left to do.
+    async fn publish(&self, severity: Severity, reason: &str, note: &str) {
+        if severity == Severity::Warning {
+            println!("    {reason}: {note}");
+        }
+    }
+
+    fn forget_events(&self) {}
+}
+
+/// The port's steps on the fixture switch, through a switch worker as the operator
+/// runs them.
+struct WalkSteps {
+    device: DeviceHandle,
+    definition: SwitchPortDefinition,
+    config: Option<SwitchPortConfiguration>,
+    key: PortKey,
+}
+
+impl PortSteps for WalkSteps {
+    fn device(&self) -> Result<DeviceHandle, Failure> {
+        Ok(self.device.clone())
+    }
+
+    fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure> {
+        let config = self.config.as_ref().ok_or(Failure::ConfigurationNotFound {
+            kind: "SwitchPortConfiguration",
+            name: "(none)".into(),
+        })?;
+        desired_for_port(
+            &config.spec,
+            &PortContext {
+                switch: "tor-1",
+                port_key: "server-7-eth0",
+                definition: &self.definition,
+                capabilities: Some(capabilities),
+            },
+        )
+        .map_err(Failure::InvalidConfiguration)
+    }
+
+    fn device_port(&self) -> Result<PortName, Failure> {
+        PortName::parse(&self.definition.name)
+            .map_err(|error| Failure::InvalidPortName { field: None, error })
+    }
+
+    fn key(&self) -> &PortKey {
+        &self.key
+    }
+}
+
+struct Walk {
+    record: MemoryRecord,
+    device: DeviceHandle,
+    definition: SwitchPortDefinition,
+    ledger: FailureLedger,
+}
+
+impl Walk {
+    /// One reconcile, as the controller runs it after `step` happened.
     async fn reconcile(
-        &mut self,
+        &self,
         step: &str,
         config: Option<&SwitchPortConfiguration>,
         deletion: bool,
         drift_check_due: bool,
     ) -> Result<()> {
-        let target = config.map(|c| PortTarget {
+        *self.record.step.lock().unwrap() = Some(step.to_owned());
+        let desired = config.map(|c| PortTarget {
             configuration: ConfigurationRef {
                 name: c.metadata.name.clone().unwrap_or_default(),
-                namespace: Some("default".into()),
+                namespace: Some("network-infra".into()),
             },
             hash: configuration_hash(&c.spec),
         });
-        let mut outcome = None;
-        let mut printed = false;
-        let inputs = target
-            .as_ref()
-            .map_or("none".to_owned(), |t| t.hash.clone());
-        for _ in 0..16 {
-            let facts = PortFacts {
-                state: self.state,
-                has_finalizer: self.has_finalizer,
+        let status = self.record.status.lock().unwrap().clone();
+        let input = DriveInput {
+            meta: PortMeta {
+                kind: "SwitchPort",
+                uid: "walk".into(),
+                generation: Some(1),
+                has_finalizer: *self.record.finalizer.lock().unwrap(),
                 deletion_requested: deletion,
-                skip_device_cleanup: false,
-                desired: target.as_ref(),
-                applied: self.applied.as_ref(),
-                inputs: &inputs,
-                failures: self.failures,
-                last_attempt: self.last_attempt.as_deref(),
-                last_failure: self.last_failure,
-                next_retry: self.next_retry,
-                switch_outage: None,
-                now: jiff::Timestamp::now(),
-                drift_check_due: drift_check_due && outcome.is_none(),
-                drift_reported: false,
-                drift_policy: DriftPolicy::Reconcile,
-                backoff: Backoff::default(),
-                outcome,
-            };
-            let decision = decide(&facts);
-            let changed = self.state != Some(decision.state);
-            self.state = Some(decision.state);
-            self.failures = decision.failures;
-            self.last_attempt = decision.attempt.clone();
-            self.last_failure = decision.last_failure;
-            self.next_retry = decision.next_retry;
-            match decision.applied {
-                AppliedChange::Keep => {}
-                AppliedChange::SetToDesired => self.applied = target.clone(),
-                AppliedChange::Clear => self.applied = None,
-            }
-            if changed || !printed {
-                self.show(if printed { "" } else { step })?;
-                printed = true;
-            }
-            if decision.step == Step::None {
-                return Ok(());
-            }
-            outcome = Some(self.perform(decision.step, config).await?);
-            match decision.step {
-                Step::AddFinalizer => self.has_finalizer = true,
-                Step::RemoveFinalizer => self.has_finalizer = false,
-                _ => {}
-            }
+            },
+            old_status: status.clone(),
+            status,
+            inputs: desired.as_ref().map_or("none".into(), |d| d.hash.clone()),
+            desired,
+            outage: None,
+            drift_policy: DriftPolicy::Reconcile,
+            skip_cleanup: false,
+            drift_check_due,
+            config_kind: "SwitchPortConfiguration",
+            backoff: Backoff::default(),
+        };
+        let steps = WalkSteps {
+            device: self.device.clone(),
+            definition: self.definition.clone(),
+            config: config.cloned(),
+            key: PortKey {
+                namespace: "network-infra".into(),
+                name: "server-7-eth0".into(),
+            },
+        };
+        drive(input, &steps, &self.record, &self.ledger).await?;
+        // A step that changed no state still gets its line.
+        if self.record.step.lock().unwrap().is_some() {
+            let state = self.record.status.lock().unwrap().state;
+            self.record
+                .show(&state.map_or("(none)".to_owned(), |s| s.to_string()));
         }
-        anyhow::bail!("the state machine did not settle")
+        Ok(())
     }
 }
 
@@ -243,18 +247,35 @@ pub async fn run() -> Result<()> {
         vlan_range: Some("10, 100-199".into()),
         trunk_disable: false,
     };
-    let switch = FixtureSwitch::new("tor-1", [PortName::parse(&definition.name)?]);
+    let port = PortName::parse(&definition.name)?;
+    let switch = FixtureSwitch::new("tor-1", [port.clone()]);
     switch.set_latency(Duration::from_millis(20));
-    let mut walk = Walk {
-        switch: switch.clone(),
+    let device: Arc<dyn patchbay_providers::Device> = Arc::new(switch.clone());
+    let worker = SwitchWorker::spawn(
+        device.clone(),
+        WorkerConfig {
+            batch_window: Duration::from_millis(10),
+            drift_interval: Duration::from_secs(3600),
+            max_sessions: 1,
+            backoff: Backoff::default(),
+        },
+        vec![port.clone()],
+        Arc::new(|_| {}),
+    );
+    let walk = Walk {
+        record: MemoryRecord {
+            status: Mutex::new(PortStatus::default()),
+            finalizer: Mutex::new(false),
+            switch: switch.clone(),
+            port: port.clone(),
+            step: Mutex::new(None),
+        },
+        device: DeviceHandle {
+            worker: Arc::new(worker),
+            capabilities: device.capabilities(),
+        },
         definition,
-        state: None,
-        has_finalizer: false,
-        applied: None,
-        failures: 0,
-        last_attempt: None,
-        last_failure: None,
-        next_retry: None,
+        ledger: FailureLedger::default(),
     };
 
     println!(
@@ -262,7 +283,12 @@ pub async fn run() -> Result<()> {
         walk.definition.name
     );
     println!("  {:<44} {:<12} device", "step", "state");
-    walk.show("SwitchPort created")?;
+    walk.record
+        .step
+        .lock()
+        .unwrap()
+        .replace("SwitchPort created".into());
+    walk.record.show("(none)");
     walk.reconcile("controller sees it", None, false, false)
         .await?;
     walk.reconcile(
@@ -285,9 +311,23 @@ pub async fn run() -> Result<()> {
         false,
     )
     .await?;
-    let port = walk.port()?;
     switch.tamper(&port, |p| p.vlans = Some(VlanMode::Unconfigured));
-    walk.show("someone wipes the port's VLANs by hand")?;
+    walk.record
+        .step
+        .lock()
+        .unwrap()
+        .replace("someone wipes the port's VLANs by hand".into());
+    walk.record.show("Active");
+    if let (Some(observed), Ok(desired)) = (
+        switch.port_state(&port),
+        patchbay::validate::configuration_to_desired(&tenant.spec, port.clone()),
+    ) {
+        let fields: Vec<String> = diff(&desired, &observed)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        println!("    drift: device has {fields:?} different");
+    }
     walk.reconcile("periodic drift check", Some(&tenant), false, true)
         .await?;
     let mut bad = tenant.clone();
