@@ -40,44 +40,94 @@ impl Default for Settings {
     }
 }
 
-/// The config file: every key optional, same names as the flags without dashes.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+/// Every setting as the user gives it: one struct for the flags, their environment
+/// variables and the config file (same names, camelCase in the file). Each field is
+/// optional; [`Settings::resolve`] takes a flag (or its environment variable) over
+/// the file, the file over the default.
+#[derive(
+    Debug,
+    Default,
+    Clone,
+    PartialEq,
+    clap::Args,
+    serde::Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SettingsFile {
-    /// See [`Settings::namespace`].
+pub struct SettingsArgs {
+    /// Only watch this namespace [default: all namespaces].
+    #[arg(long, env = "PATCHBAY_NAMESPACE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Milliseconds; see [`Settings::batch_window`].
+    /// Milliseconds a switch worker gathers port changes into one batch [default: 100].
+    #[arg(long, env = "PATCHBAY_BATCH_WINDOW_MS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_window_ms: Option<u64>,
-    /// Seconds; see [`Settings::drift_interval`].
+    /// Seconds between drift checks of Active ports (one read per switch) [default: 300].
+    #[arg(long, env = "PATCHBAY_DRIFT_INTERVAL_SECONDS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_interval_seconds: Option<u64>,
-    /// See [`Settings::max_sessions`].
+    /// Most device sessions per switch at once; a ProviderSwitch's options.maxSessions
+    /// overrides it [default: 1].
+    #[arg(long, env = "PATCHBAY_MAX_SESSIONS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sessions: Option<usize>,
-    /// Seconds; see [`Backoff::base`].
+    /// Seconds of backoff after a first failure; doubles per failure [default: 5].
+    #[arg(long, env = "PATCHBAY_BACKOFF_BASE_SECONDS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_base_seconds: Option<f64>,
-    /// Seconds; see [`Backoff::cap`].
+    /// Longest backoff in seconds [default: 300].
+    #[arg(long, env = "PATCHBAY_BACKOFF_CAP_SECONDS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_cap_seconds: Option<f64>,
-    /// Milliseconds; see [`Settings::fixture_latency`].
+    /// Latency of every fixture-device operation, in milliseconds [default: 0].
+    #[arg(long, env = "PATCHBAY_FIXTURE_LATENCY_MS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixture_latency_ms: Option<u64>,
 }
 
-/// The same keys as given on the command line or in the environment (`None` = not
-/// given there).
-#[derive(Debug, Default, Clone)]
-pub struct SettingsArgs {
-    /// `--namespace` / `PATCHBAY_NAMESPACE`.
-    pub namespace: Option<String>,
-    /// `--batch-window-ms` / `PATCHBAY_BATCH_WINDOW_MS`.
-    pub batch_window_ms: Option<u64>,
-    /// `--drift-interval-seconds` / `PATCHBAY_DRIFT_INTERVAL_SECONDS`.
-    pub drift_interval_seconds: Option<u64>,
-    /// `--max-sessions` / `PATCHBAY_MAX_SESSIONS`.
-    pub max_sessions: Option<usize>,
-    /// `--backoff-base-seconds` / `PATCHBAY_BACKOFF_BASE_SECONDS`.
-    pub backoff_base_seconds: Option<f64>,
-    /// `--backoff-cap-seconds` / `PATCHBAY_BACKOFF_CAP_SECONDS`.
-    pub backoff_cap_seconds: Option<f64>,
-    /// `--fixture-latency-ms` / `PATCHBAY_FIXTURE_LATENCY_MS`.
-    pub fixture_latency_ms: Option<u64>,
+impl SettingsArgs {
+    /// These settings, with `fallback`'s where these have none (field by field, via
+    /// their serialised form: no field list to keep in step).
+    pub fn or(&self, fallback: &SettingsArgs) -> SettingsArgs {
+        let mut merged = serde_json::to_value(fallback).unwrap_or_default();
+        if let (Some(m), Ok(serde_json::Value::Object(mine))) =
+            (merged.as_object_mut(), serde_json::to_value(self))
+        {
+            m.extend(mine);
+        }
+        serde_json::from_value(merged).unwrap_or_else(|_| self.clone())
+    }
+
+    /// Reads a config file, refusing keys no setting has with the nearest known one.
+    pub fn from_file(path: &Path) -> Result<SettingsArgs, SettingsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let value: serde_yaml::Value =
+            serde_yaml::from_str(&text).map_err(|source| SettingsError::Parse {
+                path: path.to_owned(),
+                source,
+            })?;
+        let schema = serde_json::to_value(schemars::schema_for!(SettingsArgs)).unwrap_or_default();
+        let json = serde_json::to_value(&value).unwrap_or_default();
+        let errors = crate::validate::unknown_fields::unknown_fields(&schema, &json);
+        if !errors.is_empty() {
+            return Err(SettingsError::Unknown {
+                path: path.to_owned(),
+                errors,
+            });
+        }
+        if value.is_null() {
+            return Ok(SettingsArgs::default());
+        }
+        serde_yaml::from_value(value).map_err(|source| SettingsError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
 }
 
 /// Why settings could not be built.
@@ -122,33 +172,9 @@ pub enum SettingsError {
 impl Settings {
     /// Flags/environment first, then the file, then the defaults.
     pub fn resolve(args: &SettingsArgs, file: Option<&Path>) -> Result<Self, SettingsError> {
-        let file: SettingsFile = match file {
-            None => SettingsFile::default(),
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
-                    path: path.to_owned(),
-                    source,
-                })?;
-                let value: serde_yaml::Value =
-                    serde_yaml::from_str(&text).map_err(|source| SettingsError::Parse {
-                        path: path.to_owned(),
-                        source,
-                    })?;
-                let schema =
-                    serde_json::to_value(schemars::schema_for!(SettingsFile)).unwrap_or_default();
-                let json = serde_json::to_value(&value).unwrap_or_default();
-                let errors = crate::validate::unknown_fields::unknown_fields(&schema, &json);
-                if !errors.is_empty() {
-                    return Err(SettingsError::Unknown {
-                        path: path.to_owned(),
-                        errors,
-                    });
-                }
-                serde_yaml::from_value(value).map_err(|source| SettingsError::Parse {
-                    path: path.to_owned(),
-                    source,
-                })?
-            }
+        let args = match file {
+            None => args.clone(),
+            Some(path) => args.or(&SettingsArgs::from_file(path)?),
         };
         let d = Settings::default();
         let secs = |v: f64, field: &'static str| {
@@ -161,10 +187,7 @@ impl Settings {
                 })
             }
         };
-        let max_sessions = args
-            .max_sessions
-            .or(file.max_sessions)
-            .unwrap_or(d.max_sessions);
+        let max_sessions = args.max_sessions.unwrap_or(d.max_sessions);
         if !(1..=16).contains(&max_sessions) {
             return Err(SettingsError::Invalid {
                 field: "maxSessions",
@@ -173,19 +196,16 @@ impl Settings {
         }
         let drift = args
             .drift_interval_seconds
-            .or(file.drift_interval_seconds)
             .map(|s| secs(s as f64, "driftIntervalSeconds"))
             .transpose()?
             .unwrap_or(d.drift_interval);
         let base = args
             .backoff_base_seconds
-            .or(file.backoff_base_seconds)
             .map(|s| secs(s, "backoffBaseSeconds"))
             .transpose()?
             .unwrap_or(d.backoff.base);
         let cap = args
             .backoff_cap_seconds
-            .or(file.backoff_cap_seconds)
             .map(|s| secs(s, "backoffCapSeconds"))
             .transpose()?
             .unwrap_or(d.backoff.cap);
@@ -195,7 +215,7 @@ impl Settings {
                 reason: "must not be below backoffBaseSeconds".into(),
             });
         }
-        let window = args.batch_window_ms.or(file.batch_window_ms).unwrap_or(100);
+        let window = args.batch_window_ms.unwrap_or(100);
         if window > 10_000 {
             return Err(SettingsError::Invalid {
                 field: "batchWindowMs",
@@ -203,16 +223,12 @@ impl Settings {
             });
         }
         Ok(Settings {
-            namespace: args.namespace.clone().or(file.namespace),
+            namespace: args.namespace.clone(),
             batch_window: Duration::from_millis(window),
             drift_interval: drift,
             max_sessions,
             backoff: Backoff { base, cap },
-            fixture_latency: Duration::from_millis(
-                args.fixture_latency_ms
-                    .or(file.fixture_latency_ms)
-                    .unwrap_or(0),
-            ),
+            fixture_latency: Duration::from_millis(args.fixture_latency_ms.unwrap_or(0)),
         })
     }
 }

@@ -126,47 +126,19 @@ struct RunArgs {
     /// Kubeconfig to use instead of KUBECONFIG / in-cluster configuration.
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
-    /// YAML config file with any of: namespace, batchWindowMs, driftIntervalSeconds,
-    /// maxSessions, backoffBaseSeconds, backoffCapSeconds, fixtureLatencyMs.
+    /// YAML config file with any of the settings below, by their camelCase names
+    /// (namespace, batchWindowMs, driftIntervalSeconds, maxSessions,
+    /// backoffBaseSeconds, backoffCapSeconds, fixtureLatencyMs).
     #[arg(long, value_name = "FILE", env = "PATCHBAY_CONFIG")]
     config: Option<PathBuf>,
-    /// Only watch this namespace [default: all namespaces].
-    #[arg(long, env = "PATCHBAY_NAMESPACE")]
-    namespace: Option<String>,
-    /// Milliseconds a switch worker gathers port changes into one batch [default: 100].
-    #[arg(long, env = "PATCHBAY_BATCH_WINDOW_MS")]
-    batch_window_ms: Option<u64>,
-    /// Seconds between drift checks of Active ports (one read per switch) [default: 300].
-    #[arg(long, env = "PATCHBAY_DRIFT_INTERVAL_SECONDS")]
-    drift_interval_seconds: Option<u64>,
-    /// Most device sessions per switch at once; a ProviderSwitch's options.maxSessions
-    /// overrides it [default: 1].
-    #[arg(long, env = "PATCHBAY_MAX_SESSIONS")]
-    max_sessions: Option<usize>,
-    /// Seconds of backoff after a first failure; doubles per failure [default: 5].
-    #[arg(long, env = "PATCHBAY_BACKOFF_BASE_SECONDS")]
-    backoff_base_seconds: Option<f64>,
-    /// Longest backoff in seconds [default: 300].
-    #[arg(long, env = "PATCHBAY_BACKOFF_CAP_SECONDS")]
-    backoff_cap_seconds: Option<f64>,
-    /// Latency of every fixture-device operation, in milliseconds [default: 0].
-    #[arg(long, env = "PATCHBAY_FIXTURE_LATENCY_MS")]
-    fixture_latency_ms: Option<u64>,
+    #[command(flatten)]
+    settings: patchbay::settings::SettingsArgs,
 }
 
 impl RunArgs {
     fn settings(&self) -> Result<patchbay::settings::Settings> {
-        let args = patchbay::settings::SettingsArgs {
-            namespace: self.namespace.clone(),
-            batch_window_ms: self.batch_window_ms,
-            drift_interval_seconds: self.drift_interval_seconds,
-            max_sessions: self.max_sessions,
-            backoff_base_seconds: self.backoff_base_seconds,
-            backoff_cap_seconds: self.backoff_cap_seconds,
-            fixture_latency_ms: self.fixture_latency_ms,
-        };
         Ok(patchbay::settings::Settings::resolve(
-            &args,
+            &self.settings,
             self.config.as_deref(),
         )?)
     }
