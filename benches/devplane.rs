@@ -13,7 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, CustomResourceExt};
-use patchbay::api::{SwitchPortConfiguration, SwitchPortConfigurationSpec};
+use patchbay::api::{PortSettingsSpec, SwitchPortConfiguration, SwitchPortConfigurationSpec};
 
 const CREATES: usize = 10_000;
 const IN_FLIGHT: usize = 16;
@@ -101,8 +101,11 @@ async fn main() {
                 let mut obj = SwitchPortConfiguration::new(
                     &format!("cfg-{i:05}"),
                     SwitchPortConfigurationSpec {
-                        untagged_vlan: Some(100 + (i % 3000) as i64),
-                        description: Some(format!("bench port {i}")),
+                        port: PortSettingsSpec {
+                            untagged_vlan: Some(100 + (i % 3000) as i64),
+                            description: Some(format!("bench port {i}")),
+                            ..Default::default()
+                        },
                         ..Default::default()
                     },
                 );

@@ -26,8 +26,8 @@ use patchbay_providers::{
 
 use crate::api::{
     AclActionSpec, AclDirectionSpec, AclProtocolSpec, AclRuleSpec, AclType, Backend, DeviceOs,
-    LagModeSpec, ProviderSwitchSpec, ServerSpec, SmartNicConfigurationSpec, SmartNicPortSpec,
-    SwitchPortConfigurationSpec, SwitchPortDefinition, SwitchSpec, VlanSpec,
+    LagModeSpec, PortSettingsSpec, ProviderSwitchSpec, ServerSpec, SmartNicConfigurationSpec,
+    SmartNicPortSpec, SwitchPortConfigurationSpec, SwitchPortDefinition, SwitchSpec,
 };
 
 /// One problem: which field, and why.
@@ -129,18 +129,9 @@ fn optional_namespace(errors: &mut Errors, path: &str, ns: Option<&String>) {
     }
 }
 
-/// The port-level settings shared by SwitchPortConfiguration and
-/// SmartNicConfiguration.
-struct PortSettings<'a> {
-    untagged_vlan: Option<i64>,
-    vlans: &'a [VlanSpec],
-    disabled: bool,
-    mtu: Option<i64>,
-    description: Option<&'a String>,
-}
-
-/// Checks the settings and builds the device-level state (without ACL and LAG).
-fn port_settings(errors: &mut Errors, s: &PortSettings<'_>, port: PortName) -> DesiredPort {
+/// Checks the port settings both configuration kinds share and builds the
+/// device-level state (without ACL and LAG).
+fn port_settings(errors: &mut Errors, s: &PortSettingsSpec, port: PortName) -> DesiredPort {
     let untagged = s
         .untagged_vlan
         .and_then(|v| errors.check("spec.untaggedVLAN", VlanId::from_i64(v)));
@@ -187,6 +178,7 @@ fn port_settings(errors: &mut Errors, s: &PortSettings<'_>, port: PortName) -> D
     let mtu = s.mtu.and_then(|m| errors.check("spec.mtu", Mtu::new(m)));
     let description = s
         .description
+        .as_ref()
         .and_then(|d| errors.check("spec.description", Description::parse(d)));
     DesiredPort {
         port,
@@ -284,17 +276,7 @@ pub fn configuration_to_desired(
     port: PortName,
 ) -> Result<DesiredPort, ValidationErrors> {
     let mut errors = Errors::default();
-    let mut desired = port_settings(
-        &mut errors,
-        &PortSettings {
-            untagged_vlan: spec.untagged_vlan,
-            vlans: &spec.vlans,
-            disabled: spec.disabled,
-            mtu: spec.mtu,
-            description: spec.description.as_ref(),
-        },
-        port,
-    );
+    let mut desired = port_settings(&mut errors, &spec.port, port);
     if spec.acl.len() > 256 {
         errors.push(
             "spec.acl",
@@ -400,7 +382,7 @@ pub fn desired_for_port(
     };
     let range_text = def.vlan_range.as_deref().unwrap_or("");
     if let Some(allowed) = &allowed {
-        if let Some(v) = spec.untagged_vlan
+        if let Some(v) = spec.port.untagged_vlan
             && !VlanId::from_i64(v).is_ok_and(|v| allowed.contains(v))
         {
             errors.push(
@@ -408,7 +390,7 @@ pub fn desired_for_port(
                 format!("VLAN {v} is outside the vlanRange {range_text:?} of {where_}"),
             );
         }
-        for (i, vlan) in spec.vlans.iter().enumerate() {
+        for (i, vlan) in spec.port.vlans.iter().enumerate() {
             if !VlanId::from_i64(vlan.id).is_ok_and(|v| allowed.contains(v)) {
                 errors.push(
                     format!("spec.vlans[{i}].id"),
@@ -420,7 +402,7 @@ pub fn desired_for_port(
             }
         }
     }
-    if def.trunk_disable && !spec.vlans.is_empty() {
+    if def.trunk_disable && !spec.port.vlans.is_empty() {
         errors.push(
             "spec.vlans",
             format!("{where_} does not allow trunking (trunkDisable); tagged VLANs are refused"),
@@ -709,17 +691,7 @@ pub fn smartnic_configuration_to_desired(
     port: PortName,
 ) -> Result<DesiredPort, ValidationErrors> {
     let mut errors = Errors::default();
-    let desired = port_settings(
-        &mut errors,
-        &PortSettings {
-            untagged_vlan: spec.untagged_vlan,
-            vlans: &spec.vlans,
-            disabled: spec.disabled,
-            mtu: spec.mtu,
-            description: spec.description.as_ref(),
-        },
-        port,
-    );
+    let desired = port_settings(&mut errors, &spec.port, port);
     if let Some(next) = &spec.next_configuration_ref {
         object_name(&mut errors, "spec.nextConfigurationRef.name", &next.name);
         optional_namespace(

@@ -29,16 +29,34 @@ use super::common::pattern;
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new(
-    "!has(self.untaggedVLAN) || !has(self.vlans) || !self.vlans.exists(v, v.id == self.untaggedVLAN)"
-).message("untaggedVLAN must not be listed again in vlans (vlans holds only tagged VLANs)"))]
 #[serde(rename_all = "camelCase")]
 pub struct SwitchPortConfigurationSpec {
     /// ACL rules applied to the port, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256))]
     pub acl: Vec<AclRuleSpec>,
-    /// VLAN carried untagged: the access VLAN, or the native VLAN of a trunk.
+    /// VLANs, admin state, MTU and description (shared with SmartNicConfiguration).
+    #[serde(flatten)]
+    pub port: PortSettingsSpec,
+    /// Membership in a link-aggregation group (port-channel / LAG).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_aggregation: Option<LinkAggregationSpec>,
+}
+
+/// What every port configuration carries — a switch port's
+/// (SwitchPortConfiguration) and a SmartNIC bridge port's (SmartNicConfiguration):
+/// the untagged and tagged VLANs, the admin state, the MTU and the description.
+///
+/// An access port has `untaggedVLAN` and no `vlans`; a trunk lists its tagged VLANs
+/// in `vlans` and may carry `untaggedVLAN` as its native VLAN.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new(
+    "!has(self.untaggedVLAN) || !has(self.vlans) || !self.vlans.exists(v, v.id == self.untaggedVLAN)"
+).message("untaggedVLAN must not be listed again in vlans (vlans holds only tagged VLANs)"))]
+#[serde(rename_all = "camelCase")]
+pub struct PortSettingsSpec {
+    /// VLAN carried untagged: the access VLAN, or the native VLAN of a trunk (on a
+    /// SmartNIC: the OVS port's `tag`).
     #[serde(
         rename = "untaggedVLAN",
         default,
@@ -46,26 +64,24 @@ pub struct SwitchPortConfigurationSpec {
     )]
     #[schemars(range(min = 1, max = 4094))]
     pub untagged_vlan: Option<i64>,
-    /// Tagged VLANs (makes the port a trunk). Each VLAN at most once; the untagged
-    /// VLAN is not repeated here.
+    /// Tagged VLANs (makes the port a trunk; on a SmartNIC: OVS `trunks`). Each VLAN at
+    /// most once; the untagged VLAN is not repeated here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4094))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["id".into()]))]
     pub vlans: Vec<VlanSpec>,
-    /// True to shut the port down administratively.
+    /// True to shut the port down administratively (no traffic either way).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disabled: bool,
     /// Port MTU in bytes, 576-9216; absent leaves the device default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 576, max = 9216))]
     pub mtu: Option<i64>,
-    /// Port description (letters, digits, spaces and `_ . , : / @ ( ) + = -`).
+    /// Port description (letters, digits, spaces and `_ . , : / @ ( ) + = -`; on a
+    /// SmartNIC kept in the OVS port's `external_ids`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 80), pattern(pattern::DESCRIPTION))]
     pub description: Option<String>,
-    /// Membership in a link-aggregation group (port-channel / LAG).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link_aggregation: Option<LinkAggregationSpec>,
 }
 
 /// One VLAN, with an optional name used when patchbay creates it on the device.

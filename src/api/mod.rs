@@ -20,7 +20,8 @@ use sha2::{Digest, Sha256};
 pub use common::{ConditionsStatus, ConfigurationRef, PortState, PortStatus, SecretRef};
 pub use configuration::{
     AclActionSpec, AclDirectionSpec, AclProtocolSpec, AclRuleSpec, AclType, LagModeSpec,
-    LinkAggregationSpec, SwitchPortConfiguration, SwitchPortConfigurationSpec, VlanSpec,
+    LinkAggregationSpec, PortSettingsSpec, SwitchPortConfiguration, SwitchPortConfigurationSpec,
+    VlanSpec,
 };
 pub use provider_switch::{
     Backend, BackendOptions, DeviceOs, HostKeyPin, ProviderSwitch, ProviderSwitchSpec,
@@ -89,4 +90,23 @@ pub fn configuration_hash<T: serde::Serialize>(spec: &T) -> String {
     let json = serde_json::to_vec(spec).unwrap_or_default();
     let digest = Sha256::digest(&json);
     digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_port_settings_serialise_in_place_so_hashes_stay_as_they_were() {
+        // A spec stored before the shared fields moved into PortSettingsSpec: its
+        // serialised form (and so its hash in every port's status) is unchanged, so
+        // an upgrade does not reconfigure every port.
+        let stored = r#"{"acl":[{"type":"ipv4","action":"deny","protocol":"tcp","dstPortRange":"22"}],"untaggedVLAN":100,"vlans":[{"id":101,"name":"web"}],"disabled":true,"mtu":9000,"description":"web","linkAggregation":{"group":7}}"#;
+        let spec: SwitchPortConfigurationSpec = serde_json::from_str(stored).unwrap();
+        assert_eq!(spec.port.untagged_vlan, Some(100));
+        assert_eq!(serde_json::to_string(&spec).unwrap(), stored);
+        let snic = r#"{"untaggedVLAN":10,"vlans":[{"id":20}],"mtu":1500,"nextConfigurationRef":{"name":"web"}}"#;
+        let spec: SmartNicConfigurationSpec = serde_json::from_str(snic).unwrap();
+        assert_eq!(serde_json::to_string(&spec).unwrap(), snic);
+    }
 }

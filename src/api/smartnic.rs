@@ -2,12 +2,12 @@
 //! chained to the switch port it is cabled to (seed 003 story 3, seed 002). Pure
 //! data, no I/O.
 
-use kube::{CustomResource, KubeSchema};
+use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{ConfigurationRef, PortStatus, pattern};
-use super::configuration::VlanSpec;
+use super::configuration::PortSettingsSpec;
 use super::switch::ProviderRef;
 
 /// A port on a SmartNIC's virtual switch. When configured, the SwitchPort named by
@@ -76,7 +76,7 @@ pub enum NextPortKind {
 }
 
 /// What a SmartNIC port should carry, and what its next port must carry.
-#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "patchbay.dev",
     version = "v1alpha1",
@@ -97,36 +97,12 @@ pub enum NextPortKind {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new(
-    "!has(self.untaggedVLAN) || !has(self.vlans) || !self.vlans.exists(v, v.id == self.untaggedVLAN)"
-).message("untaggedVLAN must not be listed again in vlans (vlans holds only tagged VLANs)"))]
 #[serde(rename_all = "camelCase")]
 pub struct SmartNicConfigurationSpec {
-    /// VLAN carried untagged on the bridge port (OVS `tag`, or the native VLAN of a
-    /// trunk).
-    #[serde(
-        rename = "untaggedVLAN",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schemars(range(min = 1, max = 4094))]
-    pub untagged_vlan: Option<i64>,
-    /// Tagged VLANs (OVS `trunks`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 4094))]
-    #[x_kube(merge_strategy = ListMerge::Map(vec!["id".into()]))]
-    pub vlans: Vec<VlanSpec>,
-    /// True to stop all traffic on the port.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub disabled: bool,
-    /// MTU in bytes, 576-9216 (OVS `mtu_request`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 576, max = 9216))]
-    pub mtu: Option<i64>,
-    /// Port description (stored in OVS `external_ids`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 80), pattern(pattern::DESCRIPTION))]
-    pub description: Option<String>,
+    /// VLANs, admin state, MTU and description of the bridge port (shared with
+    /// SwitchPortConfiguration).
+    #[serde(flatten)]
+    pub port: PortSettingsSpec,
     /// The configuration the next port (the cabled SwitchPort) must carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_configuration_ref: Option<NextConfigurationRef>,

@@ -300,7 +300,7 @@ pub async fn run() -> Result<()> {
     .await?;
     walk.reconcile("tenant configuration linked", Some(&tenant), false, false)
         .await?;
-    tenant.spec.vlans.push(patchbay::api::VlanSpec {
+    tenant.spec.port.vlans.push(patchbay::api::VlanSpec {
         id: 120,
         name: Some("web-backup".into()),
     });
@@ -331,7 +331,7 @@ pub async fn run() -> Result<()> {
     walk.reconcile("periodic drift check", Some(&tenant), false, true)
         .await?;
     let mut bad = tenant.clone();
-    bad.spec.vlans.push(patchbay::api::VlanSpec {
+    bad.spec.port.vlans.push(patchbay::api::VlanSpec {
         id: 300,
         name: None,
     });
