@@ -326,6 +326,26 @@ pub struct PortContext<'a> {
     pub capabilities: Option<&'a Capabilities>,
 }
 
+/// One error per capability `desired` needs and `caps` lacks, at the field that asks
+/// for it: "`who` cannot configure …", with `why` the device lacks it where known.
+pub fn capability_errors(
+    desired: &DesiredPort,
+    caps: &Capabilities,
+    who: &str,
+    why: impl Fn(Capability) -> Option<&'static str>,
+) -> Vec<FieldError> {
+    caps.missing_for(desired)
+        .into_iter()
+        .map(|cap| FieldError {
+            path: capability_field(cap).into(),
+            reason: match why(cap) {
+                Some(why) => format!("{who} cannot configure {cap} ({why})"),
+                None => format!("{who} cannot configure {cap}"),
+            },
+        })
+        .collect()
+}
+
 /// The configuration field that needs `cap` (a configuration needing a capability
 /// the device lacks is refused naming it).
 pub fn capability_field(cap: Capability) -> &'static str {
@@ -409,15 +429,10 @@ pub fn desired_for_port(
         );
     }
     if let Some(caps) = ctx.capabilities {
-        for cap in caps.missing_for(&desired) {
-            errors.push(
-                capability_field(cap),
-                format!(
-                    "the device behind Switch {:?} cannot configure {cap}",
-                    ctx.switch
-                ),
-            );
-        }
+        let who = format!("the device behind Switch {:?}", ctx.switch);
+        errors
+            .0
+            .extend(capability_errors(&desired, caps, &who, |_| None));
     }
     errors.finish(|| desired)
 }

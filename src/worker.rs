@@ -345,6 +345,16 @@ impl SwitchWorker {
         Self { jobs, shared, task }
     }
 
+    /// Hands a job to the worker and waits for its answer.
+    async fn ask<T>(
+        &self,
+        job: impl FnOnce(oneshot::Sender<Result<T, WorkerError>>) -> Job,
+    ) -> Result<T, WorkerError> {
+        let (reply, rx) = oneshot::channel();
+        self.jobs.send(job(reply)).map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())?
+    }
+
     /// Applies one operation (batched with others) and returns its verified result.
     /// `key` is the port object asking: it is notified when the switch answers again
     /// after refusing it.
@@ -353,15 +363,8 @@ impl SwitchWorker {
         key: Option<&PortKey>,
         op: PortOperation,
     ) -> Result<PortChange, WorkerError> {
-        let (reply, rx) = oneshot::channel();
-        self.jobs
-            .send(Job::Apply {
-                key: key.cloned(),
-                op,
-                reply,
-            })
-            .map_err(|_| closed())?;
-        rx.await.map_err(|_| closed())?
+        let key = key.cloned();
+        self.ask(|reply| Job::Apply { key, op, reply }).await
     }
 
     /// Reads one port (reads in the same window share one device read).
@@ -370,15 +373,8 @@ impl SwitchWorker {
         key: Option<&PortKey>,
         port: PortName,
     ) -> Result<ObservedPort, WorkerError> {
-        let (reply, rx) = oneshot::channel();
-        self.jobs
-            .send(Job::Read {
-                key: key.cloned(),
-                port,
-                reply,
-            })
-            .map_err(|_| closed())?;
-        rx.await.map_err(|_| closed())?
+        let key = key.cloned();
+        self.ask(|reply| Job::Read { key, port, reply }).await
     }
 
     /// Whether the switch answers, as the worker last found.

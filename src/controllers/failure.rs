@@ -9,7 +9,7 @@ use patchbay_providers::values::ValueError;
 
 use super::SKIP_CLEANUP_ANNOTATION;
 use crate::backends::BackendError;
-use crate::state_machine::FailureKind;
+use crate::state_machine::{FailureKind, PortTarget};
 use crate::validate::ValidationErrors;
 use crate::worker::{Outage, WorkerError};
 
@@ -118,6 +118,17 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// The linked configuration (`kind`) of `target` does not exist (yet).
+    pub fn configuration_not_found(kind: &'static str, target: Option<&PortTarget>) -> Self {
+        let name = target
+            .map(|t| {
+                let r = &t.configuration;
+                format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name)
+            })
+            .unwrap_or_default();
+        Failure::ConfigurationNotFound { kind, name }
+    }
+
     /// A short, bounded category: the condition reason, the Event reason and a metric
     /// label. Never an object name or an error message.
     pub fn category(&self) -> &'static str {

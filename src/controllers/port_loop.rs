@@ -308,6 +308,29 @@ pub async fn drive(
         find_condition(&old_status.conditions, "Drifted").is_some_and(|c| c.status == "True");
     let mut decision = None;
     let mut removed = false;
+    // The status from everything known so far, for the decision's health.
+    macro_rules! fill_status {
+        ($health:expr, $now:expr) => {
+            port_status(
+                &mut status,
+                &StatusFacts {
+                    generation,
+                    applied: applied.as_ref(),
+                    failures,
+                    last_attempt: &last_attempt,
+                    last_failure,
+                    next_retry,
+                    health: $health,
+                    failure: failure.as_ref(),
+                    waiting: waiting.as_deref(),
+                    outage: outage.as_ref(),
+                    drift_policy,
+                    kind: config_kind,
+                    now: $now,
+                },
+            )
+        };
+    }
     for _ in 0..12 {
         let now = jiff::Timestamp::now();
         let facts = PortFacts {
@@ -348,24 +371,7 @@ pub async fn drive(
             status.state = Some(d.state);
             status.last_transition_time = Some(Time(now));
             state = Some(d.state);
-            port_status(
-                &mut status,
-                &StatusFacts {
-                    generation,
-                    applied: applied.as_ref(),
-                    failures,
-                    last_attempt: &last_attempt,
-                    last_failure,
-                    next_retry,
-                    health: d.health,
-                    failure: failure.as_ref(),
-                    waiting: waiting.as_deref(),
-                    outage: outage.as_ref(),
-                    drift_policy,
-                    kind: config_kind,
-                    now,
-                },
-            );
+            fill_status!(d.health, now);
             // Write the state before acting: a restarted operator resumes from it.
             if d.step != Step::RemoveFinalizer {
                 record.write_status(&old_status, &status).await?;
@@ -465,24 +471,7 @@ pub async fn drive(
             .publish(Severity::Warning, o.error.category(), &o.error.to_string())
             .await;
     }
-    port_status(
-        &mut status,
-        &StatusFacts {
-            generation,
-            applied: applied.as_ref(),
-            failures,
-            last_attempt: &last_attempt,
-            last_failure,
-            next_retry,
-            health: d.health,
-            failure: failure.as_ref(),
-            waiting: waiting.as_deref(),
-            outage: outage.as_ref(),
-            drift_policy,
-            kind: config_kind,
-            now: jiff::Timestamp::now(),
-        },
-    );
+    fill_status!(d.health, jiff::Timestamp::now());
     record.write_status(&old_status, &status).await?;
     Ok(d.requeue)
 }

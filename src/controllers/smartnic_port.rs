@@ -51,8 +51,8 @@ use crate::api::{
 };
 use crate::state_machine::{Outcome, PortTarget};
 use crate::validate::{
-    FieldError, ValidationErrors, capability_field, smartnic_configuration_to_desired,
-    validate_provider, validate_smartnic_port,
+    ValidationErrors, capability_errors, smartnic_configuration_to_desired, validate_provider,
+    validate_smartnic_port,
 };
 use crate::worker::PortKey;
 
@@ -340,34 +340,18 @@ impl PortSteps for SmartNicSteps<'_> {
 
     fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure> {
         let Some(cfg) = &self.world.config else {
-            let name = self
-                .world
-                .desired
-                .as_ref()
-                .map(|t| {
-                    let r = &t.configuration;
-                    format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name)
-                })
-                .unwrap_or_default();
-            return Err(Failure::ConfigurationNotFound {
-                kind: "SmartNicConfiguration",
-                name,
-            });
+            return Err(Failure::configuration_not_found(
+                "SmartNicConfiguration",
+                self.world.desired.as_ref(),
+            ));
         };
         let desired = smartnic_configuration_to_desired(&cfg.spec, self.device_port()?)
             .map_err(Failure::InvalidConfiguration)?;
-        if let Some(c) = capabilities.missing_for(&desired).first() {
-            let hint = if *c == Capability::Disable {
-                " (the ProviderSwitch has no options.openflow)"
-            } else {
-                ""
-            };
-            return Err(Failure::InvalidConfiguration(ValidationErrors(vec![
-                FieldError {
-                    path: capability_field(*c).into(),
-                    reason: format!("this SmartNIC cannot configure {c}{hint}"),
-                },
-            ])));
+        let missing = capability_errors(&desired, capabilities, "this SmartNIC", |c| {
+            (c == Capability::Disable).then_some("the ProviderSwitch has no options.openflow")
+        });
+        if !missing.is_empty() {
+            return Err(Failure::InvalidConfiguration(ValidationErrors(missing)));
         }
         Ok(desired)
     }

@@ -172,19 +172,10 @@ impl PortSteps for SwitchPortSteps<'_> {
 
     fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure> {
         let Some(cfg) = &self.world.config else {
-            let name = self
-                .world
-                .desired
-                .as_ref()
-                .map(|t| {
-                    let r = &t.configuration;
-                    format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name)
-                })
-                .unwrap_or_default();
-            return Err(Failure::ConfigurationNotFound {
-                kind: "SwitchPortConfiguration",
-                name,
-            });
+            return Err(Failure::configuration_not_found(
+                "SwitchPortConfiguration",
+                self.world.desired.as_ref(),
+            ));
         };
         let Some(definition) = &self.world.definition else {
             return Err(Failure::PortNotDefined {

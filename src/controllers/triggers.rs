@@ -17,22 +17,30 @@ fn names(reference: &ConfigurationRef, holder_ns: Option<&str>, ns: &str, name: 
     reference.name == name && reference.namespace.as_deref().or(holder_ns) == Some(ns)
 }
 
+/// Objects (of `objs`) whose configuration reference (read by `reference`) names
+/// `ns/name`.
+fn linked_to<K>(
+    objs: &[Arc<K>],
+    ns: &str,
+    name: &str,
+    reference: impl Fn(&K) -> Option<&ConfigurationRef>,
+) -> Vec<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()> + ResourceExt,
+{
+    objs.iter()
+        .filter(|o| reference(o).is_some_and(|r| names(r, o.namespace().as_deref(), ns, name)))
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
 /// Ports linked to the SwitchPortConfiguration `ns/name`.
 pub fn ports_using_configuration(
     ports: &[Arc<SwitchPort>],
     ns: &str,
     name: &str,
 ) -> Vec<ObjectRef<SwitchPort>> {
-    ports
-        .iter()
-        .filter(|p| {
-            p.spec
-                .configuration
-                .as_ref()
-                .is_some_and(|r| names(r, p.namespace().as_deref(), ns, name))
-        })
-        .map(|p| ObjectRef::from_obj(p.as_ref()))
-        .collect()
+    linked_to(ports, ns, name, |p| p.spec.configuration.as_ref())
 }
 
 /// Ports of the Switches named `switches` in namespace `ns`.
@@ -97,16 +105,7 @@ pub fn smartnics_using_configuration(
     ns: &str,
     name: &str,
 ) -> Vec<ObjectRef<SmartNicPort>> {
-    snics
-        .iter()
-        .filter(|p| {
-            p.spec
-                .configuration
-                .as_ref()
-                .is_some_and(|r| names(r, p.namespace().as_deref(), ns, name))
-        })
-        .map(|p| ObjectRef::from_obj(p.as_ref()))
-        .collect()
+    linked_to(snics, ns, name, |p| p.spec.configuration.as_ref())
 }
 
 /// SmartNicPorts chained to `port`: by their `nextPortRef`, or by the port's claim.
