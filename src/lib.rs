@@ -1,11 +1,25 @@
 //! patchbay: a Kubernetes operator that configures switch and SmartNIC ports from
-//! custom resources.
+//! custom resources. This library is the operator and nothing else; the `patchbay`
+//! binary adds the CLI around it (`src/bin/patchbay/`: `run`, `validate`, `device`,
+//! and, with the default feature `devtools`, `devplane` and `demo`). The switch
+//! simulators tests and the demo start live in the `patchbay-testbed` crate, the
+//! device backends in `patchbay-providers`.
 //!
+//! Pure modules (decide; no I/O, table-tested):
 //! - [`api`]: the custom resource types and their CRDs.
-//! - [`validate`]: the pure validator (field paths and reasons) used by the controllers
-//!   and the CLI; it also turns a configuration into a device-level
-//!   [`patchbay_providers::DesiredPort`].
-//! - [`state_machine`]: the pure SwitchPort state machine.
+//! - [`validate`]: the validator (field paths and reasons) used by the controllers and
+//!   the CLI; it turns a configuration into a device-level
+//!   [`patchbay_providers::DesiredPort`], and finds misspelt fields.
+//! - [`state_machine`]: the port state machine, one function: `decide`.
+//! - [`controllers::status`], [`controllers::failure`], [`controllers::triggers`]: how
+//!   status is computed, what can go wrong, which objects an event wakes.
+//!
+//! Modules that do I/O:
+//! - [`controllers`]: one room per controller (SwitchPort, Switch, ProviderSwitch,
+//!   SmartNicPort), the shared state-machine loop, the runtime that wires them.
+//! - [`worker`]: one writer per switch: batches, drift sweeps, reachability.
+//! - [`backends`]: ProviderSwitch (+ Secret) → device backend.
+//! - [`settings`]: the operator's settings (flags, environment, file).
 
 pub mod api;
 pub mod backends;

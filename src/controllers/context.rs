@@ -23,7 +23,7 @@ use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
 
 /// A running switch worker and what it was built from.
 pub struct WorkerEntry {
-    /// See [`worker_fingerprint`].
+    /// The ProviderSwitch (uid, generation) and Secret version it was built from.
     pub fingerprint: String,
     /// The backend.
     pub device: Arc<dyn Device>,

@@ -1,8 +1,9 @@
 //! The SmartNicPort controller (seed 003 story 3, seed 002's chaining): a port on a
-//! SmartNIC's Open vSwitch bridge, cabled to a switch port.
+//! SmartNIC's Open vSwitch bridge, cabled to a switch port. Kubernetes I/O (reads,
+//! the next SwitchPort's claim) and device I/O through the provider's worker.
 //!
 //! A SmartNicPort runs the same state machine and writes the same status as a
-//! SwitchPort ([`super::drive`]); what differs is what "apply" and "clean" mean:
+//! SwitchPort ([`super::port_loop::drive`]); what differs is what "apply" and "clean" mean:
 //!
 //! - **Apply**: the SmartNicConfiguration is validated (and checked against the OVS
 //!   backend's capabilities) before anything is written anywhere. If it names a

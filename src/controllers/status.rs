@@ -371,15 +371,8 @@ pub fn provider_status(
         ),
         Err(f) => (false, f.category(), f.to_string()),
     };
-    set_condition(
-        &mut status.conditions,
-        "Ready",
-        truth,
-        reason,
-        message,
-        generation,
-        now,
-    );
+    let conditions = &mut status.conditions;
+    set_condition(conditions, "Ready", truth, reason, message, generation, now);
 }
 
 #[cfg(test)]
