@@ -21,11 +21,12 @@ use tracing::Instrument;
 
 use super::context::{Context, fetch_secret, switch_worker_key};
 use super::failure::Failure;
-use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive};
+use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive};
 use super::port_record::KubeRecord;
-use super::status::set_condition;
-use super::{ControllerError, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL, inputs_digest, is_true};
-use super::{requeue_action, status::Truth};
+use super::status::{Truth, set_condition};
+use super::{
+    ControllerError, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL, inputs_digest, is_true, requeue_action,
+};
 use crate::api::{
     ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
     SwitchPortDefinition, configuration_hash,
@@ -257,7 +258,6 @@ async fn reconcile_in(
             jiff::Timestamp::now(),
         );
         status.observed_generation = port.metadata.generation;
-        use super::port_loop::PortRecord as _;
         record.write_status(&old_status, &status).await?;
         return Ok(Action::await_change());
     }

@@ -34,7 +34,7 @@ const PROVISIONING: &str = include_str!("../../../examples/configuration-provisi
 const TENANT: &str = include_str!("../../../examples/configuration-tenant-web.yaml");
 
 /// One line per device read: admin state, VLANs, description.
-pub fn describe(port: &ObservedPort) -> String {
+fn describe(port: &ObservedPort) -> String {
     let mut out = String::new();
     match port.admin {
         Some(AdminState::Up) => out.push_str("up"),
