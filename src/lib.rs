@@ -11,6 +11,8 @@
 //!   the CLI; it turns a configuration into a device-level
 //!   [`patchbay_providers::DesiredPort`], and finds misspelt fields.
 //! - [`state_machine`]: the port state machine, one function: `decide`.
+//! - [`allocation`]: which Servers a claim gets (one function: `plan`);
+//!   [`inventory`]: the installer's `hosts.ini` and `hosts.yaml` for a claim.
 //! - [`controllers::status`], [`controllers::failure`], [`controllers::triggers`]: how
 //!   status is computed, what can go wrong, which objects an event wakes.
 //!
@@ -21,6 +23,7 @@
 //! - [`backends`]: ProviderSwitch (+ Secret) → device backend.
 //! - [`settings`]: the operator's settings (flags, environment, file).
 
+pub mod allocation;
 pub mod api;
 pub mod backends;
 pub mod controllers;

@@ -5,9 +5,11 @@
 // clippy mistakes for a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod claim;
 pub mod common;
 pub mod configuration;
 pub mod provider_switch;
+pub mod quantity;
 pub mod server;
 pub mod smartnic;
 pub mod switch;
@@ -17,6 +19,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use sha2::{Digest, Sha256};
 
+pub use claim::{
+    ClaimRole, ConfigurationKind, InventorySpec, NetworkConfiguration, NicHint, RoleAllocation,
+    RoleRequirements, ServerClaim, ServerClaimSpec, ServerClaimStatus, TypedConfigurationRef,
+};
 pub use common::{ConditionsStatus, ConfigurationRef, PortState, PortStatus, SecretRef};
 pub use configuration::{
     AclActionSpec, AclDirectionSpec, AclProtocolSpec, AclRuleSpec, AclType, LagModeSpec,
@@ -26,7 +32,10 @@ pub use configuration::{
 pub use provider_switch::{
     Backend, BackendOptions, DeviceOs, HostKeyPin, ProviderSwitch, ProviderSwitchSpec,
 };
-pub use server::{Server, ServerSpec, ServerStatus};
+pub use server::{
+    HardwareSpec, NamespacedObjectRef, Server, ServerClaimBinding, ServerPhase, ServerSpec,
+    ServerStatus,
+};
 pub use smartnic::{
     SmartNicConfiguration, SmartNicConfigurationSpec, SmartNicPort, SmartNicPortSpec,
 };
@@ -53,6 +62,7 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("smartnicport.yaml", SmartNicPort::crd()),
         ("smartnicconfiguration.yaml", SmartNicConfiguration::crd()),
         ("server.yaml", Server::crd()),
+        ("serverclaim.yaml", ServerClaim::crd()),
     ]
 }
 

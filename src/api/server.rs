@@ -1,6 +1,8 @@
 //! Server: a bare-metal machine, its BMC and its NICs cabled to ports (seed 000's
-//! Server CRD, with seed 003's per-NIC port references). Pure data, no I/O.
+//! Server CRD, with seed 003's per-NIC port references), its hardware for allocation
+//! and its binding to a [`ServerClaim`](super::ServerClaim). Pure data, no I/O.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -22,8 +24,9 @@ use super::common::{ConfigurationRef, pattern};
     category = "patchbay",
     doc = "A bare-metal server: BMC, boot MAC, site and the switch ports its NICs are cabled to.",
     printcolumn(name = "Site", type_ = "string", json_path = ".spec.site"),
-    printcolumn(name = "Allocated", type_ = "boolean", json_path = ".status.allocated"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Role", type_ = "string", json_path = ".status.role"),
+    printcolumn(name = "Claim", type_ = "string", json_path = ".status.claim.name"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -45,6 +48,67 @@ pub struct ServerSpec {
     #[schemars(length(max = 64))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub nics: Vec<ServerNic>,
+    /// CPU and memory, for allocation. For a Server linked to a BareMetalHost, what
+    /// is absent here is taken from the host's inspection (`status.hardware`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<HardwareSpec>,
+    /// The address the installer reaches the host on (`ansible_host` in the
+    /// inventory). Absent: the linked BareMetalHost's address for the boot MAC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(pattern::ADDRESS))]
+    pub host_address: Option<String>,
+    /// True: never allocated. An allocated Server keeps its claim, which reports it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub maintenance: bool,
+    /// The Metal3 BareMetalHost that is this machine, if any (hardware and address
+    /// are read from its status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bare_metal_host_ref: Option<NamespacedObjectRef>,
+    /// The claim this Server is bound to. Written only by patchbay's allocator (like
+    /// a PersistentVolume's `spec.claimRef`): spec survives backup and restore,
+    /// status does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_ref: Option<ServerClaimBinding>,
+}
+
+/// What a Server offers to allocation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareSpec {
+    /// Number of logical CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub cpus: Option<i64>,
+    /// Memory, a Kubernetes quantity (`512Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+}
+
+/// A reference to a namespaced object from a cluster-scoped one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NamespacedObjectRef {
+    /// Name of the object.
+    #[schemars(length(min = 1, max = 253), pattern(pattern::OBJECT_NAME))]
+    pub name: String,
+    /// Namespace of the object.
+    #[schemars(length(min = 1, max = 63), pattern(pattern::OBJECT_NAME))]
+    pub namespace: String,
+}
+
+/// The binding of a Server to a claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ServerClaimBinding {
+    /// Name of the ServerClaim.
+    pub name: String,
+    /// Namespace of the ServerClaim.
+    pub namespace: String,
+    /// UID of the ServerClaim (a claim deleted and created again under the same
+    /// name is another claim).
+    pub uid: String,
+    /// The role of the claim this Server serves.
+    pub role: String,
+    /// When the binding was made (RFC 3339); scale-down releases the newest first.
+    pub since: String,
 }
 
 /// How to reach a BMC. Credentials are in a Secret, never in the spec.
@@ -116,10 +180,23 @@ pub enum CabledPortKind {
     SmartNicPort,
 }
 
-/// Observed state of a Server.
+/// Where a Server is in its life with claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ServerPhase {
+    /// Not bound to a claim.
+    Available,
+    /// Bound to a claim (`spec.claimRef`).
+    Allocated,
+}
+
+/// Observed state of a Server, written by the Server controller alone (it mirrors
+/// `spec.claimRef`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerStatus {
+    /// `Available` or `Allocated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ServerPhase>,
     /// True while the server is allocated to a claim.
     #[serde(default)]
     pub allocated: bool,
