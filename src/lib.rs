@@ -27,6 +27,7 @@ pub mod allocation;
 pub mod api;
 pub mod backends;
 pub mod controllers;
+pub mod inventory;
 pub mod settings;
 pub mod state_machine;
 pub mod validate;

@@ -9,6 +9,7 @@
 //! configuration against the constraints of the port it is linked to (VLAN range,
 //! trunking allowed, port disabled) and against what the device's backend can do.
 
+pub mod claim;
 pub mod manifests;
 pub mod unknown_fields;
 
@@ -808,6 +809,22 @@ pub fn validate_server(spec: &ServerSpec) -> Result<(), ValidationErrors> {
         "spec.bmc.credentialsSecretRef.namespace",
         &spec.bmc.credentials_secret_ref.namespace,
     );
+    if let Some(q) = spec.hardware.as_ref().and_then(|h| h.memory.as_ref())
+        && let Err(e) = crate::api::quantity::parse_quantity(&q.0)
+    {
+        errors.push("spec.hardware.memory", e);
+    }
+    if let Some(cpus) = spec.hardware.as_ref().and_then(|h| h.cpus)
+        && cpus < 1
+    {
+        errors.push(
+            "spec.hardware.cpus",
+            format!("{cpus}: a server has at least 1 CPU"),
+        );
+    }
+    if let Some(a) = &spec.host_address {
+        errors.check("spec.hostAddress", DeviceAddress::parse(a));
+    }
     let mut names = BTreeSet::new();
     for (i, nic) in spec.nics.iter().enumerate() {
         let path = format!("spec.nics[{i}]");

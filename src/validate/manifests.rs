@@ -13,7 +13,7 @@ use super::{
     validate_provider, validate_server, validate_smartnic_port, validate_switch,
 };
 use crate::api::{
-    ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
+    ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, SwitchPortConfigurationSpec,
 };
 use patchbay_providers::values::{PortName, excerpt};
@@ -196,6 +196,10 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                             ));
                         }
                     }
+                    Err(e) => errors.extend(e),
+                },
+                "ServerClaim" => match typed::<ServerClaim>(&value) {
+                    Ok(o) => errors.extend(errs(super::claim::validate_claim(&o.spec))),
                     Err(e) => errors.extend(e),
                 },
                 "Server" => match typed::<Server>(&value) {
