@@ -79,7 +79,7 @@ pub fn format_bytes(bytes: u128) -> String {
         ("Ki", 10),
     ] {
         let unit = 1u128 << shift;
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);
         }
     }
