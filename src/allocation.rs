@@ -256,24 +256,45 @@ fn describe_role(claim: &ClaimRequest, role: &RoleRequest) -> String {
 /// Plans every claim, in creation order, against one pool. The plan of a claim
 /// depends only on the claims created before it.
 pub fn plan(candidates: &[Candidate], claims: &[ClaimRequest]) -> BTreeMap<ClaimKey, ClaimPlan> {
+    plan_until(candidates, claims, None)
+}
+
+/// Like [`plan`], stopping after claim `until` (the claims created after it cannot
+/// change its plan).
+pub fn plan_until(
+    candidates: &[Candidate],
+    claims: &[ClaimRequest],
+    until: Option<&ClaimKey>,
+) -> BTreeMap<ClaimKey, ClaimPlan> {
     let mut order: Vec<&ClaimRequest> = claims.iter().collect();
     order.sort_by(|a, b| (&a.created, &a.key).cmp(&(&b.created, &b.key)));
+    if let Some(k) = until
+        && let Some(i) = order.iter().position(|c| c.key == *k)
+    {
+        order.truncate(i + 1);
+    }
     // Free: not bound, not in maintenance.
     let mut free: BTreeSet<&str> = candidates
         .iter()
         .filter(|c| c.binding.is_none() && !c.maintenance)
         .map(|c| c.name.as_str())
         .collect();
+    let mut by_site: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
+    for c in candidates {
+        by_site.entry(c.site.as_str()).or_default().push(c);
+    }
+    let none = Vec::new();
     let mut plans = BTreeMap::new();
     for claim in order {
-        let p = plan_claim(candidates, &mut free, claim);
+        let site = by_site.get(claim.site.as_str()).unwrap_or(&none);
+        let p = plan_claim(site, &mut free, claim);
         plans.insert(claim.key.clone(), p);
     }
     plans
 }
 
 fn plan_claim<'a>(
-    candidates: &'a [Candidate],
+    candidates: &[&'a Candidate],
     free: &mut BTreeSet<&'a str>,
     claim: &ClaimRequest,
 ) -> ClaimPlan {
@@ -285,6 +306,7 @@ fn plan_claim<'a>(
                 .as_ref()
                 .is_some_and(|b| b.claim == claim.key && b.uid == claim.uid)
         })
+        .copied()
         .collect();
     let role_of = |name: &str| claim.roles.iter().find(|r| r.name == name);
 
@@ -395,12 +417,17 @@ fn plan_claim<'a>(
         let mut v: Vec<&Candidate> = candidates
             .iter()
             .filter(|c| available(&c.name, taken) && !c.maintenance && fits(c, claim, role).is_ok())
+            .copied()
             .collect();
         v.sort_by(|a, b| size_key(a).cmp(&size_key(b)));
         v
     };
-    let mut roles: Vec<&RoleRequest> = claim.roles.iter().collect();
-    roles.sort_by_key(|r| (eligible(r, &taken).len(), r.name.clone()));
+    let mut roles: Vec<&RoleRequest> = claim
+        .roles
+        .iter()
+        .filter(|r| need(r, &picks, &kept) > 0)
+        .collect();
+    roles.sort_by_cached_key(|r| (eligible(r, &taken).len(), r.name.clone()));
     for role in roles {
         let wanted = need(role, &picks, &kept);
         if wanted == 0 {
@@ -485,7 +512,7 @@ fn plan_claim<'a>(
 /// Why the Servers of the site that are not eligible for `role` are not, counted by
 /// reason: ` (2 too few CPUs, 1 held by other claims)`.
 fn why_not(
-    candidates: &[Candidate],
+    candidates: &[&Candidate],
     free: &BTreeSet<&str>,
     claim: &ClaimRequest,
     role: &RoleRequest,

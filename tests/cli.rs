@@ -33,7 +33,8 @@ fn crds_prints_every_kind_as_yaml() {
             "SwitchPortConfiguration",
             "SmartNicPort",
             "SmartNicConfiguration",
-            "Server"
+            "Server",
+            "ServerClaim"
         ]
     );
 }

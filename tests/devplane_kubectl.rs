@@ -21,20 +21,11 @@ use support::Cluster;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn kubectl_command(cluster: &Cluster, args: &[&str]) -> Command {
-    let mut cmd = Command::new("kubectl");
-    cmd.arg("--kubeconfig")
-        .arg(&cluster.kubeconfig)
-        .arg("--cache-dir")
-        .arg(cluster.dir.join("kube-cache"))
-        .args(args)
-        .current_dir(ROOT);
-    cmd
+    cluster.kubectl_command(args)
 }
 
 fn kubectl(cluster: &Cluster, args: &[&str]) -> Output {
-    kubectl_command(cluster, args)
-        .output()
-        .expect("kubectl runs")
+    cluster.kubectl(args)
 }
 
 fn ok(out: &Output) -> String {

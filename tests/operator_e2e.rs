@@ -855,25 +855,11 @@ impl Env {
     }
 }
 
-/// Runs the machine's kubectl against the test's cluster; returns stdout.
+/// Runs the machine's kubectl in the test's namespace; returns stdout.
 fn kubectl(env: &Env, args: &[&str]) -> String {
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&env.cluster.kubeconfig)
-        .arg("--cache-dir")
-        .arg(env.cluster.dir.join("kube-cache"))
-        .arg("--namespace")
-        .arg(env.ns())
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    let mut all = vec!["--namespace", env.ns()];
+    all.extend_from_slice(args);
+    env.cluster.kubectl_ok(&all)
 }
 
 #[tokio::test]

@@ -6,6 +6,8 @@
 //! | [`switch_port`] | the SwitchPort controller: what a port refers to, its steps over its Switch's worker | Kubernetes, device (via the worker) |
 //! | [`switch`] | the Switch controller: checks, reachability, one SwitchPort per `spec.ports` entry, ordered deletion | Kubernetes |
 //! | [`provider_switch`] | the ProviderSwitch controller: validity, held while used | Kubernetes |
+//! | [`server_claim`] | the ServerClaim controller (the allocator): binds Servers to claims through [`crate::allocation::plan`], the claim's status, inventory and credentials copy, release on deletion, the orphan sweep | Kubernetes |
+//! | [`server`] | the Server controller, the one writer of Server status (mirrors `spec.claimRef`) | Kubernetes |
 //! | [`smartnic_port`] | the SmartNicPort controller: a bridge port chained to its SwitchPort | Kubernetes, device (via the worker) |
 //! | [`port_loop`] | the state-machine loop every port runs (and `demo --walk`), over two traits | none of its own |
 //! | [`port_record`] | a port object in the API server, as the loop records on it | Kubernetes |
@@ -27,6 +29,8 @@ pub mod port_loop;
 pub mod port_record;
 pub mod provider_switch;
 pub mod runtime;
+pub mod server;
+pub mod server_claim;
 pub mod smartnic_port;
 pub mod status;
 pub mod switch;

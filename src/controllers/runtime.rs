@@ -18,9 +18,13 @@ use tokio::sync::mpsc;
 
 use super::context::{Context, Notices, api_for};
 use super::events::EventPublisher;
-use super::{ControllerError, provider_switch, smartnic_port, switch, switch_port, triggers};
+use super::server_claim::{Allocator, Hosts};
+use super::{
+    ControllerError, provider_switch, server, server_claim, smartnic_port, switch, switch_port,
+    triggers,
+};
 use crate::api::{
-    ProviderSwitch, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
+    ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration,
 };
 use crate::backends::Backends;
@@ -54,9 +58,47 @@ fn port_error_policy(_: Arc<SwitchPort>, e: &ControllerError, _: Arc<Context>) -
     Action::requeue(Duration::from_secs(1))
 }
 
-fn error_policy<K>(_: Arc<K>, e: &ControllerError, _: Arc<Context>) -> Action {
+fn error_policy<K, C>(_: Arc<K>, e: &ControllerError, _: Arc<C>) -> Action {
     tracing::debug!(error = %e, category = e.category(), "reconcile error");
+    if matches!(e, ControllerError::Kube(kube::Error::Api(s)) if s.code == 409) {
+        // A Server or claim changed under us: plan again at once, from fresh reads.
+        return Action::requeue(Duration::from_millis(50));
+    }
     Action::requeue(Duration::from_secs(1))
+}
+
+/// The Metal3 BareMetalHosts' cache and the stream that fills it, when the cluster
+/// has their CRD (looked up once, at start).
+async fn bare_metal_hosts(
+    client: &Client,
+) -> Option<(
+    Hosts,
+    impl futures::Stream<Item = Result<kube::api::DynamicObject, watcher::Error>> + Send + use<>,
+)> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::discovery::ApiResource;
+    use kube::runtime::reflector;
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    match crds.get_opt("baremetalhosts.metal3.io").await {
+        Ok(Some(_)) => {}
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::info!(error = %e, "cannot look up the BareMetalHost CRD; Metal3 hosts are not read");
+            return None;
+        }
+    }
+    let resource = ApiResource {
+        group: "metal3.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "metal3.io/v1alpha1".into(),
+        kind: "BareMetalHost".into(),
+        plural: "baremetalhosts".into(),
+    };
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client.clone(), &resource);
+    let stream = reflector(writer, watcher(api, watcher::Config::default())).applied_objects();
+    Some((Hosts { store, resource }, stream))
 }
 
 /// Runs the controllers until `shutdown` completes.
@@ -67,6 +109,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.clone();
+    let settings_namespace = ns.clone();
     let ns = ns.as_deref();
     let (port_tx, port_rx) = mpsc::unbounded_channel();
     let (snic_tx, snic_rx) = mpsc::unbounded_channel();
@@ -230,9 +273,112 @@ pub async fn run(
         .run(smartnic_port::reconcile, error_policy, ctx.clone())
         .for_each(log_errors("SmartNicPort"));
 
+    // Allocation: ServerClaims woken by the Servers (and BareMetalHosts) that may
+    // complete or concern them; Servers by their own changes; the orphan sweep on
+    // start-up, periodically and when a Server names an unknown claim.
+    // One Server watch feeds the cache the allocator plans from and then both
+    // controllers, so a claim is never woken by a Server change its plan cannot see.
+    let server_writer = kube::runtime::reflector::store::Writer::<Server>::new_shared(1024, ());
+    let server_store = server_writer.as_reader();
+    let server_events = server_writer
+        .subscribe()
+        .expect("a shared writer has subscribers");
+    let server_watch = watcher(kube::Api::<Server>::all(client.clone()), wc.clone())
+        .default_backoff()
+        .reflect_shared(server_writer)
+        .take_until(stopped(&stop_tx))
+        .for_each(|_| futures::future::ready(()));
+    let server_ctl = Controller::for_shared_stream(server_events.clone(), server_store.clone());
+    let claim_ctl = Controller::new(api_for::<ServerClaim>(&client, ns), wc.clone());
+    let claim_store = claim_ctl.store();
+    let (hosts, host_events) = match bare_metal_hosts(&client).await {
+        Some((hosts, events)) => {
+            let resource = hosts.resource.clone();
+            (Some(hosts), Some((events, resource)))
+        }
+        None => (None, None),
+    };
+    let alloc = Arc::new(Allocator::new(
+        client.clone(),
+        settings_namespace,
+        server_store.clone(),
+        claim_store.clone(),
+        hosts,
+    ));
+    let (c1, c2) = (claim_store.clone(), claim_store.clone());
+    let mut claim_ctl = claim_ctl.watches_shared_stream(server_events, move |s| {
+        triggers::claims_for_server(&c1.state(), &s)
+    });
+    if let Some((events, resource)) = host_events {
+        let servers = server_store.clone();
+        claim_ctl = claim_ctl.watches_stream_with(
+            events,
+            move |host| {
+                let (ns, name) = (host.namespace().unwrap_or_default(), host.name_any());
+                servers
+                    .state()
+                    .iter()
+                    .filter(|s| {
+                        s.spec
+                            .bare_metal_host_ref
+                            .as_ref()
+                            .is_some_and(|r| r.name == name && r.namespace == ns)
+                    })
+                    .flat_map(|s| triggers::claims_for_server(&c2.state(), s))
+                    .collect::<Vec<_>>()
+            },
+            resource,
+        );
+    }
+    let claim_ctl = claim_ctl
+        .with_config(Config::default().concurrency(8))
+        .graceful_shutdown_on(stopped(&stop_tx))
+        .run(server_claim::reconcile, error_policy, alloc.clone())
+        .for_each(log_errors("ServerClaim"));
+    let server_ctl = server_ctl
+        .with_config(Config::default().concurrency(8))
+        .graceful_shutdown_on(stopped(&stop_tx))
+        .run(server::reconcile, error_policy, alloc.clone())
+        .for_each(log_errors("Server"));
+    let sweeper = {
+        let mut stop = stop_tx.subscribe();
+        async move {
+            let ready = async {
+                let _ = alloc.servers.wait_until_ready().await;
+                let _ = alloc.claims.wait_until_ready().await;
+            };
+            tokio::select! {
+                _ = ready => {}
+                _ = stop.recv() => return,
+            }
+            loop {
+                match server_claim::sweep_orphans(&alloc).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(released = n, "orphan sweep"),
+                    Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(server_claim::ORPHAN_SWEEP) => {}
+                    _ = alloc.sweep.notified() => {}
+                    _ = stop.recv() => return,
+                }
+            }
+        }
+    };
+
     let stopper = async move {
         shutdown.await;
         let _ = stop_tx.send(());
     };
-    tokio::join!(port_ctl, switch_ctl, provider_ctl, snic_ctl, stopper);
+    tokio::join!(
+        port_ctl,
+        switch_ctl,
+        provider_ctl,
+        snic_ctl,
+        server_watch,
+        claim_ctl,
+        server_ctl,
+        sweeper,
+        stopper
+    );
 }

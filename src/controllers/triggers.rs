@@ -1,7 +1,9 @@
 //! Which objects an event wakes: a SwitchPortConfiguration wakes the ports linked to
 //! it, a Switch its ports, a ProviderSwitch the ports of its Switches, a credentials
 //! Secret the ports of the Switches whose ProviderSwitch reads it, and the same for
-//! SmartNicPorts. The runtime calls these with its caches' contents. Pure, no I/O.
+//! SmartNicPorts; a Server the claim it is bound to, the claims that list it and
+//! the claims of its site still waiting for Servers. The runtime calls these with
+//! its caches' contents. Pure, no I/O.
 
 use std::sync::Arc;
 
@@ -9,7 +11,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{CHAINED_FROM_ANNOTATION, SWITCH_LABEL};
-use crate::api::{ConfigurationRef, ProviderSwitch, SmartNicPort, Switch, SwitchPort};
+use crate::api::{
+    ConfigurationRef, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
+};
 
 /// Whether `reference`, held by an object of namespace `holder_ns`, names object
 /// `name` of namespace `ns` (a reference without namespace means the holder's).
@@ -140,6 +144,38 @@ pub fn smartnics_of_provider(
         .iter()
         .filter(|p| p.namespace().as_deref() == ns && p.spec.provider.name == name)
         .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// Claims a change to `server` may concern: the one it is bound to, those whose
+/// status lists it, and those of its site that are not fully allocated (a Server
+/// freed, added or out of maintenance may complete them).
+pub fn claims_for_server(
+    claims: &[Arc<ServerClaim>],
+    server: &Server,
+) -> Vec<ObjectRef<ServerClaim>> {
+    let name = server.metadata.name.as_deref().unwrap_or_default();
+    let bound = server.spec.claim_ref.as_ref();
+    claims
+        .iter()
+        .filter(|c| {
+            let status = c.status.as_ref();
+            let is_bound = bound.is_some_and(|b| {
+                c.metadata.name.as_deref() == Some(b.name.as_str())
+                    && c.metadata.namespace.as_deref() == Some(b.namespace.as_str())
+            });
+            let lists =
+                status.is_some_and(|s| s.roles.iter().any(|r| r.servers.iter().any(|n| n == name)));
+            let waiting = c.spec.site == server.spec.site
+                && !status.is_some_and(|s| {
+                    s.observed_generation == c.metadata.generation
+                        && s.conditions
+                            .iter()
+                            .any(|k| k.type_ == "Allocated" && k.status == "True")
+                });
+            is_bound || lists || waiting
+        })
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect()
 }
 
@@ -293,5 +329,44 @@ mod tests {
             ["s1", "s2"]
         );
         assert!(smartnics_of_provider(&snics, Some("other"), "snic-1").is_empty());
+    }
+
+    #[test]
+    fn a_server_wakes_its_claim_the_claims_listing_it_and_the_waiting_claims_of_its_site() {
+        let claim = |name: &str, site: &str, allocated: Option<&str>, lists: &[&str]| {
+            obj::<ServerClaim>(json!({
+                "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+                "metadata": {"name": name, "namespace": "t", "generation": 1},
+                "spec": {"site": site, "roles": [{"name": "w", "count": 1}]},
+                "status": allocated.map(|a| json!({
+                    "observedGeneration": 1,
+                    "roles": [{"name": "w", "requested": 1, "servers": lists}],
+                    "conditions": [{"type": "Allocated", "status": a, "reason": "r",
+                        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+                }))
+            }))
+        };
+        let claims = vec![
+            claim("served", "dc1", Some("True"), &["other"]),
+            claim("waiting", "dc1", Some("False"), &[]),
+            claim("new", "dc1", None, &[]),
+            claim("elsewhere", "dc2", Some("False"), &[]),
+            claim("holder", "dc2", Some("True"), &["s1"]),
+            claim("bound", "dc2", Some("True"), &[]),
+        ];
+        let server: Server = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+            "metadata": {"name": "s1"},
+            "spec": {"bmc": {"address": "10.0.0.5", "credentialsSecretRef":
+                {"name": "bmc", "namespace": "infra"}},
+                "bootMac": "aa:bb:cc:dd:ee:01", "site": "dc1",
+                "claimRef": {"name": "bound", "namespace": "t", "uid": "u", "role": "w",
+                    "since": "2026-01-01T00:00:00Z"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            names_of(claims_for_server(&claims, &server)),
+            vec!["bound", "holder", "new", "waiting"]
+        );
     }
 }

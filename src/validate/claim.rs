@@ -222,6 +222,36 @@ pub struct InspectedHardware {
     pub memory: Option<u128>,
 }
 
+/// The hardware a Metal3 BareMetalHost's inspection found, from its `status`.
+pub fn inspected_hardware(bmh_status: Option<&serde_json::Value>) -> InspectedHardware {
+    let hw = bmh_status.and_then(|s| s.get("hardware"));
+    InspectedHardware {
+        cpus: hw
+            .and_then(|h| h.pointer("/cpu/count"))
+            .and_then(serde_json::Value::as_u64)
+            .filter(|n| *n > 0),
+        memory: hw
+            .and_then(|h| h.get("ramMebibytes"))
+            .and_then(serde_json::Value::as_u64)
+            .map(|mib| u128::from(mib) << 20),
+    }
+}
+
+/// The address a BareMetalHost's inspection found on the NIC with MAC `mac`, if it
+/// is a plain address (anything else is not written into an inventory).
+pub fn inspected_address(bmh_status: Option<&serde_json::Value>, mac: &str) -> Option<String> {
+    let nics = bmh_status?.pointer("/hardware/nics")?.as_array()?;
+    nics.iter()
+        .find(|n| {
+            n.get("mac")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|m| m.eq_ignore_ascii_case(mac))
+        })
+        .and_then(|n| n.get("ip").and_then(serde_json::Value::as_str))
+        .filter(|ip| patchbay_providers::values::DeviceAddress::parse(ip).is_ok())
+        .map(str::to_owned)
+}
+
 /// A Server as the allocator sees it: the spec's hardware, else the inspected
 /// hardware of its BareMetalHost. A memory quantity that does not parse counts as
 /// unknown (the Server's own validation reports it).
@@ -377,6 +407,28 @@ mod tests {
                 "{yaml}\nwant {want}\ngot {got:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_baremetalhosts_inspection_gives_hardware_and_the_boot_nics_address() {
+        let status = serde_json::json!({"hardware": {
+            "cpu": {"count": 32}, "ramMebibytes": 131072,
+            "nics": [{"mac": "aa:bb:cc:dd:ee:02", "ip": "10.0.0.9"},
+                     {"mac": "AA:BB:CC:DD:EE:01", "ip": "192.168.111.20"},
+                     {"mac": "aa:bb:cc:dd:ee:03", "ip": "10.0.0.1\n[all]"}]}});
+        assert_eq!(
+            inspected_hardware(Some(&status)),
+            InspectedHardware {
+                cpus: Some(32),
+                memory: Some(128 << 30)
+            }
+        );
+        assert_eq!(
+            inspected_address(Some(&status), "aa:bb:cc:dd:ee:01").as_deref(),
+            Some("192.168.111.20")
+        );
+        assert_eq!(inspected_address(Some(&status), "aa:bb:cc:dd:ee:03"), None);
+        assert_eq!(inspected_hardware(None), InspectedHardware::default());
     }
 
     #[test]

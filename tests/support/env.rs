@@ -31,7 +31,12 @@ impl Env {
 
     /// Like [`Env::start`], with the test's own changes to the settings.
     pub async fn start_with(test: &str, edit: impl FnOnce(&mut Settings)) -> Env {
-        let cluster = Cluster::start(test).await;
+        Self::start_on(Cluster::start(test).await, edit).await
+    }
+
+    /// Like [`Env::start_with`] on a cluster the test prepared (CRDs the operator
+    /// looks up at start, say).
+    pub async fn start_on(cluster: Cluster, edit: impl FnOnce(&mut Settings)) -> Env {
         for (_, crd) in crds() {
             cluster.install_crd(crd).await;
         }

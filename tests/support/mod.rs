@@ -126,6 +126,35 @@ impl Cluster {
         .expect("CRD watch");
     }
 
+    /// The machine's kubectl against this cluster, run from the repository root.
+    pub fn kubectl_command(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.join("kube-cache"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        cmd
+    }
+
+    /// Runs kubectl; its output, whatever the exit status.
+    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        self.kubectl_command(args).output().expect("kubectl runs")
+    }
+
+    /// Runs kubectl, which must succeed; its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
     /// Deletes the test namespace (only matters on a real cluster).
     pub async fn finish(self) {
         if self.devplane.is_none() {

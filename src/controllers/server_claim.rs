@@ -1,0 +1,653 @@
+//! The ServerClaim controller: the allocator. It binds Servers to claims (the only
+//! writer of `Server.spec.claimRef`), writes the claim's status, its inventory
+//! ConfigMap and, on request, the BMC credentials copy; it releases a deleted claim's
+//! Servers (finalizer) and, on start-up and periodically, the Servers of claims
+//! that no longer exist. The decisions are [`crate::allocation::plan`]'s; this room
+//! does the Kubernetes I/O.
+//!
+//! Allocation is serialised (one lock), and every binding is written with the
+//! Server's resourceVersion as precondition: a Server that changed since it was read
+//! is never overwritten. A lost race undoes the bindings of that reconcile (whole or
+//! nothing) and plans again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::ControllerError;
+use super::status::{set_condition, status_merge_patch};
+use crate::allocation::{ClaimKey, ClaimPlan, ClaimRequest, plan_until};
+use crate::api::{FINALIZER, RoleAllocation, Server, ServerClaim, ServerClaimStatus};
+use crate::inventory::{InventoryHost, bmc_copy_keys, render};
+use crate::validate::claim::{
+    candidate, claim_request, default_groups, inspected_address, inspected_hardware,
+};
+
+/// Field manager of the inventory's server-side apply.
+const MANAGER: &str = "patchbay";
+/// How long an allocation waits for the cache to show its own writes.
+const CACHE_CATCH_UP: Duration = Duration::from_secs(5);
+/// How often Servers bound to claims that no longer exist are looked for.
+pub const ORPHAN_SWEEP: Duration = Duration::from_secs(30);
+
+/// The Metal3 BareMetalHosts, when the cluster has them.
+pub struct Hosts {
+    /// Their cache.
+    pub store: Store<DynamicObject>,
+    /// Their API resource (`metal3.io/v1alpha1`, `baremetalhosts`).
+    pub resource: kube::discovery::ApiResource,
+}
+
+/// What the allocator and the Server controller share.
+pub struct Allocator {
+    /// The API server.
+    pub client: Client,
+    /// Only claims of this namespace are served (all when `None`).
+    pub namespace: Option<String>,
+    /// The Server cache.
+    pub servers: Store<Server>,
+    /// The ServerClaim cache.
+    pub claims: Store<ServerClaim>,
+    /// The BareMetalHost cache, if Metal3 is installed.
+    pub hosts: Option<Hosts>,
+    /// Wakes the orphan sweep (a Server names a claim the cache does not have).
+    pub sweep: tokio::sync::Notify,
+    /// One allocation at a time.
+    lock: tokio::sync::Mutex<()>,
+    /// Digest of the inventory (and credentials copy) last applied per claim uid.
+    applied: Mutex<HashMap<String, String>>,
+}
+
+impl Allocator {
+    /// The shared state.
+    pub fn new(
+        client: Client,
+        namespace: Option<String>,
+        servers: Store<Server>,
+        claims: Store<ServerClaim>,
+        hosts: Option<Hosts>,
+    ) -> Self {
+        Self {
+            client,
+            namespace,
+            servers,
+            claims,
+            hosts,
+            sweep: tokio::sync::Notify::new(),
+            lock: tokio::sync::Mutex::new(()),
+            applied: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The status of the BareMetalHost a Server links to.
+    pub fn host_status(&self, server: &Server) -> Option<serde_json::Value> {
+        let r = server.spec.bare_metal_host_ref.as_ref()?;
+        let hosts = self.hosts.as_ref()?;
+        let obj = hosts
+            .store
+            .get(&ObjectRef::new_with(&r.name, hosts.resource.clone()).within(&r.namespace))?;
+        obj.data.get("status").cloned()
+    }
+
+    fn in_scope(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+    }
+
+    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.applied.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn key_of(claim: &ServerClaim) -> ClaimKey {
+    ClaimKey {
+        namespace: claim.namespace().unwrap_or_default(),
+        name: claim.name_any(),
+    }
+}
+
+fn created(claim: &ServerClaim) -> String {
+    claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default()
+}
+
+/// The last complete allocation, from the status.
+fn committed(claim: &ServerClaim) -> BTreeSet<String> {
+    claim
+        .status
+        .as_ref()
+        .filter(|s| {
+            super::status::find_condition(&s.conditions, "Allocated")
+                .is_some_and(|c| c.status == "True")
+        })
+        .map(|s| s.roles.iter().flat_map(|r| r.servers.clone()).collect())
+        .unwrap_or_default()
+}
+
+fn request_of(claim: &ServerClaim) -> Option<ClaimRequest> {
+    claim_request(
+        key_of(claim),
+        claim.uid().unwrap_or_default(),
+        created(claim),
+        &claim.spec,
+        committed(claim),
+    )
+    .ok()
+}
+
+/// Reconciles one ServerClaim.
+pub(super) async fn reconcile(
+    claim: Arc<ServerClaim>,
+    alloc: Arc<Allocator>,
+) -> Result<Action, ControllerError> {
+    let ns = claim.namespace().unwrap_or_default();
+    let api: Api<ServerClaim> = Api::namespaced(alloc.client.clone(), &ns);
+    finalizer(&api, FINALIZER, claim, |event| async {
+        match event {
+            FinalizerEvent::Apply(c) => apply_claim(&c, &alloc).await,
+            FinalizerEvent::Cleanup(c) => release_claim(&c, &alloc).await,
+        }
+    })
+    .await
+    .map_err(|e| ControllerError::Finalizer(Box::new(e)))
+}
+
+/// The Servers, as the cache has them. Every allocation waits, before it lets the
+/// next one plan, until the cache shows its writes ([`wait_seen`]).
+fn servers_now(alloc: &Allocator) -> Vec<Arc<Server>> {
+    alloc.servers.state()
+}
+
+/// Waits until the cache has moved past the versions `written` were read at (so it
+/// holds these writes or newer), at most [`CACHE_CATCH_UP`].
+async fn wait_seen(alloc: &Allocator, written: &[(String, Option<String>)]) {
+    let deadline = Instant::now() + CACHE_CATCH_UP;
+    loop {
+        let behind = written.iter().any(|(name, read_at)| {
+            alloc
+                .servers
+                .get(&ObjectRef::new(name))
+                .is_some_and(|s| s.resource_version() == *read_at)
+        });
+        if !behind {
+            return;
+        }
+        if Instant::now() > deadline {
+            tracing::warn!("the Server cache did not catch up with the allocator's writes");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Writes `spec.claimRef` of `server` (bind or release) if it is still at the
+/// version read; returns the Server as written.
+async fn write_binding(
+    alloc: &Allocator,
+    server: &Server,
+    binding: Option<serde_json::Value>,
+) -> Result<Arc<Server>, kube::Error> {
+    let api: Api<Server> = Api::all(alloc.client.clone());
+    let patch = json!({
+        "metadata": { "resourceVersion": server.resource_version() },
+        "spec": { "claimRef": binding },
+    });
+    let written = api
+        .patch(
+            &server.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    Ok(Arc::new(written))
+}
+
+fn binding_json(claim: &ServerClaim, role: &str, since: &str) -> serde_json::Value {
+    json!({
+        "name": claim.name_any(),
+        "namespace": claim.namespace().unwrap_or_default(),
+        "uid": claim.uid().unwrap_or_default(),
+        "role": role,
+        "since": since,
+    })
+}
+
+/// Plans and carries out this claim's part, under the allocation lock. Returns the
+/// plan, or the spec's errors when it is invalid (then nothing is touched).
+async fn allocate(
+    claim: &ServerClaim,
+    alloc: &Allocator,
+) -> Result<Result<ClaimPlan, crate::validate::ValidationErrors>, ControllerError> {
+    let key = key_of(claim);
+    let mine = match claim_request(
+        key.clone(),
+        claim.uid().unwrap_or_default(),
+        created(claim),
+        &claim.spec,
+        committed(claim),
+    ) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    let _one_at_a_time = alloc.lock.lock().await;
+    let servers = servers_now(alloc);
+    let candidates: Vec<_> = servers
+        .iter()
+        .map(|s| candidate(s, inspected_hardware(alloc.host_status(s).as_ref())))
+        .collect();
+    let mut requests: Vec<ClaimRequest> = alloc
+        .claims
+        .state()
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none() && key_of(c) != key)
+        .filter_map(|c| request_of(c))
+        .collect();
+    requests.push(mine);
+    let plan = plan_until(&candidates, &requests, Some(&key))
+        .remove(&key)
+        .unwrap_or_default();
+    if plan.is_noop() {
+        return Ok(Ok(plan));
+    }
+    let by_name: BTreeMap<String, &Arc<Server>> =
+        servers.iter().map(|s| (s.name_any(), s)).collect();
+    let since = jiff::Timestamp::now().to_string();
+    let mut done: Vec<Arc<Server>> = Vec::new();
+    let mut written: Vec<(String, Option<String>)> = Vec::new();
+    let steps = plan
+        .release
+        .iter()
+        .map(|n| (n, None))
+        .chain(plan.bind.iter().map(|(n, r)| (n, Some(r))));
+    for (name, role) in steps {
+        let Some(server) = by_name.get(name) else {
+            continue;
+        };
+        let binding = role.map(|r| binding_json(claim, r, &since));
+        match write_binding(alloc, server, binding).await {
+            Ok(w) => {
+                written.push((name.clone(), server.resource_version()));
+                if role.is_some() {
+                    done.push(w);
+                }
+            }
+            Err(e) => {
+                // Whole or nothing: undo this reconcile's bindings, then plan again.
+                tracing::debug!(server = %name, error = %e, "binding lost a race; undoing");
+                for w in done {
+                    if let Err(e) = write_binding(alloc, &w, None).await {
+                        tracing::warn!(server = %w.name_any(), error = %e, "undoing a binding failed");
+                    }
+                }
+                wait_seen(alloc, &written).await;
+                return Err(e.into());
+            }
+        }
+    }
+    wait_seen(alloc, &written).await;
+    tracing::info!(
+        claim = %key,
+        bound = plan.bind.len(),
+        released = plan.release.len(),
+        served = plan.served,
+        "allocation changed"
+    );
+    Ok(Ok(plan))
+}
+
+async fn apply_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, ControllerError> {
+    let outcome = allocate(claim, alloc).await?;
+    let now = jiff::Timestamp::now();
+    let generation = claim.metadata.generation;
+    let old = claim.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.observed_generation = generation;
+    let requested: i64 = claim.spec.roles.iter().map(|r| r.count.max(0)).sum();
+    let held: Vec<(String, String)>;
+    match &outcome {
+        Err(errors) => {
+            held = old
+                .roles
+                .iter()
+                .flat_map(|r| r.servers.iter().map(|n| (n.clone(), r.name.clone())))
+                .collect();
+            set_condition(
+                &mut status.conditions,
+                "Allocated",
+                false,
+                "InvalidSpec",
+                errors.to_string(),
+                generation,
+                now,
+            );
+        }
+        Ok(plan) => {
+            status.roles = claim
+                .spec
+                .roles
+                .iter()
+                .map(|r| RoleAllocation {
+                    name: r.name.clone(),
+                    requested: r.count,
+                    servers: plan.roles.get(&r.name).cloned().unwrap_or_default(),
+                })
+                .collect();
+            held = plan
+                .roles
+                .iter()
+                .flat_map(|(r, names)| names.iter().map(move |n| (n.clone(), r.clone())))
+                .collect();
+            let (reason, message) = if plan.served {
+                (
+                    "Allocated",
+                    format!("{}/{requested} servers allocated", held.len()),
+                )
+            } else {
+                ("InsufficientServers", plan.missing.join("; "))
+            };
+            set_condition(
+                &mut status.conditions,
+                "Allocated",
+                plan.served,
+                reason,
+                message,
+                generation,
+                now,
+            );
+            let (reason, message) = if plan.in_maintenance.is_empty() {
+                ("NoneInMaintenance", String::new())
+            } else {
+                (
+                    "ServersInMaintenance",
+                    format!("in maintenance: {}", plan.in_maintenance.join(", ")),
+                )
+            };
+            set_condition(
+                &mut status.conditions,
+                "Maintenance",
+                !plan.in_maintenance.is_empty(),
+                reason,
+                message,
+                generation,
+                now,
+            );
+        }
+    }
+    if super::status::find_condition(&status.conditions, "Ready").is_none() {
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            super::status::Truth::Unknown,
+            "PortsNotTracked",
+            "the ports of allocated Servers are not followed yet".into(),
+            generation,
+            now,
+        );
+    }
+    status.allocation = Some(format!("{}/{requested}", held.len()));
+    if outcome.is_ok() {
+        write_inventory(claim, alloc, &held, &mut status, now).await?;
+    }
+    if old != status {
+        Api::<ServerClaim>::namespaced(
+            alloc.client.clone(),
+            &claim.namespace().unwrap_or_default(),
+        )
+        .patch_status(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(status_merge_patch(&old, &status)),
+        )
+        .await?;
+    }
+    Ok(Action::await_change())
+}
+
+fn owner_reference(claim: &ServerClaim) -> serde_json::Value {
+    json!([{
+        "apiVersion": ServerClaim::api_version(&()),
+        "kind": ServerClaim::kind(&()),
+        "name": claim.name_any(),
+        "uid": claim.uid().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }])
+}
+
+fn digest(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `<claim>-inventory` (and `<claim>-bmc` when asked for) when they changed,
+/// and the `InventoryComplete` condition.
+async fn write_inventory(
+    claim: &ServerClaim,
+    alloc: &Allocator,
+    held: &[(String, String)],
+    status: &mut ServerClaimStatus,
+    now: jiff::Timestamp,
+) -> Result<(), ControllerError> {
+    let ns = claim.namespace().unwrap_or_default();
+    let name = claim.name_any();
+    let inv_spec = claim.spec.inventory.clone().unwrap_or_default();
+    let copy_name = format!("{name}-bmc");
+    let copy = inv_spec
+        .include_bmc_credentials
+        .then_some(copy_name.as_str());
+    let servers: Vec<Arc<Server>> = held
+        .iter()
+        .filter_map(|(n, _)| alloc.servers.get(&ObjectRef::new(n)))
+        .collect();
+    let hosts: Vec<InventoryHost> =
+        held.iter()
+            .filter_map(|(n, role)| {
+                let s = servers.iter().find(|s| s.name_any() == *n)?;
+                let address =
+                    s.spec.host_address.clone().or_else(|| {
+                        inspected_address(alloc.host_status(s).as_ref(), &s.spec.boot_mac)
+                    });
+                Some(InventoryHost {
+                    name: n.clone(),
+                    role: role.clone(),
+                    boot_mac: s.spec.boot_mac.clone(),
+                    address,
+                    bmc_address: s.spec.bmc.address.clone(),
+                    bmc_secret: (
+                        s.spec.bmc.credentials_secret_ref.namespace.clone(),
+                        s.spec.bmc.credentials_secret_ref.name.clone(),
+                    ),
+                })
+            })
+            .collect();
+    let groups = |role: &str| {
+        inv_spec
+            .groups
+            .get(role)
+            .cloned()
+            .unwrap_or_else(|| default_groups(role))
+    };
+    let inventory = render(&ns, &name, &hosts, &groups, copy);
+    let (truth, reason, message) = if inventory.without_address.is_empty() {
+        (true, "AllAddressesKnown", String::new())
+    } else {
+        (
+            false,
+            "AddressMissing",
+            format!(
+                "no address for {} (set spec.hostAddress, or link a BareMetalHost with an \
+                 address on the boot MAC)",
+                inventory.without_address.join(", ")
+            ),
+        )
+    };
+    set_condition(
+        &mut status.conditions,
+        "InventoryComplete",
+        truth,
+        reason,
+        message,
+        claim.metadata.generation,
+        now,
+    );
+
+    // The credentials copy: read only when asked for, never logged.
+    let mut secret_data: BTreeMap<String, ByteString> = BTreeMap::new();
+    if copy.is_some() {
+        for s in &servers {
+            let r = &s.spec.bmc.credentials_secret_ref;
+            let secret = Api::<Secret>::namespaced(alloc.client.clone(), &r.namespace)
+                .get_opt(&r.name)
+                .await?;
+            let data = secret.and_then(|s| s.data).unwrap_or_default();
+            let (user_key, pass_key) = bmc_copy_keys(&s.name_any());
+            for (from, to) in [("username", user_key), ("password", pass_key)] {
+                if let Some(v) = data.get(from) {
+                    secret_data.insert(to, v.clone());
+                }
+            }
+        }
+    }
+    let mut parts: Vec<&[u8]> = vec![
+        inventory.hosts_ini.as_bytes(),
+        inventory.hosts_yaml.as_bytes(),
+        if copy.is_some() { b"copy" } else { b"none" },
+    ];
+    for (k, v) in &secret_data {
+        parts.push(k.as_bytes());
+        parts.push(&v.0);
+    }
+    let fingerprint = digest(&parts);
+    let uid = claim.uid().unwrap_or_default();
+    if alloc.applied().get(&uid) == Some(&fingerprint) {
+        return Ok(());
+    }
+    let params = PatchParams::apply(MANAGER).force();
+    let cm = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": format!("{name}-inventory"),
+            "namespace": ns,
+            "labels": { "patchbay.dev/claim": name },
+            "ownerReferences": owner_reference(claim),
+        },
+        "data": { "hosts.ini": inventory.hosts_ini, "hosts.yaml": inventory.hosts_yaml },
+    });
+    Api::<ConfigMap>::namespaced(alloc.client.clone(), &ns)
+        .patch(&format!("{name}-inventory"), &params, &Patch::Apply(cm))
+        .await?;
+    let secrets = Api::<Secret>::namespaced(alloc.client.clone(), &ns);
+    if copy.is_some() {
+        let secret = json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": copy_name,
+                "namespace": ns,
+                "labels": { "patchbay.dev/claim": name },
+                "ownerReferences": owner_reference(claim),
+            },
+            "type": "Opaque",
+            "data": secret_data,
+        });
+        secrets
+            .patch(&copy_name, &params, &Patch::Apply(secret))
+            .await?;
+    } else {
+        delete_copy(&secrets, &copy_name).await?;
+    }
+    alloc.applied().insert(uid, fingerprint);
+    Ok(())
+}
+
+async fn delete_copy(secrets: &Api<Secret>, name: &str) -> Result<(), ControllerError> {
+    match secrets.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A claim being deleted: its Servers go back to the pool, the credentials copy
+/// goes; the inventory ConfigMap follows its owner.
+async fn release_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, ControllerError> {
+    let key = key_of(claim);
+    let uid = claim.uid().unwrap_or_default();
+    let _one_at_a_time = alloc.lock.lock().await;
+    let mut written = Vec::new();
+    for s in servers_now(alloc) {
+        let bound =
+            s.spec.claim_ref.as_ref().is_some_and(|b| {
+                b.name == key.name && b.namespace == key.namespace && b.uid == uid
+            });
+        if bound {
+            write_binding(alloc, &s, None).await?;
+            written.push((s.name_any(), s.resource_version()));
+        }
+    }
+    wait_seen(alloc, &written).await;
+    let ns = claim.namespace().unwrap_or_default();
+    delete_copy(
+        &Api::namespaced(alloc.client.clone(), &ns),
+        &format!("{}-bmc", claim.name_any()),
+    )
+    .await?;
+    alloc.applied().remove(&uid);
+    tracing::info!(claim = %key, "claim deleted; its servers are released");
+    Ok(Action::await_change())
+}
+
+/// Releases every Server bound to a claim that no longer exists (or to an earlier
+/// claim of the same name). Each suspect is checked against the API server, not
+/// only the cache, before it is released.
+pub async fn sweep_orphans(alloc: &Allocator) -> Result<usize, ControllerError> {
+    let mut released = 0;
+    let _one_at_a_time = alloc.lock.lock().await;
+    for s in servers_now(alloc) {
+        let Some(b) = &s.spec.claim_ref else { continue };
+        if !alloc.in_scope(&b.namespace) {
+            continue;
+        }
+        let cached = alloc
+            .claims
+            .get(&ObjectRef::new(&b.name).within(&b.namespace))
+            .is_some_and(|c| c.uid().as_deref() == Some(b.uid.as_str()));
+        if cached {
+            continue;
+        }
+        let live = Api::<ServerClaim>::namespaced(alloc.client.clone(), &b.namespace)
+            .get_opt(&b.name)
+            .await?;
+        if live.is_some_and(|c| c.uid().as_deref() == Some(b.uid.as_str())) {
+            continue;
+        }
+        match write_binding(alloc, &s, None).await {
+            Ok(_) => {
+                released += 1;
+                wait_seen(alloc, &[(s.name_any(), s.resource_version())]).await;
+                tracing::info!(server = %s.name_any(), claim = %format!("{}/{}", b.namespace, b.name), "released an orphaned server");
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(released)
+}
