@@ -74,6 +74,7 @@ bench: deps fake-switch ovs
 	$(CARGO) bench --locked --bench ssh
 	$(CARGO) bench --locked --bench ovsdb
 	$(CARGO) bench --locked --bench failures
+	$(CARGO) bench --locked --bench claims
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

@@ -96,7 +96,20 @@ impl Drop for BenchCluster {
     }
 }
 
+/// A `/proc/<pid>/status` figure in KiB (`VmRSS:`, `VmHWM:`).
+#[allow(dead_code)]
+pub fn proc_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// User + system CPU ticks (1/100 s) a process has used so far.
+#[allow(dead_code)]
 pub fn proc_cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
