@@ -158,7 +158,8 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
     assert!(text.contains("WaitingForNextPort"), "{text}");
     // The live table showed the ports moving through Configuring.
     assert!(text.contains("Configuring"), "{text}");
-    let last_table = text.rsplit("[").next().unwrap_or("");
+    let before_devices = text.split("example ports are Active").next().unwrap_or("");
+    let last_table = before_devices.rsplit("[").next().unwrap_or("");
     for port in [
         "server-7-eth0",
         "server-7-eth1",
@@ -183,6 +184,16 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
         r#"tor-1  FastEthernet0/7  {"port":"FastEthernet0/7","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"101-102""#,
         r#"tor-2  ethernet 1/g1    {"port":"ethernet 1/g1","admin":"up","mode":"trunk","nativeVlan":100"#,
         r#"tor-3  ethernet 1/1     {"port":"ethernet 1/1","admin":"up","mode":"access","accessVlan":10"#,
+    ] {
+        assert!(text.contains(expected), "{expected}\nnot in\n{text}");
+    }
+    // The example claim holds both Servers, by role, and its inventory lists them.
+    for expected in [
+        "server-7   dc1-row4   Allocated  control-plane  network-infra/web-cluster",
+        "server-8   dc1-row4   Allocated  worker         network-infra/web-cluster",
+        "[kube_control_plane]\nserver-7\n",
+        "[kube_node]\nserver-8\n",
+        "server-7 ansible_host=192.0.2.107 boot_mac=52:54:00:12:34:07",
     ] {
         assert!(text.contains(expected), "{expected}\nnot in\n{text}");
     }

@@ -5,8 +5,9 @@
 //! the simulators' ports and passwords filled into the ProviderSwitches and Secrets),
 //! runs the operator in-process (SSH to the switches, OVSDB + OpenFlow to Open
 //! vSwitch), and prints a table of the ports every time it changes, then each port as
-//! the device itself reports it; until Ctrl-C (or, with `--exit-when-settled`, until
-//! every example port is Active). Talks only to its own devplane, the simulators on
+//! the device itself reports it, the Servers with the claim that holds them and the
+//! claim's `hosts.ini`; until Ctrl-C (or, with `--exit-when-settled`, until every
+//! example port is Active and the example claim is allocated). Talks only to its own devplane, the simulators on
 //! 127.0.0.1 and its own Open vSwitch.
 
 use std::collections::BTreeMap;
@@ -22,8 +23,8 @@ use kube::{Client, ResourceExt};
 use serde::Deserialize as _;
 
 use patchbay::api::{
-    PortStatus, ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration, crds,
+    PortStatus, ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch,
+    SwitchPort, SwitchPortConfiguration, crds,
 };
 use patchbay::backends::Backends;
 use patchbay::controllers::context::fetch_secret;
@@ -71,6 +72,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     (
         "06-smartnic.yaml",
         include_str!("../../../examples/06-smartnic.yaml"),
+    ),
+    (
+        "07-server-claim.yaml",
+        include_str!("../../../examples/07-server-claim.yaml"),
     ),
 ];
 
@@ -173,6 +178,7 @@ async fn apply_examples(client: &Client, sims: &FakeSwitches, ovs: &OvsSim) -> R
                     create(Api::<SmartNicPort>::namespaced(c, &ns), doc, file).await?
                 }
                 "Server" => create(Api::<Server>::all(c), doc, file).await?,
+                "ServerClaim" => create(Api::<ServerClaim>::namespaced(c, &ns), doc, file).await?,
                 other => bail!("{file}: unexpected kind {other:?}"),
             };
             println!("  applied {kind} {name}");
@@ -373,7 +379,20 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
                 )
             })
             .collect();
+        let claims = Api::<ServerClaim>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let allocated = !claims.is_empty()
+            && claims.iter().all(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|k| k.type_ == "Allocated" && k.status == "True")
+                })
+            });
         let settled = states.len() >= expected
+            && allocated
             && states
                 .values()
                 .all(|s| *s == Some(patchbay::api::PortState::Active));
@@ -385,6 +404,8 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
                 started.elapsed().as_secs_f64()
             );
             print!("{}", device_view(&client, &rows).await);
+            println!("\nthe Servers and the claims that hold them:");
+            print!("{}", allocation_view(&client, &claims).await?);
         }
         if exit_when_settled && settled {
             break Ok(());
@@ -410,6 +431,47 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     drop(sims);
     drop(ovs);
     result
+}
+
+/// The Servers (site, phase, role, claim) and each claim's inventory.
+async fn allocation_view(client: &Client, claims: &[ServerClaim]) -> Result<String> {
+    let mut servers = Api::<Server>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    servers.sort_by_key(|s| s.name_any());
+    let mut out = format!(
+        "  {:<10} {:<10} {:<10} {:<14} {}\n",
+        "SERVER", "SITE", "PHASE", "ROLE", "CLAIM"
+    );
+    for s in &servers {
+        let st = s.status.clone().unwrap_or_default();
+        out.push_str(&format!(
+            "  {:<10} {:<10} {:<10} {:<14} {}\n",
+            s.name_any(),
+            s.spec.site,
+            st.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+            st.role.unwrap_or_default(),
+            st.claim
+                .map(|c| format!("{}/{}", c.namespace, c.name))
+                .unwrap_or_default()
+        ));
+    }
+    for c in claims {
+        let ns = c.namespace().unwrap_or_default();
+        let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+            .get_opt(&format!("{}-inventory", c.name_any()))
+            .await?;
+        let ini = cm
+            .and_then(|m| m.data)
+            .and_then(|d| d.get("hosts.ini").cloned())
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "\nConfigMap {ns}/{}-inventory, hosts.ini:\n{ini}",
+            c.name_any()
+        ));
+    }
+    Ok(out)
 }
 
 /// Each port as its device reports it: the port's ProviderSwitch (`status.provider`)
