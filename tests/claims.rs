@@ -304,6 +304,34 @@ async fn a_claim_applied_with_kubectl_gets_the_best_fitting_servers_an_inventory
     let ini = lab.inventory("web").await.unwrap();
     assert!(ini.contains(&lab.server_name("mid")), "{ini}");
 
+    // Grow beyond the site: nothing is added, nothing already held is let go — not
+    // by this reconcile, nor by the next ones.
+    assert!(lab.apply("claim.yaml", &claim(9, "")).status.success());
+    let c = lab.allocated("web", "False").await;
+    let (_, reason, message) =
+        find_condition(&c.status.as_ref().unwrap().conditions, "Allocated").unwrap();
+    assert_eq!(reason, "InsufficientServers");
+    assert!(
+        message.starts_with("role worker: needs 9 servers at site"),
+        "{message}"
+    );
+    lab.claims()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"nudge": "1"}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        lab.bound_to("web").await,
+        roles(&[
+            ("control-plane", &["big"]),
+            ("worker", &["mid", "small-a", "small-b"])
+        ])
+    );
+
     // Shrink to one: the newest binding ("mid") goes first.
     assert!(lab.apply("claim.yaml", &claim(1, "")).status.success());
     lab.wait_claim("web", "one worker", |c| {

@@ -124,15 +124,12 @@ fn created(claim: &ServerClaim) -> String {
         .unwrap_or_default()
 }
 
-/// The last complete allocation, from the status.
+/// The last complete allocation, from the status: `status.roles` only ever lists a
+/// complete allocation, or what a claim that could not grow kept of its last one.
 fn committed(claim: &ServerClaim) -> BTreeSet<String> {
     claim
         .status
         .as_ref()
-        .filter(|s| {
-            super::status::find_condition(&s.conditions, "Allocated")
-                .is_some_and(|c| c.status == "True")
-        })
         .map(|s| s.roles.iter().flat_map(|r| r.servers.clone()).collect())
         .unwrap_or_default()
 }
