@@ -183,7 +183,7 @@ fn nics_fit(c: &Candidate, needs: &[NicNeed]) -> Result<(), String> {
         });
         match pick {
             Some(i) => used[i] = true,
-            None => return Err(format!("no NIC for {}", need.path)),
+            None => return Err(format!("without a NIC for {}", need.path)),
         }
     }
     Ok(())

@@ -220,6 +220,23 @@ async fn a_claim_applied_with_kubectl_gets_the_best_fitting_servers_an_inventory
         c.status.as_ref().unwrap().allocation.as_deref(),
         Some("3/3")
     );
+    let events = lab
+        .env
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let bound = events
+        .items
+        .iter()
+        .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web"))
+        .expect("an Event on the claim");
+    assert_eq!(bound.reason.as_deref(), Some("Bound"));
+    let big_cp = format!("{} (control-plane)", lab.server_name("big"));
+    assert!(
+        bound.note.as_deref().unwrap_or_default().contains(&big_cp),
+        "{bound:?}"
+    );
 
     // What kubectl shows.
     let servers = lab.env.cluster.kubectl_ok(&["get", "servers"]);

@@ -463,3 +463,23 @@ fn nic_hints_match_by_name_then_by_kind_and_each_entry_needs_its_own_nic() {
         assert_eq!(nics_fit(&s, &needs).is_ok(), ok, "{needs:?}");
     }
 }
+
+#[test]
+fn servers_without_a_nic_for_the_claims_network_are_ineligible_and_the_message_says_so() {
+    let servers = vec![server("a", 8, 32), server("b", 8, 32)];
+    let mut r = role("w", 1);
+    r.nics.push(NicNeed {
+        path: "spec.networkConfiguration[0]".into(),
+        kind: ConfigurationKind::SmartNicConfiguration,
+        nic_name: None,
+        smart_nic: true,
+    });
+    let p = &plan(&servers, &[claim("c", "1", vec![r])])[&key("c")];
+    assert_eq!(
+        p.missing,
+        vec![
+            "role w: needs 1 server at site dc1; 0 eligible (2 without a NIC for \
+             spec.networkConfiguration[0])"
+        ]
+    );
+}

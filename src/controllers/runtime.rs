@@ -101,6 +101,14 @@ async fn bare_metal_hosts(
     Some((Hosts { store, resource }, stream))
 }
 
+/// Who the Events say reported them.
+fn reporter() -> Reporter {
+    Reporter {
+        controller: "patchbay".into(),
+        instance: std::env::var("HOSTNAME").ok(),
+    }
+}
+
 /// Runs the controllers until `shutdown` completes.
 pub async fn run(
     client: Client,
@@ -130,13 +138,7 @@ pub async fn run(
         client.clone(),
         settings,
         backends,
-        EventPublisher::new(
-            client.clone(),
-            Reporter {
-                controller: "patchbay".into(),
-                instance: std::env::var("HOSTNAME").ok(),
-            },
-        ),
+        EventPublisher::new(client.clone(), reporter()),
         Notices {
             ports: port_tx,
             smartnics: snic_tx,
@@ -304,6 +306,7 @@ pub async fn run(
         server_store.clone(),
         claim_store.clone(),
         hosts,
+        EventPublisher::new(client.clone(), reporter()),
     ));
     let (c1, c2) = (claim_store.clone(), claim_store.clone());
     let mut claim_ctl = claim_ctl.watches_shared_stream(server_events, move |s| {

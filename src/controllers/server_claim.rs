@@ -25,7 +25,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::ControllerError;
-use super::status::{set_condition, status_merge_patch};
+use super::events::EventPublisher;
+use super::status::{Severity, set_condition, status_merge_patch};
 use crate::allocation::{ClaimKey, ClaimPlan, ClaimRequest, plan_until};
 use crate::api::{FINALIZER, RoleAllocation, Server, ServerClaim, ServerClaimStatus};
 use crate::inventory::{InventoryHost, bmc_copy_keys, render};
@@ -62,6 +63,8 @@ pub struct Allocator {
     pub hosts: Option<Hosts>,
     /// Wakes the orphan sweep (a Server names a claim the cache does not have).
     pub sweep: tokio::sync::Notify,
+    /// Events on the claims (bound, released).
+    pub events: EventPublisher,
     /// One allocation at a time.
     lock: tokio::sync::Mutex<()>,
     /// Digest of the inventory (and credentials copy) last applied per claim uid.
@@ -76,8 +79,10 @@ impl Allocator {
         servers: Store<Server>,
         claims: Store<ServerClaim>,
         hosts: Option<Hosts>,
+        events: EventPublisher,
     ) -> Self {
         Self {
+            events,
             client,
             namespace,
             servers,
@@ -302,6 +307,24 @@ async fn allocate(
         served = plan.served,
         "allocation changed"
     );
+    let mut notes = Vec::new();
+    if !plan.bind.is_empty() {
+        let names: Vec<String> = plan
+            .bind
+            .iter()
+            .map(|(n, r)| format!("{n} ({r})"))
+            .collect();
+        notes.push(("Bound", format!("bound {}", names.join(", "))));
+    }
+    if !plan.release.is_empty() {
+        notes.push(("Released", format!("released {}", plan.release.join(", "))));
+    }
+    for (reason, note) in notes {
+        alloc
+            .events
+            .publish(claim, Severity::Normal, reason, &note)
+            .await;
+    }
     Ok(Ok(plan))
 }
 
@@ -608,6 +631,14 @@ async fn release_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action,
     )
     .await?;
     alloc.applied().remove(&uid);
+    if !written.is_empty() {
+        let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
+        let note = format!("claim deleted: released {}", names.join(", "));
+        alloc
+            .events
+            .publish(claim, Severity::Normal, "Released", &note)
+            .await;
+    }
     tracing::info!(claim = %key, "claim deleted; its servers are released");
     Ok(Action::await_change())
 }
