@@ -26,9 +26,9 @@ use sha2::{Digest, Sha256};
 
 use super::ControllerError;
 use super::events::EventPublisher;
-use super::status::{Severity, set_condition, status_merge_patch};
+use super::status::{Severity, claim_status, set_condition, status_merge_patch};
 use crate::allocation::{ClaimKey, ClaimPlan, ClaimRequest, plan_until};
-use crate::api::{FINALIZER, RoleAllocation, Server, ServerClaim, ServerClaimStatus};
+use crate::api::{FINALIZER, Server, ServerClaim, ServerClaimStatus};
 use crate::inventory::{InventoryHost, bmc_copy_keys, render};
 use crate::validate::claim::{
     candidate, claim_request, default_groups, inspected_address, inspected_hardware,
@@ -167,14 +167,9 @@ pub(super) async fn reconcile(
     .map_err(|e| ControllerError::Finalizer(Box::new(e)))
 }
 
-/// The Servers, as the cache has them. Every allocation waits, before it lets the
-/// next one plan, until the cache shows its writes ([`wait_seen`]).
-fn servers_now(alloc: &Allocator) -> Vec<Arc<Server>> {
-    alloc.servers.state()
-}
-
 /// Waits until the cache has moved past the versions `written` were read at (so it
-/// holds these writes or newer), at most [`CACHE_CATCH_UP`].
+/// holds these writes or newer), at most [`CACHE_CATCH_UP`]. Every step that writes
+/// bindings waits so before the next one plans from the cache.
 async fn wait_seen(alloc: &Allocator, written: &[(String, Option<String>)]) {
     let deadline = Instant::now() + CACHE_CATCH_UP;
     loop {
@@ -245,7 +240,7 @@ async fn allocate(
         Err(e) => return Ok(Err(e)),
     };
     let _one_at_a_time = alloc.lock.lock().await;
-    let servers = servers_now(alloc);
+    let servers = alloc.servers.state();
     let candidates: Vec<_> = servers
         .iter()
         .map(|s| candidate(s, inspected_hardware(alloc.host_status(s).as_ref())))
@@ -331,93 +326,9 @@ async fn allocate(
 async fn apply_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, ControllerError> {
     let outcome = allocate(claim, alloc).await?;
     let now = jiff::Timestamp::now();
-    let generation = claim.metadata.generation;
     let old = claim.status.clone().unwrap_or_default();
-    let mut status = old.clone();
-    status.observed_generation = generation;
-    let requested: i64 = claim.spec.roles.iter().map(|r| r.count.max(0)).sum();
-    let held: Vec<(String, String)>;
-    match &outcome {
-        Err(errors) => {
-            held = old
-                .roles
-                .iter()
-                .flat_map(|r| r.servers.iter().map(|n| (n.clone(), r.name.clone())))
-                .collect();
-            set_condition(
-                &mut status.conditions,
-                "Allocated",
-                false,
-                "InvalidSpec",
-                errors.to_string(),
-                generation,
-                now,
-            );
-        }
-        Ok(plan) => {
-            status.roles = claim
-                .spec
-                .roles
-                .iter()
-                .map(|r| RoleAllocation {
-                    name: r.name.clone(),
-                    requested: r.count,
-                    servers: plan.roles.get(&r.name).cloned().unwrap_or_default(),
-                })
-                .collect();
-            held = plan
-                .roles
-                .iter()
-                .flat_map(|(r, names)| names.iter().map(move |n| (n.clone(), r.clone())))
-                .collect();
-            let (reason, message) = if plan.served {
-                (
-                    "Allocated",
-                    format!("{}/{requested} servers allocated", held.len()),
-                )
-            } else {
-                ("InsufficientServers", plan.missing.join("; "))
-            };
-            set_condition(
-                &mut status.conditions,
-                "Allocated",
-                plan.served,
-                reason,
-                message,
-                generation,
-                now,
-            );
-            let (reason, message) = if plan.in_maintenance.is_empty() {
-                ("NoneInMaintenance", String::new())
-            } else {
-                (
-                    "ServersInMaintenance",
-                    format!("in maintenance: {}", plan.in_maintenance.join(", ")),
-                )
-            };
-            set_condition(
-                &mut status.conditions,
-                "Maintenance",
-                !plan.in_maintenance.is_empty(),
-                reason,
-                message,
-                generation,
-                now,
-            );
-        }
-    }
-    if super::status::find_condition(&status.conditions, "Ready").is_none() {
-        set_condition(
-            &mut status.conditions,
-            "Ready",
-            super::status::Truth::Unknown,
-            "PortsNotTracked",
-            "the ports of allocated Servers are not followed yet".into(),
-            generation,
-            now,
-        );
-    }
-    status.allocation = Some(format!("{}/{requested}", held.len()));
+    let (mut status, held) =
+        claim_status(&claim.spec, claim.metadata.generation, &outcome, &old, now);
     if outcome.is_ok() {
         write_inventory(claim, alloc, &held, &mut status, now).await?;
     }
@@ -613,7 +524,7 @@ async fn release_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action,
     let uid = claim.uid().unwrap_or_default();
     let _one_at_a_time = alloc.lock.lock().await;
     let mut written = Vec::new();
-    for s in servers_now(alloc) {
+    for s in alloc.servers.state() {
         let bound =
             s.spec.claim_ref.as_ref().is_some_and(|b| {
                 b.name == key.name && b.namespace == key.namespace && b.uid == uid
@@ -649,7 +560,7 @@ async fn release_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action,
 pub async fn sweep_orphans(alloc: &Allocator) -> Result<usize, ControllerError> {
     let mut released = 0;
     let _one_at_a_time = alloc.lock.lock().await;
-    for s in servers_now(alloc) {
+    for s in alloc.servers.state() {
         let Some(b) = &s.spec.claim_ref else { continue };
         if !alloc.in_scope(&b.namespace) {
             continue;

@@ -1,6 +1,7 @@
 //! How status is computed: facts in, status and conditions out — a port's status
 //! after a decision, a Switch's from its check and its worker's reachability, a
-//! ProviderSwitch's from its validation — plus the merge patch that writes a status
+//! ProviderSwitch's from its validation, a ServerClaim's from its allocation plan —
+//! plus the merge patch that writes a status
 //! and the Events a reachability change calls for. Pure: no client, no clock (the
 //! time is passed in), table-tested like the state machine.
 //!
@@ -12,8 +13,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
 use super::failure::Failure;
-use crate::api::{ConditionsStatus, DriftPolicy, PortState, PortStatus};
+use crate::allocation::ClaimPlan;
+use crate::api::{
+    ConditionsStatus, DriftPolicy, PortState, PortStatus, RoleAllocation, ServerClaimSpec,
+    ServerClaimStatus,
+};
 use crate::state_machine::{Health, PortTarget};
+use crate::validate::ValidationErrors;
 use crate::worker::{Outage, Reachability};
 
 /// The status of a condition.
@@ -373,6 +379,104 @@ pub fn provider_status(
     };
     let conditions = &mut status.conditions;
     set_condition(conditions, "Ready", truth, reason, message, generation, now);
+}
+
+/// A ServerClaim's status after an allocation step: the Servers per role (kept as
+/// they were when the spec is invalid), `allocation` (`held/requested`) and the
+/// conditions `Allocated` (`Allocated`, `InsufficientServers` with what is missing
+/// and which bound Servers wait for a replacement, or `InvalidSpec` with every field
+/// and reason), `Maintenance` and `Ready` (`Unknown` until ports follow their
+/// hosts). Returns the status and the held Servers as (name, role).
+pub fn claim_status(
+    spec: &ServerClaimSpec,
+    generation: Option<i64>,
+    outcome: &Result<ClaimPlan, ValidationErrors>,
+    old: &ServerClaimStatus,
+    now: jiff::Timestamp,
+) -> (ServerClaimStatus, Vec<(String, String)>) {
+    let mut status = old.clone();
+    status.observed_generation = generation;
+    let requested: i64 = spec.roles.iter().map(|r| r.count.max(0)).sum();
+    match outcome {
+        Err(errors) => set_condition(
+            &mut status.conditions,
+            "Allocated",
+            false,
+            "InvalidSpec",
+            errors.to_string(),
+            generation,
+            now,
+        ),
+        Ok(plan) => {
+            status.roles = spec
+                .roles
+                .iter()
+                .map(|r| RoleAllocation {
+                    name: r.name.clone(),
+                    requested: r.count,
+                    servers: plan.roles.get(&r.name).cloned().unwrap_or_default(),
+                })
+                .collect();
+            let held: usize = status.roles.iter().map(|r| r.servers.len()).sum();
+            let (reason, message) = if plan.served {
+                ("Allocated", format!("{held}/{requested} servers allocated"))
+            } else {
+                let mut lines = plan.missing.clone();
+                if !plan.misfits.is_empty() {
+                    lines.push(format!(
+                        "no longer fit their role, kept until a replacement can be \
+                         allocated: {}",
+                        plan.misfits.join(", ")
+                    ));
+                }
+                ("InsufficientServers", lines.join("; "))
+            };
+            set_condition(
+                &mut status.conditions,
+                "Allocated",
+                plan.served,
+                reason,
+                message,
+                generation,
+                now,
+            );
+            let (reason, message) = if plan.in_maintenance.is_empty() {
+                ("NoneInMaintenance", String::new())
+            } else {
+                (
+                    "ServersInMaintenance",
+                    format!("in maintenance: {}", plan.in_maintenance.join(", ")),
+                )
+            };
+            set_condition(
+                &mut status.conditions,
+                "Maintenance",
+                !plan.in_maintenance.is_empty(),
+                reason,
+                message,
+                generation,
+                now,
+            );
+        }
+    }
+    if find_condition(&status.conditions, "Ready").is_none() {
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            Truth::Unknown,
+            "PortsNotTracked",
+            "the ports of allocated Servers are not followed yet".into(),
+            generation,
+            now,
+        );
+    }
+    let held: Vec<(String, String)> = status
+        .roles
+        .iter()
+        .flat_map(|r| r.servers.iter().map(|n| (n.clone(), r.name.clone())))
+        .collect();
+    status.allocation = Some(format!("{}/{requested}", held.len()));
+    (status, held)
 }
 
 #[cfg(test)]

@@ -365,3 +365,125 @@ fn a_status_patch_clears_what_the_new_status_no_longer_has() {
         json!({"status": {"state": "Active", "lastError": null, "failureCount": null}})
     );
 }
+
+fn claim_spec() -> ServerClaimSpec {
+    serde_json::from_value(serde_json::json!({
+        "site": "dc1",
+        "roles": [{"name": "control-plane", "count": 1}, {"name": "worker", "count": 2}]
+    }))
+    .unwrap()
+}
+
+fn claim_plan(served: bool, roles: &[(&str, &[&str])]) -> ClaimPlan {
+    ClaimPlan {
+        served,
+        roles: roles
+            .iter()
+            .map(|(r, n)| ((*r).to_owned(), n.iter().map(|s| (*s).to_owned()).collect()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn claim_condition(s: &ServerClaimStatus, type_: &str) -> (String, String, String) {
+    let c = find_condition(&s.conditions, type_).unwrap();
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[test]
+fn a_served_claim_lists_its_servers_and_counts_them() {
+    let plan = claim_plan(true, &[("control-plane", &["a"]), ("worker", &["b", "c"])]);
+    let (s, held) = claim_status(
+        &claim_spec(),
+        Some(2),
+        &Ok(plan),
+        &ServerClaimStatus::default(),
+        t(0),
+    );
+    assert_eq!(s.allocation.as_deref(), Some("3/3"));
+    assert_eq!(s.observed_generation, Some(2));
+    assert_eq!(s.roles[1].servers, vec!["b", "c"]);
+    assert_eq!(s.roles[1].requested, 2);
+    assert_eq!(held.len(), 3);
+    assert_eq!(
+        claim_condition(&s, "Allocated"),
+        (
+            "True".into(),
+            "Allocated".into(),
+            "3/3 servers allocated".into()
+        )
+    );
+    assert_eq!(claim_condition(&s, "Maintenance").0, "False");
+    assert_eq!(claim_condition(&s, "Ready").0, "Unknown");
+    // The same step again: the same status, so nothing is written.
+    let plan = claim_plan(true, &[("control-plane", &["a"]), ("worker", &["b", "c"])]);
+    let (again, _) = claim_status(&claim_spec(), Some(2), &Ok(plan), &s, t(60));
+    assert_eq!(again, s);
+}
+
+#[test]
+fn a_claim_that_cannot_be_served_says_what_is_missing_and_which_servers_wait() {
+    let mut plan = claim_plan(false, &[("control-plane", &["a"]), ("worker", &["b"])]);
+    plan.missing = vec!["role worker: needs 2 servers at site dc1; 1 eligible".into()];
+    plan.misfits = vec!["b".into()];
+    plan.in_maintenance = vec!["a".into()];
+    let (s, _) = claim_status(
+        &claim_spec(),
+        Some(1),
+        &Ok(plan),
+        &ServerClaimStatus::default(),
+        t(0),
+    );
+    assert_eq!(s.allocation.as_deref(), Some("2/3"));
+    let (truth, reason, message) = claim_condition(&s, "Allocated");
+    assert_eq!(
+        (truth.as_str(), reason.as_str()),
+        ("False", "InsufficientServers")
+    );
+    assert_eq!(
+        message,
+        "role worker: needs 2 servers at site dc1; 1 eligible; no longer fit their role, \
+         kept until a replacement can be allocated: b"
+    );
+    assert_eq!(
+        claim_condition(&s, "Maintenance"),
+        (
+            "True".into(),
+            "ServersInMaintenance".into(),
+            "in maintenance: a".into()
+        )
+    );
+}
+
+#[test]
+fn an_invalid_claim_keeps_its_servers_and_names_every_field() {
+    let before = ServerClaimStatus {
+        roles: vec![RoleAllocation {
+            name: "worker".into(),
+            requested: 2,
+            servers: vec!["b".into(), "c".into()],
+        }],
+        ..Default::default()
+    };
+    let errors = ValidationErrors(vec![
+        FieldError {
+            path: "spec.roles[0].count".into(),
+            reason: "-1 is negative".into(),
+        },
+        FieldError {
+            path: "spec.site".into(),
+            reason: "\"d c\" is not a site".into(),
+        },
+    ]);
+    let (s, held) = claim_status(&claim_spec(), Some(4), &Err(errors), &before, t(0));
+    assert_eq!(s.roles, before.roles);
+    assert_eq!(held.len(), 2);
+    assert_eq!(
+        claim_condition(&s, "Allocated"),
+        (
+            "False".into(),
+            "InvalidSpec".into(),
+            "spec.roles[0].count: -1 is negative; spec.site: \"d c\" is not a site".into()
+        )
+    );
+}
