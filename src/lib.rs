@@ -13,12 +13,14 @@
 //! - [`state_machine`]: the port state machine, one function: `decide`.
 //! - [`allocation`]: which Servers a claim gets (one function: `plan`);
 //!   [`inventory`]: the installer's `hosts.ini` and `hosts.yaml` for a claim.
+//! - [`validate::claim`]: claims checked and turned into allocation requests.
 //! - [`controllers::status`], [`controllers::failure`], [`controllers::triggers`]: how
 //!   status is computed, what can go wrong, which objects an event wakes.
 //!
 //! Modules that do I/O:
 //! - [`controllers`]: one room per controller (SwitchPort, Switch, ProviderSwitch,
-//!   SmartNicPort), the shared state-machine loop, the runtime that wires them.
+//!   SmartNicPort, ServerClaim — the allocator —, Server), the shared state-machine
+//!   loop, the runtime that wires them.
 //! - [`worker`]: one writer per switch: batches, drift sweeps, reachability.
 //! - [`backends`]: ProviderSwitch (+ Secret) → device backend.
 //! - [`settings`]: the operator's settings (flags, environment, file).
