@@ -467,6 +467,36 @@ async fn competing_claims_never_share_a_server_hold_all_or_nothing_and_wait_in_c
         assert!(lab.bound_to(name).await.is_empty());
     }
 
+    // A waiting claim is not rewritten while it waits, however often the Servers of
+    // its site change (each change wakes it).
+    let rv = lab
+        .claims()
+        .get("c4")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    for i in 0..3 {
+        lab.servers()
+            .patch(
+                &lab.server_name(&format!("s{i}")),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"touched": format!("{i}")}}})),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        lab.claims()
+            .get("c4")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        rv
+    );
+
     // c1 goes: its three go to c3 (the oldest waiting claim that fits) and c5 —
     // not c4, which needs two and finds one.
     lab.claims()
