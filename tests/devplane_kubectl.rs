@@ -125,9 +125,15 @@ async fn kubectl_applies_crds_and_examples_and_reads_them_back() {
     assert!(explain.contains("VLAN carried untagged"), "{explain}");
     let explain = ok(&kubectl(
         &cluster,
-        &["explain", "serverclaim.spec.roles.requirements.macAddresses"],
+        &[
+            "explain",
+            "serverclaim.spec.roles.requirements.macAddresses",
+        ],
     ));
-    assert!(explain.contains("Pins: a Server whose boot MAC"), "{explain}");
+    assert!(
+        explain.contains("Pins: a Server whose boot MAC"),
+        "{explain}"
+    );
     cluster.finish().await;
 }
 
