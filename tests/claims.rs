@@ -373,6 +373,29 @@ async fn a_claim_applied_with_kubectl_gets_the_best_fitting_servers_an_inventory
         data.get(&format!("{big}-password")).map(|v| v.0.clone()),
         Some(b"s3cret-bmc".to_vec())
     );
+    // The password is in the copy and nowhere else: not in the claim (spec or
+    // status), the inventory, or any Event.
+    let everything = [
+        lab.env
+            .cluster
+            .kubectl_ok(&["get", "serverclaim", "web", "-n", lab.ns(), "-o", "yaml"]),
+        lab.env.cluster.kubectl_ok(&[
+            "get",
+            "configmap",
+            "web-inventory",
+            "-n",
+            lab.ns(),
+            "-o",
+            "yaml",
+        ]),
+        lab.env
+            .cluster
+            .kubectl_ok(&["get", "events.events.k8s.io", "-n", lab.ns(), "-o", "yaml"]),
+    ]
+    .join("\n");
+    assert!(everything.contains("web-bmc"), "{everything}");
+    assert!(!everything.contains("s3cret-bmc"));
+    assert!(!everything.contains("czNjcmV0LWJtYw"), "nor base64-encoded");
     assert!(lab.apply("claim.yaml", &claim(1, "")).status.success());
     eventually(30, "web-bmc to go", || async {
         lab.env
