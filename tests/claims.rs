@@ -694,6 +694,19 @@ async fn orphans_are_released_pins_win_and_maintenance_is_reported() {
     let (_, _, message) = find_condition(&c.status.unwrap().conditions, "Maintenance").unwrap();
     assert!(message.contains(&lab.server_name("orphan")), "{message}");
     assert_eq!(lab.bound_to("pinned").await["worker"], vec!["orphan"]);
+
+    // A bound Server deleted: the claim takes a free one in its place.
+    lab.server("spare", 3, Some((8, "32Gi")), json!({})).await;
+    lab.servers()
+        .delete(&lab.server_name("orphan"), &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "the spare to replace the deleted Server", || async {
+        (lab.bound_to("pinned").await.get("worker") == Some(&vec!["spare".to_owned()]))
+            .then_some(())
+    })
+    .await;
+    lab.allocated("pinned", "True").await;
     lab.env.cluster.finish().await;
 }
 

@@ -280,19 +280,30 @@ pub async fn run(
     // start-up, periodically and when a Server names an unknown claim.
     // One Server watch feeds the cache the allocator plans from and then both
     // controllers, so a claim is never woken by a Server change its plan cannot see.
+    // A shared stream carries no deletions: a deleted Server wakes the claims it
+    // concerns through `gone`, once the cache no longer has it.
+    let claim_ctl = Controller::new(api_for::<ServerClaim>(&client, ns), wc.clone());
+    let claim_store = claim_ctl.store();
+    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
     let server_writer = kube::runtime::reflector::store::Writer::<Server>::new_shared(1024, ());
     let server_store = server_writer.as_reader();
     let server_events = server_writer
         .subscribe()
         .expect("a shared writer has subscribers");
+    let c0 = claim_store.clone();
     let server_watch = watcher(kube::Api::<Server>::all(client.clone()), wc.clone())
         .default_backoff()
         .reflect_shared(server_writer)
         .take_until(stopped(&stop_tx))
-        .for_each(|_| futures::future::ready(()));
+        .for_each(move |event| {
+            if let Ok(watcher::Event::Delete(server)) = event {
+                for claim in triggers::claims_for_server(&c0.state(), &server) {
+                    let _ = gone_tx.send(claim);
+                }
+            }
+            futures::future::ready(())
+        });
     let server_ctl = Controller::for_shared_stream(server_events.clone(), server_store.clone());
-    let claim_ctl = Controller::new(api_for::<ServerClaim>(&client, ns), wc.clone());
-    let claim_store = claim_ctl.store();
     let (hosts, host_events) = match bare_metal_hosts(&client).await {
         Some((hosts, events)) => {
             let resource = hosts.resource.clone();
@@ -334,6 +345,7 @@ pub async fn run(
         );
     }
     let claim_ctl = claim_ctl
+        .reconcile_on(notices(gone_rx))
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(server_claim::reconcile, error_policy, alloc.clone())
