@@ -9,7 +9,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -19,24 +19,6 @@ use serde_json::json;
 use support::Cluster;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn kubectl_command(cluster: &Cluster, args: &[&str]) -> Command {
-    cluster.kubectl_command(args)
-}
-
-fn kubectl(cluster: &Cluster, args: &[&str]) -> Output {
-    cluster.kubectl(args)
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
 
 /// The examples, rewritten into the test's namespace.
 fn examples_in(cluster: &Cluster) -> std::path::PathBuf {
@@ -60,24 +42,21 @@ fn examples_in(cluster: &Cluster) -> std::path::PathBuf {
 
 async fn with_crds_and_examples(test: &str) -> Cluster {
     let cluster = Cluster::start(test).await;
-    let out = ok(&kubectl(&cluster, &["apply", "-f", "crds/"]));
+    let out = cluster.kubectl_ok(&["apply", "-f", "crds/"]);
     assert!(out.contains("switchports.patchbay.dev"), "{out}");
     for crd in [
         "switchports.patchbay.dev",
         "switchportconfigurations.patchbay.dev",
     ] {
-        ok(&kubectl(
-            &cluster,
-            &[
-                "wait",
-                "--for=condition=Established",
-                &format!("crd/{crd}"),
-                "--timeout=30s",
-            ],
-        ));
+        cluster.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{crd}"),
+            "--timeout=30s",
+        ]);
     }
     let dir = examples_in(&cluster);
-    let out = ok(&kubectl(&cluster, &["apply", "-f", dir.to_str().unwrap()]));
+    let out = cluster.kubectl_ok(&["apply", "-f", dir.to_str().unwrap()]);
     assert!(
         out.contains("switchportconfiguration.patchbay.dev/tenant-web created"),
         "{out}"
@@ -89,24 +68,21 @@ async fn with_crds_and_examples(test: &str) -> Cluster {
 async fn kubectl_applies_crds_and_examples_and_reads_them_back() {
     let cluster = with_crds_and_examples("kubectl_apply").await;
     let ns = cluster.namespace.clone();
-    let yaml = ok(&kubectl(
-        &cluster,
-        &["get", "swpc", "tenant-web", "-n", &ns, "-o", "yaml"],
-    ));
+    let yaml = cluster.kubectl_ok(&["get", "swpc", "tenant-web", "-n", &ns, "-o", "yaml"]);
     assert!(yaml.contains("untaggedVLAN: 100"), "{yaml}");
     assert!(yaml.contains("name: web-front"), "{yaml}");
     assert!(yaml.contains("resourceVersion:"), "{yaml}");
 
     // Re-applying unchanged manifests changes nothing.
     let dir = cluster.dir.join("examples");
-    let again = ok(&kubectl(&cluster, &["apply", "-f", dir.to_str().unwrap()]));
+    let again = cluster.kubectl_ok(&["apply", "-f", dir.to_str().unwrap()]);
     assert!(
         again.contains("switchportconfiguration.patchbay.dev/tenant-web unchanged"),
         "{again}"
     );
 
     // The server prints the CRD's columns.
-    let table = ok(&kubectl(&cluster, &["get", "switchports", "-n", &ns]));
+    let table = cluster.kubectl_ok(&["get", "switchports", "-n", &ns]);
     let header = table.lines().next().unwrap_or("");
     for col in ["NAME", "STATE", "SWITCH", "PORT", "CONFIGURATION", "AGE"] {
         assert!(header.contains(col), "missing {col} in {header:?}");
@@ -115,21 +91,15 @@ async fn kubectl_applies_crds_and_examples_and_reads_them_back() {
         table.contains("server-7-eth0") && table.contains("tenant-web"),
         "{table}"
     );
-    let all = ok(&kubectl(&cluster, &["get", "patchbay", "-n", &ns]));
+    let all = cluster.kubectl_ok(&["get", "patchbay", "-n", &ns]);
     assert!(all.contains("switch.patchbay.dev/tor-1"), "{all}");
 
-    let explain = ok(&kubectl(
-        &cluster,
-        &["explain", "switchportconfiguration.spec.untaggedVLAN"],
-    ));
+    let explain = cluster.kubectl_ok(&["explain", "switchportconfiguration.spec.untaggedVLAN"]);
     assert!(explain.contains("VLAN carried untagged"), "{explain}");
-    let explain = ok(&kubectl(
-        &cluster,
-        &[
-            "explain",
-            "serverclaim.spec.roles.requirements.macAddresses",
-        ],
-    ));
+    let explain = cluster.kubectl_ok(&[
+        "explain",
+        "serverclaim.spec.roles.requirements.macAddresses",
+    ]);
     assert!(
         explain.contains("Pins: a Server whose boot MAC"),
         "{explain}"
@@ -150,13 +120,13 @@ async fn kubectl_refuses_an_invalid_object_naming_the_field() {
         ),
     )
     .unwrap();
-    let out = kubectl(&cluster, &["apply", "-f", file.to_str().unwrap()]);
+    let out = cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("spec.untaggedVLAN"), "{err}");
     assert!(err.contains("less than or equal to 4094"), "{err}");
     assert!(err.contains("spec.vlans[0].id"), "{err}");
-    let get = kubectl(&cluster, &["get", "swpc", "bad", "-n", &cluster.namespace]);
+    let get = cluster.kubectl(&["get", "swpc", "bad", "-n", &cluster.namespace]);
     assert!(!get.status.success(), "the invalid object was not stored");
     cluster.finish().await;
 }
@@ -164,9 +134,8 @@ async fn kubectl_refuses_an_invalid_object_naming_the_field() {
 #[tokio::test]
 async fn kubectl_get_watch_receives_an_update() {
     let cluster = with_crds_and_examples("kubectl_watch").await;
-    let mut child = kubectl_command(
-        &cluster,
-        &[
+    let mut child = cluster
+        .kubectl_command(&[
             "get",
             "swpc",
             "provisioning",
@@ -175,12 +144,11 @@ async fn kubectl_get_watch_receives_an_update() {
             "-w",
             "-o",
             "jsonpath={.spec.untaggedVLAN}{\"\\n\"}",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let (tx, rx) = mpsc::channel();
     let stdout = child.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -233,14 +201,12 @@ async fn kubectl_delete_waits_until_the_finalizer_is_removed() {
     )
     .await
     .unwrap();
-    let mut child = kubectl_command(
-        &cluster,
-        &["delete", "swp", "server-7-eth0", "-n", &ns, "--timeout=60s"],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = cluster
+        .kubectl_command(&["delete", "swp", "server-7-eth0", "-n", &ns, "--timeout=60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // kubectl has sent its DELETE once the deletionTimestamp is set (on a loaded
     // machine kubectl itself may take a while to start).
     support::eventually(60, "kubectl's DELETE", || async {

@@ -91,6 +91,30 @@ fn is_true(map: &std::collections::BTreeMap<String, String>, key: &str) -> bool 
     map.get(key).is_some_and(|v| v == "true")
 }
 
+/// Writes `new` as the status of object `name` (a merge patch from `old`, see
+/// [`status::status_merge_patch`]); nothing when they are equal, so a reconcile with
+/// nothing changed writes nothing.
+async fn write_status<K, S>(
+    api: &kube::Api<K>,
+    name: &str,
+    old: &S,
+    new: &S,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    if old != new {
+        api.patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(status::status_merge_patch(old, new)),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// The controller action for the state machine's requeue.
 fn requeue_action(requeue: Requeue) -> Action {
     match requeue {

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::ControllerError;
 use super::events::EventPublisher;
 use super::port_loop::{PortMeta, PortRecord};
-use super::status::{Severity, status_merge_patch};
+use super::status::Severity;
 use crate::api::{FINALIZER, PortStatus};
 
 /// The port object `obj` (a SwitchPort or SmartNicPort) in the API server.
@@ -56,17 +56,7 @@ where
         old: &PortStatus,
         new: &PortStatus,
     ) -> Result<(), ControllerError> {
-        if old == new {
-            return Ok(());
-        }
-        self.api
-            .patch_status(
-                &self.obj.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(status_merge_patch(old, new)),
-            )
-            .await?;
-        Ok(())
+        Ok(super::write_status(&self.api, &self.obj.name_any(), old, new).await?)
     }
 
     async fn set_finalizer(&self, present: bool) -> Result<(), ControllerError> {

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 
-use super::ControllerError;
 use super::context::{Context, fetch_secret};
 use super::failure::Failure;
-use super::status::{provider_status, status_merge_patch};
+use super::status::provider_status;
+use super::{ControllerError, write_status};
 use crate::api::{FINALIZER, ProviderSwitch, SmartNicPort, Switch};
 use crate::backends::check_credentials;
 use crate::validate::validate_provider;
@@ -86,14 +86,12 @@ async fn apply_provider(
         provider.metadata.generation,
         jiff::Timestamp::now(),
     );
-    if old != status {
-        Api::<ProviderSwitch>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &provider.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(status_merge_patch(&old, &status)),
-            )
-            .await?;
-    }
+    write_status(
+        &Api::<ProviderSwitch>::namespaced(ctx.client.clone(), &ns),
+        &provider.name_any(),
+        &old,
+        &status,
+    )
+    .await?;
     Ok(Action::requeue(Duration::from_secs(300)))
 }

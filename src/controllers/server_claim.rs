@@ -24,9 +24,9 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::ControllerError;
 use super::events::EventPublisher;
-use super::status::{Severity, claim_status, set_condition, status_merge_patch};
+use super::status::{Severity, claim_status, set_condition};
+use super::{ControllerError, write_status};
 use crate::allocation::{ClaimKey, ClaimPlan, ClaimRequest, plan_until};
 use crate::api::{FINALIZER, Server, ServerClaim, ServerClaimStatus};
 use crate::inventory::{InventoryHost, bmc_copy_keys, render};
@@ -139,7 +139,8 @@ fn committed(claim: &ServerClaim) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-fn request_of(claim: &ServerClaim) -> Option<ClaimRequest> {
+/// The allocator's request for `claim`, or the errors of its spec.
+fn request_of(claim: &ServerClaim) -> Result<ClaimRequest, crate::validate::ValidationErrors> {
     claim_request(
         key_of(claim),
         claim.uid().unwrap_or_default(),
@@ -147,7 +148,6 @@ fn request_of(claim: &ServerClaim) -> Option<ClaimRequest> {
         &claim.spec,
         committed(claim),
     )
-    .ok()
 }
 
 /// Reconciles one ServerClaim.
@@ -229,13 +229,7 @@ async fn allocate(
     alloc: &Allocator,
 ) -> Result<Result<ClaimPlan, crate::validate::ValidationErrors>, ControllerError> {
     let key = key_of(claim);
-    let mine = match claim_request(
-        key.clone(),
-        claim.uid().unwrap_or_default(),
-        created(claim),
-        &claim.spec,
-        committed(claim),
-    ) {
+    let mine = match request_of(claim) {
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),
     };
@@ -250,7 +244,7 @@ async fn allocate(
         .state()
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none() && key_of(c) != key)
-        .filter_map(|c| request_of(c))
+        .filter_map(|c| request_of(c).ok())
         .collect();
     requests.push(mine);
     let plan = plan_until(&candidates, &requests, Some(&key))
@@ -332,18 +326,11 @@ async fn apply_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, C
     if outcome.is_ok() {
         write_inventory(claim, alloc, &held, &mut status, now).await?;
     }
-    if old != status {
-        Api::<ServerClaim>::namespaced(
-            alloc.client.clone(),
-            &claim.namespace().unwrap_or_default(),
-        )
-        .patch_status(
-            &claim.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(status_merge_patch(&old, &status)),
-        )
-        .await?;
-    }
+    let api = Api::<ServerClaim>::namespaced(
+        alloc.client.clone(),
+        &claim.namespace().unwrap_or_default(),
+    );
+    write_status(&api, &claim.name_any(), &old, &status).await?;
     Ok(Action::await_change())
 }
 

@@ -1,6 +1,7 @@
 //! How status is computed: facts in, status and conditions out — a port's status
 //! after a decision, a Switch's from its check and its worker's reachability, a
-//! ProviderSwitch's from its validation, a ServerClaim's from its allocation plan —
+//! ProviderSwitch's from its validation, a ServerClaim's from its allocation plan, a
+//! Server's from its binding —
 //! plus the merge patch that writes a status
 //! and the Events a reachability change calls for. Pure: no client, no clock (the
 //! time is passed in), table-tested like the state machine.
@@ -14,12 +15,13 @@ use serde_json::{Value, json};
 
 use super::failure::Failure;
 use crate::allocation::ClaimPlan;
+use crate::api::server::ClaimRef;
 use crate::api::{
-    ConditionsStatus, DriftPolicy, PortState, PortStatus, RoleAllocation, ServerClaimSpec,
-    ServerClaimStatus,
+    ConditionsStatus, DriftPolicy, PortState, PortStatus, RoleAllocation, Server, ServerClaimSpec,
+    ServerClaimStatus, ServerPhase, ServerStatus,
 };
 use crate::state_machine::{Health, PortTarget};
-use crate::validate::ValidationErrors;
+use crate::validate::{ValidationErrors, validate_server};
 use crate::worker::{Outage, Reachability};
 
 /// The status of a condition.
@@ -477,6 +479,43 @@ pub fn claim_status(
         .collect();
     status.allocation = Some(format!("{}/{requested}", held.len()));
     (status, held)
+}
+
+/// The status a Server should have: its binding mirrored, its spec's errors.
+pub fn server_status(server: &Server, old: &ServerStatus, now: jiff::Timestamp) -> ServerStatus {
+    let mut status = old.clone();
+    let b = server.spec.claim_ref.as_ref();
+    status.phase = Some(if b.is_some() {
+        ServerPhase::Allocated
+    } else {
+        ServerPhase::Available
+    });
+    status.allocated = b.is_some();
+    status.role = b.map(|b| b.role.clone());
+    status.claim = b.map(|b| ClaimRef {
+        name: b.name.clone(),
+        namespace: b.namespace.clone(),
+    });
+    status.observed_generation = server.metadata.generation;
+    status.errors = validate_server(&server.spec)
+        .err()
+        .map(|e| e.0.iter().map(ToString::to_string).collect())
+        .unwrap_or_default();
+    let (truth, reason, message) = if status.errors.is_empty() {
+        (true, "Valid", String::new())
+    } else {
+        (false, "InvalidSpec", status.errors.join("; "))
+    };
+    set_condition(
+        &mut status.conditions,
+        "Valid",
+        truth,
+        reason,
+        message,
+        server.metadata.generation,
+        now,
+    );
+    status
 }
 
 #[cfg(test)]

@@ -17,10 +17,8 @@ use serde_json::json;
 
 use super::context::{Context, fetch_secret, switch_worker_key};
 use super::failure::Failure;
-use super::status::{
-    Severity, find_condition, reachability_event, status_merge_patch, switch_status,
-};
-use super::{ControllerError, SWITCH_LABEL};
+use super::status::{Severity, find_condition, reachability_event, switch_status};
+use super::{ControllerError, SWITCH_LABEL, write_status};
 use crate::api::{FINALIZER, ProviderSwitch, Switch, SwitchPort, SwitchPortSpec};
 use crate::backends::check_credentials;
 use crate::validate::{validate_provider, validate_switch};
@@ -85,15 +83,13 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
             .await;
     }
     ensure_ports(switch, ctx).await?;
-    if old != status {
-        Api::<Switch>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(status_merge_patch(&old, &status)),
-            )
-            .await?;
-    }
+    write_status(
+        &Api::<Switch>::namespaced(ctx.client.clone(), &ns),
+        &name,
+        &old,
+        &status,
+    )
+    .await?;
     // The worker tells this controller when reachability changes; a Switch that
     // cannot be used is looked at again after the backoff base.
     Ok(Action::requeue(match verdict {

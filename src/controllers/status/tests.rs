@@ -1,7 +1,7 @@
 //! Table tests of the status module: every port health, the Switch and
 //! ProviderSwitch conditions, reachability Events, status patches.
 use super::*;
-use crate::api::ConfigurationRef;
+use crate::api::{ConfigurationRef, ServerClaimBinding};
 use crate::backends::BackendError;
 use crate::state_machine::{FailureKind, SwitchOutage};
 use crate::validate::{FieldError, ValidationErrors};
@@ -486,4 +486,52 @@ fn an_invalid_claim_keeps_its_servers_and_names_every_field() {
             "spec.roles[0].count: -1 is negative; spec.site: \"d c\" is not a site".into()
         )
     );
+}
+
+fn server(bound: bool) -> Server {
+    let mut s: Server = serde_json::from_value(serde_json::json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+        "metadata": {"name": "s1", "generation": 3},
+        "spec": {"bmc": {"address": "10.0.0.5", "credentialsSecretRef":
+            {"name": "bmc", "namespace": "infra"}},
+            "bootMac": "aa:bb:cc:dd:ee:01", "site": "dc1"}
+    }))
+    .unwrap();
+    if bound {
+        s.spec.claim_ref = Some(ServerClaimBinding {
+            name: "web".into(),
+            namespace: "team".into(),
+            uid: "u".into(),
+            role: "worker".into(),
+            since: "2026-11-23T00:00:00Z".into(),
+        });
+    }
+    s
+}
+
+#[test]
+fn the_status_mirrors_the_binding() {
+    let now = jiff::Timestamp::UNIX_EPOCH;
+    let st = server_status(&server(true), &ServerStatus::default(), now);
+    assert_eq!(st.phase, Some(ServerPhase::Allocated));
+    assert!(st.allocated);
+    assert_eq!(st.role.as_deref(), Some("worker"));
+    assert_eq!(st.claim.as_ref().map(|c| c.name.as_str()), Some("web"));
+    let released = server_status(&server(false), &st, now);
+    assert_eq!(released.phase, Some(ServerPhase::Available));
+    assert!(!released.allocated && released.role.is_none() && released.claim.is_none());
+    assert_eq!(released.observed_generation, Some(3));
+    // Nothing changed: the same status, so nothing is written.
+    assert_eq!(server_status(&server(false), &released, now), released);
+}
+
+#[test]
+fn a_bad_spec_is_reported_by_field() {
+    let mut s = server(false);
+    s.spec.boot_mac = "nope".into();
+    let st = server_status(&s, &ServerStatus::default(), jiff::Timestamp::UNIX_EPOCH);
+    assert_eq!(st.errors.len(), 1);
+    assert!(st.errors[0].starts_with("spec.bootMac:"), "{:?}", st.errors);
+    let valid = st.conditions.iter().find(|c| c.type_ == "Valid").unwrap();
+    assert_eq!(valid.status, "False");
 }
