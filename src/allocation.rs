@@ -165,9 +165,14 @@ impl ClaimPlan {
     }
 }
 
-/// Whether `c` has distinct NICs for all of `needs`.
-fn nics_fit(c: &Candidate, needs: &[NicNeed]) -> Result<(), String> {
-    let mut used = vec![false; c.nics.len()];
+/// Which NIC takes each of `needs`: distinct NICs, a named hint first, then the
+/// others in order, each to the first free NIC whose `smartNIC` matches and that is
+/// cabled to the kind of port its configuration needs. Returns the NIC's index per
+/// need, or which need finds none. One rule for allocation (can this Server carry
+/// the claim?) and for the host controller (which port carries what).
+pub fn match_nics(nics: &[CandidateNic], needs: &[NicNeed]) -> Result<Vec<usize>, String> {
+    let mut used = vec![false; nics.len()];
+    let mut picks = vec![0; needs.len()];
     let wants = |nic: &CandidateNic, need: &NicNeed| {
         let want = match need.kind {
             ConfigurationKind::SwitchPortConfiguration => CabledPortKind::SwitchPort,
@@ -175,18 +180,27 @@ fn nics_fit(c: &Candidate, needs: &[NicNeed]) -> Result<(), String> {
         };
         nic.port == Some(want) && (nic.port == Some(CabledPortKind::SmartNicPort)) == need.smart_nic
     };
-    let (named, anon): (Vec<&NicNeed>, Vec<&NicNeed>) =
-        needs.iter().partition(|n| n.nic_name.is_some());
-    for need in named.into_iter().chain(anon) {
-        let pick = c.nics.iter().enumerate().position(|(i, nic)| {
+    let named = needs
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.nic_name.is_some());
+    let anon = needs
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.nic_name.is_none());
+    for (k, need) in named.chain(anon) {
+        let pick = nics.iter().enumerate().position(|(i, nic)| {
             !used[i] && need.nic_name.as_ref().is_none_or(|n| *n == nic.name) && wants(nic, need)
         });
         match pick {
-            Some(i) => used[i] = true,
+            Some(i) => {
+                used[i] = true;
+                picks[k] = i;
+            }
             None => return Err(format!("without a NIC for {}", need.path)),
         }
     }
-    Ok(())
+    Ok(picks)
 }
 
 /// Why `c` does not fit `role` of `claim` (ignoring availability), or `Ok`.
@@ -219,7 +233,7 @@ fn fits(c: &Candidate, claim: &ClaimRequest, role: &RoleRequest) -> Result<(), S
     {
         return Err("pinned to another role".into());
     }
-    nics_fit(c, &role.nics)
+    match_nics(&c.nics, &role.nics).map(|_| ())
 }
 
 /// Best fit: smallest hardware first, unknown last, ties by name.

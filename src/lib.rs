@@ -29,6 +29,7 @@ pub mod allocation;
 pub mod api;
 pub mod backends;
 pub mod controllers;
+pub mod host;
 pub mod inventory;
 pub mod settings;
 pub mod state_machine;

@@ -246,8 +246,16 @@ async fn a_claim_applied_with_kubectl_gets_the_best_fitting_servers_an_inventory
         .unwrap_or_else(|| panic!("{servers}"));
     let cols: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(
-        &cols[1..5],
-        &[lab.site.as_str(), "Allocated", "control-plane", "web"],
+        &cols[1..6],
+        // Bound, but its NIC is cabled to a SwitchPort that does not exist here: the
+        // Server is held in Available (the ports issue's e2e tests drive real ports).
+        &[
+            lab.site.as_str(),
+            "Available",
+            "control-plane",
+            "web",
+            "0/1"
+        ],
         "{servers}"
     );
     let free = servers

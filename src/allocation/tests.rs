@@ -460,7 +460,7 @@ fn nic_hints_match_by_name_then_by_kind_and_each_entry_needs_its_own_nic() {
         ),
         (vec![need(None, Sw, false), need(None, Snic, true)], true),
     ] {
-        assert_eq!(nics_fit(&s, &needs).is_ok(), ok, "{needs:?}");
+        assert_eq!(match_nics(&s.nics, &needs).is_ok(), ok, "{needs:?}");
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod claim;
 pub mod common;
 pub mod configuration;
+pub mod metal3;
 pub mod provider_switch;
 pub mod quantity;
 pub mod server;

@@ -27,6 +27,7 @@ use super::common::{ConfigurationRef, pattern};
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Role", type_ = "string", json_path = ".status.role"),
     printcolumn(name = "Claim", type_ = "string", json_path = ".status.claim.name"),
+    printcolumn(name = "Ports", type_ = "string", json_path = ".status.portsReady"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -172,7 +173,9 @@ pub struct CabledPortRef {
 }
 
 /// Kinds a NIC can be cabled to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub enum CabledPortKind {
     /// A switch port.
     SwitchPort,
@@ -180,41 +183,103 @@ pub enum CabledPortKind {
     SmartNicPort,
 }
 
-/// Where a Server is in its life with claims.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Where a Server is in its life (seed 003's provisioning and deprovisioning
+/// workflows); each phase decides what its NICs' ports carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum ServerPhase {
-    /// Not bound to a claim.
+    /// Not in use: ports on their provisioning configuration, or clean.
     Available,
-    /// Bound to a claim (`spec.claimRef`).
-    Allocated,
+    /// Being installed: ports on their provisioning configuration, or clean.
+    Provisioning,
+    /// Installed: ports on the claim's configuration (else the NIC's own, else
+    /// clean).
+    Provisioned,
+    /// Being returned: ports back on their provisioning configuration, or clean.
+    Deprovisioning,
+    /// The Server (or its BareMetalHost) is being deleted: every port is cleaned
+    /// and released.
+    Deleting,
 }
 
-/// Observed state of a Server, written by the Server controller alone (it mirrors
-/// `spec.claimRef`).
+impl std::fmt::Display for ServerPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Observed state of a Server, written by the Server controller alone. The binding
+/// itself is `spec.claimRef` (the allocator's); the phase and the ports are the
+/// host controller's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerStatus {
-    /// `Available` or `Allocated`.
+    /// `Available`, `Provisioning`, `Provisioned`, `Deprovisioning` or `Deleting`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<ServerPhase>,
-    /// True while the server is allocated to a claim.
+    /// True while the server is bound to a claim (`spec.claimRef`).
     #[serde(default)]
     pub allocated: bool,
     /// Role assigned to the server (e.g. control-plane, worker).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
-    /// The claim (workload cluster) holding the server.
+    /// The claim whose network the ports carry: the bound claim, and after a
+    /// release the claim being left, until the ports are off its configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<ClaimRef>,
+    /// Ready ports / ports the phase depends on, e.g. `2/3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports_ready: Option<String>,
+    /// Each cabled NIC's port and what the phase wants it to carry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<NicPortStatus>,
+    /// The linked Metal3 BareMetalHost (`spec.bareMetalHostRef`, or found by boot
+    /// MAC) and its `status.provisioning.state`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bare_metal_host: Option<LinkedHost>,
     /// Errors found while reconciling (never contains credentials).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
     /// The metadata.generation the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Conditions (Kubernetes conventions).
+    /// Conditions: `Valid`, `PortsReady`, `Held`, `PortInUse`, `HostHeld`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// One NIC's port as the host controller drives it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NicPortStatus {
+    /// The NIC.
+    pub nic: String,
+    /// `SwitchPort` or `SmartNicPort`.
+    pub kind: String,
+    /// The port object, `<namespace>/<name>`.
+    pub port: String,
+    /// What the phase wants the port to carry (`<namespace>/<name>`); absent: clean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configuration: Option<String>,
+    /// Why: `provisioning`, `claim`, `nic` (the NIC's own default) or `clean`.
+    pub source: String,
+    /// The port's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// True when the port carries what the phase wants.
+    pub ready: bool,
+}
+
+/// A linked BareMetalHost.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkedHost {
+    /// Namespace of the host.
+    pub namespace: String,
+    /// Name of the host.
+    pub name: String,
+    /// Its `status.provisioning.state` (absent: not found, or not reported yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// A reference to the claim holding a server.

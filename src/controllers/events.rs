@@ -21,6 +21,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -83,12 +84,28 @@ impl EventPublisher {
         reason: &str,
         note: &str,
     ) {
+        self.publish_about(obj.object_ref(&()), severity, reason, note)
+            .await;
+    }
+
+    /// [`EventPublisher::publish`] about an object given by reference (one whose
+    /// type is only known at run time: a BareMetalHost).
+    pub async fn publish_about(
+        &self,
+        regarding: ObjectReference,
+        severity: Severity,
+        reason: &str,
+        note: &str,
+    ) {
         let note: String = note.chars().take(NOTE_LIMIT).collect();
         let reason: String = reason.chars().take(128).collect();
-        let ns = obj.namespace().unwrap_or_else(|| "default".into());
+        let ns = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
         let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &ns);
         let key = (severity == Severity::Warning).then(|| SeriesKey {
-            uid: obj.uid().unwrap_or_default(),
+            uid: regarding.uid.clone().unwrap_or_default(),
             reason: reason.clone(),
             note: digest(&note),
         });
@@ -113,7 +130,11 @@ impl EventPublisher {
             }
         }
         let now = jiff::Timestamp::now();
-        let name = format!("{}.{:x}", obj.name_any(), now.as_nanosecond());
+        let name = format!(
+            "{}.{:x}",
+            regarding.name.as_deref().unwrap_or("object"),
+            now.as_nanosecond()
+        );
         let event = K8sEvent {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -138,7 +159,7 @@ impl EventPublisher {
                     .clone()
                     .unwrap_or_else(|| self.reporter.controller.clone()),
             ),
-            regarding: Some(obj.object_ref(&())),
+            regarding: Some(regarding),
             ..Default::default()
         };
         match events.create(&PostParams::default(), &event).await {

@@ -25,6 +25,7 @@
 pub mod context;
 pub mod events;
 pub mod failure;
+pub mod host;
 pub mod port_loop;
 pub mod port_record;
 pub mod provider_switch;
@@ -67,6 +68,9 @@ pub enum ControllerError {
     /// A ProviderSwitch cannot go while a Switch or SmartNicPort uses it.
     #[error("{0} Switch(es) or SmartNicPort(s) still use this ProviderSwitch")]
     SwitchesRemaining(usize),
+    /// A deletion waits for something to finish first (what, in words).
+    #[error("{0}")]
+    Waiting(String),
 }
 
 impl ControllerError {
@@ -77,6 +81,7 @@ impl ControllerError {
             ControllerError::Finalizer(_) => "FinalizerError",
             ControllerError::PortsRemaining(_) => "PortsRemaining",
             ControllerError::SwitchesRemaining(_) => "SwitchesInUse",
+            ControllerError::Waiting(_) => "Waiting",
         }
     }
 }

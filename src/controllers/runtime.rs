@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config, Controller};
@@ -18,11 +18,14 @@ use tokio::sync::mpsc;
 
 use super::context::{Context, Notices, api_for};
 use super::events::EventPublisher;
-use super::server_claim::{Allocator, Hosts};
+use super::host::HostWorld;
+use super::server_claim::Allocator;
 use super::{
     ControllerError, provider_switch, server, server_claim, smartnic_port, switch, switch_port,
     triggers,
 };
+use crate::api::metal3::BareMetalHost;
+use crate::api::server::CabledPortKind;
 use crate::api::{
     ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration,
@@ -67,38 +70,17 @@ fn error_policy<K, C>(_: Arc<K>, e: &ControllerError, _: Arc<C>) -> Action {
     Action::requeue(Duration::from_secs(1))
 }
 
-/// The Metal3 BareMetalHosts' cache and the stream that fills it, when the cluster
-/// has their CRD (looked up once, at start).
-async fn bare_metal_hosts(
-    client: &Client,
-) -> Option<(
-    Hosts,
-    impl futures::Stream<Item = Result<kube::api::DynamicObject, watcher::Error>> + Send + use<>,
-)> {
+/// Whether the cluster has Metal3's BareMetalHost CRD (looked up once, at start).
+async fn has_bare_metal_hosts(client: &Client) -> bool {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::discovery::ApiResource;
-    use kube::runtime::reflector;
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     match crds.get_opt("baremetalhosts.metal3.io").await {
-        Ok(Some(_)) => {}
-        Ok(None) => return None,
+        Ok(found) => found.is_some(),
         Err(e) => {
             tracing::info!(error = %e, "cannot look up the BareMetalHost CRD; Metal3 hosts are not read");
-            return None;
+            false
         }
     }
-    let resource = ApiResource {
-        group: "metal3.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "metal3.io/v1alpha1".into(),
-        kind: "BareMetalHost".into(),
-        plural: "baremetalhosts".into(),
-    };
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
-    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client.clone(), &resource);
-    let stream = reflector(writer, watcher(api, watcher::Config::default())).applied_objects();
-    Some((Hosts { store, resource }, stream))
 }
 
 /// Who the Events say reported them.
@@ -250,7 +232,7 @@ pub async fn run(
 
     // SmartNicPorts: woken by their configuration, the SwitchPort they chain to (or
     // claimed), their provider, and the notices of their provider's worker.
-    let (n1, n2, n3) = (snic_store.clone(), snic_store.clone(), snic_store);
+    let (n1, n2, n3) = (snic_store.clone(), snic_store.clone(), snic_store.clone());
     let snic_ctl = snic_ctl
         .watches(
             api_for::<SmartNicConfiguration>(&client, ns),
@@ -304,12 +286,20 @@ pub async fn run(
             futures::future::ready(())
         });
     let server_ctl = Controller::for_shared_stream(server_events.clone(), server_store.clone());
-    let (hosts, host_events) = match bare_metal_hosts(&client).await {
-        Some((hosts, events)) => {
-            let resource = hosts.resource.clone();
-            (Some(hosts), Some((events, resource)))
-        }
-        None => (None, None),
+    let (hosts, host_watch, host_events) = if has_bare_metal_hosts(&client).await {
+        let writer = kube::runtime::reflector::store::Writer::<BareMetalHost>::new_shared(256, ());
+        let hosts = writer.as_reader();
+        let subscribe = || writer.subscribe().expect("a shared writer has subscribers");
+        let events = (subscribe(), subscribe());
+        let watch = watcher(api_for::<BareMetalHost>(&client, None), wc.clone())
+            .default_backoff()
+            .reflect_shared(writer)
+            .take_until(stopped(&stop_tx))
+            .for_each(|_| futures::future::ready(()))
+            .boxed();
+        (Some(hosts), watch, Some(events))
+    } else {
+        (None, futures::future::ready(()).boxed(), None)
     };
     let alloc = Arc::new(Allocator::new(
         client.clone(),
@@ -323,26 +313,35 @@ pub async fn run(
     let mut claim_ctl = claim_ctl.watches_shared_stream(server_events, move |s| {
         triggers::claims_for_server(&c1.state(), &s)
     });
-    if let Some((events, resource)) = host_events {
-        let servers = server_store.clone();
-        claim_ctl = claim_ctl.watches_stream_with(
-            events,
-            move |host| {
-                let (ns, name) = (host.namespace().unwrap_or_default(), host.name_any());
-                servers
-                    .state()
-                    .iter()
-                    .filter(|s| {
-                        s.spec
-                            .bare_metal_host_ref
-                            .as_ref()
-                            .is_some_and(|r| r.name == name && r.namespace == ns)
-                    })
-                    .flat_map(|s| triggers::claims_for_server(&c2.state(), s))
-                    .collect::<Vec<_>>()
-            },
-            resource,
-        );
+    // Servers: woken by their own changes, the ports they drive or are cabled to,
+    // their claim, and their BareMetalHost.
+    let (v1, v2, v3) = (
+        server_store.clone(),
+        server_store.clone(),
+        server_store.clone(),
+    );
+    let mut server_ctl = server_ctl
+        .watches(api_for::<SwitchPort>(&client, ns), wc.clone(), move |p| {
+            triggers::servers_of_port(&v1.state(), CabledPortKind::SwitchPort, &p.metadata)
+        })
+        .watches(api_for::<SmartNicPort>(&client, ns), wc.clone(), move |p| {
+            triggers::servers_of_port(&v2.state(), CabledPortKind::SmartNicPort, &p.metadata)
+        })
+        .watches(api_for::<ServerClaim>(&client, ns), wc.clone(), move |c| {
+            triggers::servers_of_claim(&v3.state(), &c)
+        });
+    if let Some((for_claims, for_servers)) = host_events {
+        let (v4, v5) = (server_store.clone(), server_store.clone());
+        claim_ctl = claim_ctl.watches_shared_stream(for_claims, move |host| {
+            triggers::servers_of_host(&v4.state(), &host)
+                .iter()
+                .filter_map(|r| v4.get(r))
+                .flat_map(|s| triggers::claims_for_server(&c2.state(), &s))
+                .collect::<Vec<_>>()
+        });
+        server_ctl = server_ctl.watches_shared_stream(for_servers, move |host| {
+            triggers::servers_of_host(&v5.state(), &host)
+        });
     }
     let claim_ctl = claim_ctl
         .reconcile_on(notices(gone_rx))
@@ -350,10 +349,19 @@ pub async fn run(
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(server_claim::reconcile, error_policy, alloc.clone())
         .for_each(log_errors("ServerClaim"));
+    let server_ctx = Arc::new(server::ServerCtx {
+        alloc: alloc.clone(),
+        world: HostWorld {
+            client: client.clone(),
+            switch_ports: port_store.clone(),
+            smartnic_ports: snic_store.clone(),
+            events: EventPublisher::new(client.clone(), reporter()),
+        },
+    });
     let server_ctl = server_ctl
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
-        .run(server::reconcile, error_policy, alloc.clone())
+        .run(server::reconcile, error_policy, server_ctx)
         .for_each(log_errors("Server"));
     let sweeper = {
         let mut stop = stop_tx.subscribe();
@@ -391,6 +399,7 @@ pub async fn run(
         provider_ctl,
         snic_ctl,
         server_watch,
+        host_watch,
         claim_ctl,
         server_ctl,
         sweeper,

@@ -1,43 +1,161 @@
-//! The Server controller: the one writer of `Server.status`. It mirrors the binding
-//! the allocator wrote into `spec.claimRef` (`phase`, `allocated`, `role`, `claim`),
-//! reports the spec's errors, and wakes the orphan sweep when a Server names a claim
-//! the cache does not know. Kubernetes I/O; the status is computed by
+//! The Server controller: the one writer of `Server.status`. It moves a Server
+//! through its phases and its NICs' ports with it ([`super::host::drive`]), mirrors
+//! the binding the allocator wrote into `spec.claimRef`, reports the spec's errors,
+//! consumes the installer's signal on release, and wakes the orphan sweep when a
+//! Server names a claim the cache does not know. A finalizer keeps a deleted Server
+//! until its ports are clean and unmarked. Kubernetes I/O; the status is computed by
 //! [`super::status::server_status`], which is pure.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
+use serde_json::json;
 
+use super::host::{HostView, HostWorld, drive, linked_host};
 use super::server_claim::Allocator;
-use super::status::server_status;
+use super::status::{Severity, server_status};
 use super::{ControllerError, write_status};
-use crate::api::Server;
+use crate::api::{FINALIZER, Server, ServerClaim};
+use crate::host::{ClaimNetwork, Driver, PROVISIONED_ANNOTATION, Verdict, claim_entries};
+
+/// What the Server controller works with.
+pub struct ServerCtx {
+    /// The allocator's caches (Servers, claims, BareMetalHosts).
+    pub alloc: Arc<Allocator>,
+    /// The port caches and the client.
+    pub world: HostWorld,
+}
+
+/// How often a Server is looked at again without a change (a safety net; every
+/// input wakes it).
+const RECHECK: Duration = Duration::from_secs(300);
 
 /// Reconciles one Server.
 pub(super) async fn reconcile(
     server: Arc<Server>,
-    alloc: Arc<Allocator>,
+    ctx: Arc<ServerCtx>,
 ) -> Result<Action, ControllerError> {
-    if let Some(b) = &server.spec.claim_ref {
-        let known = alloc
-            .claims
-            .get(&ObjectRef::new(&b.name).within(&b.namespace))
-            .is_some_and(|c| c.uid().as_deref() == Some(b.uid.as_str()));
-        if !known {
-            alloc.sweep.notify_one();
+    let api: Api<Server> = Api::all(ctx.alloc.client.clone());
+    finalizer(&api, FINALIZER, server, |event| async {
+        match event {
+            FinalizerEvent::Apply(s) => follow(&s, &ctx, false).await,
+            FinalizerEvent::Cleanup(s) => follow(&s, &ctx, true).await,
         }
+    })
+    .await
+    .map_err(|e| ControllerError::Finalizer(Box::new(e)))
+}
+
+/// The claim a Server is bound to, if the cache has that very claim.
+fn bound_claim(alloc: &Allocator, server: &Server) -> Option<Arc<ServerClaim>> {
+    let b = server.spec.claim_ref.as_ref()?;
+    alloc
+        .claims
+        .get(&ObjectRef::new(&b.name).within(&b.namespace))
+        .filter(|c| c.uid().as_deref() == Some(b.uid.as_str()))
+}
+
+async fn follow(
+    server: &Server,
+    ctx: &ServerCtx,
+    deleting: bool,
+) -> Result<Action, ControllerError> {
+    let alloc = &ctx.alloc;
+    let claim = bound_claim(alloc, server);
+    if server.spec.claim_ref.is_some() && claim.is_none() {
+        alloc.sweep.notify_one();
     }
+    let role = server.spec.claim_ref.as_ref().map(|b| b.role.as_str());
+    let entries = match (&claim, role) {
+        (Some(c), Some(r)) => claim_entries(&c.spec, r),
+        _ => Vec::new(),
+    };
+    let claim_ns = claim
+        .as_ref()
+        .and_then(|c| c.namespace())
+        .unwrap_or_default();
+    let network = claim.as_ref().map(|_| ClaimNetwork {
+        entries: &entries,
+        namespace: &claim_ns,
+    });
+    let bmh = alloc.hosts.as_ref().and_then(|h| linked_host(h, server));
+    let linked = server.spec.bare_metal_host_ref.is_some() || bmh.is_some();
+    let installed = server
+        .annotations()
+        .get(PROVISIONED_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let driver = if linked {
+        Driver::Metal3 {
+            state: bmh.as_ref().map(|h| h.status.provisioning.state.as_str()),
+        }
+    } else {
+        Driver::Installer {
+            bound: server.spec.claim_ref.is_some(),
+            installed,
+        }
+    };
     let old = server.status.clone().unwrap_or_default();
-    let status = server_status(&server, &old, jiff::Timestamp::now());
-    write_status(
-        &Api::<Server>::all(alloc.client.clone()),
-        &server.name_any(),
-        &old,
-        &status,
-    )
-    .await?;
-    Ok(Action::await_change())
+    let view = HostView {
+        me: format!("Server/{}", server.name_any()),
+        nics: &server.spec.nics,
+        network,
+        driver,
+        deleting,
+        phase: old.phase,
+        bare_metal_host: bmh.clone(),
+    };
+    let facts = drive(&ctx.world, &view).await?;
+    let mut status = server_status(server, &old, &facts, jiff::Timestamp::now());
+    if facts.host.is_none()
+        && let Some(r) = &server.spec.bare_metal_host_ref
+    {
+        status.bare_metal_host = Some(crate::api::server::LinkedHost {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            state: None,
+        });
+    }
+    let api: Api<Server> = Api::all(alloc.client.clone());
+    let name = server.name_any();
+    // The installer's signal belongs to one installation: consumed on release.
+    if !linked
+        && facts.step.phase == crate::api::ServerPhase::Deprovisioning
+        && server.annotations().contains_key(PROVISIONED_ANNOTATION)
+    {
+        let patch = json!({"metadata": {"annotations": {PROVISIONED_ANNOTATION: null}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    if old.phase != status.phase
+        && let (Some(from), Some(to)) = (old.phase, status.phase)
+    {
+        tracing::info!(server = %name, %from, %to, "phase changed");
+        alloc
+            .events
+            .publish(
+                server,
+                Severity::Normal,
+                "PhaseChanged",
+                &format!("{from} → {to}"),
+            )
+            .await;
+    }
+    write_status(&api, &name, &old, &status).await?;
+    // Deleted: done once no port carries what this host set (ports that do not
+    // exist, or that are somebody else's, carry nothing of it).
+    let released = facts.ports.iter().all(|(t, v, _)| {
+        t.configuration.is_none()
+            && matches!(v, Verdict::Settled | Verdict::Missing | Verdict::InUse(_))
+    });
+    if deleting && !released {
+        return Err(ControllerError::Waiting(format!(
+            "Server {name} keeps its finalizer until its ports are clean"
+        )));
+    }
+    Ok(Action::requeue(RECHECK))
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -25,9 +25,10 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::events::EventPublisher;
-use super::status::{Severity, claim_status, set_condition};
+use super::status::{Severity, claim_ready, claim_status, set_condition};
 use super::{ControllerError, write_status};
 use crate::allocation::{ClaimKey, ClaimPlan, ClaimRequest, plan_until};
+use crate::api::metal3::BareMetalHost;
 use crate::api::{FINALIZER, Server, ServerClaim, ServerClaimStatus};
 use crate::inventory::{InventoryHost, bmc_copy_keys, render};
 use crate::validate::claim::{
@@ -41,13 +42,8 @@ const CACHE_CATCH_UP: Duration = Duration::from_secs(5);
 /// How often Servers bound to claims that no longer exist are looked for.
 pub const ORPHAN_SWEEP: Duration = Duration::from_secs(30);
 
-/// The Metal3 BareMetalHosts, when the cluster has them.
-pub struct Hosts {
-    /// Their cache.
-    pub store: Store<DynamicObject>,
-    /// Their API resource (`metal3.io/v1alpha1`, `baremetalhosts`).
-    pub resource: kube::discovery::ApiResource,
-}
+/// The Metal3 BareMetalHosts' cache, when the cluster has them.
+pub type Hosts = Store<BareMetalHost>;
 
 /// What the allocator and the Server controller share.
 pub struct Allocator {
@@ -94,14 +90,10 @@ impl Allocator {
         }
     }
 
-    /// The status of the BareMetalHost a Server links to.
+    /// The status of the BareMetalHost a Server links to (by reference or boot MAC).
     pub fn host_status(&self, server: &Server) -> Option<serde_json::Value> {
-        let r = server.spec.bare_metal_host_ref.as_ref()?;
-        let hosts = self.hosts.as_ref()?;
-        let obj = hosts
-            .store
-            .get(&ObjectRef::new_with(&r.name, hosts.resource.clone()).within(&r.namespace))?;
-        obj.data.get("status").cloned()
+        let obj = super::host::linked_host(self.hosts.as_ref()?, server)?;
+        Some(obj.status_json())
     }
 
     fn in_scope(&self, namespace: &str) -> bool {
@@ -326,6 +318,26 @@ async fn apply_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, C
     if outcome.is_ok() {
         write_inventory(claim, alloc, &held, &mut status, now).await?;
     }
+    let servers: BTreeMap<String, Arc<Server>> = held
+        .iter()
+        .filter_map(|(n, _)| {
+            alloc
+                .servers
+                .get(&ObjectRef::new(n))
+                .map(|s| (n.clone(), s))
+        })
+        .collect();
+    let (ready, reason, message) =
+        claim_ready(claim, &status, &held, |n| servers.get(n).map(AsRef::as_ref));
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        ready,
+        reason,
+        message,
+        claim.metadata.generation,
+        now,
+    );
     let api = Api::<ServerClaim>::namespaced(
         alloc.client.clone(),
         &claim.namespace().unwrap_or_default(),
@@ -523,12 +535,7 @@ async fn release_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action,
     }
     wait_seen(alloc, &written).await;
     let ns = claim.namespace().unwrap_or_default();
-    delete_copy(
-        &Api::namespaced(alloc.client.clone(), &ns),
-        &format!("{}-bmc", claim.name_any()),
-    )
-    .await?;
-    alloc.applied().remove(&uid);
+    let name = claim.name_any();
     if !written.is_empty() {
         let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
         let note = format!("claim deleted: released {}", names.join(", "));
@@ -537,6 +544,56 @@ async fn release_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action,
             .publish(claim, Severity::Normal, "Released", &note)
             .await;
     }
+    // The finalizer stays until every released Server's ports are off the claim's
+    // network (the Server's status stops naming the claim).
+    let mut leaving: Vec<String> = alloc
+        .servers
+        .state()
+        .iter()
+        .filter(|s| {
+            s.status
+                .as_ref()
+                .and_then(|st| st.claim.as_ref())
+                .is_some_and(|c| c.namespace == ns && c.name == name)
+        })
+        .map(|s| {
+            let phase = s.status.as_ref().and_then(|st| st.phase);
+            format!(
+                "{} ({})",
+                s.name_any(),
+                phase.map(|p| p.to_string()).unwrap_or_default()
+            )
+        })
+        .collect();
+    leaving.extend(written.iter().map(|(n, _)| format!("{n} (released)")));
+    if !leaving.is_empty() {
+        leaving.sort();
+        leaving.dedup_by(|a, b| a.split(' ').next() == b.split(' ').next());
+        let message = format!(
+            "deprovisioning: waiting for {} to be back on the provisioning network (or clean)",
+            leaving.join(", ")
+        );
+        let old = claim.status.clone().unwrap_or_default();
+        let mut status = old.clone();
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            false,
+            "Deprovisioning",
+            message.clone(),
+            claim.metadata.generation,
+            jiff::Timestamp::now(),
+        );
+        let api = Api::<ServerClaim>::namespaced(alloc.client.clone(), &ns);
+        write_status(&api, &name, &old, &status).await?;
+        return Err(ControllerError::Waiting(message));
+    }
+    delete_copy(
+        &Api::namespaced(alloc.client.clone(), &ns),
+        &format!("{}-bmc", claim.name_any()),
+    )
+    .await?;
+    alloc.applied().remove(&uid);
     tracing::info!(claim = %key, "claim deleted; its servers are released");
     Ok(Action::await_change())
 }

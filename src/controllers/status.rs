@@ -16,9 +16,14 @@ use serde_json::{Value, json};
 use super::failure::Failure;
 use crate::allocation::ClaimPlan;
 use crate::api::server::ClaimRef;
+use crate::api::server::{LinkedHost, NicPortStatus};
 use crate::api::{
-    ConditionsStatus, DriftPolicy, PortState, PortStatus, RoleAllocation, Server, ServerClaimSpec,
-    ServerClaimStatus, ServerPhase, ServerStatus,
+    ConditionsStatus, DriftPolicy, PortState, PortStatus, RoleAllocation, Server, ServerClaim,
+    ServerClaimSpec, ServerClaimStatus, ServerPhase, ServerStatus,
+};
+use crate::host::{
+    ClaimNetwork, Gate, Hold, PAUSED_ANNOTATION, PROVISIONED_ANNOTATION, PhaseStep,
+    PortTarget as HostPortTarget, Verdict, claim_entries, port_targets,
 };
 use crate::state_machine::{Health, PortTarget};
 use crate::validate::{ValidationErrors, validate_server};
@@ -387,8 +392,8 @@ pub fn provider_status(
 /// they were when the spec is invalid), `allocation` (`held/requested`) and the
 /// conditions `Allocated` (`Allocated`, `InsufficientServers` with what is missing
 /// and which bound Servers wait for a replacement, or `InvalidSpec` with every field
-/// and reason), `Maintenance` and `Ready` (`Unknown` until ports follow their
-/// hosts). Returns the status and the held Servers as (name, role).
+/// and reason) and `Maintenance` (`Ready` is [`claim_ready`]'s). Returns the status
+/// and the held Servers as (name, role).
 pub fn claim_status(
     spec: &ServerClaimSpec,
     generation: Option<i64>,
@@ -461,17 +466,6 @@ pub fn claim_status(
             );
         }
     }
-    if find_condition(&status.conditions, "Ready").is_none() {
-        set_condition(
-            &mut status.conditions,
-            "Ready",
-            Truth::Unknown,
-            "PortsNotTracked",
-            "the ports of allocated Servers are not followed yet".into(),
-            generation,
-            now,
-        );
-    }
     let held: Vec<(String, String)> = status
         .roles
         .iter()
@@ -481,21 +475,316 @@ pub fn claim_status(
     (status, held)
 }
 
-/// The status a Server should have: its binding mirrored, its spec's errors.
-pub fn server_status(server: &Server, old: &ServerStatus, now: jiff::Timestamp) -> ServerStatus {
+/// A claim's `Ready` condition: True when it is fully allocated and every Server it
+/// holds is `Provisioned` with every port Active on the claim's current
+/// configuration (the Server's status lists, per NIC, exactly what the claim's
+/// `networkConfiguration` gives it now). Otherwise False, naming each Server that is
+/// not and why. `server` looks a Server up by name.
+pub fn claim_ready<'a>(
+    claim: &ServerClaim,
+    status: &ServerClaimStatus,
+    held: &[(String, String)],
+    server: impl Fn(&str) -> Option<&'a Server>,
+) -> (bool, &'static str, String) {
+    let allocated = find_condition(&status.conditions, "Allocated")
+        .is_some_and(|c| c.status == "True" && c.observed_generation == claim.metadata.generation);
+    if !allocated {
+        return (
+            false,
+            "NotAllocated",
+            "waiting for the allocation to complete".into(),
+        );
+    }
+    let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    let mut waiting = Vec::new();
+    for (n, role) in held {
+        let Some(s) = server(n) else {
+            waiting.push(format!("{n}: not found"));
+            continue;
+        };
+        let st = s.status.clone().unwrap_or_default();
+        let cond = |t: &str| find_condition(&st.conditions, t).cloned();
+        let phase = st
+            .phase
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "new".into());
+        let ours = st
+            .claim
+            .as_ref()
+            .is_some_and(|c| c.namespace == ns && c.name == name);
+        if st.phase != Some(ServerPhase::Provisioned) || !ours {
+            let why = cond("Held")
+                .filter(|c| c.status == "True")
+                .map(|c| format!(" ({}: {})", c.reason, c.message))
+                .unwrap_or_default();
+            waiting.push(format!("{n}: {phase}{why}"));
+            continue;
+        }
+        let entries = claim_entries(&claim.spec, role);
+        let (targets, _) = port_targets(
+            ServerPhase::Provisioned,
+            &s.spec.nics,
+            Some(ClaimNetwork {
+                entries: &entries,
+                namespace: ns,
+            }),
+        );
+        let want: Vec<(String, Option<String>)> = targets
+            .iter()
+            .map(|t| {
+                let c = t.configuration.as_ref();
+                (
+                    t.nic.clone(),
+                    c.map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or_default(), c.name)),
+                )
+            })
+            .collect();
+        let have: Vec<(String, Option<String>)> = st
+            .ports
+            .iter()
+            .filter(|p| want.iter().any(|(nic, _)| *nic == p.nic))
+            .map(|p| (p.nic.clone(), p.configuration.clone()))
+            .collect();
+        let current = st.observed_generation == s.metadata.generation && have == want;
+        let ports = cond("PortsReady");
+        match ports {
+            _ if !current => waiting.push(format!("{n}: taking the claim's current network")),
+            Some(c) if c.status == "True" => {}
+            Some(c) => waiting.push(format!("{n}: {} ({})", c.reason, c.message)),
+            None => waiting.push(format!("{n}: ports not reported yet")),
+        }
+    }
+    if waiting.is_empty() {
+        (
+            true,
+            "ServersProvisioned",
+            format!(
+                "{} server(s) provisioned, every port on the claim's network",
+                held.len()
+            ),
+        )
+    } else {
+        (false, "ServersNotReady", waiting.join("; "))
+    }
+}
+
+/// What the host controller found for a Server (or a BareMetalHost carrying its
+/// own ports): the phase step, each driven port with its target and verdict, the
+/// claim entries no NIC can take, the linked BareMetalHost and its gate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostFacts {
+    /// The phase step taken.
+    pub step: PhaseStep,
+    /// The ports of the phase stepped to: target, verdict, the port's state.
+    pub ports: Vec<(HostPortTarget, Verdict, Option<PortState>)>,
+    /// Claim entries no NIC can take.
+    pub unmatched: Vec<String>,
+    /// The linked BareMetalHost, if any.
+    pub host: Option<LinkedHost>,
+    /// The Metal3 gate, when a BareMetalHost is linked.
+    pub gate: Option<Gate>,
+}
+
+impl HostFacts {
+    /// True when every port carries what the phase wants and every claim entry has
+    /// a NIC.
+    pub fn settled(&self) -> bool {
+        self.unmatched.is_empty() && self.ports.iter().all(|(_, v, _)| v.settled())
+    }
+
+    /// Each port not settled, `kind ns/name (nic): why`.
+    fn unsettled(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .filter_map(|(t, v, _)| {
+                let why = match v {
+                    Verdict::Settled => return None,
+                    Verdict::Pending(s) | Verdict::Failing(s) | Verdict::InUse(s) => s.clone(),
+                    Verdict::Missing => "not found".into(),
+                };
+                Some(format!("{} ({}): {why}", t.port, t.nic))
+            })
+            .chain(self.unmatched.iter().cloned())
+            .collect()
+    }
+
+    /// `PortsReady`'s reason: the worst verdict.
+    fn ports_reason(&self) -> &'static str {
+        let has = |f: fn(&Verdict) -> bool| self.ports.iter().any(|(_, v, _)| f(v));
+        if has(|v| matches!(v, Verdict::InUse(_))) {
+            "PortInUse"
+        } else if has(|v| matches!(v, Verdict::Failing(_))) {
+            "PortFailed"
+        } else if has(|v| matches!(v, Verdict::Missing)) {
+            "PortNotFound"
+        } else if !self.unmatched.is_empty() {
+            "NicHintUnmatched"
+        } else {
+            "PortsConfiguring"
+        }
+    }
+}
+
+/// The status of a host's ports and phase (shared by Servers and the annotations
+/// of BareMetalHosts that carry their own ports): `PortsReady`, `Held` (naming what
+/// holds the phase back), `PortInUse`, `HostPaused`.
+pub fn host_conditions(
+    conditions: &mut Vec<Condition>,
+    facts: &HostFacts,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) {
+    let mut set = |type_: &str, truth: Truth, reason: &str, message: String| {
+        set_condition(conditions, type_, truth, reason, message, generation, now)
+    };
+    let unsettled = facts.unsettled();
+    if facts.settled() {
+        set("PortsReady", Truth::True, "PortsReady", String::new());
+    } else {
+        set(
+            "PortsReady",
+            Truth::False,
+            facts.ports_reason(),
+            unsettled.join("; "),
+        );
+    }
+    let phase = facts.step.phase;
+    match &facts.step.hold {
+        None => set("Held", Truth::False, "NotHeld", String::new()),
+        Some(Hold::Ports) => set(
+            "Held",
+            Truth::True,
+            facts.ports_reason(),
+            format!("{phase} cannot move on: {}", unsettled.join("; ")),
+        ),
+        Some(Hold::NotInstalled) => set(
+            "Held",
+            Truth::True,
+            "WaitingForInstaller",
+            format!(
+                "the provisioning network is in place; the tenant's network follows when the \
+                 installer sets the annotation {PROVISIONED_ANNOTATION}=true"
+            ),
+        ),
+        Some(Hold::HostNotFound) => set(
+            "Held",
+            Truth::True,
+            "HostNotFound",
+            format!(
+                "the linked BareMetalHost {} is not found; holding {phase}",
+                facts
+                    .host
+                    .as_ref()
+                    .map(|h| format!("{}/{}", h.namespace, h.name))
+                    .unwrap_or_default()
+            ),
+        ),
+        Some(Hold::UnknownState(s)) => set(
+            "Held",
+            Truth::True,
+            "UnknownHostState",
+            format!(
+                "the BareMetalHost is in state {s:?}, which patchbay does not know; holding {phase}"
+            ),
+        ),
+    }
+    let in_use: Vec<String> = facts
+        .ports
+        .iter()
+        .filter_map(|(t, v, _)| match v {
+            Verdict::InUse(why) => Some(format!("{} ({}): {why}", t.port, t.nic)),
+            _ => None,
+        })
+        .collect();
+    if in_use.is_empty() {
+        set("PortInUse", Truth::False, "NoConflict", String::new());
+    } else {
+        set(
+            "PortInUse",
+            Truth::True,
+            "PortInUse",
+            format!("left untouched: {}", in_use.join("; ")),
+        );
+    }
+    let host = facts
+        .host
+        .as_ref()
+        .map(|h| format!("BareMetalHost {}/{}", h.namespace, h.name))
+        .unwrap_or_default();
+    match &facts.gate {
+        None => conditions.retain(|c| c.type_ != "HostPaused"),
+        Some(Gate::Hold | Gate::Holding) => set(
+            "HostPaused",
+            Truth::True,
+            "PausedByPatchbay",
+            format!(
+                "{host} is paused ({PAUSED_ANNOTATION}) until its ports carry the provisioning network"
+            ),
+        ),
+        Some(Gate::Foreign(v)) => set(
+            "HostPaused",
+            Truth::True,
+            "PausedByOther",
+            format!(
+                "{host} is paused by someone else ({PAUSED_ANNOTATION}={v:?}); patchbay leaves the pause alone and waits"
+            ),
+        ),
+        Some(Gate::Release | Gate::Open) => {
+            set("HostPaused", Truth::False, "NotPaused", String::new())
+        }
+    }
+}
+
+/// The status a Server should have: its binding, its phase and ports (from the
+/// host controller's facts), its spec's errors. `status.claim` names the bound
+/// claim, and after a release the claim being left while its network may still be
+/// on the ports (`Deprovisioning`, or a still-provisioned Metal3 host whose ports
+/// are not settled yet).
+pub fn server_status(
+    server: &Server,
+    old: &ServerStatus,
+    facts: &HostFacts,
+    now: jiff::Timestamp,
+) -> ServerStatus {
     let mut status = old.clone();
     let b = server.spec.claim_ref.as_ref();
-    status.phase = Some(if b.is_some() {
-        ServerPhase::Allocated
-    } else {
-        ServerPhase::Available
-    });
+    status.phase = Some(facts.step.phase);
     status.allocated = b.is_some();
     status.role = b.map(|b| b.role.clone());
-    status.claim = b.map(|b| ClaimRef {
-        name: b.name.clone(),
-        namespace: b.namespace.clone(),
-    });
+    status.claim = match b {
+        Some(b) => Some(ClaimRef {
+            name: b.name.clone(),
+            namespace: b.namespace.clone(),
+        }),
+        // Released: the claim's network may still be on the ports while the Server
+        // deprovisions, or (a Metal3 host still provisioned) until its ports are
+        // settled on the NICs' own configuration.
+        None => match facts.step.phase {
+            ServerPhase::Deprovisioning => old.claim.clone(),
+            ServerPhase::Provisioned if !facts.settled() => old.claim.clone(),
+            _ => None,
+        },
+    };
+    let ready = facts.ports.iter().filter(|(_, v, _)| v.settled()).count();
+    status.ports_ready = Some(format!("{ready}/{}", facts.ports.len()));
+    status.ports = facts
+        .ports
+        .iter()
+        .map(|(t, v, state)| NicPortStatus {
+            nic: t.nic.clone(),
+            kind: format!("{:?}", t.port.kind),
+            port: format!("{}/{}", t.port.namespace, t.port.name),
+            configuration: t
+                .configuration
+                .as_ref()
+                .map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or_default(), c.name)),
+            source: t.source.as_str().into(),
+            state: state.map(|s| s.to_string()),
+            ready: v.settled(),
+        })
+        .collect();
+    status.bare_metal_host = facts.host.clone();
     status.observed_generation = server.metadata.generation;
     status.errors = validate_server(&server.spec)
         .err()
@@ -512,6 +801,12 @@ pub fn server_status(server: &Server, old: &ServerStatus, now: jiff::Timestamp) 
         truth,
         reason,
         message,
+        server.metadata.generation,
+        now,
+    );
+    host_conditions(
+        &mut status.conditions,
+        facts,
         server.metadata.generation,
         now,
     );

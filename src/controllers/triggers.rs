@@ -2,18 +2,24 @@
 //! it, a Switch its ports, a ProviderSwitch the ports of its Switches, a credentials
 //! Secret the ports of the Switches whose ProviderSwitch reads it, and the same for
 //! SmartNicPorts; a Server the claim it is bound to, the claims that list it and
-//! the claims of its site still waiting for Servers. The runtime calls these with
-//! its caches' contents. Pure, no I/O.
+//! the claims of its site still waiting for Servers (and the claim it is leaving);
+//! a port the Server that drives it or is cabled to it; a claim its Servers; a
+//! BareMetalHost the Servers linked to it. The runtime calls these with its caches'
+//! contents. Pure, no I/O.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{CHAINED_FROM_ANNOTATION, SWITCH_LABEL};
+use crate::api::metal3::BareMetalHost;
+use crate::api::server::CabledPortKind;
 use crate::api::{
     ConfigurationRef, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
 };
+use crate::host::HOST_ANNOTATION;
 
 /// Whether `reference`, held by an object of namespace `holder_ns`, names object
 /// `name` of namespace `ns` (a reference without namespace means the holder's).
@@ -148,7 +154,7 @@ pub fn smartnics_of_provider(
 }
 
 /// Claims a change to `server` may concern: the one it is bound to, those whose
-/// status lists it, and those of its site that are not fully allocated (a Server
+/// status lists it, the one its ports are leaving, and those of its site that are not fully allocated (a Server
 /// freed, added or out of maintenance may complete them).
 pub fn claims_for_server(
     claims: &[Arc<ServerClaim>],
@@ -166,6 +172,14 @@ pub fn claims_for_server(
             });
             let lists =
                 status.is_some_and(|s| s.roles.iter().any(|r| r.servers.iter().any(|n| n == name)));
+            let leaving = server
+                .status
+                .as_ref()
+                .and_then(|st| st.claim.as_ref())
+                .is_some_and(|l| {
+                    c.metadata.name.as_deref() == Some(l.name.as_str())
+                        && c.metadata.namespace.as_deref() == Some(l.namespace.as_str())
+                });
             let waiting = c.spec.site == server.spec.site
                 && !status.is_some_and(|s| {
                     s.observed_generation == c.metadata.generation
@@ -173,9 +187,89 @@ pub fn claims_for_server(
                             .iter()
                             .any(|k| k.type_ == "Allocated" && k.status == "True")
                 });
-            is_bound || lists || waiting
+            is_bound || lists || leaving || waiting
         })
         .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+/// Servers a change to a port concerns: the one its host mark names, and those
+/// with a NIC cabled to it.
+pub fn servers_of_port(
+    servers: &[Arc<Server>],
+    kind: CabledPortKind,
+    port: &kube::core::ObjectMeta,
+) -> Vec<ObjectRef<Server>> {
+    let (ns, name) = (
+        port.namespace.as_deref().unwrap_or_default(),
+        port.name.as_deref().unwrap_or_default(),
+    );
+    let mark = port
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(HOST_ANNOTATION))
+        .and_then(|m| m.strip_prefix("Server/"));
+    let mut out: BTreeSet<String> = mark.map(str::to_owned).into_iter().collect();
+    for s in servers {
+        let cabled = s.spec.nics.iter().any(|n| {
+            n.port.as_ref().is_some_and(|p| {
+                p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
+                    && p.namespace == ns
+                    && p.name == name
+            })
+        });
+        if cabled {
+            out.insert(s.name_any());
+        }
+    }
+    out.into_iter().map(|n| ObjectRef::new(&n)).collect()
+}
+
+/// Servers a change to a claim concerns: those bound to it, and those whose status
+/// says their ports carry (or are leaving) its network.
+pub fn servers_of_claim(servers: &[Arc<Server>], claim: &ServerClaim) -> Vec<ObjectRef<Server>> {
+    let (ns, name) = (
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default(),
+    );
+    servers
+        .iter()
+        .filter(|s| {
+            let bound = s
+                .spec
+                .claim_ref
+                .as_ref()
+                .is_some_and(|b| b.namespace == ns && b.name == name);
+            let leaving = s
+                .status
+                .as_ref()
+                .and_then(|st| st.claim.as_ref())
+                .is_some_and(|c| c.namespace == ns && c.name == name);
+            bound || leaving
+        })
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
+/// Servers linked to a BareMetalHost: by `spec.bareMetalHostRef`, or (without
+/// one) by the host's boot MAC.
+pub fn servers_of_host(servers: &[Arc<Server>], host: &BareMetalHost) -> Vec<ObjectRef<Server>> {
+    let (ns, name) = (
+        host.metadata.namespace.as_deref().unwrap_or_default(),
+        host.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let mac = host
+        .spec
+        .boot_mac_address
+        .as_deref()
+        .map(str::to_ascii_lowercase);
+    servers
+        .iter()
+        .filter(|s| match &s.spec.bare_metal_host_ref {
+            Some(r) => r.namespace == ns && r.name == name,
+            None => mac.as_deref() == Some(s.spec.boot_mac.to_ascii_lowercase().as_str()),
+        })
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
         .collect()
 }
 

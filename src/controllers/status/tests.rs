@@ -414,7 +414,6 @@ fn a_served_claim_lists_its_servers_and_counts_them() {
         )
     );
     assert_eq!(claim_condition(&s, "Maintenance").0, "False");
-    assert_eq!(claim_condition(&s, "Ready").0, "Unknown");
     // The same step again: the same status, so nothing is written.
     let plan = claim_plan(true, &[("control-plane", &["a"]), ("worker", &["b", "c"])]);
     let (again, _) = claim_status(&claim_spec(), Some(2), &Ok(plan), &s, t(60));
@@ -509,27 +508,284 @@ fn server(bound: bool) -> Server {
     s
 }
 
+fn facts(phase: ServerPhase, hold: Option<Hold>, ports: Vec<(Verdict, Option<&str>)>) -> HostFacts {
+    use crate::api::server::CabledPortKind;
+    use crate::host::{PortId, Source};
+    HostFacts {
+        step: PhaseStep { phase, hold },
+        ports: ports
+            .into_iter()
+            .enumerate()
+            .map(|(i, (v, cfg))| {
+                (
+                    HostPortTarget {
+                        nic: format!("eth{i}"),
+                        port: PortId {
+                            kind: CabledPortKind::SwitchPort,
+                            namespace: "infra".into(),
+                            name: format!("tor1-p{i}"),
+                        },
+                        configuration: cfg.map(|c| ConfigurationRef {
+                            name: c.into(),
+                            namespace: Some("team".into()),
+                        }),
+                        source: if cfg.is_some() {
+                            Source::Claim
+                        } else {
+                            Source::Clean
+                        },
+                    },
+                    v,
+                    Some(PortState::Active),
+                )
+            })
+            .collect(),
+        unmatched: vec![],
+        host: None,
+        gate: None,
+    }
+}
+
+fn server_condition(s: &ServerStatus, type_: &str) -> (String, String, String) {
+    let c = find_condition(&s.conditions, type_).unwrap_or_else(|| panic!("no {type_}"));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
 #[test]
-fn the_status_mirrors_the_binding() {
+fn the_status_mirrors_the_binding_and_the_phase() {
     let now = jiff::Timestamp::UNIX_EPOCH;
-    let st = server_status(&server(true), &ServerStatus::default(), now);
-    assert_eq!(st.phase, Some(ServerPhase::Allocated));
+    let f = facts(
+        ServerPhase::Provisioned,
+        None,
+        vec![(Verdict::Settled, Some("web"))],
+    );
+    let st = server_status(&server(true), &ServerStatus::default(), &f, now);
+    assert_eq!(st.phase, Some(ServerPhase::Provisioned));
     assert!(st.allocated);
     assert_eq!(st.role.as_deref(), Some("worker"));
     assert_eq!(st.claim.as_ref().map(|c| c.name.as_str()), Some("web"));
-    let released = server_status(&server(false), &st, now);
+    assert_eq!(st.ports_ready.as_deref(), Some("1/1"));
+    assert_eq!(st.ports[0].configuration.as_deref(), Some("team/web"));
+    assert_eq!(st.ports[0].source, "claim");
+    assert_eq!(server_condition(&st, "PortsReady").0, "True");
+    assert_eq!(server_condition(&st, "Held").0, "False");
+    // Released: the claim stays named while the ports are on their way back…
+    let f = facts(
+        ServerPhase::Deprovisioning,
+        None,
+        vec![(Verdict::Pending("Configuring".into()), Some("pxe"))],
+    );
+    let leaving = server_status(&server(false), &st, &f, now);
+    assert!(!leaving.allocated && leaving.role.is_none());
+    assert_eq!(leaving.claim.as_ref().map(|c| c.name.as_str()), Some("web"));
+    assert_eq!(leaving.ports_ready.as_deref(), Some("0/1"));
+    // …and is dropped once they are back and the Server is Available.
+    let f = facts(
+        ServerPhase::Available,
+        None,
+        vec![(Verdict::Settled, Some("pxe"))],
+    );
+    let released = server_status(&server(false), &leaving, &f, now);
     assert_eq!(released.phase, Some(ServerPhase::Available));
-    assert!(!released.allocated && released.role.is_none() && released.claim.is_none());
+    assert!(released.claim.is_none());
     assert_eq!(released.observed_generation, Some(3));
     // Nothing changed: the same status, so nothing is written.
-    assert_eq!(server_status(&server(false), &released, now), released);
+    assert_eq!(server_status(&server(false), &released, &f, now), released);
+}
+
+#[test]
+fn the_conditions_name_the_port_that_holds_the_host() {
+    let now = jiff::Timestamp::UNIX_EPOCH;
+    let f = facts(
+        ServerPhase::Provisioning,
+        Some(Hold::Ports),
+        vec![
+            (Verdict::Settled, Some("pxe")),
+            (
+                Verdict::Failing("Configuring, last error: % Invalid input".into()),
+                Some("pxe"),
+            ),
+        ],
+    );
+    let st = server_status(&server(true), &ServerStatus::default(), &f, now);
+    let (truth, reason, message) = server_condition(&st, "PortsReady");
+    assert_eq!((truth.as_str(), reason.as_str()), ("False", "PortFailed"));
+    assert_eq!(
+        message,
+        "SwitchPort infra/tor1-p1 (eth1): Configuring, last error: % Invalid input"
+    );
+    let (truth, reason, message) = server_condition(&st, "Held");
+    assert_eq!((truth.as_str(), reason.as_str()), ("True", "PortFailed"));
+    assert!(message.starts_with("Provisioning cannot move on: SwitchPort infra/tor1-p1"));
+    assert_eq!(server_condition(&st, "PortInUse").0, "False");
+    // A port somebody else configured: PortInUse names it and whose it is.
+    let f = facts(
+        ServerPhase::Available,
+        Some(Hold::Ports),
+        vec![(Verdict::InUse("driven by Server/other".into()), Some("pxe"))],
+    );
+    let st = server_status(&server(true), &st, &f, now);
+    assert_eq!(
+        server_condition(&st, "PortInUse"),
+        (
+            "True".into(),
+            "PortInUse".into(),
+            "left untouched: SwitchPort infra/tor1-p0 (eth0): driven by Server/other".into()
+        )
+    );
+    assert_eq!(server_condition(&st, "PortsReady").1, "PortInUse");
+    // Waiting for the installer.
+    let f = facts(
+        ServerPhase::Provisioning,
+        Some(Hold::NotInstalled),
+        vec![(Verdict::Settled, Some("pxe"))],
+    );
+    let st = server_status(&server(true), &st, &f, now);
+    let (truth, reason, message) = server_condition(&st, "Held");
+    assert_eq!(
+        (truth.as_str(), reason.as_str()),
+        ("True", "WaitingForInstaller")
+    );
+    assert!(
+        message.contains("patchbay.dev/provisioned=true"),
+        "{message}"
+    );
+    // A Metal3 host: the gate is reported; an unknown state holds.
+    let mut f = facts(
+        ServerPhase::Provisioned,
+        Some(Hold::UnknownState("detached".into())),
+        vec![],
+    );
+    f.host = Some(LinkedHost {
+        namespace: "metal3".into(),
+        name: "bmh-1".into(),
+        state: Some("detached".into()),
+    });
+    f.gate = Some(Gate::Foreign("metal3.io/capm3".into()));
+    let st = server_status(&server(true), &st, &f, now);
+    assert_eq!(server_condition(&st, "Held").1, "UnknownHostState");
+    let (truth, reason, message) = server_condition(&st, "HostPaused");
+    assert_eq!((truth.as_str(), reason.as_str()), ("True", "PausedByOther"));
+    assert!(
+        message.contains("metal3/bmh-1") && message.contains("capm3"),
+        "{message}"
+    );
+    f.gate = None;
+    let st = server_status(&server(true), &st, &f, now);
+    assert!(find_condition(&st.conditions, "HostPaused").is_none());
+}
+
+fn held_server(name: &str, phase: ServerPhase, ports_ready: bool, cfg: &str) -> Server {
+    let mut s: Server = serde_json::from_value(serde_json::json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+        "metadata": {"name": name, "generation": 2},
+        "spec": {"bmc": {"address": "10.0.0.5", "credentialsSecretRef":
+            {"name": "bmc", "namespace": "infra"}},
+            "bootMac": "aa:bb:cc:dd:ee:01", "site": "dc1",
+            "nics": [{"name": "eth0", "port": {"name": "tor1-p0", "namespace": "infra"}}]}
+    }))
+    .unwrap();
+    let f = facts(
+        phase,
+        None,
+        vec![(
+            if ports_ready {
+                Verdict::Settled
+            } else {
+                Verdict::Pending("Configuring".into())
+            },
+            Some(cfg),
+        )],
+    );
+    s.spec.claim_ref = Some(ServerClaimBinding {
+        name: "web".into(),
+        namespace: "team".into(),
+        uid: "u".into(),
+        role: "worker".into(),
+        since: "2026-11-23T00:00:00Z".into(),
+    });
+    s.status = Some(server_status(&s, &ServerStatus::default(), &f, t(0)));
+    s
+}
+
+#[test]
+fn a_claim_is_ready_when_every_server_is_provisioned_on_its_network() {
+    let claim: ServerClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+        "metadata": {"name": "web", "namespace": "team", "generation": 1},
+        "spec": {"site": "dc1", "roles": [{"name": "worker", "count": 2}],
+                 "networkConfiguration": [{"configurationRef":
+                    {"kind": "SwitchPortConfiguration", "name": "web"}}]}
+    }))
+    .unwrap();
+    let mut status = ServerClaimStatus::default();
+    set_condition(
+        &mut status.conditions,
+        "Allocated",
+        true,
+        "Allocated",
+        String::new(),
+        Some(1),
+        t(0),
+    );
+    let held = vec![
+        ("a".to_string(), "worker".to_string()),
+        ("b".to_string(), "worker".to_string()),
+    ];
+    let check = |servers: Vec<Server>| {
+        claim_ready(&claim, &status, &held, |n| {
+            servers
+                .iter()
+                .find(|s| s.metadata.name.as_deref() == Some(n))
+        })
+    };
+    let a = held_server("a", ServerPhase::Provisioned, true, "web");
+    let (ready, reason, _) = check(vec![
+        a.clone(),
+        held_server("b", ServerPhase::Provisioned, true, "web"),
+    ]);
+    assert_eq!((ready, reason), (true, "ServersProvisioned"));
+    let (ready, _, message) = check(vec![
+        a.clone(),
+        held_server("b", ServerPhase::Provisioning, true, "pxe"),
+    ]);
+    assert!(!ready);
+    assert_eq!(message, "b: Provisioning");
+    let (ready, _, message) = check(vec![
+        a.clone(),
+        held_server("b", ServerPhase::Provisioned, false, "web"),
+    ]);
+    assert!(!ready);
+    assert_eq!(
+        message,
+        "b: PortsConfiguring (SwitchPort infra/tor1-p0 (eth0): Configuring)"
+    );
+    // A Server still on an older network of the claim (just edited) is not ready.
+    let (ready, _, message) = check(vec![
+        a.clone(),
+        held_server("b", ServerPhase::Provisioned, true, "old"),
+    ]);
+    assert!(!ready);
+    assert_eq!(message, "b: taking the claim's current network");
+    let (ready, _, message) = check(vec![a]);
+    assert!(!ready);
+    assert_eq!(message, "b: not found");
+    // Not allocated for this generation: not ready, whatever the Servers say.
+    let (ready, reason, _) = claim_ready(&claim, &ServerClaimStatus::default(), &held, |_| None);
+    assert_eq!((ready, reason), (false, "NotAllocated"));
 }
 
 #[test]
 fn a_bad_spec_is_reported_by_field() {
     let mut s = server(false);
     s.spec.boot_mac = "nope".into();
-    let st = server_status(&s, &ServerStatus::default(), jiff::Timestamp::UNIX_EPOCH);
+    let f = facts(ServerPhase::Available, None, vec![]);
+    let st = server_status(
+        &s,
+        &ServerStatus::default(),
+        &f,
+        jiff::Timestamp::UNIX_EPOCH,
+    );
     assert_eq!(st.errors.len(), 1);
     assert!(st.errors[0].starts_with("spec.bootMac:"), "{:?}", st.errors);
     let valid = st.conditions.iter().find(|c| c.type_ == "Valid").unwrap();

@@ -1,0 +1,98 @@
+//! Metal3's BareMetalHost, as far as patchbay reads it: a typed subset (its
+//! metadata, `spec.bootMACAddress`, the proposed `spec.ports`, and
+//! `status.provisioning.state` and `status.hardware`), so that patchbay works with the
+//! upstream CRD as it is and keeps only these fields in memory. Not one of
+//! patchbay's CRDs: the baremetal-operator installs it. Pure data, no I/O.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+/// A Metal3 BareMetalHost (`metal3.io/v1alpha1`), the fields patchbay reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BareMetalHost {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// What patchbay reads of the spec.
+    #[serde(default)]
+    pub spec: BareMetalHostSpec,
+    /// What patchbay reads of the status.
+    #[serde(default)]
+    pub status: BareMetalHostStatus,
+}
+
+/// The spec fields patchbay reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BareMetalHostSpec {
+    /// The MAC address the host PXE-boots from.
+    #[serde(
+        default,
+        rename = "bootMACAddress",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub boot_mac_address: Option<String>,
+    /// Seed 003's proposed `spec.ports` (absent from the upstream CRD, which prunes
+    /// it): kept as written and checked entry by entry, so that one malformed entry
+    /// never hides the host from the watch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<serde_json::Value>,
+}
+
+/// The status fields patchbay reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BareMetalHostStatus {
+    /// `status.provisioning`.
+    #[serde(default)]
+    pub provisioning: Provisioning,
+    /// `status.hardware`, the inspection's findings (CPU, RAM, NICs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<serde_json::Value>,
+}
+
+/// `status.provisioning`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Provisioning {
+    /// The baremetal-operator's state (`registering`, `provisioned`, …); absent or
+    /// empty before it has registered the host.
+    #[serde(default)]
+    pub state: String,
+}
+
+impl kube::Resource for BareMetalHost {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "BareMetalHost".into()
+    }
+
+    fn group(_: &()) -> Cow<'_, str> {
+        "metal3.io".into()
+    }
+
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1alpha1".into()
+    }
+
+    fn plural(_: &()) -> Cow<'_, str> {
+        "baremetalhosts".into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl BareMetalHost {
+    /// The status as the inspection readers take it (`{"hardware": …}`).
+    pub fn status_json(&self) -> serde_json::Value {
+        serde_json::json!({ "hardware": self.status.hardware })
+    }
+}

@@ -1,0 +1,338 @@
+//! Drives the ports of one host (a Server, or a BareMetalHost carrying its own
+//! `spec.ports`) through its phases, and holds a Metal3 BareMetalHost with the pause
+//! annotation while its ports are not ready for what the baremetal-operator is
+//! about to do. Kubernetes I/O: reads from the caches, merge patches on ports and
+//! hosts, Events on hosts. Every decision is [`crate::host`]'s.
+//!
+//! Writes are guarded by the object's resourceVersion as read from the cache: a
+//! port somebody else changed in the meantime (a person, a SmartNicPort claiming
+//! it) is never overwritten; the conflict requeues the host, which reads again.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use super::ControllerError;
+use super::events::EventPublisher;
+use super::server_claim::Hosts;
+use super::status::{HostFacts, Severity};
+use crate::api::ServerPhase;
+use crate::api::metal3::BareMetalHost;
+use crate::api::server::{CabledPortKind, LinkedHost, ServerNic};
+use crate::api::{ConfigurationRef, PortStatus, Server, SmartNicPort, SwitchPort};
+use crate::host::{
+    ClaimNetwork, Driver, Gate, HOST_ANNOTATION, ObservedPort, PAUSED_ANNOTATION,
+    PAUSED_BY_PATCHBAY, PortId, PortTarget, PortWrite, Source, metal3_gate, metal3_goal,
+    next_phase, port_step, port_targets,
+};
+
+/// What the host controller reads and writes through.
+pub struct HostWorld {
+    /// The API server.
+    pub client: Client,
+    /// The SwitchPort cache.
+    pub switch_ports: Store<SwitchPort>,
+    /// The SmartNicPort cache.
+    pub smartnic_ports: Store<SmartNicPort>,
+    /// Events on hosts.
+    pub events: EventPublisher,
+}
+
+/// One host as the controller sees it.
+pub struct HostView<'a> {
+    /// The mark its ports carry (`Server/<name>`).
+    pub me: String,
+    /// Its NICs.
+    pub nics: &'a [ServerNic],
+    /// The claim's network, when bound.
+    pub network: Option<ClaimNetwork<'a>>,
+    /// What moves its phase.
+    pub driver: Driver<'a>,
+    /// Being deleted.
+    pub deleting: bool,
+    /// Its phase so far.
+    pub phase: Option<ServerPhase>,
+    /// The linked (or own) BareMetalHost, to gate.
+    pub bare_metal_host: Option<Arc<BareMetalHost>>,
+}
+
+/// The linked BareMetalHost of a Server: `spec.bareMetalHostRef`, else the host
+/// whose `spec.bootMACAddress` is the Server's boot MAC.
+pub fn linked_host(hosts: &Hosts, server: &Server) -> Option<Arc<BareMetalHost>> {
+    if let Some(r) = &server.spec.bare_metal_host_ref {
+        return hosts.get(&ObjectRef::new(&r.name).within(&r.namespace));
+    }
+    let mac = server.spec.boot_mac.to_ascii_lowercase();
+    hosts.state().into_iter().find(|h| {
+        h.spec
+            .boot_mac_address
+            .as_deref()
+            .is_some_and(|m| m.to_ascii_lowercase() == mac)
+    })
+}
+
+fn observed(
+    meta: &kube::core::ObjectMeta,
+    spec: Option<&ConfigurationRef>,
+    status: Option<&PortStatus>,
+) -> ObservedPort {
+    let ns = meta.namespace.clone().unwrap_or_default();
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let status = status.cloned().unwrap_or_default();
+    ObservedPort {
+        configuration: spec.map(|r| ConfigurationRef {
+            name: r.name.clone(),
+            namespace: Some(r.namespace.clone().unwrap_or_else(|| ns.clone())),
+        }),
+        host: annotations.get(HOST_ANNOTATION).cloned(),
+        chained_from: annotations.get(super::CHAINED_FROM_ANNOTATION).cloned(),
+        state: status.state,
+        applied: status.configuration_ref,
+        seen: status.observed_generation.is_some() && status.observed_generation == meta.generation,
+        last_error: status.last_error,
+        not_ready: status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.status != "True")
+            .map(|c| format!("{}: {}", c.reason, c.message)),
+    }
+}
+
+/// A port from the caches: what it is, and its resourceVersion.
+fn look_up(world: &HostWorld, port: &PortId) -> Option<(ObservedPort, Option<String>)> {
+    match port.kind {
+        CabledPortKind::SwitchPort => {
+            let p = world
+                .switch_ports
+                .get(&ObjectRef::new(&port.name).within(&port.namespace))?;
+            Some((
+                observed(
+                    &p.metadata,
+                    p.spec.configuration.as_ref(),
+                    p.status.as_ref(),
+                ),
+                p.resource_version(),
+            ))
+        }
+        CabledPortKind::SmartNicPort => {
+            let p = world
+                .smartnic_ports
+                .get(&ObjectRef::new(&port.name).within(&port.namespace))?;
+            Some((
+                observed(
+                    &p.metadata,
+                    p.spec.configuration.as_ref(),
+                    p.status.as_ref(),
+                ),
+                p.resource_version(),
+            ))
+        }
+    }
+}
+
+/// The ports carrying `me`'s mark, from the caches.
+fn marked(world: &HostWorld, me: &str) -> BTreeSet<PortId> {
+    let mine = |m: &kube::core::ObjectMeta| {
+        m.annotations
+            .as_ref()
+            .and_then(|a| a.get(HOST_ANNOTATION))
+            .is_some_and(|h| h == me)
+    };
+    let id = |kind, m: &kube::core::ObjectMeta| PortId {
+        kind,
+        namespace: m.namespace.clone().unwrap_or_default(),
+        name: m.name.clone().unwrap_or_default(),
+    };
+    let switch = world
+        .switch_ports
+        .state()
+        .into_iter()
+        .filter(|p| mine(&p.metadata))
+        .map(|p| id(CabledPortKind::SwitchPort, &p.metadata));
+    let smart = world
+        .smartnic_ports
+        .state()
+        .into_iter()
+        .filter(|p| mine(&p.metadata))
+        .map(|p| id(CabledPortKind::SmartNicPort, &p.metadata));
+    switch.chain(smart).collect()
+}
+
+async fn write_port(
+    world: &HostWorld,
+    port: &PortId,
+    version: Option<String>,
+    me: &str,
+    write: &PortWrite,
+) -> Result<(), kube::Error> {
+    let patch = match write {
+        PortWrite::Set(c) => json!({
+            "metadata": {"resourceVersion": version, "annotations": {HOST_ANNOTATION: me}},
+            "spec": {"configuration": c},
+        }),
+        PortWrite::Unmark => json!({
+            "metadata": {"resourceVersion": version, "annotations": {HOST_ANNOTATION: null}},
+        }),
+    };
+    let pp = PatchParams::default();
+    let result = match port.kind {
+        CabledPortKind::SwitchPort => {
+            Api::<SwitchPort>::namespaced(world.client.clone(), &port.namespace)
+                .patch(&port.name, &pp, &Patch::Merge(patch))
+                .await
+                .map(|_| ())
+        }
+        CabledPortKind::SmartNicPort => {
+            Api::<SmartNicPort>::namespaced(world.client.clone(), &port.namespace)
+                .patch(&port.name, &pp, &Patch::Merge(patch))
+                .await
+                .map(|_| ())
+        }
+    };
+    match result {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        r => r,
+    }
+}
+
+/// The targets of `phase` for `view`, plus a clean target for every port still
+/// carrying the host's mark that no NIC is cabled to any more.
+fn targets_of(
+    world: &HostWorld,
+    view: &HostView<'_>,
+    phase: ServerPhase,
+) -> (Vec<PortTarget>, Vec<String>) {
+    let (mut targets, unmatched) = port_targets(phase, view.nics, view.network);
+    let cabled: BTreeSet<PortId> = targets.iter().map(|t| t.port.clone()).collect();
+    for port in marked(world, &view.me) {
+        if !cabled.contains(&port) {
+            targets.push(PortTarget {
+                nic: "no longer cabled".into(),
+                port,
+                configuration: None,
+                source: Source::Clean,
+            });
+        }
+    }
+    (targets, unmatched)
+}
+
+/// How the ports stand against `targets`, without writing.
+fn judge(world: &HostWorld, me: &str, targets: &[PortTarget]) -> bool {
+    targets.iter().all(|t| {
+        let o = look_up(world, &t.port).map(|(o, _)| o);
+        port_step(t.configuration.as_ref(), o.as_ref(), me)
+            .1
+            .settled()
+    })
+}
+
+/// One pass over a host: the phase step, the port writes it calls for, the Metal3
+/// gate. Returns the facts its status is computed from.
+pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, ControllerError> {
+    let current = view.phase;
+    let settled_now = match current {
+        Some(p) => {
+            let (targets, unmatched) = targets_of(world, view, p);
+            unmatched.is_empty() && judge(world, &view.me, &targets)
+        }
+        None => false,
+    };
+    let step = next_phase(current, view.driver, view.deleting, settled_now);
+    let (targets, unmatched) = targets_of(world, view, step.phase);
+    let mut ports = Vec::with_capacity(targets.len());
+    let mut conflict = None;
+    for t in targets {
+        let found = look_up(world, &t.port);
+        let (o, version) = match found {
+            Some((o, v)) => (Some(o), v),
+            None => (None, None),
+        };
+        let (write, verdict) = port_step(t.configuration.as_ref(), o.as_ref(), &view.me);
+        if let Some(w) = &write {
+            match write_port(world, &t.port, version, &view.me, w).await {
+                Ok(()) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => conflict = Some(s),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let state = o.as_ref().and_then(|o| o.state);
+        ports.push((t, verdict, state));
+    }
+    let (host, gate) = match &view.bare_metal_host {
+        Some(bmh) => {
+            let state = bmh.status.provisioning.state.as_str();
+            let goal = if view.deleting {
+                Some(ServerPhase::Deleting)
+            } else {
+                metal3_goal(Some(state))
+            };
+            let settled = unmatched.is_empty() && ports.iter().all(|(_, v, _)| v.settled());
+            let paused = bmh.annotations().get(PAUSED_ANNOTATION).map(String::as_str);
+            let gate = metal3_gate(goal, settled, paused);
+            apply_gate(world, bmh, &gate).await?;
+            let linked = LinkedHost {
+                namespace: bmh.namespace().unwrap_or_default(),
+                name: bmh.name_any(),
+                state: Some(state.to_owned()),
+            };
+            (Some(linked), Some(gate))
+        }
+        None => (None, None),
+    };
+    if let Some(s) = conflict {
+        return Err(kube::Error::Api(s).into());
+    }
+    Ok(HostFacts {
+        step,
+        ports,
+        unmatched,
+        host,
+        gate,
+    })
+}
+
+/// Sets or removes patchbay's pause on a BareMetalHost, with an Event on the host.
+/// The write is guarded by the host's resourceVersion, so a pause somebody else set
+/// in the meantime is never overwritten.
+async fn apply_gate(
+    world: &HostWorld,
+    bmh: &BareMetalHost,
+    gate: &Gate,
+) -> Result<(), ControllerError> {
+    let (value, reason, note) = match gate {
+        Gate::Hold => (
+            Some(PAUSED_BY_PATCHBAY),
+            "PortsHold",
+            "paused by patchbay until the host's ports carry the provisioning network",
+        ),
+        Gate::Release => (
+            None,
+            "PortsRelease",
+            "pause removed by patchbay: the host's ports are ready",
+        ),
+        Gate::Open | Gate::Holding | Gate::Foreign(_) => return Ok(()),
+    };
+    let api: Api<BareMetalHost> =
+        Api::namespaced(world.client.clone(), &bmh.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {
+        "resourceVersion": bmh.resource_version(),
+        "annotations": {PAUSED_ANNOTATION: value},
+    }});
+    api.patch(
+        &bmh.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await?;
+    tracing::info!(host = %format!("{}/{}", bmh.namespace().unwrap_or_default(), bmh.name_any()), reason, "BareMetalHost gate");
+    world
+        .events
+        .publish(bmh, Severity::Normal, reason, note)
+        .await;
+    Ok(())
+}
