@@ -25,9 +25,12 @@
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
+
 use crate::allocation::{CandidateNic, NicNeed, match_nics};
 use crate::api::claim::{ConfigurationKind, NetworkConfiguration, ServerClaimSpec};
-use crate::api::server::{CabledPortKind, ServerNic};
+use crate::api::metal3::BareMetalHost;
+use crate::api::server::{CabledPortKind, CabledPortRef, ServerNic};
 use crate::api::{ConfigurationRef, PortState, ServerPhase};
 
 /// The annotation a host puts on each port it drives: `Server/<name>` or
@@ -495,6 +498,87 @@ pub fn port_step(
         _ => Verdict::Pending(state),
     };
     (write, verdict)
+}
+
+/// One entry of `spec.ports` as seed 003 writes it; references default to the
+/// host's namespace.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PortEntry {
+    name: String,
+    #[serde(default)]
+    mac: Option<String>,
+    port: EntryRef,
+    #[serde(default)]
+    provisioning_configuration: Option<EntryRef>,
+    #[serde(default)]
+    configuration: Option<EntryRef>,
+}
+
+#[derive(Deserialize)]
+struct EntryRef {
+    name: String,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+/// The host's `spec.ports` as NICs, and one message per entry that is not one.
+pub fn bare_metal_host_nics(host: &BareMetalHost) -> (Vec<ServerNic>, Vec<String>) {
+    let ns = host.metadata.namespace.clone().unwrap_or_default();
+    let Some(entries) = host.spec.ports.as_ref() else {
+        return (Vec::new(), Vec::new());
+    };
+    let Some(entries) = entries.as_array() else {
+        return (Vec::new(), vec!["spec.ports: not a list".into()]);
+    };
+    let mut nics = Vec::new();
+    let mut errors = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let entry = match PortEntry::deserialize(e) {
+            Ok(p) => p,
+            Err(err) => {
+                errors.push(format!("spec.ports[{i}]: {err}"));
+                continue;
+            }
+        };
+        let kind = match entry.port.kind.as_deref() {
+            None | Some("SwitchPort") => CabledPortKind::SwitchPort,
+            Some("SmartNicPort") => CabledPortKind::SmartNicPort,
+            Some(other) => {
+                errors.push(format!(
+                    "spec.ports[{i}].port.kind: {other:?} is neither SwitchPort nor SmartNicPort"
+                ));
+                continue;
+            }
+        };
+        let reference = |r: EntryRef| ConfigurationRef {
+            name: r.name,
+            namespace: Some(r.namespace.unwrap_or_else(|| ns.clone())),
+        };
+        nics.push(ServerNic {
+            name: entry.name,
+            mac: entry.mac,
+            port: Some(CabledPortRef {
+                kind: Some(kind),
+                name: entry.port.name,
+                namespace: entry.port.namespace.unwrap_or_else(|| ns.clone()),
+            }),
+            provisioning_configuration: entry.provisioning_configuration.map(reference),
+            configuration: entry.configuration.map(reference),
+        });
+    }
+    (nics, errors)
+}
+
+/// The mark a host's ports carry.
+pub fn bare_metal_host_mark(host: &BareMetalHost) -> String {
+    format!(
+        "BareMetalHost/{}/{}",
+        host.metadata.namespace.clone().unwrap_or_default(),
+        host.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Whether a linked BareMetalHost should carry patchbay's pause, and what to do

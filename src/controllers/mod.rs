@@ -22,6 +22,7 @@
 //! produced: `providers/dialects/cisco_ios.yaml` through
 //! `patchbay_providers::cli::dialect` (the `Dialect::configuration_lines` builder).
 
+pub mod bare_metal_host;
 pub mod context;
 pub mod events;
 pub mod failure;
@@ -109,11 +110,32 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     S: serde::Serialize + PartialEq,
 {
+    write_status_at(api, name, None, old, new).await
+}
+
+/// [`write_status`] guarded by `resource_version`: when the object changed since it
+/// was read, nothing is written and the API server answers 409 (a status that is a
+/// state machine's memory must never be written from a stale read).
+async fn write_status_at<K, S>(
+    api: &kube::Api<K>,
+    name: &str,
+    resource_version: Option<String>,
+    old: &S,
+    new: &S,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
     if old != new {
+        let mut patch = status::status_merge_patch(old, new);
+        if let Some(rv) = resource_version {
+            patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+        }
         api.patch_status(
             name,
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(status::status_merge_patch(old, new)),
+            &kube::api::Patch::Merge(patch),
         )
         .await?;
     }

@@ -11,7 +11,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
@@ -21,8 +22,8 @@ use super::events::EventPublisher;
 use super::host::HostWorld;
 use super::server_claim::Allocator;
 use super::{
-    ControllerError, provider_switch, server, server_claim, smartnic_port, switch, switch_port,
-    triggers,
+    ControllerError, bare_metal_host, provider_switch, server, server_claim, smartnic_port, switch,
+    switch_port, triggers,
 };
 use crate::api::metal3::BareMetalHost;
 use crate::api::server::CabledPortKind;
@@ -83,6 +84,49 @@ async fn has_bare_metal_hosts(client: &Client) -> bool {
     }
 }
 
+/// One watch shared by several controllers: its cache, a subscription per reader
+/// (each sees an object only once the cache holds it, so a controller woken by it
+/// reads what woke it), and the future that drives the watch until `stop`.
+fn shared_watch<K>(
+    api: kube::Api<K>,
+    wc: &watcher::Config,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (
+    Store<K>,
+    Writer<K>,
+    impl FnOnce(Writer<K>) -> futures::future::BoxFuture<'static, ()>,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let writer = Writer::<K>::new_shared(1024, ());
+    let store = writer.as_reader();
+    let wc = wc.clone();
+    let run = move |writer: Writer<K>| {
+        watcher(api, wc)
+            .default_backoff()
+            .reflect_shared(writer)
+            .take_until(stop)
+            .for_each(|_| futures::future::ready(()))
+            .boxed()
+    };
+    (store, writer, run)
+}
+
+fn subscribe<K>(writer: &Writer<K>) -> ReflectHandle<K>
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    writer.subscribe().expect("a shared writer has subscribers")
+}
+
 /// Who the Events say reported them.
 fn reporter() -> Reporter {
     Reporter {
@@ -108,14 +152,31 @@ pub async fn run(
     let ports: kube::Api<SwitchPort> = api_for(&client, ns);
     let switches: kube::Api<Switch> = api_for(&client, ns);
     let providers: kube::Api<ProviderSwitch> = api_for(&client, ns);
-    let port_ctl = Controller::new(ports.clone(), wc.clone());
-    let port_store = port_ctl.store();
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let stopped = |tx: &tokio::sync::broadcast::Sender<()>| {
+        let mut rx = tx.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    };
+    // SwitchPorts, SmartNicPorts and claims are each watched once, shared by their
+    // own controller and the Server controller that reads them.
+    let (port_store, port_writer, port_run) = shared_watch(ports.clone(), &wc, stopped(&stop_tx));
+    let port_ctl = Controller::for_shared_stream(subscribe(&port_writer), port_store.clone());
+    let ports_for_servers = subscribe(&port_writer);
+    let metal3 = has_bare_metal_hosts(&client).await;
+    let ports_for_hosts = metal3.then(|| subscribe(&port_writer));
+    let port_watch = port_run(port_writer);
     let switch_ctl = Controller::new(switches.clone(), wc.clone());
     let switch_store = switch_ctl.store();
     let provider_ctl = Controller::new(providers.clone(), wc.clone());
     let provider_store = provider_ctl.store();
-    let snic_ctl = Controller::new(api_for::<SmartNicPort>(&client, ns), wc.clone());
-    let snic_store = snic_ctl.store();
+    let (snic_store, snic_writer, snic_run) =
+        shared_watch(api_for::<SmartNicPort>(&client, ns), &wc, stopped(&stop_tx));
+    let snic_ctl = Controller::for_shared_stream(subscribe(&snic_writer), snic_store.clone());
+    let smartnics_for_servers = subscribe(&snic_writer);
+    let smartnics_for_hosts = metal3.then(|| subscribe(&snic_writer));
+    let snic_watch = snic_run(snic_writer);
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings,
@@ -128,14 +189,6 @@ pub async fn run(
         },
         port_store.clone(),
     ));
-
-    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
-    let stopped = |tx: &tokio::sync::broadcast::Sender<()>| {
-        let mut rx = tx.subscribe();
-        async move {
-            let _ = rx.recv().await;
-        }
-    };
 
     // SwitchPorts: woken by every input of theirs — configuration, Switch, the
     // Switch's ProviderSwitch, the credentials Secret (metadata only) — so a change
@@ -264,8 +317,11 @@ pub async fn run(
     // controllers, so a claim is never woken by a Server change its plan cannot see.
     // A shared stream carries no deletions: a deleted Server wakes the claims it
     // concerns through `gone`, once the cache no longer has it.
-    let claim_ctl = Controller::new(api_for::<ServerClaim>(&client, ns), wc.clone());
-    let claim_store = claim_ctl.store();
+    let (claim_store, claim_writer, claim_run) =
+        shared_watch(api_for::<ServerClaim>(&client, ns), &wc, stopped(&stop_tx));
+    let claim_ctl = Controller::for_shared_stream(subscribe(&claim_writer), claim_store.clone());
+    let claims_for_servers = subscribe(&claim_writer);
+    let claim_watch = claim_run(claim_writer);
     let (gone_tx, gone_rx) = mpsc::unbounded_channel();
     let server_writer = kube::runtime::reflector::store::Writer::<Server>::new_shared(1024, ());
     let server_store = server_writer.as_reader();
@@ -286,18 +342,14 @@ pub async fn run(
             futures::future::ready(())
         });
     let server_ctl = Controller::for_shared_stream(server_events.clone(), server_store.clone());
-    let (hosts, host_watch, host_events) = if has_bare_metal_hosts(&client).await {
-        let writer = kube::runtime::reflector::store::Writer::<BareMetalHost>::new_shared(256, ());
-        let hosts = writer.as_reader();
-        let subscribe = || writer.subscribe().expect("a shared writer has subscribers");
-        let events = (subscribe(), subscribe());
-        let watch = watcher(api_for::<BareMetalHost>(&client, None), wc.clone())
-            .default_backoff()
-            .reflect_shared(writer)
-            .take_until(stopped(&stop_tx))
-            .for_each(|_| futures::future::ready(()))
-            .boxed();
-        (Some(hosts), watch, Some(events))
+    let (hosts, host_watch, host_events) = if metal3 {
+        let (hosts, writer, run) = shared_watch(
+            api_for::<BareMetalHost>(&client, None),
+            &wc,
+            stopped(&stop_tx),
+        );
+        let events = (subscribe(&writer), subscribe(&writer), subscribe(&writer));
+        (Some(hosts), run(writer), Some(events))
     } else {
         (None, futures::future::ready(()).boxed(), None)
     };
@@ -321,16 +373,19 @@ pub async fn run(
         server_store.clone(),
     );
     let mut server_ctl = server_ctl
-        .watches(api_for::<SwitchPort>(&client, ns), wc.clone(), move |p| {
+        .watches_shared_stream(ports_for_servers, move |p| {
             triggers::servers_of_port(&v1.state(), CabledPortKind::SwitchPort, &p.metadata)
         })
-        .watches(api_for::<SmartNicPort>(&client, ns), wc.clone(), move |p| {
+        .watches_shared_stream(smartnics_for_servers, move |p| {
             triggers::servers_of_port(&v2.state(), CabledPortKind::SmartNicPort, &p.metadata)
         })
-        .watches(api_for::<ServerClaim>(&client, ns), wc.clone(), move |c| {
+        .watches_shared_stream(claims_for_servers, move |c| {
             triggers::servers_of_claim(&v3.state(), &c)
         });
-    if let Some((for_claims, for_servers)) = host_events {
+    let mut host_ctl = None;
+    if let (Some((for_claims, for_servers, for_hosts)), Some(host_ports), Some(host_smartnics)) =
+        (host_events, ports_for_hosts, smartnics_for_hosts)
+    {
         let (v4, v5) = (server_store.clone(), server_store.clone());
         claim_ctl = claim_ctl.watches_shared_stream(for_claims, move |host| {
             triggers::servers_of_host(&v4.state(), &host)
@@ -342,6 +397,19 @@ pub async fn run(
         server_ctl = server_ctl.watches_shared_stream(for_servers, move |host| {
             triggers::servers_of_host(&v5.state(), &host)
         });
+        // BareMetalHosts that carry their own ports: woken by their own changes and
+        // the ports they drive or are cabled to.
+        let store = alloc.hosts.clone().expect("hosts are watched");
+        let (h1, h2) = (store.clone(), store.clone());
+        host_ctl = Some(
+            Controller::for_shared_stream(for_hosts, store)
+                .watches_shared_stream(host_ports, move |p| {
+                    triggers::hosts_of_port(&h1.state(), CabledPortKind::SwitchPort, &p.metadata)
+                })
+                .watches_shared_stream(host_smartnics, move |p| {
+                    triggers::hosts_of_port(&h2.state(), CabledPortKind::SmartNicPort, &p.metadata)
+                }),
+        );
     }
     let claim_ctl = claim_ctl
         .reconcile_on(notices(gone_rx))
@@ -358,6 +426,15 @@ pub async fn run(
             events: EventPublisher::new(client.clone(), reporter()),
         },
     });
+    let host_ctl = match host_ctl {
+        Some(ctl) => ctl
+            .with_config(Config::default().concurrency(8))
+            .graceful_shutdown_on(stopped(&stop_tx))
+            .run(bare_metal_host::reconcile, error_policy, server_ctx.clone())
+            .for_each(log_errors("BareMetalHost"))
+            .boxed(),
+        None => futures::future::ready(()).boxed(),
+    };
     let server_ctl = server_ctl
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
@@ -398,8 +475,12 @@ pub async fn run(
         switch_ctl,
         provider_ctl,
         snic_ctl,
+        port_watch,
+        snic_watch,
+        claim_watch,
         server_watch,
         host_watch,
+        host_ctl,
         claim_ctl,
         server_ctl,
         sweeper,

@@ -19,7 +19,7 @@ use serde_json::json;
 use super::host::{HostView, HostWorld, drive, linked_host};
 use super::server_claim::Allocator;
 use super::status::{Severity, server_status};
-use super::{ControllerError, write_status};
+use super::{ControllerError, write_status_at};
 use crate::api::{FINALIZER, Server, ServerClaim};
 use crate::host::{ClaimNetwork, Driver, PROVISIONED_ANNOTATION, Verdict, claim_entries};
 
@@ -122,15 +122,10 @@ async fn follow(
     }
     let api: Api<Server> = Api::all(alloc.client.clone());
     let name = server.name_any();
-    // The installer's signal belongs to one installation: consumed on release.
-    if !linked
-        && facts.step.phase == crate::api::ServerPhase::Deprovisioning
-        && server.annotations().contains_key(PROVISIONED_ANNOTATION)
-    {
-        let patch = json!({"metadata": {"annotations": {PROVISIONED_ANNOTATION: null}}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
-    }
+    // The phase is this controller's memory: written only over the version it was
+    // read from (a reconcile of a stale copy gets a 409 and reads again), and each
+    // change announced once, after it is written.
+    write_status_at(&api, &name, server.resource_version(), &old, &status).await?;
     if old.phase != status.phase
         && let (Some(from), Some(to)) = (old.phase, status.phase)
     {
@@ -145,7 +140,15 @@ async fn follow(
             )
             .await;
     }
-    write_status(&api, &name, &old, &status).await?;
+    // The installer's signal belongs to one installation: consumed on release.
+    if !linked
+        && facts.step.phase == crate::api::ServerPhase::Deprovisioning
+        && server.annotations().contains_key(PROVISIONED_ANNOTATION)
+    {
+        let patch = json!({"metadata": {"annotations": {PROVISIONED_ANNOTATION: null}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
     // Deleted: done once no port carries what this host set (ports that do not
     // exist, or that are somebody else's, carry nothing of it).
     let released = facts.ports.iter().all(|(t, v, _)| {

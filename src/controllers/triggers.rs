@@ -19,7 +19,7 @@ use crate::api::server::CabledPortKind;
 use crate::api::{
     ConfigurationRef, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
 };
-use crate::host::HOST_ANNOTATION;
+use crate::host::{HOST_ANNOTATION, bare_metal_host_nics};
 
 /// Whether `reference`, held by an object of namespace `holder_ns`, names object
 /// `name` of namespace `ns` (a reference without namespace means the holder's).
@@ -270,6 +270,45 @@ pub fn servers_of_host(servers: &[Arc<Server>], host: &BareMetalHost) -> Vec<Obj
             None => mac.as_deref() == Some(s.spec.boot_mac.to_ascii_lowercase().as_str()),
         })
         .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
+/// BareMetalHosts a change to a port concerns: the one its host mark names, and
+/// those whose `spec.ports` is cabled to it.
+pub fn hosts_of_port(
+    hosts: &[Arc<BareMetalHost>],
+    kind: CabledPortKind,
+    port: &kube::core::ObjectMeta,
+) -> Vec<ObjectRef<BareMetalHost>> {
+    let (ns, name) = (
+        port.namespace.as_deref().unwrap_or_default(),
+        port.name.as_deref().unwrap_or_default(),
+    );
+    let mark = port
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(HOST_ANNOTATION))
+        .and_then(|m| m.strip_prefix("BareMetalHost/"))
+        .and_then(|m| m.split_once('/'));
+    let mut out: BTreeSet<(String, String)> = mark
+        .map(|(n, h)| (n.to_owned(), h.to_owned()))
+        .into_iter()
+        .collect();
+    for h in hosts.iter().filter(|h| h.spec.ports.is_some()) {
+        let (nics, _) = bare_metal_host_nics(h);
+        let cabled = nics.iter().any(|n| {
+            n.port.as_ref().is_some_and(|p| {
+                p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
+                    && p.namespace == ns
+                    && p.name == name
+            })
+        });
+        if cabled {
+            out.insert((h.namespace().unwrap_or_default(), h.name_any()));
+        }
+    }
+    out.into_iter()
+        .map(|(n, h)| ObjectRef::new(&h).within(&n))
         .collect()
 }
 

@@ -1,0 +1,137 @@
+//! The BareMetalHost controller: a Metal3 BareMetalHost that carries its own
+//! `spec.ports` (seed 003's proposal; the upstream CRD prunes the field, so this
+//! only happens on clusters whose CRD has it) is a host like a Server with those
+//! NICs — same phases, same pure functions, same gate ([`super::host::drive`]). A
+//! host that a Server links to (by reference or boot MAC) is driven by that Server
+//! instead, and its `spec.ports` is ignored.
+//!
+//! The host's status belongs to the baremetal-operator, so patchbay records what it
+//! needs on the host's annotations: `patchbay.dev/phase` (its memory of the phase)
+//! and `patchbay.dev/ports` (`2/2`, or what holds the ports back), and publishes
+//! phase changes and refusals as Events on the host. patchbay puts no finalizer on
+//! somebody else's object: the ports are cleaned when the host reaches BMO's
+//! `deleting` states, and a port still carrying the host's mark after the host is
+//! gone is left as it is (a Server linked to the host does hold a finalizer).
+//! Kubernetes I/O.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::ControllerError;
+use super::host::{HostView, drive};
+use super::server::ServerCtx;
+use super::status::Severity;
+use crate::api::ServerPhase;
+use crate::api::metal3::BareMetalHost;
+use crate::host::{Driver, HOST_ANNOTATION, bare_metal_host_mark, bare_metal_host_nics};
+
+/// The host's phase, as patchbay last moved it.
+pub const PHASE_ANNOTATION: &str = "patchbay.dev/phase";
+/// How its ports stand: `ready/total`, then what holds them back.
+pub const PORTS_ANNOTATION: &str = "patchbay.dev/ports";
+
+/// Reconciles one BareMetalHost.
+pub(super) async fn reconcile(
+    host: Arc<BareMetalHost>,
+    ctx: Arc<ServerCtx>,
+) -> Result<Action, ControllerError> {
+    let linked = ctx.alloc.servers.state().iter().any(|s| {
+        ctx.alloc
+            .hosts
+            .as_ref()
+            .and_then(|h| super::host::linked_host(h, s))
+            .is_some_and(|h| h.meta().uid == host.meta().uid)
+    });
+    let me = bare_metal_host_mark(&host);
+    let (nics, errors) = bare_metal_host_nics(&host);
+    let phase: Option<ServerPhase> = host
+        .annotations()
+        .get(PHASE_ANNOTATION)
+        .and_then(|p| serde_json::from_value(json!(p)).ok());
+    let marks = ctx
+        .world
+        .switch_ports
+        .state()
+        .iter()
+        .any(|p| p.annotations().get(HOST_ANNOTATION) == Some(&me))
+        || ctx
+            .world
+            .smartnic_ports
+            .state()
+            .iter()
+            .any(|p| p.annotations().get(HOST_ANNOTATION) == Some(&me));
+    if linked || (nics.is_empty() && errors.is_empty() && phase.is_none() && !marks) {
+        return Ok(Action::await_change());
+    }
+    let view = HostView {
+        me,
+        nics: &nics,
+        network: None,
+        driver: Driver::Metal3 {
+            state: Some(host.status.provisioning.state.as_str()),
+        },
+        deleting: host.meta().deletion_timestamp.is_some(),
+        phase,
+        bare_metal_host: Some(host.clone()),
+    };
+    let facts = drive(&ctx.world, &view).await?;
+    let ready = facts.ports.iter().filter(|(_, v, _)| v.settled()).count();
+    let mut ports = format!("{ready}/{}", facts.ports.len());
+    let mut conditions = Vec::new();
+    super::status::host_conditions(&mut conditions, &facts, None, jiff::Timestamp::now());
+    let why: Vec<String> = conditions
+        .iter()
+        .filter(|c| c.type_ == "PortsReady" && c.status != "True")
+        .map(|c| format!("{}: {}", c.reason, c.message))
+        .chain(errors.iter().cloned())
+        .collect();
+    if !why.is_empty() {
+        ports = format!("{ports}; {}", why.join("; "));
+    }
+    let new_phase = facts.step.phase.to_string();
+    let annotations = host.annotations();
+    if annotations.get(PHASE_ANNOTATION) != Some(&new_phase)
+        || annotations.get(PORTS_ANNOTATION) != Some(&ports)
+    {
+        let api: Api<BareMetalHost> = Api::namespaced(
+            ctx.world.client.clone(),
+            &host.namespace().unwrap_or_default(),
+        );
+        // Guarded like a status: never written from a stale read.
+        let patch = json!({"metadata": {
+            "resourceVersion": host.resource_version(),
+            "annotations": {PHASE_ANNOTATION: new_phase, PORTS_ANNOTATION: ports}}});
+        api.patch(
+            &host.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    }
+    if let Some(from) = phase
+        && from != facts.step.phase
+    {
+        let note = format!("{from} → {}", facts.step.phase);
+        ctx.world
+            .events
+            .publish(host.as_ref(), Severity::Normal, "PhaseChanged", &note)
+            .await;
+    }
+    if !errors.is_empty() {
+        ctx.world
+            .events
+            .publish(
+                host.as_ref(),
+                Severity::Warning,
+                "InvalidPorts",
+                &errors.join("; "),
+            )
+            .await;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
