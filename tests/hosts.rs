@@ -12,6 +12,7 @@ mod ssh_cases;
 
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use patchbay::api::{Server, ServerClaim, ServerPhase, SmartNicConfiguration, SmartNicPort};
 use patchbay_providers::{Device as _, VlanMode};
@@ -143,7 +144,13 @@ async fn expect_cisco(sim: &SimSwitch, p: &str, want: Option<VlanMode>, what: &s
 }
 
 async fn rig(test: &str, sim: &SimSwitch, ovs: &OvsSim) -> Rig {
-    let env = Env::start(test).await;
+    rig_on(Cluster::start(test).await, sim, Some(ovs)).await
+}
+
+/// The rig on a cluster the test prepared (a BareMetalHost CRD, say): tor1 with
+/// three ports, the SmartNIC when `ovs` is given, the configurations.
+async fn rig_on(cluster: Cluster, sim: &SimSwitch, ovs: Option<&OvsSim>) -> Rig {
+    let env = Env::start_on(cluster, |_| {}).await;
     let ns = env.cluster.namespace.clone();
     env.switch(
         "tor1",
@@ -157,19 +164,21 @@ async fn rig(test: &str, sim: &SimSwitch, ovs: &OvsSim) -> Rig {
         ],
     )
     .await;
-    env.create::<patchbay::api::ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "snic"},
-        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
-                 "port": ovs.info.ovsdb_port, "options": {"bridge": BRIDGE}}
-    }))
-    .await;
-    env.create::<SmartNicPort>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
-        "metadata": {"name": "snic-b"},
-        "spec": {"provider": {"name": "snic"}, "portName": "snic-b"}
-    }))
-    .await;
+    if let Some(ovs) = ovs {
+        env.create::<patchbay::api::ProviderSwitch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": "snic"},
+            "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                     "port": ovs.info.ovsdb_port, "options": {"bridge": BRIDGE}}
+        }))
+        .await;
+        env.create::<SmartNicPort>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+            "metadata": {"name": "snic-b"},
+            "spec": {"provider": {"name": "snic"}, "portName": "snic-b"}
+        }))
+        .await;
+    }
     env.configuration(
         "pxe",
         json!({"untaggedVLAN": 10, "description": "provisioning"}),
@@ -402,18 +411,45 @@ async fn ports_follow_two_servers_through_every_phase_on_a_cisco_and_an_open_vsw
     assert!(!snic.annotations().contains_key("patchbay.dev/host"));
     let p1 = ports.get("tor1-p1").await.unwrap();
     assert!(p1.annotations().contains_key("patchbay.dev/host"));
-    // The Server's phase changes are Events.
-    let events = rig
-        .env
-        .api::<k8s_openapi::api::events::v1::Event>()
-        .list(&Default::default())
-        .await
-        .unwrap();
-    let _ = events;
+    // Each phase change is an Event on the Server.
+    // (A cluster-scoped object's Events are in `default`.)
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+        rig.env.cluster.client.clone(),
+        "default",
+    )
+    .list(&Default::default())
+    .await
+    .unwrap();
+    let mut changes: Vec<(String, String)> = events
+        .items
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("PhaseChanged")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&rig.name("a"))
+        })
+        .map(|e| {
+            let t = e
+                .event_time
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            (t, e.note.clone().unwrap_or_default())
+        })
+        .collect();
+    changes.sort();
+    let changes: Vec<String> = changes.into_iter().map(|(_, n)| n).collect();
+    assert_eq!(
+        changes,
+        [
+            "Available → Provisioning",
+            "Provisioning → Provisioned",
+            "Provisioned → Deprovisioning",
+            "Deprovisioning → Available"
+        ],
+        "{changes:?}"
+    );
     rig.env.cluster.finish().await;
 }
-
-use kube::ResourceExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_port_somebody_else_configured_is_left_alone_and_named() {
@@ -491,7 +527,343 @@ async fn a_port_somebody_else_configured_is_left_alone_and_named() {
         .await
         .unwrap();
     assert!(!p1.annotations().contains_key("patchbay.dev/host"));
-    let _ = on_devplane;
-    let _ = Cluster::start;
+    rig.env.cluster.finish().await;
+}
+
+/// Metal3's BareMetalHost CRD, shaped like upstream's as far as patchbay is
+/// concerned: a structural schema, so an API server prunes what it does not list.
+/// `with_ports` adds seed 003's proposed `spec.ports`.
+fn bare_metal_host_crd(
+    with_ports: bool,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    let mut spec = json!({"type": "object", "properties": {
+        "bootMACAddress": {"type": "string"},
+        "online": {"type": "boolean"},
+        "bmc": {"type": "object", "properties": {
+            "address": {"type": "string"}, "credentialsName": {"type": "string"}}},
+        "consumerRef": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        "image": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}});
+    if with_ports {
+        spec["properties"]["ports"] = json!({"type": "array", "items":
+            {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "baremetalhosts.metal3.io"},
+        "spec": {"group": "metal3.io", "scope": "Namespaced",
+            "names": {"plural": "baremetalhosts", "singular": "baremetalhost",
+                      "kind": "BareMetalHost", "shortNames": ["bmh"]},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                    "metadata": {"type": "object"},
+                    "spec": spec,
+                    "status": {"type": "object",
+                               "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+    }))
+    .unwrap()
+}
+
+const PAUSED: &str = "baremetalhost.metal3.io/paused";
+
+/// The test playing Metal3's baremetal-operator for one host.
+struct Bmo<'a> {
+    rig: &'a Rig,
+    host: &'a str,
+}
+
+impl Bmo<'_> {
+    fn api(&self) -> Api<BareMetalHost> {
+        self.rig.env.api()
+    }
+
+    async fn get(&self) -> BareMetalHost {
+        self.api().get(self.host).await.unwrap()
+    }
+
+    fn paused(h: &BareMetalHost) -> Option<String> {
+        h.annotations().get(PAUSED).cloned()
+    }
+
+    /// Sets `status.provisioning.state` as BMO would, which it does only while the
+    /// host is not paused: waits for the pause to go first.
+    async fn step(&self, state: &str) {
+        eventually(
+            60,
+            &format!("{} unpaused, to go {state}", self.host),
+            || async { Self::paused(&self.get().await).is_none().then_some(()) },
+        )
+        .await;
+        self.force(state).await;
+    }
+
+    /// Sets the state whatever the pause says (BMO had started before it).
+    async fn force(&self, state: &str) {
+        self.api()
+            .patch_status(
+                self.host,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"provisioning": {"state": state}}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn annotate(&self, key: &str, value: Option<&str>) {
+        self.api()
+            .patch(
+                self.host,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn wait_paused(&self, value: Option<&str>) -> BareMetalHost {
+        eventually(60, &format!("{} paused={value:?}", self.host), || async {
+            let h = self.get().await;
+            (Self::paused(&h).as_deref() == value).then_some(h)
+        })
+        .await
+    }
+
+    /// The reasons of the Events on the host, in order.
+    async fn events(&self) -> Vec<String> {
+        let events = self
+            .rig
+            .env
+            .api::<k8s_openapi::api::events::v1::Event>()
+            .list(&Default::default())
+            .await
+            .unwrap();
+        let mut found: Vec<(String, String)> = events
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(self.host))
+            .map(|e| {
+                let t = e
+                    .event_time
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default();
+                (t, e.reason.clone().unwrap_or_default())
+            })
+            .collect();
+        found.sort();
+        found.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+use patchbay::api::metal3::BareMetalHost;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_baremetalhost_is_held_until_its_ports_carry_the_provisioning_network() {
+    if !on_devplane() {
+        return; // the test plays Metal3; on a real cluster Metal3 plays itself
+    }
+    let mut sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    sims.stop(); // the switch is down when the host appears
+    let cluster = Cluster::start("hosts-metal3").await;
+    cluster.install_crd(bare_metal_host_crd(false)).await;
+    let rig = rig_on(cluster, &sim, None).await;
+    let ns = rig.ns().to_owned();
+    rig.server(
+        "m",
+        7,
+        json!([{"name": "eth0", "mac": "aa:bb:cc:00:01:07",
+                "port": {"name": "tor1-p1", "namespace": ns},
+                "provisioningConfiguration": {"name": "pxe"}}]),
+    )
+    .await;
+    rig.servers()
+        .patch(
+            &rig.name("m"),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"bareMetalHostRef": {"name": "bmh-m", "namespace": ns}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    // The host appears, with seed 003's spec.ports, which the upstream CRD prunes.
+    let host: BareMetalHost = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "bmh-m", "namespace": ns},
+        "spec": {"bootMACAddress": "aa:bb:cc:00:01:07",
+                 "ports": [{"name": "eth0", "port": {"name": "tor1-p2"}}]}
+    }))
+    .unwrap();
+    let bmo = Bmo {
+        rig: &rig,
+        host: "bmh-m",
+    };
+    bmo.api()
+        .create(&PostParams::default(), &host)
+        .await
+        .unwrap();
+    assert_eq!(bmo.get().await.spec.ports, None, "pruned by the API server");
+
+    // Held from the moment it appears, while its port cannot carry the
+    // provisioning network; the Server says so.
+    bmo.wait_paused(Some("patchbay.dev/waiting-for-ports"))
+        .await;
+    let m = rig
+        .wait_server("m", "HostPaused", |s| {
+            condition(s, "HostPaused").1 == "PausedByPatchbay"
+        })
+        .await;
+    assert_eq!(
+        m.status.as_ref().unwrap().phase,
+        Some(ServerPhase::Available)
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(Bmo::paused(&bmo.get().await).is_some(), "still held");
+
+    // The switch back: the port carries the provisioning network, the pause goes,
+    // and BMO registers and inspects the host on that network.
+    let mut sims = FakeSwitches::start(&[SimSpec::again(&sim)]).unwrap();
+    let sim = sims.get("tor1").clone();
+    for state in ["registering", "inspecting", "available"] {
+        bmo.step(state).await;
+        assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(10), "{state}");
+    }
+    assert_eq!(bmo.events().await, ["PortsHold", "PortsRelease"]);
+
+    // Claimed and provisioned by Metal3: the tenant network only once provisioned.
+    let claim: ServerClaim = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+        "metadata": {"name": "metal", "namespace": ns},
+        "spec": {"site": ns, "roles": [{"name": "worker", "count": 1}],
+            "networkConfiguration": [{"configurationRef":
+                {"kind": "SwitchPortConfiguration", "name": "tenant-web"}}]}
+    }))
+    .unwrap();
+    rig.env
+        .api::<ServerClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    rig.claim_condition("metal", "Allocated", "True").await;
+    bmo.step("provisioning").await;
+    rig.settled_in("m", ServerPhase::Provisioning).await;
+    assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(10));
+    bmo.step("provisioned").await;
+    rig.settled_in("m", ServerPhase::Provisioned).await;
+    assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(100));
+    rig.claim_condition("metal", "Ready", "True").await;
+
+    // CAPM3 pauses the host with its own value, and BMO had already started
+    // deprovisioning with the switch down: patchbay would hold the host, but
+    // leaves somebody else's pause alone and says so.
+    sims.stop();
+    bmo.annotate(PAUSED, Some("metal3.io/capm3")).await;
+    bmo.force("deprovisioning").await;
+    rig.wait_server("m", "PausedByOther", |s| {
+        condition(s, "HostPaused").1 == "PausedByOther"
+            && s.status.as_ref().and_then(|st| st.phase) == Some(ServerPhase::Deprovisioning)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        Bmo::paused(&bmo.get().await).as_deref(),
+        Some("metal3.io/capm3"),
+        "a foreign pause is never overwritten"
+    );
+    // CAPM3 lets go: the port is still not back, so patchbay holds the host (best
+    // effort: BMO's deprovisioning had started), until the switch answers again.
+    bmo.annotate(PAUSED, None).await;
+    bmo.wait_paused(Some("patchbay.dev/waiting-for-ports"))
+        .await;
+    let sims = FakeSwitches::start(&[SimSpec::again(&sim)]).unwrap();
+    let sim = sims.get("tor1").clone();
+    bmo.step("available").await;
+    rig.settled_in("m", ServerPhase::Available).await;
+    assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(10));
+    rig.env.cluster.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_baremetalhost_with_its_own_ports_is_followed_like_a_server() {
+    if !on_devplane() {
+        return; // needs a BareMetalHost CRD with seed 003's spec.ports
+    }
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let cluster = Cluster::start("hosts-bmh-ports").await;
+    cluster.install_crd(bare_metal_host_crd(true)).await;
+    let rig = rig_on(cluster, &sim, None).await;
+    let ns = rig.ns().to_owned();
+    let host: BareMetalHost = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "bmh-p", "namespace": ns},
+        "spec": {"bootMACAddress": "aa:bb:cc:00:01:09",
+                 "ports": [{"mac": "aa:bb:cc:00:01:09", "name": "eth0",
+                            "port": {"name": "tor1-p2", "kind": "SwitchPort", "namespace": ns},
+                            "provisioningConfiguration": {"name": "pxe",
+                                "kind": "SwitchPortConfiguration"},
+                            "configuration": {"name": "tenant-web",
+                                "kind": "SwitchPortConfiguration"}}]}
+    }))
+    .unwrap();
+    let bmo = Bmo {
+        rig: &rig,
+        host: "bmh-p",
+    };
+    bmo.api()
+        .create(&PostParams::default(), &host)
+        .await
+        .unwrap();
+    let phase = |want: &'static str| {
+        let bmo = &bmo;
+        async move {
+            eventually(60, &format!("bmh-p {want}, ports ready"), || async {
+                let h = bmo.get().await;
+                let a = h.annotations();
+                (a.get("patchbay.dev/phase").map(String::as_str) == Some(want)
+                    && a.get("patchbay.dev/ports").map(String::as_str) == Some("1/1"))
+                .then_some(())
+            })
+            .await
+        }
+    };
+    phase("Available").await;
+    bmo.step("inspecting").await;
+    assert_eq!(cisco(&sim, "FastEthernet0/2").await, access(10));
+    bmo.step("provisioning").await;
+    phase("Provisioning").await;
+    bmo.step("provisioned").await;
+    phase("Provisioned").await;
+    assert_eq!(cisco(&sim, "FastEthernet0/2").await, access(100));
+    bmo.step("deprovisioning").await;
+    phase("Deprovisioning").await;
+    assert_eq!(cisco(&sim, "FastEthernet0/2").await, access(10));
+    bmo.step("available").await;
+    phase("Available").await;
+    bmo.step("deleting").await;
+    phase("Deleting").await;
+    expect_cisco(
+        &sim,
+        "FastEthernet0/2",
+        Some(VlanMode::Unconfigured),
+        "nothing",
+    )
+    .await;
+    let p2 = rig
+        .env
+        .api::<patchbay::api::SwitchPort>()
+        .get("tor1-p2")
+        .await
+        .unwrap();
+    assert!(!p2.annotations().contains_key("patchbay.dev/host"));
+    let changes: Vec<String> = bmo
+        .events()
+        .await
+        .into_iter()
+        .filter(|r| r == "PhaseChanged")
+        .collect();
+    assert_eq!(changes.len(), 5, "{changes:?}");
     rig.env.cluster.finish().await;
 }
