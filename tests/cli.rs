@@ -56,7 +56,7 @@ fn the_examples_are_valid() {
     assert!(text.contains("0 invalid"), "{text}");
     // The SwitchPort link was checked against the Switch's port constraints.
     assert!(
-        text.contains("valid    link: SwitchPort network-infra/server-7-eth0"),
+        text.contains("valid    link: SwitchPort network-infra/server-7-eth1"),
         "{text}"
     );
 }
@@ -181,7 +181,8 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
     for expected in [
         r#"snic-1 snic0p0          {"port":"snic0p0","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"101-102","description":"tenant web, server-11 SmartNIC"}"#,
         r#"tor-1  FastEthernet0/10 {"port":"FastEthernet0/10","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"101-102""#,
-        r#"tor-1  FastEthernet0/7  {"port":"FastEthernet0/7","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"101-102""#,
+        // server-7's port, on the provisioning network while server-7 installs.
+        r#"tor-1  FastEthernet0/7  {"port":"FastEthernet0/7","admin":"up","mode":"access","accessVlan":10"#,
         r#"tor-2  ethernet 1/g1    {"port":"ethernet 1/g1","admin":"up","mode":"trunk","nativeVlan":100"#,
         r#"tor-3  ethernet 1/1     {"port":"ethernet 1/1","admin":"up","mode":"access","accessVlan":10"#,
     ] {
@@ -189,13 +190,43 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
     }
     // The example claim holds both Servers, by role, and its inventory lists them.
     for expected in [
-        "server-7   dc1-row4   Allocated  control-plane  network-infra/web-cluster",
-        "server-8   dc1-row4   Allocated  worker         network-infra/web-cluster",
+        "server-7   dc1-row4   Provisioning   control-plane  network-infra/web-cluster",
+        "server-8   dc1-row4   Provisioning   worker         network-infra/web-cluster",
         "[kube_control_plane]\nserver-7\n",
         "[kube_node]\nserver-8\n",
         "server-7 ansible_host=192.0.2.107 boot_mac=52:54:00:12:34:07",
     ] {
         assert!(text.contains(expected), "{expected}\nnot in\n{text}");
+    }
+    // Then server-7 is walked through every phase, its port following, as the
+    // switch reports it: the claim's network once Provisioned, the provisioning
+    // network again once released; the live table showed each phase.
+    let walk = text
+        .split("annotating patchbay.dev/provisioned=true")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no walk in\n{text}"));
+    let provisioned = walk.split("releasing:").next().unwrap_or_default();
+    assert!(
+        provisioned.contains(r#"tor-1  FastEthernet0/7  {"port":"FastEthernet0/7","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"101-102""#),
+        "{provisioned}"
+    );
+    let released = walk.split("is Available again").nth(1).unwrap_or_default();
+    assert!(
+        released.contains(r#"tor-1  FastEthernet0/7  {"port":"FastEthernet0/7","admin":"up","mode":"access","accessVlan":10"#),
+        "{released}"
+    );
+    assert!(
+        text.contains(
+            "server-7 went Available → Provisioning → Provisioned → Deprovisioning → Available"
+        ),
+        "{text}"
+    );
+    for phase in ["Available", "Provisioning", "Provisioned"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("server-7 ") && l.contains(phase)),
+            "the live table shows server-7 {phase}"
+        );
     }
 }
 

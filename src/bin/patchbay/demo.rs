@@ -6,8 +6,11 @@
 //! runs the operator in-process (SSH to the switches, OVSDB + OpenFlow to Open
 //! vSwitch), and prints a table of the ports every time it changes, then each port as
 //! the device itself reports it, the Servers with the claim that holds them and the
-//! claim's `hosts.ini`; until Ctrl-C (or, with `--exit-when-settled`, until every
-//! example port is Active and the example claim is allocated). Talks only to its own devplane, the simulators on
+//! claim's `hosts.ini`. Then it walks server-7 through every phase: it gives the
+//! installer's signal (server-7 goes Provisioned, its port onto the claim's
+//! network), deletes the claim (Deprovisioning, the port back on the provisioning
+//! network, Available), showing the port as the switch reports it at each step;
+//! until Ctrl-C (or, with `--exit-when-settled`, until the walk is done). Talks only to its own devplane, the simulators on
 //! 127.0.0.1 and its own Open vSwitch.
 
 use std::collections::BTreeMap;
@@ -23,8 +26,8 @@ use kube::{Client, ResourceExt};
 use serde::Deserialize as _;
 
 use patchbay::api::{
-    PortStatus, ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch,
-    SwitchPort, SwitchPortConfiguration, crds,
+    PortStatus, ProviderSwitch, Server, ServerClaim, ServerPhase, SmartNicConfiguration,
+    SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration, crds,
 };
 use patchbay::backends::Backends;
 use patchbay::controllers::context::fetch_secret;
@@ -188,6 +191,7 @@ async fn apply_examples(client: &Client, sims: &FakeSwitches, ovs: &OvsSim) -> R
 }
 
 /// One row of the port table: kind, object, status and linked configuration.
+#[derive(Clone)]
 struct Row {
     kind: &'static str,
     namespace: String,
@@ -243,6 +247,47 @@ fn table(ports: &[Row]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The Servers as the live table shows them: phase, ports ready, claim, and what
+/// holds the phase back.
+fn server_table(servers: &[Server]) -> String {
+    let mut out = format!(
+        "{:<10}  {:<14}  {:<5}  {:<24}  {}\n",
+        "SERVER", "PHASE", "PORTS", "CLAIM", "HELD"
+    );
+    for s in servers {
+        let st = s.status.clone().unwrap_or_default();
+        let held = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Held" && c.status == "True")
+            .map(|c| c.reason.clone())
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{:<10}  {:<14}  {:<5}  {:<24}  {}\n",
+            s.name_any(),
+            st.phase.map(|p| p.to_string()).unwrap_or_default(),
+            st.ports_ready.unwrap_or_default(),
+            st.claim
+                .map(|c| format!("{}/{}", c.namespace, c.name))
+                .unwrap_or_default(),
+            held
+        ));
+    }
+    out.trim_end().to_owned()
+}
+
+/// The Server the demo takes through every phase, and the claim that holds it.
+const WALKED: (&str, &str, &str) = ("server-7", "network-infra", "web-cluster");
+
+fn condition_true(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    t: &str,
+) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == t && c.status == "True")
 }
 
 /// Runs the demo. See the module documentation.
@@ -342,7 +387,8 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     let started = Instant::now();
     let mut last = String::new();
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
-    let mut shown_devices = false;
+    // 0: settling; 1: server-7 told installed; 2: its claim deleted; 3: done.
+    let mut stage = 0;
     let result = loop {
         let mut list = ports.list(&ListParams::default()).await?.items;
         list.sort_by_key(|p| (p.namespace(), p.name_any()));
@@ -365,7 +411,12 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
                 configuration: p.spec.configuration.as_ref().map(|c| c.name.clone()),
             }))
             .collect();
-        let rendered = table(&rows);
+        let mut servers = Api::<Server>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        servers.sort_by_key(|s| s.name_any());
+        let rendered = format!("{}\n\n{}", table(&rows), server_table(&servers));
         if rendered != last {
             println!("[{:>6.2}s]\n{rendered}\n", started.elapsed().as_secs_f64());
             last = rendered;
@@ -383,36 +434,95 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
             .list(&ListParams::default())
             .await?
             .items;
-        let allocated = !claims.is_empty()
-            && claims.iter().all(|c| {
-                c.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|k| k.type_ == "Allocated" && k.status == "True")
-                })
-            });
-        let settled = states.len() >= expected
-            && allocated
+        let (walked, walked_ns, walked_claim) = WALKED;
+        let server = servers.iter().find(|s| s.name_any() == walked);
+        let phase = server.and_then(|s| s.status.as_ref()).and_then(|s| s.phase);
+        let ports_ready = server
+            .and_then(|s| s.status.as_ref())
+            .is_some_and(|s| condition_true(&s.conditions, "PortsReady"));
+        let claim = claims
+            .iter()
+            .find(|c| c.name_any() == walked_claim && c.namespace().as_deref() == Some(walked_ns));
+        let claim_has = |t: &str| {
+            claim
+                .and_then(|c| c.status.as_ref())
+                .is_some_and(|s| condition_true(&s.conditions, t))
+        };
+        let ports_active = states.len() >= expected
             && states
                 .values()
                 .all(|s| *s == Some(patchbay::api::PortState::Active));
-        if settled && !shown_devices {
-            shown_devices = true;
-            println!(
-                "all {} example ports are Active after {:.2}s; the devices say:",
-                states.len(),
-                started.elapsed().as_secs_f64()
-            );
-            print!("{}", device_view(&client, &rows).await);
-            println!("\nthe Servers and the claims that hold them:");
-            print!("{}", allocation_view(&client, &claims).await?);
+        let show = |what: &str| {
+            rows.iter()
+                .filter(|r| r.name.starts_with(what))
+                .cloned()
+                .collect::<Vec<Row>>()
+        };
+        match stage {
+            // Every example port Active, the claim allocated, server-7 installing.
+            0 if ports_active
+                && claim_has("Allocated")
+                && phase == Some(ServerPhase::Provisioning)
+                && ports_ready =>
+            {
+                println!(
+                    "all {} example ports are Active after {:.2}s; the devices say:",
+                    states.len(),
+                    started.elapsed().as_secs_f64()
+                );
+                print!("{}", device_view(&client, &rows).await);
+                println!("\nthe Servers and the claims that hold them:");
+                print!("{}", allocation_view(&client, &claims).await?);
+                let held: Vec<String> = claim
+                    .and_then(|c| c.status.as_ref())
+                    .map(|s| s.roles.iter().flat_map(|r| r.servers.clone()).collect())
+                    .unwrap_or_default();
+                println!(
+                    "\n{} Provisioning on the provisioning network; the installer reports them \
+                     installed: annotating patchbay.dev/provisioned=true\n",
+                    held.join(" and ")
+                );
+                for s in &held {
+                    set_provisioned(&client, s).await?;
+                }
+                stage = 1;
+            }
+            // server-7 Provisioned, its port on the claim's network.
+            1 if phase == Some(ServerPhase::Provisioned) && ports_ready && claim_has("Ready") => {
+                println!(
+                    "{walked} is Provisioned and claim {walked_claim} is Ready; its port carries \
+                     the claim's network:"
+                );
+                print!("{}", device_view(&client, &show(walked)).await);
+                println!("\nreleasing: deleting ServerClaim {walked_ns}/{walked_claim}\n");
+                Api::<ServerClaim>::namespaced(client.clone(), walked_ns)
+                    .delete(walked_claim, &Default::default())
+                    .await?;
+                stage = 2;
+            }
+            // Released: Deprovisioning, then Available with its port back.
+            2 if phase == Some(ServerPhase::Available) && ports_ready && claim.is_none() => {
+                println!(
+                    "{walked} is Available again and the claim is gone; its port is back on \
+                     the provisioning network:"
+                );
+                print!("{}", device_view(&client, &show(walked)).await);
+                println!(
+                    "\n{walked} went Available → Provisioning → Provisioned → Deprovisioning → \
+                     Available after {:.2}s",
+                    started.elapsed().as_secs_f64()
+                );
+                stage = 3;
+            }
+            _ => {}
         }
+        let settled = stage == 3;
         if exit_when_settled && settled {
             break Ok(());
         }
         if exit_when_settled && started.elapsed() > timeout {
             break Err(anyhow::anyhow!(
-                "the example ports did not all become Active within {}s",
+                "the example ports and server-7 did not settle within {}s",
                 timeout.as_secs()
             ));
         }
@@ -433,6 +543,19 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     result
 }
 
+/// The installer's signal on a Server.
+async fn set_provisioned(client: &Client, server: &str) -> Result<()> {
+    Api::<Server>::all(client.clone())
+        .patch(
+            server,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"annotations":
+                {"patchbay.dev/provisioned": "true"}}})),
+        )
+        .await?;
+    Ok(())
+}
+
 /// The Servers (site, phase, role, claim) and each claim's inventory.
 async fn allocation_view(client: &Client, claims: &[ServerClaim]) -> Result<String> {
     let mut servers = Api::<Server>::all(client.clone())
@@ -441,16 +564,16 @@ async fn allocation_view(client: &Client, claims: &[ServerClaim]) -> Result<Stri
         .items;
     servers.sort_by_key(|s| s.name_any());
     let mut out = format!(
-        "  {:<10} {:<10} {:<10} {:<14} {}\n",
+        "  {:<10} {:<10} {:<14} {:<14} {}\n",
         "SERVER", "SITE", "PHASE", "ROLE", "CLAIM"
     );
     for s in &servers {
         let st = s.status.clone().unwrap_or_default();
         out.push_str(&format!(
-            "  {:<10} {:<10} {:<10} {:<14} {}\n",
+            "  {:<10} {:<10} {:<14} {:<14} {}\n",
             s.name_any(),
             s.spec.site,
-            st.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+            st.phase.map(|p| p.to_string()).unwrap_or_default(),
             st.role.unwrap_or_default(),
             st.claim
                 .map(|c| format!("{}/{}", c.namespace, c.name))
