@@ -75,6 +75,7 @@ bench: deps fake-switch ovs
 	$(CARGO) bench --locked --bench ovsdb
 	$(CARGO) bench --locked --bench failures
 	$(CARGO) bench --locked --bench claims
+	$(CARGO) bench --locked --bench hosts
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

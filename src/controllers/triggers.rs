@@ -502,4 +502,129 @@ mod tests {
             vec!["bound", "holder", "new", "waiting"]
         );
     }
+
+    fn host_server(name: &str, ports: &[(&str, &str)], extra: serde_json::Value) -> Arc<Server> {
+        let nics: Vec<serde_json::Value> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (kind, p))| {
+                json!({"name": format!("eth{i}"), "port": {"kind": kind, "name": p, "namespace": "infra"}})
+            })
+            .collect();
+        let mut spec = json!({"bmc": {"address": "10.0.0.1",
+                "credentialsSecretRef": {"name": "b", "namespace": "infra"}},
+            "bootMac": format!("aa:bb:cc:00:00:{:02x}", name.len()), "site": "dc1", "nics": nics});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        obj(
+            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+                   "metadata": {"name": name}, "spec": spec}),
+        )
+    }
+
+    #[test]
+    fn hosts_are_woken_by_their_ports_their_claim_and_their_baremetalhost() {
+        let servers = vec![
+            host_server(
+                "a",
+                &[("SwitchPort", "p1"), ("SmartNicPort", "p1")],
+                json!({}),
+            ),
+            host_server(
+                "bb",
+                &[("SwitchPort", "p2")],
+                json!({"claimRef": {"name": "web", "namespace": "team", "uid": "u",
+                                    "role": "w", "since": "t"},
+                       "bareMetalHostRef": {"name": "bmh-b", "namespace": "metal3"}}),
+            ),
+            host_server("ccc", &[], json!({})),
+        ];
+        let meta = |name: &str, mark: Option<&str>| kube::core::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("infra".into()),
+            annotations: mark.map(|m| [(HOST_ANNOTATION.to_string(), m.to_string())].into()),
+            ..Default::default()
+        };
+        // A port wakes the Servers cabled to it (of that kind) and the one marking it.
+        assert_eq!(
+            names_of(servers_of_port(
+                &servers,
+                CabledPortKind::SwitchPort,
+                &meta("p1", None)
+            )),
+            vec!["a"]
+        );
+        assert_eq!(
+            names_of(servers_of_port(
+                &servers,
+                CabledPortKind::SwitchPort,
+                &meta("p9", Some("Server/ccc"))
+            )),
+            vec!["ccc"]
+        );
+        assert!(
+            servers_of_port(&servers, CabledPortKind::SmartNicPort, &meta("p2", None)).is_empty()
+        );
+        // A claim wakes its bound Servers and the one leaving it.
+        let claim: ServerClaim = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+            "metadata": {"name": "web", "namespace": "team"}, "spec": {"site": "dc1"}}))
+        .unwrap();
+        let mut leaving = (*servers[2]).clone();
+        leaving.status = Some(crate::api::ServerStatus {
+            claim: Some(crate::api::server::ClaimRef {
+                name: "web".into(),
+                namespace: "team".into(),
+            }),
+            ..Default::default()
+        });
+        let mut with_leaving = servers.clone();
+        with_leaving[2] = Arc::new(leaving);
+        assert_eq!(
+            names_of(servers_of_claim(&with_leaving, &claim)),
+            vec!["bb", "ccc"]
+        );
+        // A BareMetalHost wakes the Server naming it, or without a reference the one
+        // with its boot MAC.
+        let host = |name: &str, mac: &str| -> BareMetalHost {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "metal3"},
+                "spec": {"bootMACAddress": mac}}))
+            .unwrap()
+        };
+        assert_eq!(
+            names_of(servers_of_host(
+                &servers,
+                &host("bmh-b", "00:00:00:00:00:00")
+            )),
+            vec!["bb"]
+        );
+        assert_eq!(
+            names_of(servers_of_host(&servers, &host("x", "AA:BB:CC:00:00:01"))),
+            vec!["a"]
+        );
+        assert_eq!(
+            names_of(servers_of_host(&servers, &host("x", "aa:bb:cc:00:00:02"))),
+            Vec::<String>::new(),
+            "bb names its host: its MAC does not link it to another"
+        );
+        // A port wakes the BareMetalHost marking it and those whose spec.ports cable to it.
+        let with_ports: BareMetalHost = serde_json::from_value(json!({
+            "metadata": {"name": "bmh-p", "namespace": "metal3"},
+            "spec": {"ports": [{"name": "eth0", "port": {"name": "p1", "namespace": "infra"}}]}}))
+        .unwrap();
+        let hosts = vec![Arc::new(with_ports)];
+        let woken = |m: kube::core::ObjectMeta| {
+            hosts_of_port(&hosts, CabledPortKind::SwitchPort, &m)
+                .into_iter()
+                .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(woken(meta("p1", None)), vec!["metal3/bmh-p"]);
+        assert_eq!(
+            woken(meta("p7", Some("BareMetalHost/metal3/gone"))),
+            vec!["metal3/gone"]
+        );
+        assert!(woken(meta("p7", None)).is_empty());
+    }
 }

@@ -792,3 +792,37 @@ fn the_metal3_gate_holds_only_patchbay_s_pause() {
     assert_eq!(metal3_goal(Some("inspecting")), Some(Available));
     assert_eq!(metal3_goal(None), None);
 }
+
+#[test]
+fn a_baremetalhost_s_ports_become_nics_and_a_bad_entry_is_named() {
+    let host: BareMetalHost = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "bmh-1", "namespace": "metal3"},
+        "spec": {"ports": [
+            {"name": "eth0", "mac": "aa:bb:cc:dd:ee:01",
+             "port": {"name": "tor1-p1", "kind": "SwitchPort", "namespace": "infra"},
+             "provisioningConfiguration": {"name": "pxe", "kind": "SwitchportConfiguration"},
+             "configuration": {"name": "web", "namespace": "team"}},
+            {"name": "eth1", "port": {"name": "snic-1", "kind": "SmartNicPort"}},
+            {"name": "eth2"},
+            {"name": "eth3", "port": {"name": "x", "kind": "Router"}}
+        ]}
+    }))
+    .unwrap();
+    let (nics, errors) = bare_metal_host_nics(&host);
+    assert_eq!(nics.len(), 2);
+    let (targets, _) = port_targets(Available, &nics, None);
+    assert_eq!(
+        table_of(&targets),
+        vec![row("eth0", "metal3/pxe", "provisioning"), row("eth1", "-", "clean")]
+    );
+    assert_eq!(targets[1].port.namespace, "metal3", "the host's namespace by default");
+    assert_eq!(targets[1].port.kind, CabledPortKind::SmartNicPort);
+    let (targets, _) = port_targets(Provisioned, &nics, None);
+    assert_eq!(targets[0].configuration, Some(cfg("team", "web")));
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].starts_with("spec.ports[2]: missing field `port`"), "{errors:?}");
+    assert!(errors[1].starts_with("spec.ports[3].port.kind: \"Router\""), "{errors:?}");
+    assert_eq!(bare_metal_host_mark(&host), "BareMetalHost/metal3/bmh-1");
+    let none = BareMetalHost::default();
+    assert_eq!(bare_metal_host_nics(&none), (vec![], vec![]));
+}
