@@ -31,12 +31,10 @@ use patchbay::api::{
 };
 use patchbay::backends::Backends;
 use patchbay::settings::Settings;
-use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
-use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 use patchbay_testbed::{FakeSwitches, SimSpec};
 use serde_json::json;
-use support::{median, ops, timed};
+use support::{median, ops, ssh_backend, timed};
 use tokio::sync::Notify;
 
 /// port → (state, configuration applied), from a watch.
@@ -289,19 +287,7 @@ async fn cisco(rounds: usize) {
     }
     // The device's floor: the same two changes as one verified batch, straight
     // through the SSH backend.
-    let sw = CliSwitch::new(
-        SshTarget {
-            address: sim.address.clone(),
-            port: sim.port,
-            username: sim.username.clone(),
-            auth: Auth::Password(SecretString::new(sim.password.clone())),
-            host_key: HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
-            connect_timeout: Duration::from_secs(10),
-        },
-        Some(SecretString::new(sim.enable_password.clone())),
-        dialect::for_os("ios").unwrap(),
-        CliOptions::default(),
-    );
+    let sw = ssh_backend(&sim, "ios");
     let device_ports = [
         PortName::parse("FastEthernet0/1").unwrap(),
         PortName::parse("FastEthernet0/2").unwrap(),

@@ -14,11 +14,9 @@ mod support;
 
 use std::time::Duration;
 
-use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
-use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 use patchbay_testbed::{FakeSwitches, SimSpec};
-use support::{median, ops, timed};
+use support::{median, ops, ssh_backend, timed};
 
 fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS")
@@ -36,19 +34,7 @@ fn main() {
         .map(|p| PortName::parse(p).unwrap())
         .collect();
     assert_eq!(ports.len(), 48);
-    let sw = CliSwitch::new(
-        SshTarget {
-            address: sim.address.clone(),
-            port: sim.port,
-            username: sim.username.clone(),
-            auth: Auth::Password(SecretString::new(sim.password.clone())),
-            host_key: HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
-            connect_timeout: Duration::from_secs(10),
-        },
-        Some(SecretString::new(sim.enable_password.clone())),
-        dialect::for_os("ios").unwrap(),
-        CliOptions::default(),
-    );
+    let sw = ssh_backend(&sim, "ios");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

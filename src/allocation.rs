@@ -70,6 +70,19 @@ pub struct CandidateNic {
     pub port: Option<CabledPortKind>,
 }
 
+impl CandidateNic {
+    /// A Server's NIC as allocation sees it.
+    pub fn of(nic: &crate::api::server::ServerNic) -> Self {
+        Self {
+            name: nic.name.clone(),
+            port: nic
+                .port
+                .as_ref()
+                .map(|p| p.kind.unwrap_or(CabledPortKind::SwitchPort)),
+        }
+    }
+}
+
 /// A Server as allocation sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {

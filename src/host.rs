@@ -238,6 +238,17 @@ pub struct ClaimNetwork<'a> {
     pub namespace: &'a str,
 }
 
+/// Whether one of `nics` is cabled to port `namespace/name` of `kind`.
+pub fn cabled_to(nics: &[ServerNic], kind: CabledPortKind, namespace: &str, name: &str) -> bool {
+    nics.iter().any(|n| {
+        n.port.as_ref().is_some_and(|p| {
+            p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
+                && p.namespace == namespace
+                && p.name == name
+        })
+    })
+}
+
 /// A claim's network entries for a Server of `role`: the claim's, then the role's
 /// (the allocator's order).
 pub fn claim_entries<'a>(spec: &'a ServerClaimSpec, role: &str) -> Vec<&'a NetworkConfiguration> {
@@ -273,16 +284,7 @@ pub fn port_targets(
     if phase == ServerPhase::Provisioned
         && let Some(net) = network
     {
-        let candidates: Vec<CandidateNic> = nics
-            .iter()
-            .map(|n| CandidateNic {
-                name: n.name.clone(),
-                port: n
-                    .port
-                    .as_ref()
-                    .map(|p| p.kind.unwrap_or(CabledPortKind::SwitchPort)),
-            })
-            .collect();
+        let candidates: Vec<CandidateNic> = nics.iter().map(CandidateNic::of).collect();
         // One entry at a time, so that an entry no NIC can take does not stop the
         // others (the allocator only binds Servers that fit them all).
         let mut taken: Vec<CandidateNic> = candidates.clone();

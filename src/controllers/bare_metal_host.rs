@@ -28,7 +28,7 @@ use super::server::ServerCtx;
 use super::status::Severity;
 use crate::api::ServerPhase;
 use crate::api::metal3::BareMetalHost;
-use crate::host::{Driver, HOST_ANNOTATION, bare_metal_host_mark, bare_metal_host_nics};
+use crate::host::{Driver, bare_metal_host_mark, bare_metal_host_nics};
 
 /// The host's phase, as patchbay last moved it.
 pub const PHASE_ANNOTATION: &str = "patchbay.dev/phase";
@@ -53,18 +53,7 @@ pub(super) async fn reconcile(
         .annotations()
         .get(PHASE_ANNOTATION)
         .and_then(|p| serde_json::from_value(json!(p)).ok());
-    let marks = ctx
-        .world
-        .switch_ports
-        .state()
-        .iter()
-        .any(|p| p.annotations().get(HOST_ANNOTATION) == Some(&me))
-        || ctx
-            .world
-            .smartnic_ports
-            .state()
-            .iter()
-            .any(|p| p.annotations().get(HOST_ANNOTATION) == Some(&me));
+    let marks = !super::host::marked(&ctx.world, &me).is_empty();
     if linked || (nics.is_empty() && errors.is_empty() && phase.is_none() && !marks) {
         return Ok(Action::await_change());
     }

@@ -102,64 +102,79 @@ fn observed(
     }
 }
 
-/// A port from the caches: what it is, and its resourceVersion.
-fn look_up(world: &HostWorld, port: &PortId) -> Option<(ObservedPort, Option<String>)> {
-    match port.kind {
-        CabledPortKind::SwitchPort => {
-            let p = world
-                .switch_ports
-                .get(&ObjectRef::new(&port.name).within(&port.namespace))?;
-            Some((
-                observed(
-                    &p.metadata,
-                    p.spec.configuration.as_ref(),
-                    p.status.as_ref(),
-                ),
-                p.resource_version(),
-            ))
-        }
-        CabledPortKind::SmartNicPort => {
-            let p = world
-                .smartnic_ports
-                .get(&ObjectRef::new(&port.name).within(&port.namespace))?;
-            Some((
-                observed(
-                    &p.metadata,
-                    p.spec.configuration.as_ref(),
-                    p.status.as_ref(),
-                ),
-                p.resource_version(),
-            ))
-        }
+/// What the host controller reads of a port object, whatever its kind.
+trait DrivenPort: kube::Resource<DynamicType = ()> + Clone + 'static {
+    fn configuration(&self) -> Option<&ConfigurationRef>;
+    fn port_status(&self) -> Option<&PortStatus>;
+}
+
+impl DrivenPort for SwitchPort {
+    fn configuration(&self) -> Option<&ConfigurationRef> {
+        self.spec.configuration.as_ref()
+    }
+    fn port_status(&self) -> Option<&PortStatus> {
+        self.status.as_ref()
     }
 }
 
+impl DrivenPort for SmartNicPort {
+    fn configuration(&self) -> Option<&ConfigurationRef> {
+        self.spec.configuration.as_ref()
+    }
+    fn port_status(&self) -> Option<&PortStatus> {
+        self.status.as_ref()
+    }
+}
+
+fn cached<K: DrivenPort>(
+    store: &Store<K>,
+    port: &PortId,
+) -> Option<(ObservedPort, Option<String>)> {
+    let p = store.get(&ObjectRef::new(&port.name).within(&port.namespace))?;
+    Some((
+        observed(p.meta(), p.configuration(), p.port_status()),
+        p.meta().resource_version.clone(),
+    ))
+}
+
+/// A port from the caches: what it is, and its resourceVersion.
+fn look_up(world: &HostWorld, port: &PortId) -> Option<(ObservedPort, Option<String>)> {
+    match port.kind {
+        CabledPortKind::SwitchPort => cached(&world.switch_ports, port),
+        CabledPortKind::SmartNicPort => cached(&world.smartnic_ports, port),
+    }
+}
+
+/// The ports of one kind in `store` carrying `me`'s mark.
+fn marked_in<K: DrivenPort>(store: &Store<K>, kind: CabledPortKind, me: &str) -> Vec<PortId> {
+    store
+        .state()
+        .iter()
+        .filter(|p| {
+            p.meta()
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(HOST_ANNOTATION))
+                .is_some_and(|h| h == me)
+        })
+        .map(|p| PortId {
+            kind,
+            namespace: p.meta().namespace.clone().unwrap_or_default(),
+            name: p.meta().name.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
 /// The ports carrying `me`'s mark, from the caches.
-fn marked(world: &HostWorld, me: &str) -> BTreeSet<PortId> {
-    let mine = |m: &kube::core::ObjectMeta| {
-        m.annotations
-            .as_ref()
-            .and_then(|a| a.get(HOST_ANNOTATION))
-            .is_some_and(|h| h == me)
-    };
-    let id = |kind, m: &kube::core::ObjectMeta| PortId {
-        kind,
-        namespace: m.namespace.clone().unwrap_or_default(),
-        name: m.name.clone().unwrap_or_default(),
-    };
-    let switch = world
-        .switch_ports
-        .state()
+pub fn marked(world: &HostWorld, me: &str) -> BTreeSet<PortId> {
+    marked_in(&world.switch_ports, CabledPortKind::SwitchPort, me)
         .into_iter()
-        .filter(|p| mine(&p.metadata))
-        .map(|p| id(CabledPortKind::SwitchPort, &p.metadata));
-    let smart = world
-        .smartnic_ports
-        .state()
-        .into_iter()
-        .filter(|p| mine(&p.metadata))
-        .map(|p| id(CabledPortKind::SmartNicPort, &p.metadata));
-    switch.chain(smart).collect()
+        .chain(marked_in(
+            &world.smartnic_ports,
+            CabledPortKind::SmartNicPort,
+            me,
+        ))
+        .collect()
 }
 
 async fn write_port(

@@ -19,7 +19,7 @@ use crate::api::server::CabledPortKind;
 use crate::api::{
     ConfigurationRef, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
 };
-use crate::host::{HOST_ANNOTATION, bare_metal_host_nics};
+use crate::host::{HOST_ANNOTATION, bare_metal_host_nics, cabled_to};
 
 /// Whether `reference`, held by an object of namespace `holder_ns`, names object
 /// `name` of namespace `ns` (a reference without namespace means the holder's).
@@ -193,6 +193,18 @@ pub fn claims_for_server(
         .collect()
 }
 
+/// A port's namespace, name and host mark.
+fn port_and_mark(port: &kube::core::ObjectMeta) -> (&str, &str, Option<&str>) {
+    (
+        port.namespace.as_deref().unwrap_or_default(),
+        port.name.as_deref().unwrap_or_default(),
+        port.annotations
+            .as_ref()
+            .and_then(|a| a.get(HOST_ANNOTATION))
+            .map(String::as_str),
+    )
+}
+
 /// Servers a change to a port concerns: the one its host mark names, and those
 /// with a NIC cabled to it.
 pub fn servers_of_port(
@@ -200,25 +212,11 @@ pub fn servers_of_port(
     kind: CabledPortKind,
     port: &kube::core::ObjectMeta,
 ) -> Vec<ObjectRef<Server>> {
-    let (ns, name) = (
-        port.namespace.as_deref().unwrap_or_default(),
-        port.name.as_deref().unwrap_or_default(),
-    );
-    let mark = port
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(HOST_ANNOTATION))
-        .and_then(|m| m.strip_prefix("Server/"));
+    let (ns, name, mark) = port_and_mark(port);
+    let mark = mark.and_then(|m| m.strip_prefix("Server/"));
     let mut out: BTreeSet<String> = mark.map(str::to_owned).into_iter().collect();
     for s in servers {
-        let cabled = s.spec.nics.iter().any(|n| {
-            n.port.as_ref().is_some_and(|p| {
-                p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
-                    && p.namespace == ns
-                    && p.name == name
-            })
-        });
-        if cabled {
+        if cabled_to(&s.spec.nics, kind, ns, name) {
             out.insert(s.name_any());
         }
     }
@@ -280,14 +278,8 @@ pub fn hosts_of_port(
     kind: CabledPortKind,
     port: &kube::core::ObjectMeta,
 ) -> Vec<ObjectRef<BareMetalHost>> {
-    let (ns, name) = (
-        port.namespace.as_deref().unwrap_or_default(),
-        port.name.as_deref().unwrap_or_default(),
-    );
-    let mark = port
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(HOST_ANNOTATION))
+    let (ns, name, mark) = port_and_mark(port);
+    let mark = mark
         .and_then(|m| m.strip_prefix("BareMetalHost/"))
         .and_then(|m| m.split_once('/'));
     let mut out: BTreeSet<(String, String)> = mark
@@ -296,14 +288,7 @@ pub fn hosts_of_port(
         .collect();
     for h in hosts.iter().filter(|h| h.spec.ports.is_some()) {
         let (nics, _) = bare_metal_host_nics(h);
-        let cabled = nics.iter().any(|n| {
-            n.port.as_ref().is_some_and(|p| {
-                p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
-                    && p.namespace == ns
-                    && p.name == name
-            })
-        });
-        if cabled {
+        if cabled_to(&nics, kind, ns, name) {
             out.insert((h.namespace().unwrap_or_default(), h.name_any()));
         }
     }

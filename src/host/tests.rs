@@ -813,15 +813,27 @@ fn a_baremetalhost_s_ports_become_nics_and_a_bad_entry_is_named() {
     let (targets, _) = port_targets(Available, &nics, None);
     assert_eq!(
         table_of(&targets),
-        vec![row("eth0", "metal3/pxe", "provisioning"), row("eth1", "-", "clean")]
+        vec![
+            row("eth0", "metal3/pxe", "provisioning"),
+            row("eth1", "-", "clean")
+        ]
     );
-    assert_eq!(targets[1].port.namespace, "metal3", "the host's namespace by default");
+    assert_eq!(
+        targets[1].port.namespace, "metal3",
+        "the host's namespace by default"
+    );
     assert_eq!(targets[1].port.kind, CabledPortKind::SmartNicPort);
     let (targets, _) = port_targets(Provisioned, &nics, None);
     assert_eq!(targets[0].configuration, Some(cfg("team", "web")));
     assert_eq!(errors.len(), 2, "{errors:?}");
-    assert!(errors[0].starts_with("spec.ports[2]: missing field `port`"), "{errors:?}");
-    assert!(errors[1].starts_with("spec.ports[3].port.kind: \"Router\""), "{errors:?}");
+    assert!(
+        errors[0].starts_with("spec.ports[2]: missing field `port`"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with("spec.ports[3].port.kind: \"Router\""),
+        "{errors:?}"
+    );
     assert_eq!(bare_metal_host_mark(&host), "BareMetalHost/metal3/bmh-1");
     let none = BareMetalHost::default();
     assert_eq!(bare_metal_host_nics(&none), (vec![], vec![]));

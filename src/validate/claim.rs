@@ -10,7 +10,6 @@ use crate::allocation::{
     Binding, Candidate, CandidateNic, ClaimKey, ClaimRequest, NicNeed, RoleRequest,
 };
 use crate::api::quantity::parse_quantity;
-use crate::api::server::CabledPortKind;
 use crate::api::{ConfigurationKind, NetworkConfiguration, Server, ServerClaimSpec};
 
 /// The default role → inventory groups (kubespray's group names).
@@ -278,18 +277,7 @@ pub fn candidate(server: &Server, inspected: InspectedHardware) -> Candidate {
             .and_then(|q| parse_quantity(&q.0).ok())
             .or(inspected.memory),
         macs,
-        nics: server
-            .spec
-            .nics
-            .iter()
-            .map(|n| CandidateNic {
-                name: n.name.clone(),
-                port: n
-                    .port
-                    .as_ref()
-                    .map(|p| p.kind.unwrap_or(CabledPortKind::SwitchPort)),
-            })
-            .collect(),
+        nics: server.spec.nics.iter().map(CandidateNic::of).collect(),
         maintenance: server.spec.maintenance,
         binding: server.spec.claim_ref.as_ref().map(|b| Binding {
             claim: ClaimKey {
