@@ -867,3 +867,55 @@ async fn a_baremetalhost_with_its_own_ports_is_followed_like_a_server() {
     assert_eq!(changes.len(), 5, "{changes:?}");
     rig.env.cluster.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_held_by_a_dead_switch_writes_its_port_once_and_its_status_rarely() {
+    let mut sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    sims.stop();
+    let cluster = Cluster::start("hosts-quiet").await;
+    let rig = rig_on(cluster, &sim, None).await;
+    let ns = rig.ns().to_owned();
+    rig.server(
+        "q",
+        9,
+        json!([{"name": "eth0", "port": {"name": "tor1-p1", "namespace": ns},
+                "provisioningConfiguration": {"name": "pxe"}}]),
+    )
+    .await;
+    rig.wait_server("q", "held by its dead switch", |s| {
+        condition(s, "PortsReady").1 == "PortFailed"
+    })
+    .await;
+    // Over 10 s of a dead switch (probes back off 0.3 s doubling to 2 s here): the
+    // host set its port once, and its status moves only when what it reports does
+    // (measured: not once; the bound leaves room for one probe changing the error).
+    let ports = rig.env.api::<patchbay::api::SwitchPort>();
+    let port_before = ports.get("tor1-p1").await.unwrap();
+    let server_before = rig.servers().get(&rig.name("q")).await.unwrap();
+    let mut writes = 0;
+    let mut last = server_before.resource_version();
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < until {
+        let s = rig.servers().get(&rig.name("q")).await.unwrap();
+        if s.resource_version() != last {
+            writes += 1;
+            last = s.resource_version();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let port_after = ports.get("tor1-p1").await.unwrap();
+    assert_eq!(
+        port_after.metadata.generation, port_before.metadata.generation,
+        "the host does not rewrite a port it has set"
+    );
+    assert_eq!(
+        port_after.metadata.generation,
+        Some(2),
+        "set once: created, then linked"
+    );
+    assert!(writes <= 2, "{writes} Server status writes in 10 s");
+    let s = rig.servers().get(&rig.name("q")).await.unwrap();
+    assert_eq!(s.status.unwrap().phase, Some(ServerPhase::Available));
+    rig.env.cluster.finish().await;
+}
