@@ -810,6 +810,20 @@ pub fn server_status(
         server.metadata.generation,
         now,
     );
+    // A signal that is not exactly "true" (`True`, `yes`) is not taken: say so.
+    if facts.step.hold == Some(Hold::NotInstalled)
+        && let Some(v) = server
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROVISIONED_ANNOTATION))
+        && let Some(held) = status.conditions.iter_mut().find(|c| c.type_ == "Held")
+    {
+        held.message = format!(
+            "{PROVISIONED_ANNOTATION} is {v:?}, which is not the signal: the tenant's network \
+             follows when it is \"true\""
+        );
+    }
     status
 }
 

@@ -650,6 +650,16 @@ fn the_conditions_name_the_port_that_holds_the_host() {
         message.contains("patchbay.dev/provisioned=true"),
         "{message}"
     );
+    // A signal that is not exactly "true" is named, not taken.
+    let mut typo = server(true);
+    typo.metadata.annotations =
+        Some([("patchbay.dev/provisioned".to_string(), "True".to_string())].into());
+    let held = server_status(&typo, &st, &f, now);
+    assert_eq!(
+        server_condition(&held, "Held").2,
+        "patchbay.dev/provisioned is \"True\", which is not the signal: the tenant's network \
+         follows when it is \"true\""
+    );
     // A Metal3 host: the gate is reported; an unknown state holds.
     let mut f = facts(
         ServerPhase::Provisioned,
