@@ -24,6 +24,8 @@
 //! - [`worker`]: one writer per switch: batches, drift sweeps, reachability.
 //! - [`backends`]: ProviderSwitch (+ Secret) → device backend.
 //! - [`settings`]: the operator's settings (flags, environment, file).
+//! - [`metrics`]: the metrics registry (state, rendered in the Prometheus format);
+//!   [`serve`]: the HTTP endpoint for metrics and health probes.
 
 pub mod allocation;
 pub mod api;
@@ -31,6 +33,8 @@ pub mod backends;
 pub mod controllers;
 pub mod host;
 pub mod inventory;
+pub mod metrics;
+pub mod serve;
 pub mod settings;
 pub mod state_machine;
 pub mod validate;

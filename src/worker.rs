@@ -33,6 +33,7 @@ use patchbay_providers::{
 };
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
+use crate::metrics;
 use crate::state_machine::{Backoff, SwitchOutage};
 
 /// Identifies a port object (namespace, name).
@@ -55,6 +56,8 @@ pub struct WorkerConfig {
     pub max_sessions: usize,
     /// How the switch is probed again after a session failure.
     pub backoff: Backoff,
+    /// The backend's name, the `backend` label of the metrics.
+    pub backend: &'static str,
 }
 
 /// What a worker announces.
@@ -172,6 +175,8 @@ struct Shared {
     changed: Notify,
     notify: Notifier,
     backoff: Backoff,
+    /// The `backend` label of the metrics.
+    backend: &'static str,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -340,6 +345,7 @@ impl SwitchWorker {
             changed: Notify::new(),
             notify,
             backoff: config.backoff,
+            backend: config.backend,
         });
         let task = tokio::spawn(run(switch, config, rx, shared.clone()));
         Self { jobs, shared, task }
@@ -520,7 +526,35 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
             .partition(|(_, op, _)| seen.insert(op.port().clone()));
         writes = rest;
         let ops: Vec<PortOperation> = round.iter().map(|(_, op, _)| op.clone()).collect();
-        match apply_batch_verified(switch, &ops).await {
+        let backend = shared.backend;
+        metrics::observe(metrics::BATCH_SIZE, &[backend], ops.len() as f64);
+        metrics::add(metrics::SESSIONS, &[backend], 1.0);
+        let started = std::time::Instant::now();
+        let applied = apply_batch_verified(switch, &ops).await;
+        metrics::add(metrics::SESSIONS, &[backend], -1.0);
+        metrics::observe(
+            metrics::DEVICE_SECONDS,
+            &[backend],
+            started.elapsed().as_secs_f64(),
+        );
+        match &applied {
+            Ok(results) => {
+                for r in results {
+                    let outcome = match &r.outcome {
+                        Ok(PortChange::Changed) => "changed",
+                        Ok(PortChange::Unchanged) => "unchanged",
+                        Err(e) => e.category(),
+                    };
+                    metrics::inc(metrics::DEVICE_OPERATIONS, &[backend, outcome]);
+                }
+            }
+            Err(e) => metrics::add(
+                metrics::DEVICE_OPERATIONS,
+                &[backend, e.category()],
+                ops.len() as f64,
+            ),
+        }
+        match applied {
             Ok(results) => {
                 let mut by_port: HashMap<PortName, Result<PortChange, DeviceError>> =
                     results.into_iter().map(|r| (r.port, r.outcome)).collect();
@@ -640,6 +674,9 @@ async fn check(switch: &dyn Device, shared: &Shared) {
             let drifted = !diff(&desired, obs).is_empty();
             tracing::debug!(port = %desired.port, drifted, "drift verdict");
             let before = t.verdict.insert(key.clone(), drifted);
+            if drifted && before != Some(true) {
+                metrics::inc(metrics::DRIFT_FOUND, &[shared.backend]);
+            }
             if before != Some(drifted) && (drifted || before == Some(true)) {
                 t.pending.insert(key.clone(), drifted);
                 changed.push(key);
@@ -680,6 +717,7 @@ mod tests {
 
     fn config() -> WorkerConfig {
         WorkerConfig {
+            backend: "fixture",
             batch_window: Duration::from_millis(50),
             drift_interval: Duration::from_secs(3600),
             max_sessions: 1,

@@ -95,6 +95,19 @@ pub enum Backend {
     Fixture,
 }
 
+impl Backend {
+    /// The name the API uses (`ssh`, `ovsdb`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Ssh => "ssh",
+            Backend::Netconf => "netconf",
+            Backend::Ansible => "ansible",
+            Backend::Ovsdb => "ovsdb",
+            Backend::Fixture => "fixture",
+        }
+    }
+}
+
 /// The device's operating system / CLI dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]

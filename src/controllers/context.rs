@@ -237,6 +237,7 @@ impl Context {
                 drift_interval: self.settings.drift_interval,
                 max_sessions,
                 backoff: self.settings.backoff,
+                backend: provider.spec.backend.name(),
             },
             ports,
             notify,

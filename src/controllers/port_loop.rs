@@ -21,6 +21,7 @@ use super::ControllerError;
 use super::failure::Failure;
 use super::status::{Severity, StatusFacts, find_condition, port_status};
 use crate::api::{DriftPolicy, PortState, PortStatus};
+use crate::metrics;
 use crate::state_machine::{
     AppliedChange, Backoff, Health, Outcome, PortFacts, PortTarget, Requeue, Step, decide,
 };
@@ -308,6 +309,8 @@ pub async fn drive(
         find_condition(&old_status.conditions, "Drifted").is_some_and(|c| c.status == "True");
     let mut decision = None;
     let mut removed = false;
+    // The drift check of this reconcile found the device differing.
+    let mut drifted = false;
     // The status from everything known so far, for the decision's health.
     macro_rules! fill_status {
         ($health:expr, $now:expr) => {
@@ -368,6 +371,7 @@ pub async fn drive(
         if state != Some(d.state) {
             let from = state.map_or("(none)".to_owned(), |s| s.to_string());
             tracing::info!(from = %from, to = %d.state, kind = meta.kind, "port state");
+            metrics::inc(metrics::TRANSITIONS, &[&from, &d.state.to_string()]);
             status.state = Some(d.state);
             status.last_transition_time = Some(Time(now));
             state = Some(d.state);
@@ -411,6 +415,12 @@ pub async fn drive(
         waiting = None;
         match result {
             Ok(o) => {
+                // A drift this reconcile (or an earlier report) found, applied again.
+                if (drifted || drift_reported) && o == Outcome::Applied {
+                    metrics::inc(metrics::DRIFT_REPAIRED, &[meta.kind]);
+                    drifted = false;
+                }
+                drifted |= o == Outcome::Drifted;
                 outcome = Some(o);
                 failure = None;
                 match o {
@@ -429,6 +439,7 @@ pub async fn drive(
                 }
                 outcome = Some(Outcome::Failed(f.kind()));
                 tracing::warn!(category = f.category(), error = %f, "port step failed");
+                metrics::inc(metrics::FAILURES, &[f.category()]);
                 record
                     .publish(Severity::Warning, f.category(), &f.to_string())
                     .await;

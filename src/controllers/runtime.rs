@@ -32,6 +32,7 @@ use crate::api::{
     SwitchPortConfiguration,
 };
 use crate::backends::Backends;
+use crate::metrics;
 use crate::settings::Settings;
 
 /// A stream of what arrives on `rx`.
@@ -125,6 +126,71 @@ where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     writer.subscribe().expect("a shared writer has subscribers")
+}
+
+/// `reconcile` with its duration and result recorded in the metrics
+/// (`patchbay_reconciles_total`, `patchbay_reconcile_duration_seconds`).
+fn timed<K, C, F, Fut>(
+    controller: &'static str,
+    reconcile: F,
+) -> impl Fn(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, ControllerError>>
+where
+    F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Action, ControllerError>> + Send + 'static,
+{
+    move |obj, ctx| {
+        let fut = reconcile(obj, ctx);
+        async move {
+            let started = std::time::Instant::now();
+            let result = fut.await;
+            metrics::observe(
+                metrics::RECONCILE_SECONDS,
+                &[controller],
+                started.elapsed().as_secs_f64(),
+            );
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(e) => e.category(),
+            };
+            metrics::inc(metrics::RECONCILES, &[controller, outcome]);
+            result
+        }
+        .boxed()
+    }
+}
+
+/// Counts the ports per kind and state into `patchbay_ports` every 2 s, and marks
+/// the operator ready once every cache has synced.
+async fn port_gauges(
+    ports: Store<SwitchPort>,
+    smartnics: Store<SmartNicPort>,
+    ready: impl std::future::Future<Output = ()>,
+) {
+    ready.await;
+    metrics::set_ready(true);
+    loop {
+        let mut counts: std::collections::BTreeMap<(String, String), f64> = Default::default();
+        let state = |s: Option<&crate::api::PortStatus>| {
+            s.and_then(|s| s.state)
+                .map_or_else(|| "(none)".to_owned(), |s| s.to_string())
+        };
+        for p in ports.state() {
+            *counts
+                .entry(("SwitchPort".into(), state(p.status.as_ref())))
+                .or_default() += 1.0;
+        }
+        for p in smartnics.state() {
+            *counts
+                .entry(("SmartNicPort".into(), state(p.status.as_ref())))
+                .or_default() += 1.0;
+        }
+        let values: Vec<(Vec<String>, f64)> = counts
+            .into_iter()
+            .map(|((k, s), n)| (vec![k, s], n))
+            .collect();
+        metrics::set_all(metrics::PORTS, &values);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 /// Who the Events say reported them.
@@ -239,7 +305,11 @@ pub async fn run(
         .reconcile_on(notices(port_rx))
         .with_config(Config::default().concurrency(64))
         .graceful_shutdown_on(stopped(&stop_tx))
-        .run(switch_port::reconcile, port_error_policy, ctx.clone())
+        .run(
+            timed("SwitchPort", switch_port::reconcile),
+            port_error_policy,
+            ctx.clone(),
+        )
         .for_each(log_errors("SwitchPort"));
 
     // Switches: woken by their ports (owns), their ProviderSwitch and their worker's
@@ -262,7 +332,11 @@ pub async fn run(
                 .debounce(Duration::from_millis(500)),
         )
         .graceful_shutdown_on(stopped(&stop_tx))
-        .run(switch::reconcile, error_policy, ctx.clone())
+        .run(
+            timed("Switch", switch::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(log_errors("Switch"));
 
     // ProviderSwitches: held while a Switch or SmartNicPort uses them.
@@ -280,7 +354,11 @@ pub async fn run(
             )
         })
         .graceful_shutdown_on(stopped(&stop_tx))
-        .run(provider_switch::reconcile, error_policy, ctx.clone())
+        .run(
+            timed("ProviderSwitch", provider_switch::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(log_errors("ProviderSwitch"));
 
     // SmartNicPorts: woken by their configuration, the SwitchPort they chain to (or
@@ -307,7 +385,11 @@ pub async fn run(
         .reconcile_on(notices(snic_rx))
         .with_config(Config::default().concurrency(64))
         .graceful_shutdown_on(stopped(&stop_tx))
-        .run(smartnic_port::reconcile, error_policy, ctx.clone())
+        .run(
+            timed("SmartNicPort", smartnic_port::reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(log_errors("SmartNicPort"));
 
     // Allocation: ServerClaims woken by the Servers (and BareMetalHosts) that may
@@ -415,7 +497,11 @@ pub async fn run(
         .reconcile_on(notices(gone_rx))
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
-        .run(server_claim::reconcile, error_policy, alloc.clone())
+        .run(
+            timed("ServerClaim", server_claim::reconcile),
+            error_policy,
+            alloc.clone(),
+        )
         .for_each(log_errors("ServerClaim"));
     let server_ctx = Arc::new(server::ServerCtx {
         alloc: alloc.clone(),
@@ -430,7 +516,11 @@ pub async fn run(
         Some(ctl) => ctl
             .with_config(Config::default().concurrency(8))
             .graceful_shutdown_on(stopped(&stop_tx))
-            .run(bare_metal_host::reconcile, error_policy, server_ctx.clone())
+            .run(
+                timed("BareMetalHost", bare_metal_host::reconcile),
+                error_policy,
+                server_ctx.clone(),
+            )
             .for_each(log_errors("BareMetalHost"))
             .boxed(),
         None => futures::future::ready(()).boxed(),
@@ -438,7 +528,7 @@ pub async fn run(
     let server_ctl = server_ctl
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
-        .run(server::reconcile, error_policy, server_ctx)
+        .run(timed("Server", server::reconcile), error_policy, server_ctx)
         .for_each(log_errors("Server"));
     let sweeper = {
         let mut stop = stop_tx.subscribe();
@@ -466,6 +556,30 @@ pub async fn run(
         }
     };
 
+    let gauges = {
+        let (ports, smartnics) = (port_store.clone(), snic_store.clone());
+        let stores = (
+            switch_store.clone(),
+            server_store.clone(),
+            claim_store.clone(),
+        );
+        let synced = async move {
+            let _ = ports.wait_until_ready().await;
+            let _ = smartnics.wait_until_ready().await;
+            let _ = stores.0.wait_until_ready().await;
+            let _ = stores.1.wait_until_ready().await;
+            let _ = stores.2.wait_until_ready().await;
+        };
+        let mut stop = stop_tx.subscribe();
+        let gauges = port_gauges(port_store.clone(), snic_store.clone(), synced);
+        async move {
+            tokio::select! {
+                _ = gauges => {}
+                _ = stop.recv() => {}
+            }
+            metrics::set_ready(false);
+        }
+    };
     let stopper = async move {
         shutdown.await;
         let _ = stop_tx.send(());
@@ -484,6 +598,7 @@ pub async fn run(
         claim_ctl,
         server_ctl,
         sweeper,
+        gauges,
         stopper
     );
 }

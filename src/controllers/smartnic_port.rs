@@ -420,7 +420,7 @@ impl PortSteps for SmartNicSteps<'_> {
     }
 }
 
-/// Reconciles one SmartNicPort. Its span carries namespace, name, provider and
+/// Reconciles one SmartNicPort. Its span carries namespace, port (the object), provider and
 /// device port.
 pub(super) async fn reconcile(
     port: Arc<SmartNicPort>,
@@ -429,7 +429,7 @@ pub(super) async fn reconcile(
     let span = tracing::info_span!(
         "smartnicport",
         namespace = %port.namespace().unwrap_or_default(),
-        name = %port.name_any(),
+        port = %port.name_any(),
         provider = %port.spec.provider.name,
         device_port = %port.spec.port_name,
     );

@@ -207,7 +207,7 @@ impl PortSteps for SwitchPortSteps<'_> {
     }
 }
 
-/// Reconciles one SwitchPort. Its span carries namespace, name, switch and device
+/// Reconciles one SwitchPort. Its span carries namespace, port (the object), switch and device
 /// port.
 pub(super) async fn reconcile(
     port: Arc<SwitchPort>,
@@ -216,7 +216,7 @@ pub(super) async fn reconcile(
     let span = tracing::info_span!(
         "switchport",
         namespace = %port.namespace().unwrap_or_default(),
-        name = %port.name_any(),
+        port = %port.name_any(),
         switch = %switch_name(&port).unwrap_or_default(),
         device_port = tracing::field::Empty,
     );

@@ -21,7 +21,7 @@ use super::{Cluster, eventually};
 
 pub struct Env {
     pub cluster: Cluster,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Env {
@@ -63,7 +63,19 @@ impl Env {
         ));
         Env {
             cluster,
-            _stop: stop,
+            _stop: Some(stop),
+        }
+    }
+
+    /// The CRDs on `cluster` and these helpers, without an in-process operator (the
+    /// test runs `patchbay run` itself).
+    pub async fn without_operator(cluster: Cluster) -> Env {
+        for (_, crd) in crds() {
+            cluster.install_crd(crd).await;
+        }
+        Env {
+            cluster,
+            _stop: None,
         }
     }
 

@@ -133,6 +133,32 @@ struct RunArgs {
     config: Option<PathBuf>,
     #[command(flatten)]
     settings: patchbay::settings::SettingsArgs,
+    /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9090;
+    /// 0.0.0.0:9090 in a pod) [default: off].
+    #[arg(long, value_name = "ADDRESS", env = "PATCHBAY_METRICS_ADDRESS")]
+    metrics_address: Option<std::net::SocketAddr>,
+    /// Log lines as `text` or `json` (one JSON object per line, with the span's
+    /// fields: namespace, name, switch, device port).
+    #[arg(long, value_enum, default_value = "text", env = "PATCHBAY_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// On SIGTERM, how long in-flight batches may take to finish before the process
+    /// exits anyway (exit code 1 then).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 30,
+        env = "PATCHBAY_SHUTDOWN_TIMEOUT_SECONDS"
+    )]
+    shutdown_timeout_seconds: u64,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 impl RunArgs {
@@ -170,6 +196,68 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
     }
+}
+
+/// `patchbay run`: the operator until SIGTERM (or Ctrl-C), then a graceful stop:
+/// no new work, in-flight batches finish within the shutdown timeout, exit 0.
+async fn operate(args: &RunArgs, settings: patchbay::settings::Settings) -> Result<ExitCode> {
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    tracing::info!(?settings, "patchbay operator starting");
+    let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(address) = args.metrics_address {
+        let (listener, bound) = patchbay::serve::bind(address)
+            .await
+            .with_context(|| format!("binding --metrics-address {address}"))?;
+        tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+        tokio::spawn(patchbay::serve::serve(
+            listener,
+            patchbay::metrics::ready,
+            async {
+                let _ = serving_stopped.await;
+            },
+        ));
+    }
+    patchbay::metrics::set(patchbay::metrics::LEADER, &[], 1.0);
+    let backends = patchbay::backends::Backends {
+        fixture_latency: settings.fixture_latency,
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut operator = tokio::spawn(patchbay::controllers::run(
+        client,
+        settings,
+        backends,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        _ = &mut operator => {
+            anyhow::bail!("the operator stopped on its own");
+        }
+    }
+    let timeout = std::time::Duration::from_secs(args.shutdown_timeout_seconds);
+    tracing::info!(
+        timeout_seconds = timeout.as_secs(),
+        "stopping: no new work; in-flight batches finish"
+    );
+    let _ = stop.send(());
+    let code = match tokio::time::timeout(timeout, operator).await {
+        Ok(_) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(_) => {
+            tracing::warn!(
+                timeout_seconds = timeout.as_secs(),
+                "in-flight work did not finish within the shutdown timeout; exiting anyway"
+            );
+            ExitCode::FAILURE
+        }
+    };
+    let _ = stop_serving.send(());
+    Ok(code)
 }
 
 fn main() -> ExitCode {
@@ -285,28 +373,23 @@ fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info".into()),
-                )
-                .init();
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into());
+            match args.log_format {
+                LogFormat::Text => tracing_subscriber::fmt().with_env_filter(filter).init(),
+                LogFormat::Json => tracing_subscriber::fmt()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(false)
+                    .with_env_filter(filter)
+                    .init(),
+            }
             let settings = args.settings()?;
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
                 .build()?;
-            rt.block_on(async {
-                let client = kube_client(args.kubeconfig.as_deref()).await?;
-                tracing::info!(?settings, "patchbay operator starting");
-                let backends = patchbay::backends::Backends {
-                    fixture_latency: settings.fixture_latency,
-                    ..Default::default()
-                };
-                patchbay::controllers::run(client, settings, backends, shutdown_signal()).await;
-                anyhow::Ok(())
-            })?;
-            Ok(ExitCode::SUCCESS)
+            rt.block_on(operate(&args, settings))
         }
         #[cfg(feature = "devtools")]
         Command::Demo { walk: true, .. } => {

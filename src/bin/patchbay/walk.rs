@@ -258,6 +258,7 @@ pub async fn run() -> Result<()> {
             drift_interval: Duration::from_secs(3600),
             max_sessions: 1,
             backoff: Backoff::default(),
+            backend: "fixture",
         },
         vec![port.clone()],
         Arc::new(|_| {}),
