@@ -12,8 +12,9 @@ SPEC.json: {"switches": [{"name": "sw1", "model": "cisco_generic",
 Each switch listens on 127.0.0.1 on its "port", or on a port the kernel picks when it
 is 0 or absent (a fixed port lets a test stop a switch and start a fresh, empty one
 where the operator expects it; every simulator has the same host key). With
-"connection_log", the name of the switch is appended as one line to that file for
-every TCP connection it accepts: tests count the operator's attempts (SSH handshakes)
+"connection_log", a line `<switch> open <time> <peer port>` is appended to that file for
+every TCP connection it accepts, and `<switch> close …` when it ends: tests count the
+operator's attempts (SSH handshakes)
 from it. It observes; the simulated device behaves the same. When every switch listens,
 OUT.json is written (atomically) with, per switch: name, model, address, port,
 username, password, enable_password, host_key_fingerprint (OpenSSH SHA256 form),
@@ -24,6 +25,7 @@ import base64
 import hashlib
 import json
 import logging
+import time
 import os
 import signal
 import sys
@@ -43,13 +45,26 @@ def host_key():
 
 
 def log_connections(ssh_factory, name, path):
-    """Appends `name` to `path` for each connection the factory accepts."""
+    """Appends `<name> open <unix time> <peer port>` to `path` for each connection
+    the factory accepts, and `<name> close <unix time> <peer port>` when it ends:
+    tests count the operator's sessions and check when they were open."""
     build = ssh_factory.buildProtocol
 
-    def logged(addr):
+    def write(event, port):
         with open(path, "a") as f:
-            f.write(name + "\n")
-        return build(addr)
+            f.write("%s %s %.6f %d\n" % (name, event, time.time(), port))
+
+    def logged(addr):
+        write("open", addr.port)
+        protocol = build(addr)
+        lost = protocol.connectionLost
+
+        def closed(reason):
+            write("close", addr.port)
+            return lost(reason)
+
+        protocol.connectionLost = closed
+        return protocol
 
     ssh_factory.buildProtocol = logged
 

@@ -24,6 +24,7 @@
 //! - [`worker`]: one writer per switch: batches, drift sweeps, reachability.
 //! - [`backends`]: ProviderSwitch (+ Secret) → device backend.
 //! - [`settings`]: the operator's settings (flags, environment, file).
+//! - [`lease`]: leader election on a Lease (its decision, `decide`, is pure).
 //! - [`metrics`]: the metrics registry (state, rendered in the Prometheus format);
 //!   [`serve`]: the HTTP endpoint for metrics and health probes.
 
@@ -33,6 +34,7 @@ pub mod backends;
 pub mod controllers;
 pub mod host;
 pub mod inventory;
+pub mod lease;
 pub mod metrics;
 pub mod serve;
 pub mod settings;

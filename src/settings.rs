@@ -25,6 +25,9 @@ pub struct Settings {
     pub backoff: Backoff,
     /// Latency of every operation on fixture devices (demos and benchmarks).
     pub fixture_latency: Duration,
+    /// The longest a device batch may take (set from the leader election's timings:
+    /// `leaseDuration − renewDeadline`); `None`: unbounded.
+    pub batch_timeout: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -36,6 +39,7 @@ impl Default for Settings {
             max_sessions: 1,
             backoff: Backoff::default(),
             fixture_latency: Duration::ZERO,
+            batch_timeout: None,
         }
     }
 }
@@ -229,6 +233,7 @@ impl Settings {
             max_sessions,
             backoff: Backoff { base, cap },
             fixture_latency: Duration::from_millis(args.fixture_latency_ms.unwrap_or(0)),
+            batch_timeout: None,
         })
     }
 }

@@ -58,6 +58,9 @@ pub struct WorkerConfig {
     pub backoff: Backoff,
     /// The backend's name, the `backend` label of the metrics.
     pub backend: &'static str,
+    /// The longest a batch may take (with leader election: `leaseDuration −
+    /// renewDeadline`); a batch that takes longer is abandoned and its ports fail.
+    pub batch_timeout: Option<Duration>,
 }
 
 /// What a worker announces.
@@ -177,6 +180,8 @@ struct Shared {
     backoff: Backoff,
     /// The `backend` label of the metrics.
     backend: &'static str,
+    /// See [`WorkerConfig::batch_timeout`].
+    batch_timeout: Option<Duration>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -346,6 +351,7 @@ impl SwitchWorker {
             notify,
             backoff: config.backoff,
             backend: config.backend,
+            batch_timeout: config.batch_timeout,
         });
         let task = tokio::spawn(run(switch, config, rx, shared.clone()));
         Self { jobs, shared, task }
@@ -497,7 +503,48 @@ async fn run(
 /// Runs one batch: all writes in one `apply_batch` (split into rounds only if a port
 /// appears twice), all reads in one `get_ports`. A session failure marks the switch
 /// down (once for the batch) and the operations it hit are answered with the outage.
+/// Refused while this replica may not touch devices (it lost, or never held, the
+/// leader lease): [`crate::lease::may_touch_devices`].
+fn not_leading() -> WorkerError {
+    WorkerError::Device(DeviceError::Protocol {
+        during: "opening a device session".into(),
+        cause: Cause::msg("this replica does not hold the leader lease"),
+    })
+}
+
+/// `f` within the batch bound, if there is one.
+async fn bounded<T>(
+    shared: &Shared,
+    f: impl std::future::Future<Output = Result<T, DeviceError>>,
+) -> Result<T, DeviceError> {
+    match shared.batch_timeout {
+        None => f.await,
+        Some(limit) => tokio::time::timeout(limit, f).await.unwrap_or_else(|_| {
+            Err(DeviceError::Protocol {
+                during: "a batch".into(),
+                cause: Cause::msg(format!(
+                    "abandoned after {:.1} s, the bound leader election sets",
+                    limit.as_secs_f64()
+                )),
+            })
+        }),
+    }
+}
+
 async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
+    if !crate::lease::may_touch_devices() {
+        for job in batch {
+            match job {
+                Job::Apply { reply, .. } => {
+                    let _ = reply.send(Err(not_leading()));
+                }
+                Job::Read { reply, .. } => {
+                    let _ = reply.send(Err(not_leading()));
+                }
+            }
+        }
+        return;
+    }
     let as_probe = lock(&shared.health).probing;
     let outage: Mutex<Option<Outage>> = Mutex::new(None);
     let port_error = |e: DeviceError, key: Option<&PortKey>| {
@@ -530,7 +577,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
         metrics::observe(metrics::BATCH_SIZE, &[backend], ops.len() as f64);
         metrics::add(metrics::SESSIONS, &[backend], 1.0);
         let started = std::time::Instant::now();
-        let applied = apply_batch_verified(switch, &ops).await;
+        let applied = bounded(shared, apply_batch_verified(switch, &ops)).await;
         metrics::add(metrics::SESSIONS, &[backend], -1.0);
         metrics::observe(
             metrics::DEVICE_SECONDS,
@@ -586,7 +633,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
         let mut names: Vec<PortName> = reads.iter().map(|(_, p, _)| p.clone()).collect();
         names.sort();
         names.dedup();
-        match switch.get_ports(&names).await {
+        match bounded(shared, switch.get_ports(&names)).await {
             Ok(observed) => {
                 let by_port: HashMap<PortName, Result<ObservedPort, DeviceError>> =
                     observed.into_iter().collect();
@@ -623,6 +670,10 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
 /// probe port when none is tracked). Notifies ports whose drift verdict changed and
 /// records whether the switch answered.
 async fn check(switch: &dyn Device, shared: &Shared) {
+    if !crate::lease::may_touch_devices() {
+        lock(&shared.health).probing = false;
+        return;
+    }
     let tracked: Vec<(PortKey, DesiredPort)> = lock(&shared.tracking)
         .desired
         .iter()
@@ -639,7 +690,7 @@ async fn check(switch: &dyn Device, shared: &Shared) {
     }
     names.sort();
     names.dedup();
-    let observed = match switch.get_ports(&names).await {
+    let observed = match bounded(shared, switch.get_ports(&names)).await {
         Ok(o) => o,
         Err(e) if e.is_session_failure() => {
             shared.fail(e, true);
@@ -718,6 +769,7 @@ mod tests {
     fn config() -> WorkerConfig {
         WorkerConfig {
             backend: "fixture",
+            batch_timeout: None,
             batch_window: Duration::from_millis(50),
             drift_interval: Duration::from_secs(3600),
             max_sessions: 1,

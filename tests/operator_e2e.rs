@@ -44,6 +44,7 @@ fn test_settings(namespace: &str) -> Settings {
             cap: Duration::from_secs(1),
         },
         fixture_latency: Duration::from_millis(2),
+        batch_timeout: None,
     }
 }
 

@@ -58,12 +58,14 @@ fn operator(env: &Env, log: &PathBuf, extra: &[&str]) -> Child {
         .args([
             "--namespace",
             &env.cluster.namespace,
-            "--batch-window-ms",
-            "50",
+            "--lease-namespace",
+            &env.cluster.namespace,
         ])
         .args(extra)
         .stdout(Stdio::from(out))
-        .stderr(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(log.with_extension("err")).unwrap(),
+        ))
         .spawn()
         .expect("patchbay run starts")
 }
@@ -134,6 +136,8 @@ async fn metrics_move_as_ports_change_the_probes_answer_and_json_logs_hold_no_se
             "json",
             "--drift-interval-seconds",
             "1",
+            "--batch-window-ms",
+            "50",
         ],
     );
     eventually(30, "/healthz", || async {
@@ -248,7 +252,7 @@ async fn sigterm_mid_batch_finishes_the_batch_exits_0_and_leaves_every_port_cons
     const PORTS: usize = 12;
     let env = fabric(Cluster::start("prod-sigterm").await, &sim, PORTS).await;
     let log = env.cluster.dir.join("operator.log");
-    let mut child = operator(&env, &log, &[]);
+    let mut child = operator(&env, &log, &["--batch-window-ms", "50"]);
     let ports = env.api::<SwitchPort>();
     eventually(30, "the ports Idle", || async {
         let list = ports.list(&Default::default()).await.ok()?;
@@ -299,7 +303,7 @@ async fn sigterm_mid_batch_finishes_the_batch_exits_0_and_leaves_every_port_cons
     }
     assert!(active > 0, "the batch under way when SIGTERM came finished");
     // Started again, the operator finishes what is left, with nothing to undo.
-    let mut again = operator(&env, &log, &[]);
+    let mut again = operator(&env, &log, &["--batch-window-ms", "50"]);
     for i in 1..=PORTS {
         env.wait_state(&format!("p{i}"), PortState::Active).await;
         assert_eq!(
@@ -309,5 +313,174 @@ async fn sigterm_mid_batch_finishes_the_batch_exits_0_and_leaves_every_port_cons
     }
     sigterm(&again);
     assert!(wait_exit(&mut again, 40).success());
+    env.cluster.finish().await;
+}
+
+/// The Lease's holder and its last renewal (Unix seconds).
+async fn lease(env: &Env) -> Option<(String, f64)> {
+    let l = env
+        .api::<k8s_openapi::api::coordination::v1::Lease>()
+        .get_opt("patchbay")
+        .await
+        .ok()??;
+    let spec = l.spec?;
+    let renewed = spec.renew_time?.0.as_millisecond() as f64 / 1000.0;
+    Some((spec.holder_identity.unwrap_or_default(), renewed))
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let env = fabric(Cluster::start("prod-leader").await, &sim, 12).await;
+    // A 3 s lease renewed every 0.5 s; a 2 s batch window so that work handed over
+    // is still waiting for its batch when the leader dies.
+    let lease_flags = [
+        "--lease-duration-seconds",
+        "3",
+        "--renew-deadline-seconds",
+        "2",
+        "--retry-period-seconds",
+        "0.5",
+        "--batch-window-ms",
+        "2000",
+    ];
+    let (a_metrics, b_metrics) = (free_port(), free_port());
+    let (a_addr, b_addr) = (
+        format!("127.0.0.1:{a_metrics}"),
+        format!("127.0.0.1:{b_metrics}"),
+    );
+    let with = |addr: &str| {
+        let mut v: Vec<String> = lease_flags.iter().map(|s| s.to_string()).collect();
+        v.extend(["--metrics-address".to_string(), addr.to_string()]);
+        v
+    };
+    let a_args = with(&a_addr);
+    let mut a = operator(
+        &env,
+        &env.cluster.dir.join("a.log"),
+        &a_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let a_id = format!("_{}", a.id());
+    eventually(30, "A holds the lease", || async {
+        lease(&env)
+            .await
+            .filter(|(h, _)| h.ends_with(&a_id))
+            .map(|_| ())
+    })
+    .await;
+    let b_args = with(&b_addr);
+    let mut b = operator(
+        &env,
+        &env.cluster.dir.join("b.log"),
+        &b_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let b_id = format!("_{}", b.id());
+    // B stands by: ready (the leader is known), not leading, no device session.
+    eventually(30, "B ready on standby", || async {
+        (get(b_metrics, "/readyz")?.0 == 200).then_some(())
+    })
+    .await;
+    let b_scrape = get(b_metrics, "/metrics").unwrap().1;
+    assert_eq!(sample(&b_scrape, "patchbay_leader"), 0.0, "{b_scrape}");
+    // A configures the first six ports.
+    for i in 1..=6 {
+        env.link(&format!("p{i}"), Some("web")).await;
+    }
+    for i in 1..=6 {
+        env.wait_state(&format!("p{i}"), PortState::Active).await;
+    }
+    // The next six are handed to A's switch worker; A dies before their batch.
+    for i in 7..=12 {
+        env.link(&format!("p{i}"), Some("web")).await;
+    }
+    let ports = env.api::<SwitchPort>();
+    eventually(30, "A Configuring the next ports", || async {
+        let list = ports.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|p| p.status.as_ref().and_then(|s| s.state) == Some(PortState::Configuring))
+            .then_some(())
+    })
+    .await;
+    let (_, last_renewal) = lease(&env).await.unwrap();
+    Command::new("kill")
+        .args(["-9", &a.id().to_string()])
+        .status()
+        .unwrap();
+    let killed = unix_now();
+    a.wait().unwrap();
+    // B takes over within leaseDuration + retryPeriod of A's last renewal (plus the
+    // time to read and write the Lease).
+    eventually(30, "B holds the lease", || async {
+        lease(&env)
+            .await
+            .filter(|(h, _)| h.ends_with(&b_id))
+            .map(|_| ())
+    })
+    .await;
+    let took_over = unix_now();
+    assert!(
+        took_over - last_renewal <= 3.0 + 0.5 + 1.0,
+        "took over {:.2} s after the last renewal",
+        took_over - last_renewal
+    );
+    // B finishes the in-flight ports, and only those.
+    for i in 1..=12 {
+        env.wait_state(&format!("p{i}"), PortState::Active).await;
+        assert_eq!(
+            access(&sim, &format!("FastEthernet0/{i}")).await,
+            Some(VlanMode::Access { vlan: vlan(100) })
+        );
+    }
+    let b_scrape = eventually(30, "B's scrape", || async {
+        get(b_metrics, "/metrics").map(|r| r.1)
+    })
+    .await;
+    assert_eq!(
+        sample(
+            &b_scrape,
+            "patchbay_device_operations_total{backend=\"ssh\",outcome=\"changed\"}"
+        ),
+        6.0,
+        "B configured the six ports A had not done\n{b_scrape}"
+    );
+    assert_eq!(
+        sample(
+            &b_scrape,
+            "patchbay_device_operations_total{backend=\"ssh\",outcome=\"unchanged\"}"
+        ),
+        0.0,
+        "B sent nothing for the ports A had done"
+    );
+    assert_eq!(sample(&b_scrape, "patchbay_leader"), 1.0);
+    // The two replicas' device sessions never overlap: every session opened before
+    // the kill closed before the first one opened after it.
+    let sessions = sims.sessions("tor1");
+    let before: Vec<_> = sessions.iter().filter(|s| s.opened < killed).collect();
+    let after: Vec<_> = sessions.iter().filter(|s| s.opened >= killed).collect();
+    assert!(!before.is_empty() && !after.is_empty(), "{sessions:?}");
+    let last_close = before
+        .iter()
+        .map(|s| s.closed.expect("A's sessions are closed"))
+        .fold(0.0, f64::max);
+    let first_open = after.iter().map(|s| s.opened).fold(f64::MAX, f64::min);
+    assert!(last_close <= first_open, "{sessions:?}");
+    assert!(
+        first_open >= last_renewal + 3.0 - 0.25,
+        "B touched the switch early: {sessions:?}"
+    );
+    // SIGTERM: B stops, releases the Lease, exits 0.
+    sigterm(&b);
+    assert!(wait_exit(&mut b, 40).success());
+    let (holder, _) = lease(&env).await.unwrap();
+    assert_eq!(holder, "", "released");
     env.cluster.finish().await;
 }

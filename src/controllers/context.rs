@@ -238,6 +238,7 @@ impl Context {
                 max_sessions,
                 backoff: self.settings.backoff,
                 backend: provider.spec.backend.name(),
+                batch_timeout: self.settings.batch_timeout,
             },
             ports,
             notify,

@@ -99,6 +99,17 @@ impl SimSpec {
     }
 }
 
+/// One connection to a simulated switch, from its connection log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// When it opened (Unix seconds).
+    pub opened: f64,
+    /// When it closed; `None` while open.
+    pub closed: Option<f64>,
+    /// The client's TCP port.
+    pub client_port: u16,
+}
+
 /// A running simulated switch, as the launcher describes it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SimSwitch {
@@ -244,11 +255,44 @@ impl FakeSwitches {
     /// How many TCP connections (SSH handshakes attempted) switch `name` accepted
     /// so far.
     pub fn connections(&self, name: &str) -> usize {
-        std::fs::read_to_string(self.dir.join("connections.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| *l == name)
-            .count()
+        self.sessions(name).len()
+    }
+
+    /// Every connection switch `name` accepted: when it opened and closed (Unix
+    /// seconds; no close while it is open) and the client's port, in opening order.
+    pub fn sessions(&self, name: &str) -> Vec<Session> {
+        let log = std::fs::read_to_string(self.dir.join("connections.log")).unwrap_or_default();
+        let mut sessions: Vec<Session> = Vec::new();
+        for line in log.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [sw, event, time, port] = f[..] else {
+                continue;
+            };
+            let (Ok(time), Ok(port)) = (time.parse::<f64>(), port.parse::<u16>()) else {
+                continue;
+            };
+            if sw != name {
+                continue;
+            }
+            match event {
+                "open" => sessions.push(Session {
+                    opened: time,
+                    closed: None,
+                    client_port: port,
+                }),
+                "close" => {
+                    if let Some(s) = sessions
+                        .iter_mut()
+                        .rev()
+                        .find(|s| s.client_port == port && s.closed.is_none())
+                    {
+                        s.closed = Some(time);
+                    }
+                }
+                _ => {}
+            }
+        }
+        sessions
     }
 
     /// Stops the launcher (the PID this process started) and removes its directory.

@@ -50,6 +50,7 @@ impl Env {
                 cap: Duration::from_secs(2),
             },
             fixture_latency: Duration::ZERO,
+            batch_timeout: None,
         };
         edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

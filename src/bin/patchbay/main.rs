@@ -150,6 +150,47 @@ struct RunArgs {
         env = "PATCHBAY_SHUTDOWN_TIMEOUT_SECONDS"
     )]
     shutdown_timeout_seconds: u64,
+    /// Elect a leader among replicas with a coordination.k8s.io Lease; only the
+    /// leader acts (`false`: this process acts alone, e.g. one replica or a laptop).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "PATCHBAY_LEADER_ELECT")]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "patchbay",
+        env = "PATCHBAY_LEASE_NAME"
+    )]
+    lease_name: String,
+    /// The Lease's namespace [default: $POD_NAMESPACE, else `default`].
+    #[arg(long, value_name = "NAMESPACE", env = "PATCHBAY_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Seconds a Lease not renewed keeps the other replicas out.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 15.0,
+        env = "PATCHBAY_LEASE_DURATION_SECONDS"
+    )]
+    lease_duration_seconds: f64,
+    /// Seconds the leader keeps acting without renewing; then it stops touching
+    /// devices and exits (exit code 1) for a fresh start. Every device batch is
+    /// bounded by lease duration − renew deadline.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10.0,
+        env = "PATCHBAY_RENEW_DEADLINE_SECONDS"
+    )]
+    renew_deadline_seconds: f64,
+    /// Seconds between renewals (and between attempts of the other replicas).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 2.0,
+        env = "PATCHBAY_RETRY_PERIOD_SECONDS"
+    )]
+    retry_period_seconds: f64,
 }
 
 /// How log lines are written.
@@ -198,10 +239,63 @@ async fn shutdown_signal() {
     }
 }
 
-/// `patchbay run`: the operator until SIGTERM (or Ctrl-C), then a graceful stop:
-/// no new work, in-flight batches finish within the shutdown timeout, exit 0.
-async fn operate(args: &RunArgs, settings: patchbay::settings::Settings) -> Result<ExitCode> {
+/// This replica's name in the Lease: the pod's (HOSTNAME) and the process id.
+fn identity() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "patchbay".into());
+    format!("{host}_{}", std::process::id())
+}
+
+/// `patchbay run`: with leader election, wait for the Lease; then the operator until
+/// SIGTERM (or Ctrl-C) — a graceful stop: no new work, in-flight batches finish
+/// within the shutdown timeout, the Lease is released, exit 0 — or until the Lease
+/// is lost (devices are off limits at once; exit 1).
+async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> Result<ExitCode> {
+    use patchbay::lease::{Elector, Leadership, Timings};
     let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let secs = |v: f64, flag: &str| {
+        if v.is_finite() && v > 0.0 && v <= 3600.0 {
+            Ok(std::time::Duration::from_secs_f64(v))
+        } else {
+            Err(anyhow::anyhow!(
+                "--{flag}: {v} is not a duration in (0, 3600] seconds"
+            ))
+        }
+    };
+    let timings = Timings {
+        lease_duration: secs(args.lease_duration_seconds, "lease-duration-seconds")?,
+        renew_deadline: secs(args.renew_deadline_seconds, "renew-deadline-seconds")?,
+        retry_period: secs(args.retry_period_seconds, "retry-period-seconds")?,
+    };
+    let (report_tx, report) = tokio::sync::watch::channel(Leadership::default());
+    let elector = if args.leader_elect {
+        timings
+            .check()
+            .map_err(|e| anyhow::anyhow!("leader election: {e}"))?;
+        settings.batch_timeout = Some(timings.batch_bound());
+        let namespace = args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
+        let me = identity();
+        tracing::info!(identity = %me, lease = %format!("{namespace}/{}", args.lease_name), "leader election");
+        let elector = std::sync::Arc::new(Elector::new(
+            client.clone(),
+            &namespace,
+            &args.lease_name,
+            &me,
+            timings,
+        ));
+        let running = elector.clone();
+        tokio::spawn(async move { running.run(report_tx).await });
+        Some(elector)
+    } else {
+        report_tx.send_replace(Leadership {
+            leading: true,
+            holder: "(no election)".into(),
+        });
+        None
+    };
     tracing::info!(?settings, "patchbay operator starting");
     let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
     if let Some(address) = args.metrics_address {
@@ -209,15 +303,27 @@ async fn operate(args: &RunArgs, settings: patchbay::settings::Settings) -> Resu
             .await
             .with_context(|| format!("binding --metrics-address {address}"))?;
         tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
-        tokio::spawn(patchbay::serve::serve(
-            listener,
-            patchbay::metrics::ready,
-            async {
-                let _ = serving_stopped.await;
-            },
-        ));
+        let leadership = report.clone();
+        // Ready: the leader is known, and this replica's caches are synced if it leads.
+        let ready = move || {
+            let l = leadership.borrow();
+            !l.holder.is_empty() && (!l.leading || patchbay::metrics::ready())
+        };
+        tokio::spawn(patchbay::serve::serve(listener, ready, async {
+            let _ = serving_stopped.await;
+        }));
+    }
+    let mut signal = Box::pin(shutdown_signal());
+    let mut waiting = report.clone();
+    tokio::select! {
+        _ = waiting.wait_for(|l| l.leading) => {}
+        _ = &mut signal => {
+            let _ = stop_serving.send(());
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     patchbay::metrics::set(patchbay::metrics::LEADER, &[], 1.0);
+    tracing::info!("leading: starting the controllers");
     let backends = patchbay::backends::Backends {
         fixture_latency: settings.fixture_latency,
         ..Default::default()
@@ -231,33 +337,43 @@ async fn operate(args: &RunArgs, settings: patchbay::settings::Settings) -> Resu
             let _ = stopped.await;
         },
     ));
-    tokio::select! {
-        _ = shutdown_signal() => {}
+    let mut lost = report.clone();
+    let lost_lease = tokio::select! {
+        _ = &mut signal => false,
+        _ = lost.wait_for(|l| !l.leading) => true,
         _ = &mut operator => {
             anyhow::bail!("the operator stopped on its own");
         }
-    }
-    let timeout = std::time::Duration::from_secs(args.shutdown_timeout_seconds);
-    tracing::info!(
-        timeout_seconds = timeout.as_secs(),
-        "stopping: no new work; in-flight batches finish"
-    );
-    let _ = stop.send(());
-    let code = match tokio::time::timeout(timeout, operator).await {
-        Ok(_) => {
-            tracing::info!("stopped");
-            ExitCode::SUCCESS
-        }
-        Err(_) => {
-            tracing::warn!(
-                timeout_seconds = timeout.as_secs(),
-                "in-flight work did not finish within the shutdown timeout; exiting anyway"
-            );
-            ExitCode::FAILURE
-        }
     };
+    patchbay::metrics::set(patchbay::metrics::LEADER, &[], 0.0);
+    let timeout = std::time::Duration::from_secs(args.shutdown_timeout_seconds);
+    if lost_lease {
+        tracing::error!("lost the leader lease: stopping (devices are already off limits)");
+    } else {
+        tracing::info!(
+            timeout_seconds = timeout.as_secs(),
+            "stopping: no new work; in-flight batches finish"
+        );
+    }
+    let _ = stop.send(());
+    let finished = tokio::time::timeout(timeout, operator).await.is_ok();
+    if let Some(elector) = &elector {
+        elector.release().await;
+    }
     let _ = stop_serving.send(());
-    Ok(code)
+    if lost_lease {
+        return Ok(ExitCode::FAILURE);
+    }
+    if finished {
+        tracing::info!("stopped");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        tracing::warn!(
+            timeout_seconds = timeout.as_secs(),
+            "in-flight work did not finish within the shutdown timeout; exiting anyway"
+        );
+        Ok(ExitCode::FAILURE)
+    }
 }
 
 fn main() -> ExitCode {

@@ -259,6 +259,7 @@ pub async fn run() -> Result<()> {
             max_sessions: 1,
             backoff: Backoff::default(),
             backend: "fixture",
+            batch_timeout: None,
         },
         vec![port.clone()],
         Arc::new(|_| {}),

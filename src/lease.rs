@@ -1,0 +1,369 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, the way client-go's
+//! leaderelection does it: one replica holds the Lease and acts; the others retry
+//! every `retryPeriod` and take it over once it has not been renewed for
+//! `leaseDuration`, measured on their own clock from when they last saw it change
+//! (never from the holder's timestamps, so clock skew between nodes does not
+//! matter). Every write carries the Lease's resourceVersion, so two replicas never
+//! both win.
+//!
+//! Election does not fence: a holder cut off from the API server still believes it
+//! leads until it notices. So the holder stops touching devices as soon as it could
+//! not renew for `renewDeadline` ([`may_touch_devices`], checked by the switch
+//! workers before every session), and every batch is bounded by
+//! `leaseDuration − renewDeadline`: a batch started just before the deadline ends
+//! before another replica can take the Lease over.
+//!
+//! [`decide`] is pure and table-tested; [`Elector`] does the Kubernetes I/O. A small
+//! module on kube's Lease API rather than `kube-lease-manager`: that crate's releases
+//! target older kube versions (none for kube 5 when this was written), and what is
+//! needed here — acquire, renew, release, a deadline — is a hundred lines.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+
+/// The election's timings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// How long a Lease not renewed keeps others out.
+    pub lease_duration: Duration,
+    /// How long the holder keeps acting without a successful renewal.
+    pub renew_deadline: Duration,
+    /// How often the holder renews and the others retry.
+    pub retry_period: Duration,
+}
+
+impl Default for Timings {
+    /// client-go's defaults: 15 s, 10 s, 2 s.
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timings {
+    /// The longest a batch may take: `leaseDuration − renewDeadline`.
+    pub fn batch_bound(&self) -> Duration {
+        self.lease_duration.saturating_sub(self.renew_deadline)
+    }
+
+    /// Whether the timings make sense (the deadline inside the duration, the retry
+    /// inside the deadline).
+    pub fn check(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err("renewDeadline must be shorter than leaseDuration".into());
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err("retryPeriod must be shorter than renewDeadline".into());
+        }
+        Ok(())
+    }
+}
+
+/// What to do with the Lease as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseStep {
+    /// No Lease: create it, holding it.
+    Create,
+    /// Ours: renew it.
+    Renew,
+    /// Free (no holder) or expired: take it over.
+    TakeOver,
+    /// Held by someone else, still valid: wait.
+    Wait {
+        /// The holder.
+        holder: String,
+    },
+}
+
+/// The step for replica `me` given the Lease's holder (`None`: no Lease; `Some("")`:
+/// released) and how long it has been unchanged as this replica observed it.
+pub fn decide(
+    holder: Option<&str>,
+    me: &str,
+    unchanged_for: Duration,
+    lease: Duration,
+) -> LeaseStep {
+    match holder {
+        None => LeaseStep::Create,
+        Some(h) if h == me => LeaseStep::Renew,
+        Some("") => LeaseStep::TakeOver,
+        Some(_) if unchanged_for >= lease => LeaseStep::TakeOver,
+        Some(h) => LeaseStep::Wait {
+            holder: h.to_owned(),
+        },
+    }
+}
+
+static DEVICES_ALLOWED: AtomicBool = AtomicBool::new(true);
+
+/// Whether this replica may open device sessions: always without leader election;
+/// with it, only while it holds the Lease and has renewed it within the deadline.
+pub fn may_touch_devices() -> bool {
+    DEVICES_ALLOWED.load(Ordering::SeqCst)
+}
+
+fn allow_devices(allowed: bool) {
+    DEVICES_ALLOWED.store(allowed, Ordering::SeqCst);
+}
+
+/// What the elector reports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Leadership {
+    /// This replica leads.
+    pub leading: bool,
+    /// Whoever holds the Lease, as last seen (empty while nobody is known).
+    pub holder: String,
+}
+
+/// One replica's side of the election.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timings: Timings,
+}
+
+fn micro_now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+impl Elector {
+    /// An elector for Lease `namespace/name`, as `identity` (the pod name).
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        timings: Timings,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            timings,
+        }
+    }
+
+    /// Tries for the Lease every retry period, renews it while held, and reports
+    /// through `report`: `leading` turns true when this replica takes the Lease and
+    /// false once it could not renew for the renew deadline (then devices are off
+    /// limits at once, and the loop ends: the process should stop). Runs until
+    /// `report` has no receiver left.
+    pub async fn run(&self, report: watch::Sender<Leadership>) {
+        allow_devices(false);
+        let mut seen: Option<(String, Option<String>)> = None;
+        let mut seen_at = Instant::now();
+        let mut renewed_at: Option<Instant> = None;
+        loop {
+            if report.is_closed() {
+                return;
+            }
+            let result = self.try_once(&mut seen, &mut seen_at).await;
+            let now = Instant::now();
+            match result {
+                Ok(Some(holder)) if holder == self.identity => {
+                    renewed_at = Some(now);
+                    allow_devices(true);
+                    report.send_if_modified(|l| {
+                        let changed = !l.leading || l.holder != holder;
+                        *l = Leadership {
+                            leading: true,
+                            holder: holder.clone(),
+                        };
+                        changed
+                    });
+                }
+                Ok(holder) => {
+                    let holder = holder.unwrap_or_default();
+                    report.send_if_modified(|l| {
+                        let changed = l.holder != holder;
+                        l.holder = holder.clone();
+                        changed
+                    });
+                }
+                Err(e) => tracing::debug!(error = %e, "lease: could not read or write"),
+            }
+            if let Some(at) = renewed_at
+                && now.duration_since(at) >= self.timings.renew_deadline
+            {
+                allow_devices(false);
+                tracing::error!(
+                    deadline_seconds = self.timings.renew_deadline.as_secs_f64(),
+                    "lease: not renewed within the deadline; this replica stops touching devices"
+                );
+                report.send_modify(|l| l.leading = false);
+                return;
+            }
+            tokio::time::sleep(self.timings.retry_period).await;
+        }
+    }
+
+    /// One read and, when the step calls for it, one write. Returns the holder after.
+    async fn try_once(
+        &self,
+        seen: &mut Option<(String, Option<String>)>,
+        seen_at: &mut Instant,
+    ) -> Result<Option<String>, kube::Error> {
+        let lease = self.api.get_opt(&self.name).await?;
+        let spec = lease
+            .as_ref()
+            .and_then(|l| l.spec.clone())
+            .unwrap_or_default();
+        let holder = lease
+            .as_ref()
+            .map(|_| spec.holder_identity.clone().unwrap_or_default());
+        // A change of holder or renewal restarts this replica's clock for it.
+        let record = (
+            holder.clone().unwrap_or_default(),
+            spec.renew_time.as_ref().map(|t| t.0.to_string()),
+        );
+        if seen.as_ref() != Some(&record) {
+            *seen = Some(record);
+            *seen_at = Instant::now();
+        }
+        let step = decide(
+            holder.as_deref(),
+            &self.identity,
+            seen_at.elapsed(),
+            self.timings.lease_duration,
+        );
+        let duration_secs =
+            i32::try_from(self.timings.lease_duration.as_secs().max(1)).unwrap_or(15);
+        let mine = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(duration_secs),
+            acquire_time: acquired.or_else(|| Some(micro_now())),
+            renew_time: Some(micro_now()),
+            lease_transitions: Some(transitions),
+            ..Default::default()
+        };
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        match step {
+            LeaseStep::Wait { holder } => Ok(Some(holder)),
+            LeaseStep::Create => {
+                let new = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(mine(0, None)),
+                };
+                match self.api.create(&PostParams::default(), &new).await {
+                    Ok(_) => {
+                        tracing::info!(identity = %self.identity, "lease: acquired (created)");
+                        Ok(Some(self.identity.clone()))
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            LeaseStep::Renew | LeaseStep::TakeOver => {
+                let Some(mut lease) = lease else {
+                    return Ok(None);
+                };
+                let taking = step == LeaseStep::TakeOver;
+                lease.spec = Some(if taking {
+                    mine(transitions + 1, None)
+                } else {
+                    mine(transitions, spec.acquire_time.clone())
+                });
+                // The resourceVersion read is the precondition: one winner.
+                match self
+                    .api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+                {
+                    Ok(_) => {
+                        if taking {
+                            tracing::info!(identity = %self.identity, previous = %record_holder(seen), "lease: acquired (taken over)");
+                        }
+                        Ok(Some(self.identity.clone()))
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Gives the Lease up (on a graceful stop), so another replica takes over at its
+    /// next retry instead of after the lease duration. Devices are off limits from
+    /// here on.
+    pub async fn release(&self) {
+        allow_devices(false);
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+            return;
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return;
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = Some(String::new());
+        spec.renew_time = Some(micro_now());
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(identity = %self.identity, "lease: released"),
+            Err(e) => tracing::warn!(error = %e, "lease: could not release"),
+        }
+    }
+}
+
+fn record_holder(seen: &Option<(String, Option<String>)>) -> String {
+    seen.as_ref().map(|(h, _)| h.clone()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_acts_on_the_lease() {
+        let lease = Duration::from_secs(15);
+        let s = Duration::from_secs;
+        let table: &[(Option<&str>, Duration, LeaseStep)] = &[
+            (None, s(0), LeaseStep::Create),
+            (Some("a"), s(0), LeaseStep::Renew),
+            (Some("a"), s(100), LeaseStep::Renew),
+            (Some(""), s(0), LeaseStep::TakeOver),
+            (Some("b"), s(14), LeaseStep::Wait { holder: "b".into() }),
+            (Some("b"), s(15), LeaseStep::TakeOver),
+        ];
+        for (holder, unchanged, step) in table {
+            assert_eq!(
+                decide(*holder, "a", *unchanged, lease),
+                *step,
+                "{holder:?} {unchanged:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn timings_are_checked_and_bound_a_batch() {
+        let t = Timings::default();
+        assert_eq!(t.check(), Ok(()));
+        assert_eq!(t.batch_bound(), Duration::from_secs(5));
+        let bad = Timings {
+            renew_deadline: Duration::from_secs(15),
+            ..t
+        };
+        assert!(bad.check().is_err());
+        let bad = Timings {
+            retry_period: Duration::from_secs(10),
+            ..t
+        };
+        assert!(bad.check().is_err());
+    }
+}
