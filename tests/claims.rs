@@ -718,31 +718,15 @@ async fn orphans_are_released_pins_win_and_maintenance_is_reported() {
     lab.env.cluster.finish().await;
 }
 
-/// A Metal3 BareMetalHost CRD with what patchbay reads (devplane only: on a real
-/// cluster with Metal3, the BareMetalHost operator owns host status).
-fn bare_metal_host_crd()
--> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "baremetalhosts.metal3.io"},
-        "spec": {"group": "metal3.io", "scope": "Namespaced",
-            "names": {"plural": "baremetalhosts", "singular": "baremetalhost",
-                      "kind": "BareMetalHost", "shortNames": ["bmh"]},
-            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true}}}]}
-    }))
-    .unwrap()
-}
-
 #[tokio::test]
 async fn a_server_linked_to_a_baremetalhost_is_sized_and_addressed_by_its_inspection() {
     if !on_devplane() {
         return;
     }
     let cluster = Cluster::start("claim_bmh").await;
-    cluster.install_crd(bare_metal_host_crd()).await;
+    cluster
+        .install_crd(support::bare_metal_host_crd(false))
+        .await;
     let lab = Lab::on(cluster).await;
     let ar = kube::discovery::ApiResource {
         group: "metal3.io".into(),

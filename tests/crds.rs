@@ -25,8 +25,17 @@ fn committed_crds_match_the_types() {
         .collect();
     on_disk.sort();
     let mut expected: Vec<String> = crds().iter().map(|(f, _)| f.to_string()).collect();
+    expected.push("Kustomization".into());
     expected.sort();
-    assert_eq!(on_disk, expected, "crds/ holds exactly one file per kind");
+    assert_eq!(
+        on_disk, expected,
+        "crds/ holds exactly one file per kind and their kustomization"
+    );
+    if std::fs::read_to_string(dir.join("Kustomization")).unwrap_or_default()
+        != patchbay::api::crds_kustomization()
+    {
+        stale.push("Kustomization");
+    }
     assert!(
         stale.is_empty(),
         "crds/ is stale for {stale:?}: run `make crds` and commit the result"

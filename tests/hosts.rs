@@ -530,41 +530,6 @@ async fn a_port_somebody_else_configured_is_left_alone_and_named() {
     rig.env.cluster.finish().await;
 }
 
-/// Metal3's BareMetalHost CRD, shaped like upstream's as far as patchbay is
-/// concerned: a structural schema, so an API server prunes what it does not list.
-/// `with_ports` adds seed 003's proposed `spec.ports`.
-fn bare_metal_host_crd(
-    with_ports: bool,
-) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    let mut spec = json!({"type": "object", "properties": {
-        "bootMACAddress": {"type": "string"},
-        "online": {"type": "boolean"},
-        "bmc": {"type": "object", "properties": {
-            "address": {"type": "string"}, "credentialsName": {"type": "string"}}},
-        "consumerRef": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-        "image": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}});
-    if with_ports {
-        spec["properties"]["ports"] = json!({"type": "array", "items":
-            {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
-    }
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "baremetalhosts.metal3.io"},
-        "spec": {"group": "metal3.io", "scope": "Namespaced",
-            "names": {"plural": "baremetalhosts", "singular": "baremetalhost",
-                      "kind": "BareMetalHost", "shortNames": ["bmh"]},
-            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    "spec": spec,
-                    "status": {"type": "object",
-                               "x-kubernetes-preserve-unknown-fields": true}}}}}]}
-    }))
-    .unwrap()
-}
-
 const PAUSED: &str = "baremetalhost.metal3.io/paused";
 
 /// The test playing Metal3's baremetal-operator for one host.
@@ -667,7 +632,9 @@ async fn a_baremetalhost_is_held_until_its_ports_carry_the_provisioning_network(
     let sim = sims.get("tor1").clone();
     sims.stop(); // the switch is down when the host appears
     let cluster = Cluster::start("hosts-metal3").await;
-    cluster.install_crd(bare_metal_host_crd(false)).await;
+    cluster
+        .install_crd(support::bare_metal_host_crd(false))
+        .await;
     let rig = rig_on(cluster, &sim, None).await;
     let ns = rig.ns().to_owned();
     rig.server(
@@ -793,7 +760,9 @@ async fn a_baremetalhost_with_its_own_ports_is_followed_like_a_server() {
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let sim = sims.get("tor1").clone();
     let cluster = Cluster::start("hosts-bmh-ports").await;
-    cluster.install_crd(bare_metal_host_crd(true)).await;
+    cluster
+        .install_crd(support::bare_metal_host_crd(true))
+        .await;
     let rig = rig_on(cluster, &sim, None).await;
     let ns = rig.ns().to_owned();
     let host: BareMetalHost = serde_json::from_value(json!({

@@ -5,7 +5,7 @@
 //! The server runs on its own thread with its own tokio runtime, so a test that
 //! blocks its own thread (running kubectl, say) cannot starve it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -59,6 +59,24 @@ struct Shared {
     store: Mutex<Store>,
     config: Config,
     addr: SocketAddr,
+    /// Every (verb, group, resource) asked for, as RBAC would name it.
+    audit: Arc<Mutex<BTreeSet<AuditEntry>>>,
+}
+
+/// One kind of request, as an RBAC rule names it: `verb` (`get`, `list`, `watch`,
+/// `create`, `update`, `patch`, `delete`, `deletecollection`), API group and resource
+/// (`switchports`, `switchports/status`), and which client asked (its User-Agent up
+/// to the first `/`: `kubectl`, `kube-rs`, …).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AuditEntry {
+    /// The client.
+    pub client: String,
+    /// The RBAC verb.
+    pub verb: String,
+    /// The API group ("" for core).
+    pub group: String,
+    /// The resource, with `/subresource` when one is addressed.
+    pub resource: String,
 }
 
 impl Shared {
@@ -72,6 +90,7 @@ pub struct DevPlane {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    audit: Arc<Mutex<BTreeSet<AuditEntry>>>,
 }
 
 impl DevPlane {
@@ -79,6 +98,8 @@ impl DevPlane {
     pub fn start(config: Config) -> std::io::Result<Self> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let audit: Arc<Mutex<BTreeSet<AuditEntry>>> = Arc::default();
+        let audit_log = audit.clone();
         let thread = std::thread::Builder::new()
             .name("devplane".into())
             .spawn(move || {
@@ -112,6 +133,7 @@ impl DevPlane {
                         store: Mutex::new(Store::new(config.history_limit)),
                         config,
                         addr,
+                        audit: audit_log,
                     });
                     let _ = ready_tx.send(Ok(addr));
                     serve(listener, shared, stop_rx).await;
@@ -125,7 +147,19 @@ impl DevPlane {
             addr,
             stop: Some(stop_tx),
             thread: Some(thread),
+            audit,
         })
+    }
+
+    /// Every kind of request served so far (verb, group, resource), as an RBAC rule
+    /// names it: tests check a role covers what a client actually asked.
+    pub fn requests(&self) -> BTreeSet<AuditEntry> {
+        self.audit.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Forgets the requests recorded so far (a test's own set-up).
+    pub fn clear_requests(&self) {
+        self.audit.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// The address it listens on.
@@ -590,6 +624,36 @@ async fn object_request(
         .cloned()
         .unwrap_or_else(|| "Metadata".into());
     let watching = q.get("watch").is_some_and(|v| v == "true" || v == "1");
+    let verb = match (&method, o.name.is_some()) {
+        (&Method::GET, _) if watching => "watch",
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) => "list",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => "other",
+    };
+    shared
+        .audit
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(AuditEntry {
+            client: req
+                .headers()
+                .get(hyper::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|ua| ua.split('/').next())
+                .unwrap_or_default()
+                .to_owned(),
+            verb: verb.into(),
+            group: res.group.clone(),
+            resource: match &o.sub {
+                Some(sub) => format!("{}/{sub}", res.plural),
+                None => res.plural.clone(),
+            },
+        });
     match (method, o.name) {
         (Method::GET, Some(name)) if !watching => {
             let obj = shared.store().get(&key, &o.version, ns, &name)?;

@@ -15,4 +15,4 @@ pub mod selector;
 pub mod store;
 pub mod table;
 
-pub use http::{Config, DevPlane};
+pub use http::{AuditEntry, Config, DevPlane};

@@ -1,5 +1,6 @@
 //! The kinds the server serves: the built-in ones (Namespace, Secret, ConfigMap,
-//! Event in core/v1 and events.k8s.io/v1, Lease, CustomResourceDefinition) and those
+//! Event in core/v1 and events.k8s.io/v1, Lease, CustomResourceDefinition, and —
+//! stored and served only — ServiceAccount, Deployment and the RBAC kinds) and those
 //! installed through CRDs. Pure data, no I/O.
 
 use std::collections::BTreeMap;
@@ -149,6 +150,62 @@ impl Resource {
                 "v1",
                 "leases",
                 "Lease",
+                true,
+                false,
+                &[],
+            ),
+            // Stored and served for `kubectl apply -k deploy/`; nothing enforces
+            // RBAC and nothing runs a Deployment.
+            Self::builtin(
+                "",
+                "v1",
+                "serviceaccounts",
+                "ServiceAccount",
+                true,
+                false,
+                &["sa"],
+            ),
+            Self::builtin(
+                "apps",
+                "v1",
+                "deployments",
+                "Deployment",
+                true,
+                true,
+                &["deploy"],
+            ),
+            Self::builtin(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "clusterroles",
+                "ClusterRole",
+                false,
+                false,
+                &[],
+            ),
+            Self::builtin(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "clusterrolebindings",
+                "ClusterRoleBinding",
+                false,
+                false,
+                &[],
+            ),
+            Self::builtin(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "roles",
+                "Role",
+                true,
+                false,
+                &[],
+            ),
+            Self::builtin(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "rolebindings",
+                "RoleBinding",
                 true,
                 false,
                 &[],

@@ -18,6 +18,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use patchbay_devplane::DevPlane;
+use serde_json::json;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -205,4 +206,37 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Metal3's BareMetalHost CRD, shaped like upstream's as far as patchbay is
+/// concerned: a structural schema, so an API server prunes what it does not list.
+/// `with_ports` adds seed 003's proposed `spec.ports`.
+pub fn bare_metal_host_crd(with_ports: bool) -> CustomResourceDefinition {
+    let mut spec = json!({"type": "object", "properties": {
+        "bootMACAddress": {"type": "string"},
+        "online": {"type": "boolean"},
+        "bmc": {"type": "object", "properties": {
+            "address": {"type": "string"}, "credentialsName": {"type": "string"}}},
+        "consumerRef": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        "image": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}});
+    if with_ports {
+        spec["properties"]["ports"] = json!({"type": "array", "items":
+            {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "baremetalhosts.metal3.io"},
+        "spec": {"group": "metal3.io", "scope": "Namespaced",
+            "names": {"plural": "baremetalhosts", "singular": "baremetalhost",
+                      "kind": "BareMetalHost", "shortNames": ["bmh"]},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                    "metadata": {"type": "object"},
+                    "spec": spec,
+                    "status": {"type": "object",
+                               "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+    }))
+    .unwrap()
 }

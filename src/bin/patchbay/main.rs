@@ -403,6 +403,11 @@ fn run() -> Result<ExitCode> {
                     .with_context(|| format!("writing {}", path.display()))?;
                 println!("wrote {}", path.display());
             }
+            // No .yaml extension: `kubectl apply -f crds/` skips it, kustomize finds it.
+            let path = dir.join("Kustomization");
+            std::fs::write(&path, api::crds_kustomization())
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("wrote {}", path.display());
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate { files } => {

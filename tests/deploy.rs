@@ -1,0 +1,398 @@
+//! `deploy/`: the manifests a platform team installs. They apply with the real
+//! kubectl (`kubectl apply -k deploy/`) and hold what they promise; and the
+//! operator's ClusterRole is exactly what the operator calls — derived by running
+//! `patchbay run` through every controller against devplane, which records each
+//! (verb, group, resource) a client asks for. devplane stores RBAC objects but does
+//! not enforce them, so this is how least privilege is checked here.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Cluster, on_devplane};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn kubectl_json(cluster: &Cluster, args: &[&str]) -> Value {
+    let out = cluster.kubectl_ok(&[args, &["-o", "json"]].concat());
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
+    if !on_devplane() {
+        return; // it would install the operator on that cluster
+    }
+    let cluster = Cluster::start("deploy-apply").await;
+    let out = cluster.kubectl_ok(&["apply", "-k", "deploy/"]);
+    for expected in [
+        "namespace/patchbay-system",
+        "customresourcedefinition.apiextensions.k8s.io/switchports.patchbay.dev",
+        "serviceaccount/patchbay",
+        "deployment.apps/patchbay",
+        "clusterrole.rbac.authorization.k8s.io/patchbay-operator",
+        "clusterrole.rbac.authorization.k8s.io/patchbay-infra",
+        "clusterrole.rbac.authorization.k8s.io/patchbay-tenant",
+        "clusterrolebinding.rbac.authorization.k8s.io/patchbay-operator",
+    ] {
+        assert!(
+            out.contains(&format!("{expected} created")),
+            "{expected}:\n{out}"
+        );
+    }
+    let again = cluster.kubectl_ok(&["apply", "-k", "deploy/"]);
+    assert!(
+        !again.contains("created") && !again.contains("configured"),
+        "{again}"
+    );
+    let crds = kubectl_json(&cluster, &["get", "crds"]);
+    let names: BTreeSet<&str> = crds["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str))
+        .collect();
+    for (file, crd) in patchbay::api::crds() {
+        let name = crd.metadata.name.unwrap();
+        assert!(names.contains(name.as_str()), "{file}: {name} installed");
+    }
+    let d = kubectl_json(
+        &cluster,
+        &["get", "deployment", "patchbay", "-n", "patchbay-system"],
+    );
+    assert_eq!(d.pointer("/spec/replicas"), Some(&Value::from(2)));
+    let pod = d.pointer("/spec/template/spec").unwrap();
+    assert_eq!(
+        pod.pointer("/serviceAccountName"),
+        Some(&Value::from("patchbay"))
+    );
+    assert_eq!(
+        pod.pointer("/securityContext/runAsNonRoot"),
+        Some(&Value::Bool(true))
+    );
+    let c = pod.pointer("/containers/0").unwrap();
+    assert_eq!(
+        c.pointer("/securityContext/readOnlyRootFilesystem"),
+        Some(&Value::Bool(true))
+    );
+    assert_eq!(
+        c.pointer("/securityContext/allowPrivilegeEscalation"),
+        Some(&Value::Bool(false))
+    );
+    assert_eq!(
+        c.pointer("/livenessProbe/httpGet/path"),
+        Some(&Value::from("/healthz"))
+    );
+    assert_eq!(
+        c.pointer("/readinessProbe/httpGet/path"),
+        Some(&Value::from("/readyz"))
+    );
+    assert!(c.pointer("/resources/limits/memory").is_some());
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--metrics-address=0.0.0.0:9090"), "{args:?}");
+    // The flags the manifest passes are the binary's.
+    let help = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for arg in &args[1..] {
+        let flag = arg.split('=').next().unwrap();
+        assert!(help.contains(flag), "{flag} is a flag of patchbay run");
+    }
+    let binding = kubectl_json(
+        &cluster,
+        &["get", "clusterrolebinding", "patchbay-operator"],
+    );
+    assert_eq!(
+        binding.pointer("/subjects/0/namespace"),
+        Some(&Value::from("patchbay-system"))
+    );
+    cluster.finish().await;
+}
+
+/// The rules of ClusterRole `name` in `deploy/rbac-*.yaml`, as (group, resource,
+/// verb) triples.
+fn role_rules(name: &str) -> BTreeSet<(String, String, String)> {
+    let mut rules = BTreeSet::new();
+    for file in ["rbac-operator.yaml", "rbac-personas.yaml"] {
+        let text = std::fs::read_to_string(format!("{ROOT}/deploy/{file}")).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
+            if doc["kind"] != "ClusterRole"
+                || doc.pointer("/metadata/name") != Some(&Value::from(name))
+            {
+                continue;
+            }
+            for rule in doc["rules"].as_array().unwrap() {
+                let list = |k: &str| -> Vec<String> {
+                    rule[k]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_str().unwrap().to_owned())
+                        .collect()
+                };
+                for g in list("apiGroups") {
+                    for r in list("resources") {
+                        for v in list("verbs") {
+                            rules.insert((g.clone(), r.clone(), v));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    rules
+}
+
+/// Polls `kubectl get … -o jsonpath=…` until it prints `want` (60 s).
+fn wait_jsonpath(
+    cluster: &Cluster,
+    args: &[&str],
+    path: &str,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = cluster.kubectl(&[args, &["-o", &format!("jsonpath={path}")]].concat());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && want(&text) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "{args:?} {path}: last {text:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_s_cluster_role_is_exactly_what_the_operator_calls() {
+    if !on_devplane() {
+        return; // the request log is devplane's
+    }
+    let cluster = Cluster::start("deploy-rbac").await;
+    cluster
+        .install_crd(support::bare_metal_host_crd(false))
+        .await;
+    for (_, crd) in patchbay::api::crds() {
+        cluster.install_crd(crd).await;
+    }
+    let ns = cluster.namespace.clone();
+    let devplane = cluster.devplane().unwrap();
+    // Every controller gets work: a fixture switch with two ports, a configuration,
+    // a Server cabled to one port and linked to a BareMetalHost, a claim asking for
+    // the BMC copy, a SmartNicPort whose provider never answers.
+    let manifests = format!(
+        r#"
+apiVersion: v1
+kind: Secret
+metadata: {{name: login, namespace: {ns}}}
+stringData: {{username: u, password: p}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: ProviderSwitch
+metadata: {{name: sw, namespace: {ns}}}
+spec: {{backend: fixture, os: fixture, address: 127.0.0.1, credentialsSecretRef: {{name: login}}}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: Switch
+metadata: {{name: sw, namespace: {ns}}}
+spec:
+  provider: {{name: sw}}
+  ports: {{p1: {{name: Gi0/1}}, p2: {{name: Gi0/2}}}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPortConfiguration
+metadata: {{name: pxe, namespace: {ns}}}
+spec: {{untaggedVLAN: 10}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPortConfiguration
+metadata: {{name: web, namespace: {ns}}}
+spec: {{untaggedVLAN: 100}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPort
+metadata: {{name: p2, namespace: {ns}}}
+spec: {{configuration: {{name: missing}}}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: ProviderSwitch
+metadata: {{name: snic, namespace: {ns}}}
+spec: {{backend: ovsdb, os: ovs, address: 127.0.0.1, port: 1, options: {{bridge: br0}}}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SmartNicConfiguration
+metadata: {{name: snc, namespace: {ns}}}
+spec: {{untaggedVLAN: 20}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SmartNicPort
+metadata: {{name: snp, namespace: {ns}}}
+spec: {{provider: {{name: snic}}, portName: snp0, configuration: {{name: snc}}}}
+---
+apiVersion: metal3.io/v1alpha1
+kind: BareMetalHost
+metadata: {{name: bmh, namespace: {ns}}}
+spec: {{bootMACAddress: "aa:bb:cc:00:09:01"}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: Server
+metadata: {{name: {ns}-srv}}
+spec:
+  bmc: {{address: 10.0.0.9, credentialsSecretRef: {{name: login, namespace: {ns}}}}}
+  bootMac: "aa:bb:cc:00:09:01"
+  site: {ns}
+  hostAddress: 192.0.2.9
+  bareMetalHostRef: {{name: bmh, namespace: {ns}}}
+  nics:
+    - name: eth0
+      port: {{name: p1, namespace: {ns}}}
+      provisioningConfiguration: {{name: pxe}}
+---
+# Bound to a claim that does not exist: the orphan sweep checks it and releases it.
+apiVersion: patchbay.dev/v1alpha1
+kind: Server
+metadata: {{name: {ns}-orphan}}
+spec:
+  bmc: {{address: 10.0.0.8, credentialsSecretRef: {{name: login, namespace: {ns}}}}}
+  bootMac: "aa:bb:cc:00:09:02"
+  site: elsewhere
+  claimRef: {{name: ghost, namespace: {ns}, uid: gone, role: worker, since: "2026-01-01T00:00:00Z"}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: ServerClaim
+metadata: {{name: claim, namespace: {ns}}}
+spec:
+  site: {ns}
+  roles: [{{name: worker, count: 1}}]
+  networkConfiguration: [{{configurationRef: {{kind: SwitchPortConfiguration, name: web}}}}]
+  inventory: {{includeBmcCredentials: true}}
+"#
+    );
+    let file = cluster.dir.join("all.yaml");
+    std::fs::write(&file, manifests).unwrap();
+    // From here on the test speaks only through kubectl: every other client is the
+    // operator.
+    devplane.clear_requests();
+    let log = std::fs::File::create(cluster.dir.join("operator.log")).unwrap();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .args(["--namespace", &ns, "--lease-namespace", &ns])
+        .args([
+            "--backoff-base-seconds",
+            "0.2",
+            "--backoff-cap-seconds",
+            "0.5",
+        ])
+        .args([
+            "--retry-period-seconds",
+            "0.3",
+            "--drift-interval-seconds",
+            "1",
+        ])
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    cluster.kubectl_ok(&["apply", "-f", file.to_str().unwrap()]);
+    wait_jsonpath(
+        &cluster,
+        &["get", "serverclaim", "claim", "-n", &ns],
+        "{.status.allocation}",
+        |s| s == "1/1",
+    );
+    wait_jsonpath(
+        &cluster,
+        &["get", "secret", "claim-bmc", "-n", &ns],
+        "{.metadata.name}",
+        |s| s == "claim-bmc",
+    );
+    wait_jsonpath(
+        &cluster,
+        &["get", "configmap", "claim-inventory", "-n", &ns],
+        "{.metadata.name}",
+        |s| !s.is_empty(),
+    );
+    wait_jsonpath(
+        &cluster,
+        &["get", "switchport", "p1", "-n", &ns],
+        "{.status.state}",
+        |s| s == "Active",
+    );
+    // The BMC copy turned off, then the claim and the Switch deleted.
+    cluster.kubectl_ok(&[
+        "patch",
+        "serverclaim",
+        "claim",
+        "-n",
+        &ns,
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"inventory":{"includeBmcCredentials":false}}}"#,
+    ]);
+    wait_jsonpath(
+        &cluster,
+        &["get", "secrets", "-n", &ns],
+        "{.items[*].metadata.name}",
+        |s| !s.contains("claim-bmc"),
+    );
+    // A repeated failure makes an Event series (p2's configuration does not exist:
+    // tried again after each backoff step).
+    wait_jsonpath(
+        &cluster,
+        &["get", "events.events.k8s.io", "-n", &ns],
+        "{.items[*].series.count}",
+        |s| !s.is_empty(),
+    );
+    cluster.kubectl_ok(&["delete", "serverclaim", "claim", "-n", &ns, "--wait=false"]);
+    wait_jsonpath(
+        &cluster,
+        &["get", "serverclaims", "-n", &ns],
+        "{.items[*].metadata.name}",
+        |s| s.is_empty(),
+    );
+    cluster.kubectl_ok(&["delete", "switch", "sw", "-n", &ns, "--wait=false"]);
+    wait_jsonpath(
+        &cluster,
+        &["get", "switchports", "-n", &ns],
+        "{.items[*].metadata.name}",
+        |s| s.is_empty(),
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &operator.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(operator.wait().unwrap().success());
+
+    let asked: BTreeSet<(String, String, String)> = devplane
+        .requests()
+        .into_iter()
+        .filter(|e| e.client != "kubectl")
+        .map(|e| (e.group, e.resource, e.verb))
+        .collect();
+    let granted = role_rules("patchbay-operator");
+    let missing: Vec<_> = asked.difference(&granted).collect();
+    assert!(
+        missing.is_empty(),
+        "the operator asked for what its ClusterRole does not grant: {missing:?}"
+    );
+    let unused: Vec<_> = granted.difference(&asked).collect();
+    assert!(
+        unused.is_empty(),
+        "the ClusterRole grants what the operator never asked for: {unused:?}"
+    );
+    cluster.finish().await;
+}
