@@ -512,8 +512,18 @@ fn not_leading() -> WorkerError {
     })
 }
 
-/// `f` within the batch bound, if there is one.
+/// `f` within the batch bound, if there is one, counted as an open session.
 async fn bounded<T>(
+    shared: &Shared,
+    f: impl std::future::Future<Output = Result<T, DeviceError>>,
+) -> Result<T, DeviceError> {
+    metrics::add(metrics::SESSIONS, &[shared.backend], 1.0);
+    let result = within_bound(shared, f).await;
+    metrics::add(metrics::SESSIONS, &[shared.backend], -1.0);
+    result
+}
+
+async fn within_bound<T>(
     shared: &Shared,
     f: impl std::future::Future<Output = Result<T, DeviceError>>,
 ) -> Result<T, DeviceError> {
@@ -575,10 +585,8 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
         let ops: Vec<PortOperation> = round.iter().map(|(_, op, _)| op.clone()).collect();
         let backend = shared.backend;
         metrics::observe(metrics::BATCH_SIZE, &[backend], ops.len() as f64);
-        metrics::add(metrics::SESSIONS, &[backend], 1.0);
         let started = std::time::Instant::now();
         let applied = bounded(shared, apply_batch_verified(switch, &ops)).await;
-        metrics::add(metrics::SESSIONS, &[backend], -1.0);
         metrics::observe(
             metrics::DEVICE_SECONDS,
             &[backend],
