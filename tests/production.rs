@@ -92,6 +92,19 @@ fn sample(scrape: &str, line_start: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Waits until a port of the test is Configuring (the work is under way).
+async fn some_port_configuring(env: &Env) {
+    let ports = env.api::<SwitchPort>();
+    eventually(30, "a port Configuring", || async {
+        let list = ports.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|p| p.status.as_ref().and_then(|s| s.state) == Some(PortState::Configuring))
+            .then_some(())
+    })
+    .await;
+}
+
 fn sigterm(child: &Child) {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -268,14 +281,7 @@ async fn sigterm_mid_batch_finishes_the_batch_exits_0_and_leaves_every_port_cons
         env.link(&format!("p{i}"), Some("web")).await;
     }
     // SIGTERM as soon as the batch is under way.
-    eventually(30, "a port Configuring", || async {
-        let list = ports.list(&Default::default()).await.ok()?;
-        list.items
-            .iter()
-            .any(|p| p.status.as_ref().and_then(|s| s.state) == Some(PortState::Configuring))
-            .then_some(())
-    })
-    .await;
+    some_port_configuring(&env).await;
     sigterm(&child);
     assert!(wait_exit(&mut child, 40).success(), "exit 0 on SIGTERM");
     // Consistent: a port the status calls Active carries its configuration on the
@@ -401,15 +407,7 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
     for i in 7..=12 {
         env.link(&format!("p{i}"), Some("web")).await;
     }
-    let ports = env.api::<SwitchPort>();
-    eventually(30, "A Configuring the next ports", || async {
-        let list = ports.list(&Default::default()).await.ok()?;
-        list.items
-            .iter()
-            .any(|p| p.status.as_ref().and_then(|s| s.state) == Some(PortState::Configuring))
-            .then_some(())
-    })
-    .await;
+    some_port_configuring(&env).await;
     let (_, last_renewal) = lease(&env).await.unwrap();
     Command::new("kill")
         .args(["-9", &a.id().to_string()])
