@@ -181,6 +181,16 @@ impl Elector {
                         changed
                     });
                 }
+                Ok(Some(other)) if renewed_at.is_some() && !other.is_empty() => {
+                    // Somebody else holds what this replica led with: stop at once.
+                    allow_devices(false);
+                    tracing::error!(holder = %other, "lease: taken over by another replica; this replica stops touching devices");
+                    report.send_modify(|l| {
+                        l.leading = false;
+                        l.holder = other.clone();
+                    });
+                    return;
+                }
                 Ok(holder) => {
                     let holder = holder.unwrap_or_default();
                     report.send_if_modified(|l| {
