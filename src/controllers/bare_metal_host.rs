@@ -40,21 +40,19 @@ pub(super) async fn reconcile(
     host: Arc<BareMetalHost>,
     ctx: Arc<ServerCtx>,
 ) -> Result<Action, ControllerError> {
-    let linked = ctx.alloc.servers.state().iter().any(|s| {
-        ctx.alloc
-            .hosts
-            .as_ref()
-            .and_then(|h| super::host::linked_host(h, s))
-            .is_some_and(|h| h.meta().uid == host.meta().uid)
-    });
+    let linked = !super::triggers::servers_of_host(&ctx.alloc.servers.state(), &host).is_empty();
     let me = bare_metal_host_mark(&host);
     let (nics, errors) = bare_metal_host_nics(&host);
     let phase: Option<ServerPhase> = host
         .annotations()
         .get(PHASE_ANNOTATION)
         .and_then(|p| serde_json::from_value(json!(p)).ok());
-    let marks = !super::host::marked(&ctx.world, &me).is_empty();
-    if linked || (nics.is_empty() && errors.is_empty() && phase.is_none() && !marks) {
+    // Nothing to drive: no ports, no phase, no port still marked (scanned last).
+    let idle = nics.is_empty()
+        && errors.is_empty()
+        && phase.is_none()
+        && super::host::marked(&ctx.world, &me).is_empty();
+    if linked || idle {
         return Ok(Action::await_change());
     }
     let view = HostView {

@@ -21,7 +21,6 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -84,19 +83,7 @@ impl EventPublisher {
         reason: &str,
         note: &str,
     ) {
-        self.publish_about(obj.object_ref(&()), severity, reason, note)
-            .await;
-    }
-
-    /// [`EventPublisher::publish`] about an object given by reference (one whose
-    /// type is only known at run time: a BareMetalHost).
-    pub async fn publish_about(
-        &self,
-        regarding: ObjectReference,
-        severity: Severity,
-        reason: &str,
-        note: &str,
-    ) {
+        let regarding = obj.object_ref(&());
         let note: String = note.chars().take(NOTE_LIMIT).collect();
         let reason: String = reason.chars().take(128).collect();
         let ns = regarding

@@ -214,24 +214,22 @@ async fn write_port(
     }
 }
 
-/// The targets of `phase` for `view`, plus a clean target for every port still
-/// carrying the host's mark that no NIC is cabled to any more.
+/// The targets of `phase` for `view`, plus a clean target for every port in
+/// `marked` (carrying the host's mark) that no NIC is cabled to any more.
 fn targets_of(
-    world: &HostWorld,
     view: &HostView<'_>,
+    marked: &BTreeSet<PortId>,
     phase: ServerPhase,
 ) -> (Vec<PortTarget>, Vec<String>) {
     let (mut targets, unmatched) = port_targets(phase, view.nics, view.network);
     let cabled: BTreeSet<PortId> = targets.iter().map(|t| t.port.clone()).collect();
-    for port in marked(world, &view.me) {
-        if !cabled.contains(&port) {
-            targets.push(PortTarget {
-                nic: "no longer cabled".into(),
-                port,
-                configuration: None,
-                source: Source::Clean,
-            });
-        }
+    for port in marked.difference(&cabled) {
+        targets.push(PortTarget {
+            nic: "no longer cabled".into(),
+            port: port.clone(),
+            configuration: None,
+            source: Source::Clean,
+        });
     }
     (targets, unmatched)
 }
@@ -249,16 +247,16 @@ fn judge(world: &HostWorld, me: &str, targets: &[PortTarget]) -> bool {
 /// One pass over a host: the phase step, the port writes it calls for, the Metal3
 /// gate. Returns the facts its status is computed from.
 pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, ControllerError> {
-    let current = view.phase;
-    let settled_now = match current {
-        Some(p) => {
-            let (targets, unmatched) = targets_of(world, view, p);
-            unmatched.is_empty() && judge(world, &view.me, &targets)
-        }
-        None => false,
+    let marked = marked(world, &view.me);
+    let current = view.phase.map(|p| (p, targets_of(view, &marked, p)));
+    let settled_now = current.as_ref().is_some_and(|(_, (targets, unmatched))| {
+        unmatched.is_empty() && judge(world, &view.me, targets)
+    });
+    let step = next_phase(view.phase, view.driver, view.deleting, settled_now);
+    let (targets, unmatched) = match current {
+        Some((p, same)) if p == step.phase => same,
+        _ => targets_of(view, &marked, step.phase),
     };
-    let step = next_phase(current, view.driver, view.deleting, settled_now);
-    let (targets, unmatched) = targets_of(world, view, step.phase);
     let mut ports = Vec::with_capacity(targets.len());
     let mut conflict = None;
     for t in targets {

@@ -110,16 +110,7 @@ async fn follow(
         bare_metal_host: bmh.clone(),
     };
     let facts = drive(&ctx.world, &view).await?;
-    let mut status = server_status(server, &old, &facts, jiff::Timestamp::now());
-    if facts.host.is_none()
-        && let Some(r) = &server.spec.bare_metal_host_ref
-    {
-        status.bare_metal_host = Some(crate::api::server::LinkedHost {
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
-            state: None,
-        });
-    }
+    let status = server_status(server, &old, &facts, jiff::Timestamp::now());
     let api: Api<Server> = Api::all(alloc.client.clone());
     let name = server.name_any();
     // The phase is this controller's memory: written only over the version it was

@@ -532,13 +532,7 @@ pub fn claim_ready<'a>(
         );
         let want: Vec<(String, Option<String>)> = targets
             .iter()
-            .map(|t| {
-                let c = t.configuration.as_ref();
-                (
-                    t.nic.clone(),
-                    c.map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or_default(), c.name)),
-                )
-            })
+            .map(|t| (t.nic.clone(), t.configuration.as_ref().map(reference_text)))
             .collect();
         let have: Vec<(String, Option<String>)> = st
             .ports
@@ -567,6 +561,11 @@ pub fn claim_ready<'a>(
     } else {
         (false, "ServersNotReady", waiting.join("; "))
     }
+}
+
+/// `namespace/name`, as `status.ports[].configuration` shows a reference.
+fn reference_text(r: &crate::api::ConfigurationRef) -> String {
+    format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name)
 }
 
 /// What the host controller found for a Server (or a BareMetalHost carrying its
@@ -775,16 +774,24 @@ pub fn server_status(
             nic: t.nic.clone(),
             kind: format!("{:?}", t.port.kind),
             port: format!("{}/{}", t.port.namespace, t.port.name),
-            configuration: t
-                .configuration
-                .as_ref()
-                .map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or_default(), c.name)),
+            configuration: t.configuration.as_ref().map(reference_text),
             source: t.source.as_str().into(),
             state: state.map(|s| s.to_string()),
             ready: v.settled(),
         })
         .collect();
-    status.bare_metal_host = facts.host.clone();
+    // The linked host as found, else (not found) the one the spec names.
+    status.bare_metal_host = facts.host.clone().or_else(|| {
+        server
+            .spec
+            .bare_metal_host_ref
+            .as_ref()
+            .map(|r| LinkedHost {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                state: None,
+            })
+    });
     status.observed_generation = server.metadata.generation;
     status.errors = validate_server(&server.spec)
         .err()
