@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all demo test fmt-check clippy unit crds build deps kubectl fake-switch ovs bench help
+.PHONY: all demo test fmt-check clippy unit crds build deps kubectl fake-switch ovs netconf bench help
 
 all: test
 
@@ -50,10 +50,20 @@ ovs:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			openvswitch-switch ethtool iputils-ping iproute2; }
 
+# A real NETCONF server for the NETCONF tests, benchmark and demo: Debian's netconfd
+# (yuma123) behind a private sshd (both started by hand by the test bed, never
+# through systemd), and ssh-keygen for their keys.
+netconf:
+	@command -v netconfd >/dev/null 2>&1 && test -x /usr/sbin/netconf-subsystem \
+		&& test -x /usr/sbin/sshd && command -v ssh-keygen >/dev/null 2>&1 || { \
+		echo "installing netconfd, openssh-server"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			netconfd openssh-server openssh-client; }
+
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
 
-demo: deps fake-switch ovs
+demo: deps fake-switch ovs netconf
 	$(CARGO) run --quiet --locked -- demo $(DEMO_ARGS)
 
 fmt-check: deps
@@ -63,12 +73,12 @@ clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) clippy --locked --no-default-features --bin patchbay -- -D warnings
 
-unit: deps kubectl fake-switch ovs
+unit: deps kubectl fake-switch ovs netconf
 	$(CARGO) test --workspace --locked
 
 test: fmt-check clippy unit
 
-bench: deps fake-switch ovs
+bench: deps fake-switch ovs netconf
 	$(CARGO) bench --locked --bench devplane
 	$(CARGO) bench --locked --bench operator
 	$(CARGO) bench --locked --bench ssh

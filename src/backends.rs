@@ -21,8 +21,13 @@
 //! Secret is read), and OpenFlow for the admin state at `spec.options.openflow` when
 //! given.
 //!
-//! NETCONF and Ansible are separate issues; until they land such a ProviderSwitch is
-//! reported as not supported, and nothing is sent anywhere.
+//! `netconf` builds a [`NetconfSwitch`] with the device model of `spec.os` (or
+//! `spec.options.model`) and the same SSH login, credentials and host-key pin as
+//! `ssh` (default port 830). The confirm timeout of its confirmed commits is twice
+//! the command timeout.
+//!
+//! Ansible is a separate issue; until it lands such a ProviderSwitch is reported as
+//! not supported, and nothing is sent anywhere.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -31,6 +36,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::fixture::FixtureSwitch;
+use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
 use patchbay_providers::ovsdb::{Endpoint, OvsOptions, OvsSwitch};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
@@ -73,9 +79,9 @@ pub enum BackendError {
     /// The backend is not available in this build.
     #[error("backend {0} is not available yet in this build of patchbay")]
     Unsupported(&'static str),
-    /// No dialect for this os over this backend.
+    /// No dialect (ssh) or device model (netconf) for this os over this backend.
     #[error(
-        "spec.os: no {backend} dialect for os {os:?} (ssh supports ios, powerconnect, dell10g, fastiron, eos)"
+        "spec.os: no {backend} dialect for os {os:?} (ssh supports ios, powerconnect, dell10g, fastiron, eos; netconf supports junos, yang)"
     )]
     NoDialect {
         /// The backend.
@@ -188,7 +194,7 @@ impl Backends {
                 self.fixture_latency,
             ))),
             Backend::Ssh => Ok(Arc::new(cli_switch(provider, secret)?)),
-            Backend::Netconf => Err(BackendError::Unsupported("netconf")),
+            Backend::Netconf => Ok(Arc::new(netconf_switch(provider, secret)?)),
             Backend::Ansible => Err(BackendError::Unsupported("ansible")),
             Backend::Ovsdb => Ok(Arc::new(ovs_switch(provider))),
         }
@@ -259,23 +265,27 @@ pub fn ovs_switch(provider: &ProviderSwitch) -> OvsSwitch {
     })
 }
 
-/// Builds the SSH CLI backend for `provider` from its Secret. Reads no value into an
-/// error message.
-pub fn cli_switch(
-    provider: &ProviderSwitch,
-    secret: Option<&Secret>,
-) -> Result<CliSwitch, BackendError> {
-    check_credentials(provider, secret)?;
-    let spec = &provider.spec;
-    let os = serde_json::to_value(spec.os)
+/// The os word of `provider` (`ios`, `junos`, …).
+fn os_word(provider: &ProviderSwitch) -> String {
+    serde_json::to_value(provider.spec.os)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let dialect = dialect::for_os(&os).ok_or(BackendError::NoDialect {
-        backend: "ssh",
-        os: os.clone(),
-    })?;
-    let port = spec.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(22);
+        .unwrap_or_default()
+}
+
+/// Where and how to log in over SSH (ssh and netconf): address, port (default
+/// `default_port`), the Secret's login and the pinned host key. Reads no value into
+/// an error message.
+fn ssh_target(
+    provider: &ProviderSwitch,
+    secret: Option<&Secret>,
+    default_port: u16,
+) -> Result<SshTarget, BackendError> {
+    let spec = &provider.spec;
+    let port = spec
+        .port
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(default_port);
     let username = secret_value(secret, "username")
         .map(|s| s.expose().to_owned())
         .ok_or_else(|| BackendError::Credentials("no username".into()))?;
@@ -329,14 +339,30 @@ pub fn cli_switch(
         }
     };
     let options = spec.options.clone().unwrap_or_default();
-    let target = SshTarget {
+    Ok(SshTarget {
         address: spec.address.clone(),
         port,
         username,
         auth,
         host_key,
         connect_timeout: seconds(options.connect_timeout_seconds, 10),
-    };
+    })
+}
+
+/// Builds the SSH CLI backend for `provider` from its Secret. Reads no value into an
+/// error message.
+pub fn cli_switch(
+    provider: &ProviderSwitch,
+    secret: Option<&Secret>,
+) -> Result<CliSwitch, BackendError> {
+    check_credentials(provider, secret)?;
+    let os = os_word(provider);
+    let dialect = dialect::for_os(&os).ok_or(BackendError::NoDialect {
+        backend: "ssh",
+        os: os.clone(),
+    })?;
+    let target = ssh_target(provider, secret, 22)?;
+    let options = provider.spec.options.clone().unwrap_or_default();
     Ok(CliSwitch::new(
         target,
         secret_value(secret, "enablePassword"),
@@ -344,6 +370,32 @@ pub fn cli_switch(
         CliOptions {
             save_config: options.save_config.unwrap_or(true),
             command_timeout: seconds(options.command_timeout_seconds, 30),
+        },
+    ))
+}
+
+/// Builds the NETCONF backend for `provider` from its Secret. Reads no value into an
+/// error message.
+pub fn netconf_switch(
+    provider: &ProviderSwitch,
+    secret: Option<&Secret>,
+) -> Result<NetconfSwitch, BackendError> {
+    check_credentials(provider, secret)?;
+    let os = os_word(provider);
+    let options = provider.spec.options.clone().unwrap_or_default();
+    let device_model =
+        model::for_os(&os, options.model.as_deref()).ok_or(BackendError::NoDialect {
+            backend: "netconf",
+            os: os.clone(),
+        })?;
+    let target = ssh_target(provider, secret, 830)?;
+    let command_timeout = seconds(options.command_timeout_seconds, 30);
+    Ok(NetconfSwitch::new(
+        target,
+        device_model,
+        NetconfOptions {
+            command_timeout,
+            confirm_timeout: command_timeout * 2,
         },
     ))
 }

@@ -474,14 +474,15 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
 }
 
 /// Which operating systems each backend can drive. Over `ssh` these are the OSes
-/// with a dialect in `providers/dialects/` (NX-OS and OS10 have none yet: no
-/// simulator here to prove one against).
+/// with a dialect in `providers/dialects/`, over `netconf` those with a device model
+/// in `providers/models/` (NX-OS, OS10, IOS-XE and EOS have none yet: no simulator
+/// here to prove one against).
 pub fn backend_supports(backend: Backend, os: DeviceOs) -> bool {
     use DeviceOs::*;
     match backend {
         Backend::Ssh => matches!(os, Ios | Eos | Powerconnect | Dell10g | Fastiron),
-        Backend::Netconf => matches!(os, Junos | Ios | Nxos | Eos | Os10),
-        Backend::Ansible => !matches!(os, Fixture),
+        Backend::Netconf => matches!(os, Junos | Yang),
+        Backend::Ansible => !matches!(os, Fixture | Yang),
         Backend::Ovsdb => matches!(os, Ovs),
         Backend::Fixture => matches!(os, Fixture),
     }
@@ -633,6 +634,24 @@ pub fn validate_provider(spec: &ProviderSwitchSpec) -> Result<(), ValidationErro
                 errors.push("spec.options.bridge", "only the ovsdb backend has bridges")
             }
             (None, _) => {}
+        }
+        if let Some(m) = &opts.model {
+            let os = json_word(&spec.os);
+            if spec.backend != Backend::Netconf {
+                errors.push(
+                    "spec.options.model",
+                    "only the netconf backend has device models",
+                );
+            } else if patchbay_providers::netconf::model::for_os(&os, Some(m)).is_none() {
+                errors.push(
+                    "spec.options.model",
+                    format!(
+                        "no NETCONF model {:?} for os {os}; models: {}",
+                        excerpt(m),
+                        patchbay_providers::netconf::model::names().join(", ")
+                    ),
+                );
+            }
         }
         if let Some(target) = &opts.openflow {
             if spec.backend != Backend::Ovsdb {

@@ -77,6 +77,59 @@ impl PartialEq for Cause {
 
 impl Eq for Cause {}
 
+/// One `<rpc-error>` of a NETCONF reply (RFC 6241 §4.3), as the device sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RpcError {
+    /// `transport`, `rpc`, `protocol` or `application`.
+    pub error_type: String,
+    /// `invalid-value`, `lock-denied`, `data-missing`, …
+    pub tag: String,
+    /// `error` or `warning`.
+    pub severity: String,
+    /// The device's own finer tag, if any.
+    pub app_tag: Option<String>,
+    /// The XPath of the offending node, if the device says.
+    pub path: Option<String>,
+    /// The device's message.
+    pub message: Option<String>,
+    /// The session holding a lock (`lock-denied`), if the device says.
+    pub session_id: Option<String>,
+}
+
+impl RpcError {
+    /// Whether this is a lock held by someone else (or the datastore busy).
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self.tag.as_str(),
+            "lock-denied" | "in-use" | "resource-denied"
+        )
+    }
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} {})", self.tag, self.error_type, self.severity)?;
+        if let Some(p) = &self.path {
+            write!(f, " at {p}")?;
+        }
+        if let Some(m) = &self.message {
+            write!(f, ": {m}")?;
+        }
+        if let Some(s) = &self.session_id {
+            write!(f, " (held by NETCONF session {s})")?;
+        }
+        Ok(())
+    }
+}
+
+fn for_ports(ports: &[String]) -> String {
+    match ports {
+        [] => String::new(),
+        [one] => format!(" for port {one}"),
+        many => format!(" for ports {}", many.join(", ")),
+    }
+}
+
 /// Why a device operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeviceError {
@@ -125,6 +178,16 @@ pub enum DeviceError {
         /// What the device printed, trimmed.
         output: String,
     },
+    /// The device answered a NETCONF operation with an `<rpc-error>`.
+    #[error("the device refused {operation}{}: {error}", for_ports(ports))]
+    RpcRejected {
+        /// The operation (`edit-config`, `lock`, `commit`, …).
+        operation: String,
+        /// The ports the error concerns (empty: the whole batch).
+        ports: Vec<String>,
+        /// The error as the device reported it.
+        error: Box<RpcError>,
+    },
     /// The port does not exist on the device.
     #[error("port {port} does not exist on the device")]
     UnknownPort {
@@ -165,6 +228,7 @@ impl DeviceError {
             | DeviceError::Timeout { .. }
             | DeviceError::Protocol { .. }
             | DeviceError::VerificationFailed { .. } => true,
+            DeviceError::RpcRejected { error, .. } => error.is_busy(),
             DeviceError::AuthenticationFailed { .. }
             | DeviceError::HostKeyMismatch { .. }
             | DeviceError::CommandRejected { .. }
@@ -195,6 +259,8 @@ impl DeviceError {
             DeviceError::AuthenticationFailed { .. } => "AuthenticationFailed",
             DeviceError::HostKeyMismatch { .. } => "HostKeyMismatch",
             DeviceError::CommandRejected { .. } => "CommandRejected",
+            DeviceError::RpcRejected { error, .. } if error.is_busy() => "LockDenied",
+            DeviceError::RpcRejected { .. } => "RpcRejected",
             DeviceError::UnknownPort { .. } => "UnknownPort",
             DeviceError::Unsupported { .. } => "Unsupported",
             DeviceError::VerificationFailed { .. } => "VerificationFailed",

@@ -7,14 +7,16 @@
 //! [`ObservedPort`].
 //!
 //! Backends: [`fixture`] (in memory, for tests and the demo), [`cli`] (vendor
-//! CLIs over SSH, dialects as data) and [`ovsdb`] (Open vSwitch bridges over OVSDB).
-//! NETCONF and Ansible backends follow in later changes.
+//! CLIs over SSH, dialects as data), [`netconf`] (NETCONF over SSH, device models as
+//! data, every change one transaction) and [`ovsdb`] (Open vSwitch bridges over
+//! OVSDB). The Ansible backend follows in a later change.
 
 pub mod cli;
 pub mod device;
 pub mod error;
 pub mod fixture;
 pub mod model;
+pub mod netconf;
 pub mod ovsdb;
 pub mod secret;
 pub mod values;
@@ -23,7 +25,7 @@ pub mod verify;
 #[cfg(any(test, feature = "mocks"))]
 pub use device::MockDevice;
 pub use device::{Device, PortChange, PortOperation, PortReads, PortResult};
-pub use error::{Cause, DeviceError};
+pub use error::{Cause, DeviceError, RpcError};
 pub use model::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capabilities, Capability,
     DesiredPort, IpVersion, LagMembership, LagMode, ObservedPort, PortField, VlanMode, diff,

@@ -52,7 +52,7 @@ pub struct ProviderSwitchSpec {
     /// (an in-memory device for tests and demos).
     pub backend: Backend,
     /// The device's operating system / CLI dialect. It must suit the backend: `ovs`
-    /// needs `ovsdb`, `junos` needs `netconf`, `fixture` needs `fixture`.
+    /// needs `ovsdb`, `junos` and `yang` need `netconf`, `fixture` needs `fixture`.
     pub os: DeviceOs,
     /// IP address or DNS name of the device's management interface.
     #[schemars(length(min = 1, max = 253), pattern(pattern::ADDRESS))]
@@ -128,6 +128,10 @@ pub enum DeviceOs {
     Fastiron,
     /// Juniper Junos.
     Junos,
+    /// A NETCONF device serving patchbay's own YANG module, `patchbay-ports`
+    /// (`providers/yang/`): netconfd in patchbay's tests and demo, or any server a
+    /// team loads the module into.
+    Yang,
     /// Open vSwitch.
     Ovs,
     /// The in-memory fixture device.
@@ -177,6 +181,12 @@ pub struct BackendOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 6, max = 255), pattern(pattern::OPENFLOW_TARGET))]
     pub openflow: Option<String>,
+    /// The NETCONF device model (netconf only): `junos-els` (default for junos:
+    /// `interface-mode`, QFX and EX since ELS), `junos-port-mode` (older EX) or
+    /// `patchbay-ports` (default for yang).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(pattern::VLAN_NAME))]
+    pub model: Option<String>,
     /// Most sessions open to this device at once (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]

@@ -10,6 +10,8 @@
 //!   file, never on a command line; the process is stopped by the PID this crate
 //!   started (on drop, too).
 //! - [`OvsSim`]: a private Open vSwitch (`fake-switch/ovs.py`).
+//! - [`Netconfd`]: a real NETCONF server (Debian netconfd) with patchbay's YANG module
+//!   behind a private sshd.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -481,4 +483,222 @@ fn terminate(pid: u32) {
         .arg(pid.to_string())
         .stderr(Stdio::null())
         .status();
+}
+
+/// Which datastore netconfd edits: `candidate` (announces `:candidate`,
+/// `:confirmed-commit`, `:validate`) or `running` (`:writable-running`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetconfTarget {
+    /// `--target=candidate`.
+    Candidate,
+    /// `--target=running`.
+    Running,
+}
+
+/// A real NETCONF server: Debian's netconfd (yuma123) with patchbay's YANG module
+/// (`providers/yang/patchbay-ports.yang`), behind a private sshd whose `netconf`
+/// subsystem connects to it; both in a temporary directory, sshd on a free
+/// 127.0.0.1 port. Logins are by key (the one in [`Netconfd::client_key`]); password
+/// logins are enabled but no password works, which is what the wrong-password test
+/// needs. Dropping it stops both by the PIDs started here.
+pub struct Netconfd {
+    netconfd: Child,
+    sshd: Child,
+    /// The temporary directory.
+    pub dir: PathBuf,
+    /// Always 127.0.0.1.
+    pub address: String,
+    /// sshd's port.
+    pub port: u16,
+    /// The login (the user running the tests, netconfd's superuser).
+    pub username: String,
+    /// The private key that logs in (OpenSSH PEM).
+    pub client_key: String,
+    /// A private key sshd does not accept.
+    pub stranger_key: String,
+    /// sshd's host key fingerprint (`SHA256:…`).
+    pub host_key_fingerprint: String,
+}
+
+fn ssh_keygen(path: &Path) -> Result<()> {
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .output()
+        .map_err(io("running ssh-keygen"))?;
+    if !out.status.success() {
+        return Err(TestbedError::Failed(format!(
+            "ssh-keygen: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port"))?;
+    Ok(l.local_addr().map_err(io("finding a free port"))?.port())
+}
+
+fn wait_for(what: &str, child: &mut Child, log: &Path, ready: impl Fn() -> bool) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(io(format!("waiting for {what}")))?
+        {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(TestbedError::Failed(format!(
+                "{what} exited ({status}):\n{text}"
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(TestbedError::Failed(format!(
+                "{what} did not start within 20 s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+impl Netconfd {
+    /// Starts netconfd editing `target`, and its sshd; waits up to 20 s each.
+    pub fn start(target: NetconfTarget) -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "patchbay-netconfd-{}-{:x}",
+            std::process::id(),
+            rand_u32()
+        ));
+        std::fs::create_dir_all(dir.join("home")).map_err(io("creating netconfd's directory"))?;
+        std::fs::create_dir_all("/run/sshd").map_err(io("creating /run/sshd"))?;
+        let yang = repo_root().join("providers/yang");
+        for name in ["hostkey", "client", "stranger"] {
+            ssh_keygen(&dir.join(name))?;
+        }
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.join(name)).map_err(io(format!("reading {name}")))
+        };
+        std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys"))
+            .map_err(io("writing authorized_keys"))?;
+        let username = String::from_utf8_lossy(
+            &Command::new("id")
+                .arg("-un")
+                .output()
+                .map_err(io("running id"))?
+                .stdout,
+        )
+        .trim()
+        .to_owned();
+        let port = free_port()?;
+        let sock = dir.join("ncx.sock");
+        let log = dir.join("netconfd.log");
+        let mut netconfd = Command::new("setsid")
+            .arg("netconfd")
+            .arg(format!("--port={port}"))
+            .arg("--no-startup")
+            .arg(format!(
+                "--target={}",
+                match target {
+                    NetconfTarget::Candidate => "candidate",
+                    NetconfTarget::Running => "running",
+                }
+            ))
+            .arg(format!("--ncxserver-sockname={}", sock.display()))
+            .arg(format!("--superuser={username}"))
+            .arg("--access-control=off")
+            .arg(format!(
+                "--modpath={}:/usr/share/yuma/modules",
+                yang.display()
+            ))
+            .arg("--module=patchbay-ports")
+            .arg(format!("--log={}", log.display()))
+            .arg("--log-level=info")
+            .env("HOME", dir.join("home"))
+            // netconfd writes backup-cfg.xml into its working directory.
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io("starting netconfd (apt-get install netconfd)"))?;
+        let started = wait_for("netconfd", &mut netconfd, &log, || sock.exists());
+        if let Err(e) = started {
+            let _ = netconfd.kill();
+            return Err(e);
+        }
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nPidFile {d}/sshd.pid\n\
+             AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\n\
+             PermitRootLogin yes\nPasswordAuthentication yes\nKbdInteractiveAuthentication no\n\
+             Subsystem netconf \"/usr/sbin/netconf-subsystem --ncxserver-sockname={port}@{s}\"\n",
+            d = dir.display(),
+            s = sock.display()
+        );
+        std::fs::write(dir.join("sshd_config"), config).map_err(io("writing sshd_config"))?;
+        let sshd_log = dir.join("sshd.log");
+        let mut sshd = match Command::new("/usr/sbin/sshd")
+            .arg("-D")
+            .arg("-f")
+            .arg(dir.join("sshd_config"))
+            .arg("-E")
+            .arg(&sshd_log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = netconfd.kill();
+                return Err(io("starting sshd (apt-get install openssh-server)")(e));
+            }
+        };
+        let listening = wait_for("sshd", &mut sshd, &sshd_log, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        let fp = Command::new("ssh-keygen")
+            .arg("-lf")
+            .arg(dir.join("hostkey.pub"))
+            .output()
+            .map_err(io("running ssh-keygen -lf"))?;
+        let host_key_fingerprint = String::from_utf8_lossy(&fp.stdout)
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        let me = Self {
+            netconfd,
+            sshd,
+            address: "127.0.0.1".into(),
+            port,
+            username,
+            client_key: read("client")?,
+            stranger_key: read("stranger")?,
+            host_key_fingerprint,
+            dir,
+        };
+        listening?;
+        Ok(me)
+    }
+
+    /// PID of netconfd.
+    pub fn netconfd_pid(&self) -> u32 {
+        self.netconfd.id()
+    }
+
+    /// Stops sshd and netconfd and removes the directory.
+    pub fn stop(&mut self) {
+        terminate(self.sshd.id());
+        let _ = self.sshd.wait();
+        terminate(self.netconfd.id());
+        let _ = self.netconfd.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Netconfd {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }

@@ -4,7 +4,7 @@
 //! [`Shell::open`] connects with a timeout, verifies the host key against the pin
 //! (or, with [`HostKeyPolicy::AcceptAny`], logs a warning on every connect), logs in
 //! with a password or a private key, and opens a pty + interactive shell (switch CLIs,
-//! and the simulators, refuse exec channels). [`Shell::read_until`] reads with a
+//! and the simulators, refuse exec channels) or, for NETCONF, a [`Subsystem`]. [`Shell::read_until`] reads with a
 //! deadline until a caller-supplied predicate finds the end of an answer.
 //!
 //! Errors are [`DeviceError`]s built from the address and what the transport said;
@@ -147,88 +147,121 @@ fn unreachable(endpoint: &str, cause: Cause) -> DeviceError {
     }
 }
 
-impl Shell {
-    /// Connects, verifies the host key, logs in and opens the shell.
-    pub async fn open(target: &SshTarget) -> Result<Self, DeviceError> {
-        let endpoint = target.endpoint();
-        let during = format!("connecting to {endpoint}");
-        match tokio::time::timeout(target.connect_timeout, Self::open_inner(target)).await {
-            Ok(r) => r,
-            Err(_) => Err(DeviceError::Timeout {
-                during,
-                after: target.connect_timeout,
-            }),
-        }
+/// Connects with the target's timeout, verifies the host key and logs in.
+async fn login(target: &SshTarget) -> Result<(Handle<Verifier>, String), DeviceError> {
+    let endpoint = target.endpoint();
+    let during = format!("connecting to {endpoint}");
+    match tokio::time::timeout(target.connect_timeout, login_inner(target)).await {
+        Ok(r) => r.map(|h| (h, endpoint)),
+        Err(_) => Err(DeviceError::Timeout {
+            during,
+            after: target.connect_timeout,
+        }),
     }
+}
 
-    async fn open_inner(target: &SshTarget) -> Result<Self, DeviceError> {
-        let endpoint = target.endpoint();
-        let presented = Arc::new(Mutex::new(None));
-        let verifier = Verifier {
-            policy: target.host_key.clone(),
-            endpoint: endpoint.clone(),
-            presented: presented.clone(),
-        };
-        let config = Arc::new(client::Config {
-            nodelay: true,
-            ..client::Config::default()
-        });
-        let connected =
-            client::connect(config, (target.address.as_str(), target.port), verifier).await;
-        let mut handle = match connected {
-            Ok(h) => h,
-            Err(e) => {
-                let seen = presented.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                return Err(match (&target.host_key, seen, &e) {
-                    (
-                        HostKeyPolicy::Fingerprint(expected),
-                        Some(seen),
-                        russh::Error::UnknownKey,
-                    ) if *expected != seen => DeviceError::HostKeyMismatch {
+async fn login_inner(target: &SshTarget) -> Result<Handle<Verifier>, DeviceError> {
+    let endpoint = target.endpoint();
+    let presented = Arc::new(Mutex::new(None));
+    let verifier = Verifier {
+        policy: target.host_key.clone(),
+        endpoint: endpoint.clone(),
+        presented: presented.clone(),
+    };
+    let config = Arc::new(client::Config {
+        nodelay: true,
+        ..client::Config::default()
+    });
+    let connected = client::connect(config, (target.address.as_str(), target.port), verifier).await;
+    let mut handle = match connected {
+        Ok(h) => h,
+        Err(e) => {
+            let seen = presented.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            return Err(match (&target.host_key, seen, &e) {
+                (HostKeyPolicy::Fingerprint(expected), Some(seen), russh::Error::UnknownKey)
+                    if *expected != seen =>
+                {
+                    DeviceError::HostKeyMismatch {
                         address: endpoint,
                         expected: expected.clone(),
                         presented: seen,
-                    },
-                    _ => unreachable(&endpoint, Cause::new(e)),
-                });
-            }
-        };
-        let auth = match &target.auth {
-            Auth::Password(p) => handle
-                .authenticate_password(target.username.clone(), p.expose())
-                .await
-                .map_err(|e| unreachable(&endpoint, Cause::during("during authentication", e)))?,
-            Auth::PrivateKey { pem, passphrase } => {
-                let key = russh::keys::decode_secret_key(
-                    pem.expose(),
-                    passphrase.as_ref().map(SecretString::expose),
-                )
-                .map_err(|_| DeviceError::AuthenticationFailed {
-                    address: endpoint.clone(),
-                })?;
-                let hash = handle
-                    .best_supported_rsa_hash()
-                    .await
-                    .map_err(|e| unreachable(&endpoint, Cause::new(e)))?
-                    .flatten();
-                handle
-                    .authenticate_publickey(
-                        target.username.clone(),
-                        PrivateKeyWithHashAlg::new(Arc::new(key), hash),
-                    )
-                    .await
-                    .map_err(|e| {
-                        unreachable(&endpoint, Cause::during("during authentication", e))
-                    })?
-            }
-        };
-        if !auth.success() {
-            return Err(DeviceError::AuthenticationFailed { address: endpoint });
+                    }
+                }
+                _ => unreachable(&endpoint, Cause::new(e)),
+            });
         }
-        let channel = handle
-            .channel_open_session()
+    };
+    let auth = match &target.auth {
+        Auth::Password(p) => handle
+            .authenticate_password(target.username.clone(), p.expose())
             .await
-            .map_err(|e| unreachable(&endpoint, Cause::during("opening a session channel", e)))?;
+            .map_err(|e| unreachable(&endpoint, Cause::during("during authentication", e)))?,
+        Auth::PrivateKey { pem, passphrase } => {
+            let key = russh::keys::decode_secret_key(
+                pem.expose(),
+                passphrase.as_ref().map(SecretString::expose),
+            )
+            .map_err(|_| DeviceError::AuthenticationFailed {
+                address: endpoint.clone(),
+            })?;
+            let hash = handle
+                .best_supported_rsa_hash()
+                .await
+                .map_err(|e| unreachable(&endpoint, Cause::new(e)))?
+                .flatten();
+            handle
+                .authenticate_publickey(
+                    target.username.clone(),
+                    PrivateKeyWithHashAlg::new(Arc::new(key), hash),
+                )
+                .await
+                .map_err(|e| unreachable(&endpoint, Cause::during("during authentication", e)))?
+        }
+    };
+    if !auth.success() {
+        return Err(DeviceError::AuthenticationFailed { address: endpoint });
+    }
+    Ok(handle)
+}
+
+/// Opens a session channel on a logged-in connection.
+async fn session_channel(
+    handle: &Handle<Verifier>,
+    endpoint: &str,
+) -> Result<Channel<Msg>, DeviceError> {
+    handle
+        .channel_open_session()
+        .await
+        .map_err(|e| unreachable(endpoint, Cause::during("opening a session channel", e)))
+}
+
+/// Waits for the next data on `channel` until `deadline`: `Ok(Some(bytes))`, or
+/// `Ok(None)` when the device closed the channel.
+async fn next_data(channel: &mut Channel<Msg>, deadline: Instant) -> Result<Option<Vec<u8>>, ()> {
+    loop {
+        match tokio::time::timeout_at(deadline, channel.wait()).await {
+            Err(_) => return Err(()),
+            Ok(Some(ChannelMsg::Data { data }))
+            | Ok(Some(ChannelMsg::ExtendedData { data, .. })) => {
+                return Ok(Some(data.to_vec()));
+            }
+            Ok(Some(ChannelMsg::Eof)) | Ok(Some(ChannelMsg::Close)) | Ok(None) => return Ok(None),
+            Ok(Some(_)) => {}
+        }
+    }
+}
+
+async fn close_all(handle: Handle<Verifier>, channel: Channel<Msg>) {
+    let _ = channel.eof().await;
+    let _ = channel.close().await;
+    let _ = handle.disconnect(Disconnect::ByApplication, "", "en").await;
+}
+
+impl Shell {
+    /// Connects, verifies the host key, logs in and opens the shell.
+    pub async fn open(target: &SshTarget) -> Result<Self, DeviceError> {
+        let (handle, endpoint) = login(target).await?;
+        let channel = session_channel(&handle, &endpoint).await?;
         // A wide terminal so long commands and show lines are not wrapped.
         channel
             .request_pty(false, "vt100", 511, 200, 0, 0, &[])
@@ -274,37 +307,83 @@ impl Shell {
                 let rest = self.buf.split_off(end);
                 return Ok(std::mem::replace(&mut self.buf, rest));
             }
-            let msg = match tokio::time::timeout_at(deadline, self.channel.wait()).await {
-                Ok(m) => m,
-                Err(_) => {
-                    return Err(DeviceError::Timeout {
-                        during: during.to_owned(),
-                        after: timeout,
-                    });
-                }
-            };
-            match msg {
-                Some(ChannelMsg::Data { data }) | Some(ChannelMsg::ExtendedData { data, .. }) => {
-                    self.buf.push_str(&String::from_utf8_lossy(&data));
-                }
-                Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => {
+            match next_data(&mut self.channel, deadline).await {
+                Ok(Some(data)) => self.buf.push_str(&String::from_utf8_lossy(&data)),
+                Ok(None) => {
                     return Err(unreachable(
                         &self.endpoint,
                         Cause::msg(format!("the device closed the session while {during}")),
                     ));
                 }
-                Some(_) => {}
+                Err(()) => {
+                    return Err(DeviceError::Timeout {
+                        during: during.to_owned(),
+                        after: timeout,
+                    });
+                }
             }
         }
     }
 
     /// Closes the shell and the connection; errors are irrelevant at this point.
     pub async fn close(self) {
-        let _ = self.channel.eof().await;
-        let _ = self.channel.close().await;
-        let _ = self
-            .handle
-            .disconnect(Disconnect::ByApplication, "", "en")
-            .await;
+        close_all(self.handle, self.channel).await;
+    }
+}
+
+/// An SSH subsystem channel (NETCONF's `netconf`): raw bytes both ways, no pty.
+pub struct Subsystem {
+    handle: Handle<Verifier>,
+    channel: Channel<Msg>,
+    endpoint: String,
+}
+
+impl Subsystem {
+    /// Connects, verifies the host key, logs in and starts subsystem `name`.
+    pub async fn open(target: &SshTarget, name: &str) -> Result<Self, DeviceError> {
+        let (handle, endpoint) = login(target).await?;
+        let channel = session_channel(&handle, &endpoint).await?;
+        channel.request_subsystem(true, name).await.map_err(|e| {
+            unreachable(
+                &endpoint,
+                Cause::during(format!("starting the {name} subsystem"), e),
+            )
+        })?;
+        Ok(Self {
+            handle,
+            channel,
+            endpoint,
+        })
+    }
+
+    /// The `address:port` of this session.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Sends bytes as one channel write (one SSH data message when it fits).
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), DeviceError> {
+        self.channel
+            .data_bytes(bytes.to_vec())
+            .await
+            .map_err(|e| unreachable(&self.endpoint, Cause::during("sending", e)))
+    }
+
+    /// The next bytes from the device, waiting until `deadline`: `Ok(None)` when it
+    /// closed the channel, `Err(())` when the deadline passed.
+    pub async fn read(&mut self, deadline: Instant) -> Result<Option<Vec<u8>>, ()> {
+        next_data(&mut self.channel, deadline).await
+    }
+
+    /// Drops the connection at once, without a goodbye (what a crash looks like to
+    /// the device).
+    pub fn abandon(self) {
+        drop(self.channel);
+        drop(self.handle);
+    }
+
+    /// Closes the channel and the connection; errors are irrelevant at this point.
+    pub async fn close(self) {
+        close_all(self.handle, self.channel).await;
     }
 }

@@ -4,9 +4,10 @@
 //!
 //! - `show-port PORT`: reads the port and prints what patchbay sees (YAML).
 //! - `apply-port PORT --config FILE`: validates the configuration (the same validator
-//!   as the operator, plus the dialect's capabilities), applies it and proves it by
-//!   reading the port back. `--dry-run` reads the port and prints the exact commands
-//!   that would be sent, changing nothing.
+//!   as the operator, plus the dialect's or device model's capabilities), applies it
+//!   and proves it by reading the port back. `--dry-run` reads the port and prints
+//!   the exact commands (ssh) or RPCs (netconf: the whole transaction) that would be
+//!   sent, changing nothing.
 //! - `reset-port PORT`: returns the port to the clean definition and reads it back.
 //!
 //! Bad input is refused before anything is dialled (exit 2, the field and the reason);
@@ -19,6 +20,7 @@ use std::path::Path;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use patchbay_providers::cli::CliSwitch;
+use patchbay_providers::netconf::NetconfSwitch;
 use patchbay_providers::values::PortName;
 use patchbay_providers::verify::{apply_verified, reset_verified};
 use patchbay_providers::{
@@ -27,7 +29,7 @@ use patchbay_providers::{
 use serde::Serialize;
 
 use patchbay::api::{Backend, ProviderSwitch, SwitchPortConfiguration};
-use patchbay::backends::cli_switch;
+use patchbay::backends::{cli_switch, netconf_switch};
 use patchbay::validate::unknown_fields::{SECRET_FIELDS, unknown_fields, unknown_top_level};
 use patchbay::validate::{FieldError, configuration_to_desired, validate_provider};
 
@@ -143,17 +145,61 @@ pub fn load_secret(path: &Path) -> Result<Secret> {
     Ok(secret)
 }
 
+/// A device `patchbay device` can drive.
+pub enum DeviceBackend {
+    /// An SSH CLI device.
+    Cli(CliSwitch),
+    /// A NETCONF device.
+    Netconf(NetconfSwitch),
+}
+
+impl DeviceBackend {
+    /// The device.
+    pub fn device(&self) -> &dyn patchbay_providers::Device {
+        match self {
+            DeviceBackend::Cli(s) => s,
+            DeviceBackend::Netconf(s) => s,
+        }
+    }
+
+    /// `the ios dialect`, `the junos-els model`.
+    pub fn described(&self) -> String {
+        match self {
+            DeviceBackend::Cli(s) => format!("the {} dialect", s.dialect().name),
+            DeviceBackend::Netconf(s) => format!("the {} model", s.model().name),
+        }
+    }
+
+    /// What would be sent for `ops`: command lines, or whole RPCs.
+    pub async fn dry_run(
+        &self,
+        ops: &[PortOperation],
+    ) -> std::result::Result<Vec<String>, DeviceError> {
+        match self {
+            DeviceBackend::Cli(s) => s.dry_run(ops).await,
+            DeviceBackend::Netconf(s) => s.dry_run(ops).await,
+        }
+    }
+}
+
 /// The device of a ProviderSwitch file (and its Secret file).
-pub fn device(provider: &Path, secret: Option<&Path>) -> Result<(ProviderSwitch, CliSwitch)> {
+pub fn device(provider: &Path, secret: Option<&Path>) -> Result<(ProviderSwitch, DeviceBackend)> {
     let provider: ProviderSwitch = load_manifest(provider, "ProviderSwitch")?;
     validate_provider(&provider.spec).map_err(|e| invalid(e.to_string()))?;
-    if provider.spec.backend != Backend::Ssh {
-        return Err(invalid(
-            "spec.backend: `patchbay device` drives ssh devices only so far".into(),
-        ));
-    }
     let secret = secret.map(load_secret).transpose()?;
-    let sw = cli_switch(&provider, secret.as_ref()).map_err(|e| invalid(e.to_string()))?;
+    let sw = match provider.spec.backend {
+        Backend::Ssh => DeviceBackend::Cli(
+            cli_switch(&provider, secret.as_ref()).map_err(|e| invalid(e.to_string()))?,
+        ),
+        Backend::Netconf => DeviceBackend::Netconf(
+            netconf_switch(&provider, secret.as_ref()).map_err(|e| invalid(e.to_string()))?,
+        ),
+        _ => {
+            return Err(invalid(
+                "spec.backend: `patchbay device` drives ssh and netconf devices".into(),
+            ));
+        }
+    };
     Ok((provider, sw))
 }
 
@@ -235,14 +281,15 @@ pub async fn run(
         }
         _ => None,
     };
-    let (_, sw) = device(provider, secret)?;
+    let (_, backend) = device(provider, secret)?;
+    let sw = backend.device();
     if let Some(d) = &desired {
-        let missing = sw.dialect().capabilities().missing_for(d);
+        let missing = sw.capabilities().missing_for(d);
         if !missing.is_empty() {
             let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
             return Err(invalid(format!(
-                "the {} dialect cannot configure: {}",
-                sw.dialect().name,
+                "{} cannot configure: {}",
+                backend.described(),
                 names.join(", ")
             )));
         }
@@ -252,12 +299,11 @@ pub async fn run(
         PortChange::Changed => "changed",
         PortChange::Unchanged => "unchanged (the device already matched; nothing was sent)",
     };
-    use patchbay_providers::Device as _;
     Ok(match command {
         DeviceCommand::Show => view(&sw.get_port(&port).await?),
         DeviceCommand::Apply { dry_run: true, .. } => {
             let d = desired.expect("parsed above");
-            let lines = sw.dry_run(&[PortOperation::Set(d)]).await?;
+            let lines = backend.dry_run(&[PortOperation::Set(d)]).await?;
             if lines.is_empty() {
                 "# the device already matches; nothing would be sent\n".to_owned()
             } else {
@@ -266,7 +312,7 @@ pub async fn run(
         }
         DeviceCommand::Apply { .. } => {
             let d = desired.expect("parsed above");
-            let c = apply_verified(&sw, &d).await?;
+            let c = apply_verified(sw, &d).await?;
             format!(
                 "# {}; read back:\n{}",
                 changed(c),
@@ -274,7 +320,7 @@ pub async fn run(
             )
         }
         DeviceCommand::Reset => {
-            let c = reset_verified(&sw, &port).await?;
+            let c = reset_verified(sw, &port).await?;
             format!(
                 "# {}; read back:\n{}",
                 changed(c),
