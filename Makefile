@@ -86,6 +86,7 @@ bench: deps fake-switch ovs netconf
 	$(CARGO) bench --locked --bench failures
 	$(CARGO) bench --locked --bench claims
 	$(CARGO) bench --locked --bench hosts
+	$(CARGO) bench --locked --bench netconf
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

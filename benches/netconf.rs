@@ -1,0 +1,150 @@
+//! NETCONF backend benchmark against netconfd (yuma123, patchbay's YANG module,
+//! candidate target: lock, discard, edit, confirmed commit, read-back, confirm,
+//! unlock), started and stopped by PID. Prints figures, asserts nothing.
+//!
+//! - one access-VLAN change end to end: `apply_batch_verified` of one port (the
+//!   transaction session, then the verifying read session), as the switch worker
+//!   does;
+//! - 48 ports in one batch, the same way;
+//! - in the same run, `bench/ncclient_baseline.py`: Python ncclient with one session
+//!   and one commit per port (connect, lock, edit-config, commit, unlock, read back,
+//!   close) for the same 48 ports.
+//!
+//! Targets (issue 15): the 48-port batch <= 2x the single port; >= 5x faster than the
+//! per-port ncclient baseline. Env: BENCH_ROUNDS (default 7).
+
+mod support;
+
+use std::time::Duration;
+
+use patchbay_providers::cli::{Auth, HostKeyPolicy, SshTarget};
+use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
+use patchbay_providers::secret::SecretString;
+use patchbay_providers::values::PortName;
+use patchbay_testbed::{NetconfTarget, Netconfd};
+use support::{median, ops, timed};
+
+fn main() {
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let nc = Netconfd::start(NetconfTarget::Candidate).expect("netconfd (make netconf)");
+    let ports: Vec<PortName> = (1..=48)
+        .map(|i| PortName::parse(&format!("eth{i}")).unwrap())
+        .collect();
+    let sw = NetconfSwitch::new(
+        SshTarget {
+            address: nc.address.clone(),
+            port: nc.port,
+            username: nc.username.clone(),
+            auth: Auth::PrivateKey {
+                pem: SecretString::new(nc.client_key.clone()),
+                passphrase: None,
+            },
+            host_key: HostKeyPolicy::Fingerprint(nc.host_key_fingerprint.clone()),
+            connect_timeout: Duration::from_secs(10),
+        },
+        model::for_os("yang", None).unwrap(),
+        NetconfOptions::default(),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "NETCONF backend vs netconfd, candidate + confirmed commit ({rounds} rounds, release build)"
+    );
+    let (single, batch) = rt.block_on(async {
+        // Warm up (first VLAN creation, first session).
+        timed(&sw, &ops(&ports[..1], 3001)).await;
+        let mut single = Vec::new();
+        for r in 0..rounds {
+            single.push(timed(&sw, &ops(&ports[..1], 100 + (r % 2) as u16)).await);
+        }
+        let mut batch = Vec::new();
+        for r in 0..rounds {
+            batch.push(timed(&sw, &ops(&ports, 200 + (r % 2) as u16)).await);
+        }
+        (median(single), median(batch))
+    });
+    println!(
+        "  one access-VLAN change, end to end (transaction + read-back): median {:.1} ms",
+        single.as_secs_f64() * 1e3
+    );
+    println!(
+        "  48 ports, one transaction (+ read-back):                     median {:.1} ms ({:.2} ms/port)",
+        batch.as_secs_f64() * 1e3,
+        batch.as_secs_f64() * 1e3 / 48.0
+    );
+    let ratio = batch.as_secs_f64() / single.as_secs_f64();
+    println!(
+        "  batch / single: {ratio:.2}x (target <= 2x: {})",
+        if ratio <= 2.0 { "met" } else { "NOT met" }
+    );
+
+    // The ncclient baseline, same server, same run.
+    let python = patchbay_testbed::python().unwrap();
+    let dir = std::env::temp_dir().join(format!("patchbay-bench-netconf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write_private = |name: &str, bytes: &[u8]| {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = dir.join(name);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        f.write_all(bytes).unwrap();
+        path
+    };
+    let key = write_private("key", nc.client_key.as_bytes());
+    let creds = write_private(
+        "credentials.json",
+        serde_json::json!({
+            "address": nc.address, "port": nc.port, "username": nc.username,
+            "key_file": key, "vlans": [300, 301], "repeat": 3,
+        })
+        .to_string()
+        .as_bytes(),
+    );
+    let out = std::process::Command::new(python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/bench/ncclient_baseline.py"
+        ))
+        .arg(&creds)
+        .args(ports.iter().map(|p| p.as_str()))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success() {
+        println!(
+            "  ncclient baseline failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rounds_s: Vec<Duration> = v["rounds_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| Duration::from_secs_f64(x.as_f64().unwrap()))
+        .collect();
+    let ncclient = median(rounds_s);
+    println!(
+        "  ncclient, one session and commit per port, 48 ports:       median {:.1} ms ({:.2} ms/port)",
+        ncclient.as_secs_f64() * 1e3,
+        ncclient.as_secs_f64() * 1e3 / 48.0
+    );
+    let speedup = ncclient.as_secs_f64() / batch.as_secs_f64();
+    println!(
+        "  ncclient per-port / patchbay batch: {speedup:.2}x (target >= 5x: {})",
+        if speedup >= 5.0 { "met" } else { "NOT met" }
+    );
+}
