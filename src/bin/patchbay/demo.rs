@@ -1,5 +1,6 @@
-//! The main demo: starts three simulated switches (fake-switches: Cisco IOS, Dell
-//! PowerConnect, Brocade FastIron; see [`patchbay_testbed`]), a private Open
+//! The main demo: starts four simulated switches (fake-switches: Cisco IOS, Dell
+//! PowerConnect, Brocade FastIron over their SSH CLI, and a Juniper QFX over
+//! NETCONF; see [`patchbay_testbed`]), a private Open
 //! vSwitch standing in for a SmartNIC (`fake-switch/ovs.py`, bridge `br-snic` with an
 //! internal port `snic0p0`) and devplane, installs the CRDs, applies `examples/` (with
 //! the simulators' ports and passwords filled into the ProviderSwitches and Secrets),
@@ -80,6 +81,10 @@ const EXAMPLES: &[(&str, &str)] = &[
         "07-server-claim.yaml",
         include_str!("../../../examples/07-server-claim.yaml"),
     ),
+    (
+        "09-netconf-switch.yaml",
+        include_str!("../../../examples/09-netconf-switch.yaml"),
+    ),
 ];
 
 /// The SmartNIC of the examples: its ProviderSwitch, bridge and port.
@@ -104,6 +109,7 @@ const SIMULATED: &[(&str, &str, &str)] = &[
     ("tor-1", "tor-1", "cisco_generic"),
     ("tor-2-ssh", "tor-2", "dell_generic"),
     ("tor-3", "tor-3", "brocade_generic"),
+    ("leaf-1", "leaf-1", "juniper_qfx_copper_generic"),
 ];
 
 /// Points the example ProviderSwitches and Secrets at the simulators.
@@ -303,7 +309,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     );
     for s in &sims.switches {
         println!(
-            "  {:<6} {:<16} ssh {}:{}",
+            "  {:<6} {:<26} ssh {}:{}",
             s.name, s.model, s.address, s.port
         );
     }
