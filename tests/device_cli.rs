@@ -1,5 +1,6 @@
-//! `patchbay device` against a simulated Cisco switch (the real binary, the YAML a
-//! user would apply), and the injection-safety proof: the hostile corpus, pushed
+//! `patchbay device` against a simulated Cisco switch and, over NETCONF, a simulated
+//! Juniper (the real binary, the YAML a user would apply), and the injection-safety
+//! proof: the hostile corpus, pushed
 //! through every text field the backend renders, is refused before anything is
 //! dialled, and the simulator's own running configuration is unchanged afterwards.
 
@@ -345,4 +346,79 @@ async fn the_hostile_corpus_never_reaches_the_device() {
     // The only lines this test's backend sent are its two reads of the running
     // configuration: no session reached configuration mode.
     assert!(sw.journal().iter().all(|s| !s.configures));
+}
+
+#[test]
+fn netconf_dry_run_prints_the_transaction_and_apply_reads_back() {
+    let sims = FakeSwitches::start(&[SimSpec::new("leaf1", "juniper_qfx_copper_generic")]).unwrap();
+    let sim = sims.get("leaf1");
+    let files = Files::new("netconf");
+    let provider = files.write(
+        "provider.yaml",
+        &json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": "leaf1", "namespace": "infra"},
+            "spec": {
+                "backend": "netconf", "os": "junos", "address": sim.address, "port": sim.port,
+                "credentialsSecretRef": {"name": "leaf1-login"},
+                "hostKey": {"fingerprint": sim.host_key_fingerprint},
+            }
+        }),
+    );
+    let secret = files.write(
+        "secret.yaml",
+        &json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "leaf1-login", "namespace": "infra"},
+            "stringData": {"username": sim.username, "password": sim.password}
+        }),
+    );
+    let config = files.configuration(
+        "config.yaml",
+        "tenant-web",
+        json!({"untaggedVLAN": 300, "vlans": [], "description": "tenant web 7"}),
+    );
+    let cfg = config.to_str().unwrap();
+    let port = "ge-0/0/2";
+    let o = device(
+        &provider,
+        &secret,
+        &["apply-port", port, "--config", cfg, "--dry-run"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let rpcs: Vec<&str> = out.lines().collect();
+    let body = |i: usize| {
+        rpcs[i]
+            .split_once("base:1.0\">")
+            .map(|x| x.1)
+            .unwrap_or_default()
+    };
+    assert!(body(0).starts_with("<lock><target><candidate/>"), "{out}");
+    assert!(body(1).starts_with("<discard-changes/>"), "{out}");
+    assert!(
+        body(2).starts_with(
+            "<edit-config><target><candidate/></target><config xmlns:nc=\"urn:ietf:params:xml:ns:netconf:base:1.0\">\
+             <configuration><vlans><vlan><name>vlan300</name><vlan-id>300</vlan-id></vlan></vlans>\
+             <interfaces><interface operation=\"replace\"><name>ge-0/0/2</name><description>tenant web 7</description>\
+             <unit><name>0</name><family><ethernet-switching><interface-mode>access</interface-mode>\
+             <vlan><members>300</members></vlan>"
+        ),
+        "{out}"
+    );
+    assert!(body(3).starts_with("<validate>"), "{out}");
+    assert!(body(4).starts_with("<commit><confirmed/>"), "{out}");
+    assert_eq!(rpcs.len(), 8, "{out}");
+    // The dry run changed nothing; applying does, and reads back.
+    let (out, _) = text(&device(&provider, &secret, &["show-port", port]));
+    assert!(out.contains("mode: unconfigured"), "{out}");
+    let o = device(&provider, &secret, &["apply-port", port, "--config", cfg]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.starts_with("# changed; read back:"), "{out}");
+    assert!(
+        out.contains("accessVlan: 300") && out.contains("tenant web 7"),
+        "{out}"
+    );
+    assert!(!out.contains(&sim.password) && !err.contains(&sim.password));
 }

@@ -2,8 +2,10 @@
 //! patchbay's YANG module, behind a private sshd, started and stopped by PID) as a
 //! ProviderSwitch (backend netconf, os yang, a key login in a Secret, a pinned host
 //! key) + Switch + SwitchPortConfiguration on devplane. Configure, edit, drift made
-//! by another NETCONF session (restored at the next sweep), clean; the device is
-//! read back on sessions of the test's own.
+//! by another NETCONF session (restored at the next sweep), a candidate lock held by
+//! another session (reported as LockDenied naming it, applied once released), a
+//! capability the model lacks (refused at validation), clean; the device is read
+//! back on sessions of the test's own.
 
 mod support;
 
@@ -14,13 +16,15 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPortConfiguration};
 use patchbay_providers::cli::{Auth, HostKeyPolicy, SshTarget};
+use patchbay_providers::netconf::rpc::{Datastore, Operation};
+use patchbay_providers::netconf::session::Session;
 use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{AdminState, DesiredPort, Device as _, VlanMode};
 use patchbay_testbed::{NetconfTarget, Netconfd};
 use serde_json::json;
-use support::env::Env;
+use support::env::{Env, condition};
 use support::eventually;
 
 fn port(name: &str) -> PortName {
@@ -139,6 +143,88 @@ async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
         wanted(&device.get_port(&port("eth1")).await.ok()?).then_some(())
     })
     .await;
+
+    // Another client holds the candidate lock for a while: the port says who, keeps
+    // its old configuration on the device, and is applied once the lock is gone.
+    let target = SshTarget {
+        address: nc.address.clone(),
+        port: nc.port,
+        username: nc.username.clone(),
+        auth: Auth::PrivateKey {
+            pem: SecretString::new(nc.client_key.clone()),
+            passphrase: None,
+        },
+        host_key: HostKeyPolicy::AcceptAny,
+        connect_timeout: Duration::from_secs(10),
+    };
+    let mut holder = Session::open(&target, Duration::from_secs(10), None)
+        .await
+        .unwrap();
+    assert!(
+        holder
+            .rpc(&Operation::Lock(Datastore::Candidate))
+            .await
+            .unwrap()
+            .errors
+            .is_empty()
+    );
+    let holder_id = holder.capabilities.session_id.clone().unwrap();
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "tenant-web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"untaggedVLAN": 301}})),
+        )
+        .await
+        .unwrap();
+    let p = env
+        .wait_for("leaf1-p1", "the lock to be reported", |p| {
+            condition(p, "Ready")
+                .is_some_and(|(s, reason, _)| s == "False" && reason == "LockDenied")
+        })
+        .await;
+    let (_, _, message) = condition(&p, "Ready").unwrap();
+    assert!(
+        message.contains(&format!("session {holder_id}")) && message.contains("lock-denied"),
+        "{message}"
+    );
+    assert!(wanted(&device.get_port(&port("eth1")).await.unwrap()));
+    holder
+        .rpc(&Operation::Unlock(Datastore::Candidate))
+        .await
+        .unwrap();
+    holder.close().await;
+    eventually(
+        60,
+        "the change to land once the lock is released",
+        || async {
+            let o = device.get_port(&port("eth1")).await.ok()?;
+            (o.vlans == Some(VlanMode::Access { vlan: vlan(301) })).then_some(())
+        },
+    )
+    .await;
+    env.wait_state("leaf1-p1", PortState::Active).await;
+
+    // What the device model cannot configure is refused at validation, naming the
+    // field, and nothing reaches the device.
+    env.configuration(
+        "with-acl",
+        json!({"untaggedVLAN": 100, "acl": [{"type": "ipv4", "action": "deny",
+               "protocol": "tcp", "dstPortRange": "22"}]}),
+    )
+    .await;
+    env.link("leaf1-p2", Some("with-acl")).await;
+    let p = env
+        .wait_for("leaf1-p2", "the capability refusal", |p| {
+            condition(p, "Ready").is_some_and(|(s, _, m)| s == "False" && m.contains("spec.acl"))
+        })
+        .await;
+    let (_, _, message) = condition(&p, "Ready").unwrap();
+    assert!(message.contains("cannot configure ACL"), "{message}");
+    assert_eq!(
+        device.get_port(&port("eth2")).await.unwrap().vlans,
+        Some(VlanMode::Unconfigured)
+    );
 
     // Unlinking cleans the port on the device: its entry is gone.
     env.link("leaf1-p1", None).await;
