@@ -22,7 +22,7 @@ use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 use patchbay_testbed::{NetconfTarget, Netconfd};
-use support::{median, ops, timed};
+use support::{baseline, median, ops, timed};
 
 fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS")
@@ -84,59 +84,22 @@ fn main() {
         if ratio <= 2.0 { "met" } else { "NOT met" }
     );
 
-    // The ncclient baseline, same server, same run.
-    let python = patchbay_testbed::python().unwrap();
-    let dir = std::env::temp_dir().join(format!("patchbay-bench-netconf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let write_private = |name: &str, bytes: &[u8]| {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let path = dir.join(name);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)
-            .unwrap();
-        f.write_all(bytes).unwrap();
-        path
-    };
-    let key = write_private("key", nc.client_key.as_bytes());
-    let creds = write_private(
-        "credentials.json",
+    // The ncclient baseline, same server, same run (the key in a 0600 file).
+    let ncclient = match baseline(
+        "ncclient_baseline.py",
         serde_json::json!({
             "address": nc.address, "port": nc.port, "username": nc.username,
-            "key_file": key, "vlans": [300, 301], "repeat": 3,
-        })
-        .to_string()
-        .as_bytes(),
-    );
-    let out = std::process::Command::new(python)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/bench/ncclient_baseline.py"
-        ))
-        .arg(&creds)
-        .args(ports.iter().map(|p| p.as_str()))
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    if !out.status.success() {
-        println!(
-            "  ncclient baseline failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rounds_s: Vec<Duration> = v["rounds_s"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| Duration::from_secs_f64(x.as_f64().unwrap()))
-        .collect();
-    let ncclient = median(rounds_s);
+            "vlans": [300, 301], "repeat": 3,
+        }),
+        &[("key_file", nc.client_key.as_bytes())],
+        &ports,
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("  ncclient baseline failed: {e}");
+            return;
+        }
+    };
     println!(
         "  ncclient, one session and commit per port, 48 ports:       median {:.1} ms ({:.2} ms/port)",
         ncclient.as_secs_f64() * 1e3,

@@ -12,11 +12,9 @@
 
 mod support;
 
-use std::time::Duration;
-
 use patchbay_providers::values::PortName;
 use patchbay_testbed::{FakeSwitches, SimSpec};
-use support::{median, ops, ssh_backend, timed};
+use support::{baseline, median, ops, ssh_backend, timed};
 
 fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS")
@@ -73,54 +71,22 @@ fn main() {
     );
 
     // The paramiko baseline, same simulator, same run.
-    let python = patchbay_testbed::python().unwrap();
-    let dir = std::env::temp_dir().join(format!("patchbay-bench-ssh-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let creds = dir.join("credentials.json");
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&creds)
-            .unwrap();
-        serde_json::to_writer(
-            f,
-            &serde_json::json!({
-                "address": sim.address, "port": sim.port, "username": sim.username,
-                "password": sim.password, "enable_password": sim.enable_password,
-                "vlans": [300, 301], "repeat": 3,
-            }),
-        )
-        .unwrap();
-    }
-    let out = std::process::Command::new(python)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/bench/paramiko_baseline.py"
-        ))
-        .arg(&creds)
-        .args(ports.iter().map(|p| p.as_str()))
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    if !out.status.success() {
-        println!(
-            "  paramiko baseline failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rounds_s: Vec<Duration> = v["rounds_s"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| Duration::from_secs_f64(x.as_f64().unwrap()))
-        .collect();
-    let paramiko = median(rounds_s);
+    let paramiko = match baseline(
+        "paramiko_baseline.py",
+        serde_json::json!({
+            "address": sim.address, "port": sim.port, "username": sim.username,
+            "password": sim.password, "enable_password": sim.enable_password,
+            "vlans": [300, 301], "repeat": 3,
+        }),
+        &[],
+        &ports,
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("  paramiko baseline failed: {e}");
+            return;
+        }
+    };
     println!(
         "  paramiko, one session per port, 48 ports:               median {:.1} ms ({:.2} ms/port)",
         paramiko.as_secs_f64() * 1e3,

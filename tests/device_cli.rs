@@ -51,13 +51,18 @@ impl Drop for Files {
 }
 
 fn manifests(files: &Files, sim: &SimSwitch) -> (PathBuf, PathBuf) {
+    manifests_for(files, sim, "ssh", "ios")
+}
+
+/// A ProviderSwitch (`backend`, `os`, the simulator's known_hosts line) and its Secret.
+fn manifests_for(files: &Files, sim: &SimSwitch, backend: &str, os: &str) -> (PathBuf, PathBuf) {
     let provider = files.write(
         "provider.yaml",
         &json!({
             "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
             "metadata": {"name": "tor1", "namespace": "infra"},
             "spec": {
-                "backend": "ssh", "os": "ios", "address": sim.address, "port": sim.port,
+                "backend": backend, "os": os, "address": sim.address, "port": sim.port,
                 "credentialsSecretRef": {"name": "tor1-login"},
                 "hostKey": {"knownHostsLine": sim.known_hosts_line},
             }
@@ -353,26 +358,7 @@ fn netconf_dry_run_prints_the_transaction_and_apply_reads_back() {
     let sims = FakeSwitches::start(&[SimSpec::new("leaf1", "juniper_qfx_copper_generic")]).unwrap();
     let sim = sims.get("leaf1");
     let files = Files::new("netconf");
-    let provider = files.write(
-        "provider.yaml",
-        &json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-            "metadata": {"name": "leaf1", "namespace": "infra"},
-            "spec": {
-                "backend": "netconf", "os": "junos", "address": sim.address, "port": sim.port,
-                "credentialsSecretRef": {"name": "leaf1-login"},
-                "hostKey": {"fingerprint": sim.host_key_fingerprint},
-            }
-        }),
-    );
-    let secret = files.write(
-        "secret.yaml",
-        &json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "leaf1-login", "namespace": "infra"},
-            "stringData": {"username": sim.username, "password": sim.password}
-        }),
-    );
+    let (provider, secret) = manifests_for(&files, sim, "netconf", "junos");
     let config = files.configuration(
         "config.yaml",
         "tenant-web",

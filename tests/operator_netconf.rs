@@ -35,20 +35,25 @@ fn vlan(n: u16) -> VlanId {
     VlanId::new(n).unwrap()
 }
 
-/// The test's own view of the device (another NETCONF client).
+/// How the test logs in to the device itself (another NETCONF client).
+fn login(nc: &Netconfd) -> SshTarget {
+    SshTarget {
+        address: nc.address.clone(),
+        port: nc.port,
+        username: nc.username.clone(),
+        auth: Auth::PrivateKey {
+            pem: SecretString::new(nc.client_key.clone()),
+            passphrase: None,
+        },
+        host_key: HostKeyPolicy::Fingerprint(nc.host_key_fingerprint.clone()),
+        connect_timeout: Duration::from_secs(10),
+    }
+}
+
+/// The test's own view of the device.
 fn own_session(nc: &Netconfd) -> NetconfSwitch {
     NetconfSwitch::new(
-        SshTarget {
-            address: nc.address.clone(),
-            port: nc.port,
-            username: nc.username.clone(),
-            auth: Auth::PrivateKey {
-                pem: SecretString::new(nc.client_key.clone()),
-                passphrase: None,
-            },
-            host_key: HostKeyPolicy::Fingerprint(nc.host_key_fingerprint.clone()),
-            connect_timeout: Duration::from_secs(10),
-        },
+        login(nc),
         model::for_os("yang", None).unwrap(),
         NetconfOptions::default(),
     )
@@ -146,18 +151,7 @@ async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
 
     // Another client holds the candidate lock for a while: the port says who, keeps
     // its old configuration on the device, and is applied once the lock is gone.
-    let target = SshTarget {
-        address: nc.address.clone(),
-        port: nc.port,
-        username: nc.username.clone(),
-        auth: Auth::PrivateKey {
-            pem: SecretString::new(nc.client_key.clone()),
-            passphrase: None,
-        },
-        host_key: HostKeyPolicy::AcceptAny,
-        connect_timeout: Duration::from_secs(10),
-    };
-    let mut holder = Session::open(&target, Duration::from_secs(10), None)
+    let mut holder = Session::open(&login(&nc), Duration::from_secs(10), None)
         .await
         .unwrap();
     assert!(

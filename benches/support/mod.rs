@@ -59,3 +59,65 @@ pub fn ssh_backend(sim: &SimSwitch, os: &str) -> CliSwitch {
         CliOptions::default(),
     )
 }
+
+/// Runs a Python baseline script of `bench/` with the fake-switch venv's Python: its
+/// credentials (and any other `files`) written 0600 into a private temporary
+/// directory (removed afterwards), `ports` as arguments; returns the median of the
+/// `rounds_s` it prints, or why it failed.
+#[allow(dead_code)]
+pub fn baseline(
+    script: &str,
+    credentials: serde_json::Value,
+    files: &[(&str, &[u8])],
+    ports: &[PortName],
+) -> Result<Duration, String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let python = patchbay_testbed::python().map_err(|e| e.to_string())?;
+    let dir = std::env::temp_dir().join(format!(
+        "patchbay-bench-{}-{}",
+        script.trim_end_matches(".py"),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let write = |name: &str, bytes: &[u8]| -> std::io::Result<std::path::PathBuf> {
+        let path = dir.join(name);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)?;
+        f.write_all(bytes)?;
+        Ok(path)
+    };
+    let mut credentials = credentials;
+    for (name, bytes) in files {
+        let path = write(name, bytes).map_err(|e| e.to_string())?;
+        credentials[*name] = path.display().to_string().into();
+    }
+    let creds = write("credentials.json", credentials.to_string().as_bytes());
+    let out = creds.and_then(|creds| {
+        std::process::Command::new(python)
+            .arg(format!("{}/bench/{script}", env!("CARGO_MANIFEST_DIR")))
+            .arg(&creds)
+            .args(ports.iter().map(|p| p.as_str()))
+            .output()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out.map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let rounds: Vec<Duration> = v["rounds_s"]
+        .as_array()
+        .ok_or("no rounds_s in the output")?
+        .iter()
+        .filter_map(|x| x.as_f64().map(Duration::from_secs_f64))
+        .collect();
+    if rounds.is_empty() {
+        return Err("no rounds".into());
+    }
+    Ok(median(rounds))
+}

@@ -109,3 +109,31 @@ pub trait Device: Send + Sync {
         Ok(out)
     }
 }
+
+/// One port's read through [`Device::get_ports`]: `get_port` for backends whose unit
+/// of work is the batch.
+pub async fn read_one<D: Device + ?Sized>(
+    device: &D,
+    port: &PortName,
+) -> Result<ObservedPort, DeviceError> {
+    let reads = device.get_ports(std::slice::from_ref(port)).await?;
+    reads.into_iter().next().map(|(_, r)| r).unwrap_or_else(|| {
+        Err(DeviceError::UnknownPort {
+            port: port.to_string(),
+        })
+    })
+}
+
+/// One operation through [`Device::apply_batch`]: `set_port` and `reset_port` for
+/// backends whose unit of work is the batch.
+pub async fn apply_one<D: Device + ?Sized>(
+    device: &D,
+    op: PortOperation,
+) -> Result<PortChange, DeviceError> {
+    let results = device.apply_batch(std::slice::from_ref(&op)).await?;
+    results
+        .into_iter()
+        .next()
+        .map(|r| r.outcome)
+        .unwrap_or(Ok(PortChange::Unchanged))
+}

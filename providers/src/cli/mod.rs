@@ -703,18 +703,15 @@ impl Device for CliSwitch {
     }
 
     async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
-        let mut reads = self.get_ports(std::slice::from_ref(port)).await?;
-        reads.remove(0).1
+        crate::device::read_one(self, port).await
     }
 
     async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
-        let mut r = self.apply(&[PortOperation::Set(desired.clone())]).await?;
-        r.remove(0).outcome
+        crate::device::apply_one(self, PortOperation::Set(desired.clone())).await
     }
 
     async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
-        let mut r = self.apply(&[PortOperation::Reset(port.clone())]).await?;
-        r.remove(0).outcome
+        crate::device::apply_one(self, PortOperation::Reset(port.clone())).await
     }
 
     async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {

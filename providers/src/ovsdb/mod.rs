@@ -679,30 +679,15 @@ impl Device for OvsSwitch {
     }
 
     async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
-        let mut reads = self.get_ports(std::slice::from_ref(port)).await?;
-        reads.pop().map(|(_, r)| r).unwrap_or_else(|| {
-            Err(DeviceError::UnknownPort {
-                port: port.to_string(),
-            })
-        })
+        crate::device::read_one(self, port).await
     }
 
     async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
-        let mut r = self
-            .apply_batch(&[PortOperation::Set(desired.clone())])
-            .await?;
-        r.pop()
-            .map(|r| r.outcome)
-            .unwrap_or(Ok(PortChange::Unchanged))
+        crate::device::apply_one(self, PortOperation::Set(desired.clone())).await
     }
 
     async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
-        let mut r = self
-            .apply_batch(&[PortOperation::Reset(port.clone())])
-            .await?;
-        r.pop()
-            .map(|r| r.outcome)
-            .unwrap_or(Ok(PortChange::Unchanged))
+        crate::device::apply_one(self, PortOperation::Reset(port.clone())).await
     }
 
     async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
