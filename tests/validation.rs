@@ -425,9 +425,45 @@ fn provider_switch_rules() {
             "spec.options.maxSessions",
             "outside 1-16",
         ),
+        (
+            json!({"options": {"model": "junos-els"}}),
+            "spec.options.model",
+            "only the netconf backend",
+        ),
+        // NETCONF drives the OSes it has a device model for.
+        (
+            json!({"backend": "netconf"}),
+            "spec.os",
+            "os ios cannot be driven by backend netconf",
+        ),
+        (
+            json!({"os": "yang"}),
+            "spec.os",
+            "cannot be driven by backend ssh",
+        ),
+        (
+            json!({"backend": "netconf", "os": "junos", "options": {"model": "patchbay-ports"}}),
+            "spec.options.model",
+            "no NETCONF model \"patchbay-ports\" for os junos; models: junos-els (os junos)",
+        ),
+        (
+            json!({"backend": "netconf", "os": "junos", "options": {"model": "junos-qfx"}}),
+            "spec.options.model",
+            "no NETCONF model",
+        ),
     ];
     for (extra, path, reason) in cases {
         expect_error(validate_provider(&with(extra)), path, reason);
+    }
+    for (os, model) in [
+        ("junos", None),
+        ("junos", Some("junos-els")),
+        ("junos", Some("junos-port-mode")),
+        ("yang", None),
+        ("yang", Some("patchbay-ports")),
+    ] {
+        let spec = with(json!({"backend": "netconf", "os": os, "options": {"model": model}}));
+        assert!(validate_provider(&spec).is_ok(), "{os} {model:?}");
     }
     let pinned = with(json!({"hostKey": {
         "fingerprint": "SHA256:v4cRr7ClTTn6CxGK/qsnWEhL7L4H+y3qHDbCyB3xeug"}}));
