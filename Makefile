@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all demo test fmt-check clippy unit crds build deps kubectl fake-switch ovs netconf bench help
+.PHONY: all demo test fmt-check clippy unit crds build deps kubectl fake-switch ovs netconf ansible bench help
 
 all: test
 
@@ -60,10 +60,23 @@ netconf:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			netconfd openssh-server openssh-client; }
 
+# Ansible (pinned, playbooks/requirements.txt) in its own venv for the Ansible
+# backend's tests, benchmark and demo; patchbay runs .venv/ansible/bin/ansible-playbook.
+ANSIBLE_VENV := .venv/ansible
+ansible: $(ANSIBLE_VENV)/.installed
+
+$(ANSIBLE_VENV)/.installed: playbooks/requirements.txt
+	@python3 -c 'import ensurepip' 2>/dev/null || { \
+		echo "installing python3-venv"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+	python3 -m venv $(ANSIBLE_VENV)
+	$(ANSIBLE_VENV)/bin/pip install -q --disable-pip-version-check -r playbooks/requirements.txt
+	touch $@
+
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
 
-demo: deps fake-switch ovs netconf
+demo: deps fake-switch ovs netconf ansible
 	$(CARGO) run --quiet --locked -- demo $(DEMO_ARGS)
 
 fmt-check: deps
@@ -73,12 +86,12 @@ clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) clippy --locked --no-default-features --bin patchbay -- -D warnings
 
-unit: deps kubectl fake-switch ovs netconf
+unit: deps kubectl fake-switch ovs netconf ansible
 	$(CARGO) test --workspace --locked
 
 test: fmt-check clippy unit
 
-bench: deps fake-switch ovs netconf
+bench: deps fake-switch ovs netconf ansible
 	$(CARGO) bench --locked --bench devplane
 	$(CARGO) bench --locked --bench operator
 	$(CARGO) bench --locked --bench ssh

@@ -6,8 +6,15 @@ Usage: launch.py SPEC.json OUT.json
 SPEC.json: {"switches": [{"name": "sw1", "model": "cisco_generic",
                           "username": "admin", "password": "...",
                           "enable_password": "...", "auto_enabled": false,
-                          "port": 0}, ...],
+                          "port": 0, "ios_shims": false}, ...],
             "connection_log": "/path/connections.log"}
+
+"ios_shims": true gives a Cisco switch three pieces of real IOS syntax the simulator
+lacks and Ansible's cisco.ios (network_cli) needs: `end` in configuration mode (back
+to privileged mode from any configuration level), `show privilege` ("Current
+privilege level is 15" once enabled), and the `| section REGEX` output filter (each
+top-level line matching REGEX with the indented lines under it). Syntax only: no
+command changes what the simulated device does. Other switches are unchanged.
 
 Each switch listens on 127.0.0.1 on its "port", or on a port the kernel picks when it
 is 0 or absent (a fixed port lets a test stop a switch and start a fresh, empty one
@@ -42,6 +49,77 @@ def host_key():
     blob = keys.Key.fromString(data=public.encode()).blob()
     fingerprint = "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
     return fingerprint, "ssh-rsa " + base64.b64encode(blob).decode()
+
+
+IOS_SHIMMED = set()
+
+
+def install_ios_shims():
+    """The `ios_shims` syntax (see the module docs), for the hostnames in IOS_SHIMMED."""
+    import re
+
+    from fake_switches.cisco.command_processor.config import ConfigCommandProcessor
+    from fake_switches.cisco.command_processor.enabled import EnabledCommandProcessor
+    from fake_switches.cisco.command_processor.piping import PipingProcessor
+
+    def name_of(processor):
+        config = getattr(processor, "switch_configuration", None)
+        if config is not None:
+            return config.name
+        # The piping processor only has the session's logger:
+        # fake_switches.cisco.<hostname>.<connection>.<protocol>.
+        parts = processor.logger.name.split(".")
+        return parts[2] if len(parts) > 2 else None
+
+    def gate(cls, names):
+        original = cls.get_command_func
+
+        def get_command_func(self, line):
+            func, args = original(self, line)
+            if func is not None and getattr(func, "__name__", "") in names \
+                    and name_of(self) not in IOS_SHIMMED:
+                return None, []
+            return func, args
+
+        cls.get_command_func = get_command_func
+
+    def do_end(self, *_):
+        self.sub_processor = None
+        self.is_done = True
+
+    ConfigCommandProcessor.do_end = do_end
+    gate(ConfigCommandProcessor, {"do_end"})
+
+    show = EnabledCommandProcessor.do_show
+
+    def do_show(self, *args):
+        if list(args) == ["privilege"] and self.switch_configuration.name in IOS_SHIMMED:
+            self.write_line("Current privilege level is 15")
+            return
+        return show(self, *args)
+
+    EnabledCommandProcessor.do_show = do_show
+
+    class Section(object):
+        def __init__(self, pattern):
+            self.pattern = re.compile(pattern)
+            self.inside = False
+
+        def pipe(self, data):
+            kept = []
+            for line in data.splitlines(True):
+                text = line.rstrip("\r\n")
+                if text and not text[0].isspace():
+                    self.inside = bool(self.pattern.search(text))
+                if self.inside:
+                    kept.append(line)
+            return "".join(kept) if kept else False
+
+    def do_section(self, *args):
+        return Section(" ".join(args))
+
+    PipingProcessor.do_section = do_section
+    gate(PipingProcessor, {"do_section"})
 
 
 def log_connections(ssh_factory, name, path):
@@ -80,7 +158,11 @@ def main():
     factory = SwitchFactory()
     connection_log = spec.get("connection_log")
     described = []
+    if any(sw.get("ios_shims") for sw in spec["switches"]):
+        install_ios_shims()
     for sw in spec["switches"]:
+        if sw.get("ios_shims"):
+            IOS_SHIMMED.add(sw["name"])
         core = factory.get(
             sw["model"],
             hostname=sw["name"],

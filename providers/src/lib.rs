@@ -8,9 +8,10 @@
 //!
 //! Backends: [`fixture`] (in memory, for tests and the demo), [`cli`] (vendor
 //! CLIs over SSH, dialects as data), [`netconf`] (NETCONF over SSH, device models as
-//! data, every change one transaction) and [`ovsdb`] (Open vSwitch bridges over
-//! OVSDB). The Ansible backend follows in a later change.
+//! data, every change one transaction), [`ansible`] (ansible-playbook, one run per
+//! batch) and [`ovsdb`] (Open vSwitch bridges over OVSDB).
 
+pub mod ansible;
 pub mod cli;
 pub mod device;
 pub mod error;

@@ -71,6 +71,10 @@ pub struct SimSpec {
     /// lets a test stop a switch and start a fresh, empty one at the same address;
     /// every simulator presents the same host key.
     pub port: u16,
+    /// Cisco only: the real IOS syntax Ansible's cisco.ios needs and the simulator
+    /// lacks (`end` in configuration mode, `show privilege`, `| section`); see
+    /// `fake-switch/launch.py`.
+    pub ios_shims: bool,
 }
 
 impl SimSpec {
@@ -84,7 +88,14 @@ impl SimSpec {
             password: format!("pw-{name}-{salt:x}"),
             enable_password: format!("en-{name}-{salt:x}"),
             port: 0,
+            ios_shims: false,
         }
+    }
+
+    /// The same switch with the IOS syntax shims Ansible's cisco.ios needs.
+    pub fn with_ios_shims(mut self) -> Self {
+        self.ios_shims = true;
+        self
     }
 
     /// The same switch (name, model, credentials, port) as `running`: a fresh,
@@ -97,6 +108,7 @@ impl SimSpec {
             password: running.password.clone(),
             enable_password: running.enable_password.clone(),
             port: running.port,
+            ios_shims: false,
         }
     }
 }
@@ -700,5 +712,64 @@ impl Netconfd {
 impl Drop for Netconfd {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The `ansible-playbook` of the test bed: `PATCHBAY_ANSIBLE_PLAYBOOK`, else
+/// `.venv/ansible/bin/ansible-playbook` in the repository (made by `make ansible`).
+pub fn ansible_playbook() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("PATCHBAY_ANSIBLE_PLAYBOOK") {
+        return Ok(PathBuf::from(p));
+    }
+    let p = repo_root().join(".venv/ansible/bin/ansible-playbook");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(TestbedError::Failed(format!(
+            "{} not found: run `make ansible`",
+            p.display()
+        )))
+    }
+}
+
+/// A TCP listener on 127.0.0.1 that accepts connections and never answers (a
+/// device that hangs). Connections are held until it is dropped.
+pub struct SilentDevice {
+    /// Its port.
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SilentDevice {
+    /// Starts listening.
+    pub fn start() -> Result<Self> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").map_err(io("binding a silent device"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io("binding a silent device"))?;
+        let port = listener
+            .local_addr()
+            .map_err(io("binding a silent device"))?
+            .port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => held.push(s),
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Ok(Self { port, stop })
+    }
+}
+
+impl Drop for SilentDevice {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -1,0 +1,280 @@
+//! The Ansible backend against the Cisco simulator (fake-switches `cisco_generic`
+//! with the IOS syntax shims cisco.ios needs), Ansible from `make ansible`.
+//!
+//! Every port state is applied through Ansible in one run per batch and read back
+//! twice: with the SSH CLI backend (an independent path) and with the read playbook.
+//! Re-applying reports no change; a port the device does not have fails alone with
+//! the playbook's message; a wrong password and a wrong host key are refused. A
+//! device that accepts TCP and never answers: the run ends by the hard timeout and no
+//! process it started survives, and while it is in flight the password is in no
+//! process's command line or environment. A playbook that hangs and daemonizes a
+//! child is killed at the timeout, child included.
+
+#[path = "support/ssh_cases.rs"]
+mod ssh_cases;
+
+use std::time::{Duration, Instant};
+
+use patchbay_providers::ansible::contract::platform;
+use patchbay_providers::ansible::{AnsibleAuth, AnsibleOptions, AnsibleSwitch, AnsibleTarget};
+use patchbay_providers::secret::SecretString;
+use patchbay_providers::values::{Description, PortName, VlanId};
+use patchbay_providers::{
+    AdminState, DesiredPort, Device, DeviceError, PortChange, PortOperation, VlanMode, diff,
+};
+use patchbay_testbed::{FakeSwitches, SilentDevice, SimSpec, SimSwitch, ansible_playbook};
+
+fn port(name: &str) -> PortName {
+    PortName::parse(name).unwrap()
+}
+
+fn vlan(n: u16) -> VlanId {
+    VlanId::new(n).unwrap()
+}
+
+fn key_of(sim: &SimSwitch) -> String {
+    sim.known_hosts_line
+        .split_whitespace()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn target(sim: &SimSwitch, password: &str) -> AnsibleTarget {
+    AnsibleTarget {
+        address: sim.address.clone(),
+        port: sim.port,
+        username: sim.username.clone(),
+        auth: AnsibleAuth::Password(SecretString::new(password.to_owned())),
+        enable_password: Some(SecretString::new(sim.enable_password.clone())),
+        host_key: key_of(sim),
+    }
+}
+
+fn options(timeout: Duration) -> AnsibleOptions {
+    AnsibleOptions {
+        ansible_playbook: ansible_playbook().unwrap(),
+        playbooks: None,
+        run_timeout: timeout,
+        connect_timeout: Duration::from_secs(10),
+    }
+}
+
+fn switch(sim: &SimSwitch) -> AnsibleSwitch {
+    AnsibleSwitch::new(
+        target(sim, &sim.password),
+        platform("ios").unwrap(),
+        options(Duration::from_secs(120)),
+    )
+}
+
+fn states(name: &str) -> Vec<(&'static str, DesiredPort)> {
+    let clean = DesiredPort::clean(port(name));
+    let mut access = clean.clone();
+    access.vlans = VlanMode::Access { vlan: vlan(100) };
+    let mut trunk = clean.clone();
+    trunk.vlans = VlanMode::Trunk {
+        native: None,
+        allowed: [vlan(200), vlan(201)].into_iter().collect(),
+    };
+    let mut native = clean.clone();
+    native.vlans = VlanMode::Trunk {
+        native: Some(vlan(10)),
+        allowed: [vlan(20), vlan(30)].into_iter().collect(),
+    };
+    native.description = Some(Description::parse("tenant web").unwrap());
+    let mut down = access.clone();
+    down.admin = AdminState::Down;
+    vec![
+        ("access", access),
+        ("trunk", trunk),
+        ("trunk with native and description", native),
+        ("down", down),
+        ("clean", clean),
+    ]
+}
+
+#[tokio::test]
+async fn every_port_state_through_ansible_reads_back_over_ssh() {
+    let sims =
+        FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic").with_ios_shims()]).unwrap();
+    let sim = sims.get("sw1");
+    let sw = switch(sim);
+    let cli = ssh_cases::backend("ios", sim);
+    // Two ports per run: every state lands on Fa0/1 while Fa0/2 takes the one before.
+    let all = states("FastEthernet0/1");
+    for (k, (what, desired)) in all.iter().enumerate() {
+        let mut other = all[(k + all.len() - 1) % all.len()].1.clone();
+        other.port = port("FastEthernet0/2");
+        let ops = [
+            PortOperation::Set(desired.clone()),
+            PortOperation::Set(other.clone()),
+        ];
+        let before = sw.runs().len();
+        let results = sw.apply_batch(&ops).await.unwrap();
+        assert_eq!(
+            sw.runs()[before..],
+            ["apply.yml"],
+            "{what}: one run per batch"
+        );
+        assert!(
+            results.iter().all(|r| r.outcome.is_ok()),
+            "{what}: {results:?}"
+        );
+        for d in [desired, &other] {
+            let over_ssh = cli.get_port(&d.port).await.unwrap();
+            assert!(
+                diff(d, &over_ssh).is_empty(),
+                "{what}: {} over SSH: {over_ssh:?}",
+                d.port
+            );
+        }
+        let reads = sw
+            .get_ports(&[desired.port.clone(), other.port.clone()])
+            .await
+            .unwrap();
+        for ((_, read), d) in reads.into_iter().zip([desired, &other]) {
+            let read = read.unwrap();
+            assert!(
+                diff(d, &read).is_empty(),
+                "{what}: {} through Ansible: {read:?}",
+                d.port
+            );
+        }
+        // Re-applying reports no change.
+        let again = sw.apply_batch(&ops[..1]).await.unwrap();
+        assert_eq!(again[0].outcome, Ok(PortChange::Unchanged), "{what}");
+    }
+}
+
+#[tokio::test]
+async fn a_port_the_device_lacks_fails_alone_and_credentials_stay_secret() {
+    let sims =
+        FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic").with_ios_shims()]).unwrap();
+    let sim = sims.get("sw1");
+    let sw = switch(sim);
+    let set = |p: &str| {
+        let mut d = DesiredPort::clean(port(p));
+        d.vlans = VlanMode::Access { vlan: vlan(300) };
+        PortOperation::Set(d)
+    };
+    let results = sw
+        .apply_batch(&[set("FastEthernet0/99"), set("FastEthernet0/3")])
+        .await
+        .unwrap();
+    match &results[0].outcome {
+        Err(DeviceError::CommandRejected { command, output }) => {
+            assert!(command.contains("FastEthernet0/99"), "{command}");
+            assert!(output.contains("does not exist"), "{output}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(results[1].outcome, Ok(PortChange::Changed));
+
+    // A wrong password, and a host key other than the pinned one.
+    let wrong = "not-the-password-4711";
+    let bad = AnsibleSwitch::new(
+        target(sim, wrong),
+        platform("ios").unwrap(),
+        options(Duration::from_secs(60)),
+    );
+    let err = bad.get_port(&port("FastEthernet0/1")).await.unwrap_err();
+    assert!(
+        matches!(err, DeviceError::AuthenticationFailed { .. }),
+        "{err:?}"
+    );
+    assert!(!format!("{err} {err:?}").contains(wrong));
+    let mut other_key = target(sim, &sim.password);
+    other_key.host_key =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ".into();
+    let pinned = AnsibleSwitch::new(
+        other_key,
+        platform("ios").unwrap(),
+        options(Duration::from_secs(60)),
+    );
+    let err = pinned.get_port(&port("FastEthernet0/1")).await.unwrap_err();
+    assert!(err.is_session_failure(), "{err:?}");
+    assert!(bad.leftovers().is_empty() && pinned.leftovers().is_empty());
+}
+
+#[tokio::test]
+async fn a_silent_device_is_cut_off_at_the_timeout_and_nothing_survives() {
+    let silent = SilentDevice::start().unwrap();
+    let password = format!("pw-silent-{}", std::process::id());
+    let t = AnsibleTarget {
+        address: "127.0.0.1".into(),
+        port: silent.port,
+        username: "netops".into(),
+        auth: AnsibleAuth::Password(SecretString::new(password.clone())),
+        enable_password: Some(SecretString::new("en-secret-x".to_owned())),
+        host_key:
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ"
+                .into(),
+    };
+    let hard = Duration::from_secs(8);
+    let sw = AnsibleSwitch::new(t, platform("ios").unwrap(), options(hard));
+    let started = Instant::now();
+    let run = tokio::spawn({
+        let sw = sw.clone();
+        async move { sw.get_port(&port("FastEthernet0/1")).await }
+    });
+    // While the run is in flight, no process shows the password.
+    let mut seen_processes = 0;
+    while !run.is_finished() {
+        for pid in sw.leftovers() {
+            seen_processes += 1;
+            for file in ["cmdline", "environ"] {
+                let bytes = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+                let text = String::from_utf8_lossy(&bytes);
+                assert!(
+                    !text.contains(&password),
+                    "the password is in /proc/{pid}/{file}"
+                );
+                assert!(
+                    !text.contains("en-secret-x"),
+                    "the enable password is in /proc/{pid}/{file}"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(seen_processes > 0, "the run was observed");
+    let err = run.await.unwrap().unwrap_err();
+    let took = started.elapsed();
+    assert!(took < hard + Duration::from_secs(5), "took {took:?}");
+    assert!(
+        err.is_session_failure() || matches!(err, DeviceError::Protocol { .. }),
+        "{err:?}"
+    );
+    assert!(!format!("{err} {err:?}").contains(&password));
+    // Nothing the run started is left, ansible-connection included.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sw.leftovers(), Vec::<u32>::new());
+}
+
+#[tokio::test]
+async fn a_hanging_run_is_killed_with_the_daemon_it_started() {
+    // A stand-in for ansible-playbook that daemonizes a child out of its process
+    // group (as ansible-connection does) and never returns.
+    let dir = std::env::temp_dir().join(format!("patchbay-hang-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("ansible-playbook");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nsetsid sleep 600 </dev/null >/dev/null 2>&1 &\nexec sleep 600\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let mut opts = options(Duration::from_secs(2));
+    opts.ansible_playbook = script;
+    let sw = AnsibleSwitch::new(target(sims.get("sw1"), "x"), platform("ios").unwrap(), opts);
+    let started = Instant::now();
+    let err = sw.get_port(&port("FastEthernet0/1")).await.unwrap_err();
+    assert!(matches!(err, DeviceError::Timeout { .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sw.leftovers(), Vec::<u32>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
