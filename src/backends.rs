@@ -26,14 +26,21 @@
 //! `ssh` (default port 830). The confirm timeout of its confirmed commits is twice
 //! the command timeout.
 //!
-//! Ansible is a separate issue; until it lands such a ProviderSwitch is reported as
-//! not supported, and nothing is sent anywhere.
+//! `ansible` builds an [`AnsibleSwitch`]: the built-in playbooks of `spec.os` (ios)
+//! or the directory `spec.options.playbooks`, the Secret's login, and the host key
+//! written to each run's known_hosts — the key of `spec.hostKey.knownHostsLine` or
+//! the Secret's `knownHosts`, else the key the device presents, checked against
+//! `spec.hostKey.fingerprint` before each run (or, labs only, accepted). The hard
+//! timeout of a run is `options.commandTimeoutSeconds` (default 300).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use patchbay_providers::ansible::{
+    AnsibleAuth, AnsibleHostKey, AnsibleOptions, AnsibleSwitch, AnsibleTarget,
+};
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::fixture::FixtureSwitch;
 use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
@@ -160,12 +167,24 @@ pub fn check_credentials(
 }
 
 /// Builds backends.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Backends {
     /// The fixture devices.
     pub fixtures: FixtureRegistry,
     /// Latency of every fixture operation.
     pub fixture_latency: Duration,
+    /// The `ansible-playbook` the Ansible backend runs.
+    pub ansible_playbook: std::path::PathBuf,
+}
+
+impl Default for Backends {
+    fn default() -> Self {
+        Self {
+            fixtures: FixtureRegistry::default(),
+            fixture_latency: Duration::ZERO,
+            ansible_playbook: "ansible-playbook".into(),
+        }
+    }
 }
 
 impl Backends {
@@ -195,7 +214,11 @@ impl Backends {
             ))),
             Backend::Ssh => Ok(Arc::new(cli_switch(provider, secret)?)),
             Backend::Netconf => Ok(Arc::new(netconf_switch(provider, secret)?)),
-            Backend::Ansible => Err(BackendError::Unsupported("ansible")),
+            Backend::Ansible => Ok(Arc::new(ansible_switch(
+                provider,
+                secret,
+                &self.ansible_playbook,
+            )?)),
             Backend::Ovsdb => Ok(Arc::new(ovs_switch(provider))),
         }
     }
@@ -370,6 +393,83 @@ pub fn cli_switch(
         CliOptions {
             save_config: options.save_config.unwrap_or(true),
             command_timeout: seconds(options.command_timeout_seconds, 30),
+        },
+    ))
+}
+
+/// Builds the Ansible backend for `provider` from its Secret, running
+/// `ansible_playbook`. Reads no value into an error message.
+pub fn ansible_switch(
+    provider: &ProviderSwitch,
+    secret: Option<&Secret>,
+    ansible_playbook: &std::path::Path,
+) -> Result<AnsibleSwitch, BackendError> {
+    check_credentials(provider, secret)?;
+    let os = os_word(provider);
+    let platform =
+        patchbay_providers::ansible::contract::platform(&os).ok_or(BackendError::NoDialect {
+            backend: "ansible",
+            os: os.clone(),
+        })?;
+    let ssh = ssh_target(provider, secret, 22)?;
+    let spec = &provider.spec;
+    let known_line = spec
+        .host_key
+        .as_ref()
+        .and_then(|p| p.known_hosts_line.clone())
+        .or_else(|| {
+            secret_value(secret, "knownHosts")
+                .and_then(|k| known_hosts_for(k.expose(), &spec.address, ssh.port))
+        });
+    let host_key = match known_line {
+        // The key itself, from the line (already checked by ssh_target).
+        Some(line) => {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let at = fields
+                .iter()
+                .position(|f| {
+                    f.starts_with("ssh-") || f.starts_with("ecdsa-") || f.starts_with("sk-")
+                })
+                .unwrap_or(0);
+            AnsibleHostKey::Known(
+                fields[at..]
+                    .iter()
+                    .take(2)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
+        }
+        None => AnsibleHostKey::Verify(ssh.host_key.clone()),
+    };
+    let auth = match ssh.auth {
+        Auth::Password(p) => AnsibleAuth::Password(p),
+        Auth::PrivateKey {
+            pem,
+            passphrase: None,
+        } => AnsibleAuth::PrivateKey(pem),
+        Auth::PrivateKey { .. } => {
+            return Err(BackendError::Credentials(
+                "the ansible backend cannot use a key with a passphrase; give an unencrypted \"privateKey\" or a \"password\"".into(),
+            ));
+        }
+    };
+    let options = spec.options.clone().unwrap_or_default();
+    Ok(AnsibleSwitch::new(
+        AnsibleTarget {
+            address: ssh.address,
+            port: ssh.port,
+            username: ssh.username,
+            auth,
+            enable_password: secret_value(secret, "enablePassword"),
+            host_key,
+        },
+        platform,
+        AnsibleOptions {
+            ansible_playbook: ansible_playbook.to_owned(),
+            playbooks: options.playbooks.map(Into::into),
+            run_timeout: seconds(options.command_timeout_seconds, 300),
+            connect_timeout: ssh.connect_timeout,
         },
     ))
 }

@@ -28,6 +28,8 @@ pub struct Settings {
     /// The longest a device batch may take (set from the leader election's timings:
     /// `leaseDuration − renewDeadline`); `None`: unbounded.
     pub batch_timeout: Option<Duration>,
+    /// The `ansible-playbook` the Ansible backend runs.
+    pub ansible_playbook: PathBuf,
 }
 
 impl Default for Settings {
@@ -40,6 +42,7 @@ impl Default for Settings {
             backoff: Backoff::default(),
             fixture_latency: Duration::ZERO,
             batch_timeout: None,
+            ansible_playbook: PathBuf::from("ansible-playbook"),
         }
     }
 }
@@ -89,6 +92,11 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_FIXTURE_LATENCY_MS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixture_latency_ms: Option<u64>,
+    /// The `ansible-playbook` executable of the Ansible backend [default:
+    /// ansible-playbook, from PATH].
+    #[arg(long, env = "PATCHBAY_ANSIBLE_PLAYBOOK")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ansible_playbook: Option<PathBuf>,
 }
 
 impl SettingsArgs {
@@ -234,6 +242,10 @@ impl Settings {
             backoff: Backoff { base, cap },
             fixture_latency: Duration::from_millis(args.fixture_latency_ms.unwrap_or(0)),
             batch_timeout: None,
+            ansible_playbook: args
+                .ansible_playbook
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("ansible-playbook")),
         })
     }
 }

@@ -476,13 +476,14 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
 /// Which operating systems each backend can drive. Over `ssh` these are the OSes
 /// with a dialect in `providers/dialects/`, over `netconf` those with a device model
 /// in `providers/models/` (NX-OS, OS10, IOS-XE and EOS have none yet: no simulator
-/// here to prove one against).
+/// here to prove one against), over `ansible` those with built-in playbooks in
+/// `playbooks/` (ios).
 pub fn backend_supports(backend: Backend, os: DeviceOs) -> bool {
     use DeviceOs::*;
     match backend {
         Backend::Ssh => matches!(os, Ios | Eos | Powerconnect | Dell10g | Fastiron),
         Backend::Netconf => matches!(os, Junos | Yang),
-        Backend::Ansible => !matches!(os, Fixture | Yang),
+        Backend::Ansible => matches!(os, Ios),
         Backend::Ovsdb => matches!(os, Ovs),
         Backend::Fixture => matches!(os, Fixture),
     }
@@ -649,6 +650,27 @@ pub fn validate_provider(spec: &ProviderSwitchSpec) -> Result<(), ValidationErro
                         "no NETCONF model {:?} for os {os}; models: {}",
                         excerpt(m),
                         patchbay_providers::netconf::model::names().join(", ")
+                    ),
+                );
+            }
+        }
+        if let Some(dir) = &opts.playbooks {
+            if spec.backend != Backend::Ansible {
+                errors.push(
+                    "spec.options.playbooks",
+                    "only the ansible backend runs playbooks",
+                );
+            } else if !dir.starts_with('/')
+                || dir.split('/').any(|c| c == "..")
+                || !dir
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'))
+            {
+                errors.push(
+                    "spec.options.playbooks",
+                    format!(
+                        "{:?} is not an absolute directory path (letters, digits, '/', '.', '_', '-'; no '..')",
+                        excerpt(dir)
                     ),
                 );
             }

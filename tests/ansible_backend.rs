@@ -16,13 +16,19 @@ mod ssh_cases;
 use std::time::{Duration, Instant};
 
 use patchbay_providers::ansible::contract::platform;
-use patchbay_providers::ansible::{AnsibleAuth, AnsibleOptions, AnsibleSwitch, AnsibleTarget};
+use patchbay_providers::ansible::{
+    AnsibleAuth, AnsibleHostKey, AnsibleOptions, AnsibleSwitch, AnsibleTarget,
+};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::{Description, PortName, VlanId};
 use patchbay_providers::{
     AdminState, DesiredPort, Device, DeviceError, PortChange, PortOperation, VlanMode, diff,
 };
 use patchbay_testbed::{FakeSwitches, SilentDevice, SimSpec, SimSwitch, ansible_playbook};
+
+/// A host key no device here has.
+const STRANGER_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ";
 
 fn port(name: &str) -> PortName {
     PortName::parse(name).unwrap()
@@ -47,7 +53,7 @@ fn target(sim: &SimSwitch, password: &str) -> AnsibleTarget {
         username: sim.username.clone(),
         auth: AnsibleAuth::Password(SecretString::new(password.to_owned())),
         enable_password: Some(SecretString::new(sim.enable_password.clone())),
-        host_key: key_of(sim),
+        host_key: AnsibleHostKey::Known(key_of(sim)),
     }
 }
 
@@ -185,8 +191,7 @@ async fn a_port_the_device_lacks_fails_alone_and_credentials_stay_secret() {
     );
     assert!(!format!("{err} {err:?}").contains(wrong));
     let mut other_key = target(sim, &sim.password);
-    other_key.host_key =
-        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ".into();
+    other_key.host_key = AnsibleHostKey::Known(STRANGER_KEY.into());
     let pinned = AnsibleSwitch::new(
         other_key,
         platform("ios").unwrap(),
@@ -195,6 +200,35 @@ async fn a_port_the_device_lacks_fails_alone_and_credentials_stay_secret() {
     let err = pinned.get_port(&port("FastEthernet0/1")).await.unwrap_err();
     assert!(err.is_session_failure(), "{err:?}");
     assert!(bad.leftovers().is_empty() && pinned.leftovers().is_empty());
+
+    // Pinned by fingerprint only: the key is read from the device and checked first.
+    let mut by_fp = target(sim, &sim.password);
+    by_fp.host_key = AnsibleHostKey::Verify(patchbay_providers::cli::HostKeyPolicy::Fingerprint(
+        sim.host_key_fingerprint.clone(),
+    ));
+    let ok = AnsibleSwitch::new(
+        by_fp.clone(),
+        platform("ios").unwrap(),
+        options(Duration::from_secs(60)),
+    );
+    ok.get_port(&port("FastEthernet0/1")).await.unwrap();
+    by_fp.host_key = AnsibleHostKey::Verify(patchbay_providers::cli::HostKeyPolicy::Fingerprint(
+        "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into(),
+    ));
+    let refused = AnsibleSwitch::new(
+        by_fp,
+        platform("ios").unwrap(),
+        options(Duration::from_secs(60)),
+    );
+    let err = refused
+        .get_port(&port("FastEthernet0/1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DeviceError::HostKeyMismatch { .. }),
+        "{err:?}"
+    );
+    assert!(refused.runs().len() == 1 && refused.leftovers().is_empty());
 }
 
 #[tokio::test]
@@ -207,9 +241,7 @@ async fn a_silent_device_is_cut_off_at_the_timeout_and_nothing_survives() {
         username: "netops".into(),
         auth: AnsibleAuth::Password(SecretString::new(password.clone())),
         enable_password: Some(SecretString::new("en-secret-x".to_owned())),
-        host_key:
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ"
-                .into(),
+        host_key: AnsibleHostKey::Known(STRANGER_KEY.into()),
     };
     let hard = Duration::from_secs(8);
     let sw = AnsibleSwitch::new(t, platform("ios").unwrap(), options(hard));

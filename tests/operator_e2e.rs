@@ -45,6 +45,7 @@ fn test_settings(namespace: &str) -> Settings {
         },
         fixture_latency: Duration::from_millis(2),
         batch_timeout: None,
+        ansible_playbook: "ansible-playbook".into(),
     }
 }
 
@@ -70,6 +71,7 @@ impl Env {
         let backends = Backends {
             fixtures: self.fixtures.clone(),
             fixture_latency: self.settings.fixture_latency,
+            ansible_playbook: self.settings.ansible_playbook.clone(),
         };
         let handle = tokio::spawn(patchbay::controllers::run(
             self.cluster.client.clone(),

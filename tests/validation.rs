@@ -451,6 +451,28 @@ fn provider_switch_rules() {
             "spec.options.model",
             "no NETCONF model",
         ),
+        // Ansible drives the OSes patchbay has playbooks for; a user's playbooks
+        // live in an absolute directory.
+        (
+            json!({"backend": "ansible", "os": "junos"}),
+            "spec.os",
+            "os junos cannot be driven by backend ansible",
+        ),
+        (
+            json!({"options": {"playbooks": "/etc/patchbay/playbooks"}}),
+            "spec.options.playbooks",
+            "only the ansible backend",
+        ),
+        (
+            json!({"backend": "ansible", "options": {"playbooks": "playbooks/ios"}}),
+            "spec.options.playbooks",
+            "not an absolute directory path",
+        ),
+        (
+            json!({"backend": "ansible", "options": {"playbooks": "/etc/../root"}}),
+            "spec.options.playbooks",
+            "no '..'",
+        ),
     ];
     for (extra, path, reason) in cases {
         expect_error(validate_provider(&with(extra)), path, reason);
@@ -465,6 +487,9 @@ fn provider_switch_rules() {
         let spec = with(json!({"backend": "netconf", "os": os, "options": {"model": model}}));
         assert!(validate_provider(&spec).is_ok(), "{os} {model:?}");
     }
+    let ansible =
+        with(json!({"backend": "ansible", "options": {"playbooks": "/etc/patchbay/playbooks"}}));
+    assert!(validate_provider(&ansible).is_ok());
     let pinned = with(json!({"hostKey": {
         "fingerprint": "SHA256:v4cRr7ClTTn6CxGK/qsnWEhL7L4H+y3qHDbCyB3xeug"}}));
     assert!(validate_provider(&pinned).is_ok());

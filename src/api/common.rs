@@ -35,6 +35,8 @@ pub mod pattern {
     pub const ONE_LINE: &str = r"^[^\r\n]+$";
     /// An OpenFlow target: `unix:/absolute/path` or `tcp:HOST:PORT`.
     pub const OPENFLOW_TARGET: &str = r"^(unix:/[A-Za-z0-9._/-]+|tcp:[A-Za-z0-9.-]+:[0-9]{1,5}|tcp:\[[0-9A-Fa-f:.]+\]:[0-9]{1,5})$";
+    /// An absolute path (the validator also refuses `..` components).
+    pub const ABSOLUTE_PATH: &str = r"^/([A-Za-z0-9._-]+/?)*$";
     /// A MAC address, colon separated.
     pub const MAC: &str = r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$";
     /// A label-value-like token (site, NIC name).

@@ -161,7 +161,8 @@ pub struct BackendOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 300))]
     pub connect_timeout_seconds: Option<i64>,
-    /// Seconds allowed for one command or RPC (default 30).
+    /// Seconds allowed for one command or RPC (default 30); for ansible, for one
+    /// whole ansible-playbook run (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 600))]
     pub command_timeout_seconds: Option<i64>,
@@ -187,6 +188,13 @@ pub struct BackendOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), pattern(pattern::VLAN_NAME))]
     pub model: Option<String>,
+    /// A directory of the user's own playbooks (ansible only): `apply.yml` and
+    /// `read.yml` with the variable contract of patchbay's `playbooks/README.md`, as
+    /// an absolute path on the operator's filesystem (a mounted ConfigMap). Without it
+    /// the built-in playbooks for `os` run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 255), pattern(pattern::ABSOLUTE_PATH))]
+    pub playbooks: Option<String>,
     /// Most sessions open to this device at once (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]

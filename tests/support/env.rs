@@ -51,13 +51,19 @@ impl Env {
             },
             fixture_latency: Duration::ZERO,
             batch_timeout: None,
+            ansible_playbook: patchbay_testbed::ansible_playbook()
+                .unwrap_or_else(|_| "ansible-playbook".into()),
         };
         edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let backends = Backends {
+            ansible_playbook: settings.ansible_playbook.clone(),
+            ..Backends::default()
+        };
         tokio::spawn(patchbay::controllers::run(
             cluster.client.clone(),
             settings,
-            Backends::default(),
+            backends,
             async move {
                 let _ = stopped.await;
             },

@@ -6,7 +6,8 @@
 //! Every run gets a private temporary directory (0700; files 0600; removed
 //! afterwards) holding the inventory with the credentials, the variables, a
 //! known_hosts with the pinned host key (HOME points there, and host-key checking is
-//! on), `ansible.cfg` (JSON stdout callback, persistent-connection sockets in the
+//! on; a key pinned only by its fingerprint is read from the device first and checked
+//! against the pin), `ansible.cfg` (JSON stdout callback, persistent-connection sockets in the
 //! directory, their timeouts under the hard timeout) and the playbooks. Nothing
 //! secret is on a command line or in an environment variable.
 //!
@@ -25,6 +26,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::io::AsyncReadExt as _;
 
+use crate::cli::transport::verified_host_key;
+use crate::cli::{Auth, HostKeyPolicy, SshTarget};
 use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
 use crate::error::{Cause, DeviceError};
 use crate::model::{Capabilities, Capability, DesiredPort, ObservedPort};
@@ -55,9 +58,19 @@ pub struct AnsibleTarget {
     pub auth: AnsibleAuth,
     /// Enable password, if the login lands in user mode.
     pub enable_password: Option<SecretString>,
-    /// The device's host key as an OpenSSH public key (`ssh-rsa AAAA…`): written to
-    /// the run's known_hosts. Ansible refuses any other key.
-    pub host_key: String,
+    /// The device's host key, written to the run's known_hosts: Ansible refuses any
+    /// other key.
+    pub host_key: AnsibleHostKey,
+}
+
+/// Where the run's known_hosts entry comes from.
+#[derive(Debug, Clone)]
+pub enum AnsibleHostKey {
+    /// The key itself, OpenSSH form (`ssh-rsa AAAA…`), from a known_hosts line.
+    Known(String),
+    /// Read the key from the device before each run and check it against this pin
+    /// (a fingerprint; or, for labs, any key).
+    Verify(HostKeyPolicy),
 }
 
 impl AnsibleTarget {
@@ -232,10 +245,24 @@ impl AnsibleSwitch {
         } else {
             format!("[{}]:{}", self.target.address, self.target.port)
         };
+        let key = match &self.target.host_key {
+            AnsibleHostKey::Known(k) => k.clone(),
+            AnsibleHostKey::Verify(policy) => {
+                verified_host_key(&SshTarget {
+                    address: self.target.address.clone(),
+                    port: self.target.port,
+                    username: self.target.username.clone(),
+                    auth: Auth::Password(SecretString::new(String::new())),
+                    host_key: policy.clone(),
+                    connect_timeout: self.options.connect_timeout,
+                })
+                .await?
+            }
+        };
         std::fs::create_dir_all(dir.path.join(".ssh")).map_err(io("creating .ssh"))?;
         dir.write(
             ".ssh/known_hosts",
-            format!("{host} {}\n", self.target.host_key.trim()).as_bytes(),
+            format!("{host} {}\n", key.trim()).as_bytes(),
         )
         .map_err(io("writing known_hosts"))?;
         let vars_file = dir.path.join("vars.json");

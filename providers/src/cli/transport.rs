@@ -100,6 +100,8 @@ struct Verifier {
     policy: HostKeyPolicy,
     endpoint: String,
     presented: Arc<Mutex<Option<String>>>,
+    /// The presented key in OpenSSH form, once verified.
+    key: Arc<Mutex<Option<String>>>,
 }
 
 impl client::Handler for Verifier {
@@ -118,7 +120,13 @@ impl client::Handler for Verifier {
             }
         };
         *self.presented.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint.clone());
-        Ok(match &self.policy {
+        let public = match key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => key.to_openssh().ok(),
+            PublicKeyOrCertificate::Certificate(cert) => {
+                PublicKey::from(cert.public_key().clone()).to_openssh().ok()
+            }
+        };
+        let accepted = match &self.policy {
             HostKeyPolicy::Fingerprint(expected) => *expected == fingerprint,
             HostKeyPolicy::AcceptAny => {
                 warn!(
@@ -128,7 +136,11 @@ impl client::Handler for Verifier {
                 );
                 true
             }
-        })
+        };
+        if accepted {
+            *self.key.lock().unwrap_or_else(|e| e.into_inner()) = public;
+        }
+        Ok(accepted)
     }
 }
 
@@ -147,6 +159,79 @@ fn unreachable(endpoint: &str, cause: Cause) -> DeviceError {
     }
 }
 
+/// The device's host key in OpenSSH form (`ssh-rsa AAAA…`), verified against the
+/// target's pin (key exchange only; no login). For tools that check host keys
+/// themselves against a known_hosts file (the Ansible backend).
+pub async fn verified_host_key(target: &SshTarget) -> Result<String, DeviceError> {
+    let endpoint = target.endpoint();
+    let during = format!("reading the host key of {endpoint}");
+    let fetch = async {
+        let (verifier, presented, key) = verifier(target);
+        let connected = client::connect(
+            Arc::new(client::Config::default()),
+            (target.address.as_str(), target.port),
+            verifier,
+        )
+        .await;
+        match connected {
+            Ok(handle) => {
+                let _ = handle.disconnect(Disconnect::ByApplication, "", "en").await;
+                key.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
+                    .ok_or_else(|| unreachable(&endpoint, Cause::msg("no usable host key")))
+            }
+            Err(e) => Err(connect_error(target, &endpoint, &presented, e)),
+        }
+    };
+    match tokio::time::timeout(target.connect_timeout, fetch).await {
+        Ok(r) => r,
+        Err(_) => Err(DeviceError::Timeout {
+            during,
+            after: target.connect_timeout,
+        }),
+    }
+}
+
+type Seen = Arc<Mutex<Option<String>>>;
+
+fn verifier(target: &SshTarget) -> (Verifier, Seen, Seen) {
+    let presented = Arc::new(Mutex::new(None));
+    let key = Arc::new(Mutex::new(None));
+    (
+        Verifier {
+            policy: target.host_key.clone(),
+            endpoint: target.endpoint(),
+            presented: presented.clone(),
+            key: key.clone(),
+        },
+        presented,
+        key,
+    )
+}
+
+/// A failed connect: a host-key mismatch when the pin was not met, else unreachable.
+fn connect_error(
+    target: &SshTarget,
+    endpoint: &str,
+    presented: &Seen,
+    e: russh::Error,
+) -> DeviceError {
+    let seen = presented.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    match (&target.host_key, seen, &e) {
+        (HostKeyPolicy::Fingerprint(expected), Some(seen), russh::Error::UnknownKey)
+            if *expected != seen =>
+        {
+            DeviceError::HostKeyMismatch {
+                address: endpoint.to_owned(),
+                expected: expected.clone(),
+                presented: seen,
+            }
+        }
+        _ => unreachable(endpoint, Cause::new(e)),
+    }
+}
+
 /// Connects with the target's timeout, verifies the host key and logs in.
 async fn login(target: &SshTarget) -> Result<(Handle<Verifier>, String), DeviceError> {
     let endpoint = target.endpoint();
@@ -162,12 +247,7 @@ async fn login(target: &SshTarget) -> Result<(Handle<Verifier>, String), DeviceE
 
 async fn login_inner(target: &SshTarget) -> Result<Handle<Verifier>, DeviceError> {
     let endpoint = target.endpoint();
-    let presented = Arc::new(Mutex::new(None));
-    let verifier = Verifier {
-        policy: target.host_key.clone(),
-        endpoint: endpoint.clone(),
-        presented: presented.clone(),
-    };
+    let (verifier, presented, _) = verifier(target);
     let config = Arc::new(client::Config {
         nodelay: true,
         ..client::Config::default()
@@ -175,21 +255,7 @@ async fn login_inner(target: &SshTarget) -> Result<Handle<Verifier>, DeviceError
     let connected = client::connect(config, (target.address.as_str(), target.port), verifier).await;
     let mut handle = match connected {
         Ok(h) => h,
-        Err(e) => {
-            let seen = presented.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            return Err(match (&target.host_key, seen, &e) {
-                (HostKeyPolicy::Fingerprint(expected), Some(seen), russh::Error::UnknownKey)
-                    if *expected != seen =>
-                {
-                    DeviceError::HostKeyMismatch {
-                        address: endpoint,
-                        expected: expected.clone(),
-                        presented: seen,
-                    }
-                }
-                _ => unreachable(&endpoint, Cause::new(e)),
-            });
-        }
+        Err(e) => return Err(connect_error(target, &endpoint, &presented, e)),
     };
     let auth = match &target.auth {
         Auth::Password(p) => handle

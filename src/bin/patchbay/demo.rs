@@ -364,6 +364,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     println!("\nstarting the operator (SSH to the simulated switches)\n");
     let backends = Backends {
         fixture_latency: settings.fixture_latency,
+        ansible_playbook: settings.ansible_playbook.clone(),
         ..Default::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -59,7 +59,7 @@ enum Command {
     /// Run the operator against the cluster in KUBECONFIG (or the in-cluster
     /// configuration). Every setting comes from a flag, else its environment
     /// variable, else the config file, else its default.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Direct device access for network engineers, from the YAML a user applies:
     /// read a port, apply a SwitchPortConfiguration (or print the exact commands with
     /// --dry-run), or reset a port. No cluster needed. Exits 2 on invalid input
@@ -326,6 +326,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
     tracing::info!("leading: starting the controllers");
     let backends = patchbay::backends::Backends {
         fixture_latency: settings.fixture_latency,
+        ansible_playbook: settings.ansible_playbook.clone(),
         ..Default::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
