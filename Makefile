@@ -100,6 +100,7 @@ bench: deps fake-switch ovs netconf ansible
 	$(CARGO) bench --locked --bench claims
 	$(CARGO) bench --locked --bench hosts
 	$(CARGO) bench --locked --bench netconf
+	$(CARGO) bench --locked --bench ansible
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

@@ -408,3 +408,59 @@ fn netconf_dry_run_prints_the_transaction_and_apply_reads_back() {
     );
     assert!(!out.contains(&sim.password) && !err.contains(&sim.password));
 }
+
+#[test]
+fn ansible_dry_run_runs_check_mode_and_apply_reads_back() {
+    let sims =
+        FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic").with_ios_shims()]).unwrap();
+    let sim = sims.get("tor1");
+    let files = Files::new("ansible");
+    let (provider, secret) = manifests_for(&files, sim, "ansible", "ios");
+    let config = files.configuration(
+        "config.yaml",
+        "tenant-web",
+        json!({"untaggedVLAN": 300, "vlans": [], "description": "tenant web 7"}),
+    );
+    let cfg = config.to_str().unwrap();
+    let port = "FastEthernet0/5";
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .arg("device")
+            .arg("--provider")
+            .arg(&provider)
+            .arg("--secret")
+            .arg(&secret)
+            .args(args)
+            .env(
+                "PATCHBAY_ANSIBLE_PLAYBOOK",
+                patchbay_testbed::ansible_playbook().unwrap(),
+            )
+            .output()
+            .unwrap()
+    };
+    let o = run(&["apply-port", port, "--config", cfg, "--dry-run"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    for line in [
+        "# task \"l2 batch\"",
+        "interface FastEthernet0/5",
+        "switchport access vlan 300",
+        "description tenant web 7",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line} not in\n{out}");
+    }
+    let (out, _) = text(&run(&["show-port", port]));
+    assert!(
+        out.contains("mode: unconfigured"),
+        "the dry run changed the device: {out}"
+    );
+    let o = run(&["apply-port", port, "--config", cfg]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.starts_with("# changed; read back:"), "{out}");
+    assert!(
+        out.contains("accessVlan: 300") && out.contains("tenant web 7"),
+        "{out}"
+    );
+    assert!(!out.contains(&sim.password) && !err.contains(&sim.password));
+}

@@ -7,7 +7,9 @@
 //!   as the operator, plus the dialect's or device model's capabilities), applies it
 //!   and proves it by reading the port back. `--dry-run` reads the port and prints
 //!   the exact commands (ssh) or RPCs (netconf: the whole transaction) that would be
-//!   sent, changing nothing.
+//!   sent, or (ansible) runs the apply playbook in check mode with diff and prints
+//!   the commands each task would send; nothing changes. Ansible runs
+//!   `$PATCHBAY_ANSIBLE_PLAYBOOK`, else `ansible-playbook` from PATH.
 //! - `reset-port PORT`: returns the port to the clean definition and reads it back.
 //!
 //! Bad input is refused before anything is dialled (exit 2, the field and the reason);
@@ -19,6 +21,7 @@ use std::path::Path;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use patchbay_providers::ansible::AnsibleSwitch;
 use patchbay_providers::cli::CliSwitch;
 use patchbay_providers::netconf::NetconfSwitch;
 use patchbay_providers::values::PortName;
@@ -29,7 +32,7 @@ use patchbay_providers::{
 use serde::Serialize;
 
 use patchbay::api::{Backend, ProviderSwitch, SwitchPortConfiguration};
-use patchbay::backends::{cli_switch, netconf_switch};
+use patchbay::backends::{ansible_switch, cli_switch, netconf_switch};
 use patchbay::validate::unknown_fields::{SECRET_FIELDS, unknown_fields, unknown_top_level};
 use patchbay::validate::{FieldError, configuration_to_desired, validate_provider};
 
@@ -151,6 +154,8 @@ pub enum DeviceBackend {
     Cli(CliSwitch),
     /// A NETCONF device.
     Netconf(NetconfSwitch),
+    /// A device driven by ansible-playbook.
+    Ansible(AnsibleSwitch),
 }
 
 impl DeviceBackend {
@@ -159,6 +164,7 @@ impl DeviceBackend {
         match self {
             DeviceBackend::Cli(s) => s,
             DeviceBackend::Netconf(s) => s,
+            DeviceBackend::Ansible(s) => s,
         }
     }
 
@@ -167,6 +173,7 @@ impl DeviceBackend {
         match self {
             DeviceBackend::Cli(s) => format!("the {} dialect", s.dialect().name),
             DeviceBackend::Netconf(s) => format!("the {} model", s.model().name),
+            DeviceBackend::Ansible(s) => format!("the {} playbooks", s.platform().playbooks),
         }
     }
 
@@ -178,6 +185,7 @@ impl DeviceBackend {
         match self {
             DeviceBackend::Cli(s) => s.dry_run(ops).await,
             DeviceBackend::Netconf(s) => s.dry_run(ops).await,
+            DeviceBackend::Ansible(s) => s.dry_run(ops).await,
         }
     }
 }
@@ -194,9 +202,18 @@ pub fn device(provider: &Path, secret: Option<&Path>) -> Result<(ProviderSwitch,
         Backend::Netconf => DeviceBackend::Netconf(
             netconf_switch(&provider, secret.as_ref()).map_err(|e| invalid(e.to_string()))?,
         ),
+        Backend::Ansible => {
+            let playbook = std::env::var_os("PATCHBAY_ANSIBLE_PLAYBOOK")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| "ansible-playbook".into());
+            DeviceBackend::Ansible(
+                ansible_switch(&provider, secret.as_ref(), &playbook)
+                    .map_err(|e| invalid(e.to_string()))?,
+            )
+        }
         _ => {
             return Err(invalid(
-                "spec.backend: `patchbay device` drives ssh and netconf devices".into(),
+                "spec.backend: `patchbay device` drives ssh, netconf and ansible devices".into(),
             ));
         }
     };
