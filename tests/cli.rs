@@ -153,7 +153,7 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("kubeconfig: "), "{text}");
-    assert!(text.contains("all 8 example ports are Active"), "{text}");
+    assert!(text.contains("all 9 example ports are Active"), "{text}");
     // The SmartNicPort waited for the switch port it is chained to.
     assert!(text.contains("WaitingForNextPort"), "{text}");
     // The live table showed the ports moving through Configuring.
@@ -169,6 +169,7 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
         "server-11-eth0",
         "server-11-snic0",
         "leaf-1-ge1",
+        "tor-4-fa1",
     ] {
         let row = last_table
             .lines()
@@ -177,7 +178,8 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
         assert!(row.contains("Active") && row.contains("True"), "{row}");
     }
     // Then the simulated switches themselves (Cisco, Dell, Brocade) report the ports
-    // as configured, read back over SSH, the Juniper over NETCONF, and Open vSwitch
+    // as configured, read back over SSH, the Juniper over NETCONF, the Cisco driven
+    // through Ansible with Ansible's read playbook, and Open vSwitch
     // the SmartNIC port, over OVSDB; the switch port behind the SmartNIC carries the
     // chained configuration.
     for expected in [
@@ -188,6 +190,7 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
         r#"tor-2  ethernet 1/g1    {"port":"ethernet 1/g1","admin":"up","mode":"trunk","nativeVlan":100"#,
         r#"tor-3  ethernet 1/1     {"port":"ethernet 1/1","admin":"up","mode":"access","accessVlan":10"#,
         r#"leaf-1 ge-0/0/1         {"port":"ge-0/0/1","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"101-102","description":"tenant web, server-7"}"#,
+        r#"tor-4  FastEthernet0/1  {"port":"FastEthernet0/1","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"101-102","description":"tenant web, server-7"}"#,
     ] {
         assert!(text.contains(expected), "{expected}\nnot in\n{text}");
     }

@@ -1,6 +1,6 @@
-//! The main demo: starts four simulated switches (fake-switches: Cisco IOS, Dell
-//! PowerConnect, Brocade FastIron over their SSH CLI, and a Juniper QFX over
-//! NETCONF; see [`patchbay_testbed`]), a private Open
+//! The main demo: starts five simulated switches (fake-switches: Cisco IOS, Dell
+//! PowerConnect, Brocade FastIron over their SSH CLI, a Juniper QFX over NETCONF and
+//! a Cisco driven through Ansible; see [`patchbay_testbed`]), a private Open
 //! vSwitch standing in for a SmartNIC (`fake-switch/ovs.py`, bridge `br-snic` with an
 //! internal port `snic0p0`) and devplane, installs the CRDs, applies `examples/` (with
 //! the simulators' ports and passwords filled into the ProviderSwitches and Secrets),
@@ -85,6 +85,10 @@ const EXAMPLES: &[(&str, &str)] = &[
         "09-netconf-switch.yaml",
         include_str!("../../../examples/09-netconf-switch.yaml"),
     ),
+    (
+        "10-ansible-switch.yaml",
+        include_str!("../../../examples/10-ansible-switch.yaml"),
+    ),
 ];
 
 /// The SmartNIC of the examples: its ProviderSwitch, bridge and port.
@@ -110,7 +114,12 @@ const SIMULATED: &[(&str, &str, &str)] = &[
     ("tor-2-ssh", "tor-2", "dell_generic"),
     ("tor-3", "tor-3", "brocade_generic"),
     ("leaf-1", "leaf-1", "juniper_qfx_copper_generic"),
+    ("tor-4", "tor-4", "cisco_generic"),
 ];
+
+/// The simulated switches driven through Ansible: they get the IOS syntax shims
+/// cisco.ios needs.
+const OVER_ANSIBLE: &[&str] = &["tor-4"];
 
 /// Points the example ProviderSwitches and Secrets at the simulators.
 fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches, ovs: &OvsSim) {
@@ -300,7 +309,14 @@ fn condition_true(
 pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     let specs: Vec<SimSpec> = SIMULATED
         .iter()
-        .map(|(_, name, model)| SimSpec::new(name, model))
+        .map(|(_, name, model)| {
+            let spec = SimSpec::new(name, model);
+            if OVER_ANSIBLE.contains(name) {
+                spec.with_ios_shims()
+            } else {
+                spec
+            }
+        })
         .collect();
     let sims = FakeSwitches::start(&specs).context("starting the simulated switches")?;
     println!(
@@ -359,6 +375,8 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     let settings = Settings {
         batch_window: Duration::from_millis(100),
         drift_interval: Duration::from_secs(30),
+        ansible_playbook: patchbay_testbed::ansible_playbook()
+            .unwrap_or_else(|_| "ansible-playbook".into()),
         ..Settings::default()
     };
     println!("\nstarting the operator (SSH to the simulated switches)\n");
@@ -606,7 +624,7 @@ async fn allocation_view(client: &Client, claims: &[ServerClaim]) -> Result<Stri
 
 /// Each port as its device reports it: the port's ProviderSwitch (`status.provider`)
 /// and its Secret, a backend built the way the operator builds it
-/// ([`Backends::build`]), one read.
+/// ([`Backends::build`]; Ansible from the test bed's venv), one read.
 async fn device_view(client: &Client, ports: &[Row]) -> String {
     let mut out = String::new();
     for p in ports {
@@ -622,7 +640,12 @@ async fn device_view(client: &Client, ports: &[Row]) -> String {
                 .ok()?;
             let secret = fetch_secret(client, &provider).await.ok()?;
             let port = patchbay_providers::values::PortName::parse(&device_port).ok()?;
-            let backend = Backends::default()
+            let backends = Backends {
+                ansible_playbook: patchbay_testbed::ansible_playbook()
+                    .unwrap_or_else(|_| "ansible-playbook".into()),
+                ..Backends::default()
+            };
+            let backend = backends
                 .build(&provider, secret.as_ref(), std::slice::from_ref(&port))
                 .ok()?;
             let observed = backend.get_port(&port).await.ok()?;
