@@ -26,7 +26,8 @@
 //! `ssh` (default port 830). The confirm timeout of its confirmed commits is twice
 //! the command timeout.
 //!
-//! `ansible` builds an [`AnsibleSwitch`]: the built-in playbooks of `spec.os` (ios)
+//! `ansible` builds an [`AnsibleSwitch`]: the built-in playbooks of `spec.os` (ios
+//! over the CLI; junos over NETCONF, default port 830)
 //! or the directory `spec.options.playbooks`, the Secret's login, and the host key
 //! written to each run's known_hosts — the key of `spec.hostKey.knownHostsLine` or
 //! the Secret's `knownHosts`, else the key the device presents, checked against
@@ -88,7 +89,7 @@ pub enum BackendError {
     Unsupported(&'static str),
     /// No dialect (ssh) or device model (netconf) for this os over this backend.
     #[error(
-        "spec.os: no {backend} dialect for os {os:?} (ssh supports ios, powerconnect, dell10g, fastiron, eos; netconf supports junos, yang)"
+        "spec.os: no {backend} dialect for os {os:?} (ssh supports ios, powerconnect, dell10g, fastiron, eos; netconf supports junos, yang; ansible supports ios, junos)"
     )]
     NoDialect {
         /// The backend.
@@ -411,7 +412,7 @@ pub fn ansible_switch(
             backend: "ansible",
             os: os.clone(),
         })?;
-    let ssh = ssh_target(provider, secret, 22)?;
+    let ssh = ssh_target(provider, secret, platform.default_port)?;
     let spec = &provider.spec;
     let known_line = spec
         .host_key

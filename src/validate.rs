@@ -477,13 +477,13 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
 /// with a dialect in `providers/dialects/`, over `netconf` those with a device model
 /// in `providers/models/` (NX-OS, OS10, IOS-XE and EOS have none yet: no simulator
 /// here to prove one against), over `ansible` those with built-in playbooks in
-/// `playbooks/` (ios).
+/// `playbooks/` (ios, junos).
 pub fn backend_supports(backend: Backend, os: DeviceOs) -> bool {
     use DeviceOs::*;
     match backend {
         Backend::Ssh => matches!(os, Ios | Eos | Powerconnect | Dell10g | Fastiron),
         Backend::Netconf => matches!(os, Junos | Yang),
-        Backend::Ansible => matches!(os, Ios),
+        Backend::Ansible => matches!(os, Ios | Junos),
         Backend::Ovsdb => matches!(os, Ovs),
         Backend::Fixture => matches!(os, Fixture),
     }

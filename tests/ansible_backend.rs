@@ -2,7 +2,9 @@
 //! with the IOS syntax shims cisco.ios needs), Ansible from `make ansible`.
 //!
 //! Every port state is applied through Ansible in one run per batch and read back
-//! twice: with the SSH CLI backend (an independent path) and with the read playbook.
+//! twice: with the SSH CLI backend (an independent path) and with the read playbook;
+//! the same for a Juniper simulator through Ansible's NETCONF modules, read back with
+//! patchbay's own NETCONF backend.
 //! Re-applying reports no change; a port the device does not have fails alone with
 //! the playbook's message; a wrong password and a wrong host key are refused. A
 //! device that accepts TCP and never answers: the run ends by the hard timeout and no
@@ -154,6 +156,81 @@ async fn every_port_state_through_ansible_reads_back_over_ssh() {
 }
 
 #[tokio::test]
+async fn junos_over_netconf_through_ansible_reads_back_with_the_netconf_backend() {
+    let sims = FakeSwitches::start(&[SimSpec::new("qfx1", "juniper_qfx_copper_generic")]).unwrap();
+    let sim = sims.get("qfx1");
+    let mut t = target(sim, &sim.password);
+    t.enable_password = None;
+    let sw = AnsibleSwitch::new(
+        t,
+        platform("junos").unwrap(),
+        options(Duration::from_secs(120)),
+    );
+    // The native NETCONF backend reads the device: another path than Ansible's.
+    let netconf = patchbay_providers::netconf::NetconfSwitch::new(
+        patchbay_providers::cli::SshTarget {
+            address: sim.address.clone(),
+            port: sim.port,
+            username: sim.username.clone(),
+            auth: patchbay_providers::cli::Auth::Password(SecretString::new(sim.password.clone())),
+            host_key: patchbay_providers::cli::HostKeyPolicy::Fingerprint(
+                sim.host_key_fingerprint.clone(),
+            ),
+            connect_timeout: Duration::from_secs(10),
+        },
+        patchbay_providers::netconf::model::for_os("junos", None).unwrap(),
+        patchbay_providers::netconf::NetconfOptions::default(),
+    );
+    let all = states("ge-0/0/1");
+    for (k, (what, desired)) in all.iter().enumerate() {
+        let mut other = all[(k + all.len() - 1) % all.len()].1.clone();
+        other.port = port("ge-0/0/2");
+        let ops = [
+            PortOperation::Set(desired.clone()),
+            PortOperation::Set(other.clone()),
+        ];
+        let before = sw.runs().len();
+        let results = sw.apply_batch(&ops).await.unwrap();
+        assert_eq!(
+            sw.runs()[before..],
+            ["apply.yml"],
+            "{what}: one run per batch"
+        );
+        assert!(
+            results.iter().all(|r| r.outcome.is_ok()),
+            "{what}: {results:?}"
+        );
+        for d in [desired, &other] {
+            let over_netconf = netconf.get_port(&d.port).await.unwrap();
+            assert!(
+                diff(d, &over_netconf).is_empty(),
+                "{what}: {} over NETCONF: {over_netconf:?}",
+                d.port
+            );
+            let through_ansible = sw.get_port(&d.port).await.unwrap();
+            assert!(
+                diff(d, &through_ansible).is_empty(),
+                "{what}: {} through Ansible: {through_ansible:?}",
+                d.port
+            );
+        }
+        let again = sw.apply_batch(&ops).await.unwrap();
+        assert!(
+            again.iter().all(|r| r.outcome == Ok(PortChange::Unchanged)),
+            "{what}: {again:?}"
+        );
+    }
+    let mut d = DesiredPort::clean(port("ge-0/0/9"));
+    d.vlans = VlanMode::Access { vlan: vlan(100) };
+    let err = sw.set_port(&d).await.unwrap_err();
+    assert!(
+        matches!(&err, DeviceError::CommandRejected { output, .. } if output.contains("does not exist")),
+        "{err:?}"
+    );
+    assert!(sw.leftovers().is_empty());
+}
+
+#[tokio::test]
 async fn a_port_the_device_lacks_fails_alone_and_credentials_stay_secret() {
     let sims =
         FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic").with_ios_shims()]).unwrap();
@@ -200,6 +277,22 @@ async fn a_port_the_device_lacks_fails_alone_and_credentials_stay_secret() {
     let err = pinned.get_port(&port("FastEthernet0/1")).await.unwrap_err();
     assert!(err.is_session_failure(), "{err:?}");
     assert!(bad.leftovers().is_empty() && pinned.leftovers().is_empty());
+
+    // A playbook directory that does not exist: ansible-playbook's own error, with
+    // no secret in it.
+    let mut opts = options(Duration::from_secs(60));
+    opts.playbooks = Some("/nonexistent/patchbay-playbooks".into());
+    let missing = AnsibleSwitch::new(target(sim, &sim.password), platform("ios").unwrap(), opts);
+    let err = missing
+        .get_port(&port("FastEthernet0/1"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("could not be found"), "{text}");
+    assert!(
+        !text.contains(&sim.password) && !text.contains(&sim.enable_password),
+        "{text}"
+    );
 
     // Pinned by fingerprint only: the key is read from the device and checked first.
     let mut by_fp = target(sim, &sim.password);

@@ -454,9 +454,9 @@ fn provider_switch_rules() {
         // Ansible drives the OSes patchbay has playbooks for; a user's playbooks
         // live in an absolute directory.
         (
-            json!({"backend": "ansible", "os": "junos"}),
+            json!({"backend": "ansible", "os": "eos"}),
             "spec.os",
-            "os junos cannot be driven by backend ansible",
+            "os eos cannot be driven by backend ansible",
         ),
         (
             json!({"options": {"playbooks": "/etc/patchbay/playbooks"}}),

@@ -28,18 +28,36 @@ use crate::values::{Description, Mtu, PortName, VlanId, VlanSet};
 pub struct Platform {
     /// The ProviderSwitch `os`.
     pub os: &'static str,
+    /// `ansible_connection`.
+    pub connection: &'static str,
     /// `ansible_network_os`.
     pub network_os: &'static str,
     /// The directory of the built-in playbooks under `playbooks/`.
     pub playbooks: &'static str,
+    /// The port when the ProviderSwitch gives none.
+    pub default_port: u16,
 }
 
-/// The platforms with built-in playbooks.
-pub const PLATFORMS: [Platform; 1] = [Platform {
-    os: "ios",
-    network_os: "cisco.ios.ios",
-    playbooks: "ios",
-}];
+/// The platforms with built-in playbooks: Cisco IOS over the CLI (cisco.ios
+/// resource modules), Junos over NETCONF (ansible.netcommon's generic NETCONF
+/// modules: the `default` NETCONF plugin, which needs nothing Junos-specific from
+/// the device).
+pub const PLATFORMS: [Platform; 2] = [
+    Platform {
+        os: "ios",
+        connection: "ansible.netcommon.network_cli",
+        network_os: "cisco.ios.ios",
+        playbooks: "ios",
+        default_port: 22,
+    },
+    Platform {
+        os: "junos",
+        connection: "ansible.netcommon.netconf",
+        network_os: "ansible.netcommon.default",
+        playbooks: "junos",
+        default_port: 830,
+    },
+];
 
 /// The platform of `os`.
 pub fn platform(os: &str) -> Option<&'static Platform> {
@@ -47,7 +65,7 @@ pub fn platform(os: &str) -> Option<&'static Platform> {
 }
 
 /// The built-in playbooks, embedded: (directory, file, text).
-pub const PLAYBOOKS: [(&str, &str, &str); 3] = [
+pub const PLAYBOOKS: [(&str, &str, &str); 6] = [
     (
         "ios",
         "apply.yml",
@@ -62,6 +80,21 @@ pub const PLAYBOOKS: [(&str, &str, &str); 3] = [
         "ios",
         "read.yml",
         include_str!("../../../playbooks/ios/read.yml"),
+    ),
+    (
+        "junos",
+        "apply.yml",
+        include_str!("../../../playbooks/junos/apply.yml"),
+    ),
+    (
+        "junos",
+        "port.yml",
+        include_str!("../../../playbooks/junos/port.yml"),
+    ),
+    (
+        "junos",
+        "read.yml",
+        include_str!("../../../playbooks/junos/read.yml"),
     ),
 ];
 
@@ -152,10 +185,7 @@ pub fn inventory(platform: &Platform, login: &Login<'_>) -> String {
         ("ansible_host", scalar(login.address)),
         ("ansible_port", login.port.to_string()),
         ("ansible_user", scalar(login.username)),
-        (
-            "ansible_connection",
-            scalar("ansible.netcommon.network_cli"),
-        ),
+        ("ansible_connection", scalar(platform.connection)),
         ("ansible_network_os", scalar(platform.network_os)),
         ("ansible_command_timeout", login.command_timeout.to_string()),
         ("ansible_connect_timeout", login.connect_timeout.to_string()),
@@ -166,7 +196,10 @@ pub fn inventory(platform: &Platform, login: &Login<'_>) -> String {
     if let Some(k) = login.key_file {
         vars.push(("ansible_ssh_private_key_file", scalar(k)));
     }
-    if let Some(e) = login.enable_password {
+    if let Some(e) = login
+        .enable_password
+        .filter(|_| platform.connection.ends_with("network_cli"))
+    {
         vars.push(("ansible_become", "true".into()));
         vars.push(("ansible_become_method", scalar("enable")));
         vars.push(("ansible_become_password", scalar(e)));

@@ -300,7 +300,11 @@ impl AnsibleSwitch {
             .env(MARKER, &dir.marker)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(
+                std::fs::File::create(dir.path.join("stderr.log"))
+                    .map(std::process::Stdio::from)
+                    .map_err(io("creating the run's log"))?,
+            )
             .process_group(0)
             .kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|e| {
@@ -318,6 +322,10 @@ impl AnsibleSwitch {
         })
         .await;
         match waited {
+            Ok(Ok(out)) if out.trim().is_empty() => Err(DeviceError::Protocol {
+                during: format!("running {playbook}"),
+                cause: Cause::msg(self.stderr_errors(dir)),
+            }),
             Ok(Ok(out)) => Ok(Ran { stdout: out }),
             Ok(Err(e)) => Err(self.local("reading ansible-playbook", e)),
             Err(_) => {
@@ -330,6 +338,35 @@ impl AnsibleSwitch {
                     after: timeout,
                 })
             }
+        }
+    }
+
+    /// The `ERROR!` lines ansible-playbook printed (at most three), with every secret
+    /// of the target replaced by `***`.
+    fn stderr_errors(&self, dir: &RunDir) -> String {
+        let text = std::fs::read_to_string(dir.path.join("stderr.log")).unwrap_or_default();
+        let mut secrets: Vec<&str> = Vec::new();
+        match &self.target.auth {
+            AnsibleAuth::Password(p) | AnsibleAuth::PrivateKey(p) => secrets.push(p.expose()),
+        }
+        if let Some(e) = &self.target.enable_password {
+            secrets.push(e.expose());
+        }
+        let lines: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.find("ERROR!").map(|at| &l[at..]))
+            .take(3)
+            .map(|l| {
+                secrets
+                    .iter()
+                    .filter(|s| !s.is_empty())
+                    .fold(l.to_owned(), |l, s| l.replace(s, "***"))
+            })
+            .collect();
+        if lines.is_empty() {
+            "ansible-playbook printed no results".into()
+        } else {
+            lines.join("; ")
         }
     }
 
@@ -432,8 +469,9 @@ fn sweep(marker: &str) {
 #[async_trait]
 impl Device for AnsibleSwitch {
     fn capabilities(&self) -> Capabilities {
-        // What the built-in ios playbooks write and read back (the cisco_ios SSH
-        // dialect's set: the simulator has no per-port MTU).
+        // What the built-in playbooks write and read back (for ios, the cisco_ios SSH
+        // dialect's set: the simulator has no per-port MTU; the junos playbooks keep
+        // to the same set).
         Capabilities::new([
             Capability::AccessVlan,
             Capability::Trunk,
