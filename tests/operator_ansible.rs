@@ -1,14 +1,16 @@
 //! The operator driving a switch through Ansible: a ProviderSwitch with backend
 //! ansible (os ios, the Secret's login, the host key pinned by fingerprint) for the
 //! Cisco simulator with the IOS syntax shims, a Switch and a SwitchPortConfiguration
-//! on devplane; configure, edit, clean, each one ansible-playbook run per batch, the
-//! device read back over SSH (another path than Ansible's).
+//! on devplane; configure, edit, drift made over SSH restored, clean, each one
+//! ansible-playbook run per batch, the device read back over SSH (another path than
+//! Ansible's).
 
 #[path = "support/ssh_cases.rs"]
 mod ssh_cases;
 mod support;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
@@ -25,7 +27,7 @@ async fn the_operator_configures_edits_and_cleans_a_port_through_ansible() {
     let sims =
         FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic").with_ios_shims()]).unwrap();
     let sim = sims.get("tor1");
-    let env = Env::start("ansible").await;
+    let env = Env::start_with("ansible", |s| s.drift_interval = Duration::from_secs(2)).await;
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some("tor1-login".into()),
@@ -104,6 +106,17 @@ async fn the_operator_configures_edits_and_cleans_a_port_through_ansible() {
     })
     .await;
     env.wait_state("tor1-p1", PortState::Active).await;
+
+    // A change made on the switch behind patchbay's back (over SSH) is found by the
+    // drift sweep (one read-playbook run per switch) and restored through Ansible.
+    let mut intruder = patchbay_providers::DesiredPort::clean(port("FastEthernet0/1"));
+    intruder.vlans = VlanMode::Access { vlan: vlan(999) };
+    device.set_port(&intruder).await.unwrap();
+    eventually(90, "the drift to be repaired", || async {
+        let o = device.get_port(&port("FastEthernet0/1")).await.ok()?;
+        (o.vlans == Some(VlanMode::Access { vlan: vlan(300) })).then_some(())
+    })
+    .await;
 
     env.link("tor1-p1", None).await;
     env.wait_state("tor1-p1", PortState::Idle).await;
