@@ -22,9 +22,9 @@ use patchbay_providers::ansible::{
     AnsibleAuth, AnsibleHostKey, AnsibleOptions, AnsibleSwitch, AnsibleTarget,
 };
 use patchbay_providers::secret::SecretString;
-use patchbay_providers::values::{Description, PortName, VlanId};
+use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{
-    AdminState, DesiredPort, Device, DeviceError, PortChange, PortOperation, VlanMode, diff,
+    DesiredPort, Device, DeviceError, PortChange, PortOperation, VlanMode, diff,
 };
 use patchbay_testbed::{FakeSwitches, SilentDevice, SimSpec, SimSwitch, ansible_playbook};
 
@@ -76,44 +76,20 @@ fn switch(sim: &SimSwitch) -> AnsibleSwitch {
     )
 }
 
-fn states(name: &str) -> Vec<(&'static str, DesiredPort)> {
-    let clean = DesiredPort::clean(port(name));
-    let mut access = clean.clone();
-    access.vlans = VlanMode::Access { vlan: vlan(100) };
-    let mut trunk = clean.clone();
-    trunk.vlans = VlanMode::Trunk {
-        native: None,
-        allowed: [vlan(200), vlan(201)].into_iter().collect(),
-    };
-    let mut native = clean.clone();
-    native.vlans = VlanMode::Trunk {
-        native: Some(vlan(10)),
-        allowed: [vlan(20), vlan(30)].into_iter().collect(),
-    };
-    native.description = Some(Description::parse("tenant web").unwrap());
-    let mut down = access.clone();
-    down.admin = AdminState::Down;
-    vec![
-        ("access", access),
-        ("trunk", trunk),
-        ("trunk with native and description", native),
-        ("down", down),
-        ("clean", clean),
-    ]
-}
-
-#[tokio::test]
-async fn every_port_state_through_ansible_reads_back_over_ssh() {
-    let sims =
-        FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic").with_ios_shims()]).unwrap();
-    let sim = sims.get("sw1");
-    let sw = switch(sim);
-    let cli = ssh_cases::backend("ios", sim);
-    // Two ports per run: every state lands on Fa0/1 while Fa0/2 takes the one before.
-    let all = states("FastEthernet0/1");
-    for (k, (what, desired)) in all.iter().enumerate() {
-        let mut other = all[(k + all.len() - 1) % all.len()].1.clone();
-        other.port = port("FastEthernet0/2");
+/// Every state of `states` lands on `ports[0]` (while `ports[1]` takes the state
+/// before it) in one run per batch, reads back the same through `independent` and
+/// through Ansible, and re-applying reports no change.
+async fn prove(
+    sw: &AnsibleSwitch,
+    independent: &dyn Device,
+    states: Vec<(&'static str, DesiredPort)>,
+    ports: [&str; 2],
+) {
+    for (k, (what, desired)) in states.iter().enumerate() {
+        let mut desired = desired.clone();
+        desired.port = port(ports[0]);
+        let mut other = states[(k + states.len() - 1) % states.len()].1.clone();
+        other.port = port(ports[1]);
         let ops = [
             PortOperation::Set(desired.clone()),
             PortOperation::Set(other.clone()),
@@ -129,19 +105,17 @@ async fn every_port_state_through_ansible_reads_back_over_ssh() {
             results.iter().all(|r| r.outcome.is_ok()),
             "{what}: {results:?}"
         );
-        for d in [desired, &other] {
-            let over_ssh = cli.get_port(&d.port).await.unwrap();
-            assert!(
-                diff(d, &over_ssh).is_empty(),
-                "{what}: {} over SSH: {over_ssh:?}",
-                d.port
-            );
-        }
         let reads = sw
             .get_ports(&[desired.port.clone(), other.port.clone()])
             .await
             .unwrap();
-        for ((_, read), d) in reads.into_iter().zip([desired, &other]) {
+        for ((_, read), d) in reads.into_iter().zip([&desired, &other]) {
+            let elsewhere = independent.get_port(&d.port).await.unwrap();
+            assert!(
+                diff(d, &elsewhere).is_empty(),
+                "{what}: {} read elsewhere: {elsewhere:?}",
+                d.port
+            );
             let read = read.unwrap();
             assert!(
                 diff(d, &read).is_empty(),
@@ -149,10 +123,29 @@ async fn every_port_state_through_ansible_reads_back_over_ssh() {
                 d.port
             );
         }
-        // Re-applying reports no change.
-        let again = sw.apply_batch(&ops[..1]).await.unwrap();
-        assert_eq!(again[0].outcome, Ok(PortChange::Unchanged), "{what}");
+        let again = sw.apply_batch(&ops).await.unwrap();
+        assert!(
+            again.iter().all(|r| r.outcome == Ok(PortChange::Unchanged)),
+            "{what}: re-applying: {again:?}"
+        );
     }
+    assert!(sw.leftovers().is_empty());
+}
+
+#[tokio::test]
+async fn every_port_state_through_ansible_reads_back_over_ssh() {
+    let sims =
+        FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic").with_ios_shims()]).unwrap();
+    let sim = sims.get("sw1");
+    let cli = ssh_cases::backend("ios", sim);
+    let states = ssh_cases::states("ios", "FastEthernet0/1");
+    prove(
+        &switch(sim),
+        &cli,
+        states,
+        ["FastEthernet0/1", "FastEthernet0/2"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -181,45 +174,9 @@ async fn junos_over_netconf_through_ansible_reads_back_with_the_netconf_backend(
         patchbay_providers::netconf::model::for_os("junos", None).unwrap(),
         patchbay_providers::netconf::NetconfOptions::default(),
     );
-    let all = states("ge-0/0/1");
-    for (k, (what, desired)) in all.iter().enumerate() {
-        let mut other = all[(k + all.len() - 1) % all.len()].1.clone();
-        other.port = port("ge-0/0/2");
-        let ops = [
-            PortOperation::Set(desired.clone()),
-            PortOperation::Set(other.clone()),
-        ];
-        let before = sw.runs().len();
-        let results = sw.apply_batch(&ops).await.unwrap();
-        assert_eq!(
-            sw.runs()[before..],
-            ["apply.yml"],
-            "{what}: one run per batch"
-        );
-        assert!(
-            results.iter().all(|r| r.outcome.is_ok()),
-            "{what}: {results:?}"
-        );
-        for d in [desired, &other] {
-            let over_netconf = netconf.get_port(&d.port).await.unwrap();
-            assert!(
-                diff(d, &over_netconf).is_empty(),
-                "{what}: {} over NETCONF: {over_netconf:?}",
-                d.port
-            );
-            let through_ansible = sw.get_port(&d.port).await.unwrap();
-            assert!(
-                diff(d, &through_ansible).is_empty(),
-                "{what}: {} through Ansible: {through_ansible:?}",
-                d.port
-            );
-        }
-        let again = sw.apply_batch(&ops).await.unwrap();
-        assert!(
-            again.iter().all(|r| r.outcome == Ok(PortChange::Unchanged)),
-            "{what}: {again:?}"
-        );
-    }
+    // The ios states: the junos playbooks keep to the same capabilities.
+    let states = ssh_cases::states("ios", "ge-0/0/1");
+    prove(&sw, &netconf, states, ["ge-0/0/1", "ge-0/0/2"]).await;
     let mut d = DesiredPort::clean(port("ge-0/0/9"));
     d.vlans = VlanMode::Access { vlan: vlan(100) };
     let err = sw.set_port(&d).await.unwrap_err();

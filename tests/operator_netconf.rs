@@ -9,21 +9,20 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPortConfiguration};
+use kube::api::{Patch, PatchParams};
+use patchbay::api::{PortState, SwitchPortConfiguration};
 use patchbay_providers::cli::{Auth, HostKeyPolicy, SshTarget};
 use patchbay_providers::netconf::rpc::{Datastore, Operation};
 use patchbay_providers::netconf::session::Session;
 use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::{PortName, VlanId};
-use patchbay_providers::{AdminState, DesiredPort, Device as _, VlanMode};
+use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{NetconfTarget, Netconfd};
 use serde_json::json;
+use support::cycle;
 use support::env::{Env, condition};
 use support::eventually;
 
@@ -63,91 +62,19 @@ fn own_session(nc: &Netconfd) -> NetconfSwitch {
 async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
     let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
     let env = Env::start_with("netconf", |s| s.drift_interval = Duration::from_secs(1)).await;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("leaf1-login".into()),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([
-            ("username".to_string(), nc.username.clone()),
-            ("privateKey".to_string(), nc.client_key.clone()),
-        ])),
-        ..Default::default()
-    };
-    env.api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"backend": "netconf", "os": "yang", "address": nc.address, "port": nc.port,
-                 "credentialsSecretRef": {"name": "leaf1-login"},
-                 "hostKey": {"fingerprint": nc.host_key_fingerprint}}
-    }))
-    .await;
-    env.create::<Switch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"provider": {"name": "leaf1"},
-                 "ports": {"leaf1-p1": {"name": "eth1"}, "leaf1-p2": {"name": "eth2"}}}
-    }))
-    .await;
-    env.configuration(
-        "tenant-web",
-        json!({"untaggedVLAN": 100, "vlans": [{"id": 200, "name": "storage"}],
-               "description": "tenant web"}),
+    env.device(
+        "leaf1",
+        &[("username", &nc.username), ("privateKey", &nc.client_key)],
+        json!({"backend": "netconf", "os": "yang", "address": nc.address, "port": nc.port,
+               "hostKey": {"fingerprint": nc.host_key_fingerprint}}),
+        &[("leaf1-p1", "eth1"), ("leaf1-p2", "eth2")],
     )
     .await;
-    env.link("leaf1-p1", Some("tenant-web")).await;
-    env.wait_state("leaf1-p1", PortState::Active).await;
-
     let device = own_session(&nc);
-    let observed = device.get_port(&port("eth1")).await.unwrap();
-    assert_eq!(
-        observed.vlans,
-        Some(VlanMode::Trunk {
-            native: Some(vlan(100)),
-            allowed: [vlan(200)].into_iter().collect(),
-        })
-    );
-    assert_eq!(observed.admin, Some(AdminState::Up));
-    assert_eq!(
-        observed.description.flatten().map(|d| d.to_string()),
-        Some("tenant web".into())
-    );
-    assert_eq!(
-        device.get_port(&port("eth2")).await.unwrap().vlans,
-        Some(VlanMode::Unconfigured)
-    );
-
-    // Editing the configuration reconfigures the device.
-    env.api::<SwitchPortConfiguration>()
-        .patch(
-            "tenant-web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"untaggedVLAN": 300, "vlans": [], "description": null}})),
-        )
-        .await
-        .unwrap();
-    let wanted = |o: &patchbay_providers::ObservedPort| {
-        o.vlans == Some(VlanMode::Access { vlan: vlan(300) }) && o.description == Some(None)
-    };
-    eventually(30, "the device to carry access VLAN 300", || async {
-        wanted(&device.get_port(&port("eth1")).await.ok()?).then_some(())
-    })
-    .await;
-    env.wait_state("leaf1-p1", PortState::Active).await;
-
-    // Another NETCONF client changes the port: the next drift sweep restores it.
-    let mut intruder = DesiredPort::clean(port("eth1"));
-    intruder.vlans = VlanMode::Access { vlan: vlan(999) };
-    device.set_port(&intruder).await.unwrap();
-    assert!(!wanted(&device.get_port(&port("eth1")).await.unwrap()));
-    eventually(30, "the drift to be repaired", || async {
-        wanted(&device.get_port(&port("eth1")).await.ok()?).then_some(())
-    })
-    .await;
+    cycle::configure_then_edit(&env, "leaf1-p1", &device, "eth1", "eth2").await;
+    // Another NETCONF client changes the port: the next drift sweep (one get-config
+    // per switch) restores it.
+    cycle::drift_is_undone(&device, "eth1").await;
 
     // Another client holds the candidate lock for a while: the port says who, keeps
     // its old configuration on the device, and is applied once the lock is gone.
@@ -182,7 +109,11 @@ async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
         message.contains(&format!("session {holder_id}")) && message.contains("lock-denied"),
         "{message}"
     );
-    assert!(wanted(&device.get_port(&port("eth1")).await.unwrap()));
+    assert_eq!(
+        device.get_port(&port("eth1")).await.unwrap().vlans,
+        Some(VlanMode::Access { vlan: vlan(300) }),
+        "the old configuration stays while the lock is held"
+    );
     holder
         .rpc(&Operation::Unlock(Datastore::Candidate))
         .await
@@ -221,9 +152,5 @@ async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
     );
 
     // Unlinking cleans the port on the device: its entry is gone.
-    env.link("leaf1-p1", None).await;
-    env.wait_state("leaf1-p1", PortState::Idle).await;
-    let clean = device.get_port(&port("eth1")).await.unwrap();
-    assert_eq!(clean.vlans, Some(VlanMode::Unconfigured));
-    assert_eq!(clean.description, Some(None));
+    cycle::unlink_and_clean(&env, "leaf1-p1", &device, "eth1").await;
 }

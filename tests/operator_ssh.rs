@@ -7,14 +7,13 @@
 mod ssh_cases;
 mod support;
 
-use kube::api::{Patch, PatchParams};
-use patchbay::api::{PortState, SwitchPortConfiguration};
-use patchbay_providers::{AdminState, Device as _, VlanMode};
+use patchbay::api::PortState;
+use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, SimSpec};
 use serde_json::json;
 use ssh_cases::{backend, port, vlan};
+use support::cycle;
 use support::env::{Env, condition};
-use support::eventually;
 
 #[tokio::test]
 async fn the_operator_configures_and_cleans_a_simulated_cisco_port() {
@@ -32,57 +31,16 @@ async fn the_operator_configures_and_cleans_a_simulated_cisco_port() {
         ],
     )
     .await;
-    env.configuration(
-        "tenant-web",
-        json!({"untaggedVLAN": 100, "vlans": [{"id": 200, "name": "storage"}],
-               "description": "tenant web"}),
+    let device = backend("ios", sim);
+    cycle::configure_then_edit(
+        &env,
+        "tor1-p1",
+        &device,
+        "FastEthernet0/1",
+        "FastEthernet0/2",
     )
     .await;
-    env.link("tor1-p1", Some("tenant-web")).await;
-    env.wait_state("tor1-p1", PortState::Active).await;
-
-    let device = backend("ios", sim);
-    let observed = device.get_port(&port("FastEthernet0/1")).await.unwrap();
-    assert_eq!(
-        observed.vlans,
-        Some(VlanMode::Trunk {
-            native: Some(vlan(100)),
-            allowed: [vlan(200)].into_iter().collect(),
-        })
-    );
-    assert_eq!(observed.admin, Some(AdminState::Up));
-    assert_eq!(
-        observed.description.flatten().map(|d| d.to_string()),
-        Some("tenant web".into())
-    );
-    // The untouched port stays clean.
-    let p2 = device.get_port(&port("FastEthernet0/2")).await.unwrap();
-    assert_eq!(p2.vlans, Some(VlanMode::Unconfigured));
-
-    // Editing the configuration reconfigures the device.
-    env.api::<SwitchPortConfiguration>()
-        .patch(
-            "tenant-web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"untaggedVLAN": 300, "vlans": [], "description": null}})),
-        )
-        .await
-        .unwrap();
-    eventually(30, "the device to carry access VLAN 300", || async {
-        let o = device.get_port(&port("FastEthernet0/1")).await.ok()?;
-        (o.vlans == Some(VlanMode::Access { vlan: vlan(300) }) && o.description == Some(None))
-            .then_some(())
-    })
-    .await;
-    env.wait_state("tor1-p1", PortState::Active).await;
-
-    // Unlinking cleans the port on the device.
-    env.link("tor1-p1", None).await;
-    env.wait_state("tor1-p1", PortState::Idle).await;
-    let clean = device.get_port(&port("FastEthernet0/1")).await.unwrap();
-    assert_eq!(clean.vlans, Some(VlanMode::Unconfigured));
-    assert_eq!(clean.admin, Some(AdminState::Up));
-    assert_eq!(clean.description, Some(None));
+    cycle::unlink_and_clean(&env, "tor1-p1", &device, "FastEthernet0/1").await;
 }
 
 #[tokio::test]

@@ -118,28 +118,50 @@ impl Env {
         fingerprint: &str,
         ports: &[(&str, &str)],
     ) {
+        self.device(
+            name,
+            &[
+                ("username", &sim.username),
+                ("password", &sim.password),
+                ("enablePassword", &sim.enable_password),
+            ],
+            json!({"backend": "ssh", "os": os, "address": sim.address, "port": sim.port,
+                   "hostKey": {"fingerprint": fingerprint}}),
+            ports,
+        )
+        .await;
+    }
+
+    /// A Secret `<name>-login` with `login`, a ProviderSwitch `name` with `spec` (the
+    /// Secret referenced) and a Switch `name` with the given (key, device port) pairs.
+    pub async fn device(
+        &self,
+        name: &str,
+        login: &[(&str, &str)],
+        mut spec: serde_json::Value,
+        ports: &[(&str, &str)],
+    ) {
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(format!("{name}-login")),
                 ..Default::default()
             },
-            string_data: Some(BTreeMap::from([
-                ("username".to_string(), sim.username.clone()),
-                ("password".to_string(), sim.password.clone()),
-                ("enablePassword".to_string(), sim.enable_password.clone()),
-            ])),
+            string_data: Some(
+                login
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
             ..Default::default()
         };
         self.api::<Secret>()
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
+        spec["credentialsSecretRef"] = json!({"name": format!("{name}-login")});
         self.create::<ProviderSwitch>(json!({
             "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-            "metadata": {"name": name},
-            "spec": {"backend": "ssh", "os": os, "address": sim.address, "port": sim.port,
-                     "credentialsSecretRef": {"name": format!("{name}-login")},
-                     "hostKey": {"fingerprint": fingerprint}}
+            "metadata": {"name": name}, "spec": spec
         }))
         .await;
         let port_map: serde_json::Map<String, serde_json::Value> = ports

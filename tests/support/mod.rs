@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod cycle;
 pub mod env;
 pub mod netns;
 

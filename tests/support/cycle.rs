@@ -1,0 +1,101 @@
+//! The port cycle every backend's operator test walks, against a real device read
+//! back through `device` (another path than the backend under test where one
+//! exists): link the `tenant-web` configuration, edit it, undo a change made behind
+//! patchbay's back, unlink.
+
+use kube::api::{Patch, PatchParams};
+use patchbay::api::{PortState, SwitchPortConfiguration};
+use patchbay_providers::values::{PortName, VlanId};
+use patchbay_providers::{AdminState, DesiredPort, Device, ObservedPort, VlanMode};
+use serde_json::json;
+
+use super::env::Env;
+use super::eventually;
+
+fn port(name: &str) -> PortName {
+    PortName::parse(name).unwrap()
+}
+
+fn vlan(n: u16) -> VlanId {
+    VlanId::new(n).unwrap()
+}
+
+/// What the edited configuration reads as: access VLAN 300, no description.
+fn edited(o: &ObservedPort) -> bool {
+    o.vlans == Some(VlanMode::Access { vlan: vlan(300) }) && o.description == Some(None)
+}
+
+/// Links `tenant-web` (untagged 100, VLAN 200 "storage", a description) to
+/// `port_key` and checks the device carries it while `untouched` stays clean; then
+/// edits the configuration to access VLAN 300 without a description and waits for
+/// the device and the port to follow.
+pub async fn configure_then_edit(
+    env: &Env,
+    port_key: &str,
+    device: &dyn Device,
+    device_port: &str,
+    untouched: &str,
+) {
+    env.configuration(
+        "tenant-web",
+        json!({"untaggedVLAN": 100, "vlans": [{"id": 200, "name": "storage"}],
+               "description": "tenant web"}),
+    )
+    .await;
+    env.link(port_key, Some("tenant-web")).await;
+    env.wait_state(port_key, PortState::Active).await;
+    let observed = device.get_port(&port(device_port)).await.unwrap();
+    assert_eq!(
+        observed.vlans,
+        Some(VlanMode::Trunk {
+            native: Some(vlan(100)),
+            allowed: [vlan(200)].into_iter().collect(),
+        })
+    );
+    assert_eq!(observed.admin, Some(AdminState::Up));
+    assert_eq!(
+        observed.description.flatten().map(|d| d.to_string()),
+        Some("tenant web".into())
+    );
+    assert_eq!(
+        device.get_port(&port(untouched)).await.unwrap().vlans,
+        Some(VlanMode::Unconfigured)
+    );
+
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "tenant-web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"untaggedVLAN": 300, "vlans": [], "description": null}})),
+        )
+        .await
+        .unwrap();
+    eventually(90, "the device to carry access VLAN 300", || async {
+        edited(&device.get_port(&port(device_port)).await.ok()?).then_some(())
+    })
+    .await;
+    env.wait_state(port_key, PortState::Active).await;
+}
+
+/// Another client puts the port on VLAN 999 through `device`; the operator's drift
+/// sweep must put it back to the edited configuration.
+pub async fn drift_is_undone(device: &dyn Device, device_port: &str) {
+    let mut intruder = DesiredPort::clean(port(device_port));
+    intruder.vlans = VlanMode::Access { vlan: vlan(999) };
+    device.set_port(&intruder).await.unwrap();
+    assert!(!edited(&device.get_port(&port(device_port)).await.unwrap()));
+    eventually(90, "the drift to be repaired", || async {
+        edited(&device.get_port(&port(device_port)).await.ok()?).then_some(())
+    })
+    .await;
+}
+
+/// Unlinks `port_key` and checks the device port is clean.
+pub async fn unlink_and_clean(env: &Env, port_key: &str, device: &dyn Device, device_port: &str) {
+    env.link(port_key, None).await;
+    env.wait_state(port_key, PortState::Idle).await;
+    let clean = device.get_port(&port(device_port)).await.unwrap();
+    assert_eq!(clean.vlans, Some(VlanMode::Unconfigured));
+    assert_eq!(clean.admin, Some(AdminState::Up));
+    assert_eq!(clean.description, Some(None));
+}
