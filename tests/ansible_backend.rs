@@ -358,5 +358,16 @@ async fn a_hanging_run_is_killed_with_the_daemon_it_started() {
     assert!(started.elapsed() < Duration::from_secs(5));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(sw.leftovers(), Vec::<u32>::new());
+    // A run cancelled from outside (the worker's batch bound under leader election)
+    // leaves nothing either.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(800),
+        sw.get_port(&port("FastEthernet0/1")),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the run was still going");
+    assert_eq!(sw.runs().len(), 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sw.leftovers(), Vec::<u32>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }

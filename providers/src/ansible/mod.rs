@@ -14,8 +14,9 @@
 //! A hard timeout ends a run: the process group is killed, then every process that
 //! carries the run's marker in its environment (`PATCHBAY_ANSIBLE_RUN`, inherited
 //! by every descendant, including `ansible-connection`, which daemonizes out of the
-//! process group) is killed too; the same sweep runs after every run, so nothing a
-//! run started outlives it.
+//! process group) is killed too. The same sweep runs when the run's directory is
+//! dropped — after every run, and when the run is cancelled (the switch worker's
+//! batch bound under leader election) — so nothing a run started outlives it.
 
 pub mod contract;
 
@@ -177,10 +178,9 @@ impl AnsibleSwitch {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((playbook.to_owned(), dir.marker.clone()));
-        let result = self.run_in(&dir, playbook, vars, extra_args).await;
-        sweep(&dir.marker);
-        drop(dir);
-        result
+        // Dropping the directory sweeps the run's processes, also when this future
+        // is cancelled (the worker's batch bound).
+        self.run_in(&dir, playbook, vars, extra_args).await
     }
 
     fn local(&self, what: &str, e: std::io::Error) -> DeviceError {
@@ -425,7 +425,9 @@ impl RunDir {
 }
 
 impl Drop for RunDir {
+    /// Kills every process of the run, then removes the directory.
     fn drop(&mut self) {
+        sweep(&self.marker);
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
