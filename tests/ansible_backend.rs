@@ -4,7 +4,8 @@
 //! Every port state is applied through Ansible in one run per batch and read back
 //! twice: with the SSH CLI backend (an independent path) and with the read playbook;
 //! the same for a Juniper simulator through Ansible's NETCONF modules, read back with
-//! patchbay's own NETCONF backend.
+//! patchbay's own NETCONF backend, where a value the device refuses at commit (a
+//! trunk without members) fails its port alone with the device's words.
 //! Re-applying reports no change; a port the device does not have fails alone with
 //! the playbook's message; a wrong password and a wrong host key are refused. A
 //! device that accepts TCP and never answers: the run ends by the hard timeout and no
@@ -177,6 +178,42 @@ async fn junos_over_netconf_through_ansible_reads_back_with_the_netconf_backend(
     // The ios states: the junos playbooks keep to the same capabilities.
     let states = ssh_cases::states("ios", "ge-0/0/1");
     prove(&sw, &netconf, states, ["ge-0/0/1", "ge-0/0/2"]).await;
+    // A value the device itself refuses: the QFX refuses to commit a trunk without
+    // members. The batch's commit fails, the rescue applies the ports one by one, and
+    // only that port fails, with the module's message; the other lands.
+    let mut bare_trunk = DesiredPort::clean(port("ge-0/0/3"));
+    bare_trunk.vlans = VlanMode::Trunk {
+        native: None,
+        allowed: Default::default(),
+    };
+    let mut fine = DesiredPort::clean(port("ge-0/0/4"));
+    fine.vlans = VlanMode::Access { vlan: vlan(100) };
+    let results = sw
+        .apply_batch(&[
+            PortOperation::Set(bare_trunk),
+            PortOperation::Set(fine.clone()),
+        ])
+        .await
+        .unwrap();
+    match &results[0].outcome {
+        Err(DeviceError::CommandRejected { command, output }) => {
+            assert!(
+                command.contains("configuration port") && command.contains("ge-0/0/3"),
+                "{command}"
+            );
+            // The device's own words, through the module.
+            assert!(output.contains("vlan members"), "{output}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(results[1].outcome, Ok(PortChange::Changed));
+    assert!(diff(&fine, &netconf.get_port(&fine.port).await.unwrap()).is_empty());
+    assert_eq!(
+        netconf.get_port(&port("ge-0/0/3")).await.unwrap().vlans,
+        Some(VlanMode::Unconfigured),
+        "the refused port is not half-configured"
+    );
+
     let mut d = DesiredPort::clean(port("ge-0/0/9"));
     d.vlans = VlanMode::Access { vlan: vlan(100) };
     let err = sw.set_port(&d).await.unwrap_err();
