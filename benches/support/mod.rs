@@ -71,29 +71,22 @@ pub fn baseline(
     files: &[(&str, &[u8])],
     ports: &[PortName],
 ) -> Result<Duration, String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let python = patchbay_testbed::python().map_err(|e| e.to_string())?;
     let dir = std::env::temp_dir().join(format!(
         "patchbay-bench-{}-{}",
         script.trim_end_matches(".py"),
         std::process::id()
     ));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let write = |name: &str, bytes: &[u8]| -> std::io::Result<std::path::PathBuf> {
+    let write = |name: &str, bytes: &[u8]| -> Result<std::path::PathBuf, String> {
         let path = dir.join(name);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)?;
-        f.write_all(bytes)?;
+        patchbay_testbed::write_private(&path, bytes).map_err(|e| e.to_string())?;
         Ok(path)
     };
     let mut credentials = credentials;
     for (name, bytes) in files {
-        let path = write(name, bytes).map_err(|e| e.to_string())?;
+        let path = write(name, bytes)?;
         credentials[*name] = path.display().to_string().into();
     }
     let creds = write("credentials.json", credentials.to_string().as_bytes());
@@ -103,9 +96,10 @@ pub fn baseline(
             .arg(&creds)
             .args(ports.iter().map(|p| p.as_str()))
             .output()
+            .map_err(|e| e.to_string())
     });
     let _ = std::fs::remove_dir_all(&dir);
-    let out = out.map_err(|e| e.to_string())?;
+    let out = out?;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }

@@ -137,3 +137,18 @@ pub async fn apply_one<D: Device + ?Sized>(
         .map(|r| r.outcome)
         .unwrap_or(Ok(PortChange::Unchanged))
 }
+
+/// The results of a batch from each operation's outcome, in input order; an
+/// operation with no outcome (nothing had to be sent) is `Unchanged`.
+pub fn batch_results(
+    ops: &[PortOperation],
+    outcomes: Vec<Option<Result<PortChange, DeviceError>>>,
+) -> Vec<PortResult> {
+    ops.iter()
+        .zip(outcomes)
+        .map(|(op, o)| PortResult {
+            port: op.port().clone(),
+            outcome: o.unwrap_or(Ok(PortChange::Unchanged)),
+        })
+        .collect()
+}

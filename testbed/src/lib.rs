@@ -330,7 +330,8 @@ fn rand_u32() -> u32 {
     h.finish() as u32
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes a new file readable by its owner only (0600); fails if it exists.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut f = std::fs::OpenOptions::new()

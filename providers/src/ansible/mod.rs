@@ -29,7 +29,7 @@ use tokio::io::AsyncReadExt as _;
 
 use crate::cli::transport::verified_host_key;
 use crate::cli::{Auth, HostKeyPolicy, SshTarget};
-use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
+use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult, batch_results};
 use crate::error::{Cause, DeviceError};
 use crate::model::{Capabilities, Capability, DesiredPort, ObservedPort};
 use crate::secret::SecretString;
@@ -77,11 +77,7 @@ pub enum AnsibleHostKey {
 impl AnsibleTarget {
     /// `address:port`, for messages.
     pub fn endpoint(&self) -> String {
-        if self.address.contains(':') {
-            format!("[{}]:{}", self.address, self.port)
-        } else {
-            format!("{}:{}", self.address, self.port)
-        }
+        crate::cli::transport::endpoint(&self.address, self.port)
     }
 }
 
@@ -522,14 +518,7 @@ impl Device for AnsibleSwitch {
                 results[i] = Some(o);
             }
         }
-        Ok(ops
-            .iter()
-            .zip(results)
-            .map(|(op, o)| PortResult {
-                port: op.port().clone(),
-                outcome: o.unwrap_or(Ok(PortChange::Unchanged)),
-            })
-            .collect())
+        Ok(batch_results(ops, results))
     }
 
     /// One run reads every port of the switch.

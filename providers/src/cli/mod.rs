@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use regex::Regex;
 
-use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
+use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult, batch_results};
 use crate::error::Cause;
 use crate::error::DeviceError;
 use crate::model::{Capabilities, DesiredPort, ObservedPort};
@@ -629,7 +629,7 @@ impl CliSwitch {
             }
         }
         if outcomes.iter().all(Option::is_some) {
-            return Ok(results(ops, outcomes));
+            return Ok(batch_results(ops, outcomes));
         }
         // The whole configuration in one pipelined write, the same lines `--dry-run`
         // prints (ports already decided have empty plans). Every port in it was just
@@ -679,21 +679,8 @@ impl CliSwitch {
         if changed && self.options.save_config {
             s.save().await?;
         }
-        Ok(results(ops, outcomes))
+        Ok(batch_results(ops, outcomes))
     }
-}
-
-fn results(
-    ops: &[PortOperation],
-    outcomes: Vec<Option<Result<PortChange, DeviceError>>>,
-) -> Vec<PortResult> {
-    ops.iter()
-        .zip(outcomes)
-        .map(|(op, o)| PortResult {
-            port: op.port().clone(),
-            outcome: o.unwrap_or(Ok(PortChange::Unchanged)),
-        })
-        .collect()
 }
 
 #[async_trait]

@@ -85,14 +85,19 @@ pub struct SshTarget {
     pub connect_timeout: Duration,
 }
 
+/// `address:port` for messages (`[address]:port` for IPv6).
+pub fn endpoint(address: &str, port: u16) -> String {
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
 impl SshTarget {
     /// `address:port`, for messages.
     pub fn endpoint(&self) -> String {
-        if self.address.contains(':') {
-            format!("[{}]:{}", self.address, self.port)
-        } else {
-            format!("{}:{}", self.address, self.port)
-        }
+        endpoint(&self.address, self.port)
     }
 }
 

@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use tracing::debug;
 
 use crate::cli::SshTarget;
-use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
+use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult, batch_results};
 use crate::error::{Cause, DeviceError, RpcError};
 use crate::model::{Capabilities, DesiredPort, ObservedPort, VlanMode, diff};
 use crate::values::{PortName, VlanId, VlanName};
@@ -185,13 +185,17 @@ impl NetconfSwitch {
         Ok(reply.data.unwrap_or_default())
     }
 
-    fn read_one(&self, data: &Element, port: &PortName) -> Result<ObservedPort, DeviceError> {
+    /// Reads `port` from the port entries of one get-config (`Model::entries`).
+    fn read_one(
+        &self,
+        entries: &BTreeMap<String, &Element>,
+        port: &PortName,
+    ) -> Result<ObservedPort, DeviceError> {
         if !self.model.port_name_fits(port) {
             return Err(DeviceError::UnknownPort {
                 port: port.as_str().to_owned(),
             });
         }
-        let entries = self.model.entries(data);
         self.model
             .read_port(port, entries.get(port.as_str()).copied())
             .map_err(|e| DeviceError::Protocol {
@@ -218,7 +222,7 @@ impl NetconfSwitch {
                 outcomes[i] = Some(Err(DeviceError::Unsupported { capability }));
                 continue;
             }
-            let observed = match self.read_one(data, op.port()) {
+            let observed = match self.read_one(&entries, op.port()) {
                 Ok(o) => o,
                 Err(e) => {
                     outcomes[i] = Some(Err(e));
@@ -401,8 +405,9 @@ impl NetconfSwitch {
             return None;
         }
         let data = reply.data.clone().unwrap_or_default();
+        let entries = self.model.entries(&data);
         for p in pending {
-            let fields = match self.read_one(&data, &p.target.port) {
+            let fields = match self.read_one(&entries, &p.target.port) {
                 Ok(o) => diff(&p.target, &o),
                 Err(e) => return Some((e, None)),
             };
@@ -549,14 +554,7 @@ impl NetconfSwitch {
         if let Some(s) = session {
             s.close().await;
         }
-        Ok(ops
-            .iter()
-            .zip(outcomes)
-            .map(|(op, o)| PortResult {
-                port: op.port().clone(),
-                outcome: o.unwrap_or(Ok(PortChange::Unchanged)),
-            })
-            .collect())
+        Ok(batch_results(ops, outcomes))
     }
 
     /// Reads the ports and returns the RPCs one transaction would send for `ops`
@@ -654,9 +652,10 @@ impl Device for NetconfSwitch {
         let data = self.read_running(&mut s).await;
         s.close().await;
         let data = data?;
+        let entries = self.model.entries(&data);
         Ok(ports
             .iter()
-            .map(|p| (p.clone(), self.read_one(&data, p)))
+            .map(|p| (p.clone(), self.read_one(&entries, p)))
             .collect())
     }
 }
