@@ -5,7 +5,9 @@
 //! clean port and read back from the device; the lines sent equal the dry run;
 //! re-applying sends no configuration command; transitions between states (without a
 //! reset in between) read back right; reset returns the clean port; a port the device
-//! does not have fails alone in a batch, naming the command. Host-key and password
+//! does not have fails alone in a batch, naming the command. On Cisco, a batch is read
+//! with one `show running-config` before and after, in one session, and reads every
+//! state as each port's own command does. Host-key and password
 //! failures are refused with clear errors. The simulator's own running configuration
 //! proves the hostile corpus never reached it.
 //!
@@ -195,6 +197,69 @@ async fn brocade_fastiron_against_the_simulator() {
 #[tokio::test]
 async fn arista_eos_against_the_simulator() {
     prove_dialect("eos").await;
+}
+
+#[tokio::test]
+async fn a_batch_is_read_with_one_command_and_verified_in_the_same_session() {
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_2960_48TT_L")]).unwrap();
+    let sim = sims.get("sw1");
+    let sw = backend("ios", sim);
+    // Every proven state, each on its own port, in one batch.
+    let names: Vec<String> = (1..=6).map(|i| format!("FastEthernet0/{i}")).collect();
+    let ops: Vec<PortOperation> = states("ios", &names[0])
+        .into_iter()
+        .zip(&names)
+        .map(|((_, mut d), name)| {
+            d.port = port(name);
+            PortOperation::Set(d)
+        })
+        .collect();
+    assert!(ops.len() >= 4, "{ops:?}");
+    let before = sims.connections("sw1");
+    sw.clear_journal();
+    let results = patchbay_providers::verify::apply_batch_verified(&sw, &ops)
+        .await
+        .unwrap();
+    for r in &results {
+        assert!(r.outcome.is_ok(), "{}: {:?}", r.port, r.outcome);
+    }
+    // One login for plan, configuration, save and the verifying read; the ports are
+    // read with one command before and one after, never one show per port.
+    assert_eq!(sims.connections("sw1") - before, 1);
+    let shows: Vec<String> = sw
+        .journal()
+        .into_iter()
+        .filter(|s| !s.configures && s.line.starts_with("show"))
+        .map(|s| s.line)
+        .collect();
+    assert_eq!(shows, ["show running-config", "show running-config"]);
+
+    // The batch read and each port's own command read every state the same way.
+    let ports: Vec<_> = ops.iter().map(|op| op.port().clone()).collect();
+    let batch = sw.get_ports(&ports).await.unwrap();
+    for ((p, read), op) in batch.iter().zip(&ops) {
+        let read = read.as_ref().unwrap();
+        assert_eq!(read, &sw.get_port(p).await.unwrap(), "{p}");
+        assert!(diff(&op.target(), read).is_empty(), "{p}: {read:?}");
+    }
+
+    // A port the output does not show is asked itself: the device's own error, and
+    // the others still read.
+    let mut with_missing = ports.clone();
+    with_missing.insert(1, port("FastEthernet0/99"));
+    let reads = sw.get_ports(&with_missing).await.unwrap();
+    assert!(
+        matches!(reads[1].1, Err(DeviceError::CommandRejected { ref command, .. })
+            if command == "show running-config interface FastEthernet0/99"),
+        "{:?}",
+        reads[1].1
+    );
+    assert!(
+        reads
+            .iter()
+            .enumerate()
+            .all(|(i, (_, r))| i == 1 || r.is_ok())
+    );
 }
 
 #[tokio::test]

@@ -99,6 +99,27 @@ pub trait Device: Send + Sync {
         Ok(results)
     }
 
+    /// Applies a batch and reads back the ports it applied (those whose outcome is
+    /// `Ok`, in result order), in one session where the backend can. The default is
+    /// `apply_batch`, then `get_ports`. An `Err` means the session failed.
+    async fn apply_and_read(
+        &self,
+        ops: &[PortOperation],
+    ) -> Result<(Vec<PortResult>, PortReads), DeviceError> {
+        let results = self.apply_batch(ops).await?;
+        let applied: Vec<PortName> = results
+            .iter()
+            .filter(|r| r.outcome.is_ok())
+            .map(|r| r.port.clone())
+            .collect();
+        let reads = if applied.is_empty() {
+            Vec::new()
+        } else {
+            self.get_ports(&applied).await?
+        };
+        Ok((results, reads))
+    }
+
     /// Reads many ports; the default reads them one by one. Drift checks use this so a
     /// backend can read a whole switch once.
     async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {

@@ -39,8 +39,8 @@ pub async fn reset_verified(
     Ok(change)
 }
 
-/// Applies a batch and verifies every port that reported success with one
-/// `get_ports` read. Ports that fail the capability check are not sent at all.
+/// Applies a batch and verifies every port that reported success with one read
+/// ([`Device::apply_and_read`]: the same session where the backend can). Ports that fail the capability check are not sent at all.
 pub async fn apply_batch_verified(
     switch: &dyn Device,
     ops: &[PortOperation],
@@ -56,35 +56,27 @@ pub async fn apply_batch_verified(
             }),
         }
     }
-    let mut results = if sendable.is_empty() {
-        Vec::new()
+    let (mut results, observed) = if sendable.is_empty() {
+        (Vec::new(), Vec::new())
     } else {
-        switch.apply_batch(&sendable).await?
+        switch.apply_and_read(&sendable).await?
     };
-    let applied: Vec<_> = results
-        .iter()
-        .filter(|r| r.outcome.is_ok())
-        .map(|r| r.port.clone())
-        .collect();
-    if !applied.is_empty() {
-        let observed = switch.get_ports(&applied).await?;
-        for (port, read) in observed {
-            let Some(result) = results.iter_mut().find(|r| r.port == port) else {
-                continue;
-            };
-            let Some(op) = sendable.iter().find(|op| *op.port() == port) else {
-                continue;
-            };
-            match read {
-                Err(e) => result.outcome = Err(e),
-                Ok(obs) => {
-                    let fields = diff(&op.target(), &obs);
-                    if !fields.is_empty() {
-                        result.outcome = Err(DeviceError::VerificationFailed {
-                            port: port.to_string(),
-                            fields,
-                        });
-                    }
+    for (port, read) in observed {
+        let Some(result) = results.iter_mut().find(|r| r.port == port) else {
+            continue;
+        };
+        let Some(op) = sendable.iter().find(|op| *op.port() == port) else {
+            continue;
+        };
+        match read {
+            Err(e) => result.outcome = Err(e),
+            Ok(obs) => {
+                let fields = diff(&op.target(), &obs);
+                if !fields.is_empty() {
+                    result.outcome = Err(DeviceError::VerificationFailed {
+                        port: port.to_string(),
+                        fields,
+                    });
                 }
             }
         }

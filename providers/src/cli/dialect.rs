@@ -102,6 +102,32 @@ struct DialectFile {
     save: Vec<SaveStep>,
 }
 
+/// Reading many ports with one command: `read.batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchReadFile {
+    command: String,
+    start: String,
+    end: String,
+    from_ports: usize,
+}
+
+/// Reading many ports with one command whose output holds every port's block (the
+/// running configuration), instead of one show command per port.
+#[derive(Debug, Clone)]
+pub struct BatchRead {
+    /// The command (`show running-config`).
+    pub command: String,
+    /// The line that opens a port's block (`interface {port}`), compared trimmed and
+    /// case-insensitively.
+    start: String,
+    /// The first line after a block (`^\S`: the next unindented line).
+    end: Regex,
+    /// Used when a read needs at least this many ports: below it, the ports' own
+    /// commands cost the device less than the whole configuration.
+    pub from_ports: usize,
+}
+
 /// How a session gets to configuration mode.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -225,6 +251,8 @@ struct ReadFile {
     commands: Vec<String>,
     #[serde(default)]
     running_config: Option<String>,
+    #[serde(default)]
+    batch: Option<BatchReadFile>,
     admin_default: AdminWord,
     rules: Vec<RuleFile>,
 }
@@ -283,6 +311,7 @@ pub struct Dialect {
     port: PortTemplates,
     vlans: VlanTemplates,
     read_commands: Vec<String>,
+    batch_read: Option<BatchRead>,
     /// The command that prints the whole running configuration, if the device has a
     /// usable one.
     pub running_config: Option<String>,
@@ -377,6 +406,23 @@ impl Dialect {
             .iter()
             .map(|r| Ok((compile(file, "read rule", &r.pattern)?, r.field)))
             .collect::<Result<Vec<_>, DialectError>>()?;
+        let batch_read = match &f.read.batch {
+            Some(b) => {
+                if !b.start.contains("{port}") {
+                    return Err(DialectError {
+                        file: file.into(),
+                        reason: "read.batch.start must contain {port}".into(),
+                    });
+                }
+                Some(BatchRead {
+                    command: b.command.clone(),
+                    start: b.start.clone(),
+                    end: compile(file, "read.batch.end", &b.end)?,
+                    from_ports: b.from_ports.max(1),
+                })
+            }
+            None => None,
+        };
         let enable_password_prompt = match &f.session.enable {
             Some(e) => Some(compile(file, "password prompt", &e.password_prompt)?),
             None => None,
@@ -405,6 +451,7 @@ impl Dialect {
             port: f.port,
             vlans: f.vlans,
             read_commands: f.read.commands,
+            batch_read,
             running_config: f.read.running_config,
             admin_default: match f.read.admin_default {
                 AdminWord::Up => AdminState::Up,
@@ -435,6 +482,49 @@ impl Dialect {
             .iter()
             .map(|t| render(t, &Values::port(port)))
             .collect()
+    }
+
+    /// The one command that reads `ports` ports at once, when the dialect has one and
+    /// the read is large enough to be worth it.
+    pub fn batch_read_command(&self, ports: usize) -> Option<&str> {
+        self.batch_read
+            .as_ref()
+            .filter(|b| ports >= b.from_ports)
+            .map(|b| b.command.as_str())
+    }
+
+    /// Cuts the output of the batch read command into each port's block (what
+    /// [`Self::parse`] reads), in the order of `ports`; `None` for a port whose block
+    /// is not in the output (the caller reads it with its own commands: absence alone
+    /// never means clean).
+    pub fn split_batch(&self, output: &str, ports: &[PortName]) -> Vec<Option<String>> {
+        let mut blocks: Vec<Option<String>> = vec![None; ports.len()];
+        let Some(b) = &self.batch_read else {
+            return blocks;
+        };
+        let starts: BTreeMap<String, usize> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (render(&b.start, &Values::port(p)).to_lowercase(), i))
+            .collect();
+        let mut current: Option<usize> = None;
+        for line in output.lines().map(|l| l.trim_end_matches('\r')) {
+            if let Some(i) = current {
+                if b.end.is_match(line) {
+                    current = None;
+                } else {
+                    let text = blocks[i].get_or_insert_with(String::new);
+                    text.push_str(line);
+                    text.push('\n');
+                    continue;
+                }
+            }
+            if let Some(&i) = starts.get(&line.trim().to_lowercase()) {
+                blocks[i].get_or_insert_with(String::new);
+                current = Some(i);
+            }
+        }
+        blocks
     }
 
     /// Parses the outputs of [`Self::read_commands`] (concatenated) into the observed
@@ -943,6 +1033,55 @@ mod tests {
         let oses: BTreeSet<&str> = all.iter().map(|d| d.os.as_str()).collect();
         assert_eq!(oses.len(), all.len());
         assert!(for_os("ios").is_some() && for_os("junos").is_none());
+    }
+
+    #[test]
+    fn the_batch_read_cuts_each_ports_block_and_never_reads_absence_as_clean() {
+        let ios = for_os("ios").unwrap();
+        let port = |p: &str| PortName::parse(p).unwrap();
+        let ports = [
+            port("FastEthernet0/1"),
+            port("FastEthernet0/10"),
+            port("FastEthernet0/2"),
+            port("GigabitEthernet0/9"),
+        ];
+        let text = "show running-config\r\nBuilding configuration...\r\n!\r\nvlan 10\r\n!\r\n\
+            interface FastEthernet0/1\r\n!\r\n\
+            interface FastEthernet0/10\r\n description ten\r\n switchport mode access\r\n \
+            switchport access vlan 10\r\n!\r\n\
+            interface fastethernet0/2\r\n shutdown\r\n!\r\nend\r\n";
+        let blocks = ios.split_batch(text, &ports);
+        assert_eq!(blocks[0].as_deref(), Some(""));
+        assert_eq!(
+            blocks[1].as_deref(),
+            Some(" description ten\n switchport mode access\n switchport access vlan 10\n")
+        );
+        // Case-insensitive header; the block ends at `!`.
+        assert_eq!(blocks[2].as_deref(), Some(" shutdown\n"));
+        // Not in the output: not read (the caller asks the port itself).
+        assert_eq!(blocks[3], None);
+        let ten = ios.parse(&ports[1], blocks[1].as_deref().unwrap());
+        assert_eq!(
+            ten.vlans,
+            Some(VlanMode::Access {
+                vlan: VlanId::new(10).unwrap()
+            })
+        );
+        assert_eq!(
+            ios.parse(&ports[2], " shutdown\n").admin,
+            Some(AdminState::Down)
+        );
+        // Small reads use the ports' own commands; dialects without it never batch.
+        assert_eq!(ios.batch_read_command(2), None);
+        assert_eq!(ios.batch_read_command(3), Some("show running-config"));
+        assert_eq!(for_os("eos").unwrap().batch_read_command(48), None);
+        assert!(
+            for_os("eos")
+                .unwrap()
+                .split_batch(text, &ports)
+                .iter()
+                .all(Option::is_none)
+        );
     }
 
     #[test]

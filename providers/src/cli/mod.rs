@@ -2,8 +2,9 @@
 //! shell, with the vendor's commands, prompts, errors and show-output parsers taken
 //! from a [`dialect::Dialect`] (data, under `providers/dialects/`).
 //!
-//! One session per call: `apply_batch` reads every port of the batch (show commands
-//! pipelined in one write), plans the commands (nothing for a port that already
+//! One session per call: `apply_batch` reads every port of the batch (the dialect's
+//! one batch command where it has one and the batch is large enough, otherwise the
+//! ports' show commands pipelined in one write), plans the commands (nothing for a port that already
 //! matches), then sends in one pipelined write: enter configuration mode, create the
 //! VLANs the batch needs, each port's lines. It then leaves configuration mode and
 //! saves once (unless `save_config` is off). A line whose answer matches one of the
@@ -11,6 +12,8 @@
 //! [`DeviceError::CommandRejected`] naming the command; that port's later lines were
 //! already queued and still run, the other ports are applied, and the session returns
 //! to configuration mode. A transport failure fails the whole batch.
+//! `apply_and_read` (what the operator uses) reads the applied ports back in the
+//! same session, after saving.
 //!
 //! Prompt handling: the first prompt gives the hostname; from then on a prompt is the
 //! hostname, an optional `(context)` and `>` or `#`, found after the echo of the line
@@ -435,30 +438,32 @@ impl<'a> Session<'a> {
         }
         self.shell.write(&input).await?;
         let body = self.prompt_body.clone();
-        let spans = |b: &str| -> Option<Vec<(usize, usize, usize)>> {
-            // (output start, output end, prompt end) per line.
-            let mut at = 0;
-            let mut out = Vec::with_capacity(lines.len());
-            for (k, l) in lines.iter().enumerate() {
+        // (output start, output end, prompt end) per line, found incrementally: what
+        // has arrived only grows until the answer is complete, so each call resumes
+        // where the last one stopped instead of rescanning every line.
+        let mut found: Vec<(usize, usize, usize)> = Vec::with_capacity(lines.len());
+        let spans = |b: &str| -> Option<usize> {
+            let mut at = found.last().map_or(0, |x| x.2);
+            for (k, l) in lines.iter().enumerate().skip(found.len()) {
                 let echo = b[at..].find(l.as_str())? + at + l.len();
                 // The first prompt after the echo ends this line's answer.
                 let next = lines.get(k + 1).map(String::as_str);
                 let m = prompt_after(&body, b, echo, next)?;
-                out.push((echo, m.0, m.1));
+                found.push((echo, m.0, m.1));
                 at = m.1;
             }
-            Some(out)
+            found.last().map(|x| x.2)
         };
         let timeout = self.sw.options.command_timeout * (1 + lines.len() as u32 / 50);
         let text = self
             .shell
             .read_until(
-                |b| spans(b).and_then(|v| v.last().map(|x| x.2)),
+                spans,
                 timeout,
                 &format!("waiting for the answers to {} commands", lines.len()),
             )
             .await?;
-        let spans = spans(&text).expect("complete");
+        let spans = found;
         self.note_prompt(&text);
         Ok(lines
             .iter()
@@ -476,8 +481,40 @@ impl<'a> Session<'a> {
             .collect())
     }
 
-    /// Reads many ports with one pipelined write of all their show commands.
+    /// Reads many ports: with the dialect's batch command when it has one and the
+    /// read is large enough (one command, cut into each port's block), and with one
+    /// pipelined write of the ports' own show commands for the rest (all of them
+    /// otherwise, and any port the batch output does not show).
     async fn read_ports(
+        &mut self,
+        ports: &[PortName],
+    ) -> Result<Vec<Result<ObservedPort, DeviceError>>, DeviceError> {
+        let dialect = Arc::clone(&self.sw.dialect);
+        let mut out: Vec<Option<Result<ObservedPort, DeviceError>>> = vec![None; ports.len()];
+        if let Some(cmd) = dialect.batch_read_command(ports.len()) {
+            // A rejected batch command is not a port's failure: the ports' own
+            // commands still run below.
+            if let Ok(text) = self.run(cmd, false).await {
+                for (i, block) in dialect.split_batch(&text, ports).into_iter().enumerate() {
+                    if let Some(block) = block {
+                        out[i] = Some(Ok(dialect.parse(&ports[i], &block)));
+                    }
+                }
+            }
+        }
+        let rest: Vec<usize> = (0..ports.len()).filter(|&i| out[i].is_none()).collect();
+        let names: Vec<PortName> = rest.iter().map(|&i| ports[i].clone()).collect();
+        for (i, read) in rest.into_iter().zip(self.read_each(&names).await?) {
+            out[i] = Some(read);
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| r.expect("every port read"))
+            .collect())
+    }
+
+    /// Reads ports with one pipelined write of all their own show commands.
+    async fn read_each(
         &mut self,
         ports: &[PortName],
     ) -> Result<Vec<Result<ObservedPort, DeviceError>>, DeviceError> {
@@ -598,6 +635,36 @@ impl CliSwitch {
         result
     }
 
+    /// The batch, then the read-back of the ports it applied, in the same session
+    /// (after saving): one login instead of two.
+    async fn apply_then_read(
+        &self,
+        ops: &[PortOperation],
+    ) -> Result<(Vec<PortResult>, PortReads), DeviceError> {
+        let mut s = self.session().await?;
+        let result = async {
+            let results = self.apply_in(&mut s, ops).await?;
+            let applied: Vec<PortName> = results
+                .iter()
+                .filter(|r| r.outcome.is_ok())
+                .map(|r| r.port.clone())
+                .collect();
+            let reads = if applied.is_empty() {
+                Vec::new()
+            } else {
+                applied
+                    .iter()
+                    .cloned()
+                    .zip(s.read_ports(&applied).await?)
+                    .collect()
+            };
+            Ok((results, reads))
+        }
+        .await;
+        s.close().await;
+        result
+    }
+
     async fn apply_in(
         &self,
         s: &mut Session<'_>,
@@ -706,6 +773,16 @@ impl Device for CliSwitch {
             return Ok(Vec::new());
         }
         self.apply(ops).await
+    }
+
+    async fn apply_and_read(
+        &self,
+        ops: &[PortOperation],
+    ) -> Result<(Vec<PortResult>, PortReads), DeviceError> {
+        if ops.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        self.apply_then_read(ops).await
     }
 
     async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {

@@ -368,7 +368,7 @@ impl Shell {
     /// a timeout after `timeout`, or when the device closes the session.
     pub async fn read_until(
         &mut self,
-        done: impl Fn(&str) -> Option<usize>,
+        mut done: impl FnMut(&str) -> Option<usize>,
         timeout: Duration,
         during: &str,
     ) -> Result<String, DeviceError> {
