@@ -14,8 +14,12 @@ use crate::state_machine::Backoff;
 pub struct Settings {
     /// Only watch this namespace (all when `None`).
     pub namespace: Option<String>,
-    /// How long a switch worker gathers port operations into one batch.
+    /// The longest a switch worker gathers port operations into one batch, from the
+    /// first one.
     pub batch_window: Duration,
+    /// A batch closes earlier once no operation arrived for this long: a lone change
+    /// waits this, not the whole window.
+    pub batch_quiet: Duration,
     /// How often Active ports are read back for drift (one read per switch).
     pub drift_interval: Duration,
     /// Most device sessions per switch at once (a ProviderSwitch may lower or raise it
@@ -37,6 +41,7 @@ impl Default for Settings {
         Self {
             namespace: None,
             batch_window: Duration::from_millis(100),
+            batch_quiet: Duration::from_millis(20),
             drift_interval: Duration::from_secs(300),
             max_sessions: 1,
             backoff: Backoff::default(),
@@ -67,10 +72,16 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_NAMESPACE")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Milliseconds a switch worker gathers port changes into one batch [default: 100].
+    /// Longest a switch worker gathers port changes into one batch, in milliseconds
+    /// from the first change [default: 100].
     #[arg(long, env = "PATCHBAY_BATCH_WINDOW_MS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_window_ms: Option<u64>,
+    /// A batch closes once no change arrived for this many milliseconds (at most
+    /// batchWindowMs) [default: 20].
+    #[arg(long, env = "PATCHBAY_BATCH_QUIET_MS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_quiet_ms: Option<u64>,
     /// Seconds between drift checks of Active ports (one read per switch) [default: 300].
     #[arg(long, env = "PATCHBAY_DRIFT_INTERVAL_SECONDS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -234,9 +245,17 @@ impl Settings {
                 reason: format!("{window} is above 10000"),
             });
         }
+        let quiet = args.batch_quiet_ms.unwrap_or(20);
+        if args.batch_quiet_ms.is_some() && quiet > window {
+            return Err(SettingsError::Invalid {
+                field: "batchQuietMs",
+                reason: format!("{quiet} is above batchWindowMs ({window})"),
+            });
+        }
         Ok(Settings {
             namespace: args.namespace.clone(),
             batch_window: Duration::from_millis(window),
+            batch_quiet: Duration::from_millis(quiet.min(window)),
             drift_interval: drift,
             max_sessions,
             backoff: Backoff { base, cap },
@@ -290,6 +309,20 @@ mod tests {
                 .to_string()
                 .starts_with("maxSessions")
         );
+        // The quiet gap is at most the window; a short window shortens the default.
+        let loud = SettingsArgs {
+            batch_window_ms: Some(50),
+            batch_quiet_ms: Some(60),
+            ..Default::default()
+        };
+        let err = Settings::resolve(&loud, None).unwrap_err().to_string();
+        assert!(err.starts_with("batchQuietMs") && err.contains("above"), "{err}");
+        let short = SettingsArgs {
+            batch_window_ms: Some(5),
+            ..Default::default()
+        };
+        let s = Settings::resolve(&short, None).unwrap();
+        assert_eq!((s.batch_window, s.batch_quiet), (Duration::from_millis(5), Duration::from_millis(5)));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -1,6 +1,8 @@
 //! One writer per switch: a task that owns a switch's device access, coalesces the
-//! port operations that arrive within a short window into one batch (one session,
-//! one commit), answers each port with its own result, sweeps the switch for drift
+//! port operations that arrive close together into one batch (one session, one
+//! commit): a batch closes once nothing arrived for `batch_quiet`, or `batch_window`
+//! after its first operation, whichever is first, and takes in whatever arrived
+//! while it waited for a session, answers each port with its own result, sweeps the switch for drift
 //! with one read of all its tracked ports, and knows whether the switch answers.
 //! Does device I/O through the [`Device`] it owns; no Kubernetes.
 //!
@@ -48,8 +50,10 @@ pub struct PortKey {
 /// How a worker behaves.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// How long to gather operations into one batch.
+    /// The longest to gather operations into one batch, from the first.
     pub batch_window: Duration,
+    /// Close the batch once nothing arrived for this long (at most the window).
+    pub batch_quiet: Duration,
     /// How often tracked ports are read back for drift (and the switch probed).
     pub drift_interval: Duration,
     /// Most batches (device sessions) at once.
@@ -448,9 +452,13 @@ async fn run(
             job = rx.recv() => {
                 let Some(first) = job else { return };
                 let mut batch = vec![first];
-                let deadline = tokio::time::Instant::now() + config.batch_window;
-                while let Ok(Some(job)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-                    batch.push(job);
+                let cap = tokio::time::Instant::now() + config.batch_window;
+                loop {
+                    let until = cap.min(tokio::time::Instant::now() + config.batch_quiet);
+                    match tokio::time::timeout_at(until, rx.recv()).await {
+                        Ok(Some(job)) => batch.push(job),
+                        _ => break,
+                    }
                 }
                 match shared.admit() {
                     Admission::Refuse(outage) => {
@@ -461,6 +469,10 @@ async fn run(
                     }
                     Admission::Run => {
                         let Ok(permit) = sessions.clone().acquire_owned().await else { return };
+                        // What arrived while waiting for a session joins this batch.
+                        while let Ok(job) = rx.try_recv() {
+                            batch.push(job);
+                        }
                         let (switch, shared) = (switch.clone(), shared.clone());
                         tokio::spawn(async move {
                             run_batch(switch.as_ref(), &shared, batch).await;
@@ -779,6 +791,7 @@ mod tests {
             backend: "fixture",
             batch_timeout: None,
             batch_window: Duration::from_millis(50),
+            batch_quiet: Duration::from_millis(50),
             drift_interval: Duration::from_secs(3600),
             max_sessions: 1,
             backoff: Backoff {
@@ -800,6 +813,69 @@ mod tests {
             .iter()
             .filter(|o| matches!(o, LoggedOperation::Failed { .. }))
             .count()
+    }
+
+    fn batch_sizes(fixture: &FixtureSwitch) -> Vec<usize> {
+        fixture
+            .operations()
+            .iter()
+            .filter_map(|o| match o {
+                LoggedOperation::Batch { size } => Some(*size),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_change_waits_the_quiet_gap_and_a_stream_is_cut_at_the_window() {
+        let names: Vec<PortName> = (1..=200).map(|i| p(&format!("Gi0/{i}"))).collect();
+        let fixture = FixtureSwitch::new("tor", names.clone());
+        let worker = Arc::new(SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            WorkerConfig {
+                batch_window: Duration::from_millis(1000),
+                batch_quiet: Duration::from_millis(20),
+                ..config()
+            },
+            Vec::new(),
+            Arc::new(|_| {}),
+        ));
+        // Virtual time: the lone change is sent once 20 ms passed without another.
+        let t = tokio::time::Instant::now();
+        worker
+            .apply(None, PortOperation::Set(access("Gi0/1", 100)))
+            .await
+            .unwrap();
+        assert_eq!(t.elapsed(), Duration::from_millis(20));
+        // Changes 10 ms apart stay one batch; a stream longer than the window is cut
+        // at the window.
+        let stream = |from: u16, n: u16| {
+            let worker = worker.clone();
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                for i in from..from + n {
+                    let w = worker.clone();
+                    waits.push(tokio::spawn(async move {
+                        w.apply(
+                            None,
+                            PortOperation::Set(access(&format!("Gi0/{i}"), 200)),
+                        )
+                        .await
+                    }));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                for w in waits {
+                    w.await.unwrap().unwrap();
+                }
+            })
+        };
+        stream(2, 30).await.unwrap();
+        assert_eq!(batch_sizes(&fixture), [1, 30]);
+        stream(40, 150).await.unwrap();
+        let sizes = batch_sizes(&fixture);
+        assert_eq!(sizes.len(), 4, "{sizes:?}");
+        assert_eq!(sizes[2] + sizes[3], 150);
+        assert!((95..=105).contains(&sizes[2]), "{sizes:?}");
     }
 
     #[tokio::test]

@@ -234,6 +234,7 @@ impl Context {
             device.clone(),
             WorkerConfig {
                 batch_window: self.settings.batch_window,
+                batch_quiet: self.settings.batch_quiet,
                 drift_interval: self.settings.drift_interval,
                 max_sessions,
                 backoff: self.settings.backoff,

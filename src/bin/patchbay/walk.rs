@@ -255,6 +255,7 @@ pub async fn run() -> Result<()> {
         device.clone(),
         WorkerConfig {
             batch_window: Duration::from_millis(10),
+            batch_quiet: Duration::from_millis(10),
             drift_interval: Duration::from_secs(3600),
             max_sessions: 1,
             backoff: Backoff::default(),
