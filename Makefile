@@ -101,6 +101,7 @@ bench: deps fake-switch ovs netconf ansible
 	$(CARGO) bench --locked --bench hosts
 	$(CARGO) bench --locked --bench netconf
 	$(CARGO) bench --locked --bench ansible
+	$(CARGO) bench --locked --bench fleet
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

@@ -15,15 +15,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use patchbay_providers::ansible::contract::platform;
-use patchbay_providers::ansible::{
-    AnsibleAuth, AnsibleHostKey, AnsibleOptions, AnsibleSwitch, AnsibleTarget,
-};
-use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 use patchbay_providers::{Device as _, PortChange};
-use patchbay_testbed::{FakeSwitches, SimSpec, ansible_playbook};
-use support::{median, ops, ssh_backend, timed};
+use patchbay_testbed::{FakeSwitches, SimSpec};
+use support::{ansible_backend, median, ops, ssh_backend, timed};
 
 fn main() {
     let env = |k: &str, d: usize| {
@@ -45,27 +40,7 @@ fn main() {
         .take(48)
         .map(|p| PortName::parse(p).unwrap())
         .collect();
-    let sw = AnsibleSwitch::new(
-        AnsibleTarget {
-            address: sim.address.clone(),
-            port: sim.port,
-            username: sim.username.clone(),
-            auth: AnsibleAuth::Password(SecretString::new(sim.password.clone())),
-            enable_password: Some(SecretString::new(sim.enable_password.clone())),
-            host_key: AnsibleHostKey::Known(
-                sim.known_hosts_line
-                    .split_whitespace()
-                    .skip(1)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-        },
-        platform("ios").unwrap(),
-        AnsibleOptions {
-            ansible_playbook: ansible_playbook().expect("make ansible"),
-            ..AnsibleOptions::default()
-        },
-    );
+    let sw = ansible_backend(&sim);
     let ssh = ssh_backend(&sim, "ios");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

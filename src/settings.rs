@@ -17,8 +17,8 @@ pub struct Settings {
     /// The longest a switch worker gathers port operations into one batch, from the
     /// first one.
     pub batch_window: Duration,
-    /// A batch closes earlier once no operation arrived for this long: a lone change
-    /// waits this, not the whole window.
+    /// In a burst, a batch closes earlier once no operation arrived for this long (a
+    /// lone change, after a quiet spell of a whole window, does not wait at all).
     pub batch_quiet: Duration,
     /// How often Active ports are read back for drift (one read per switch).
     pub drift_interval: Duration,
@@ -77,8 +77,8 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_BATCH_WINDOW_MS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_window_ms: Option<u64>,
-    /// A batch closes once no change arrived for this many milliseconds (at most
-    /// batchWindowMs) [default: 20].
+    /// In a burst, a batch closes once no change arrived for this many milliseconds
+    /// (at most batchWindowMs) [default: 20].
     #[arg(long, env = "PATCHBAY_BATCH_QUIET_MS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_quiet_ms: Option<u64>,
@@ -316,13 +316,19 @@ mod tests {
             ..Default::default()
         };
         let err = Settings::resolve(&loud, None).unwrap_err().to_string();
-        assert!(err.starts_with("batchQuietMs") && err.contains("above"), "{err}");
+        assert!(
+            err.starts_with("batchQuietMs") && err.contains("above"),
+            "{err}"
+        );
         let short = SettingsArgs {
             batch_window_ms: Some(5),
             ..Default::default()
         };
         let s = Settings::resolve(&short, None).unwrap();
-        assert_eq!((s.batch_window, s.batch_quiet), (Duration::from_millis(5), Duration::from_millis(5)));
+        assert_eq!(
+            (s.batch_window, s.batch_quiet),
+            (Duration::from_millis(5), Duration::from_millis(5))
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -1,8 +1,10 @@
 //! One writer per switch: a task that owns a switch's device access, coalesces the
 //! port operations that arrive close together into one batch (one session, one
-//! commit): a batch closes once nothing arrived for `batch_quiet`, or `batch_window`
-//! after its first operation, whichever is first, and takes in whatever arrived
-//! while it waited for a session, answers each port with its own result, sweeps the switch for drift
+//! commit): an operation arriving after a quiet spell of a whole `batch_window` is
+//! sent at once (a lone change does not wait); one arriving in a burst opens a batch
+//! that closes once nothing arrived for `batch_quiet`, or `batch_window` after its
+//! first operation, whichever is first; a batch takes in whatever arrived while it
+//! waited for a session, answers each port with its own result, sweeps the switch for drift
 //! with one read of all its tracked ports, and knows whether the switch answers.
 //! Does device I/O through the [`Device`] it owns; no Kubernetes.
 //!
@@ -446,17 +448,26 @@ async fn run(
     // The first tick is immediate: the first reachability check.
     let mut sweep = tokio::time::interval(config.drift_interval);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_arrival: Option<tokio::time::Instant> = None;
     loop {
         let probe_in = shared.probe_wait();
         tokio::select! {
             job = rx.recv() => {
                 let Some(first) = job else { return };
                 let mut batch = vec![first];
-                let cap = tokio::time::Instant::now() + config.batch_window;
-                loop {
+                let now = tokio::time::Instant::now();
+                // A change after a quiet spell of a whole window goes at once; one in
+                // a burst gathers the others.
+                let burst = last_arrival.is_some_and(|t| now - t < config.batch_window);
+                last_arrival = Some(now);
+                let cap = now + config.batch_window;
+                while burst {
                     let until = cap.min(tokio::time::Instant::now() + config.batch_quiet);
                     match tokio::time::timeout_at(until, rx.recv()).await {
-                        Ok(Some(job)) => batch.push(job),
+                        Ok(Some(job)) => {
+                            last_arrival = Some(tokio::time::Instant::now());
+                            batch.push(job);
+                        }
                         _ => break,
                     }
                 }
@@ -471,6 +482,7 @@ async fn run(
                         let Ok(permit) = sessions.clone().acquire_owned().await else { return };
                         // What arrived while waiting for a session joins this batch.
                         while let Ok(job) = rx.try_recv() {
+                            last_arrival = Some(tokio::time::Instant::now());
                             batch.push(job);
                         }
                         let (switch, shared) = (switch.clone(), shared.clone());
@@ -827,7 +839,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_lone_change_waits_the_quiet_gap_and_a_stream_is_cut_at_the_window() {
+    async fn a_lone_change_goes_at_once_and_a_burst_is_gathered_up_to_the_window() {
         let names: Vec<PortName> = (1..=200).map(|i| p(&format!("Gi0/{i}"))).collect();
         let fixture = FixtureSwitch::new("tor", names.clone());
         let worker = Arc::new(SwitchWorker::spawn(
@@ -840,15 +852,15 @@ mod tests {
             Vec::new(),
             Arc::new(|_| {}),
         ));
-        // Virtual time: the lone change is sent once 20 ms passed without another.
+        // Virtual time: a lone change (after a quiet spell) is sent at once.
         let t = tokio::time::Instant::now();
         worker
             .apply(None, PortOperation::Set(access("Gi0/1", 100)))
             .await
             .unwrap();
-        assert_eq!(t.elapsed(), Duration::from_millis(20));
-        // Changes 10 ms apart stay one batch; a stream longer than the window is cut
-        // at the window.
+        assert_eq!(t.elapsed(), Duration::ZERO);
+        // Right after it, a burst: changes 10 ms apart stay one batch, closed 20 ms
+        // after the last; a stream longer than the window is cut at the window.
         let stream = |from: u16, n: u16| {
             let worker = worker.clone();
             tokio::spawn(async move {
@@ -856,11 +868,8 @@ mod tests {
                 for i in from..from + n {
                     let w = worker.clone();
                     waits.push(tokio::spawn(async move {
-                        w.apply(
-                            None,
-                            PortOperation::Set(access(&format!("Gi0/{i}"), 200)),
-                        )
-                        .await
+                        w.apply(None, PortOperation::Set(access(&format!("Gi0/{i}"), 200)))
+                            .await
                     }));
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }

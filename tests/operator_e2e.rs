@@ -37,6 +37,8 @@ fn test_settings(namespace: &str) -> Settings {
     Settings {
         namespace: Some(namespace.into()),
         batch_window: Duration::from_millis(30),
+        // The whole window: tests that expect one batch do not depend on timing.
+        batch_quiet: Duration::from_millis(30),
         drift_interval: Duration::from_millis(400),
         max_sessions: 1,
         backoff: Backoff {

@@ -71,6 +71,28 @@ pub fn baseline(
     files: &[(&str, &[u8])],
     ports: &[PortName],
 ) -> Result<Duration, String> {
+    let v = run_baseline(script, credentials, files, ports)?;
+    let rounds: Vec<Duration> = v["rounds_s"]
+        .as_array()
+        .ok_or("no rounds_s in the output")?
+        .iter()
+        .filter_map(|x| x.as_f64().map(Duration::from_secs_f64))
+        .collect();
+    if rounds.is_empty() {
+        return Err("no rounds".into());
+    }
+    Ok(median(rounds))
+}
+
+/// Runs a Python baseline script as [`baseline`] does and returns the JSON line it
+/// prints.
+#[allow(dead_code)]
+pub fn run_baseline(
+    script: &str,
+    credentials: serde_json::Value,
+    files: &[(&str, &[u8])],
+    ports: &[PortName],
+) -> Result<serde_json::Value, String> {
     let python = patchbay_testbed::python().map_err(|e| e.to_string())?;
     let dir = std::env::temp_dir().join(format!(
         "patchbay-bench-{}-{}",
@@ -103,15 +125,35 @@ pub fn baseline(
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    let rounds: Vec<Duration> = v["rounds_s"]
-        .as_array()
-        .ok_or("no rounds_s in the output")?
-        .iter()
-        .filter_map(|x| x.as_f64().map(Duration::from_secs_f64))
-        .collect();
-    if rounds.is_empty() {
-        return Err("no rounds".into());
-    }
-    Ok(median(rounds))
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
+/// The Ansible backend (cisco.ios) for a simulated switch started with the IOS
+/// syntax shims, its host key given, Ansible from `make ansible`.
+#[allow(dead_code)]
+pub fn ansible_backend(sim: &SimSwitch) -> patchbay_providers::ansible::AnsibleSwitch {
+    use patchbay_providers::ansible::{
+        AnsibleAuth, AnsibleHostKey, AnsibleOptions, AnsibleSwitch, AnsibleTarget,
+    };
+    AnsibleSwitch::new(
+        AnsibleTarget {
+            address: sim.address.clone(),
+            port: sim.port,
+            username: sim.username.clone(),
+            auth: AnsibleAuth::Password(SecretString::new(sim.password.clone())),
+            enable_password: Some(SecretString::new(sim.enable_password.clone())),
+            host_key: AnsibleHostKey::Known(
+                sim.known_hosts_line
+                    .split_whitespace()
+                    .skip(1)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+        },
+        patchbay_providers::ansible::contract::platform("ios").unwrap(),
+        AnsibleOptions {
+            ansible_playbook: patchbay_testbed::ansible_playbook().expect("make ansible"),
+            ..AnsibleOptions::default()
+        },
+    )
 }

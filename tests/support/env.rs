@@ -43,6 +43,8 @@ impl Env {
         let mut settings = Settings {
             namespace: Some(cluster.namespace.clone()),
             batch_window: Duration::from_millis(50),
+            // The whole window: tests that expect one batch do not depend on timing.
+            batch_quiet: Duration::from_millis(50),
             drift_interval: Duration::from_secs(1),
             max_sessions: 1,
             backoff: Backoff {
