@@ -461,14 +461,16 @@ async fn run(
                 let burst = last_arrival.is_some_and(|t| now - t < config.batch_window);
                 last_arrival = Some(now);
                 let cap = now + config.batch_window;
-                while burst {
-                    let until = cap.min(tokio::time::Instant::now() + config.batch_quiet);
-                    match tokio::time::timeout_at(until, rx.recv()).await {
-                        Ok(Some(job)) => {
-                            last_arrival = Some(tokio::time::Instant::now());
-                            batch.push(job);
+                if burst {
+                    loop {
+                        let until = cap.min(tokio::time::Instant::now() + config.batch_quiet);
+                        match tokio::time::timeout_at(until, rx.recv()).await {
+                            Ok(Some(job)) => {
+                                last_arrival = Some(tokio::time::Instant::now());
+                                batch.push(job);
+                            }
+                            _ => break,
                         }
-                        _ => break,
                     }
                 }
                 match shared.admit() {
