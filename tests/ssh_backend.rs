@@ -263,6 +263,72 @@ async fn a_batch_is_read_with_one_command_and_verified_in_the_same_session() {
 }
 
 #[tokio::test]
+async fn a_refused_range_block_fails_exactly_its_ports_and_the_session_recovers() {
+    // No shipped dialect declares `interface range`: the Cisco simulator answers it
+    // with `% Invalid input`. A dialect that declares it anyway shows what a device
+    // refusing a range does to a batch.
+    let (_, text) = patchbay_providers::cli::dialect::DIALECT_FILES[0];
+    let text = text.replace(
+        "interface_enter: \"interface {port}\"\n",
+        "interface_enter: \"interface {port}\"\n\
+         interface_range: { enter: \"interface range {ports}\", separator: \", \", max_ports: 5 }\n",
+    );
+    let ranged = patchbay_providers::cli::Dialect::load("ranged.yaml", &text).unwrap();
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let sim = sims.get("sw1");
+    let sw = backend_speaking(
+        std::sync::Arc::new(ranged),
+        sim,
+        HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
+        &sim.password,
+    );
+    let mut ops = Vec::new();
+    for i in 1..=3 {
+        let mut d = DesiredPort::clean(port(&format!("FastEthernet0/{i}")));
+        d.vlans = VlanMode::Access { vlan: vlan(100) };
+        ops.push(PortOperation::Set(d));
+    }
+    let (_, trunk) = states("ios", "FastEthernet0/4")
+        .into_iter()
+        .find(|(n, _)| *n == "trunk")
+        .unwrap();
+    ops.push(PortOperation::Set(trunk.clone()));
+    let results = patchbay_providers::verify::apply_batch_verified(&sw, &ops)
+        .await
+        .unwrap();
+    let range = "interface range FastEthernet0/1, FastEthernet0/2, FastEthernet0/3";
+    for r in &results[..3] {
+        match &r.outcome {
+            Err(DeviceError::CommandRejected { command, output }) => {
+                assert_eq!(command, range, "{}", r.port);
+                assert!(output.starts_with('%'), "{output}");
+            }
+            other => panic!("{}: {other:?}", r.port),
+        }
+    }
+    // The other port landed and was read back in the same session, after the
+    // session went back into configuration mode and saved.
+    assert_eq!(results[3].outcome, Ok(PortChange::Changed));
+    let sent: Vec<String> = config_lines(&sw);
+    assert!(sent.contains(&range.to_owned()), "{sent:?}");
+    assert_eq!(
+        sent.iter().filter(|l| *l == "configure terminal").count(),
+        2,
+        "{sent:?}"
+    );
+    assert_eq!(sent.last().map(String::as_str), Some("write memory"));
+    reads_as(&sw, &trunk, "the port outside the range").await;
+    for op in &ops[..3] {
+        reads_as(
+            &sw,
+            &DesiredPort::clean(op.port().clone()),
+            "a refused range port",
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
 async fn a_command_the_device_rejects_is_a_typed_error_naming_it() {
     // The PowerConnect refuses MTUs below 1518; patchbay accepts 576-9216, so this
     // reaches the device and the device's own error must come back.

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, FailureLedger};
-use crate::api::{ProviderSwitch, SmartNicPort, Switch, SwitchPort};
+use crate::api::{ProviderSwitch, SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration};
 use crate::backends::{BackendError, Backends};
 use crate::settings::Settings;
 use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
@@ -51,6 +51,50 @@ pub struct Notices {
     pub switches: mpsc::UnboundedSender<ObjectRef<Switch>>,
 }
 
+/// The caches of the shared watches the controllers read from instead of a GET per
+/// reconcile. Each is fed by one watch whose events also wake the controllers that
+/// read it, and a controller is woken only once the cache holds what woke it.
+#[derive(Clone)]
+pub struct Stores {
+    /// Switches.
+    pub switches: Store<Switch>,
+    /// ProviderSwitches.
+    pub providers: Store<ProviderSwitch>,
+    /// SwitchPortConfigurations.
+    pub configurations: Store<SwitchPortConfiguration>,
+}
+
+impl Stores {
+    /// Waits until every cache holds its first list (at once afterwards): before it,
+    /// a missing object would read as deleted.
+    pub async fn ready(&self) {
+        let _ = self.switches.wait_until_ready().await;
+        let _ = self.providers.wait_until_ready().await;
+        let _ = self.configurations.wait_until_ready().await;
+    }
+
+    /// Switch `name` of namespace `ns`.
+    pub fn switch(&self, ns: &str, name: &str) -> Option<Switch> {
+        self.switches
+            .get(&ObjectRef::new(name).within(ns))
+            .map(|s| (*s).clone())
+    }
+
+    /// ProviderSwitch `name` of namespace `ns`.
+    pub fn provider(&self, ns: &str, name: &str) -> Option<ProviderSwitch> {
+        self.providers
+            .get(&ObjectRef::new(name).within(ns))
+            .map(|p| (*p).clone())
+    }
+
+    /// SwitchPortConfiguration `name` of namespace `ns`.
+    pub fn configuration(&self, ns: &str, name: &str) -> Option<SwitchPortConfiguration> {
+        self.configurations
+            .get(&ObjectRef::new(name).within(ns))
+            .map(|c| (*c).clone())
+    }
+}
+
 /// Shared state of the controllers.
 pub struct Context {
     /// The API server.
@@ -68,6 +112,8 @@ pub struct Context {
     /// The SwitchPort cache of the port controller: the Switch controller checks its
     /// ports here instead of listing them on every port event.
     pub ports: Store<SwitchPort>,
+    /// The caches a reconcile reads what it refers to from (no GET per reconcile).
+    pub stores: Stores,
     workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
 }
 
@@ -134,6 +180,7 @@ impl Context {
         events: EventPublisher,
         notices: Notices,
         ports: Store<SwitchPort>,
+        stores: Stores,
     ) -> Self {
         Self {
             client,
@@ -143,6 +190,7 @@ impl Context {
             ledger: FailureLedger::default(),
             notices,
             ports,
+            stores,
             workers: Mutex::new(HashMap::new()),
         }
     }

@@ -19,7 +19,7 @@ use super::context::{Context, fetch_secret, switch_worker_key};
 use super::failure::Failure;
 use super::status::{Severity, find_condition, reachability_event, switch_status};
 use super::{ControllerError, SWITCH_LABEL, write_status};
-use crate::api::{FINALIZER, ProviderSwitch, Switch, SwitchPort, SwitchPortSpec};
+use crate::api::{FINALIZER, Switch, SwitchPort, SwitchPortSpec};
 use crate::backends::check_credentials;
 use crate::validate::{validate_provider, validate_switch};
 use crate::worker::Reachability;
@@ -45,9 +45,10 @@ pub(super) async fn reconcile(
 async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> {
     validate_switch(&switch.spec).map_err(Failure::InvalidSwitch)?;
     let ns = switch.namespace().unwrap_or_default();
-    let provider = Api::<ProviderSwitch>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&switch.spec.provider.name)
-        .await?
+    ctx.stores.ready().await;
+    let provider = ctx
+        .stores
+        .provider(&ns, &switch.spec.provider.name)
         .ok_or_else(|| Failure::ProviderNotFound {
             name: switch.spec.provider.name.clone(),
             field: "spec.provider",

@@ -49,7 +49,7 @@ struct PortWorld {
 }
 
 /// The Switch a port belongs to: its label, else its owner.
-fn switch_name(port: &SwitchPort) -> Option<String> {
+pub(super) fn switch_name(port: &SwitchPort) -> Option<String> {
     port.labels().get(SWITCH_LABEL).cloned().or_else(|| {
         port.owner_references()
             .iter()
@@ -61,25 +61,15 @@ fn switch_name(port: &SwitchPort) -> Option<String> {
 async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, ControllerError> {
     let ns = port.namespace().unwrap_or_default();
     let client = &ctx.client;
-    let switch = match switch_name(port) {
-        Some(n) => {
-            Api::<Switch>::namespaced(client.clone(), &ns)
-                .get_opt(&n)
-                .await?
-        }
-        None => None,
-    };
+    let stores = &ctx.stores;
+    stores.ready().await;
+    let switch = switch_name(port).and_then(|n| stores.switch(&ns, &n));
     let definition = switch
         .as_ref()
         .and_then(|s| s.spec.ports.get(&port.name_any()).cloned());
-    let provider = match &switch {
-        Some(s) => {
-            Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
-                .get_opt(&s.spec.provider.name)
-                .await?
-        }
-        None => None,
-    };
+    let provider = switch
+        .as_ref()
+        .and_then(|s| stores.provider(&ns, &s.spec.provider.name));
     let secret = match &provider {
         Some(p) => fetch_secret(client, p).await?,
         None => None,
@@ -88,9 +78,7 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         None => (None, None),
         Some(r) => {
             let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
-            let cfg = Api::<SwitchPortConfiguration>::namespaced(client.clone(), &cns)
-                .get_opt(&r.name)
-                .await?;
+            let cfg = stores.configuration(&cns, &r.name);
             let hash = cfg
                 .as_ref()
                 .map(|c| configuration_hash(&c.spec))

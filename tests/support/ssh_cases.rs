@@ -145,6 +145,16 @@ pub fn backend_with(
     host_key: HostKeyPolicy,
     password: &str,
 ) -> CliSwitch {
+    backend_speaking(dialect_of(os), sim, host_key, password)
+}
+
+/// A journalling backend for a simulated switch speaking `dialect`.
+pub fn backend_speaking(
+    dialect: std::sync::Arc<Dialect>,
+    sim: &SimSwitch,
+    host_key: HostKeyPolicy,
+    password: &str,
+) -> CliSwitch {
     CliSwitch::new(
         SshTarget {
             address: sim.address.clone(),
@@ -155,7 +165,7 @@ pub fn backend_with(
             connect_timeout: std::time::Duration::from_secs(10),
         },
         Some(SecretString::new(sim.enable_password.clone())),
-        dialect_of(os),
+        dialect,
         CliOptions {
             save_config: true,
             command_timeout: std::time::Duration::from_secs(10),

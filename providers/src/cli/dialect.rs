@@ -95,11 +95,25 @@ struct DialectFile {
     vlan_create: Vec<String>,
     vlan_create_named: Vec<String>,
     interface_enter: String,
+    #[serde(default)]
+    interface_range: Option<InterfaceRange>,
     port: PortTemplates,
     vlans: VlanTemplates,
     read: ReadFile,
     #[serde(default)]
     save: Vec<SaveStep>,
+}
+
+/// One configuration block for many ports with identical lines (`interface range`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceRange {
+    /// The line that enters the ports (`interface range {ports}`).
+    pub enter: String,
+    /// What joins the port names in `{ports}` (`, `).
+    pub separator: String,
+    /// Most ports in one line (IOS takes five ranges).
+    pub max_ports: usize,
 }
 
 /// Reading many ports with one command: `read.batch`.
@@ -308,6 +322,9 @@ pub struct Dialect {
     vlan_create: Vec<String>,
     vlan_create_named: Vec<String>,
     interface_enter: String,
+    /// Identical port blocks as one range block, where the dialect and the device
+    /// have it.
+    pub interface_range: Option<InterfaceRange>,
     port: PortTemplates,
     vlans: VlanTemplates,
     read_commands: Vec<String>,
@@ -448,6 +465,17 @@ impl Dialect {
             vlan_create: f.vlan_create,
             vlan_create_named: f.vlan_create_named,
             interface_enter: f.interface_enter,
+            interface_range: match f.interface_range {
+                Some(r) if !r.enter.contains("{ports}") || r.max_ports < 2 => {
+                    return Err(DialectError {
+                        file: file.into(),
+                        reason:
+                            "interface_range.enter must contain {ports} and max_ports be 2 or more"
+                                .into(),
+                    });
+                }
+                other => other,
+            },
             port: f.port,
             vlans: f.vlans,
             read_commands: f.read.commands,
@@ -567,6 +595,7 @@ impl Dialect {
         if fields.is_empty() {
             return plan;
         }
+        plan.port = Some(desired.port.clone());
         if fields.contains(&PortField::Vlans) {
             for vlan in vlans_of(&desired.vlans) {
                 plan.vlans
@@ -640,6 +669,30 @@ impl Dialect {
         plan
     }
 
+    /// The body of `plan`'s block when it is exactly one interface block of `port`
+    /// (enter, lines, exit) and nothing else: what a range block can carry.
+    pub fn interface_body<'p>(&self, plan: &'p Plan) -> Option<&'p [String]> {
+        let port = plan.port.as_ref()?;
+        match plan.blocks.as_slice() {
+            [block]
+                if block.len() > 2
+                    && block[0] == render(&self.interface_enter, &Values::port(port))
+                    && block.last() == Some(&self.session.exit) =>
+            {
+                Some(&block[1..block.len() - 1])
+            }
+            _ => None,
+        }
+    }
+
+    /// The line that enters `ports` at once (`interface range …`).
+    pub fn range_enter(&self, ports: &[&PortName]) -> Option<String> {
+        let r = self.interface_range.as_ref()?;
+        let list: Vec<&str> = ports.iter().map(|p| p.as_str()).collect();
+        Some(r.enter.replace("{ports}", &list.join(&r.separator)))
+            .map(|l| l.chars().filter(|c| !c.is_control()).collect())
+    }
+
     /// The lines that create (and name) one VLAN, from configuration mode.
     pub fn create_vlan_lines(&self, vlan: VlanId, name: Option<&VlanName>) -> Vec<String> {
         let vals = Values {
@@ -660,6 +713,8 @@ impl Dialect {
 /// entered from and returning to configuration mode.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
+    /// The port (none for the empty plan of a port that needs nothing).
+    pub port: Option<PortName>,
     /// VLANs to create before the blocks run.
     pub vlans: BTreeMap<VlanId, Option<VlanName>>,
     /// Command blocks, in order.

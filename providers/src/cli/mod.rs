@@ -181,7 +181,7 @@ impl CliSwitch {
 }
 
 /// Whom a configuration line belongs to: a line the device rejects fails its owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LineOwner {
     /// Entering configuration mode: its failure fails the batch.
     Session,
@@ -189,6 +189,8 @@ pub enum LineOwner {
     Vlan(VlanId),
     /// A line of the port at this index of the plans.
     Port(usize),
+    /// A line of a range block: of every port at these indexes.
+    Ports(Vec<usize>),
 }
 
 impl Dialect {
@@ -197,21 +199,73 @@ impl Dialect {
     /// plan of port `i`; an empty plan adds nothing). Empty when every plan is. This
     /// is what is sent, and what `--dry-run` prints.
     pub fn configuration_lines(&self, plans: &[Plan]) -> Vec<(LineOwner, String)> {
+        self.configuration_segments(plans)
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// [`Self::configuration_lines`] in the writes they are sent in: the first holds
+    /// entering configuration mode, the VLANs and every port block of its own; then
+    /// one per range block. Where the dialect declares `interface_range`, ports
+    /// whose plan is one interface block with identical lines share a range block
+    /// (at most `max_ports` each, in the order of the plans); a range block goes in
+    /// a write of its own so that a device refusing its first line — which sends
+    /// its other lines to the configuration level, and its `exit` out of it — is
+    /// set straight before anything else is sent.
+    pub fn configuration_segments(&self, plans: &[Plan]) -> Vec<Vec<(LineOwner, String)>> {
         if plans.iter().all(Plan::is_empty) {
             return Vec::new();
         }
-        let mut out = vec![(LineOwner::Session, self.session.configure.clone())];
+        let mut first = vec![(LineOwner::Session, self.session.configure.clone())];
         for (vlan, name) in batch_vlans(plans) {
             for line in self.create_vlan_lines(vlan, name.as_ref()) {
-                out.push((LineOwner::Vlan(vlan), line));
+                first.push((LineOwner::Vlan(vlan), line));
             }
         }
+        // Ports with identical interface lines, in order of first appearance.
+        let mut groups: Vec<(&[String], Vec<usize>)> = Vec::new();
+        if self.interface_range.is_some() {
+            for (i, plan) in plans.iter().enumerate() {
+                let Some(body) = self.interface_body(plan) else {
+                    continue;
+                };
+                match groups.iter_mut().find(|(b, _)| *b == body) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((body, vec![i])),
+                }
+            }
+            groups.retain(|(_, members)| members.len() > 1);
+        }
+        let ranged: std::collections::BTreeSet<usize> =
+            groups.iter().flat_map(|(_, m)| m.iter().copied()).collect();
         for (i, plan) in plans.iter().enumerate() {
+            if ranged.contains(&i) {
+                continue;
+            }
             for line in plan.blocks.iter().flatten() {
-                out.push((LineOwner::Port(i), line.clone()));
+                first.push((LineOwner::Port(i), line.clone()));
             }
         }
-        out
+        let mut segments = vec![first];
+        let max = self.interface_range.as_ref().map_or(1, |r| r.max_ports);
+        for (body, members) in groups {
+            for chunk in members.chunks(max) {
+                let ports: Vec<&PortName> = chunk
+                    .iter()
+                    .filter_map(|&i| plans[i].port.as_ref())
+                    .collect();
+                let Some(enter) = self.range_enter(&ports) else {
+                    continue;
+                };
+                let owner = LineOwner::Ports(chunk.to_vec());
+                let mut seg = vec![(owner.clone(), enter)];
+                seg.extend(body.iter().map(|l| (owner.clone(), l.clone())));
+                seg.push((owner, self.session.exit.clone()));
+                segments.push(seg);
+            }
+        }
+        segments
     }
 
     /// The whole script for a batch of plans: [`Dialect::configuration_lines`], then
@@ -698,30 +752,52 @@ impl CliSwitch {
         if outcomes.iter().all(Option::is_some) {
             return Ok(batch_results(ops, outcomes));
         }
-        // The whole configuration in one pipelined write, the same lines `--dry-run`
-        // prints (ports already decided have empty plans). Every port in it was just
-        // read in this session, so entering it cannot fail; each line's answer is
-        // still checked and a failure fails the port (or the VLAN's ports) it
-        // belongs to.
+        // The whole configuration in one pipelined write (and one per range block),
+        // the same lines `--dry-run` prints (ports already decided have empty plans).
+        // Every port in it was just read in this session, so entering it cannot
+        // fail; each line's answer is still checked and a failure fails the port (or
+        // the VLAN's ports, or the range's ports) it belongs to.
         for (plan, outcome) in plans.iter_mut().zip(&outcomes) {
             if outcome.is_some() {
                 *plan = Plan::default();
             }
         }
-        let (owners, lines): (Vec<LineOwner>, Vec<String>) =
-            self.dialect.configuration_lines(&plans).into_iter().unzip();
-        let answers = s.run_many(&lines, true).await?;
         let mut vlan_errors: BTreeMap<VlanId, DeviceError> = BTreeMap::new();
         let mut port_errors: BTreeMap<usize, DeviceError> = BTreeMap::new();
-        for (owner, answer) in owners.iter().zip(answers) {
-            let Err(e) = answer else { continue };
-            match owner {
-                LineOwner::Session => return Err(e),
-                LineOwner::Vlan(v) => {
-                    vlan_errors.entry(*v).or_insert(e);
+        for (k, segment) in self
+            .dialect
+            .configuration_segments(&plans)
+            .into_iter()
+            .enumerate()
+        {
+            let (owners, lines): (Vec<LineOwner>, Vec<String>) = segment.into_iter().unzip();
+            let answers = s.run_many(&lines, true).await?;
+            let mut refused = false;
+            for (owner, answer) in owners.iter().zip(answers) {
+                let Err(e) = answer else { continue };
+                refused = true;
+                match owner {
+                    LineOwner::Session => return Err(e),
+                    LineOwner::Vlan(v) => {
+                        vlan_errors.entry(*v).or_insert(e);
+                    }
+                    LineOwner::Port(i) => {
+                        port_errors.entry(*i).or_insert(e);
+                    }
+                    LineOwner::Ports(members) => {
+                        for i in members {
+                            port_errors.entry(*i).or_insert_with(|| e.clone());
+                        }
+                    }
                 }
-                LineOwner::Port(i) => {
-                    port_errors.entry(*i).or_insert(e);
+            }
+            // A refused range block may have left configuration mode: back to its
+            // top level before the next write.
+            if k > 0 && refused {
+                if s.ctx.is_none() {
+                    s.run(&self.dialect.session.configure, true).await?;
+                } else {
+                    s.back_to_config_level().await?;
                 }
             }
         }
@@ -808,6 +884,64 @@ mod tests {
         (clean, d)
     }
 
+    /// The Cisco dialect with `interface range` declared (no shipped dialect has it:
+    /// no simulator here accepts it).
+    pub(crate) fn ranged_ios() -> Dialect {
+        let (_, text) = dialect::DIALECT_FILES[0];
+        let text = text.replace(
+            "interface_enter: \"interface {port}\"\n",
+            "interface_enter: \"interface {port}\"\n\
+             interface_range: { enter: \"interface range {ports}\", separator: \", \", max_ports: 5 }\n",
+        );
+        Dialect::load("ranged.yaml", &text).unwrap()
+    }
+
+    #[test]
+    fn identical_port_blocks_share_range_blocks_of_at_most_max_ports() {
+        let dialect = ranged_ios();
+        let mut plans = Vec::new();
+        for i in 1..=6 {
+            let (o, d) = access(&format!("FastEthernet0/{i}"), 10);
+            plans.push(dialect.plan(&o, &d));
+        }
+        let (o, d) = access("FastEthernet0/7", 20);
+        plans.push(dialect.plan(&o, &d));
+        let segments = dialect.configuration_segments(&plans);
+        assert_eq!(segments.len(), 3, "{segments:#?}");
+        // The first write: configuration mode, both VLANs, the lone port's block.
+        let first: Vec<&str> = segments[0].iter().map(|(_, l)| l.as_str()).collect();
+        assert_eq!(first[0], "configure terminal");
+        assert!(first.contains(&"interface FastEthernet0/7"), "{first:?}");
+        assert!(!first.iter().any(|l| l.contains("0/1")), "{first:?}");
+        // Then ranges of 5 and 1, each its own write, owned by exactly its ports.
+        let lines =
+            |k: usize| -> Vec<String> { segments[k].iter().map(|(_, l)| l.clone()).collect() };
+        assert_eq!(
+            lines(1),
+            [
+                "interface range FastEthernet0/1, FastEthernet0/2, FastEthernet0/3, \
+                 FastEthernet0/4, FastEthernet0/5",
+                "switchport mode access",
+                "switchport access vlan 10",
+                "exit"
+            ]
+        );
+        assert!(
+            segments[1]
+                .iter()
+                .all(|(o, _)| *o == LineOwner::Ports(vec![0, 1, 2, 3, 4]))
+        );
+        assert_eq!(lines(2)[0], "interface range FastEthernet0/6");
+        assert!(
+            segments[2]
+                .iter()
+                .all(|(o, _)| *o == LineOwner::Ports(vec![5]))
+        );
+        // The shipped dialect has no ranges: one block per port.
+        let plain = dialect::for_os("ios").unwrap();
+        assert_eq!(plain.configuration_segments(&plans).len(), 1);
+    }
+
     #[test]
     fn what_is_sent_and_what_dry_run_prints_come_from_one_builder() {
         let dialect = dialect::for_os("ios").unwrap();
@@ -822,7 +956,7 @@ mod tests {
         ];
         let lines = dialect.configuration_lines(&plans);
         assert_eq!(lines[0], (LineOwner::Session, "configure terminal".into()));
-        let owners: Vec<LineOwner> = lines.iter().map(|(o, _)| *o).collect();
+        let owners: Vec<LineOwner> = lines.iter().map(|(o, _)| o.clone()).collect();
         // VLAN 10 is created once for both ports, before any port line.
         let vlan_lines = owners
             .iter()
