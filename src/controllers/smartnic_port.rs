@@ -145,6 +145,9 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
         "provider": provider_input,
         "configuration": config.as_ref().map(|c| &c.spec),
         "next": chain.as_ref().map(|c| json!({
+            // Its appearing is a new input: a SmartNicPort that found no next port
+            // tries again at once when it is created, not after its backoff.
+            "uid": c.port.as_ref().and_then(|p| p.uid()),
             "claim": c.port.as_ref().and_then(|p| p.annotations().get(CHAINED_FROM_ANNOTATION)),
             "carries": c.port.as_ref().map(|p| &p.spec.configuration),
             "configuration": c.config_obj.as_ref().map(|o| &o.spec),
