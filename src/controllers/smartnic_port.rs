@@ -82,9 +82,8 @@ struct World {
 async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, ControllerError> {
     let ns = port.namespace().unwrap_or_default();
     let client = &ctx.client;
-    let provider = Api::<ProviderSwitch>::namespaced(client.clone(), &ns)
-        .get_opt(&port.spec.provider.name)
-        .await?;
+    ctx.stores.ready().await;
+    let provider = ctx.stores.provider(&ns, &port.spec.provider.name);
     let provider_input = provider
         .as_ref()
         .map(|p| json!({"uid": p.uid(), "spec": p.spec}));
@@ -111,9 +110,7 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             let next = Api::<SwitchPort>::namespaced(client.clone(), &port_ns)
                 .get_opt(&np.name)
                 .await?;
-            let config_obj = Api::<SwitchPortConfiguration>::namespaced(client.clone(), &config_ns)
-                .get_opt(&nc.name)
-                .await?;
+            let config_obj = ctx.stores.configuration(&config_ns, &nc.name);
             Some(Chain {
                 port_ns,
                 port_name: np.name.clone(),
