@@ -15,6 +15,12 @@
 //!   Brocade). Memberships to drop are removed first (tagged, then untagged), then new
 //!   ones added (tagged, then untagged).
 //!
+//! Two optional parts serve large batches: `read.batch` (one command whose output
+//! holds every port's block, cut by [`Dialect::split_batch`], used from
+//! `from_ports` ports on) and `interface_range` (identical port blocks as one
+//! `interface range` block, [`Dialect::interface_body`] / [`Dialect::range_enter`]).
+//! A dialect declares them only where a device here shows they work.
+//!
 //! Everything here is pure: [`Dialect::plan`] turns (observed, desired) into the exact
 //! command lines, [`Dialect::parse`] turns show output into an observed port, and
 //! [`Dialect::error_in`] finds an error line in a command's output. Rendered values
