@@ -17,22 +17,11 @@ import sys
 import threading
 import time
 
-import paramiko
-
-from paramiko_baseline import PROMPT, read_until, send
-import re
+from paramiko_baseline import login, send
 
 
 def one_port(sw, port, lines, expect):
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-    client.connect(sw["address"], port=sw["port"], username=sw["username"],
-                   password=sw["password"], look_for_keys=False, allow_agent=False)
-    chan = client.invoke_shell(width=511)
-    read_until(chan, PROMPT)
-    send(chan, "enable", re.compile(rb"Password: ?$"))
-    send(chan, sw["enable_password"])
-    send(chan, "terminal length 0")
+    client, chan = login(sw)
     send(chan, "configure terminal")
     for line in lines:
         send(chan, line)

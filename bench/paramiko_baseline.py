@@ -38,7 +38,8 @@ def send(chan, line, pattern=PROMPT):
     return read_until(chan, pattern)
 
 
-def one_port(c, port, vlan):
+def login(c):
+    """One SSH session to switch `c`, enabled, paging off: (client, channel)."""
     client = paramiko.SSHClient()
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
     client.connect(c["address"], port=c["port"], username=c["username"],
@@ -48,6 +49,11 @@ def one_port(c, port, vlan):
     send(chan, "enable", re.compile(rb"Password: ?$"))
     send(chan, c["enable_password"])
     send(chan, "terminal length 0")
+    return client, chan
+
+
+def one_port(c, port, vlan):
+    client, chan = login(c)
     send(chan, "configure terminal")
     send(chan, "vlan %d" % vlan)
     send(chan, "exit")

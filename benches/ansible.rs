@@ -42,11 +42,7 @@ fn main() {
         .collect();
     let sw = ansible_backend(&sim);
     let ssh = ssh_backend(&sim, "ios");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::runtime();
     println!("Ansible backend vs the Cisco simulator ({rounds} rounds, release build)");
     let (batch, per_port_total, sampled, ssh_batch) = rt.block_on(async {
         let mut batch = Vec::new();

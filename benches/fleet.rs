@@ -498,11 +498,7 @@ fn main() {
     let ports: Vec<PortName> = (1..=n_ports)
         .map(|k| PortName::parse(&format!("FastEthernet0/{k}")).unwrap())
         .collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::runtime();
     println!(
         "Fleet: {n_switches} simulated Cisco 2960 switches x {n_ports} ports = {changes} port \
          changes (even ports access, odd ports trunk), one fake-switches process, 2 cores"

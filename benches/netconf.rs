@@ -48,11 +48,7 @@ fn main() {
         model::for_os("yang", None).unwrap(),
         NetconfOptions::default(),
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::runtime();
     println!(
         "NETCONF backend vs netconfd, candidate + confirmed commit ({rounds} rounds, release build)"
     );

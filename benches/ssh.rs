@@ -24,8 +24,6 @@ mod support;
 use std::time::{Duration, Instant};
 
 use patchbay_providers::cli::transport::Shell;
-use patchbay_providers::cli::{Auth, HostKeyPolicy, SshTarget};
-use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 use patchbay_testbed::{FakeSwitches, SimSpec, SimSwitch};
 use support::{baseline, median, ops, ssh_backend, timed};
@@ -33,14 +31,7 @@ use support::{baseline, median, ops, ssh_backend, timed};
 /// The floor: one raw session sending the minimum lines of `ports` -> access `vlan`,
 /// then one read of the running configuration; timed from connect to the last prompt.
 async fn floor(sim: &SimSwitch, ports: &[PortName], vlan: u16) -> Duration {
-    let target = SshTarget {
-        address: sim.address.clone(),
-        port: sim.port,
-        username: sim.username.clone(),
-        auth: Auth::Password(SecretString::new(sim.password.clone())),
-        host_key: HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
-        connect_timeout: Duration::from_secs(10),
-    };
+    let target = support::ssh_target(sim);
     let wait = Duration::from_secs(30);
     let ends = |tail: &'static str| move |b: &str| b.trim_end().ends_with(tail).then_some(b.len());
     let t = Instant::now();
@@ -105,11 +96,7 @@ fn main() {
         .collect();
     assert_eq!(ports.len(), 48);
     let sw = ssh_backend(&sim, "ios");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::runtime();
     println!(
         "SSH CLI backend vs the Cisco simulator ({} rounds, release build, save_config on)",
         rounds

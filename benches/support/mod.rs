@@ -42,18 +42,35 @@ pub async fn timed(sw: &dyn Device, ops: &[PortOperation]) -> Duration {
     elapsed
 }
 
+/// How to log in to a simulated switch: its password, its host key pinned.
+#[allow(dead_code)]
+pub fn ssh_target(sim: &SimSwitch) -> SshTarget {
+    SshTarget {
+        address: sim.address.clone(),
+        port: sim.port,
+        username: sim.username.clone(),
+        auth: Auth::Password(SecretString::new(sim.password.clone())),
+        host_key: HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
+        connect_timeout: Duration::from_secs(10),
+    }
+}
+
+/// The runtime the benchmarks drive their clients on: two worker threads (the
+/// machine's cores).
+#[allow(dead_code)]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// The SSH backend for a simulated switch, dialect `os`, its host key pinned.
 #[allow(dead_code)]
 pub fn ssh_backend(sim: &SimSwitch, os: &str) -> CliSwitch {
     CliSwitch::new(
-        SshTarget {
-            address: sim.address.clone(),
-            port: sim.port,
-            username: sim.username.clone(),
-            auth: Auth::Password(SecretString::new(sim.password.clone())),
-            host_key: HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
-            connect_timeout: Duration::from_secs(10),
-        },
+        ssh_target(sim),
         Some(SecretString::new(sim.enable_password.clone())),
         dialect::for_os(os).unwrap(),
         CliOptions::default(),

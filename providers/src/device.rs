@@ -107,11 +107,7 @@ pub trait Device: Send + Sync {
         ops: &[PortOperation],
     ) -> Result<(Vec<PortResult>, PortReads), DeviceError> {
         let results = self.apply_batch(ops).await?;
-        let applied: Vec<PortName> = results
-            .iter()
-            .filter(|r| r.outcome.is_ok())
-            .map(|r| r.port.clone())
-            .collect();
+        let applied = applied_ports(&results);
         let reads = if applied.is_empty() {
             Vec::new()
         } else {
@@ -129,6 +125,16 @@ pub trait Device: Send + Sync {
         }
         Ok(out)
     }
+}
+
+/// The ports of `results` that were applied (outcome `Ok`), in order: what
+/// [`Device::apply_and_read`] reads back.
+pub fn applied_ports(results: &[PortResult]) -> Vec<PortName> {
+    results
+        .iter()
+        .filter(|r| r.outcome.is_ok())
+        .map(|r| r.port.clone())
+        .collect()
 }
 
 /// One port's read through [`Device::get_ports`]: `get_port` for backends whose unit

@@ -31,7 +31,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use regex::Regex;
 
-use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult, batch_results};
+use crate::device::{
+    Device, PortChange, PortOperation, PortReads, PortResult, applied_ports, batch_results,
+};
 use crate::error::Cause;
 use crate::error::DeviceError;
 use crate::model::{Capabilities, DesiredPort, ObservedPort};
@@ -698,11 +700,7 @@ impl CliSwitch {
         let mut s = self.session().await?;
         let result = async {
             let results = self.apply_in(&mut s, ops).await?;
-            let applied: Vec<PortName> = results
-                .iter()
-                .filter(|r| r.outcome.is_ok())
-                .map(|r| r.port.clone())
-                .collect();
+            let applied = applied_ports(&results);
             let reads = if applied.is_empty() {
                 Vec::new()
             } else {
