@@ -4,8 +4,8 @@
 //! idling. The operator runs as its own process (`patchbay run`) against devplane,
 //! so its figures are its own. Prints figures, asserts nothing.
 //!
-//! Run: `make bench` (or `cargo bench --bench operator`). Targets: <= 30 s to all
-//! Active, idle RSS <= 64 MiB, idle CPU <= 1 %.
+//! Run: `make bench` (or `cargo bench --bench operator`). Targets (issue 17): <= 10 s
+//! to all Active, idle RSS <= 48 MiB, idle CPU <= 0.5 %.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -216,7 +216,7 @@ async fn main() {
         100.0 * (cpu1 - cpu0) as f64 / ticks_per_s / idle,
         idle
     );
-    println!("  targets: <= 30 s to all Active, idle RSS <= 64 MiB, idle CPU <= 1 %");
+    println!("  targets: <= 10 s to all Active, idle RSS <= 48 MiB, idle CPU <= 0.5 %");
     let _ = operator.kill();
     let _ = operator.wait();
     drop(cluster);
