@@ -15,31 +15,19 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use patchbay_providers::values::PortName;
 use patchbay_providers::{Device as _, PortChange};
 use patchbay_testbed::{FakeSwitches, SimSpec};
 use support::{ansible_backend, median, ops, ssh_backend, timed};
 
 fn main() {
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
+    let env = support::env_usize;
     let rounds = env("BENCH_ROUNDS", 3);
     let per_port = env("BENCH_PER_PORT", 48).clamp(1, 48);
     let sims =
         FakeSwitches::start(&[SimSpec::new("bench48", "cisco_2960_48TT_L").with_ios_shims()])
             .expect("simulator (make fake-switch)");
     let sim = sims.get("bench48").clone();
-    let ports: Vec<PortName> = sim
-        .ports
-        .iter()
-        .filter(|p| p.starts_with("FastEthernet"))
-        .take(48)
-        .map(|p| PortName::parse(p).unwrap())
-        .collect();
+    let ports = support::fast_ethernet(&sim, 48);
     let sw = ansible_backend(&sim);
     let ssh = ssh_backend(&sim, "ios");
     let rt = support::runtime();

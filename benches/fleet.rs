@@ -57,12 +57,7 @@ use serde_json::json;
 use support::{ansible_backend, median, ssh_backend, timed};
 use tokio::sync::Notify;
 
-fn env(k: &str, d: usize) -> usize {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
+use support::env_usize as env;
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()

@@ -25,10 +25,7 @@ use patchbay_testbed::{NetconfTarget, Netconfd};
 use support::{baseline, median, ops, timed};
 
 fn main() {
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7);
+    let rounds = support::env_usize("BENCH_ROUNDS", 7);
     let nc = Netconfd::start(NetconfTarget::Candidate).expect("netconfd (make netconf)");
     let ports: Vec<PortName> = (1..=48)
         .map(|i| PortName::parse(&format!("eth{i}")).unwrap())

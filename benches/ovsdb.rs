@@ -22,12 +22,7 @@ use patchbay_testbed::OvsSim;
 use support::{median, ops, timed};
 
 fn main() {
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
+    let env = support::env_usize;
     let rounds = env("BENCH_ROUNDS", 5);
     let n = env("BENCH_PORTS", 500);
     let ovs = OvsSim::start(&["brbench"]).expect("Open vSwitch (make ovs)");

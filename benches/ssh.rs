@@ -80,20 +80,11 @@ async fn floor(sim: &SimSwitch, ports: &[PortName], vlan: u16) -> Duration {
 }
 
 fn main() {
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7);
+    let rounds = support::env_usize("BENCH_ROUNDS", 7);
     let sims = FakeSwitches::start(&[SimSpec::new("bench48", "cisco_2960_48TT_L")])
         .expect("simulator (make fake-switch)");
     let sim = sims.get("bench48").clone();
-    let ports: Vec<PortName> = sim
-        .ports
-        .iter()
-        .filter(|p| p.starts_with("FastEthernet"))
-        .take(48)
-        .map(|p| PortName::parse(p).unwrap())
-        .collect();
+    let ports = support::fast_ethernet(&sim, 48);
     assert_eq!(ports.len(), 48);
     let sw = ssh_backend(&sim, "ios");
     let rt = support::runtime();

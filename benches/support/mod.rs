@@ -10,6 +10,26 @@ use patchbay_providers::verify::apply_batch_verified;
 use patchbay_providers::{DesiredPort, Device, PortChange, PortOperation, VlanMode};
 use patchbay_testbed::SimSwitch;
 
+/// A count from the environment (`BENCH_ROUNDS`, …), else `default`.
+#[allow(dead_code)]
+pub fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The first `n` FastEthernet ports of a simulated Cisco.
+#[allow(dead_code)]
+pub fn fast_ethernet(sim: &SimSwitch, n: usize) -> Vec<PortName> {
+    sim.ports
+        .iter()
+        .filter(|p| p.starts_with("FastEthernet"))
+        .take(n)
+        .map(|p| PortName::parse(p).unwrap())
+        .collect()
+}
+
 /// The median of `v` (upper middle for even lengths).
 pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();

@@ -9,6 +9,8 @@
 //! - `apply_batch` applies many operations in one session / one commit where the
 //!   device allows it and reports a result per port; an `Err` means the session
 //!   itself failed and nothing can be assumed applied.
+//! - `apply_batch` and `get_ports` are required; the per-port methods default to a
+//!   batch of one (a backend whose unit of work is the port overrides them).
 //! - Nothing here validates: values arrive already validated (see [`crate::values`]).
 
 use async_trait::async_trait;
@@ -73,31 +75,37 @@ pub trait Device: Send + Sync {
     /// What this backend can configure on this device.
     fn capabilities(&self) -> Capabilities;
 
-    /// Reads one port from the device.
-    async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError>;
-
-    /// Makes one port match `desired`; sends nothing when it already does.
-    async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError>;
-
-    /// Returns one port to the clean definition.
-    async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError>;
-
-    /// Applies many operations, reporting a result per port (in input order).
-    /// The default runs them one by one; backends override it to use one session.
-    async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
-        let mut results = Vec::with_capacity(ops.len());
-        for op in ops {
-            let outcome = match op {
-                PortOperation::Set(d) => self.set_port(d).await,
-                PortOperation::Reset(p) => self.reset_port(p).await,
-            };
-            results.push(PortResult {
-                port: op.port().clone(),
-                outcome,
-            });
-        }
-        Ok(results)
+    /// Reads one port from the device. The default is a `get_ports` of one port;
+    /// backends whose unit of work is the port override it.
+    async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
+        let reads = self.get_ports(std::slice::from_ref(port)).await?;
+        reads.into_iter().next().map(|(_, r)| r).unwrap_or_else(|| {
+            Err(DeviceError::UnknownPort {
+                port: port.to_string(),
+            })
+        })
     }
+
+    /// Makes one port match `desired`; sends nothing when it already does. The
+    /// default is a batch of one.
+    async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
+        one_result(
+            self.apply_batch(&[PortOperation::Set(desired.clone())])
+                .await,
+        )
+    }
+
+    /// Returns one port to the clean definition. The default is a batch of one.
+    async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
+        one_result(
+            self.apply_batch(&[PortOperation::Reset(port.clone())])
+                .await,
+        )
+    }
+
+    /// Applies many operations in one session / one commit where the device allows
+    /// it, reporting a result per port (in input order).
+    async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError>;
 
     /// Applies a batch and reads back the ports it applied (those whose outcome is
     /// `Ok`, in result order), in one session where the backend can. The default is
@@ -116,15 +124,9 @@ pub trait Device: Send + Sync {
         Ok((results, reads))
     }
 
-    /// Reads many ports; the default reads them one by one. Drift checks use this so a
-    /// backend can read a whole switch once.
-    async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {
-        let mut out = Vec::with_capacity(ports.len());
-        for p in ports {
-            out.push((p.clone(), self.get_port(p).await));
-        }
-        Ok(out)
-    }
+    /// Reads many ports, with one read of the whole switch where the backend can.
+    /// Drift checks use this.
+    async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError>;
 }
 
 /// The ports of `results` that were applied (outcome `Ok`), in order: what
@@ -137,28 +139,9 @@ pub fn applied_ports(results: &[PortResult]) -> Vec<PortName> {
         .collect()
 }
 
-/// One port's read through [`Device::get_ports`]: `get_port` for backends whose unit
-/// of work is the batch.
-pub async fn read_one<D: Device + ?Sized>(
-    device: &D,
-    port: &PortName,
-) -> Result<ObservedPort, DeviceError> {
-    let reads = device.get_ports(std::slice::from_ref(port)).await?;
-    reads.into_iter().next().map(|(_, r)| r).unwrap_or_else(|| {
-        Err(DeviceError::UnknownPort {
-            port: port.to_string(),
-        })
-    })
-}
-
-/// One operation through [`Device::apply_batch`]: `set_port` and `reset_port` for
-/// backends whose unit of work is the batch.
-pub async fn apply_one<D: Device + ?Sized>(
-    device: &D,
-    op: PortOperation,
-) -> Result<PortChange, DeviceError> {
-    let results = device.apply_batch(std::slice::from_ref(&op)).await?;
-    results
+/// The outcome of a batch of one (no result: nothing had to be sent).
+fn one_result(results: Result<Vec<PortResult>, DeviceError>) -> Result<PortChange, DeviceError> {
+    results?
         .into_iter()
         .next()
         .map(|r| r.outcome)

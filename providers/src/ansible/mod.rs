@@ -33,7 +33,7 @@ use crate::cli::transport::verified_host_key;
 use crate::cli::{Auth, HostKeyPolicy, SshTarget};
 use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult, batch_results};
 use crate::error::{Cause, DeviceError};
-use crate::model::{Capabilities, Capability, DesiredPort, ObservedPort};
+use crate::model::{Capabilities, Capability, DesiredPort};
 use crate::secret::SecretString;
 use crate::values::PortName;
 
@@ -496,18 +496,6 @@ impl Device for AnsibleSwitch {
             Capability::Disable,
             Capability::Description,
         ])
-    }
-
-    async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
-        crate::device::read_one(self, port).await
-    }
-
-    async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
-        crate::device::apply_one(self, PortOperation::Set(desired.clone())).await
-    }
-
-    async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
-        crate::device::apply_one(self, PortOperation::Reset(port.clone())).await
     }
 
     /// One run for the whole batch.

@@ -36,7 +36,7 @@ use crate::device::{
 };
 use crate::error::Cause;
 use crate::error::DeviceError;
-use crate::model::{Capabilities, DesiredPort, ObservedPort};
+use crate::model::{Capabilities, ObservedPort};
 use crate::secret::SecretString;
 use crate::values::{PortName, VlanId, VlanName};
 
@@ -828,18 +828,6 @@ impl CliSwitch {
 impl Device for CliSwitch {
     fn capabilities(&self) -> Capabilities {
         self.dialect.capabilities()
-    }
-
-    async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
-        crate::device::read_one(self, port).await
-    }
-
-    async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
-        crate::device::apply_one(self, PortOperation::Set(desired.clone())).await
-    }
-
-    async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
-        crate::device::apply_one(self, PortOperation::Reset(port.clone())).await
     }
 
     async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {

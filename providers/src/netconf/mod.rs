@@ -627,18 +627,6 @@ impl Device for NetconfSwitch {
         self.model.capabilities()
     }
 
-    async fn get_port(&self, port: &PortName) -> Result<ObservedPort, DeviceError> {
-        crate::device::read_one(self, port).await
-    }
-
-    async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
-        crate::device::apply_one(self, PortOperation::Set(desired.clone())).await
-    }
-
-    async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
-        crate::device::apply_one(self, PortOperation::Reset(port.clone())).await
-    }
-
     async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
         if ops.is_empty() {
             return Ok(Vec::new());
