@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use patchbay_providers::values::{
-    BridgeName, Cidr, Description, DeviceAddress, L4PortRange, LagGroup, Mtu, PortName, ValueError,
-    VlanId, VlanName, VlanSet, excerpt,
+    BridgeName, Cidr, Description, DeviceAddress, L4PortRange, LagGroup, MacAddress, Mtu, PortName,
+    ValueError, VlanId, VlanName, VlanSet, excerpt,
 };
 use patchbay_providers::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capabilities, Capability,
@@ -194,7 +194,57 @@ fn port_settings(errors: &mut Errors, s: &PortSettingsSpec, port: PortName) -> D
         description,
         acl: Vec::new(),
         lag: None,
+        host_mac: None,
     }
+}
+
+fn acl_rules(errors: &mut Errors, rules: &[AclRuleSpec]) -> Vec<AclRule> {
+    if rules.len() > 256 {
+        errors.push(
+            "spec.acl",
+            format!("{} rules; at most 256 are allowed", rules.len()),
+        );
+    }
+    rules
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| acl_rule(errors, i, r))
+        .collect()
+}
+
+/// Whether any of `rules` is an egress rule (which some backends render against the
+/// host's MAC address).
+pub fn has_egress_rules(rules: &[AclRuleSpec]) -> bool {
+    rules
+        .iter()
+        .any(|r| r.direction == Some(AclDirectionSpec::Egress))
+}
+
+/// The host NIC's MAC for `desired` (the cabled Server NIC's, or the SmartNicPort's
+/// own), and the error for each egress rule a backend that matches egress by that
+/// MAC cannot render without it. `source` says where the MAC would come from.
+pub fn with_host_mac(
+    mut desired: DesiredPort,
+    mac: Option<&str>,
+    caps: &Capabilities,
+    source: &str,
+) -> Result<DesiredPort, ValidationErrors> {
+    let mut errors = Errors::default();
+    desired.host_mac = mac.and_then(|m| MacAddress::parse(m).ok());
+    if caps.egress_needs_host_mac() && desired.host_mac.is_none() {
+        for (i, rule) in desired.acl.iter().enumerate() {
+            if rule.direction == AclDirection::Egress {
+                errors.push(
+                    format!("spec.acl[{i}].direction"),
+                    format!(
+                        "egress rules on this device match the MAC address of the host \
+                         behind the port, and none is known: {source}"
+                    ),
+                );
+            }
+        }
+    }
+    errors.finish(|| desired)
 }
 
 fn acl_rule(errors: &mut Errors, i: usize, rule: &AclRuleSpec) -> Option<AclRule> {
@@ -228,8 +278,10 @@ fn acl_rule(errors: &mut Errors, i: usize, rule: &AclRuleSpec) -> Option<AclRule
         }
         Some(c)
     };
-    let src = cidr("src", &rule.src);
-    let dst = cidr("dst", &rule.dst);
+    // A /0 network is "any": stored as absent, so every backend renders and reads
+    // back the same rule.
+    let src = cidr("src", &rule.src).filter(|c| c.prefix() > 0);
+    let dst = cidr("dst", &rule.dst).filter(|c| c.prefix() > 0);
     let protocol = match rule.protocol {
         AclProtocolSpec::Tcp => AclProtocol::Tcp,
         AclProtocolSpec::Udp => AclProtocol::Udp,
@@ -278,18 +330,7 @@ pub fn configuration_to_desired(
 ) -> Result<DesiredPort, ValidationErrors> {
     let mut errors = Errors::default();
     let mut desired = port_settings(&mut errors, &spec.port, port);
-    if spec.acl.len() > 256 {
-        errors.push(
-            "spec.acl",
-            format!("{} rules; at most 256 are allowed", spec.acl.len()),
-        );
-    }
-    desired.acl = spec
-        .acl
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| acl_rule(&mut errors, i, r))
-        .collect();
+    desired.acl = acl_rules(&mut errors, &spec.acl);
     if let Some(lag) = &spec.link_aggregation {
         let group = errors.check("spec.linkAggregation.group", LagGroup::new(lag.group));
         let mode = match lag.mode {
@@ -748,7 +789,8 @@ pub fn smartnic_configuration_to_desired(
     port: PortName,
 ) -> Result<DesiredPort, ValidationErrors> {
     let mut errors = Errors::default();
-    let desired = port_settings(&mut errors, &spec.port, port);
+    let mut desired = port_settings(&mut errors, &spec.port, port);
+    desired.acl = acl_rules(&mut errors, &spec.acl);
     if let Some(next) = &spec.next_configuration_ref {
         object_name(&mut errors, "spec.nextConfigurationRef.name", &next.name);
         optional_namespace(
@@ -765,6 +807,9 @@ pub fn validate_smartnic_port(spec: &SmartNicPortSpec) -> Result<(), ValidationE
     let mut errors = Errors::default();
     object_name(&mut errors, "spec.provider.name", &spec.provider.name);
     errors.check("spec.portName", PortName::parse(&spec.port_name));
+    if let Some(m) = &spec.host_mac {
+        mac(&mut errors, "spec.hostMac", m);
+    }
     if let Some(c) = &spec.configuration {
         object_name(&mut errors, "spec.configuration.name", &c.name);
         optional_namespace(

@@ -8,9 +8,12 @@ mod support;
 use std::time::Duration;
 
 use patchbay_providers::ovsdb::{Connection, Endpoint, OvsOptions, OvsSwitch, OvsdbError};
-use patchbay_providers::values::{Description, Mtu, PortName, VlanId};
+use patchbay_providers::values::{
+    Cidr, Description, L4PortRange, MacAddress, Mtu, PortName, VlanId,
+};
 use patchbay_providers::{
-    AdminState, Capability, DesiredPort, Device, DeviceError, PortChange, PortOperation, VlanMode,
+    AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capability, DesiredPort, Device,
+    DeviceError, IpVersion, PortChange, PortOperation, VlanMode,
 };
 use patchbay_testbed::OvsSim;
 use serde_json::json;
@@ -214,7 +217,7 @@ async fn every_port_state_is_written_read_back_and_reset() {
     assert_eq!(
         sw.get_port(&p(&port)).await.unwrap(),
         patchbay_providers::ObservedPort {
-            acl: None,
+            acl: Some(Vec::new()),
             lag: None,
             ..patchbay_providers::ObservedPort::from_desired(&DesiredPort::clean(p(&port)))
         }
@@ -421,4 +424,162 @@ async fn batches_are_one_transaction_with_results_per_port() {
         matches!(&e, DeviceError::Timeout { during, .. } if during.contains("ovs-vswitchd")),
         "{e:?}"
     );
+}
+
+/// patchbay's flows (cookie 0x7062…) on `bridge`, one per line, as ovs-ofctl
+/// prints them without counters.
+fn patchbay_flows(ovs: &OvsSim, bridge: &str) -> Vec<String> {
+    ovs.ofctl(
+        "dump-flows",
+        bridge,
+        &["--no-stats", "cookie=0x7062000000000000/0xffff000000000000"],
+    )
+    .unwrap()
+    .lines()
+    .filter(|l| l.contains("cookie="))
+    .map(|l| l.trim().to_owned())
+    .collect()
+}
+
+fn rule(text: &str) -> AclRule {
+    let mut r = AclRule {
+        ip_version: IpVersion::V4,
+        action: AclAction::Deny,
+        protocol: AclProtocol::Tcp,
+        direction: AclDirection::Ingress,
+        src: None,
+        src_ports: None,
+        dst: None,
+        dst_ports: None,
+    };
+    for w in text.split_whitespace() {
+        match w {
+            "allow" => r.action = AclAction::Allow,
+            "icmp" => r.protocol = AclProtocol::Icmp,
+            "out" => r.direction = AclDirection::Egress,
+            "v6" => r.ip_version = IpVersion::V6,
+            _ => match w.split_once('=') {
+                Some(("dp", p)) => r.dst_ports = Some(L4PortRange::parse(p).unwrap()),
+                Some(("src", c)) => r.src = Some(Cidr::parse(c).unwrap()),
+                _ => panic!("{w}"),
+            },
+        }
+    }
+    r
+}
+
+#[tokio::test]
+async fn acl_flows_are_written_read_back_repaired_and_only_patchbay_s_removed() {
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    let hosts = Hosts::create(&ovs, "br0", 2);
+    let (port, other) = (hosts.ports[0].clone(), hosts.ports[1].clone());
+    let sw = backend(&ovs, "br0", true);
+    assert!(sw.capabilities().supports(Capability::Acl));
+    assert!(sw.capabilities().egress_needs_host_mac());
+    assert!(
+        !backend(&ovs, "br0", false)
+            .capabilities()
+            .supports(Capability::Acl),
+        "without an OpenFlow target there are no ACLs"
+    );
+    // A flow somebody else wrote: patchbay must never touch it.
+    ovs.ofctl(
+        "add-flow",
+        "br0",
+        &["cookie=0x1234,priority=100,tcp,tp_dst=9999,actions=drop"],
+    )
+    .unwrap();
+    let foreign = || {
+        ovs.ofctl("dump-flows", "br0", &["--no-stats", "cookie=0x1234/-1"])
+            .unwrap()
+    };
+    assert!(foreign().contains("tp_dst=9999"));
+
+    let mut desired = DesiredPort::clean(p(&port));
+    desired.vlans = VlanMode::Access { vlan: v(10) };
+    desired.acl = vec![
+        rule("dp=22-25"),
+        rule("allow icmp out"),
+        rule("v6 src=2001:db8::/32"),
+    ];
+    desired.host_mac = Some(MacAddress::parse("02:00:00:00:00:01").unwrap());
+    assert_eq!(sw.set_port(&desired).await.unwrap(), PortChange::Changed);
+    let back = sw.get_port(&p(&port)).await.unwrap();
+    assert_eq!(back.acl.as_ref(), Some(&desired.acl));
+    assert_eq!(back.vlans, Some(VlanMode::Access { vlan: v(10) }));
+    // Read independently: two blocks for 22-25, one egress flow, one IPv6 rule and
+    // the five neighbour-discovery pass flows IPv6 rules bring.
+    let flows = patchbay_flows(&ovs, "br0");
+    assert_eq!(flows.len(), 9, "{flows:#?}");
+    assert!(
+        flows
+            .iter()
+            .any(|f| f.contains("tp_dst=0x16/0xfffe") && f.contains("actions=drop"))
+    );
+    assert!(flows.iter().any(|f| f.contains("tp_dst=0x18/0xfffe")));
+    assert!(
+        flows
+            .iter()
+            .any(|f| f.contains("dl_dst=02:00:00:00:00:01") && f.contains("actions=NORMAL"))
+    );
+    assert_eq!(
+        flows.iter().filter(|f| f.contains("icmp_type=13")).count(),
+        5
+    );
+    assert_eq!(sw.set_port(&desired).await.unwrap(), PortChange::Unchanged);
+
+    // Drift: one of the port's flows deleted behind patchbay's back is seen and
+    // put back.
+    ovs.ofctl("del-flows", "br0", &["tcp,tp_dst=0x18/0xfffe"])
+        .unwrap();
+    assert_ne!(
+        sw.get_port(&p(&port)).await.unwrap().acl.as_ref(),
+        Some(&desired.acl)
+    );
+    assert_eq!(sw.set_port(&desired).await.unwrap(), PortChange::Changed);
+    assert_eq!(
+        sw.get_port(&p(&port)).await.unwrap().acl.as_ref(),
+        Some(&desired.acl)
+    );
+    assert_eq!(patchbay_flows(&ovs, "br0").len(), 9);
+
+    // A changed ACL replaces the old flows; nothing of the old generation is left.
+    let mut changed = desired.clone();
+    changed.acl = vec![rule("allow dp=80"), rule("")];
+    assert_eq!(sw.set_port(&changed).await.unwrap(), PortChange::Changed);
+    assert_eq!(
+        sw.get_port(&p(&port)).await.unwrap().acl.as_ref(),
+        Some(&changed.acl)
+    );
+    let flows = patchbay_flows(&ovs, "br0");
+    assert_eq!(flows.len(), 2, "{flows:#?}");
+
+    // The neighbour's ACL is its own: cleaning one port leaves the other's flows.
+    let mut neighbour = DesiredPort::clean(p(&other));
+    neighbour.acl = vec![rule("dp=443")];
+    sw.set_port(&neighbour).await.unwrap();
+    assert_eq!(patchbay_flows(&ovs, "br0").len(), 3);
+
+    // An egress rule without the host's MAC is refused, and changes nothing.
+    let mut no_mac = changed.clone();
+    no_mac.acl = vec![rule("out")];
+    no_mac.host_mac = None;
+    let e = sw.set_port(&no_mac).await.unwrap_err();
+    assert!(e.to_string().contains("MAC address of the host"), "{e}");
+    assert_eq!(patchbay_flows(&ovs, "br0").len(), 3);
+
+    // Cleaning removes exactly the port's flows: the neighbour's and the foreign
+    // flow stay.
+    sw.reset_port(&p(&port)).await.unwrap();
+    assert_eq!(sw.get_port(&p(&port)).await.unwrap().acl, Some(Vec::new()));
+    let left = patchbay_flows(&ovs, "br0");
+    assert_eq!(left.len(), 1, "{left:#?}");
+    assert!(left[0].contains("tp_dst=443"));
+    assert!(
+        foreign().contains("tp_dst=9999"),
+        "a foreign flow was touched"
+    );
+    sw.reset_port(&p(&other)).await.unwrap();
+    assert!(patchbay_flows(&ovs, "br0").is_empty());
+    assert!(foreign().contains("tp_dst=9999"));
 }

@@ -11,7 +11,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::values::{
-    Cidr, Description, L4PortRange, LagGroup, Mtu, PortName, VlanId, VlanName, VlanSet,
+    Cidr, Description, L4PortRange, LagGroup, MacAddress, Mtu, PortName, VlanId, VlanName, VlanSet,
 };
 
 /// Administrative state of a port.
@@ -108,6 +108,25 @@ pub struct AclRule {
     pub dst_ports: Option<L4PortRange>,
 }
 
+impl AclRule {
+    /// What a backend reads back when the device holds ACL entries it cannot map to
+    /// rules (edited or added behind patchbay's back): a rule no configuration
+    /// equals (ICMP with ports, which the validator refuses), so it shows as drift.
+    pub fn unrecognised() -> Self {
+        let any = L4PortRange { low: 1, high: 1 };
+        Self {
+            ip_version: IpVersion::V4,
+            action: AclAction::Deny,
+            protocol: AclProtocol::Icmp,
+            direction: AclDirection::Ingress,
+            src: None,
+            src_ports: Some(any),
+            dst: None,
+            dst_ports: Some(any),
+        }
+    }
+}
+
 /// LACP behaviour of a link-aggregation member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum LagMode {
@@ -150,6 +169,11 @@ pub struct DesiredPort {
     pub acl: Vec<AclRule>,
     /// Link-aggregation membership; `None` removes it.
     pub lag: Option<LagMembership>,
+    /// MAC address of the host NIC cabled to the port, where known. Not configured
+    /// on anything: backends that can only match traffic *towards* a port by its
+    /// destination MAC (Open vSwitch) need it for egress ACL rules; the others ignore
+    /// it.
+    pub host_mac: Option<MacAddress>,
 }
 
 impl DesiredPort {
@@ -165,6 +189,7 @@ impl DesiredPort {
             description: None,
             acl: Vec::new(),
             lag: None,
+            host_mac: None,
         }
     }
 
@@ -349,6 +374,9 @@ impl fmt::Display for Capability {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {
     supported: Vec<Capability>,
+    /// Egress ACL rules match the host NIC's MAC address (Open vSwitch).
+    #[serde(default)]
+    egress_by_host_mac: bool,
 }
 
 impl Capabilities {
@@ -357,7 +385,23 @@ impl Capabilities {
         let mut supported: Vec<Capability> = supported.into_iter().collect();
         supported.sort();
         supported.dedup();
-        Self { supported }
+        Self {
+            supported,
+            egress_by_host_mac: false,
+        }
+    }
+
+    /// The same, for a backend whose egress ACL rules match the MAC address of the
+    /// host behind the port (`DesiredPort::host_mac`): it cannot match the port
+    /// traffic will leave by.
+    pub fn egress_acl_by_host_mac(mut self) -> Self {
+        self.egress_by_host_mac = true;
+        self
+    }
+
+    /// Whether egress ACL rules need the host's MAC address.
+    pub fn egress_needs_host_mac(&self) -> bool {
+        self.egress_by_host_mac
     }
 
     /// A backend that supports everything.

@@ -669,6 +669,48 @@ impl LagGroup {
     }
 }
 
+/// A MAC address, written `aa:bb:cc:dd:ee:ff` (either case on input, lower case out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct MacAddress([u8; 6]);
+
+impl MacAddress {
+    /// Parses six colon-separated hex pairs.
+    pub fn parse(input: &str) -> Result<Self, ValueError> {
+        let mut out = [0u8; 6];
+        let mut parts = input.split(':');
+        let bad = || {
+            ValueError::new(format!(
+                "{:?} is not a MAC address (six colon-separated hex pairs)",
+                excerpt(input)
+            ))
+        };
+        for b in &mut out {
+            let p = parts.next().ok_or_else(bad)?;
+            if p.len() != 2 || !p.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+        }
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(Self(out))
+    }
+
+    /// The six bytes.
+    pub fn octets(self) -> [u8; 6] {
+        self.0
+    }
+}
+
+impl fmt::Display for MacAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
 macro_rules! serde_via {
     ($ty:ty, $repr:ty, $parse:expr, $to:expr) => {
         impl TryFrom<$repr> for $ty {
@@ -692,6 +734,12 @@ serde_via!(
     String,
     |s: String| L4PortRange::parse(&s),
     |r: L4PortRange| r.to_string()
+);
+serde_via!(
+    MacAddress,
+    String,
+    |s: String| MacAddress::parse(&s),
+    |m: MacAddress| m.to_string()
 );
 serde_via!(Mtu, i64, Mtu::new, |m: Mtu| i64::from(m.0));
 serde_via!(LagGroup, i64, LagGroup::new, |g: LagGroup| i64::from(g.0));

@@ -34,8 +34,8 @@ pub use provider_switch::{
     Backend, BackendOptions, DeviceOs, HostKeyPin, ProviderSwitch, ProviderSwitchSpec,
 };
 pub use server::{
-    HardwareSpec, NamespacedObjectRef, Server, ServerClaimBinding, ServerPhase, ServerSpec,
-    ServerStatus,
+    CabledPortKind, HardwareSpec, NamespacedObjectRef, Server, ServerClaimBinding, ServerPhase,
+    ServerSpec, ServerStatus,
 };
 pub use smartnic::{
     SmartNicConfiguration, SmartNicConfigurationSpec, SmartNicPort, SmartNicPortSpec,

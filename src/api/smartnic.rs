@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{ConfigurationRef, PortStatus, pattern};
-use super::configuration::PortSettingsSpec;
+use super::configuration::{AclRuleSpec, PortSettingsSpec};
 use super::switch::ProviderRef;
 
 /// A port on a SmartNIC's virtual switch. When configured, the SwitchPort named by
@@ -45,6 +45,12 @@ pub struct SmartNicPortSpec {
     /// The port name on the SmartNIC's bridge.
     #[schemars(length(min = 1, max = 64), pattern(pattern::PORT_NAME))]
     pub port_name: String,
+    /// MAC address of the host interface behind this bridge port (the VF or NIC the
+    /// host sends from). Egress ACL rules match it as the destination; absent: the
+    /// `mac` of the Server NIC cabled to this SmartNicPort, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(pattern::MAC))]
+    pub host_mac: Option<String>,
     /// The SmartNicConfiguration this port should carry; absent: clean and Idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration: Option<ConfigurationRef>,
@@ -99,6 +105,12 @@ pub enum NextPortKind {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SmartNicConfigurationSpec {
+    /// ACL rules of the bridge port, in order (same rules and semantics as a
+    /// SwitchPortConfiguration's `acl`). Needs the ProviderSwitch's
+    /// `options.openflow`; egress rules need the host's MAC address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub acl: Vec<AclRuleSpec>,
     /// VLANs, admin state, MTU and description of the bridge port (shared with
     /// SwitchPortConfiguration).
     #[serde(flatten)]

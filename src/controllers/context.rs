@@ -16,7 +16,10 @@ use tokio::sync::mpsc;
 
 use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, FailureLedger};
-use crate::api::{ProviderSwitch, SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration};
+use crate::api::{
+    CabledPortKind, ProviderSwitch, Server, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration,
+};
 use crate::backends::{BackendError, Backends};
 use crate::settings::Settings;
 use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
@@ -157,6 +160,30 @@ pub async fn fetch_secret(
     Api::<Secret>::namespaced(client.clone(), &ns)
         .get_opt(&r.name)
         .await
+}
+
+/// The MAC address of the Server NIC cabled to port `name` (of `kind`) in
+/// `namespace`, if a Server names it and gives the NIC a `mac`. One list of the
+/// (cluster-scoped) Servers: called only for a configuration with egress ACL rules.
+pub async fn cabled_host_mac(
+    client: &Client,
+    kind: CabledPortKind,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, kube::Error> {
+    let servers = Api::<Server>::all(client.clone())
+        .list(&kube::api::ListParams::default())
+        .await?;
+    Ok(servers.items.iter().find_map(|s| {
+        s.spec.nics.iter().find_map(|nic| {
+            let p = nic.port.as_ref()?;
+            (p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
+                && p.namespace == namespace
+                && p.name == name)
+                .then(|| nic.mac.clone())
+                .flatten()
+        })
+    }))
 }
 
 /// An API for kind `K` in `namespace`, or in all namespaces.

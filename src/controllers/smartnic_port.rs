@@ -41,19 +41,19 @@ use patchbay_providers::{Capabilities, Capability, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Context, smartnic_worker_key};
+use super::context::{Context, cabled_host_mac, smartnic_worker_key};
 use super::failure::Failure;
 use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive};
 use super::port_record::KubeRecord;
 use super::{ControllerError, SKIP_CLEANUP_ANNOTATION, inputs_digest, is_true, requeue_action};
 use crate::api::{
-    Backend, ConfigurationRef, DriftPolicy, PortState, ProviderSwitch, SmartNicConfiguration,
-    SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
+    Backend, CabledPortKind, ConfigurationRef, DriftPolicy, PortState, ProviderSwitch,
+    SmartNicConfiguration, SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
 };
 use crate::state_machine::{Outcome, PortTarget};
 use crate::validate::{
-    ValidationErrors, capability_errors, smartnic_configuration_to_desired, validate_provider,
-    validate_smartnic_port,
+    ValidationErrors, capability_errors, has_egress_rules, smartnic_configuration_to_desired,
+    validate_provider, validate_smartnic_port, with_host_mac,
 };
 use crate::worker::PortKey;
 
@@ -74,6 +74,9 @@ struct World {
     config: Option<SmartNicConfiguration>,
     desired: Option<PortTarget>,
     chain: Option<Chain>,
+    /// The host's MAC: `spec.hostMac`, else the cabled Server NIC's (looked up only
+    /// for egress ACL rules).
+    host_mac: Option<String>,
     /// See [`super::inputs_digest`]: the spec, the provider, the configuration and
     /// the chained port's claim and configuration.
     inputs: String,
@@ -94,6 +97,7 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             config: None,
             desired: None,
             chain: None,
+            host_mac: None,
         });
     };
     let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
@@ -137,8 +141,16 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             )),
         })),
     };
+    let host_mac = match (&port.spec.host_mac, &config) {
+        (Some(m), _) => Some(m.clone()),
+        (None, Some(c)) if has_egress_rules(&c.spec.acl) => {
+            cabled_host_mac(client, CabledPortKind::SmartNicPort, &ns, &port.name_any()).await?
+        }
+        _ => None,
+    };
     let inputs = inputs_digest(&json!({
         "spec": port.spec,
+        "hostMac": host_mac,
         "provider": provider_input,
         "configuration": config.as_ref().map(|c| &c.spec),
         "next": chain.as_ref().map(|c| json!({
@@ -162,6 +174,7 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             hash,
         }),
         chain,
+        host_mac,
     })
 }
 
@@ -347,9 +360,19 @@ impl PortSteps for SmartNicSteps<'_> {
             ));
         };
         let desired = smartnic_configuration_to_desired(&cfg.spec, self.device_port()?)
+            .and_then(|d| {
+                with_host_mac(
+                    d,
+                    self.world.host_mac.as_deref(),
+                    capabilities,
+                    "set the SmartNicPort's spec.hostMac, or the `mac` of the Server NIC \
+                     cabled to it",
+                )
+            })
             .map_err(Failure::InvalidConfiguration)?;
         let missing = capability_errors(&desired, capabilities, "this SmartNIC", |c| {
-            (c == Capability::Disable).then_some("the ProviderSwitch has no options.openflow")
+            matches!(c, Capability::Disable | Capability::Acl)
+                .then_some("the ProviderSwitch has no options.openflow")
         });
         if !missing.is_empty() {
             return Err(Failure::InvalidConfiguration(ValidationErrors(missing)));

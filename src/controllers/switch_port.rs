@@ -19,7 +19,7 @@ use patchbay_providers::{Capabilities, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Context, fetch_secret, switch_worker_key};
+use super::context::{Context, cabled_host_mac, fetch_secret, switch_worker_key};
 use super::failure::Failure;
 use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive};
 use super::port_record::KubeRecord;
@@ -28,11 +28,13 @@ use super::{
     ControllerError, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL, inputs_digest, is_true, requeue_action,
 };
 use crate::api::{
-    ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
+    CabledPortKind, ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
     SwitchPortDefinition, configuration_hash,
 };
 use crate::state_machine::PortTarget;
-use crate::validate::{PortContext, desired_for_port, validate_provider};
+use crate::validate::{
+    PortContext, desired_for_port, has_egress_rules, validate_provider, with_host_mac,
+};
 use crate::worker::PortKey;
 
 /// What a SwitchPort refers to, read once per reconcile.
@@ -44,6 +46,8 @@ struct PortWorld {
     desired: Option<PortTarget>,
     config: Option<SwitchPortConfiguration>,
     device_port: Option<String>,
+    /// The cabled Server NIC's MAC, looked up only for egress ACL rules.
+    host_mac: Option<String>,
     /// See [`inputs_digest`].
     inputs: String,
 }
@@ -100,8 +104,15 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         .as_ref()
         .map(|d| d.name.clone())
         .or_else(|| port.status.as_ref().and_then(|s| s.device_port.clone()));
+    let host_mac = match &config {
+        Some(c) if has_egress_rules(&c.spec.acl) => {
+            cabled_host_mac(client, CabledPortKind::SwitchPort, &ns, &port.name_any()).await?
+        }
+        _ => None,
+    };
     let inputs = inputs_digest(&json!({
         "spec": port.spec,
+        "hostMac": host_mac,
         "configuration": config.as_ref().map(|c| &c.spec),
         "definition": definition,
         "provider": provider.as_ref().map(|p| json!({"uid": p.uid(), "spec": p.spec})),
@@ -115,6 +126,7 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         desired,
         config,
         device_port,
+        host_mac,
         inputs,
     })
 }
@@ -178,7 +190,7 @@ impl PortSteps for SwitchPortSteps<'_> {
             .map(|s| s.name_any())
             .unwrap_or_default();
         let port_key = self.port.name_any();
-        desired_for_port(
+        let desired = desired_for_port(
             &cfg.spec,
             &PortContext {
                 switch: &switch_name,
@@ -186,6 +198,13 @@ impl PortSteps for SwitchPortSteps<'_> {
                 definition,
                 capabilities: Some(capabilities),
             },
+        )
+        .map_err(Failure::InvalidConfiguration)?;
+        with_host_mac(
+            desired,
+            self.world.host_mac.as_deref(),
+            capabilities,
+            "give the Server NIC cabled to this SwitchPort a `mac`",
         )
         .map_err(Failure::InvalidConfiguration)
     }

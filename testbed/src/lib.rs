@@ -463,6 +463,27 @@ impl OvsSim {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
+    /// Runs `ovs-ofctl -O OpenFlow13 COMMAND <bridge's OpenFlow target> ARGS…` (tests
+    /// only: to look at and tamper with flows). Returns stdout; fails with stderr.
+    pub fn ofctl(&self, command: &str, bridge: &str, args: &[&str]) -> Result<String> {
+        let target = self
+            .openflow(bridge)
+            .ok_or_else(|| TestbedError::Failed(format!("no bridge {bridge}")))?;
+        let out = Command::new("ovs-ofctl")
+            .args(["-O", "OpenFlow13", command, &target])
+            .args(args)
+            .output()
+            .map_err(io("running ovs-ofctl"))?;
+        if !out.status.success() {
+            return Err(TestbedError::Failed(format!(
+                "ovs-ofctl {command} {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
     /// Stops the launcher and both daemons (by PID) and removes the directory.
     pub fn stop(&mut self) {
         terminate(self.child.id());

@@ -111,10 +111,92 @@ impl Hosts {
             .unwrap_or_else(|| panic!("no ping summary in {text:?}"))
     }
 
+    /// The MAC address of host `i`'s eth0.
+    pub fn mac(&self, i: usize) -> String {
+        let out = run(&["ip", "-n", &self.namespaces[i], "link", "show", "eth0"]).expect("link");
+        out.split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .expect("a MAC address")
+            .to_owned()
+    }
+
+    /// Starts TCP listeners on `ports` in host `i` (accepting and closing every
+    /// connection); they stop when the returned child is dropped.
+    pub fn listen(&self, i: usize, ports: &[u16]) -> Listener {
+        let list = ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let script = format!(
+            "import socket, select, sys\n\
+             socks = []\n\
+             for p in [{list}]:\n\
+             \x20   s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             \x20   s.bind(('0.0.0.0', p)); s.listen(64); socks.append(s)\n\
+             print('ready', flush=True)\n\
+             while True:\n\
+             \x20   for s in select.select(socks, [], [])[0]:\n\
+             \x20       s.accept()[0].close()\n"
+        );
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.namespaces[i],
+                "python3",
+                "-c",
+                &script,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 listener starts");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("listener says ready");
+        assert_eq!(line.trim(), "ready", "listener on {ports:?} did not start");
+        Listener(child)
+    }
+
+    /// Whether host `from` can open a TCP connection to host `to` on `port` (one
+    /// attempt, 1.5 s).
+    pub fn tcp_connects(&self, from: usize, to: usize, port: u16) -> bool {
+        let script = format!(
+            "import socket\nsocket.create_connection(('{}', {port}), timeout=1.5).close()",
+            self.ip(to)
+        );
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.namespaces[from],
+                "python3",
+                "-c",
+                &script,
+            ])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("python3 runs")
+            .success()
+    }
+
     /// Whether host `i`'s eth0 has carrier.
     pub fn has_carrier(&self, i: usize) -> bool {
         let out = run(&["ip", "-n", &self.namespaces[i], "link", "show", "eth0"]).expect("link");
         !out.contains("NO-CARRIER")
+    }
+}
+
+/// TCP listeners in a host (see [`Hosts::listen`]), stopped by the PID started.
+pub struct Listener(std::process::Child);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

@@ -10,9 +10,15 @@
 //! | MTU m | `Interface.mtu_request=m` on each interface of the port |
 //! | description d | `Port.external_ids:patchbay/description=d` (other keys kept) |
 //! | disabled | OpenFlow PORT_MOD `OFPPC_PORT_DOWN` (see [`openflow`]); read back from `Interface.admin_state` |
+//! | ACL | OpenFlow flows in table 0 marked by patchbay's cookies (see [`acl`]); read back by a cookie-masked dump |
 //!
 //! The native VLAN is always written into `trunks`: an empty `trunks` means *every*
 //! VLAN to OVS, so a native-only trunk must not leave it empty.
+//!
+//! Admin state and ACL need the bridge's OpenFlow listener (`options.openflow`);
+//! without it neither is offered. A batch (and a read) then holds one OpenFlow
+//! session as well: one dump of patchbay's flows on the bridge, and after the OVSDB
+//! commit every port-mod and flow change followed by one barrier.
 //!
 //! Reads are one transaction of `select`s; a batch of changes is one transaction for
 //! every port plus `next_cfg += 1`, after which the backend waits until
@@ -26,6 +32,8 @@
 //! with no VLANs, which no desired state equals, so such a port shows drift and is
 //! rewritten.
 
+pub mod acl;
+pub mod ofwire;
 pub mod openflow;
 pub mod rpc;
 
@@ -39,9 +47,11 @@ use tokio::time::Instant;
 use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
 use crate::error::Cause;
 use crate::error::DeviceError;
-use crate::model::{AdminState, Capabilities, Capability, DesiredPort, ObservedPort, VlanMode};
+use crate::model::{
+    AclRule, AdminState, Capabilities, Capability, DesiredPort, ObservedPort, VlanMode,
+};
 use crate::values::{Description, Mtu, PortName, VlanId, VlanSet};
-pub use openflow::PortMod;
+use ofwire::Flow;
 pub use rpc::{Connection, Endpoint, OvsdbError};
 
 /// The `external_ids` key that holds a port's description.
@@ -56,8 +66,8 @@ pub struct OvsOptions {
     /// The bridge whose ports are managed.
     pub bridge: String,
     /// OpenFlow target of the bridge, `unix:PATH` or `tcp:HOST:PORT` (see
-    /// [`openflow::set_ports_down`]); without it the admin state is not managed and
-    /// ports cannot be disabled.
+    /// [`openflow::Session::open`]); without it the admin state and ACLs are not
+    /// managed: ports cannot be disabled or carry ACLs.
     pub openflow: Option<String>,
     /// Connect timeout.
     pub connect_timeout: Duration,
@@ -189,7 +199,37 @@ fn vlans_of(row: &PortRow) -> VlanMode {
     }
 }
 
-fn observed(port: &PortName, row: &PortRow, admin_managed: bool) -> ObservedPort {
+/// The OpenFlow side of a port: its name (cookie), interfaces' OpenFlow port numbers
+/// and the host MAC.
+fn port_match(port: &PortName, row: &PortRow, host_mac: Option<[u8; 6]>) -> acl::PortMatch {
+    acl::PortMatch {
+        name: port.as_str().to_owned(),
+        ofports: row
+            .ifaces
+            .iter()
+            .filter_map(|i| i.ofport.and_then(|p| u32::try_from(p).ok()))
+            .filter(|p| (1..0xff00).contains(p))
+            .collect(),
+        host_mac,
+    }
+}
+
+/// Patchbay's flows of `port` among `flows` (all of patchbay's flows on the bridge).
+fn flows_of(flows: &[Flow], port: &PortName) -> Vec<Flow> {
+    let cookie = acl::port_cookie(port.as_str());
+    flows
+        .iter()
+        .filter(|f| f.cookie & acl::PORT_MASK == cookie)
+        .cloned()
+        .collect()
+}
+
+fn observed(
+    port: &PortName,
+    row: &PortRow,
+    admin_managed: bool,
+    acl: Option<Vec<AclRule>>,
+) -> ObservedPort {
     let states: Vec<&str> = row
         .ifaces
         .iter()
@@ -216,7 +256,7 @@ fn observed(port: &PortName, row: &PortRow, admin_managed: bool) -> ObservedPort
                 .as_deref()
                 .map(Description::read_from_device),
         ),
-        acl: None,
+        acl,
         lag: None,
     }
 }
@@ -272,6 +312,8 @@ const IFACE_COLUMNS: [&str; 6] = [
 struct Plan {
     ops: Vec<Value>,
     admin: Option<(bool, Vec<IfaceRow>)>,
+    /// Flow adds and deletes (OpenFlow), in order.
+    flows: Vec<openflow::Request>,
 }
 
 impl OvsSwitch {
@@ -419,8 +461,14 @@ impl OvsSwitch {
         Ok(out)
     }
 
-    /// The operations that make `row` match `desired` (empty when it does).
-    fn plan(&self, desired: &DesiredPort, row: &PortRow) -> Result<Plan, DeviceError> {
+    /// The operations that make `row` (and `flows`, the port's patchbay flows) match
+    /// `desired` (empty when they do).
+    fn plan(
+        &self,
+        desired: &DesiredPort,
+        row: &PortRow,
+        flows: &[Flow],
+    ) -> Result<Plan, DeviceError> {
         let caps = self.capabilities();
         if let Some(c) = caps.missing_for(desired).first() {
             return Err(DeviceError::Unsupported { capability: *c });
@@ -474,7 +522,72 @@ impl OvsSwitch {
             .cloned()
             .collect();
         let admin = (self.opts.openflow.is_some() && !wrong.is_empty()).then_some((down, wrong));
-        Ok(Plan { ops, admin })
+        let flows = if self.opts.openflow.is_some() {
+            self.plan_flows(desired, row, flows)?
+        } else {
+            Vec::new()
+        };
+        Ok(Plan { ops, admin, flows })
+    }
+
+    /// The flow changes that give the port exactly `desired.acl`: the new flows under
+    /// the other generation (identical ones are replaced in place), then a delete of
+    /// the old generation; a clean port gets one delete of all its flows.
+    fn plan_flows(
+        &self,
+        desired: &DesiredPort,
+        row: &PortRow,
+        current: &[Flow],
+    ) -> Result<Vec<openflow::Request>, DeviceError> {
+        let port = &desired.port;
+        let what = format!("OpenFlow ACL of {port}");
+        let generation = !acl::generation(current);
+        let wanted = if desired.acl.is_empty() {
+            Vec::new()
+        } else {
+            let pm = port_match(port, row, desired.host_mac.map(|m| m.octets()));
+            acl::render(&desired.acl, &pm, generation).map_err(|e| {
+                DeviceError::CommandRejected {
+                    command: what.clone(),
+                    output: e.to_string(),
+                }
+            })?
+        };
+        if acl::normalised(&wanted) == acl::normalised(current) {
+            return Ok(Vec::new());
+        }
+        let cookie = acl::port_cookie(port.as_str());
+        let mut out: Vec<openflow::Request> = wanted
+            .iter()
+            .map(|f| openflow::Request {
+                what: what.clone(),
+                bytes: ofwire::flow_add(f, 0),
+            })
+            .collect();
+        if !current.is_empty() {
+            let (cookie, mask) = if wanted.is_empty() {
+                (cookie, acl::PORT_MASK)
+            } else {
+                let old = if generation { 0 } else { acl::GENERATION };
+                (cookie | old, acl::PORT_MASK | acl::GENERATION)
+            };
+            out.push(openflow::Request {
+                what,
+                bytes: ofwire::flow_delete(cookie, mask, 0),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Opens the bridge's OpenFlow session and dumps patchbay's flows, when the
+    /// bridge has an OpenFlow target.
+    async fn open_openflow(&self) -> Result<Option<(openflow::Session, Vec<Flow>)>, DeviceError> {
+        let Some(target) = &self.opts.openflow else {
+            return Ok(None);
+        };
+        let mut s = openflow::Session::open(target, self.opts.command_timeout).await?;
+        let flows = s.dump_flows(acl::MARK, acl::MARK_MASK).await?;
+        Ok(Some((s, flows)))
     }
 
     /// Commits `ops` with `next_cfg += 1` and waits until ovs-vswitchd applied it.
@@ -524,25 +637,18 @@ impl OvsSwitch {
         }
     }
 
-    /// Sends the admin changes over OpenFlow and waits until OVSDB reports them.
-    async fn set_admin(
-        &self,
-        conn: &mut Connection,
+    /// The port-mods of `changes`.
+    fn admin_requests(
         changes: &[(bool, Vec<IfaceRow>)],
-    ) -> Result<(), DeviceError> {
-        let Some(of) = &self.opts.openflow else {
-            return Err(DeviceError::Unsupported {
-                capability: Capability::Disable,
-            });
-        };
+    ) -> Result<Vec<(String, bool, openflow::Request)>, DeviceError> {
         let mut mods = Vec::new();
         for (down, ifaces) in changes {
             for f in ifaces {
                 let (Some(ofport), Some(mac)) = (
                     f.ofport
-                        .and_then(|p| u16::try_from(p).ok())
-                        .filter(|p| *p < 0xff00),
-                    f.mac.as_deref().and_then(openflow::parse_mac),
+                        .and_then(|p| u32::try_from(p).ok())
+                        .filter(|p| (1..0xff00).contains(p)),
+                    f.mac.as_deref().and_then(ofwire::parse_mac),
                 ) else {
                     return Err(DeviceError::CommandRejected {
                         command: format!("OpenFlow port-mod of {}", f.name),
@@ -551,32 +657,44 @@ impl OvsSwitch {
                                 .into(),
                     });
                 };
-                mods.push(PortMod {
-                    name: f.name.clone(),
-                    ofport,
-                    mac,
-                    down: *down,
-                });
+                mods.push((
+                    f.name.clone(),
+                    *down,
+                    openflow::Request {
+                        what: format!("OpenFlow port-mod of {}", f.name),
+                        bytes: ofwire::port_mod(ofport, mac, *down, 0),
+                    },
+                ));
             }
         }
-        openflow::set_ports_down(of, &mods, self.opts.command_timeout).await?;
-        // ovs-vswitchd reports admin_state in OVSDB shortly after; wait for it so the
-        // read-back that follows sees the new state.
+        Ok(mods)
+    }
+
+    /// Waits until OVSDB reports the admin state the port-mods of `names` asked for
+    /// (ovs-vswitchd writes it shortly after), so the read-back that follows sees it.
+    async fn wait_admin(
+        &self,
+        conn: &mut Connection,
+        names: &[(String, bool)],
+    ) -> Result<(), DeviceError> {
+        if names.is_empty() {
+            return Ok(());
+        }
         let deadline = Instant::now() + self.opts.command_timeout;
         loop {
-            let ops: Vec<Value> = mods
+            let ops: Vec<Value> = names
                 .iter()
-                .map(|m| {
+                .map(|(name, _)| {
                     json!({"op": "select", "table": "Interface",
-                    "where": [["name", "==", m.name]], "columns": ["admin_state"]})
+                    "where": [["name", "==", name]], "columns": ["admin_state"]})
                 })
                 .collect();
             let r = conn.transact(DB, &ops).await?;
-            let pending = mods.iter().zip(&r).filter(|(m, res)| {
+            let pending = names.iter().zip(&r).filter(|((_, down), res)| {
                 let state = rows(res)
                     .first()
                     .and_then(|row| string(&row["admin_state"]));
-                state.as_deref() != Some(if m.down { "down" } else { "up" })
+                state.as_deref() != Some(if *down { "down" } else { "up" })
             });
             if pending.count() == 0 {
                 return Ok(());
@@ -598,16 +716,21 @@ impl OvsSwitch {
     ) -> Result<Vec<PortResult>, DeviceError> {
         let ports: Vec<PortName> = ops.iter().map(|o| o.port().clone()).collect();
         let reads = self.read_rows(conn, &ports).await?;
+        let mut of = self.open_openflow().await?;
         let mut outcomes: Vec<Option<Result<PortChange, DeviceError>>> =
             Vec::with_capacity(ops.len());
         let mut plans: Vec<Option<Plan>> = Vec::with_capacity(ops.len());
         for (op, read) in ops.iter().zip(reads) {
-            match read.and_then(|row| self.plan(&op.target(), &row)) {
+            let current = of
+                .as_ref()
+                .map(|(_, flows)| flows_of(flows, op.port()))
+                .unwrap_or_default();
+            match read.and_then(|row| self.plan(&op.target(), &row, &current)) {
                 Err(e) => {
                     outcomes.push(Some(Err(e)));
                     plans.push(None);
                 }
-                Ok(p) if p.ops.is_empty() && p.admin.is_none() => {
+                Ok(p) if p.ops.is_empty() && p.admin.is_none() && p.flows.is_empty() => {
                     outcomes.push(Some(Ok(PortChange::Unchanged)));
                     plans.push(None);
                 }
@@ -637,29 +760,71 @@ impl OvsSwitch {
                 Err(e) => return Err(e),
             }
         }
-        let admin: Vec<(usize, (bool, Vec<IfaceRow>))> = plans
+        // Then OpenFlow: every port-mod and flow change, one barrier.
+        let Some((session, _)) = &mut of else {
+            return Ok(results(ops, outcomes));
+        };
+        let mut requests: Vec<(usize, openflow::Request)> = Vec::new();
+        let mut admin_names: Vec<(usize, (String, bool))> = Vec::new();
+        for (i, plan) in plans.iter().enumerate() {
+            let Some(p) = plan else { continue };
+            if let Some(change) = &p.admin {
+                match Self::admin_requests(std::slice::from_ref(change)) {
+                    Ok(mods) => {
+                        for (name, down, r) in mods {
+                            admin_names.push((i, (name, down)));
+                            requests.push((i, r));
+                        }
+                    }
+                    Err(e) => {
+                        outcomes[i] = Some(Err(e));
+                        continue;
+                    }
+                }
+            }
+            requests.extend(p.flows.iter().map(|r| (i, r.clone())));
+        }
+        if !requests.is_empty() {
+            let sent: Vec<openflow::Request> = requests.iter().map(|(_, r)| r.clone()).collect();
+            let answers = session.run(&sent).await?;
+            for ((i, r), answer) in requests.iter().zip(answers) {
+                if let Err(text) = answer
+                    && outcomes[*i].is_none()
+                {
+                    outcomes[*i] = Some(Err(DeviceError::CommandRejected {
+                        command: r.what.clone(),
+                        output: text,
+                    }));
+                }
+            }
+        }
+        let waiting: Vec<(String, bool)> = admin_names
             .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.as_ref().and_then(|p| p.admin.clone()).map(|a| (i, a)))
+            .filter(|(i, _)| outcomes[*i].is_none())
+            .map(|(_, n)| n.clone())
             .collect();
-        if !admin.is_empty() {
-            let changes: Vec<(bool, Vec<IfaceRow>)> =
-                admin.iter().map(|(_, a)| a.clone()).collect();
-            if let Err(e) = self.set_admin(conn, &changes).await {
-                for (i, _) in &admin {
+        if let Err(e) = self.wait_admin(conn, &waiting).await {
+            for (i, _) in &admin_names {
+                if outcomes[*i].is_none() {
                     outcomes[*i] = Some(Err(e.clone()));
                 }
             }
         }
-        Ok(ops
-            .iter()
-            .zip(outcomes)
-            .map(|(op, o)| PortResult {
-                port: op.port().clone(),
-                outcome: o.unwrap_or(Ok(PortChange::Changed)),
-            })
-            .collect())
+        Ok(results(ops, outcomes))
     }
+}
+
+fn results(
+    ops: &[PortOperation],
+    outcomes: Vec<Option<Result<PortChange, DeviceError>>>,
+) -> Vec<PortResult> {
+    ops.iter()
+        .zip(outcomes)
+        .map(|(op, o)| PortResult {
+            port: op.port().clone(),
+            outcome: o.unwrap_or(Ok(PortChange::Changed)),
+        })
+        .collect()
 }
 
 #[async_trait]
@@ -674,6 +839,8 @@ impl Device for OvsSwitch {
         ];
         if self.opts.openflow.is_some() {
             caps.push(Capability::Disable);
+            caps.push(Capability::Acl);
+            return Capabilities::new(caps).egress_acl_by_host_mac();
         }
         Capabilities::new(caps)
     }
@@ -692,14 +859,18 @@ impl Device for OvsSwitch {
         }
         self.with_session(async |conn| {
             let rows = self.read_rows(conn, ports).await?;
+            let flows = self.open_openflow().await?.map(|(_, flows)| flows);
             Ok(ports
                 .iter()
                 .zip(rows)
                 .map(|(p, r)| {
-                    (
-                        p.clone(),
-                        r.map(|row| observed(p, &row, self.opts.openflow.is_some())),
-                    )
+                    let r = r.map(|row| {
+                        let acl = flows
+                            .as_ref()
+                            .map(|all| acl::decode(&flows_of(all, p), &port_match(p, &row, None)));
+                        observed(p, &row, flows.is_some(), acl)
+                    });
+                    (p.clone(), r)
                 })
                 .collect())
         })

@@ -1,213 +1,255 @@
-//! Just enough OpenFlow 1.0 to take a bridge port administratively down or up:
-//! HELLO, PORT_MOD with `OFPPC_PORT_DOWN`, BARRIER, answering ECHO.
+//! One OpenFlow 1.3 session with a bridge (I/O; the bytes are [`super::ofwire`]'s):
+//! port admin state (PORT_MOD) and patchbay's flows (cookie-masked dump, add, delete),
+//! each exchange closed by a BARRIER so ovs-vswitchd has acted on everything sent
+//! when a call returns.
 //!
-//! Why OpenFlow: OVSDB has no writable admin-state column (`Interface.admin_state` is
-//! status that ovs-vswitchd reports), and every OVSDB-only trick (a parking VLAN,
-//! policing) either leaks traffic to some other port or only drops one direction.
-//! A PORT_MOD down is what `ovs-ofctl mod-port BR P down` does: ovs-vswitchd sets the
-//! interface down, the host behind it loses carrier, no frame passes either way, and
-//! `Interface.admin_state` reads `down` in OVSDB, where patchbay reads it back.
+//! Why OpenFlow for the admin state: OVSDB has no writable admin-state column
+//! (`Interface.admin_state` is status that ovs-vswitchd reports), and every
+//! OVSDB-only trick (a parking VLAN, policing) either leaks traffic to some other port
+//! or only drops one direction. A PORT_MOD down is what `ovs-ofctl mod-port BR P down`
+//! does: ovs-vswitchd sets the interface down, the host behind it loses carrier, no
+//! frame passes either way, and `Interface.admin_state` reads `down` in OVSDB, where
+//! patchbay reads it back.
 //!
-//! It is not persistent: ovs-vswitchd brings ports up again when it restarts. The
-//! port then reads back `up` while the configuration says disabled, which the drift
-//! check sees and repairs (or reports), like any other drift.
+//! Neither is persistent: ovs-vswitchd brings ports up and forgets every flow when it
+//! restarts. The port then reads back `up` and without its ACL while the
+//! configuration says otherwise, which the drift check sees and repairs, like any
+//! other drift; a read that finds the OpenFlow listener gone fails the switch's
+//! session, and the worker re-checks every Active port as soon as it answers again.
 
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
+use super::ofwire::{self, Flow, kind};
 use super::rpc::OvsdbError;
 use crate::error::Cause;
-
-const VERSION: u8 = 0x01;
-const OFPT_HELLO: u8 = 0;
-const OFPT_ERROR: u8 = 1;
-const OFPT_ECHO_REQUEST: u8 = 2;
-const OFPT_ECHO_REPLY: u8 = 3;
-const OFPT_PORT_MOD: u8 = 15;
-const OFPT_BARRIER_REQUEST: u8 = 18;
-const OFPT_BARRIER_REPLY: u8 = 19;
-const OFPPC_PORT_DOWN: u32 = 1;
-
-/// One port to take down or bring up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortMod {
-    /// Port name (for error messages).
-    pub name: String,
-    /// OpenFlow port number (`Interface.ofport`).
-    pub ofport: u16,
-    /// Hardware address (`Interface.mac_in_use`); OVS refuses a PORT_MOD whose
-    /// address does not match the port's.
-    pub mac: [u8; 6],
-    /// True for down.
-    pub down: bool,
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in &mut out {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(out)
-}
-
-fn header(kind: u8, len: u16, xid: u32) -> Vec<u8> {
-    let mut m = Vec::with_capacity(len as usize);
-    m.push(VERSION);
-    m.push(kind);
-    m.extend_from_slice(&len.to_be_bytes());
-    m.extend_from_slice(&xid.to_be_bytes());
-    m
-}
-
-/// The OFPT_PORT_MOD message (OpenFlow 1.0, 32 bytes).
-pub fn port_mod_message(p: &PortMod, xid: u32) -> Vec<u8> {
-    let mut m = header(OFPT_PORT_MOD, 32, xid);
-    m.extend_from_slice(&p.ofport.to_be_bytes());
-    m.extend_from_slice(&p.mac);
-    let config = if p.down { OFPPC_PORT_DOWN } else { 0 };
-    m.extend_from_slice(&config.to_be_bytes());
-    m.extend_from_slice(&OFPPC_PORT_DOWN.to_be_bytes()); // mask: only PORT_DOWN
-    m.extend_from_slice(&0u32.to_be_bytes()); // advertise: unchanged
-    m.extend_from_slice(&[0u8; 4]);
-    m
-}
 
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
-/// Sends the port changes over one OpenFlow session to `target` and waits for the
-/// barrier, so ovs-vswitchd has acted on every one of them when this returns.
-/// `target` is `unix:PATH` (the bridge's `<rundir>/<bridge>.mgmt` socket) or
-/// `tcp:HOST:PORT` (a `ptcp:` service-controller listener on the bridge).
-pub async fn set_ports_down(
-    target: &str,
-    mods: &[PortMod],
+/// One message to send, and what it is for (named in its error).
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// What the message does, e.g. "OpenFlow port-mod of p1".
+    pub what: String,
+    /// The message; its xid is replaced by the session's.
+    pub bytes: Vec<u8>,
+}
+
+/// An OpenFlow session with one bridge.
+pub struct Session {
+    s: Box<dyn Stream>,
+    endpoint: String,
+    deadline: Instant,
     timeout: Duration,
-) -> Result<(), OvsdbError> {
-    if mods.is_empty() {
-        return Ok(());
+    buf: Vec<u8>,
+    xid: u32,
+}
+
+impl Session {
+    /// Connects to `target` — `unix:PATH` (the bridge's `<rundir>/<bridge>.mgmt`
+    /// socket) or `tcp:HOST:PORT` (a `ptcp:` service-controller listener) — and says
+    /// HELLO. Every exchange of the session must finish within `timeout` of now.
+    pub async fn open(target: &str, timeout: Duration) -> Result<Self, OvsdbError> {
+        let endpoint = format!("openflow {target}");
+        let deadline = Instant::now() + timeout;
+        let dial = async {
+            Ok::<Box<dyn Stream>, std::io::Error>(match target.strip_prefix("unix:") {
+                Some(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
+                None => {
+                    let addr = target.strip_prefix("tcp:").unwrap_or(target);
+                    let s = tokio::net::TcpStream::connect(addr).await?;
+                    let _ = s.set_nodelay(true);
+                    Box::new(s)
+                }
+            })
+        };
+        let s = tokio::time::timeout_at(deadline, dial)
+            .await
+            .map_err(|_| OvsdbError::Timeout {
+                during: "connecting to the OpenFlow listener".into(),
+                after: timeout,
+            })?
+            .map_err(|e| OvsdbError::Io {
+                endpoint: endpoint.clone(),
+                cause: Cause::new(e),
+            })?;
+        let mut session = Self {
+            s,
+            endpoint,
+            deadline,
+            timeout,
+            buf: Vec::new(),
+            xid: 1,
+        };
+        session.write(&ofwire::empty(kind::HELLO, 1)).await?;
+        Ok(session)
     }
-    let endpoint = format!("openflow {target}");
-    let io = |e: std::io::Error| OvsdbError::Io {
-        endpoint: endpoint.clone(),
-        cause: Cause::new(e),
-    };
-    let deadline = Instant::now() + timeout;
-    let timed_out = |during: &str| OvsdbError::Timeout {
-        during: during.into(),
-        after: timeout,
-    };
-    let dial = async {
-        Ok::<Box<dyn Stream>, std::io::Error>(match target.strip_prefix("unix:") {
-            Some(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
-            None => {
-                let addr = target.strip_prefix("tcp:").unwrap_or(target);
-                let s = tokio::net::TcpStream::connect(addr).await?;
-                let _ = s.set_nodelay(true);
-                Box::new(s)
-            }
-        })
-    };
-    let mut s = tokio::time::timeout_at(deadline, dial)
-        .await
-        .map_err(|_| timed_out("connecting to the OpenFlow listener"))?
-        .map_err(io)?;
-    let mut out = header(OFPT_HELLO, 8, 1);
-    for (i, m) in mods.iter().enumerate() {
-        out.extend(port_mod_message(m, 100 + i as u32));
-    }
-    let barrier_xid = 99;
-    out.extend(header(OFPT_BARRIER_REQUEST, 8, barrier_xid));
-    s.write_all(&out).await.map_err(io)?;
-    let mut buf = Vec::new();
-    loop {
-        // Read one whole message.
-        while buf.len() < 8 || buf.len() < u16::from_be_bytes([buf[2], buf[3]]) as usize {
-            let mut chunk = [0u8; 4096];
-            let n = tokio::time::timeout_at(deadline, s.read(&mut chunk))
-                .await
-                .map_err(|_| timed_out("waiting for the OpenFlow barrier"))?
-                .map_err(io)?;
-            if n == 0 {
-                return Err(OvsdbError::Io {
-                    endpoint: endpoint.clone(),
-                    cause: Cause::msg("the switch closed the OpenFlow connection"),
-                });
-            }
-            buf.extend_from_slice(&chunk[..n]);
+
+    fn io(&self, e: std::io::Error) -> OvsdbError {
+        OvsdbError::Io {
+            endpoint: self.endpoint.clone(),
+            cause: Cause::new(e),
         }
-        let len = (u16::from_be_bytes([buf[2], buf[3]]) as usize).max(8);
-        let msg: Vec<u8> = buf.drain(..len).collect();
-        let xid = u32::from_be_bytes([msg[4], msg[5], msg[6], msg[7]]);
-        match msg[1] {
-            OFPT_ERROR => {
-                let (kind, code) = if msg.len() >= 12 {
-                    (
-                        u16::from_be_bytes([msg[8], msg[9]]),
-                        u16::from_be_bytes([msg[10], msg[11]]),
-                    )
-                } else {
-                    (0, 0)
-                };
-                let port = xid
-                    .checked_sub(100)
-                    .and_then(|i| mods.get(i as usize))
-                    .map(|m| m.name.clone())
-                    .unwrap_or_else(|| "?".into());
-                return Err(OvsdbError::Operation {
-                    op: format!("OpenFlow port-mod of {port}"),
-                    error: format!("OpenFlow error type {kind} code {code}"),
-                    details: match (kind, code) {
-                        (4, 0) => "bad port number".into(),
-                        (4, 1) => "hardware address does not match the port".into(),
-                        _ => String::new(),
-                    },
-                });
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), OvsdbError> {
+        let r = tokio::time::timeout_at(self.deadline, self.s.write_all(bytes)).await;
+        match r {
+            Err(_) => Err(OvsdbError::Timeout {
+                during: "writing to the OpenFlow listener".into(),
+                after: self.timeout,
+            }),
+            Ok(Err(e)) => Err(self.io(e)),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
+    /// The next message (answering ECHO requests on the way); a version mismatch
+    /// in the switch's HELLO is an error.
+    async fn next(&mut self, waiting_for: &str) -> Result<Vec<u8>, OvsdbError> {
+        loop {
+            while self.buf.len() < 8
+                || self.buf.len() < usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]]))
+            {
+                let mut chunk = [0u8; 8192];
+                let n = tokio::time::timeout_at(self.deadline, self.s.read(&mut chunk))
+                    .await
+                    .map_err(|_| OvsdbError::Timeout {
+                        during: format!("waiting for {waiting_for}"),
+                        after: self.timeout,
+                    })?
+                    .map_err(|e| self.io(e))?;
+                if n == 0 {
+                    return Err(OvsdbError::Io {
+                        endpoint: self.endpoint.clone(),
+                        cause: Cause::msg("the switch closed the OpenFlow connection"),
+                    });
+                }
+                self.buf.extend_from_slice(&chunk[..n]);
             }
-            OFPT_ECHO_REQUEST => {
-                let mut reply = msg.clone();
-                reply[1] = OFPT_ECHO_REPLY;
-                s.write_all(&reply).await.map_err(io)?;
+            let len = usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]])).max(8);
+            let msg: Vec<u8> = self.buf.drain(..len).collect();
+            match msg[1] {
+                kind::ECHO_REQUEST => {
+                    let mut reply = msg.clone();
+                    reply[1] = kind::ECHO_REPLY;
+                    self.write(&reply).await?;
+                }
+                kind::HELLO if msg[0] < ofwire::VERSION => {
+                    return Err(OvsdbError::Operation {
+                        op: "OpenFlow hello".into(),
+                        error: format!(
+                            "the bridge speaks OpenFlow version {} at most; patchbay needs 1.3 \
+                             (set the bridge's protocols to include OpenFlow13)",
+                            msg[0]
+                        ),
+                        details: String::new(),
+                    });
+                }
+                kind::HELLO => {}
+                _ => return Ok(msg),
             }
-            OFPT_BARRIER_REPLY if xid == barrier_xid => return Ok(()),
-            _ => {}
+        }
+    }
+
+    fn take_xid(&mut self) -> u32 {
+        self.xid += 1;
+        self.xid
+    }
+
+    /// Sends `requests` and a barrier; returns one result per request (the switch's
+    /// error for the ones it refused). A failed session is the `Err`.
+    pub async fn run(
+        &mut self,
+        requests: &[Request],
+    ) -> Result<Vec<Result<(), String>>, OvsdbError> {
+        let first = self.xid + 1;
+        let mut out = Vec::new();
+        for r in requests {
+            let xid = self.take_xid();
+            let mut bytes = r.bytes.clone();
+            bytes[4..8].copy_from_slice(&xid.to_be_bytes());
+            out.extend(bytes);
+        }
+        let barrier = self.take_xid();
+        out.extend(ofwire::empty(kind::BARRIER_REQUEST, barrier));
+        self.write(&out).await?;
+        let mut results: Vec<Result<(), String>> = vec![Ok(()); requests.len()];
+        loop {
+            let msg = self.next("the OpenFlow barrier").await?;
+            let xid = u32::from_be_bytes([msg[4], msg[5], msg[6], msg[7]]);
+            match msg[1] {
+                kind::ERROR => {
+                    let (t, c) = error_code(&msg);
+                    let text = ofwire::error_text(t, c);
+                    match xid.checked_sub(first).map(|i| i as usize) {
+                        Some(i) if i < requests.len() => results[i] = Err(text),
+                        _ => {
+                            return Err(OvsdbError::Operation {
+                                op: "OpenFlow".into(),
+                                error: text,
+                                details: String::new(),
+                            });
+                        }
+                    }
+                }
+                kind::BARRIER_REPLY if xid == barrier => return Ok(results),
+                _ => {}
+            }
+        }
+    }
+
+    /// The flows of every table whose cookie matches `cookie` under `mask`.
+    pub async fn dump_flows(&mut self, cookie: u64, mask: u64) -> Result<Vec<Flow>, OvsdbError> {
+        let xid = self.take_xid();
+        self.write(&ofwire::flow_stats_request(cookie, mask, xid))
+            .await?;
+        let mut flows = Vec::new();
+        loop {
+            let msg = self.next("the OpenFlow flow dump").await?;
+            let this = u32::from_be_bytes([msg[4], msg[5], msg[6], msg[7]]);
+            if this != xid {
+                continue;
+            }
+            match msg[1] {
+                kind::ERROR => {
+                    let (t, c) = error_code(&msg);
+                    return Err(OvsdbError::Operation {
+                        op: "OpenFlow flow dump".into(),
+                        error: ofwire::error_text(t, c),
+                        details: String::new(),
+                    });
+                }
+                kind::MULTIPART_REPLY if msg.len() >= 16 => {
+                    let more = u16::from_be_bytes([msg[10], msg[11]]) & ofwire::OFPMPF_REPLY_MORE;
+                    let batch = ofwire::decode_flow_stats(&msg[16..]).map_err(|e| {
+                        OvsdbError::Operation {
+                            op: "OpenFlow flow dump".into(),
+                            error: e.to_string(),
+                            details: String::new(),
+                        }
+                    })?;
+                    flows.extend(batch);
+                    if more == 0 {
+                        return Ok(flows);
+                    }
+                }
+                _ => {}
+            }
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn port_mod_is_the_openflow_1_0_layout() {
-        let m = port_mod_message(
-            &PortMod {
-                name: "p1".into(),
-                ofport: 3,
-                mac: [0xaa, 0xbb, 0xcc, 0, 1, 2],
-                down: true,
-            },
-            7,
-        );
-        assert_eq!(
-            m,
-            vec![
-                1, 15, 0, 32, 0, 0, 0, 7, // header
-                0, 3, 0xaa, 0xbb, 0xcc, 0, 1, 2, // port, hw_addr
-                0, 0, 0, 1, 0, 0, 0, 1, // config, mask
-                0, 0, 0, 0, 0, 0, 0, 0, // advertise, pad
-            ]
-        );
-        assert_eq!(
-            parse_mac("aa:bb:cc:00:01:02"),
-            Some([0xaa, 0xbb, 0xcc, 0, 1, 2])
-        );
-        assert_eq!(parse_mac("aa:bb"), None);
-        assert_eq!(parse_mac("aa:bb:cc:00:01:02:03"), None);
+fn error_code(msg: &[u8]) -> (u16, u16) {
+    if msg.len() >= 12 {
+        (
+            u16::from_be_bytes([msg[8], msg[9]]),
+            u16::from_be_bytes([msg[10], msg[11]]),
+        )
+    } else {
+        (0, 0)
     }
 }
