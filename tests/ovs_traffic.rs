@@ -393,6 +393,165 @@ async fn refusals_change_nothing_on_either_device() {
     assert_eq!(cisco_port.vlans, Some(VlanMode::Access { vlan: vlan(99) }));
 }
 
+/// Whether host `from` reaches host `to` on TCP `port`, off the async runtime.
+fn tcp(hosts: &Hosts, from: usize, to: usize, port: u16) -> bool {
+    tokio::task::block_in_place(|| hosts.tcp_connects(from, to, port))
+}
+
+/// Waits until SmartNicPort `name` is Active on a configuration other than `before`.
+async fn active_again(env: &Env, name: &str, before: &SmartNicPort) -> SmartNicPort {
+    let old = before
+        .status
+        .as_ref()
+        .and_then(|s| s.configuration_hash.clone());
+    env.wait_obj::<SmartNicPort>(name, &format!("{name} Active on the edit"), |p| {
+        snp_state(p) == Some(PortState::Active)
+            && p.status.as_ref().and_then(|s| s.configuration_hash.clone()) != old
+    })
+    .await
+}
+
+fn ssh_rule(direction: &str) -> serde_json::Value {
+    json!([{"type": "ipv4", "action": "deny", "protocol": "tcp",
+            "dstPortRange": "22", "direction": direction}])
+}
+
+/// Seed 003 story 5 on a SmartNIC: an ACL denying TCP 22 on one host's port, first
+/// as it leaves the host (ingress to the bridge), then towards it (egress), proven
+/// with connections between namespaces; its neighbours are never affected, drift
+/// is put right, and removing the rule restores everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_filter_only_what_they_name_in_the_direction_they_name() {
+    let ovs = OvsSim::start(&[BRIDGE]).expect("Open vSwitch starts");
+    let hosts = Hosts::create(&ovs, BRIDGE, 3);
+    let env = Env::start("ovs-acl").await;
+    smartnic(&env, &ovs, true).await;
+    smartnic_configurations(
+        &env,
+        vec![
+            ("open", json!({"untaggedVLAN": 10})),
+            (
+                "guarded",
+                json!({"untaggedVLAN": 10, "acl": ssh_rule("ingress")}),
+            ),
+            (
+                "guarded-out",
+                json!({"untaggedVLAN": 10, "acl": ssh_rule("egress")}),
+            ),
+        ],
+    )
+    .await;
+    let snp = |name: &str, i: usize, config: &str, mac: Option<String>| {
+        let mut spec = json!({"provider": {"name": "snic"}, "portName": hosts.ports[i],
+                              "configuration": {"name": config}});
+        if let Some(m) = mac {
+            spec["hostMac"] = json!(m);
+        }
+        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    env.create::<SmartNicPort>(snp("h0", 0, "guarded", Some(hosts.mac(0))))
+        .await;
+    env.create::<SmartNicPort>(snp("h1", 1, "open", None)).await;
+    env.create::<SmartNicPort>(snp("h2", 2, "open", None)).await;
+    let mut h0 = None;
+    for h in ["h0", "h1", "h2"] {
+        let p = env
+            .wait_obj::<SmartNicPort>(h, &format!("{h} Active"), |p| {
+                snp_state(p) == Some(PortState::Active)
+            })
+            .await;
+        if h == "h0" {
+            h0 = Some(p);
+        }
+    }
+    let _listeners: Vec<_> = (0..3).map(|i| hosts.listen(i, &[22, 80])).collect();
+
+    // Ingress (from host 0 into the bridge): its SSH out is blocked, nothing else.
+    assert!(!tcp(&hosts, 0, 1, 22), "TCP 22 from host 0 must be denied");
+    assert!(tcp(&hosts, 0, 1, 80), "TCP 80 from host 0 must pass");
+    assert_eq!(loss(&hosts, 0, 1), 0, "ICMP from host 0 must pass");
+    assert!(
+        tcp(&hosts, 1, 0, 22),
+        "an ingress rule must not filter towards host 0"
+    );
+    assert!(tcp(&hosts, 1, 2, 22), "neighbours must not be affected");
+
+    // Egress (towards host 0): now SSH to it is blocked and its own SSH out passes.
+    patch::<SmartNicPort>(
+        &env,
+        "h0",
+        json!({"spec": {"configuration": {"name": "guarded-out"}}}),
+    )
+    .await;
+    let h0 = active_again(&env, "h0", h0.as_ref().unwrap()).await;
+    assert!(
+        !tcp(&hosts, 1, 0, 22),
+        "TCP 22 towards host 0 must be denied"
+    );
+    assert!(!tcp(&hosts, 2, 0, 22), "from every host");
+    assert!(tcp(&hosts, 1, 0, 80), "TCP 80 towards host 0 must pass");
+    assert!(
+        tcp(&hosts, 0, 1, 22),
+        "an egress rule must not filter from host 0"
+    );
+    assert_eq!(loss(&hosts, 1, 0), 0);
+    assert!(tcp(&hosts, 1, 2, 22), "neighbours must not be affected");
+
+    // Drift: patchbay's flows deleted behind its back are put back.
+    ovs.ofctl(
+        "del-flows",
+        BRIDGE,
+        &["cookie=0x7062000000000000/0xffff000000000000"],
+    )
+    .unwrap();
+    assert!(tcp(&hosts, 1, 0, 22), "the flows were deleted");
+    eventually(30, "the ACL flows restored", || async {
+        let dump = ovs.ofctl("dump-flows", BRIDGE, &["--no-stats"]).ok()?;
+        dump.contains("cookie=0x7062").then_some(())
+    })
+    .await;
+    assert!(!tcp(&hosts, 1, 0, 22), "the restored rule must deny again");
+
+    // Removing the rule restores SSH, and leaves no patchbay flow.
+    patch::<SmartNicPort>(
+        &env,
+        "h0",
+        json!({"spec": {"configuration": {"name": "open"}}}),
+    )
+    .await;
+    active_again(&env, "h0", &h0).await;
+    assert!(tcp(&hosts, 1, 0, 22), "SSH to host 0 must be restored");
+    assert!(tcp(&hosts, 0, 1, 22));
+    let dump = ovs.ofctl("dump-flows", BRIDGE, &["--no-stats"]).unwrap();
+    assert!(!dump.contains("cookie=0x7062"), "{dump}");
+
+    // An egress rule where no host MAC is known is refused naming the field, and
+    // touches nothing.
+    let before = ovs.ofctl("dump-flows", BRIDGE, &["--no-stats"]).unwrap();
+    patch::<SmartNicPort>(
+        &env,
+        "h1",
+        json!({"spec": {"configuration": {"name": "guarded-out"}}}),
+    )
+    .await;
+    let h1 = env
+        .wait_obj::<SmartNicPort>("h1", "h1 refused", |p| {
+            condition_of(p).is_some_and(|c| c.1 == "InvalidConfiguration")
+        })
+        .await;
+    let message = condition_of(&h1).unwrap().2;
+    assert!(
+        message.starts_with("spec.acl[0].direction: egress rules on this device match the MAC"),
+        "{message}"
+    );
+    assert_eq!(
+        before,
+        ovs.ofctl("dump-flows", BRIDGE, &["--no-stats"]).unwrap()
+    );
+    assert!(tcp(&hosts, 0, 1, 22));
+}
+
 fn condition_of(p: &SmartNicPort) -> Option<(String, String, String)> {
     p.status
         .as_ref()?
