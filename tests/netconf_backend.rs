@@ -22,9 +22,10 @@ use patchbay_providers::netconf::session::Session;
 use patchbay_providers::netconf::xml::Element;
 use patchbay_providers::netconf::{Fault, NetconfOptions, NetconfSwitch};
 use patchbay_providers::secret::SecretString;
-use patchbay_providers::values::{Description, Mtu, PortName, VlanId};
+use patchbay_providers::values::{Cidr, Description, L4PortRange, Mtu, PortName, VlanId};
 use patchbay_providers::{
-    AdminState, DesiredPort, Device, DeviceError, PortChange, PortOperation, VlanMode, diff,
+    AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capability, DesiredPort, Device,
+    DeviceError, IpVersion, PortChange, PortField, PortOperation, VlanMode, diff,
 };
 use patchbay_testbed::{FakeSwitches, NetconfTarget, Netconfd, SimSpec, SimSwitch};
 
@@ -653,4 +654,142 @@ async fn dry_run_prints_the_transaction_and_changes_nothing() {
     );
     assert!(sw.get_port(&d.port).await.unwrap().vlans == Some(VlanMode::Unconfigured));
     assert!(!sw.journal().contains(&"edit-config".to_owned()));
+}
+
+fn acl_rule(direction: AclDirection, protocol: AclProtocol) -> AclRule {
+    AclRule {
+        ip_version: IpVersion::V4,
+        action: AclAction::Deny,
+        protocol,
+        direction,
+        src: None,
+        src_ports: None,
+        dst: None,
+        dst_ports: None,
+    }
+}
+
+/// Seed 003 story 5 over NETCONF: the rules become RFC 8519-shaped entries of the
+/// port in patchbay's YANG module, netconfd validates them (a raw entry breaking the
+/// module's musts is refused), patchbay reads them back in order, an entry changed
+/// behind its back is drift and is rewritten, and cleaning removes them.
+#[tokio::test]
+async fn acls_are_entries_the_server_validates_and_patchbay_reads_back() {
+    let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
+    let sw = on_netconfd(&nc);
+    assert!(sw.capabilities().supports(Capability::Acl));
+    let target = netconfd_target(&nc, key(&nc.client_key), HostKeyPolicy::AcceptAny);
+
+    let mut d = DesiredPort::clean(port("eth1"));
+    d.vlans = VlanMode::Access { vlan: vlan(100) };
+    d.acl = vec![
+        AclRule {
+            dst_ports: Some(L4PortRange::parse("22").unwrap()),
+            ..acl_rule(AclDirection::Ingress, AclProtocol::Tcp)
+        },
+        AclRule {
+            action: AclAction::Allow,
+            src: Some(Cidr::parse("10.0.0.0/8").unwrap()),
+            src_ports: Some(L4PortRange::parse("1000-2000").unwrap()),
+            ..acl_rule(AclDirection::Egress, AclProtocol::Udp)
+        },
+        AclRule {
+            ip_version: IpVersion::V6,
+            dst: Some(Cidr::parse("2001:db8::/32").unwrap()),
+            ..acl_rule(AclDirection::Ingress, AclProtocol::Icmp)
+        },
+        acl_rule(AclDirection::Ingress, AclProtocol::All),
+    ];
+    assert_eq!(sw.set_port(&d).await.unwrap(), PortChange::Changed);
+    let observed = sw.get_port(&d.port).await.unwrap();
+    assert_eq!(observed.acl.as_ref(), Some(&d.acl));
+    let xml = running_xml(&target, sw.model()).await;
+    for fragment in [
+        "<ingress><ace><sequence>1</sequence>",
+        "<tcp><destination-port><lower-port>22</lower-port><upper-port>22</upper-port>",
+        "<egress><ace><sequence>2</sequence>",
+        "<source-ipv4-network>10.0.0.0/8</source-ipv4-network>",
+        "<ipv6><protocol>58</protocol><destination-ipv6-network>2001:db8::/32",
+        "<forwarding>accept</forwarding>",
+    ] {
+        assert!(xml.contains(fragment), "running lacks {fragment}: {xml}");
+    }
+    assert_eq!(sw.set_port(&d).await.unwrap(), PortChange::Unchanged);
+
+    // The server validates the entries: a TCP match on a UDP entry breaks the
+    // module's must, and the candidate does not validate.
+    let mut s = Session::open(&target, Duration::from_secs(10), None)
+        .await
+        .unwrap();
+    let raw = Element::parse(
+        "<ports xmlns=\"urn:patchbay:yang:patchbay-ports\"><port><name>eth9</name><acl><ingress>\
+         <ace><sequence>1</sequence><matches><ipv4><protocol>17</protocol></ipv4>\
+         <tcp><destination-port><lower-port>22</lower-port></destination-port></tcp></matches>\
+         <actions><forwarding>drop</forwarding></actions></ace></ingress></acl></port></ports>",
+    )
+    .unwrap();
+    let edit = s
+        .rpc(&Operation::EditConfig {
+            target: Datastore::Candidate,
+            rollback_on_error: false,
+            config: vec![raw],
+        })
+        .await
+        .unwrap();
+    let check = s
+        .rpc(&Operation::Validate(Datastore::Candidate))
+        .await
+        .unwrap();
+    let refused: Vec<_> = edit.errors.iter().chain(&check.errors).collect();
+    assert!(
+        refused.iter().any(|e| e
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("a tcp match needs protocol 6"))),
+        "{edit:?} {check:?}"
+    );
+    s.rpc(&Operation::DiscardChanges).await.unwrap();
+
+    // Drift: an entry's action changed behind patchbay's back.
+    let raw = Element::parse(
+        "<ports xmlns=\"urn:patchbay:yang:patchbay-ports\"><port><name>eth1</name><acl><ingress>\
+         <ace><sequence>1</sequence><actions><forwarding>accept</forwarding></actions></ace>\
+         </ingress></acl></port></ports>",
+    )
+    .unwrap();
+    for op in [
+        Operation::EditConfig {
+            target: Datastore::Candidate,
+            rollback_on_error: false,
+            config: vec![raw],
+        },
+        Operation::Commit {
+            confirm_timeout: None,
+        },
+    ] {
+        let r = s.rpc(&op).await.unwrap();
+        assert!(r.errors.is_empty(), "{r:?}");
+    }
+    s.close().await;
+    let drifted = sw.get_port(&d.port).await.unwrap();
+    assert_eq!(diff(&d, &drifted), vec![PortField::Acl]);
+    assert_eq!(sw.set_port(&d).await.unwrap(), PortChange::Changed);
+    assert!(diff(&d, &sw.get_port(&d.port).await.unwrap()).is_empty());
+
+    // A shorter ACL replaces the entries whole; cleaning removes them.
+    let mut shorter = d.clone();
+    shorter.acl.truncate(1);
+    sw.set_port(&shorter).await.unwrap();
+    assert_eq!(
+        sw.get_port(&d.port).await.unwrap().acl,
+        Some(shorter.acl.clone())
+    );
+    assert!(
+        !running_xml(&target, sw.model())
+            .await
+            .contains("<sequence>2</sequence>")
+    );
+    sw.reset_port(&d.port).await.unwrap();
+    assert_eq!(sw.get_port(&d.port).await.unwrap().acl, Some(Vec::new()));
+    assert!(!running_xml(&target, sw.model()).await.contains("<ace>"));
 }

@@ -3,8 +3,8 @@
 //! ProviderSwitch (backend netconf, os yang, a key login in a Secret, a pinned host
 //! key) + Switch + SwitchPortConfiguration on devplane. Configure, edit, drift made
 //! by another NETCONF session (restored at the next sweep), a candidate lock held by
-//! another session (reported as LockDenied naming it, applied once released), a
-//! capability the model lacks (refused at validation), clean; the device is read
+//! another session (reported as LockDenied naming it, applied once released), an
+//! ACL, a capability the model lacks (refused at validation), clean; the device is read
 //! back on sessions of the test's own.
 
 mod support;
@@ -130,8 +130,7 @@ async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
     .await;
     env.wait_state("leaf1-p1", PortState::Active).await;
 
-    // What the device model cannot configure is refused at validation, naming the
-    // field, and nothing reaches the device.
+    // An ACL becomes the port's RFC 8519-shaped entries and is read back.
     env.configuration(
         "with-acl",
         json!({"untaggedVLAN": 100, "acl": [{"type": "ipv4", "action": "deny",
@@ -139,16 +138,36 @@ async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
     )
     .await;
     env.link("leaf1-p2", Some("with-acl")).await;
+    env.wait_state("leaf1-p2", PortState::Active).await;
+    let with_acl = device.get_port(&port("eth2")).await.unwrap();
+    let rules = with_acl.acl.expect("the model reads ACLs");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].dst_ports.map(|r| (r.low, r.high)), Some((22, 22)));
+
+    // What the device model cannot configure is refused at validation, naming the
+    // field, and nothing reaches the device.
+    env.configuration(
+        "with-lag",
+        json!({"untaggedVLAN": 100, "linkAggregation": {"group": 1}}),
+    )
+    .await;
+    env.link("leaf1-p2", Some("with-lag")).await;
     let p = env
         .wait_for("leaf1-p2", "the capability refusal", |p| {
-            condition(p, "Ready").is_some_and(|(s, _, m)| s == "False" && m.contains("spec.acl"))
+            condition(p, "Ready")
+                .is_some_and(|(s, _, m)| s == "False" && m.contains("spec.linkAggregation"))
         })
         .await;
     let (_, _, message) = condition(&p, "Ready").unwrap();
-    assert!(message.contains("cannot configure ACL"), "{message}");
+    assert!(
+        message.contains("cannot configure link aggregation"),
+        "{message}"
+    );
+    let unchanged = device.get_port(&port("eth2")).await.unwrap();
     assert_eq!(
-        device.get_port(&port("eth2")).await.unwrap().vlans,
-        Some(VlanMode::Unconfigured)
+        unchanged.acl.map(|a| a.len()),
+        Some(1),
+        "the refused edit touched eth2"
     );
 
     // Unlinking cleans the port on the device: its entry is gone.

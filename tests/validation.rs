@@ -8,7 +8,7 @@ use patchbay::api::{
 };
 use patchbay::validate::{
     PortContext, ValidationErrors, configuration_to_desired, desired_for_port,
-    validate_configuration, validate_provider, validate_switch,
+    validate_configuration, validate_provider, validate_switch, with_host_mac,
 };
 use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{AdminState, Capabilities, Capability, VlanMode};
@@ -641,4 +641,35 @@ fn acl_rules(node: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// "Any" written as `/0` is the same rule as no network (every backend renders and
+/// reads back the same thing), and an egress rule on a device that matches egress by
+/// the host's MAC is refused, naming the rule, until a MAC is known.
+#[test]
+fn acl_any_networks_and_egress_host_macs() {
+    let spec = config(json!({"acl": [
+        {"type": "ipv4", "action": "deny", "protocol": "tcp", "src": "0.0.0.0/0",
+         "dstPortRange": "22"},
+        {"type": "ipv6", "action": "deny", "protocol": "all", "dst": "::/0",
+         "direction": "egress"},
+    ]}));
+    let desired = configuration_to_desired(&spec, PortName::parse("p1").unwrap()).unwrap();
+    assert_eq!(desired.acl[0].src, None);
+    assert_eq!(desired.acl[1].dst, None);
+    let ovs = Capabilities::new([Capability::Acl]).egress_acl_by_host_mac();
+    expect_error(
+        with_host_mac(desired.clone(), None, &ovs, "set spec.hostMac"),
+        "spec.acl[1].direction",
+        "egress rules on this device match the MAC address of the host behind the port, \
+         and none is known: set spec.hostMac",
+    );
+    let with = with_host_mac(desired.clone(), Some("02:00:00:AA:bb:01"), &ovs, "-").unwrap();
+    assert_eq!(
+        with.host_mac.map(|m| m.to_string()).as_deref(),
+        Some("02:00:00:aa:bb:01")
+    );
+    // A switch that filters on the port itself needs no MAC.
+    let switch = Capabilities::new([Capability::Acl]);
+    assert!(with_host_mac(desired, None, &switch, "-").is_ok());
 }

@@ -18,6 +18,7 @@
 //! transient error (the operator backs off) naming the holder's session when the
 //! device says it. A transport failure fails the batch.
 
+pub mod acl;
 pub mod framing;
 pub mod model;
 pub mod rpc;

@@ -153,6 +153,9 @@ pub enum Field {
     NativeVlan,
     /// A fixed value, written when its parent element is written (Junos `unit 0`).
     Constant,
+    /// The port's ACL: a container of RFC 8519-shaped entries (see
+    /// [`super::acl`]), named by the leaf's last path step.
+    Acl,
 }
 
 /// The values of the mode leaf.
@@ -266,7 +269,8 @@ impl Model {
             });
         }
         let has = |fields: &[Field]| leaves.iter().any(|l| fields.contains(&l.field));
-        let needs: [(Capability, &[Field]); 6] = [
+        let needs: [(Capability, &[Field]); 7] = [
+            (Capability::Acl, &[Field::Acl]),
             (Capability::AccessVlan, &[Field::Members, Field::AccessVlan]),
             (Capability::Trunk, &[Field::Members, Field::AllowedVlans]),
             (Capability::NativeVlan, &[Field::NativeVlan]),
@@ -423,6 +427,14 @@ impl Model {
                 Field::AllowedVlans => allowed.iter().map(ToString::to_string).collect(),
                 Field::NativeVlan => native.iter().map(ToString::to_string).collect(),
                 Field::Constant => continue,
+                Field::Acl => {
+                    let name = leaf.path.last().expect("checked");
+                    if let Some(acl) = super::acl::element(name, &desired.acl) {
+                        any = true;
+                        Self::insert(&mut port, &leaf.path, acl);
+                    }
+                    continue;
+                }
             };
             for v in values {
                 any = true;
@@ -522,12 +534,22 @@ impl Model {
         entry: Option<&Element>,
     ) -> Result<ObservedPort, String> {
         let mut observed = ObservedPort::from_desired(&DesiredPort::clean(port.clone()));
-        // This backend neither writes nor reads ACLs and LAG membership.
-        observed.acl = None;
+        // ACLs are read where the model has them; LAG membership is not modelled.
+        let acl_path = self
+            .leaves
+            .iter()
+            .find(|l| l.field == Field::Acl)
+            .map(|l| l.path.clone());
+        observed.acl = acl_path.as_ref().map(|_| Vec::new());
         observed.lag = None;
         let Some(entry) = entry else {
             return Ok(observed);
         };
+        if let Some(path) = &acl_path {
+            let e = entry.all_at(path).into_iter().next();
+            observed.acl =
+                Some(super::acl::read(e).map_err(|e| format!("{}: {e}", path.join("/")))?);
+        }
         let texts = |field: Field| -> Vec<(String, String)> {
             self.leaves
                 .iter()
