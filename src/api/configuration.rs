@@ -31,7 +31,11 @@ use super::common::pattern;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SwitchPortConfigurationSpec {
-    /// ACL rules applied to the port, in order.
+    /// ACL rules of the port. Evaluated in order, the first matching rule wins;
+    /// traffic no rule matches is ALLOWED (end with a `deny` of protocol `all` for an
+    /// allow-list). Rules are stateless: a reply needs its own rule. ARP and IPv6
+    /// neighbour discovery always pass, so an ACL cannot cut a host off its gateway.
+    /// A backend that cannot implement exactly this refuses the configuration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256))]
     pub acl: Vec<AclRuleSpec>,
@@ -140,7 +144,10 @@ pub enum AclDirectionSpec {
     Egress,
 }
 
-/// One ACL rule (seed 003 story 5).
+/// One ACL rule (seed 003 story 5): matches IPv4 or IPv6 traffic of a protocol,
+/// from `src` (and `srcPortRange`) to `dst` (and `dstPortRange`), in one direction;
+/// absent fields match anything. The rules of a port are evaluated in order, the
+/// first match wins, unmatched traffic is allowed, rules are stateless.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[x_kube(validation = Rule::new(
     "(!has(self.srcPortRange) && !has(self.dstPortRange)) || self.protocol == 'tcp' || self.protocol == 'udp'"
@@ -154,10 +161,12 @@ pub struct AclRuleSpec {
     pub action: AclActionSpec,
     /// `tcp`, `udp`, `icmp` or `all`. Port ranges need `tcp` or `udp`.
     pub protocol: AclProtocolSpec,
-    /// `ingress` (default) or `egress`.
+    /// `ingress` (default): traffic from the host into the switch; `egress`: traffic
+    /// from the switch towards the host (on Open vSwitch: unicast to the host NIC's
+    /// MAC address, which must be known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direction: Option<AclDirectionSpec>,
-    /// Source network in CIDR notation (host bits clear); absent means any.
+    /// Source network in CIDR notation (host bits clear); absent (or `/0`) means any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 49), pattern(pattern::CIDR))]
     pub src: Option<String>,
@@ -165,7 +174,8 @@ pub struct AclRuleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 11), pattern(pattern::L4_PORT_RANGE))]
     pub src_port_range: Option<String>,
-    /// Destination network in CIDR notation (host bits clear); absent means any.
+    /// Destination network in CIDR notation (host bits clear); absent (or `/0`) means
+    /// any. (Seed 003 calls it `des`.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 49), pattern(pattern::CIDR))]
     pub dst: Option<String>,

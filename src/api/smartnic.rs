@@ -105,7 +105,8 @@ pub enum NextPortKind {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SmartNicConfigurationSpec {
-    /// ACL rules of the bridge port, in order (same rules and semantics as a
+    /// ACL rules of the bridge port, first match wins, unmatched traffic allowed,
+    /// stateless, ARP and neighbour discovery always pass (same rules as a
     /// SwitchPortConfiguration's `acl`). Needs the ProviderSwitch's
     /// `options.openflow`; egress rules need the host's MAC address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
