@@ -657,16 +657,7 @@ async fn dry_run_prints_the_transaction_and_changes_nothing() {
 }
 
 fn acl_rule(direction: AclDirection, protocol: AclProtocol) -> AclRule {
-    AclRule {
-        ip_version: IpVersion::V4,
-        action: AclAction::Deny,
-        protocol,
-        direction,
-        src: None,
-        src_ports: None,
-        dst: None,
-        dst_ports: None,
-    }
+    AclRule::matching(IpVersion::V4, protocol, direction, AclAction::Deny)
 }
 
 /// Seed 003 story 5 over NETCONF: the rules become RFC 8519-shaped entries of the

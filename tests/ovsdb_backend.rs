@@ -442,16 +442,12 @@ fn patchbay_flows(ovs: &OvsSim, bridge: &str) -> Vec<String> {
 }
 
 fn rule(text: &str) -> AclRule {
-    let mut r = AclRule {
-        ip_version: IpVersion::V4,
-        action: AclAction::Deny,
-        protocol: AclProtocol::Tcp,
-        direction: AclDirection::Ingress,
-        src: None,
-        src_ports: None,
-        dst: None,
-        dst_ports: None,
-    };
+    let mut r = AclRule::matching(
+        IpVersion::V4,
+        AclProtocol::Tcp,
+        AclDirection::Ingress,
+        AclAction::Deny,
+    );
     for w in text.split_whitespace() {
         match w {
             "allow" => r.action = AclAction::Allow,

@@ -109,20 +109,40 @@ pub struct AclRule {
 }
 
 impl AclRule {
+    /// A rule matching every packet of `protocol` over `ip_version` in `direction`
+    /// (no networks, no ports), doing `action`.
+    pub fn matching(
+        ip_version: IpVersion,
+        protocol: AclProtocol,
+        direction: AclDirection,
+        action: AclAction,
+    ) -> Self {
+        Self {
+            ip_version,
+            action,
+            protocol,
+            direction,
+            src: None,
+            src_ports: None,
+            dst: None,
+            dst_ports: None,
+        }
+    }
+
     /// What a backend reads back when the device holds ACL entries it cannot map to
     /// rules (edited or added behind patchbay's back): a rule no configuration
     /// equals (ICMP with ports, which the validator refuses), so it shows as drift.
     pub fn unrecognised() -> Self {
         let any = L4PortRange { low: 1, high: 1 };
         Self {
-            ip_version: IpVersion::V4,
-            action: AclAction::Deny,
-            protocol: AclProtocol::Icmp,
-            direction: AclDirection::Ingress,
-            src: None,
             src_ports: Some(any),
-            dst: None,
             dst_ports: Some(any),
+            ..Self::matching(
+                IpVersion::V4,
+                AclProtocol::Icmp,
+                AclDirection::Ingress,
+                AclAction::Deny,
+            )
         }
     }
 }

@@ -130,20 +130,12 @@ fn read_ace(e: &Element, direction: AclDirection) -> Result<(usize, AclRule), St
         (None, Some(ip)) => (IpVersion::V6, ip),
         _ => return Err(format!("{what} matches neither ipv4 nor ipv6 alone")),
     };
-    let mut rule = AclRule {
-        ip_version,
-        action: match text(e, &["actions", "forwarding"]) {
-            Some("accept") => AclAction::Allow,
-            Some("drop") => AclAction::Deny,
-            other => return Err(format!("{what} forwarding {other:?}")),
-        },
-        protocol: AclProtocol::All,
-        direction,
-        src: None,
-        src_ports: None,
-        dst: None,
-        dst_ports: None,
+    let action = match text(e, &["actions", "forwarding"]) {
+        Some("accept") => AclAction::Allow,
+        Some("drop") => AclAction::Deny,
+        other => return Err(format!("{what} forwarding {other:?}")),
     };
+    let mut rule = AclRule::matching(ip_version, AclProtocol::All, direction, action);
     let (_, src, dst) = family(&rule);
     rule.protocol = match (text(ip, &["protocol"]), ip_version) {
         (None, _) => AclProtocol::All,
@@ -212,14 +204,13 @@ mod tests {
 
     fn rules() -> Vec<AclRule> {
         let base = AclRule {
-            ip_version: IpVersion::V4,
-            action: AclAction::Deny,
-            protocol: AclProtocol::Tcp,
-            direction: AclDirection::Ingress,
-            src: None,
-            src_ports: None,
-            dst: None,
             dst_ports: Some(L4PortRange::parse("22").unwrap()),
+            ..AclRule::matching(
+                IpVersion::V4,
+                AclProtocol::Tcp,
+                AclDirection::Ingress,
+                AclAction::Deny,
+            )
         };
         vec![
             base.clone(),

@@ -491,16 +491,12 @@ mod tests {
 
     fn rule(text: &str) -> AclRule {
         // "v4 deny tcp in src=10.0.0.0/8 sp=22 dst=… dp=20-30"
-        let mut r = AclRule {
-            ip_version: IpVersion::V4,
-            action: AclAction::Deny,
-            protocol: AclProtocol::All,
-            direction: AclDirection::Ingress,
-            src: None,
-            src_ports: None,
-            dst: None,
-            dst_ports: None,
-        };
+        let mut r = AclRule::matching(
+            IpVersion::V4,
+            AclProtocol::All,
+            AclDirection::Ingress,
+            AclAction::Deny,
+        );
         for w in text.split_whitespace() {
             match w {
                 "v6" => r.ip_version = IpVersion::V6,

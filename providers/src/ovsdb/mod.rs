@@ -814,17 +814,16 @@ impl OvsSwitch {
     }
 }
 
+/// The batch's results: a port with a plan and no error changed.
 fn results(
     ops: &[PortOperation],
     outcomes: Vec<Option<Result<PortChange, DeviceError>>>,
 ) -> Vec<PortResult> {
-    ops.iter()
-        .zip(outcomes)
-        .map(|(op, o)| PortResult {
-            port: op.port().clone(),
-            outcome: o.unwrap_or(Ok(PortChange::Changed)),
-        })
-        .collect()
+    let outcomes = outcomes
+        .into_iter()
+        .map(|o| Some(o.unwrap_or(Ok(PortChange::Changed))))
+        .collect();
+    crate::device::batch_results(ops, outcomes)
 }
 
 #[async_trait]
