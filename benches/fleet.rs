@@ -38,16 +38,15 @@ mod cluster;
 #[allow(dead_code)]
 mod support;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cluster::BenchCluster;
+use cluster::{BenchCluster, PortWatch};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use patchbay::api::{ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
+use patchbay::api::{
+    PortState, PortStatus, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
+};
 use patchbay::backends::Backends;
 use patchbay::settings::Settings;
 use patchbay_providers::values::{PortName, VlanId, VlanSet};
@@ -55,9 +54,24 @@ use patchbay_providers::{DesiredPort, Device, PortOperation, VlanMode, diff};
 use patchbay_testbed::{FakeSwitches, SimSpec, SimSwitch};
 use serde_json::json;
 use support::{ansible_backend, median, ssh_backend, timed};
-use tokio::sync::Notify;
 
 use support::env_usize as env;
+
+/// How long any wait on the fleet may take.
+const LIMIT: Duration = Duration::from_secs(1800);
+
+fn active(st: &PortStatus) -> bool {
+    st.state == Some(PortState::Active)
+}
+
+/// The login Secret's entries for the simulators (they share one login).
+fn login(sim: &SimSwitch) -> [(&'static str, &str); 3] {
+    [
+        ("username", sim.username.as_str()),
+        ("password", sim.password.as_str()),
+        ("enablePassword", sim.enable_password.as_str()),
+    ]
+}
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
@@ -83,89 +97,6 @@ fn desired(port: &PortName, k: usize, r: u16) -> DesiredPort {
         }
     };
     d
-}
-
-/// port object → (state, configuration hash), from a watch, and the last error seen.
-struct Ports {
-    seen: Arc<Mutex<HashMap<String, (String, String)>>>,
-    error: Arc<Mutex<Option<String>>>,
-    changed: Arc<Notify>,
-}
-
-impl Ports {
-    fn watch(client: kube::Client, ns: &str) -> Self {
-        let seen: Arc<Mutex<HashMap<String, (String, String)>>> = Arc::default();
-        let error: Arc<Mutex<Option<String>>> = Arc::default();
-        let changed = Arc::new(Notify::new());
-        let (s, n, e) = (seen.clone(), changed.clone(), error.clone());
-        let api: Api<SwitchPort> = Api::namespaced(client, ns);
-        tokio::spawn(async move {
-            let mut w = watcher(api, watcher::Config::default())
-                .applied_objects()
-                .boxed();
-            while let Some(Ok(p)) = w.next().await {
-                let st = p.status.clone().unwrap_or_default();
-                if let Some(err) = &st.last_error {
-                    *e.lock().unwrap() = Some(err.clone());
-                }
-                s.lock().unwrap().insert(
-                    p.metadata.name.clone().unwrap_or_default(),
-                    (
-                        st.state.map(|x| x.to_string()).unwrap_or_default(),
-                        st.configuration_hash.unwrap_or_default(),
-                    ),
-                );
-                n.notify_waiters();
-            }
-        });
-        Self {
-            seen,
-            error,
-            changed,
-        }
-    }
-
-    fn hash(&self, port: &str) -> String {
-        self.seen
-            .lock()
-            .unwrap()
-            .get(port)
-            .map(|v| v.1.clone())
-            .unwrap_or_default()
-    }
-
-    /// Waits until `done(state, hash)` holds for every port of `ports`.
-    async fn until(&self, ports: &[String], what: &str, done: impl Fn(&str, &str, &str) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(1800);
-        let mut report = Instant::now() + Duration::from_secs(30);
-        loop {
-            let notified = self.changed.notified();
-            let off = {
-                let seen = self.seen.lock().unwrap();
-                ports
-                    .iter()
-                    .filter(|p| !seen.get(p.as_str()).is_some_and(|(s, h)| done(p, s, h)))
-                    .count()
-            };
-            if off == 0 {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{off} of {} ports not {what}",
-                ports.len()
-            );
-            if Instant::now() > report {
-                eprintln!(
-                    "  (still waiting: {off} of {} ports not {what}; last error seen: {:?})",
-                    ports.len(),
-                    self.error.lock().unwrap()
-                );
-                report += Duration::from_secs(30);
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
-        }
-    }
 }
 
 /// A figure of the operator's metrics (this process's registry): the value of the
@@ -287,7 +218,7 @@ struct Namespace<'a> {
     backend: &'a str,
     /// (port object, configuration to link it to).
     links: &'a [(String, String)],
-    watch: &'a Ports,
+    watch: &'a PortWatch,
 }
 
 /// Links every port to its configuration and waits until all are Active; then
@@ -330,7 +261,13 @@ async fn link_all(f: Namespace<'_>, sims: &[SimSwitch], ports: &[PortName], r: u
     .unwrap();
     let accepted = t.elapsed();
     watch
-        .until(&names, "Active", |_, s, h| s == "Active" && !h.is_empty())
+        .until(&names, "Active", LIMIT, |_, st| {
+            active(st)
+                && st
+                    .configuration_hash
+                    .as_ref()
+                    .is_some_and(|h| !h.is_empty())
+        })
         .await;
     let total = t.elapsed();
     let batches = batch_count() - c0;
@@ -365,7 +302,7 @@ async fn check(sims: &[SimSwitch], ports: &[PortName], r: u16) {
 async fn one_change(
     client: &kube::Client,
     ns: &str,
-    watch: &Ports,
+    watch: &PortWatch,
     port: &str,
     rounds: usize,
 ) -> Duration {
@@ -379,7 +316,7 @@ async fn one_change(
         .await
         .unwrap();
     let ports: Api<SwitchPort> = Api::namespaced(client.clone(), ns);
-    let before = watch.hash(port);
+    let before = watch.status(port).configuration_hash;
     ports
         .patch(
             port,
@@ -390,11 +327,13 @@ async fn one_change(
         .unwrap();
     let one = [port.to_owned()];
     watch
-        .until(&one, "on solo", |_, s, h| s == "Active" && h != before)
+        .until(&one, "on solo", LIMIT, |_, st| {
+            active(st) && st.configuration_hash != before
+        })
         .await;
     let mut took = Vec::new();
     for r in 0..rounds {
-        let before = watch.hash(port);
+        let before = watch.status(port).configuration_hash;
         let t = Instant::now();
         configurations
             .patch(
@@ -405,7 +344,9 @@ async fn one_change(
             .await
             .unwrap();
         watch
-            .until(&one, "edited", |_, s, h| s == "Active" && h != before)
+            .until(&one, "edited", LIMIT, |_, st| {
+                active(st) && st.configuration_hash != before
+            })
             .await;
         took.push(t.elapsed());
         // Let the next edit start from a quiet operator.
@@ -502,17 +443,16 @@ fn main() {
     let (ssh, solo, device_solo) = rt.block_on(async {
         let cluster = BenchCluster::start("fleet-ssh").await;
         let client = cluster.client.clone();
-        let login = [
-            ("username", sims[0].username.as_str()),
-            ("password", sims[0].password.as_str()),
-            ("enablePassword", sims[0].enable_password.as_str()),
-        ];
-        cluster.namespace_with_login("ssh", &login).await;
+        cluster.namespace_with_login("ssh", &login(&sims[0])).await;
         let links = fleet(&client, "ssh", "ssh", &sims, &ports, 0).await;
-        let watch = Ports::watch(client.clone(), "ssh");
+        let watch = PortWatch::start(client.clone(), "ssh");
         let _stop = operator(client.clone(), "ssh");
         let names: Vec<String> = links.iter().map(|(p, _)| p.clone()).collect();
-        watch.until(&names, "Idle", |_, s, _| s == "Idle").await;
+        watch
+            .until(&names, "Idle", LIMIT, |_, st| {
+                st.state == Some(PortState::Idle)
+            })
+            .await;
         // Start-up work (first device checks) settles before the measured phase.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let ns = Namespace {
@@ -611,17 +551,18 @@ fn main() {
         rt.block_on(async {
             let cluster = BenchCluster::start("fleet-ansible").await;
             let client = cluster.client.clone();
-            let login = [
-                ("username", sims[0].username.as_str()),
-                ("password", sims[0].password.as_str()),
-                ("enablePassword", sims[0].enable_password.as_str()),
-            ];
-            cluster.namespace_with_login("ansible", &login).await;
+            cluster
+                .namespace_with_login("ansible", &login(&sims[0]))
+                .await;
             let links = fleet(&client, "ansible", "ansible", ansible_sims, &ports, 3).await;
-            let watch = Ports::watch(client.clone(), "ansible");
+            let watch = PortWatch::start(client.clone(), "ansible");
             let _stop = operator(client.clone(), "ansible");
             let names: Vec<String> = links.iter().map(|(p, _)| p.clone()).collect();
-            watch.until(&names, "Idle", |_, s, _| s == "Idle").await;
+            watch
+                .until(&names, "Idle", LIMIT, |_, st| {
+                    st.state == Some(PortState::Idle)
+                })
+                .await;
             tokio::time::sleep(Duration::from_secs(2)).await;
             // Start-up work (first device checks) settles before the measured phase.
             tokio::time::sleep(Duration::from_secs(2)).await;

@@ -18,16 +18,12 @@ mod cluster;
 #[allow(dead_code)]
 mod support;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cluster::BenchCluster;
-use futures::StreamExt;
+use cluster::{BenchCluster, PortWatch};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use patchbay::api::{
-    ProviderSwitch, Server, ServerClaim, Switch, SwitchPort, SwitchPortConfiguration,
+    PortState, ProviderSwitch, Server, ServerClaim, Switch, SwitchPortConfiguration,
 };
 use patchbay::backends::Backends;
 use patchbay::settings::Settings;
@@ -35,74 +31,19 @@ use patchbay_providers::values::PortName;
 use patchbay_testbed::{FakeSwitches, SimSpec};
 use serde_json::json;
 use support::{median, ops, ssh_backend, timed};
-use tokio::sync::Notify;
 
-/// port → (state, configuration applied), from a watch.
-struct Ports {
-    seen: Arc<Mutex<HashMap<String, (String, String)>>>,
-    changed: Arc<Notify>,
-}
-
-impl Ports {
-    fn watch(client: kube::Client, ns: &str) -> Self {
-        let seen: Arc<Mutex<HashMap<String, (String, String)>>> = Arc::default();
-        let changed = Arc::new(Notify::new());
-        let (s, n) = (seen.clone(), changed.clone());
-        let api: Api<SwitchPort> = Api::namespaced(client, ns);
-        tokio::spawn(async move {
-            let mut w = watcher(api, watcher::Config::default())
-                .applied_objects()
-                .boxed();
-            while let Some(Ok(p)) = w.next().await {
-                let st = p.status.clone().unwrap_or_default();
-                s.lock().unwrap().insert(
-                    p.metadata.name.clone().unwrap_or_default(),
-                    (
-                        st.state.map(|x| x.to_string()).unwrap_or_default(),
-                        st.configuration_ref.map(|c| c.name).unwrap_or_default(),
-                    ),
-                );
-                n.notify_waiters();
-            }
-        });
-        Self { seen, changed }
-    }
-
-    /// Waits until every port of `ports` is Active on `configuration`.
-    async fn all_on(&self, ports: &[String], configuration: &str) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let notified = self.changed.notified();
-            let done = {
-                let seen = self.seen.lock().unwrap();
-                ports.iter().all(|p| {
-                    seen.get(p)
-                        .is_some_and(|(s, c)| s == "Active" && c == configuration)
-                })
-            };
-            if done {
-                return;
-            }
-            if Instant::now() > deadline {
-                let seen = self.seen.lock().unwrap();
-                let off: Vec<_> = ports
-                    .iter()
-                    .filter_map(|p| {
-                        seen.get(p)
-                            .filter(|(s, c)| !(s == "Active" && c == configuration))
-                            .map(|v| (p, v))
-                    })
-                    .collect();
-                panic!(
-                    "{} of {} ports not on {configuration}, e.g. {:?}",
-                    off.len(),
-                    ports.len(),
-                    &off[..off.len().min(5)]
-                );
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
-        }
-    }
+/// Waits until every port of `ports` is Active on `configuration`.
+async fn on(watch: &PortWatch, ports: &[String], configuration: &str) {
+    let what = format!("Active on {configuration}");
+    watch
+        .until(ports, &what, Duration::from_secs(120), |_, st| {
+            st.state == Some(PortState::Active)
+                && st
+                    .configuration_ref
+                    .as_ref()
+                    .is_some_and(|c| c.name == configuration)
+        })
+        .await;
 }
 
 fn operator(client: kube::Client, ns: &str, latency: Duration) -> tokio::sync::oneshot::Sender<()> {
@@ -263,24 +204,24 @@ async fn cisco(rounds: usize) {
     let names = vec!["cisco-a".to_string(), "cisco-b".to_string()];
     server(&servers, ns, &names[0], 1, "cisco", &["p1".into()]).await;
     server(&servers, ns, &names[1], 2, "cisco", &["p2".into()]).await;
-    let ports = Ports::watch(client.clone(), ns);
+    let ports = PortWatch::start(client.clone(), ns);
     let _stop = operator(client.clone(), ns, Duration::ZERO);
     let port_names = vec!["p1".to_string(), "p2".to_string()];
-    ports.all_on(&port_names, "pxe").await;
+    on(&ports, &port_names, "pxe").await;
     let claims: Api<ServerClaim> = Api::namespaced(client.clone(), ns);
     let (mut bind, mut release) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         let name = format!("c{r}");
         let t = Instant::now();
         create(&claims, claim(&name, "cisco", 1)).await;
-        ports.all_on(&port_names, "tenant").await;
+        on(&ports, &port_names, "tenant").await;
         bind.push(t.elapsed());
         let t = Instant::now();
         claims
             .delete(&name, &DeleteParams::default())
             .await
             .unwrap();
-        ports.all_on(&port_names, "pxe").await;
+        on(&ports, &port_names, "pxe").await;
         release.push(t.elapsed());
         gone(&claims, std::slice::from_ref(&name)).await;
         signal(&servers, &names).await;
@@ -362,15 +303,15 @@ async fn fleet(latency: Duration) -> (Duration, Duration) {
         all_ports.extend(p);
         names.push(name);
     }
-    let ports = Ports::watch(client.clone(), ns);
+    let ports = PortWatch::start(client.clone(), ns);
     let _stop = operator(client.clone(), ns, latency);
-    ports.all_on(&all_ports, "pxe").await;
+    on(&ports, &all_ports, "pxe").await;
     let claims: Api<ServerClaim> = Api::namespaced(client.clone(), ns);
     let t = Instant::now();
     for c in 0..CLAIMS {
         create(&claims, claim(&format!("claim-{c:02}"), &site, 2)).await;
     }
-    ports.all_on(&all_ports, "tenant").await;
+    on(&ports, &all_ports, "tenant").await;
     let bind = t.elapsed();
     let t = Instant::now();
     for c in 0..CLAIMS {
@@ -379,7 +320,7 @@ async fn fleet(latency: Duration) -> (Duration, Duration) {
             .await
             .unwrap();
     }
-    ports.all_on(&all_ports, "pxe").await;
+    on(&ports, &all_ports, "pxe").await;
     let release = t.elapsed();
     (bind, release)
 }

@@ -1,5 +1,6 @@
-//! What the benchmarks that run the operator as its own process share: devplane with
-//! the CRDs installed, a kubeconfig for `patchbay run`, and a process's CPU ticks.
+//! What the benchmarks that run the operator share: devplane with the CRDs installed,
+//! a kubeconfig for `patchbay run`, a process's CPU ticks, and a watch of the
+//! SwitchPorts' status.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use patchbay::api::{PortStatus, SwitchPort};
 
 /// devplane in this process, with every patchbay CRD.
 pub struct BenchCluster {
@@ -117,4 +119,108 @@ pub fn proc_cpu_ticks(pid: u32) -> u64 {
     // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
     f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
         + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// Every SwitchPort's status in a namespace, kept from a watch; the last
+/// `status.lastError` seen is kept for progress reports.
+#[allow(dead_code)]
+pub struct PortWatch {
+    seen: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, PortStatus>>>,
+    error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    changed: std::sync::Arc<tokio::sync::Notify>,
+}
+
+#[allow(dead_code)]
+impl PortWatch {
+    /// Starts watching the SwitchPorts of `ns`.
+    pub fn start(client: Client, ns: &str) -> Self {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let watch = Self {
+            seen: Default::default(),
+            error: Default::default(),
+            changed: Default::default(),
+        };
+        let (s, e, n) = (
+            watch.seen.clone(),
+            watch.error.clone(),
+            watch.changed.clone(),
+        );
+        let api: Api<SwitchPort> = Api::namespaced(client, ns);
+        tokio::spawn(async move {
+            let mut w = watcher(api, watcher::Config::default())
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(p)) = w.next().await {
+                let st = p.status.clone().unwrap_or_default();
+                if let Some(err) = &st.last_error {
+                    *e.lock().unwrap() = Some(err.clone());
+                }
+                s.lock()
+                    .unwrap()
+                    .insert(p.metadata.name.clone().unwrap_or_default(), st);
+                n.notify_waiters();
+            }
+        });
+        watch
+    }
+
+    /// The status of `port` as last seen (default when not seen yet).
+    pub fn status(&self, port: &str) -> PortStatus {
+        self.seen
+            .lock()
+            .unwrap()
+            .get(port)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Waits until `done(port, status)` holds for every port of `ports`; panics after
+    /// `limit` naming `what` and up to five ports that are not there, and reports
+    /// progress every 30 s.
+    pub async fn until(
+        &self,
+        ports: &[String],
+        what: &str,
+        limit: std::time::Duration,
+        done: impl Fn(&str, &PortStatus) -> bool,
+    ) {
+        use std::time::{Duration, Instant};
+        let deadline = Instant::now() + limit;
+        let mut report = Instant::now() + Duration::from_secs(30);
+        loop {
+            let notified = self.changed.notified();
+            let off: Vec<(String, Option<String>)> = {
+                let seen = self.seen.lock().unwrap();
+                ports
+                    .iter()
+                    .filter(|p| !seen.get(p.as_str()).is_some_and(|st| done(p, st)))
+                    .map(|p| {
+                        let state = seen.get(p.as_str()).and_then(|st| st.state);
+                        (p.clone(), state.map(|s| s.to_string()))
+                    })
+                    .collect()
+            };
+            if off.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} ports not {what}, e.g. {:?}",
+                off.len(),
+                ports.len(),
+                &off[..off.len().min(5)]
+            );
+            if Instant::now() > report {
+                eprintln!(
+                    "  (still waiting: {} of {} ports not {what}; last error seen: {:?})",
+                    off.len(),
+                    ports.len(),
+                    self.error.lock().unwrap()
+                );
+                report += Duration::from_secs(30);
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+        }
+    }
 }
