@@ -73,6 +73,38 @@ fn login(sim: &SimSwitch) -> [(&'static str, &str); 3] {
     ]
 }
 
+/// devplane with the fleet of `backend` (namespace of that name) and the operator
+/// running, every port Idle and start-up work (first device checks) settled: what
+/// the measured phase starts from. The operator stops when the sender is dropped.
+async fn running(
+    backend: &str,
+    sims: &[SimSwitch],
+    ports: &[PortName],
+    variant: u16,
+) -> (
+    BenchCluster,
+    Vec<(String, String)>,
+    PortWatch,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let cluster = BenchCluster::start(&format!("fleet-{backend}")).await;
+    let client = cluster.client.clone();
+    cluster
+        .namespace_with_login(backend, &login(&sims[0]))
+        .await;
+    let links = fleet(&client, backend, backend, sims, ports, variant).await;
+    let watch = PortWatch::start(client.clone(), backend);
+    let stop = operator(client, backend);
+    let names: Vec<String> = links.iter().map(|(p, _)| p.clone()).collect();
+    watch
+        .until(&names, "Idle", LIMIT, |_, st| {
+            st.state == Some(PortState::Idle)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    (cluster, links, watch, stop)
+}
+
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -441,20 +473,8 @@ fn main() {
     );
 
     let (ssh, solo, device_solo) = rt.block_on(async {
-        let cluster = BenchCluster::start("fleet-ssh").await;
+        let (cluster, links, watch, _stop) = running("ssh", &sims, &ports, 0).await;
         let client = cluster.client.clone();
-        cluster.namespace_with_login("ssh", &login(&sims[0])).await;
-        let links = fleet(&client, "ssh", "ssh", &sims, &ports, 0).await;
-        let watch = PortWatch::start(client.clone(), "ssh");
-        let _stop = operator(client.clone(), "ssh");
-        let names: Vec<String> = links.iter().map(|(p, _)| p.clone()).collect();
-        watch
-            .until(&names, "Idle", LIMIT, |_, st| {
-                st.state == Some(PortState::Idle)
-            })
-            .await;
-        // Start-up work (first device checks) settles before the measured phase.
-        tokio::time::sleep(Duration::from_secs(2)).await;
         let ns = Namespace {
             client: &client,
             ns: "ssh",
@@ -549,23 +569,8 @@ fn main() {
     let ansible_sims = &sims[..ansible_switches];
     let ansible = (ansible_switches > 0).then(|| {
         rt.block_on(async {
-            let cluster = BenchCluster::start("fleet-ansible").await;
+            let (cluster, links, watch, _stop) = running("ansible", ansible_sims, &ports, 3).await;
             let client = cluster.client.clone();
-            cluster
-                .namespace_with_login("ansible", &login(&sims[0]))
-                .await;
-            let links = fleet(&client, "ansible", "ansible", ansible_sims, &ports, 3).await;
-            let watch = PortWatch::start(client.clone(), "ansible");
-            let _stop = operator(client.clone(), "ansible");
-            let names: Vec<String> = links.iter().map(|(p, _)| p.clone()).collect();
-            watch
-                .until(&names, "Idle", LIMIT, |_, st| {
-                    st.state == Some(PortState::Idle)
-                })
-                .await;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            // Start-up work (first device checks) settles before the measured phase.
-            tokio::time::sleep(Duration::from_secs(2)).await;
             let ns = Namespace {
                 client: &client,
                 ns: "ansible",
