@@ -194,6 +194,7 @@ fn port_settings(errors: &mut Errors, s: &PortSettingsSpec, port: PortName) -> D
         description,
         acl: Vec::new(),
         lag: None,
+        lag_members: BTreeSet::new(),
         host_mac: None,
     }
 }
@@ -339,6 +340,13 @@ pub fn configuration_to_desired(
             Some(LagModeSpec::Static) => LagMode::Static,
         };
         desired.lag = group.map(|group| LagMembership { group, mode });
+        if !spec.acl.is_empty() {
+            errors.push(
+                "spec.acl",
+                "ACLs on link-aggregation members are not supported: a configuration has \
+                 either acl or linkAggregation",
+            );
+        }
     }
     errors.finish(|| desired)
 }
@@ -399,6 +407,7 @@ pub fn capability_field(cap: Capability) -> &'static str {
         Capability::Mtu => "spec.mtu",
         Capability::Acl => "spec.acl",
         Capability::LinkAggregation => "spec.linkAggregation",
+        Capability::LacpPassive | Capability::StaticLag => "spec.linkAggregation.mode",
     }
 }
 
@@ -477,6 +486,123 @@ pub fn desired_for_port(
             .extend(capability_errors(&desired, caps, &who, |_| None));
     }
     errors.finish(|| desired)
+}
+
+/// A SwitchPort as the link-aggregation check sees it: where it is, what it is
+/// cabled to and the configuration it carries.
+#[derive(Debug, Clone)]
+pub struct LagPeer<'a> {
+    /// The SwitchPort's name.
+    pub name: &'a str,
+    /// Its Switch.
+    pub switch: &'a str,
+    /// Its device port, when the Switch defines it.
+    pub device_port: Option<PortName>,
+    /// The Server whose NIC is cabled to it, when a Server says so.
+    pub server: Option<&'a str>,
+    /// The configuration it carries.
+    pub spec: &'a SwitchPortConfigurationSpec,
+}
+
+/// The top-level fields in which two members' configurations differ, leaving out
+/// what stays each member's own (description, disabled).
+fn group_setting_differences(
+    a: &SwitchPortConfigurationSpec,
+    b: &SwitchPortConfigurationSpec,
+) -> Vec<String> {
+    let shared = |s: &SwitchPortConfigurationSpec| {
+        let mut v = serde_json::to_value(s).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("description");
+            m.remove("disabled");
+        }
+        v
+    };
+    let (a, b) = (shared(a), shared(b));
+    let empty = serde_json::Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect()
+}
+
+/// Checks a link-aggregation member against the other SwitchPorts (`peers`, any
+/// Switch, this port may be among them) and returns the device ports of its group's
+/// members, its own included.
+///
+/// A group is the ports of one Switch whose configurations name the same
+/// `linkAggregation.group`. Refused at `spec.linkAggregation.group`, naming the
+/// conflicting port: a member carrying other VLANs, MTU or mode (description and
+/// `disabled` stay each member's own); a member cabled to another Server (two
+/// hosts' NICs in one bundle); a port of the same Server in the same group on
+/// another Switch (patchbay does not configure multi-chassis LAG).
+pub fn lag_members(
+    this: &LagPeer<'_>,
+    peers: &[LagPeer<'_>],
+) -> Result<BTreeSet<PortName>, ValidationErrors> {
+    let mut errors = Errors::default();
+    let mut members: BTreeSet<PortName> = this.device_port.iter().cloned().collect();
+    let Some(group) = this.spec.link_aggregation.as_ref().map(|l| l.group) else {
+        return Ok(members);
+    };
+    let field = "spec.linkAggregation.group";
+    for peer in peers {
+        if peer.name == this.name
+            || peer.spec.link_aggregation.as_ref().map(|l| l.group) != Some(group)
+        {
+            continue;
+        }
+        if peer.switch != this.switch {
+            if this.server.is_some() && peer.server == this.server {
+                errors.push(
+                    field,
+                    format!(
+                        "SwitchPort {:?} of the same Server {:?} is in group {group} on \
+                         Switch {:?}: a group's members must be on one Switch (multi-chassis \
+                         link aggregation is not supported)",
+                        peer.name,
+                        this.server.unwrap_or_default(),
+                        peer.switch
+                    ),
+                );
+            }
+            continue;
+        }
+        if let (Some(mine), Some(theirs)) = (this.server, peer.server)
+            && mine != theirs
+        {
+            errors.push(
+                field,
+                format!(
+                    "group {group} on Switch {:?} already holds SwitchPort {:?}, cabled to \
+                     Server {theirs:?}; this port is cabled to Server {mine:?}: a group bundles \
+                     one host's links",
+                    this.switch, peer.name
+                ),
+            );
+            continue;
+        }
+        let differs = group_setting_differences(this.spec, peer.spec);
+        if !differs.is_empty() {
+            errors.push(
+                field,
+                format!(
+                    "SwitchPort {:?} in group {group} carries a different configuration \
+                     ({}); the members of a group must carry the same VLANs, MTU and mode",
+                    peer.name,
+                    differs.join(", ")
+                ),
+            );
+            continue;
+        }
+        members.extend(peer.device_port.clone());
+    }
+    errors.finish(|| members)
 }
 
 /// Validates a Switch: port keys are object names, device port names follow the

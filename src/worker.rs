@@ -8,6 +8,16 @@
 //! with one read of all its tracked ports, and knows whether the switch answers.
 //! Does device I/O through the [`Device`] it owns; no Kubernetes.
 //!
+//! **Link aggregation.** A change that makes a port a member of group G (its desired
+//! state has `lag`) is held until every member named in its `lag_members` either
+//! has a change waiting too or is tracked (Active) with the same group settings;
+//! then the group's changes go in one batch, where the backend configures the
+//! aggregate before its members. A group still incomplete after
+//! [`WorkerConfig::group_hold`] fails its held changes with
+//! [`WorkerError::GroupIncomplete`], touching nothing. Leaving a group is not held:
+//! each member leaves when its own change comes, and the backend removes the
+//! aggregate with its last member.
+//!
 //! Port reconciles talk to it through [`SwitchWorker`]; at most `max_sessions`
 //! batches run against the device at once (1 by default). Reads requested within the
 //! same window are served by one `get_ports` call.
@@ -67,7 +77,14 @@ pub struct WorkerConfig {
     /// The longest a batch may take (with leader election: `leaseDuration −
     /// renewDeadline`); a batch that takes longer is abandoned and its ports fail.
     pub batch_timeout: Option<Duration>,
+    /// The longest a link-aggregation member's change waits for its group's other
+    /// members (see "Link aggregation" above); then it fails naming the missing
+    /// ones.
+    pub group_hold: Duration,
 }
+
+/// [`WorkerConfig::group_hold`] in the operator.
+pub const GROUP_HOLD: Duration = Duration::from_secs(30);
 
 /// What a worker announces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +135,23 @@ pub enum WorkerError {
     /// `timing.next_probe`.
     #[error("{}", .0.error)]
     SwitchDown(Box<Outage>),
+    /// A link-aggregation member's change waited [`WorkerConfig::group_hold`] for
+    /// the group's other members and was not sent.
+    #[error(
+        "link-aggregation group {group} waited {:.0} s for {} and sent nothing: every member \
+         of a group is configured in one batch, and these members' changes did not arrive \
+         (is their configuration valid and ready?)",
+        waited.as_secs_f64(),
+        missing.join(", ")
+    )]
+    GroupIncomplete {
+        /// The group number.
+        group: u16,
+        /// The device ports whose change did not arrive.
+        missing: Vec<String>,
+        /// How long the change waited.
+        waited: Duration,
+    },
 }
 
 enum Job {
@@ -438,6 +472,133 @@ impl SwitchWorker {
     }
 }
 
+/// Link-aggregation members' changes held until their group is complete.
+#[derive(Default)]
+struct Lobby {
+    groups: BTreeMap<u16, Held>,
+}
+
+struct Held {
+    since: tokio::time::Instant,
+    jobs: Vec<Job>,
+}
+
+/// The group a job makes its port a member of.
+fn joining_group(job: &Job) -> Option<u16> {
+    match job {
+        Job::Apply {
+            op: PortOperation::Set(d),
+            ..
+        } => d.lag.map(|l| l.group.get()),
+        _ => None,
+    }
+}
+
+impl Lobby {
+    /// Takes a batch and returns what may run now: every job that joins no group,
+    /// and the jobs of each group that became complete (see the module docs).
+    fn admit(&mut self, batch: Vec<Job>, shared: &Shared) -> Vec<Job> {
+        let mut runnable = Vec::new();
+        let mut touched = BTreeSet::new();
+        let now = tokio::time::Instant::now();
+        for job in batch {
+            match joining_group(&job) {
+                Some(g) => {
+                    touched.insert(g);
+                    self.groups
+                        .entry(g)
+                        .or_insert_with(|| Held {
+                            since: now,
+                            jobs: Vec::new(),
+                        })
+                        .jobs
+                        .push(job);
+                }
+                None => runnable.push(job),
+            }
+        }
+        let tracked: Vec<DesiredPort> = lock(&shared.tracking).desired.values().cloned().collect();
+        for g in touched {
+            if self
+                .groups
+                .get(&g)
+                .is_some_and(|h| missing(&h.jobs, &tracked).is_empty())
+                && let Some(held) = self.groups.remove(&g)
+            {
+                runnable.extend(held.jobs);
+            }
+        }
+        runnable
+    }
+
+    /// When the oldest held group gives up.
+    fn next_deadline(&self, hold: Duration) -> Option<tokio::time::Instant> {
+        self.groups.values().map(|h| h.since + hold).min()
+    }
+
+    /// Fails the groups held for `hold` or longer.
+    fn expire(&mut self, hold: Duration, shared: &Shared) {
+        let now = tokio::time::Instant::now();
+        let tracked: Vec<DesiredPort> = lock(&shared.tracking).desired.values().cloned().collect();
+        let due: Vec<u16> = self
+            .groups
+            .iter()
+            .filter(|(_, h)| now >= h.since + hold)
+            .map(|(g, _)| *g)
+            .collect();
+        for g in due {
+            let Some(held) = self.groups.remove(&g) else {
+                continue;
+            };
+            let missing: Vec<String> = missing(&held.jobs, &tracked)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            tracing::warn!(group = g, missing = ?missing, "link-aggregation group incomplete; its changes were not sent");
+            for job in held.jobs {
+                if let Job::Apply { reply, .. } = job {
+                    let _ = reply.send(Err(WorkerError::GroupIncomplete {
+                        group: g,
+                        missing: missing.clone(),
+                        waited: now - held.since,
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// The members named by the held `jobs` of one group that have neither a change
+/// among them nor a tracked desired state with the same group settings as the
+/// newest change.
+fn missing(jobs: &[Job], tracked: &[DesiredPort]) -> Vec<PortName> {
+    let targets: Vec<DesiredPort> = jobs
+        .iter()
+        .filter_map(|j| match j {
+            Job::Apply {
+                op: PortOperation::Set(d),
+                ..
+            } => Some(d.clone()),
+            _ => None,
+        })
+        .collect();
+    let Some(newest) = targets.last() else {
+        return Vec::new();
+    };
+    let present: BTreeSet<&PortName> = targets.iter().map(|d| &d.port).collect();
+    let named: BTreeSet<&PortName> = targets.iter().flat_map(|d| &d.lag_members).collect();
+    named
+        .into_iter()
+        .filter(|m| !present.contains(m))
+        .filter(|m| {
+            !tracked
+                .iter()
+                .any(|d| &&d.port == m && d.same_group_settings(newest))
+        })
+        .cloned()
+        .collect()
+}
+
 async fn run(
     switch: Arc<dyn Device>,
     config: WorkerConfig,
@@ -449,9 +610,14 @@ async fn run(
     let mut sweep = tokio::time::interval(config.drift_interval);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_arrival: Option<tokio::time::Instant> = None;
+    let mut lobby = Lobby::default();
     loop {
         let probe_in = shared.probe_wait();
+        let group_due = lobby.next_deadline(config.group_hold);
         tokio::select! {
+            _ = tokio::time::sleep_until(group_due.unwrap_or_else(tokio::time::Instant::now)), if group_due.is_some() => {
+                lobby.expire(config.group_hold, &shared);
+            }
             job = rx.recv() => {
                 let Some(first) = job else { return };
                 let mut batch = vec![first];
@@ -486,6 +652,11 @@ async fn run(
                         while let Ok(job) = rx.try_recv() {
                             last_arrival = Some(tokio::time::Instant::now());
                             batch.push(job);
+                        }
+                        let batch = lobby.admit(batch, &shared);
+                        if batch.is_empty() {
+                            drop(permit);
+                            continue;
                         }
                         let (switch, shared) = (switch.clone(), shared.clone());
                         tokio::spawn(async move {
@@ -804,6 +975,7 @@ mod tests {
         WorkerConfig {
             backend: "fixture",
             batch_timeout: None,
+            group_hold: Duration::from_secs(5),
             batch_window: Duration::from_millis(50),
             batch_quiet: Duration::from_millis(50),
             drift_interval: Duration::from_secs(3600),
@@ -1050,5 +1222,82 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(worker.reachability(), Reachability::Reachable);
         assert_eq!(worker.take_drift_notice(&key("a")), Some(true));
+    }
+
+    fn member(port: &str, group: u16, members: &[&str]) -> DesiredPort {
+        let mut d = access(port, 300);
+        d.lag = Some(patchbay_providers::LagMembership {
+            group: patchbay_providers::values::LagGroup::new(group.into()).unwrap(),
+            mode: patchbay_providers::LagMode::Active,
+        });
+        d.lag_members = members.iter().map(|m| p(m)).collect();
+        d
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_goes_in_one_batch_once_every_member_is_there_or_fails_naming_the_missing() {
+        let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2"), p("Gi0/3")]);
+        let worker = Arc::new(SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            config(),
+            Vec::new(),
+            Arc::new(|_| {}),
+        ));
+        let both = ["Gi0/1", "Gi0/2"];
+        // The first member waits for the second, which comes 2 s later: one batch.
+        let first = {
+            let worker = worker.clone();
+            tokio::spawn(async move {
+                worker
+                    .apply(None, PortOperation::Set(member("Gi0/1", 7, &both)))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            batch_sizes(&fixture).is_empty(),
+            "nothing sent for half a group"
+        );
+        worker
+            .apply(None, PortOperation::Set(member("Gi0/2", 7, &both)))
+            .await
+            .unwrap();
+        first.await.unwrap().unwrap();
+        assert_eq!(batch_sizes(&fixture), vec![2]);
+
+        // A member already Active with the same settings counts: a change of one
+        // member's description goes at once.
+        worker.track(key("b"), Some(member("Gi0/2", 7, &both)));
+        let mut described = member("Gi0/1", 7, &both);
+        described.description = Some(patchbay_providers::values::Description::parse("x").unwrap());
+        worker
+            .apply(None, PortOperation::Set(described))
+            .await
+            .unwrap();
+        assert_eq!(batch_sizes(&fixture), vec![2, 1]);
+
+        // A tracked member with other settings does not count, and a member that never
+        // comes fails the group after the hold, touching nothing.
+        let mut other_vlan = member("Gi0/1", 7, &["Gi0/1", "Gi0/3"]);
+        other_vlan.vlans = VlanMode::Access {
+            vlan: VlanId::new(301).unwrap(),
+        };
+        let t = tokio::time::Instant::now();
+        let err = worker
+            .apply(None, PortOperation::Set(other_vlan))
+            .await
+            .unwrap_err();
+        assert_eq!(t.elapsed(), Duration::from_secs(5));
+        match &err {
+            WorkerError::GroupIncomplete { group, missing, .. } => {
+                assert_eq!((*group, missing.clone()), (7, vec!["Gi0/3".to_owned()]));
+            }
+            other => panic!("expected GroupIncomplete, got {other:?}"),
+        }
+        assert!(
+            err.to_string().contains("group 7 waited 5 s for Gi0/3"),
+            "{err}"
+        );
+        assert_eq!(batch_sizes(&fixture), vec![2, 1], "nothing more was sent");
     }
 }

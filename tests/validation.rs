@@ -7,11 +7,11 @@ use patchbay::api::{
     ProviderSwitchSpec, SwitchPortConfigurationSpec, SwitchPortDefinition, SwitchSpec, crds,
 };
 use patchbay::validate::{
-    PortContext, ValidationErrors, configuration_to_desired, desired_for_port,
-    validate_configuration, validate_provider, validate_switch, with_host_mac,
+    LagPeer, PortContext, ValidationErrors, configuration_to_desired, desired_for_port,
+    lag_members, validate_configuration, validate_provider, validate_switch, with_host_mac,
 };
 use patchbay_providers::values::{PortName, VlanId};
-use patchbay_providers::{AdminState, Capabilities, Capability, VlanMode};
+use patchbay_providers::{AdminState, Capabilities, Capability, LagMode, VlanMode};
 use serde_json::{Value, json};
 
 #[path = "support/hostile.rs"]
@@ -280,8 +280,7 @@ fn a_valid_configuration_becomes_the_expected_device_state() {
         "mtu": 9000,
         "description": "tenant web, server-7",
         "acl": [{"type": "ipv6", "action": "allow", "protocol": "udp",
-                 "src": "2001:db8::/32", "dstPortRange": "53"}],
-        "linkAggregation": {"group": 12, "mode": "passive"}
+                 "src": "2001:db8::/32", "dstPortRange": "53"}]
     }));
     let desired = configuration_to_desired(&spec, PortName::parse("Gi0/1").unwrap()).unwrap();
     assert_eq!(desired.admin, AdminState::Down);
@@ -302,7 +301,14 @@ fn a_valid_configuration_becomes_the_expected_device_state() {
         desired.acl[0].dst_ports.map(|p| p.to_string()).as_deref(),
         Some("53")
     );
-    assert_eq!(desired.lag.map(|l| l.group.get()), Some(12));
+    assert_eq!(desired.lag, None);
+    let lag =
+        config(json!({"untaggedVLAN": 100, "linkAggregation": {"group": 12, "mode": "passive"}}));
+    let desired = configuration_to_desired(&lag, PortName::parse("Gi0/1").unwrap()).unwrap();
+    assert_eq!(
+        desired.lag.map(|l| (l.group.get(), l.mode)),
+        Some((12, LagMode::Passive))
+    );
     // An empty configuration means: no VLANs of ours, port up.
     let empty = configuration_to_desired(&config(json!({})), PortName::parse("Gi0/1").unwrap());
     assert_eq!(empty.unwrap().vlans, VlanMode::Unconfigured);
@@ -672,4 +678,71 @@ fn acl_any_networks_and_egress_host_macs() {
     // A switch that filters on the port itself needs no MAC.
     let switch = Capabilities::new([Capability::Acl]);
     assert!(with_host_mac(desired, None, &switch, "-").is_ok());
+}
+
+#[test]
+fn link_aggregation_members_share_a_switch_a_host_and_their_settings() {
+    let lag = |vlan: i64, extra: Value| {
+        let mut v = json!({"untaggedVLAN": vlan, "linkAggregation": {"group": 7}});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().cloned().unwrap_or_default());
+        config(v)
+    };
+    let (same, described, other_vlan, other_group) = (
+        lag(100, json!({})),
+        lag(100, json!({"description": "b", "disabled": true})),
+        lag(200, json!({})),
+        config(json!({"untaggedVLAN": 100, "linkAggregation": {"group": 8}})),
+    );
+    let peer =
+        |name: &'static str, switch: &'static str, server: Option<&'static str>, spec| LagPeer {
+            name,
+            switch,
+            device_port: Some(PortName::parse(&format!("Gi0/{}", &name[1..])).unwrap()),
+            server,
+            spec,
+        };
+    let this = peer("p1", "leaf1", Some("srv1"), &same);
+    let names = |r: Result<std::collections::BTreeSet<PortName>, ValidationErrors>| {
+        r.unwrap().iter().map(|p| p.to_string()).collect::<Vec<_>>()
+    };
+    // Members: same Switch, same group; description and `disabled` stay each member's.
+    assert_eq!(
+        names(lag_members(
+            &this,
+            &[
+                this.clone(),
+                peer("p2", "leaf1", Some("srv1"), &described),
+                peer("p3", "leaf1", None, &same),
+                peer("p4", "leaf1", Some("srv2"), &other_group),
+                peer("p5", "leaf2", Some("srv9"), &same),
+            ]
+        )),
+        ["Gi0/1", "Gi0/2", "Gi0/3"]
+    );
+    expect_error(
+        lag_members(&this, &[peer("p2", "leaf1", Some("srv1"), &other_vlan)]),
+        "spec.linkAggregation.group",
+        "SwitchPort \"p2\" in group 7 carries a different configuration (untaggedVLAN)",
+    );
+    expect_error(
+        lag_members(&this, &[peer("p2", "leaf1", Some("srv2"), &same)]),
+        "spec.linkAggregation.group",
+        "already holds SwitchPort \"p2\", cabled to Server \"srv2\"",
+    );
+    expect_error(
+        lag_members(&this, &[peer("p2", "leaf2", Some("srv1"), &same)]),
+        "spec.linkAggregation.group",
+        "SwitchPort \"p2\" of the same Server \"srv1\" is in group 7 on Switch \"leaf2\"",
+    );
+    // ACL and link aggregation do not mix.
+    expect_error(
+        validate_configuration(&lag(
+            100,
+            json!({"acl": [{"type": "ipv4", "action": "deny", "protocol": "all"}]}),
+        )),
+        "spec.acl",
+        "either acl or linkAggregation",
+    );
 }

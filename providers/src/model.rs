@@ -5,7 +5,7 @@
 //! Every field is built from the validated values of [`crate::values`], so a backend
 //! may render them without re-checking.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -159,6 +159,11 @@ pub enum LagMode {
 }
 
 /// Membership of a port in a link-aggregation group (port-channel / LAG / bond).
+///
+/// The group's aggregate interface (`Port-channelN`, `aeN`, an OVS bond Port) carries
+/// the VLANs and MTU of its members' desired state, which must be equal (the
+/// validator and [`crate::lag`] see to it); each member keeps its own admin state
+/// and description, and joins the aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LagMembership {
     /// Group number.
@@ -189,6 +194,12 @@ pub struct DesiredPort {
     pub acl: Vec<AclRule>,
     /// Link-aggregation membership; `None` removes it.
     pub lag: Option<LagMembership>,
+    /// With `lag`: the device ports of every member of the group, this one included,
+    /// as the operator knows them. Not compared with the device (each member's `lag`
+    /// is); the switch worker holds a member's change until every member's is in
+    /// the same batch, and backends whose aggregate lists its members (an OVS bond)
+    /// write this list. Empty without `lag`.
+    pub lag_members: BTreeSet<PortName>,
     /// MAC address of the host NIC cabled to the port, where known. Not configured
     /// on anything: backends that can only match traffic *towards* a port by its
     /// destination MAC (Open vSwitch) need it for egress ACL rules; the others ignore
@@ -209,8 +220,21 @@ impl DesiredPort {
             description: None,
             acl: Vec::new(),
             lag: None,
+            lag_members: BTreeSet::new(),
             host_mac: None,
         }
+    }
+
+    /// Whether `self` and `other` are members of the same link-aggregation group
+    /// with the same group settings: group, mode, VLANs (and their names) and MTU —
+    /// what the aggregate interface carries. Admin state and description stay each
+    /// member's own.
+    pub fn same_group_settings(&self, other: &DesiredPort) -> bool {
+        self.lag.is_some()
+            && self.lag == other.lag
+            && self.vlans == other.vlans
+            && self.vlan_names == other.vlan_names
+            && self.mtu == other.mtu
     }
 
     /// The capabilities this desired state needs from a backend.
@@ -238,8 +262,13 @@ impl DesiredPort {
         if !self.acl.is_empty() {
             need.push(Capability::Acl);
         }
-        if self.lag.is_some() {
+        if let Some(lag) = &self.lag {
             need.push(Capability::LinkAggregation);
+            match lag.mode {
+                LagMode::Active => {}
+                LagMode::Passive => need.push(Capability::LacpPassive),
+                LagMode::Static => need.push(Capability::StaticLag),
+            }
         }
         need
     }
@@ -357,13 +386,17 @@ pub enum Capability {
     Mtu,
     /// Port ACL.
     Acl,
-    /// Link-aggregation membership.
+    /// Link-aggregation membership (LACP active).
     LinkAggregation,
+    /// A link-aggregation member in LACP passive mode.
+    LacpPassive,
+    /// A static link-aggregation member (no LACP).
+    StaticLag,
 }
 
 impl Capability {
     /// Every capability, in declaration order.
-    pub const ALL: [Capability; 8] = [
+    pub const ALL: [Capability; 10] = [
         Capability::AccessVlan,
         Capability::Trunk,
         Capability::NativeVlan,
@@ -372,6 +405,8 @@ impl Capability {
         Capability::Mtu,
         Capability::Acl,
         Capability::LinkAggregation,
+        Capability::LacpPassive,
+        Capability::StaticLag,
     ];
 }
 
@@ -386,6 +421,8 @@ impl fmt::Display for Capability {
             Capability::Mtu => "MTU",
             Capability::Acl => "ACL",
             Capability::LinkAggregation => "link aggregation",
+            Capability::LacpPassive => "LACP passive link aggregation",
+            Capability::StaticLag => "static link aggregation (no LACP)",
         })
     }
 }

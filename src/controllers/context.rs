@@ -162,28 +162,43 @@ pub async fn fetch_secret(
         .await
 }
 
+/// Every Server NIC cabled to a port of `kind`: (port namespace, port name) →
+/// (Server name, the NIC's MAC). One list of the (cluster-scoped) Servers.
+pub async fn cabled_nics(
+    client: &Client,
+    kind: CabledPortKind,
+) -> Result<HashMap<(String, String), (String, Option<String>)>, kube::Error> {
+    let servers = Api::<Server>::all(client.clone())
+        .list(&kube::api::ListParams::default())
+        .await?;
+    let mut out = HashMap::new();
+    for s in &servers.items {
+        for nic in &s.spec.nics {
+            let Some(p) = &nic.port else { continue };
+            if p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind {
+                out.insert(
+                    (p.namespace.clone(), p.name.clone()),
+                    (s.name_any(), nic.mac.clone()),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The MAC address of the Server NIC cabled to port `name` (of `kind`) in
-/// `namespace`, if a Server names it and gives the NIC a `mac`. One list of the
-/// (cluster-scoped) Servers: called only for a configuration with egress ACL rules.
+/// `namespace`, if a Server names it and gives the NIC a `mac`. Called only for a
+/// configuration with egress ACL rules.
 pub async fn cabled_host_mac(
     client: &Client,
     kind: CabledPortKind,
     namespace: &str,
     name: &str,
 ) -> Result<Option<String>, kube::Error> {
-    let servers = Api::<Server>::all(client.clone())
-        .list(&kube::api::ListParams::default())
-        .await?;
-    Ok(servers.items.iter().find_map(|s| {
-        s.spec.nics.iter().find_map(|nic| {
-            let p = nic.port.as_ref()?;
-            (p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
-                && p.namespace == namespace
-                && p.name == name)
-                .then(|| nic.mac.clone())
-                .flatten()
-        })
-    }))
+    Ok(cabled_nics(client, kind)
+        .await?
+        .remove(&(namespace.to_owned(), name.to_owned()))
+        .and_then(|(_, mac)| mac))
 }
 
 /// An API for kind `K` in `namespace`, or in all namespaces.
@@ -315,6 +330,7 @@ impl Context {
                 backoff: self.settings.backoff,
                 backend: provider.spec.backend.name(),
                 batch_timeout: self.settings.batch_timeout,
+                group_hold: crate::worker::GROUP_HOLD,
             },
             ports,
             notify,

@@ -112,6 +112,9 @@ pub enum Failure {
         /// The configuration it carries.
         configuration: String,
     },
+    /// A link-aggregation member's change waited for the rest of its group in vain.
+    #[error("{0}")]
+    GroupIncomplete(#[source] WorkerError),
     /// The API server refused or failed a request made on the port's behalf.
     #[error("{0}")]
     Kubernetes(#[source] kube::Error),
@@ -148,6 +151,7 @@ impl Failure {
             Failure::NextPortNotFound { .. } => "NextPortNotFound",
             Failure::NextPortClaimed { .. } => "NextPortClaimed",
             Failure::NextPortInUse { .. } => "NextPortInUse",
+            Failure::GroupIncomplete(_) => "LagGroupIncomplete",
             Failure::Kubernetes(_) => "KubernetesError",
         }
     }
@@ -163,6 +167,7 @@ impl Failure {
             | Failure::ProviderNotFound { .. }
             | Failure::ConfigurationNotFound { .. }
             | Failure::NextPortNotFound { .. }
+            | Failure::GroupIncomplete(_)
             | Failure::Kubernetes(_) => FailureKind::Transient,
             Failure::Backend(_)
             | Failure::InvalidConfiguration(_)
@@ -197,6 +202,7 @@ impl From<WorkerError> for Failure {
         match e {
             WorkerError::Device(e) => Failure::Device(e),
             WorkerError::SwitchDown(o) => Failure::SwitchDown(o),
+            e @ WorkerError::GroupIncomplete { .. } => Failure::GroupIncomplete(e),
         }
     }
 }

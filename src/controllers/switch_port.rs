@@ -19,7 +19,7 @@ use patchbay_providers::{Capabilities, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Context, cabled_host_mac, fetch_secret, switch_worker_key};
+use super::context::{Context, cabled_host_mac, cabled_nics, fetch_secret, switch_worker_key};
 use super::failure::Failure;
 use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive};
 use super::port_record::KubeRecord;
@@ -29,11 +29,12 @@ use super::{
 };
 use crate::api::{
     CabledPortKind, ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
-    SwitchPortDefinition, configuration_hash,
+    SwitchPortConfigurationSpec, SwitchPortDefinition, configuration_hash,
 };
 use crate::state_machine::PortTarget;
 use crate::validate::{
-    PortContext, desired_for_port, has_egress_rules, validate_provider, with_host_mac,
+    LagPeer, PortContext, desired_for_port, has_egress_rules, lag_members, validate_provider,
+    with_host_mac,
 };
 use crate::worker::PortKey;
 
@@ -48,6 +49,9 @@ struct PortWorld {
     device_port: Option<String>,
     /// The cabled Server NIC's MAC, looked up only for egress ACL rules.
     host_mac: Option<String>,
+    /// For a link-aggregation member: this port and every SwitchPort carrying a
+    /// link-aggregation configuration, as [`lag_members`] checks them.
+    lag: Option<(GroupPeer, Vec<GroupPeer>)>,
     /// See [`inputs_digest`].
     inputs: String,
 }
@@ -110,6 +114,12 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         }
         _ => None,
     };
+    let lag = match &config {
+        Some(c) if c.spec.link_aggregation.is_some() => {
+            Some(group_peers(port, ctx, &ns, &c.spec).await?)
+        }
+        _ => None,
+    };
     let inputs = inputs_digest(&json!({
         "spec": port.spec,
         "hostMac": host_mac,
@@ -127,8 +137,76 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         config,
         device_port,
         host_mac,
+        lag,
         inputs,
     })
+}
+
+/// A SwitchPort as [`lag_members`] sees it, owned.
+struct GroupPeer {
+    name: String,
+    switch: String,
+    device_port: Option<PortName>,
+    server: Option<String>,
+    spec: SwitchPortConfigurationSpec,
+}
+
+impl GroupPeer {
+    fn view(&self) -> LagPeer<'_> {
+        LagPeer {
+            name: &self.name,
+            switch: &self.switch,
+            device_port: self.device_port.clone(),
+            server: self.server.as_deref(),
+            spec: &self.spec,
+        }
+    }
+}
+
+/// This port and the SwitchPorts of its namespace whose configuration has link
+/// aggregation, from the shared caches and one list of the Servers (for the
+/// cabling): what the group check needs. Only for a link-aggregation member.
+async fn group_peers(
+    port: &SwitchPort,
+    ctx: &Context,
+    ns: &str,
+    spec: &SwitchPortConfigurationSpec,
+) -> Result<(GroupPeer, Vec<GroupPeer>), ControllerError> {
+    let cabled = cabled_nics(&ctx.client, CabledPortKind::SwitchPort).await?;
+    let describe = |q: &SwitchPort, spec: SwitchPortConfigurationSpec| {
+        let switch = switch_name(q).unwrap_or_default();
+        let device_port = ctx
+            .stores
+            .switch(ns, &switch)
+            .and_then(|s| s.spec.ports.get(&q.name_any()).cloned())
+            .and_then(|d| PortName::parse(&d.name).ok());
+        GroupPeer {
+            name: q.name_any(),
+            server: cabled
+                .get(&(ns.to_owned(), q.name_any()))
+                .map(|(server, _)| server.clone()),
+            switch,
+            device_port,
+            spec,
+        }
+    };
+    let peers = ctx
+        .ports
+        .state()
+        .iter()
+        .filter(|q| q.namespace().as_deref() == Some(ns))
+        .filter_map(|q| {
+            let r = q.spec.configuration.as_ref()?;
+            let cfg = ctx
+                .stores
+                .configuration(r.namespace.as_deref().unwrap_or(ns), &r.name)?;
+            cfg.spec
+                .link_aggregation
+                .is_some()
+                .then(|| describe(q, cfg.spec))
+        })
+        .collect();
+    Ok((describe(port, spec.clone()), peers))
 }
 
 /// A SwitchPort's steps, through its Switch's worker.
@@ -200,13 +278,19 @@ impl PortSteps for SwitchPortSteps<'_> {
             },
         )
         .map_err(Failure::InvalidConfiguration)?;
-        with_host_mac(
+        let mut desired = with_host_mac(
             desired,
             self.world.host_mac.as_deref(),
             capabilities,
             "give the Server NIC cabled to this SwitchPort a `mac`",
         )
-        .map_err(Failure::InvalidConfiguration)
+        .map_err(Failure::InvalidConfiguration)?;
+        if let Some((this, peers)) = &self.world.lag {
+            let peers: Vec<LagPeer<'_>> = peers.iter().map(GroupPeer::view).collect();
+            desired.lag_members =
+                lag_members(&this.view(), &peers).map_err(Failure::InvalidConfiguration)?;
+        }
+        Ok(desired)
     }
 
     fn key(&self) -> &PortKey {

@@ -261,6 +261,7 @@ pub async fn run() -> Result<()> {
             backoff: Backoff::default(),
             backend: "fixture",
             batch_timeout: None,
+            group_hold: patchbay::worker::GROUP_HOLD,
         },
         vec![port.clone()],
         Arc::new(|_| {}),
