@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use patchbay_providers::ovsdb::{Connection, Endpoint, OvsOptions, OvsSwitch, OvsdbError};
 use patchbay_providers::values::{
-    Cidr, Description, L4PortRange, MacAddress, Mtu, PortName, VlanId,
+    Cidr, Description, L4PortRange, LagGroup, MacAddress, Mtu, PortName, VlanId,
 };
 use patchbay_providers::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capability, DesiredPort, Device,
-    DeviceError, IpVersion, PortChange, PortOperation, VlanMode,
+    DeviceError, IpVersion, LagMembership, LagMode, PortChange, PortOperation, VlanMode,
 };
 use patchbay_testbed::OvsSim;
 use serde_json::json;
@@ -218,7 +218,6 @@ async fn every_port_state_is_written_read_back_and_reset() {
         sw.get_port(&p(&port)).await.unwrap(),
         patchbay_providers::ObservedPort {
             acl: Some(Vec::new()),
-            lag: None,
             ..patchbay_providers::ObservedPort::from_desired(&DesiredPort::clean(p(&port)))
         }
     );
@@ -578,4 +577,183 @@ async fn acl_flows_are_written_read_back_repaired_and_only_patchbay_s_removed() 
     sw.reset_port(&p(&other)).await.unwrap();
     assert!(patchbay_flows(&ovs, "br0").is_empty());
     assert!(foreign().contains("tp_dst=9999"));
+}
+
+/// The bridge's ports, as `ovs-vsctl list-ports` sees them.
+fn bridge_ports(ovs: &OvsSim, bridge: &str) -> Vec<String> {
+    let mut ports: Vec<String> = ovs
+        .vsctl(&["list-ports", bridge])
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    ports.sort();
+    ports
+}
+
+/// `lacp tag trunks vlan_mode` of a bond Port and its interfaces' names.
+fn bond(ovs: &OvsSim, name: &str) -> String {
+    let get = |col: &str| ovs.vsctl(&["get", "Port", name, col]).unwrap();
+    let mut ifaces: Vec<String> = get("interfaces")
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .filter(|u| !u.is_empty())
+        .map(|u| ovs.vsctl(&["get", "Interface", u, "name"]).unwrap())
+        .collect();
+    ifaces.sort();
+    format!(
+        "lacp={} tag={} trunks={} vlan_mode={} bond_mode={} ifaces={}",
+        get("lacp"),
+        get("tag"),
+        get("trunks"),
+        get("vlan_mode"),
+        get("bond_mode"),
+        ifaces.join(",")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bonds_are_formed_changed_and_dissolved_one_transaction_at_a_time() {
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    let hosts = Hosts::create(&ovs, "br0", 3);
+    let [a, b, c] = [0, 1, 2].map(|i| hosts.ports[i].clone());
+    let sw = backend(&ovs, "br0", true);
+    let member = |port: &str, vlans: VlanMode, mode: LagMode| {
+        let mut d = DesiredPort::clean(p(port));
+        d.vlans = vlans;
+        d.lag = Some(LagMembership {
+            group: LagGroup::new(7).unwrap(),
+            mode,
+        });
+        d.lag_members = [p(&a), p(&b)].into_iter().collect();
+        d
+    };
+    let trunk = VlanMode::Trunk {
+        native: Some(v(10)),
+        allowed: [v(20), v(30)].into_iter().collect(),
+    };
+    let mut da = member(&a, trunk.clone(), LagMode::Active);
+    da.description = Some(Description::parse("uplink a").unwrap());
+    let mut db = member(&b, trunk.clone(), LagMode::Active);
+    db.admin = AdminState::Down;
+    db.mtu = Some(Mtu::new(9000).unwrap());
+    let set = |ds: &[&DesiredPort]| -> Vec<PortOperation> {
+        ds.iter()
+            .map(|d| PortOperation::Set((*d).clone()))
+            .collect()
+    };
+    let outcomes = |r: Vec<patchbay_providers::PortResult>| -> Vec<String> {
+        r.into_iter()
+            .map(|r| match r.outcome {
+                Ok(c) => format!("{c:?}"),
+                Err(e) => format!("error: {e}"),
+            })
+            .collect()
+    };
+
+    // Formed: both members in one bond, which carries the VLANs.
+    let r = sw.apply_batch(&set(&[&da, &db])).await.unwrap();
+    assert_eq!(outcomes(r), ["Changed", "Changed"]);
+    assert_eq!(bridge_ports(&ovs, "br0"), ["bond7".to_owned(), c.clone()]);
+    assert_eq!(
+        bond(&ovs, "bond7"),
+        format!(
+            "lacp=active tag=10 trunks=[10, 20, 30] vlan_mode=native-untagged \
+             bond_mode=balance-slb ifaces={a},{b}"
+        )
+    );
+    let get = |iface: &str, col: &str| ovs.vsctl(&["get", "Interface", iface, col]).unwrap();
+    assert_eq!(
+        get(&a, "external_ids"),
+        "{\"patchbay/description\"=\"uplink a\"}"
+    );
+    assert_eq!(
+        (
+            get(&b, "mtu_request"),
+            get(&b, "admin_state"),
+            get(&a, "admin_state")
+        ),
+        ("9000".into(), "down".into(), "up".into())
+    );
+    // Each member reads back as itself, with its group.
+    for d in [&da, &db] {
+        let seen = sw.get_port(&d.port).await.unwrap();
+        assert!(patchbay_providers::diff(d, &seen).is_empty(), "{seen:?}");
+        assert_eq!(seen.lag, Some(d.lag));
+    }
+    let r = sw.apply_batch(&set(&[&da, &db])).await.unwrap();
+    assert_eq!(outcomes(r), ["Unchanged", "Unchanged"]);
+
+    // Changed: LACP passive on access VLAN 40, in one update of the bond.
+    let pa = member(&a, VlanMode::Access { vlan: v(40) }, LagMode::Passive);
+    let pb = member(&b, VlanMode::Access { vlan: v(40) }, LagMode::Passive);
+    let r = sw.apply_batch(&set(&[&pa, &pb])).await.unwrap();
+    assert_eq!(outcomes(r), ["Changed", "Changed"]);
+    assert!(
+        bond(&ovs, "bond7").starts_with("lacp=passive tag=40 trunks=[] vlan_mode=access"),
+        "{}",
+        bond(&ovs, "bond7")
+    );
+    assert_eq!(
+        get(&b, "admin_state"),
+        "up",
+        "b's own admin state follows it"
+    );
+
+    // A member leaves: its own Port again, clean; the bond keeps the other.
+    let r = sw
+        .apply_batch(&[PortOperation::Reset(p(&a))])
+        .await
+        .unwrap();
+    assert_eq!(outcomes(r), ["Changed"]);
+    assert_eq!(
+        bridge_ports(&ovs, "br0"),
+        ["bond7".to_owned(), a.clone(), c.clone()]
+    );
+    assert_eq!(
+        columns(&ovs, &a),
+        "tag=[] trunks=[] vlan_mode=[] mtu_request=[] description=- admin=up"
+    );
+    assert_eq!(get(&a, "external_ids"), "{}");
+    assert_eq!(sw.get_port(&p(&a)).await.unwrap().lag, Some(None));
+    assert!(bond(&ovs, "bond7").ends_with(&format!("ifaces={b}")));
+    // The last member leaves: the bond goes with it.
+    let r = sw
+        .apply_batch(&[PortOperation::Reset(p(&b))])
+        .await
+        .unwrap();
+    assert_eq!(outcomes(r), ["Changed"]);
+    assert_eq!(bridge_ports(&ovs, "br0"), [a.clone(), b.clone(), c.clone()]);
+    assert_eq!(
+        columns(&ovs, &b),
+        "tag=[] trunks=[] vlan_mode=[] mtu_request=[] description=- admin=up"
+    );
+
+    // A Port of the bond's name that patchbay did not make is refused, untouched.
+    ovs.vsctl(&[
+        "add-port",
+        "br0",
+        "bond9",
+        "--",
+        "set",
+        "Interface",
+        "bond9",
+        "type=internal",
+    ])
+    .unwrap();
+    let mut foreign = member(&c, VlanMode::Access { vlan: v(40) }, LagMode::Active);
+    foreign.lag = Some(LagMembership {
+        group: LagGroup::new(9).unwrap(),
+        mode: LagMode::Active,
+    });
+    let r = sw.apply_batch(&set(&[&foreign])).await.unwrap();
+    let text = outcomes(r).join("");
+    assert!(
+        text.contains("Port bond9 exists on the bridge and is not patchbay's bond of group 9"),
+        "{text}"
+    );
+    assert_eq!(
+        columns(&ovs, &c),
+        "tag=[] trunks=[] vlan_mode=[] mtu_request=[] description=- admin=up"
+    );
 }

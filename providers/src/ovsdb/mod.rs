@@ -33,11 +33,12 @@
 //! rewritten.
 
 pub mod acl;
+pub mod bond;
 pub mod ofwire;
 pub mod openflow;
 pub mod rpc;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -81,7 +82,7 @@ pub struct OvsSwitch {
 }
 
 /// One interface of a port, as read.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct IfaceRow {
     uuid: String,
     name: String,
@@ -89,17 +90,31 @@ struct IfaceRow {
     mac: Option<String>,
     mtu_request: Option<i64>,
     admin_state: Option<String>,
+    /// `external_ids:patchbay/description`: a bond member's own description.
+    description: Option<String>,
 }
 
-/// One port, as read.
-#[derive(Debug, Clone)]
+/// One port, as read. For a bond member (a managed port whose interface sits in a
+/// bond Port), the bond's row with only the member's interface in `ifaces`, and
+/// the member's description from its interface.
+#[derive(Debug, Clone, Default)]
 struct PortRow {
     uuid: String,
+    /// The Port row's name (the bond's, for a member).
+    name: String,
     tag: Option<i64>,
     trunks: BTreeSet<i64>,
     vlan_mode: Option<String>,
     description: Option<String>,
     ifaces: Vec<IfaceRow>,
+    /// Every interface of the Port row (uuids).
+    all_ifaces: Vec<String>,
+    /// `lacp` (`active`, `passive`, `off`).
+    lacp: Option<String>,
+    /// `external_ids:patchbay/lag`: the group of a bond patchbay made.
+    lag: Option<u16>,
+    /// Read through its interface: a member of the bond this row is.
+    member: bool,
 }
 
 /// The OVS columns a desired state needs.
@@ -242,6 +257,13 @@ fn observed(
     } else {
         Some(AdminState::Down)
     };
+    // A member reads its bond's VLANs and membership; an interface in a Port
+    // patchbay did not make reads as VLANs no desired state has.
+    let (vlans, lag) = match (row.member, bond::membership(row)) {
+        (false, _) => (vlans_of(row), None),
+        (true, Some(m)) => (vlans_of(row), Some(m)),
+        (true, None) => (unrecognised(), None),
+    };
     let mtu =
         row.ifaces.first().and_then(|i| i.mtu_request).map(|m| {
             Mtu::new(m).unwrap_or_else(|_| Mtu::new(m.clamp(576, 9216)).expect("in range"))
@@ -249,7 +271,7 @@ fn observed(
     ObservedPort {
         port: port.clone(),
         admin,
-        vlans: Some(vlans_of(row)),
+        vlans: Some(vlans),
         mtu: Some(mtu),
         description: Some(
             row.description
@@ -257,7 +279,7 @@ fn observed(
                 .map(Description::read_from_device),
         ),
         acl,
-        lag: None,
+        lag: Some(lag),
     }
 }
 
@@ -288,24 +310,58 @@ fn iface_row(r: &Value) -> Option<IfaceRow> {
         mac: string(&r["mac_in_use"]),
         mtu_request: int(&r["mtu_request"]),
         admin_state: string(&r["admin_state"]),
+        description: external_id(&r["external_ids"], DESCRIPTION_KEY),
     })
 }
 
-const PORT_COLUMNS: [&str; 6] = [
+fn external_id(v: &Value, key: &str) -> Option<String> {
+    rpc::string_map(v)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
+/// A Port row as read (its interfaces not yet filled in).
+fn port_row(r: &Value) -> PortRow {
+    PortRow {
+        uuid: rpc::uuid(&r["_uuid"]).unwrap_or_default().to_owned(),
+        name: r["name"].as_str().unwrap_or_default().to_owned(),
+        tag: int(&r["tag"]),
+        trunks: rpc::atoms(&r["trunks"])
+            .iter()
+            .filter_map(Value::as_i64)
+            .collect(),
+        vlan_mode: string(&r["vlan_mode"]),
+        description: external_id(&r["external_ids"], DESCRIPTION_KEY),
+        ifaces: Vec::new(),
+        all_ifaces: rpc::atoms(&r["interfaces"])
+            .iter()
+            .filter_map(|u| rpc::uuid(u).map(str::to_owned))
+            .collect(),
+        lacp: string(&r["lacp"]),
+        lag: external_id(&r["external_ids"], bond::LAG_KEY).and_then(|g| g.parse().ok()),
+        member: false,
+    }
+}
+
+const PORT_COLUMNS: [&str; 8] = [
     "_uuid",
+    "name",
     "tag",
     "trunks",
     "vlan_mode",
     "external_ids",
     "interfaces",
+    "lacp",
 ];
-const IFACE_COLUMNS: [&str; 6] = [
+const IFACE_COLUMNS: [&str; 7] = [
     "_uuid",
     "name",
     "ofport",
     "mac_in_use",
     "mtu_request",
     "admin_state",
+    "external_ids",
 ];
 
 /// One port's planned change.
@@ -343,8 +399,9 @@ impl OvsSwitch {
         f(&mut conn).await
     }
 
-    /// Reads `ports` of the bridge in one transaction (two if a port has interfaces
-    /// named differently from itself, as bonds do).
+    /// Reads `ports` of the bridge in one transaction; a second one finds the
+    /// interfaces of Ports named differently from them (bonds), and the bonds of
+    /// ports that are bond members (no Port of their name, an Interface of it).
     async fn read_rows(
         &self,
         conn: &mut Connection,
@@ -372,91 +429,97 @@ impl OvsSwitch {
             .iter()
             .filter_map(|u| rpc::uuid(u).map(str::to_owned))
             .collect();
-        let mut out = Vec::with_capacity(ports.len());
-        let mut missing: BTreeSet<String> = BTreeSet::new();
+        let not_here = |p: &PortName| {
+            Err(DeviceError::UnknownPort {
+                port: format!("{p} (not on bridge {})", self.opts.bridge),
+            })
+        };
+        let mut out: Vec<Result<PortRow, DeviceError>> = Vec::with_capacity(ports.len());
+        // Ports read through their interface: (index, the interface).
+        let mut members: Vec<(usize, IfaceRow)> = Vec::new();
         for (i, p) in ports.iter().enumerate() {
-            let port_rows = rows(&results[1 + 2 * i]);
-            let Some(r) = port_rows.first() else {
-                out.push(Err(DeviceError::UnknownPort {
-                    port: p.to_string(),
-                }));
-                continue;
-            };
-            let uuid = rpc::uuid(&r["_uuid"]).unwrap_or_default().to_owned();
-            if !on_bridge.contains(&uuid) {
-                out.push(Err(DeviceError::UnknownPort {
-                    port: format!("{p} (not on bridge {})", self.opts.bridge),
-                }));
-                continue;
-            }
-            let iface_uuids: Vec<String> = rpc::atoms(&r["interfaces"])
-                .iter()
-                .filter_map(|u| rpc::uuid(u).map(str::to_owned))
-                .collect();
-            let by_name: Vec<IfaceRow> = rows(&results[2 + 2 * i])
+            let named: Vec<IfaceRow> = rows(&results[2 + 2 * i])
                 .iter()
                 .filter_map(iface_row)
-                .filter(|f| iface_uuids.contains(&f.uuid))
                 .collect();
-            let ifaces: Vec<IfaceRow> = iface_uuids
+            let Some(r) = rows(&results[1 + 2 * i]).first().map(port_row) else {
+                match named.into_iter().next() {
+                    Some(iface) => {
+                        members.push((i, iface));
+                        out.push(Ok(PortRow::default()));
+                    }
+                    None => out.push(Err(DeviceError::UnknownPort {
+                        port: p.to_string(),
+                    })),
+                }
+                continue;
+            };
+            if !on_bridge.contains(&r.uuid) {
+                out.push(not_here(p));
+                continue;
+            }
+            let ifaces = r
+                .all_ifaces
                 .iter()
                 .map(|u| {
-                    by_name
+                    named
                         .iter()
                         .find(|f| &f.uuid == u)
                         .cloned()
-                        .unwrap_or_else(|| {
-                            missing.insert(u.clone());
-                            IfaceRow {
-                                uuid: u.clone(),
-                                name: String::new(),
-                                ofport: None,
-                                mac: None,
-                                mtu_request: None,
-                                admin_state: None,
-                            }
+                        .unwrap_or(IfaceRow {
+                            uuid: u.clone(),
+                            ..IfaceRow::default()
                         })
                 })
                 .collect();
-            let ext = rpc::string_map(&r["external_ids"]);
-            out.push(Ok(PortRow {
-                uuid,
-                tag: int(&r["tag"]),
-                trunks: rpc::atoms(&r["trunks"])
-                    .iter()
-                    .filter_map(Value::as_i64)
-                    .collect(),
-                vlan_mode: string(&r["vlan_mode"]),
-                description: ext
-                    .into_iter()
-                    .find(|(k, _)| k == DESCRIPTION_KEY)
-                    .map(|(_, v)| v),
-                ifaces,
-            }));
+            out.push(Ok(PortRow { ifaces, ..r }));
         }
-        if !missing.is_empty() {
-            let ops: Vec<Value> = missing
-                .iter()
-                .map(|u| {
-                    json!({"op": "select", "table": "Interface",
-                    "where": [["_uuid", "==", ["uuid", u]]], "columns": IFACE_COLUMNS})
-                })
-                .collect();
-            let found: HashMap<String, IfaceRow> = conn
-                .transact(DB, &ops)
-                .await?
-                .iter()
-                .flat_map(rows)
-                .filter_map(|r| iface_row(&r))
-                .map(|f| (f.uuid.clone(), f))
-                .collect();
-            for row in out.iter_mut().flatten() {
-                for f in &mut row.ifaces {
-                    if let Some(full) = found.get(&f.uuid) {
-                        *f = full.clone();
-                    }
+        // Interfaces not named after their port, and the bonds holding members.
+        let missing: BTreeSet<String> = out
+            .iter()
+            .flatten()
+            .flat_map(|r| &r.ifaces)
+            .filter(|f| f.name.is_empty())
+            .map(|f| f.uuid.clone())
+            .collect();
+        if missing.is_empty() && members.is_empty() {
+            return Ok(out);
+        }
+        let mut ops: Vec<Value> = missing
+            .iter()
+            .map(|u| {
+                json!({"op": "select", "table": "Interface",
+                "where": [["_uuid", "==", ["uuid", u]]], "columns": IFACE_COLUMNS})
+            })
+            .collect();
+        ops.extend(members.iter().map(|(_, f)| {
+            json!({"op": "select", "table": "Port",
+                "where": [["interfaces", "includes", ["uuid", f.uuid]]], "columns": PORT_COLUMNS})
+        }));
+        let results = conn.transact(DB, &ops).await?;
+        let found: HashMap<String, IfaceRow> = results[..missing.len()]
+            .iter()
+            .flat_map(rows)
+            .filter_map(|r| iface_row(&r))
+            .map(|f| (f.uuid.clone(), f))
+            .collect();
+        for row in out.iter_mut().flatten() {
+            for f in &mut row.ifaces {
+                if let Some(full) = found.get(&f.uuid) {
+                    *f = full.clone();
                 }
             }
+        }
+        for ((i, iface), result) in members.into_iter().zip(&results[missing.len()..]) {
+            out[i] = match rows(result).first().map(port_row) {
+                Some(bond) if on_bridge.contains(&bond.uuid) => Ok(PortRow {
+                    description: iface.description.clone(),
+                    ifaces: vec![iface],
+                    member: true,
+                    ..bond
+                }),
+                _ => not_here(&ports[i]),
+            };
         }
         Ok(out)
     }
@@ -709,6 +772,67 @@ impl OvsSwitch {
         }
     }
 
+    /// The bond Ports of `groups` on the bridge, read by name.
+    async fn read_bonds(
+        &self,
+        conn: &mut Connection,
+        groups: &BTreeSet<u16>,
+    ) -> Result<BTreeMap<u16, PortRow>, DeviceError> {
+        if groups.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let mut ops = vec![json!({"op": "select", "table": "Bridge",
+            "where": [["name", "==", self.opts.bridge]], "columns": ["ports"]})];
+        ops.extend(groups.iter().map(|g| {
+            json!({"op": "select", "table": "Port",
+                "where": [["name", "==", bond::bond_name(*g)]], "columns": PORT_COLUMNS})
+        }));
+        let results = conn.transact(DB, &ops).await?;
+        let on_bridge: BTreeSet<String> = rows(&results[0])
+            .first()
+            .map(|b| {
+                rpc::atoms(&b["ports"])
+                    .iter()
+                    .filter_map(|u| rpc::uuid(u).map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(groups
+            .iter()
+            .zip(&results[1..])
+            .filter_map(|(g, r)| {
+                let row = rows(r).first().map(port_row)?;
+                on_bridge.contains(&row.uuid).then_some((*g, row))
+            })
+            .collect())
+    }
+
+    /// The Interface rows named `names`, read now (a moved interface may have a
+    /// new OpenFlow port number).
+    async fn read_ifaces(
+        &self,
+        conn: &mut Connection,
+        names: &[String],
+    ) -> Result<Vec<IfaceRow>, DeviceError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ops: Vec<Value> = names
+            .iter()
+            .map(|n| {
+                json!({"op": "select", "table": "Interface",
+                "where": [["name", "==", n]], "columns": IFACE_COLUMNS})
+            })
+            .collect();
+        Ok(conn
+            .transact(DB, &ops)
+            .await?
+            .iter()
+            .flat_map(rows)
+            .filter_map(|r| iface_row(&r))
+            .collect())
+    }
+
     async fn apply_all(
         &self,
         conn: &mut Connection,
@@ -720,12 +844,48 @@ impl OvsSwitch {
         let mut outcomes: Vec<Option<Result<PortChange, DeviceError>>> =
             Vec::with_capacity(ops.len());
         let mut plans: Vec<Option<Plan>> = Vec::with_capacity(ops.len());
-        for (op, read) in ops.iter().zip(reads) {
+        let targets: Vec<DesiredPort> = ops.iter().map(PortOperation::target).collect();
+        // Ports that are, or are to be, bond members: planned together (bond::plan).
+        let mut lag_rows: Vec<(usize, PortRow)> = Vec::new();
+        let caps = self.capabilities();
+        for (i, (op, read)) in ops.iter().zip(reads).enumerate() {
             let current = of
                 .as_ref()
                 .map(|(_, flows)| flows_of(flows, op.port()))
                 .unwrap_or_default();
-            match read.and_then(|row| self.plan(&op.target(), &row, &current)) {
+            let target = &targets[i];
+            if let Ok(row) = &read
+                && (row.member || target.lag.is_some())
+            {
+                if let Some(c) = caps.missing_for(target).first() {
+                    outcomes.push(Some(Err(DeviceError::Unsupported { capability: *c })));
+                    plans.push(None);
+                    continue;
+                }
+                // Its flows go (an ACL and a bond do not mix; the validator
+                // refuses both at once).
+                let flows = if current.is_empty() || !target.acl.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![openflow::Request {
+                        what: format!("OpenFlow ACL of {}", op.port()),
+                        bytes: ofwire::flow_delete(
+                            acl::port_cookie(op.port().as_str()),
+                            acl::PORT_MASK,
+                            0,
+                        ),
+                    }]
+                };
+                lag_rows.push((i, row.clone()));
+                outcomes.push(None);
+                plans.push(Some(Plan {
+                    ops: Vec::new(),
+                    admin: None,
+                    flows,
+                }));
+                continue;
+            }
+            match read.and_then(|row| self.plan(target, &row, &current)) {
                 Err(e) => {
                     outcomes.push(Some(Err(e)));
                     plans.push(None);
@@ -740,12 +900,47 @@ impl OvsSwitch {
                 }
             }
         }
-        let all: Vec<Value> = plans.iter().flatten().flat_map(|p| p.ops.clone()).collect();
+        // The groups: one unit of the transaction.
+        let mut lag_ops: Vec<Value> = Vec::new();
+        let mut lag_changed: Vec<(usize, bool)> = Vec::new();
+        if !lag_rows.is_empty() {
+            let groups: BTreeSet<u16> = lag_rows
+                .iter()
+                .filter_map(|(i, _)| targets[*i].lag.map(|l| l.group.get()))
+                .collect();
+            let bonds = self.read_bonds(conn, &groups).await?;
+            let members: Vec<bond::Member<'_>> = lag_rows
+                .iter()
+                .map(|(i, row)| bond::Member {
+                    desired: &targets[*i],
+                    row,
+                })
+                .collect();
+            match bond::plan(&self.opts.bridge, &members, &bonds) {
+                Ok((json_ops, changed)) => {
+                    lag_ops = json_ops;
+                    lag_changed = lag_rows.iter().map(|(i, _)| *i).zip(changed).collect();
+                }
+                Err(e) => {
+                    for (i, _) in &lag_rows {
+                        outcomes[*i] = Some(Err(e.clone()));
+                        plans[*i] = None;
+                    }
+                }
+            }
+        }
+        let mut all: Vec<Value> = plans.iter().flatten().flat_map(|p| p.ops.clone()).collect();
+        all.extend(lag_ops.iter().cloned());
         if !all.is_empty() {
             match self.commit(conn, all).await {
                 Ok(()) => {}
-                Err(DeviceError::CommandRejected { .. }) if plans.iter().flatten().count() > 1 => {
-                    // Rolled back whole: retry port by port to find the culprit.
+                Err(DeviceError::CommandRejected { .. })
+                    if plans.iter().flatten().filter(|p| !p.ops.is_empty()).count()
+                        + usize::from(!lag_ops.is_empty())
+                        > 1 =>
+                {
+                    // Rolled back whole: retry port by port (a group as one) to
+                    // find the culprit.
                     for (i, plan) in plans.iter_mut().enumerate() {
                         let Some(p) = plan else { continue };
                         if p.ops.is_empty() {
@@ -756,8 +951,65 @@ impl OvsSwitch {
                             *plan = None;
                         }
                     }
+                    if !lag_ops.is_empty()
+                        && let Err(e) = self.commit(conn, lag_ops.clone()).await
+                    {
+                        for (i, _) in &lag_changed {
+                            outcomes[*i] = Some(Err(e.clone()));
+                            plans[*i] = None;
+                        }
+                    }
+                }
+                Err(DeviceError::CommandRejected { command, output }) if !lag_ops.is_empty() => {
+                    for (i, _) in &lag_changed {
+                        outcomes[*i] = Some(Err(DeviceError::CommandRejected {
+                            command: command.clone(),
+                            output: output.clone(),
+                        }));
+                        plans[*i] = None;
+                    }
                 }
                 Err(e) => return Err(e),
+            }
+        }
+        // Members' admin state, from their interfaces as they are now.
+        let mut untouched: BTreeSet<usize> = lag_changed
+            .iter()
+            .filter(|(_, changed)| !changed)
+            .map(|(i, _)| *i)
+            .collect();
+        if of.is_some() {
+            for (i, row) in &lag_rows {
+                if outcomes[*i].is_some() {
+                    continue;
+                }
+                let names: Vec<String> = row.ifaces.iter().map(|f| f.name.clone()).collect();
+                let down = targets[*i].admin == AdminState::Down;
+                let wrong: Vec<IfaceRow> = self
+                    .read_ifaces(conn, &names)
+                    .await?
+                    .into_iter()
+                    .filter(|f| f.admin_state.as_deref() != Some(if down { "down" } else { "up" }))
+                    .collect();
+                if let Some(p) = plans[*i].as_mut()
+                    && !wrong.is_empty()
+                {
+                    p.admin = Some((down, wrong));
+                }
+            }
+        }
+        for (i, _) in &lag_rows {
+            if plans[*i]
+                .as_ref()
+                .is_some_and(|p| p.admin.is_some() || !p.flows.is_empty())
+            {
+                untouched.remove(i);
+            }
+        }
+        for i in untouched {
+            if outcomes[i].is_none() {
+                outcomes[i] = Some(Ok(PortChange::Unchanged));
+                plans[i] = None;
             }
         }
         // Then OpenFlow: every port-mod and flow change, one barrier.
@@ -768,6 +1020,9 @@ impl OvsSwitch {
         let mut admin_names: Vec<(usize, (String, bool))> = Vec::new();
         for (i, plan) in plans.iter().enumerate() {
             let Some(p) = plan else { continue };
+            if outcomes[i].is_some() {
+                continue;
+            }
             if let Some(change) = &p.admin {
                 match Self::admin_requests(std::slice::from_ref(change)) {
                     Ok(mods) => {
@@ -835,6 +1090,9 @@ impl Device for OvsSwitch {
             Capability::NativeVlan,
             Capability::Description,
             Capability::Mtu,
+            Capability::LinkAggregation,
+            Capability::LacpPassive,
+            Capability::StaticLag,
         ];
         if self.opts.openflow.is_some() {
             caps.push(Capability::Disable);
@@ -888,7 +1146,7 @@ mod tests {
             trunks: trunks.iter().copied().collect(),
             vlan_mode: mode.map(str::to_owned),
             description: None,
-            ifaces: Vec::new(),
+            ..PortRow::default()
         }
     }
 
