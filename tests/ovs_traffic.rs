@@ -560,3 +560,168 @@ fn condition_of(p: &SmartNicPort) -> Option<(String, String, String)> {
         .find(|c| c.type_ == "Ready")
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
+
+/// Waits until SwitchPort `name` is Active carrying configuration `config`.
+async fn carries(env: &Env, name: &str, config: &str) -> SwitchPort {
+    env.wait_for(name, &format!("{name} Active on {config}"), |p| {
+        let s = p.status.as_ref();
+        s.and_then(|s| s.state) == Some(PortState::Active)
+            && s.and_then(|s| s.configuration_ref.as_ref())
+                .is_some_and(|r| r.name == config)
+    })
+    .await
+}
+
+/// Ping from `from` to `to` until it passes (`true`) or fails completely
+/// (`false`), for at most `seconds` (LACP settles in a second or two).
+fn settles(hosts: &Hosts, from: usize, to: usize, reach: bool, seconds: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        let lost = loss(hosts, from, to);
+        if (reach && lost == 0) || (!reach && lost == 100) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+    }
+}
+
+/// An `ovsdb` Switch whose two ports are cabled to a host's bond (a second bridge,
+/// `br-host`, with its own LACP-active bond: the host side, as no Linux bonding
+/// driver is assumed). The host reaches its neighbour only once patchbay forms the
+/// group: a LACP bond without a partner forwards nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bond_forms_carries_traffic_over_either_link_and_dissolves() {
+    let ovs = OvsSim::start(&["br-tor", "br-host"]).expect("Open vSwitch starts");
+    // Host 0 behind the host-side bond, host 1 on the switch.
+    let hosts = Hosts::create_on(&ovs, &["br-host", "br-tor"]);
+    for (t, n) in [("lagt1", "lagn1"), ("lagt2", "lagn2")] {
+        Hosts::cable(&ovs, t, n);
+    }
+    ovs.vsctl(&[
+        "add-port", "br-tor", "lagt1", "--", "add-port", "br-tor", "lagt2",
+    ])
+    .unwrap();
+    ovs.vsctl(&[
+        "add-bond",
+        "br-host",
+        "hbond",
+        "lagn1",
+        "lagn2",
+        "lacp=active",
+        "bond_mode=balance-slb",
+        "other_config:lacp-time=fast",
+    ])
+    .unwrap();
+    let env = Env::start("ovs-lag").await;
+    env.device(
+        "tor",
+        &[],
+        json!({"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+               "port": ovs.info.ovsdb_port,
+               "options": {"bridge": "br-tor", "openflow": ovs.openflow("br-tor")}}),
+        &[
+            ("tor-t1", "lagt1"),
+            ("tor-t2", "lagt2"),
+            ("tor-h1", &hosts.ports[1]),
+        ],
+    )
+    .await;
+    env.configuration("single", json!({"untaggedVLAN": 10}))
+        .await;
+    env.configuration(
+        "bundled",
+        json!({"untaggedVLAN": 10, "linkAggregation": {"group": 1}}),
+    )
+    .await;
+    env.configuration(
+        "bundled-other",
+        json!({"untaggedVLAN": 20, "linkAggregation": {"group": 1}}),
+    )
+    .await;
+    for p in ["tor-t1", "tor-t2", "tor-h1"] {
+        env.link(p, Some("single")).await;
+    }
+    for p in ["tor-t1", "tor-t2", "tor-h1"] {
+        carries(&env, p, "single").await;
+    }
+    // Single links (what a host is provisioned on): the host's LACP bond has no
+    // partner and forwards nothing.
+    assert!(settles(&hosts, 0, 1, false, 10), "no partner, no traffic");
+    let lacp = ovs.appctl(&["lacp/show", "hbond"]).unwrap();
+    assert!(
+        !lacp.contains("may_enable: true"),
+        "no member enabled: {lacp}"
+    );
+
+    // The group forms: one bond Port on the switch, LACP negotiates, traffic flows.
+    env.link("tor-t1", Some("bundled")).await;
+    env.link("tor-t2", Some("bundled")).await;
+    carries(&env, "tor-t1", "bundled").await;
+    carries(&env, "tor-t2", "bundled").await;
+    let ports = ovs.vsctl(&["list-ports", "br-tor"]).unwrap();
+    assert!(
+        ports.contains("bond1") && !ports.contains("lagt1") && !ports.contains("lagt2"),
+        "{ports}"
+    );
+    assert_eq!(ovs.vsctl(&["get", "Port", "bond1", "tag"]).unwrap(), "10");
+    assert!(
+        settles(&hosts, 0, 1, true, 15),
+        "the bundle carries traffic"
+    );
+    let lacp = ovs.appctl(&["lacp/show", "bond1"]).unwrap();
+    assert_eq!(
+        lacp.matches("current attached").count(),
+        2,
+        "both links in the bundle: {lacp}"
+    );
+
+    // Either link alone carries it.
+    for link in ["lagt1", "lagt2"] {
+        Hosts::set_link(&ovs, link, false);
+        assert!(
+            settles(&hosts, 0, 1, true, 15),
+            "{link} down, the other carries"
+        );
+        Hosts::set_link(&ovs, link, true);
+    }
+
+    // A member carrying other VLANs than its group is refused, naming the field and
+    // the other member; the device is untouched.
+    let before = ovs.vsctl(&["list", "Port", "bond1"]).unwrap();
+    env.link("tor-t2", Some("bundled-other")).await;
+    let refused = env
+        .wait_for("tor-t2", "tor-t2 refused", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Ready"
+                        && c.message.contains(
+                            "spec.linkAggregation.group: SwitchPort \"tor-t1\" in group 1 \
+                             carries a different configuration (untaggedVLAN)",
+                        )
+                })
+            })
+        })
+        .await;
+    assert_eq!(
+        refused.status.unwrap().configuration_ref.map(|r| r.name),
+        Some("bundled".into()),
+        "the port still carries its last good configuration"
+    );
+    assert_eq!(ovs.vsctl(&["list", "Port", "bond1"]).unwrap(), before);
+
+    // Dissolved: both back on single links, the bond is gone, and the host's bond
+    // has no partner again.
+    env.link("tor-t1", Some("single")).await;
+    env.link("tor-t2", Some("single")).await;
+    carries(&env, "tor-t1", "single").await;
+    carries(&env, "tor-t2", "single").await;
+    let ports = ovs.vsctl(&["list-ports", "br-tor"]).unwrap();
+    assert!(
+        !ports.contains("bond1") && ports.contains("lagt1") && ports.contains("lagt2"),
+        "{ports}"
+    );
+    assert_eq!(ovs.vsctl(&["get", "Port", "lagt1", "tag"]).unwrap(), "10");
+    assert!(settles(&hosts, 0, 1, false, 15), "no partner again");
+}

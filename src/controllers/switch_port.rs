@@ -116,7 +116,9 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
     };
     let lag = match &config {
         Some(c) if c.spec.link_aggregation.is_some() => {
-            Some(group_peers(port, ctx, &ns, &c.spec).await?)
+            // Boxed: the list and the peers would otherwise sit in every
+            // reconcile's future.
+            Some(Box::pin(group_peers(port, ctx, &ns, &c.spec)).await?)
         }
         _ => None,
     };

@@ -463,6 +463,25 @@ impl OvsSim {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
+    /// Runs `ovs-appctl ARGS…` against this ovs-vswitchd (tests only: LACP and bond
+    /// state). Returns stdout; fails with stderr.
+    pub fn appctl(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(self.info.dir.join("ovs-vswitchd.ctl"))
+            .args(args)
+            .output()
+            .map_err(io("running ovs-appctl"))?;
+        if !out.status.success() {
+            return Err(TestbedError::Failed(format!(
+                "ovs-appctl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
     /// Runs `ovs-ofctl -O OpenFlow13 COMMAND <bridge's OpenFlow target> ARGS…` (tests
     /// only: to look at and tamper with flows). Returns stdout; fails with stderr.
     pub fn ofctl(&self, command: &str, bridge: &str, args: &[&str]) -> Result<String> {

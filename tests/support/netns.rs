@@ -41,6 +41,12 @@ fn run(args: &[&str]) -> Result<String, String> {
 impl Hosts {
     /// Creates `n` hosts attached to `bridge` of `ovs`.
     pub fn create(ovs: &OvsSim, bridge: &str, n: usize) -> Hosts {
+        Self::create_on(ovs, &vec![bridge; n])
+    }
+
+    /// Creates one host per entry of `bridges`, attached to that bridge of `ovs`
+    /// (all in one subnet).
+    pub fn create_on(ovs: &OvsSim, bridges: &[&str]) -> Hosts {
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}{}", std::process::id() % 100_000, seq);
         let mut hosts = Hosts {
@@ -48,7 +54,7 @@ impl Hosts {
             ports: Vec::new(),
             net: (std::process::id() + seq * 7) % 250 + 1,
         };
-        for i in 1..=n {
+        for (i, bridge) in (1..).zip(bridges) {
             let ns = format!("pb{tag}h{i}");
             let link = format!("pb{tag}v{i}");
             run(&["ip", "netns", "add", &ns]).expect("netns add");
@@ -181,6 +187,25 @@ impl Hosts {
             .status()
             .expect("python3 runs")
             .success()
+    }
+
+    /// A veth pair `a`–`b` inside the switch's namespace, both ends up: a cable
+    /// between two bridges.
+    pub fn cable(ovs: &OvsSim, a: &str, b: &str) {
+        let ns = &ovs.info.netns;
+        run(&[
+            "ip", "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b,
+        ])
+        .expect("veth pair");
+        for end in [a, b] {
+            run(&["ip", "-n", ns, "link", "set", end, "up"]).expect("link up");
+        }
+    }
+
+    /// Takes link `name` of the switch's namespace down (`up` false) or up.
+    pub fn set_link(ovs: &OvsSim, name: &str, up: bool) {
+        let state = if up { "up" } else { "down" };
+        run(&["ip", "-n", &ovs.info.netns, "link", "set", name, state]).expect("link state");
     }
 
     /// Whether host `i`'s eth0 has carrier.

@@ -1106,7 +1106,9 @@ impl Device for OvsSwitch {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        self.with_session(async |conn| self.apply_all(conn, ops).await)
+        // Boxed: the batch's state is large, and a debug build's worker thread
+        // stack is not.
+        self.with_session(async |conn| Box::pin(self.apply_all(conn, ops)).await)
             .await
     }
 
