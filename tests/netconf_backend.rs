@@ -22,10 +22,11 @@ use patchbay_providers::netconf::session::Session;
 use patchbay_providers::netconf::xml::Element;
 use patchbay_providers::netconf::{Fault, NetconfOptions, NetconfSwitch};
 use patchbay_providers::secret::SecretString;
-use patchbay_providers::values::{Cidr, Description, L4PortRange, Mtu, PortName, VlanId};
+use patchbay_providers::values::{Cidr, Description, L4PortRange, LagGroup, Mtu, PortName, VlanId};
 use patchbay_providers::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capability, DesiredPort, Device,
-    DeviceError, IpVersion, PortChange, PortField, PortOperation, VlanMode, diff,
+    DeviceError, IpVersion, LagMembership, LagMode, PortChange, PortField, PortOperation, VlanMode,
+    diff,
 };
 use patchbay_testbed::{FakeSwitches, NetconfTarget, Netconfd, SimSpec, SimSwitch};
 
@@ -783,4 +784,147 @@ async fn acls_are_entries_the_server_validates_and_patchbay_reads_back() {
     sw.reset_port(&d.port).await.unwrap();
     assert_eq!(sw.get_port(&d.port).await.unwrap().acl, Some(Vec::new()));
     assert!(!running_xml(&target, sw.model()).await.contains("<ace>"));
+}
+
+/// The `<interface>` entry named `name` in running, as XML.
+fn entry_of(xml: &str, name: &str) -> Option<String> {
+    let start = xml.find(&format!("<interface><name>{name}</name>"))?;
+    let end = xml[start..].find("</interface>")? + start + "</interface>".len();
+    Some(xml[start..end].to_owned())
+}
+
+#[tokio::test]
+async fn junos_ae_bundles_are_formed_changed_and_removed_in_one_commit_each() {
+    let sims = FakeSwitches::start(&[SimSpec::new("qfx", "juniper_qfx_copper_generic")]).unwrap();
+    let sim = sims.get("qfx");
+    let sw = on_sim(sim, model::for_os("junos", Some("junos-els")).unwrap());
+    let target = sim_target(sim, &sim.password, HostKeyPolicy::AcceptAny);
+    let caps = sw.capabilities();
+    assert!(caps.supports(Capability::LinkAggregation) && caps.supports(Capability::StaticLag));
+    assert!(
+        !caps.supports(Capability::LacpPassive),
+        "the simulator keeps no passive"
+    );
+    let member = |name: &str, vlans: VlanMode, mode: LagMode| {
+        let mut d = DesiredPort::clean(port(name));
+        d.vlans = vlans;
+        d.lag = Some(LagMembership {
+            group: LagGroup::new(2).unwrap(),
+            mode,
+        });
+        d.lag_members = [port("ge-0/0/1"), port("ge-0/0/2")].into_iter().collect();
+        d
+    };
+    let trunk = VlanMode::Trunk {
+        native: None,
+        allowed: [vlan(200), vlan(201)].into_iter().collect(),
+    };
+    let mut a = member("ge-0/0/1", trunk.clone(), LagMode::Active);
+    a.description = Some(Description::parse("to server 7, nic 1").unwrap());
+    a.mtu = Some(Mtu::new(9000).unwrap());
+    let mut b = member("ge-0/0/2", trunk.clone(), LagMode::Active);
+    b.mtu = a.mtu;
+    b.admin = AdminState::Down;
+    let set = |ds: &[&DesiredPort]| -> Vec<PortOperation> {
+        ds.iter()
+            .map(|d| PortOperation::Set((*d).clone()))
+            .collect()
+    };
+    let changes = |r: Vec<patchbay_providers::PortResult>| -> Vec<String> {
+        r.into_iter()
+            .map(|r| match r.outcome {
+                Ok(c) => format!("{c:?}"),
+                Err(e) => format!("error: {e}"),
+            })
+            .collect()
+    };
+
+    // Formed: ae2 carries the trunk, the MTU and LACP active; the members name it.
+    sw.clear_journal();
+    let r = sw.apply_batch(&set(&[&a, &b])).await.unwrap();
+    assert_eq!(changes(r), ["Changed", "Changed"]);
+    assert_eq!(edits(&sw), 1, "one transaction for the group");
+    let xml = running_xml(&target, sw.model()).await;
+    let ae = entry_of(&xml, "ae2").expect("ae2 in running");
+    for part in [
+        "<mtu>9000</mtu>",
+        "<aggregated-ether-options><lacp><active/></lacp></aggregated-ether-options>",
+        "<interface-mode>trunk</interface-mode>",
+        "<members>200</members>",
+    ] {
+        assert!(ae.contains(part), "{part} missing from {ae}");
+    }
+    for (name, own) in [
+        ("ge-0/0/1", "<description>to server 7, nic 1</description>"),
+        ("ge-0/0/2", "<disable/>"),
+    ] {
+        let e = entry_of(&xml, name).expect("member in running");
+        assert!(
+            e.contains(
+                "<ether-options><ieee-802.3ad><bundle>ae2</bundle></ieee-802.3ad></ether-options>"
+            ) && e.contains(own)
+                && !e.contains("ethernet-switching"),
+            "{e}"
+        );
+    }
+    for d in [&a, &b] {
+        let seen = sw.get_port(&d.port).await.unwrap();
+        assert!(diff(d, &seen).is_empty(), "{seen:?}");
+    }
+    sw.clear_journal();
+    let r = sw.apply_batch(&set(&[&a, &b])).await.unwrap();
+    assert_eq!(changes(r), ["Unchanged", "Unchanged"]);
+    assert_eq!(edits(&sw), 0);
+
+    // Changed to a static bundle on access VLAN 300: the aggregate is replaced whole.
+    let sa = member(
+        "ge-0/0/1",
+        VlanMode::Access { vlan: vlan(300) },
+        LagMode::Static,
+    );
+    let sb = member(
+        "ge-0/0/2",
+        VlanMode::Access { vlan: vlan(300) },
+        LagMode::Static,
+    );
+    let r = sw.apply_batch(&set(&[&sa, &sb])).await.unwrap();
+    assert_eq!(changes(r), ["Changed", "Changed"]);
+    let xml = running_xml(&target, sw.model()).await;
+    let ae = entry_of(&xml, "ae2").unwrap();
+    assert!(
+        !ae.contains("<lacp>") && ae.contains("<members>300</members>"),
+        "{ae}"
+    );
+    assert!(!ae.contains("<mtu>"), "{ae}");
+
+    // One member leaves: it is a port of its own again; ae2 stays for the other.
+    let r = sw
+        .apply_batch(&[PortOperation::Reset(port("ge-0/0/1"))])
+        .await
+        .unwrap();
+    assert_eq!(changes(r), ["Changed"]);
+    let xml = running_xml(&target, sw.model()).await;
+    assert!(
+        !xml.contains("<name>ge-0/0/1</name><ether-options>"),
+        "{xml}"
+    );
+    assert!(entry_of(&xml, "ae2").is_some_and(|e| e.contains("<members>300</members>")));
+    assert_eq!(
+        sw.get_port(&port("ge-0/0/1")).await.unwrap().lag,
+        Some(None)
+    );
+    // The last one leaves: ae2 goes with it, in the same commit.
+    sw.clear_journal();
+    let r = sw
+        .apply_batch(&[PortOperation::Reset(port("ge-0/0/2"))])
+        .await
+        .unwrap();
+    assert_eq!(changes(r), ["Changed"]);
+    assert_eq!(edits(&sw), 1);
+    let xml = running_xml(&target, sw.model()).await;
+    assert!(
+        entry_of(&xml, "ae2").is_none_or(|e| !e.contains("ethernet-switching")),
+        "{xml}"
+    );
+    assert!(!xml.contains("<bundle>ae2</bundle>"), "{xml}");
 }

@@ -100,6 +100,11 @@ struct Pending {
     target: DesiredPort,
     /// What goes into the edit (`None`: nothing to remove, already clean).
     element: Element,
+    /// Entries that go into the edit just before it (the aggregate of a group it
+    /// joins or stays in) and just after it (the aggregate of a group it is the
+    /// last to leave).
+    before: Vec<Element>,
+    after: Vec<Element>,
 }
 
 /// Why a transaction did not commit.
@@ -198,7 +203,7 @@ impl NetconfSwitch {
             });
         }
         self.model
-            .read_port(port, entries.get(port.as_str()).copied())
+            .read_port_in(port, entries)
             .map_err(|e| DeviceError::Protocol {
                 during: format!("reading port {port}"),
                 cause: Cause::msg(e),
@@ -248,13 +253,76 @@ impl NetconfSwitch {
                     continue;
                 }
             };
+            let left = observed
+                .lag
+                .flatten()
+                .map(|m| m.group.get())
+                .filter(|g| target.lag.map(|l| l.group.get()) != Some(*g));
             pending.push(Pending {
                 index: i,
                 target,
                 element,
+                before: Vec::new(),
+                after: left
+                    .and_then(|g| self.model.aggregate_name(g))
+                    .and_then(|n| PortName::parse(&n).ok())
+                    .map(|n| self.model.remove_element(&n))
+                    .into_iter()
+                    .collect(),
             });
         }
+        self.order_groups(ops, &entries, &mut pending);
         (outcomes, pending)
+    }
+
+    /// Link aggregation in the edit: each group's aggregate entry goes before its
+    /// first changing member; an aggregate is removed after the last member leaving
+    /// it, and only when no member remains (on the device and not leaving, or
+    /// joining in this batch).
+    fn order_groups(
+        &self,
+        ops: &[PortOperation],
+        entries: &BTreeMap<String, &Element>,
+        pending: &mut [Pending],
+    ) {
+        let mut placed = BTreeSet::new();
+        for p in pending.iter_mut() {
+            if let Some(m) = p.target.lag
+                && placed.insert(m.group.get())
+            {
+                p.before.extend(self.model.aggregate_element(&p.target));
+            }
+        }
+        let group_in_batch = |port: &str| {
+            ops.iter()
+                .find(|op| op.port().as_str() == port)
+                .map(|op| op.target().lag.map(|l| l.group.get()))
+        };
+        let mut removed = BTreeSet::new();
+        for i in (0..pending.len()).rev() {
+            let Some(remove) = pending[i].after.pop() else {
+                continue;
+            };
+            let Some(name) = remove.children.first().map(|k| k.text.clone()) else {
+                continue;
+            };
+            let kept = placed
+                .iter()
+                .any(|g| self.model.aggregate_name(*g).as_deref() == Some(name.as_str()))
+                || entries.iter().any(|(port, e)| {
+                    self.model.bundle_of(e).as_deref() == Some(name.as_str())
+                        && match group_in_batch(port) {
+                            None => true,
+                            Some(g) => {
+                                g.and_then(|g| self.model.aggregate_name(g)).as_deref()
+                                    == Some(name.as_str())
+                            }
+                        }
+                });
+            if !kept && removed.insert(name) {
+                pending[i].after.push(remove);
+            }
+        }
     }
 
     /// The VLANs `pending` needs that `existing` lacks, with their names.
@@ -286,7 +354,10 @@ impl NetconfSwitch {
     ) -> Vec<(Step, Operation)> {
         let config = self.model.edit(
             &Self::vlans_to_create(pending, existing),
-            pending.iter().map(|p| p.element.clone()).collect(),
+            pending
+                .iter()
+                .flat_map(|p| p.before.iter().chain([&p.element]).chain(&p.after).cloned())
+                .collect(),
         );
         let confirm = u32::try_from(self.options.confirm_timeout.as_secs())
             .unwrap_or(u32::MAX)

@@ -22,8 +22,11 @@ use std::sync::{Arc, OnceLock};
 use regex::Regex;
 use serde::Deserialize;
 
-use crate::model::{AdminState, Capabilities, Capability, DesiredPort, ObservedPort, VlanMode};
-use crate::values::{Description, Mtu, PortName, VlanId, VlanName, VlanSet};
+use crate::model::{
+    AdminState, Capabilities, Capability, DesiredPort, LagMembership, LagMode, ObservedPort,
+    VlanMode,
+};
+use crate::values::{Description, LagGroup, Mtu, PortName, VlanId, VlanName, VlanSet};
 
 use super::xml::Element;
 
@@ -113,6 +116,46 @@ struct ModelFile {
     inventory: Option<Inventory>,
     #[serde(default = "yes")]
     validate: bool,
+    #[serde(default)]
+    lag: Option<LagFile>,
+}
+
+/// Where a model keeps link aggregation: an aggregate entry in the port list
+/// (`ae<group>` on Junos) carrying the group's VLAN leaves, MTU and LACP mode, and
+/// a leaf in each member's entry naming it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LagFile {
+    /// The aggregate entry's key, `{group}` the group number (`ae{group}`).
+    aggregate: String,
+    /// Path of the member's leaf naming its aggregate (`ether-options/ieee-802.3ad/bundle`).
+    bundle: String,
+    /// Path of the aggregate's LACP container, holding an empty `active` or
+    /// `passive`; absent for a static bundle.
+    lacp: String,
+}
+
+/// A loaded [`LagFile`].
+#[derive(Debug, Clone)]
+struct Lag {
+    prefix: String,
+    suffix: String,
+    bundle: Vec<String>,
+    lacp: Vec<String>,
+}
+
+impl Lag {
+    fn aggregate(&self, group: u16) -> String {
+        format!("{}{group}{}", self.prefix, self.suffix)
+    }
+
+    fn group_of(&self, aggregate: &str) -> Option<u16> {
+        aggregate
+            .strip_prefix(self.prefix.as_str())?
+            .strip_suffix(self.suffix.as_str())?
+            .parse()
+            .ok()
+    }
 }
 
 fn yes() -> bool {
@@ -231,6 +274,7 @@ pub struct Model {
     vlans: VlanList,
     inventory: Option<Inventory>,
     validate: bool,
+    lag: Option<Lag>,
 }
 
 fn path(text: &str) -> Vec<String> {
@@ -282,6 +326,12 @@ impl Model {
             (Capability::Mtu, &[Field::Mtu]),
         ];
         for cap in &f.capabilities {
+            if matches!(
+                cap,
+                Capability::LinkAggregation | Capability::LacpPassive | Capability::StaticLag
+            ) {
+                continue;
+            }
             match needs.iter().find(|(c, _)| c == cap) {
                 Some((_, fields)) if !has(fields) => {
                     return Err(err(format!("capability {cap:?} declared without its leaf")));
@@ -289,6 +339,33 @@ impl Model {
                 None => return Err(err(format!("capability {cap:?} is not modelled"))),
                 _ => {}
             }
+        }
+        let lag = match f.lag {
+            Some(l) => {
+                let (prefix, suffix) = l
+                    .aggregate
+                    .split_once("{group}")
+                    .ok_or_else(|| err("lag.aggregate needs {group}".into()))?;
+                Some(Lag {
+                    prefix: prefix.to_owned(),
+                    suffix: suffix.to_owned(),
+                    bundle: path(&l.bundle),
+                    lacp: path(&l.lacp),
+                })
+            }
+            None => None,
+        };
+        if lag.is_none()
+            && f.capabilities.iter().any(|c| {
+                matches!(
+                    c,
+                    Capability::LinkAggregation | Capability::LacpPassive | Capability::StaticLag
+                )
+            })
+        {
+            return Err(err(
+                "link-aggregation capabilities need a lag section".into()
+            ));
         }
         if (f.capabilities.contains(&Capability::AccessVlan)
             || f.capabilities.contains(&Capability::Trunk))
@@ -313,6 +390,7 @@ impl Model {
             vlans: f.vlans,
             inventory: f.inventory,
             validate: f.validate,
+            lag,
         })
     }
 
@@ -387,6 +465,9 @@ impl Model {
     /// The port's element for `desired`: the key, then every leaf the desired state
     /// sets, with the replace operation. `None` for a clean port (no entry).
     pub fn port_element(&self, desired: &DesiredPort) -> Option<Element> {
+        if let (Some(lag), Some(m)) = (&self.lag, desired.lag) {
+            return Some(self.member_element(lag, desired, m.group.get()));
+        }
         let mut port = Element::new(self.ports.last().expect("checked").as_str())
             .attr(self.operation_attribute.as_str(), self.replace.as_str())
             .child(Element::leaf(self.key.as_str(), desired.port.as_str()));
@@ -464,6 +545,110 @@ impl Model {
         Some(port)
     }
 
+    /// A link-aggregation member's entry: its own description and admin state, and
+    /// the leaf naming its aggregate (the VLANs and MTU are the aggregate's).
+    fn member_element(&self, lag: &Lag, desired: &DesiredPort, group: u16) -> Element {
+        let own = DesiredPort {
+            admin: desired.admin,
+            description: desired.description.clone(),
+            ..DesiredPort::clean(desired.port.clone())
+        };
+        let mut port = self.port_element(&own).unwrap_or_else(|| {
+            Element::new(self.ports.last().expect("checked").as_str())
+                .attr(self.operation_attribute.as_str(), self.replace.as_str())
+                .child(Element::leaf(self.key.as_str(), desired.port.as_str()))
+        });
+        let name = lag.bundle.last().expect("checked").clone();
+        Self::insert(
+            &mut port,
+            &lag.bundle,
+            Element::leaf(name, lag.aggregate(group)),
+        );
+        port
+    }
+
+    /// The aggregate entry of `desired`'s group (replacing what it held): the
+    /// group's VLANs and MTU, and its LACP mode. `None` without `lag`.
+    pub fn aggregate_element(&self, desired: &DesiredPort) -> Option<Element> {
+        let (lag, m) = (self.lag.as_ref()?, desired.lag?);
+        let name = PortName::parse(&lag.aggregate(m.group.get())).ok()?;
+        let settings = DesiredPort {
+            vlans: desired.vlans.clone(),
+            vlan_names: desired.vlan_names.clone(),
+            mtu: desired.mtu,
+            ..DesiredPort::clean(name.clone())
+        };
+        let mut e = self.port_element(&settings).unwrap_or_else(|| {
+            Element::new(self.ports.last().expect("checked").as_str())
+                .attr(self.operation_attribute.as_str(), self.replace.as_str())
+                .child(Element::leaf(self.key.as_str(), name.as_str()))
+        });
+        let word = match m.mode {
+            LagMode::Active => Some("active"),
+            LagMode::Passive => Some("passive"),
+            LagMode::Static => None,
+        };
+        if let Some(word) = word {
+            let mut lacp = Element::new(lag.lacp.last().expect("checked").as_str());
+            lacp.children.push(Element::new(word));
+            Self::insert(&mut e, &lag.lacp, lacp);
+        }
+        Some(e)
+    }
+
+    /// The aggregate entry's key for `group`, when the model has link aggregation.
+    pub fn aggregate_name(&self, group: u16) -> Option<String> {
+        self.lag.as_ref().map(|l| l.aggregate(group))
+    }
+
+    /// The aggregate a member's entry names, if any.
+    pub fn bundle_of(&self, entry: &Element) -> Option<String> {
+        entry.text_at(&self.lag.as_ref()?.bundle).map(str::to_owned)
+    }
+
+    /// Reads `port` among the port `entries` of one get-config: [`Self::read_port`]
+    /// of its entry, and for a link-aggregation member the group, its LACP mode,
+    /// and the VLANs and MTU of its aggregate. A member whose own entry carries
+    /// VLANs as well reads as not a member (drift: it is rewritten).
+    pub fn read_port_in(
+        &self,
+        port: &PortName,
+        entries: &BTreeMap<String, &Element>,
+    ) -> Result<ObservedPort, String> {
+        let entry = entries.get(port.as_str()).copied();
+        let mut observed = self.read_port(port, entry)?;
+        let Some(lag) = &self.lag else {
+            return Ok(observed);
+        };
+        observed.lag = Some(None);
+        let Some(bundle) = entry.and_then(|e| self.bundle_of(e)) else {
+            return Ok(observed);
+        };
+        let group = lag
+            .group_of(&bundle)
+            .and_then(|g| LagGroup::new(i64::from(g)).ok())
+            .ok_or_else(|| format!("{} {bundle:?} names no aggregate", lag.bundle.join("/")))?;
+        let agg_entry = entries.get(bundle.as_str()).copied();
+        let name = PortName::parse(&bundle).map_err(|e| e.0)?;
+        let agg = self.read_port(&name, agg_entry)?;
+        let lacp = agg_entry.and_then(|e| e.all_at(&lag.lacp).into_iter().next());
+        let has = |w: &str| lacp.is_some_and(|l| l.children.iter().any(|c| c.name == w));
+        let mode = if has("active") {
+            LagMode::Active
+        } else if has("passive") {
+            LagMode::Passive
+        } else {
+            LagMode::Static
+        };
+        let own_vlans = observed.vlans.take();
+        observed.vlans = agg.vlans;
+        observed.mtu = agg.mtu;
+        observed.lag = Some(
+            (own_vlans == Some(VlanMode::Unconfigured)).then_some(LagMembership { group, mode }),
+        );
+        Ok(observed)
+    }
+
     /// The element removing the port's entry (the port becomes clean).
     pub fn remove_element(&self, port: &PortName) -> Element {
         Element::new(self.ports.last().expect("checked").as_str())
@@ -534,7 +719,7 @@ impl Model {
         entry: Option<&Element>,
     ) -> Result<ObservedPort, String> {
         let mut observed = ObservedPort::from_desired(&DesiredPort::clean(port.clone()));
-        // ACLs are read where the model has them; LAG membership is not modelled.
+        // ACLs are read where the model has them; LAG membership by `read_port_in`.
         let acl_path = self
             .leaves
             .iter()
