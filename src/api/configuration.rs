@@ -42,7 +42,13 @@ pub struct SwitchPortConfigurationSpec {
     /// VLANs, admin state, MTU and description (shared with SmartNicConfiguration).
     #[serde(flatten)]
     pub port: PortSettingsSpec,
-    /// Membership in a link-aggregation group (port-channel / LAG).
+    /// Membership in a link-aggregation group (port-channel / LAG / bond): every
+    /// SwitchPort of the Switch carrying a configuration with this group is a
+    /// member. The aggregate interface carries the VLANs and MTU; each member keeps
+    /// its own description and admin state. Members must carry the same
+    /// configuration otherwise and be cabled to one Server; the group is configured
+    /// in one batch once every member's change is there. Not with `acl`. Leave it out
+    /// of provisioning configurations (PXE needs single links).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_aggregation: Option<LinkAggregationSpec>,
 }
