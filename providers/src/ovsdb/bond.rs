@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::{Columns, DESCRIPTION_KEY, PortRow, columns, rpc};
+use super::{Columns, DESCRIPTION_KEY, PortRow, columns, description_mutations, rpc};
 use crate::error::DeviceError;
 use crate::model::{DesiredPort, LagMembership, LagMode};
 use crate::values::LagGroup;
@@ -222,18 +222,7 @@ pub(super) fn plan<'a>(
                 changed[i] = true;
             }
             if f.description != want_desc {
-                let mut mutations = vec![json!([
-                    "external_ids",
-                    "delete",
-                    rpc::set([Value::from(DESCRIPTION_KEY)])
-                ])];
-                if let Some(d) = &want_desc {
-                    mutations.push(json!([
-                        "external_ids",
-                        "insert",
-                        ["map", [[DESCRIPTION_KEY, d]]]
-                    ]));
-                }
+                let mutations = description_mutations(want_desc.as_deref());
                 ops.push(json!({"op": "mutate", "table": "Interface",
                     "where": [["_uuid", "==", ["uuid", f.uuid]]], "mutations": mutations}));
                 changed[i] = true;

@@ -283,6 +283,24 @@ fn observed(
     }
 }
 
+/// The `external_ids` mutations that set the description key to `want` (or
+/// remove it), keeping every other key.
+fn description_mutations(want: Option<&str>) -> Vec<Value> {
+    let mut mutations = vec![json!([
+        "external_ids",
+        "delete",
+        rpc::set([Value::from(DESCRIPTION_KEY)])
+    ])];
+    if let Some(d) = want {
+        mutations.push(json!([
+            "external_ids",
+            "insert",
+            ["map", [[DESCRIPTION_KEY, d]]]
+        ]));
+    }
+    mutations
+}
+
 fn int(v: &Value) -> Option<i64> {
     rpc::atoms(v).first().and_then(Value::as_i64)
 }
@@ -553,18 +571,7 @@ impl OvsSwitch {
         }
         let want_desc = desired.description.as_ref().map(|d| d.as_str().to_owned());
         if want_desc != row.description {
-            let mut mutations = vec![json!([
-                "external_ids",
-                "delete",
-                rpc::set([Value::from(DESCRIPTION_KEY)])
-            ])];
-            if let Some(d) = &want_desc {
-                mutations.push(json!([
-                    "external_ids",
-                    "insert",
-                    ["map", [[DESCRIPTION_KEY, d]]]
-                ]));
-            }
+            let mutations = description_mutations(want_desc.as_deref());
             ops.push(json!({"op": "mutate", "table": "Port", "where": port_where, "mutations": mutations}));
         }
         let want_mtu = desired.mtu.map(|m| i64::from(m.get()));
