@@ -105,6 +105,8 @@ struct Pending {
     /// last to leave).
     before: Vec<Element>,
     after: Vec<Element>,
+    /// The group this port leaves, if any.
+    leaves: Option<u16>,
 }
 
 /// Why a transaction did not commit.
@@ -263,12 +265,8 @@ impl NetconfSwitch {
                 target,
                 element,
                 before: Vec::new(),
-                after: left
-                    .and_then(|g| self.model.aggregate_name(g))
-                    .and_then(|n| PortName::parse(&n).ok())
-                    .map(|n| self.model.remove_element(&n))
-                    .into_iter()
-                    .collect(),
+                after: Vec::new(),
+                leaves: left,
             });
         }
         self.order_groups(ops, &entries, &mut pending);
@@ -299,11 +297,8 @@ impl NetconfSwitch {
                 .map(|op| op.target().lag.map(|l| l.group.get()))
         };
         let mut removed = BTreeSet::new();
-        for i in (0..pending.len()).rev() {
-            let Some(remove) = pending[i].after.pop() else {
-                continue;
-            };
-            let Some(name) = remove.children.first().map(|k| k.text.clone()) else {
+        for p in pending.iter_mut().rev() {
+            let Some(name) = p.leaves.and_then(|g| self.model.aggregate_name(g)) else {
                 continue;
             };
             let kept = placed
@@ -319,8 +314,11 @@ impl NetconfSwitch {
                             }
                         }
                 });
-            if !kept && removed.insert(name) {
-                pending[i].after.push(remove);
+            if !kept
+                && let Ok(aggregate) = PortName::parse(&name)
+                && removed.insert(name)
+            {
+                p.after.push(self.model.remove_element(&aggregate));
             }
         }
     }

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::{Columns, DESCRIPTION_KEY, PortRow, columns, description_mutations, rpc};
+use super::{DESCRIPTION_KEY, PortRow, columns, description_mutations, rpc, vlan_row};
 use crate::error::DeviceError;
 use crate::model::{DesiredPort, LagMembership, LagMode};
 use crate::values::LagGroup;
@@ -77,17 +77,6 @@ fn uuid_set<'a>(uuids: impl IntoIterator<Item = &'a String>) -> Value {
 fn bridge_ports(bridge: &str, how: &str, refs: Value) -> Value {
     json!({"op": "mutate", "table": "Bridge", "where": [["name", "==", bridge]],
            "mutations": [["ports", how, refs]]})
-}
-
-fn vlan_row(c: &Columns) -> serde_json::Map<String, Value> {
-    let mut row = serde_json::Map::new();
-    row.insert("tag".into(), rpc::set(c.tag.map(Value::from)));
-    row.insert(
-        "trunks".into(),
-        rpc::set(c.trunks.iter().map(|v| Value::from(*v))),
-    );
-    row.insert("vlan_mode".into(), rpc::set(c.vlan_mode.map(Value::from)));
-    row
 }
 
 /// The group a member's row says it is in: `Ok(None)` for a port of its own, an

@@ -283,6 +283,18 @@ fn observed(
     }
 }
 
+/// The Port columns of `c`.
+fn vlan_row(c: &Columns) -> serde_json::Map<String, Value> {
+    let mut row = serde_json::Map::new();
+    row.insert("tag".into(), rpc::set(c.tag.map(Value::from)));
+    row.insert(
+        "trunks".into(),
+        rpc::set(c.trunks.iter().map(|v| Value::from(*v))),
+    );
+    row.insert("vlan_mode".into(), rpc::set(c.vlan_mode.map(Value::from)));
+    row
+}
+
 /// The `external_ids` mutations that set the description key to `want` (or
 /// remove it), keeping every other key.
 fn description_mutations(want: Option<&str>) -> Vec<Value> {
@@ -561,13 +573,8 @@ impl OvsSwitch {
             || want.trunks != row.trunks
             || want.vlan_mode != row.vlan_mode.as_deref()
         {
-            ops.push(
-                json!({"op": "update", "table": "Port", "where": port_where, "row": {
-                    "tag": rpc::set(want.tag.map(Value::from)),
-                    "trunks": rpc::set(want.trunks.iter().map(|v| Value::from(*v))),
-                    "vlan_mode": rpc::set(want.vlan_mode.map(Value::from)),
-                }}),
-            );
+            ops.push(json!({"op": "update", "table": "Port", "where": port_where,
+                "row": vlan_row(&want)}));
         }
         let want_desc = desired.description.as_ref().map(|d| d.as_str().to_owned());
         if want_desc != row.description {
@@ -986,16 +993,27 @@ impl OvsSwitch {
             .map(|(i, _)| *i)
             .collect();
         if of.is_some() {
-            for (i, row) in &lag_rows {
-                if outcomes[*i].is_some() {
-                    continue;
-                }
-                let names: Vec<String> = row.ifaces.iter().map(|f| f.name.clone()).collect();
+            // One read of every member interface still to be decided.
+            let live: Vec<&(usize, PortRow)> = lag_rows
+                .iter()
+                .filter(|(i, _)| outcomes[*i].is_none())
+                .collect();
+            let names: Vec<String> = live
+                .iter()
+                .flat_map(|(_, row)| row.ifaces.iter().map(|f| f.name.clone()))
+                .collect();
+            let now: HashMap<String, IfaceRow> = self
+                .read_ifaces(conn, &names)
+                .await?
+                .into_iter()
+                .map(|f| (f.name.clone(), f))
+                .collect();
+            for (i, row) in live {
                 let down = targets[*i].admin == AdminState::Down;
-                let wrong: Vec<IfaceRow> = self
-                    .read_ifaces(conn, &names)
-                    .await?
-                    .into_iter()
+                let wrong: Vec<IfaceRow> = row
+                    .ifaces
+                    .iter()
+                    .filter_map(|f| now.get(&f.name).cloned())
                     .filter(|f| f.admin_state.as_deref() != Some(if down { "down" } else { "up" }))
                     .collect();
                 if let Some(p) = plans[*i].as_mut()
