@@ -131,3 +131,60 @@ async fn capabilities_and_host_keys_are_enforced_by_the_operator() {
         Some(VlanMode::Unconfigured)
     );
 }
+
+#[tokio::test]
+async fn the_operator_bundles_cisco_ports_into_a_port_channel_and_dissolves_it() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor3", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor3");
+    let env = Env::start("ssh-lag").await;
+    env.switch(
+        "tor3",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[
+            ("tor3-p1", "FastEthernet0/1"),
+            ("tor3-p2", "FastEthernet0/2"),
+        ],
+    )
+    .await;
+    env.configuration(
+        "bundled",
+        json!({"untaggedVLAN": 30, "linkAggregation": {"group": 5}}),
+    )
+    .await;
+    env.link("tor3-p1", Some("bundled")).await;
+    env.link("tor3-p2", Some("bundled")).await;
+    env.wait_state("tor3-p1", PortState::Active).await;
+    env.wait_state("tor3-p2", PortState::Active).await;
+
+    // Read back from the simulator: Port-channel5 carries the VLAN, both ports are
+    // its members.
+    let device = backend("ios", sim);
+    let po = device.show_port_raw(&port("Port-channel5")).await.unwrap();
+    assert!(po.contains(" switchport access vlan 30"), "{po}");
+    for p in ["FastEthernet0/1", "FastEthernet0/2"] {
+        let read = device.get_port(&port(p)).await.unwrap();
+        assert_eq!(read.lag.flatten().map(|l| l.group.get()), Some(5), "{p}");
+        assert_eq!(read.vlans, Some(VlanMode::Access { vlan: vlan(30) }), "{p}");
+    }
+
+    // One leaves: clean, the channel stays for the other; the last leaves: the
+    // channel is gone.
+    cycle::unlink_and_clean(&env, "tor3-p1", &device, "FastEthernet0/1").await;
+    let fa1 = device.get_port(&port("FastEthernet0/1")).await.unwrap();
+    assert_eq!(fa1.lag, Some(None));
+    device
+        .show_port_raw(&port("Port-channel5"))
+        .await
+        .expect("Port-channel5 stays while a member is in it");
+    cycle::unlink_and_clean(&env, "tor3-p2", &device, "FastEthernet0/2").await;
+    let po = device.show_port_raw(&port("Port-channel5")).await;
+    assert!(
+        matches!(&po, Err(patchbay_providers::DeviceError::CommandRejected { output, .. })
+            if output.contains("Invalid input")),
+        "{po:?}"
+    );
+    let running = device.running_config().await.unwrap().unwrap();
+    assert!(!running.contains("channel-group"), "{running}");
+}

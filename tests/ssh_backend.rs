@@ -423,3 +423,242 @@ async fn accept_any_host_key_connects() {
     let sw = backend_with("fastiron", sim, HostKeyPolicy::AcceptAny, &sim.password);
     sw.get_port(&port("ethernet 1/1")).await.unwrap();
 }
+
+/// A member of Cisco link-aggregation group `group` (LACP active) with `vlans`.
+fn member(name: &str, group: i64, vlans: VlanMode) -> DesiredPort {
+    let mut d = DesiredPort::clean(port(name));
+    d.vlans = vlans;
+    d.lag = Some(patchbay_providers::LagMembership {
+        group: patchbay_providers::values::LagGroup::new(group).unwrap(),
+        mode: patchbay_providers::LagMode::Active,
+    });
+    d.lag_members = ["FastEthernet0/1", "FastEthernet0/2"]
+        .into_iter()
+        .map(port)
+        .collect();
+    d
+}
+
+fn sets(ports: &[&DesiredPort]) -> Vec<PortOperation> {
+    ports
+        .iter()
+        .map(|d| PortOperation::Set((*d).clone()))
+        .collect()
+}
+
+/// The simulator's own answer for an aggregate: `None` when it has no such
+/// interface (it answers `% Invalid input`).
+async fn aggregate(sw: &patchbay_providers::cli::CliSwitch, name: &str) -> Option<String> {
+    let raw = sw.show_port_raw(&port(name)).await.ok()?;
+    (!raw.contains("% Invalid input")).then_some(raw)
+}
+
+#[tokio::test]
+async fn cisco_port_channels_are_formed_changed_and_removed_with_their_last_member() {
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let sim = sims.get("sw1");
+    let sw = backend("ios", sim);
+    let trunk = VlanMode::Trunk {
+        native: Some(vlan(100)),
+        allowed: [vlan(200), vlan(201)].into_iter().collect(),
+    };
+    let m1 = member("FastEthernet0/1", 2, trunk.clone());
+    let mut m2 = member("FastEthernet0/2", 2, trunk);
+    m2.description = Some(patchbay_providers::values::Description::parse("host-7 eth1").unwrap());
+
+    // Formed: the aggregate first, then each member with the same switchport lines
+    // and its channel-group line; read back as members of group 2.
+    sw.clear_journal();
+    let results = patchbay_providers::verify::apply_batch_verified(&sw, &sets(&[&m1, &m2]))
+        .await
+        .unwrap();
+    for r in &results {
+        assert_eq!(r.outcome, Ok(PortChange::Changed), "{}", r.port);
+    }
+    let sent = config_lines(&sw);
+    let at = |l: &str| sent.iter().position(|x| x == l).unwrap_or(usize::MAX);
+    assert!(
+        at("interface Port-channel2") < at("interface FastEthernet0/1")
+            && at("interface FastEthernet0/1") < at("interface FastEthernet0/2")
+            && at("interface FastEthernet0/2") < usize::MAX,
+        "{sent:?}"
+    );
+    assert_eq!(
+        sent.iter()
+            .filter(|l| *l == "interface Port-channel2")
+            .count(),
+        1,
+        "one aggregate block for the group: {sent:?}"
+    );
+    let po = aggregate(&sw, "Port-channel2")
+        .await
+        .expect("Port-channel2 exists");
+    for line in [
+        " switchport trunk native vlan 100",
+        " switchport trunk allowed vlan 100,200,201",
+        " switchport mode trunk",
+    ] {
+        assert!(po.contains(line), "{line:?} in {po}");
+    }
+    for m in [&m1, &m2] {
+        let raw = sw.show_port_raw(&m.port).await.unwrap();
+        assert!(raw.contains(" channel-group 2 mode active"), "{raw}");
+        assert!(raw.contains(" switchport mode trunk"), "{raw}");
+        let read = sw.get_port(&m.port).await.unwrap();
+        assert_eq!(read.lag, Some(m.lag), "{}", m.port);
+        reads_as(&sw, m, "formed").await;
+    }
+    let raw2 = sw.show_port_raw(&m2.port).await.unwrap();
+    assert!(raw2.contains(" description host-7 eth1"), "{raw2}");
+
+    // Applied again: nothing sent.
+    sw.clear_journal();
+    let again = sw.apply_batch(&sets(&[&m1, &m2])).await.unwrap();
+    assert!(again.iter().all(|r| r.outcome == Ok(PortChange::Unchanged)));
+    assert!(config_lines(&sw).is_empty(), "{:?}", config_lines(&sw));
+
+    // The group's VLANs change: the aggregate and both members, read back.
+    let m1b = member("FastEthernet0/1", 2, VlanMode::Access { vlan: vlan(300) });
+    let mut m2b = member("FastEthernet0/2", 2, VlanMode::Access { vlan: vlan(300) });
+    m2b.description = m2.description.clone();
+    let results = patchbay_providers::verify::apply_batch_verified(&sw, &sets(&[&m1b, &m2b]))
+        .await
+        .unwrap();
+    assert!(results.iter().all(|r| r.outcome == Ok(PortChange::Changed)));
+    let po = aggregate(&sw, "Port-channel2").await.unwrap();
+    assert!(
+        po.contains(" switchport access vlan 300")
+            && po.contains(" switchport mode access")
+            && !po.contains("trunk"),
+        "{po}"
+    );
+
+    // The aggregate drifts (someone set it back to a trunk): its members no longer
+    // read as members, and applying repairs the aggregate alone.
+    let mut drift = DesiredPort::clean(port("Port-channel2"));
+    drift.vlans = VlanMode::Trunk {
+        native: None,
+        allowed: [vlan(300)].into_iter().collect(),
+    };
+    sw.set_port(&drift).await.unwrap();
+    assert_eq!(sw.get_port(&m1b.port).await.unwrap().lag, Some(None));
+    sw.clear_journal();
+    let repaired = patchbay_providers::verify::apply_batch_verified(&sw, &sets(&[&m1b, &m2b]))
+        .await
+        .unwrap();
+    assert!(
+        repaired
+            .iter()
+            .all(|r| r.outcome == Ok(PortChange::Changed))
+    );
+    let sent = config_lines(&sw);
+    assert!(
+        sent.contains(&"interface Port-channel2".to_owned())
+            && !sent.iter().any(|l| l.starts_with("interface FastEthernet")),
+        "{sent:?}"
+    );
+
+    // One member leaves: it sheds its channel-group line first, the aggregate stays
+    // for the other.
+    let alone = DesiredPort::clean(m2b.port.clone());
+    sw.clear_journal();
+    let left =
+        patchbay_providers::verify::apply_batch_verified(&sw, &[PortOperation::Set(alone.clone())])
+            .await
+            .unwrap();
+    assert_eq!(left[0].outcome, Ok(PortChange::Changed));
+    let sent = config_lines(&sw);
+    assert!(
+        at_in(&sent, "no channel-group") < at_in(&sent, "no switchport access vlan"),
+        "{sent:?}"
+    );
+    assert!(
+        !sent.iter().any(|l| l.starts_with("no interface")),
+        "{sent:?}"
+    );
+    reads_as(&sw, &alone, "left").await;
+    assert!(aggregate(&sw, "Port-channel2").await.is_some());
+    reads_as(&sw, &m1b, "the member that stays").await;
+
+    // The last member leaves (reset): the aggregate goes after it.
+    sw.clear_journal();
+    assert_eq!(sw.reset_port(&m1b.port).await.unwrap(), PortChange::Changed);
+    let sent = config_lines(&sw);
+    assert!(
+        at_in(&sent, "no channel-group") < at_in(&sent, "no interface Port-channel2"),
+        "{sent:?}"
+    );
+    assert_eq!(aggregate(&sw, "Port-channel2").await, None);
+    let running = sw.running_config().await.unwrap().unwrap();
+    assert!(!running.contains("channel-group"), "{running}");
+    reads_as(&sw, &DesiredPort::clean(m1b.port.clone()), "reset").await;
+}
+
+fn at_in(lines: &[String], line: &str) -> usize {
+    lines.iter().position(|l| l == line).unwrap_or(usize::MAX)
+}
+
+#[tokio::test]
+async fn a_group_the_device_refuses_is_put_back_as_it_was() {
+    // A dialect whose description line the simulator does not know: the member with
+    // a description is refused after the aggregate was made and the other member
+    // joined it.
+    let (_, text) = patchbay_providers::cli::dialect::DIALECT_FILES[0];
+    let text = text.replace(
+        "description_set: \"description {description}\"",
+        "description_set: \"describe {description}\"",
+    );
+    let broken = patchbay_providers::cli::Dialect::load("broken.yaml", &text).unwrap();
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let sim = sims.get("sw1");
+    let sw = backend_speaking(
+        std::sync::Arc::new(broken),
+        sim,
+        HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
+        &sim.password,
+    );
+    // Before: one port on access VLAN 100 (so the VLANs exist), one clean.
+    let mut before1 = DesiredPort::clean(port("FastEthernet0/1"));
+    before1.vlans = VlanMode::Access { vlan: vlan(100) };
+    let mut spare = DesiredPort::clean(port("FastEthernet0/3"));
+    spare.vlans = VlanMode::Access { vlan: vlan(200) };
+    sw.apply_batch(&sets(&[&before1, &spare])).await.unwrap();
+    let running = sw.running_config().await.unwrap().unwrap();
+
+    let m1 = member("FastEthernet0/1", 3, VlanMode::Access { vlan: vlan(200) });
+    let mut m2 = member("FastEthernet0/2", 3, VlanMode::Access { vlan: vlan(200) });
+    m2.description = Some(patchbay_providers::values::Description::parse("refused").unwrap());
+    sw.clear_journal();
+    let results = sw.apply_batch(&sets(&[&m1, &m2])).await.unwrap();
+    for r in &results {
+        match &r.outcome {
+            Err(DeviceError::CommandRejected { command, output }) => {
+                assert_eq!(command, "describe refused", "{}", r.port);
+                assert!(
+                    output.starts_with("No such command")
+                        && output.ends_with("; link-aggregation group 3 was put back"),
+                    "{}: {output}",
+                    r.port
+                );
+            }
+            other => panic!("{}: {other:?}", r.port),
+        }
+    }
+    // The group's lines did go out (the aggregate, the member that joined), and were
+    // taken back: the running configuration is as it was, with no Port-channel3.
+    let sent = config_lines(&sw);
+    assert!(
+        sent.contains(&"channel-group 3 mode active".to_owned())
+            && sent.contains(&"no interface Port-channel3".to_owned()),
+        "{sent:?}"
+    );
+    assert_eq!(sw.running_config().await.unwrap().unwrap(), running);
+    assert_eq!(aggregate(&sw, "Port-channel3").await, None);
+    reads_as(&sw, &before1, "put back").await;
+    reads_as(
+        &sw,
+        &DesiredPort::clean(port("FastEthernet0/2")),
+        "put back",
+    )
+    .await;
+}

@@ -8,6 +8,7 @@
 #[path = "support/ssh_cases.rs"]
 mod ssh_cases;
 
+use patchbay_providers::cli::Aggregates;
 use patchbay_providers::{DesiredPort, diff};
 use ssh_cases::*;
 
@@ -21,20 +22,21 @@ fn every_dialect_parses_and_renders_its_golden_files() {
     for c in &DIALECTS {
         let d = dialect_of(c.os);
         let port = port(c.ports[0]);
-        let clean = d.parse(&port, &read(c.os, "clean.show"));
+        let clean = d.read(&port, &read(c.os, "clean.show"));
         assert!(
-            diff(&DesiredPort::clean(port.clone()), &clean).is_empty(),
+            diff(&DesiredPort::clean(port.clone()), &clean.observed).is_empty(),
             "{}: clean.show parses as {clean:?}",
             d.name
         );
         for (name, desired) in states(c.os, c.ports[0]) {
-            let observed = d.parse(&port, &read(c.os, &format!("{name}.show")));
+            let observed = d.read(&port, &read(c.os, &format!("{name}.show")));
             assert!(
-                diff(&desired, &observed).is_empty(),
+                diff(&desired, &observed.observed).is_empty(),
                 "{} {name}: parsed {observed:?}, captured for {desired:?}",
                 d.name
             );
-            let plan = d.plan(&clean, &desired);
+            let none = Aggregates::new();
+            let plan = d.plan(&clean, &none, &desired);
             let mut rendered = d.script(&[plan], true).join("\n");
             rendered.push('\n');
             assert_eq!(
@@ -44,7 +46,11 @@ fn every_dialect_parses_and_renders_its_golden_files() {
                 d.name
             );
             // A port that already matches needs nothing.
-            assert!(d.plan(&observed, &desired).is_empty(), "{} {name}", d.name);
+            assert!(
+                d.plan(&observed, &none, &desired).is_empty(),
+                "{} {name}",
+                d.name
+            );
         }
         if c.missing_port.is_some() {
             let error = read(c.os, "error.txt");

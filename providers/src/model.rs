@@ -162,7 +162,7 @@ pub enum LagMode {
 ///
 /// The group's aggregate interface (`Port-channelN`, `aeN`, an OVS bond Port) carries
 /// the VLANs and MTU of its members' desired state, which must be equal (the
-/// validator and [`crate::lag`] see to it); each member keeps its own admin state
+/// operator's validator and the switch worker see to it); each member keeps its own admin state
 /// and description, and joins the aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LagMembership {

@@ -21,11 +21,17 @@
 //! `interface range` block, [`Dialect::interface_body`] / [`Dialect::range_enter`]).
 //! A dialect declares them only where a device here shows they work.
 //!
+//! An optional `lag:` section gives link aggregation (aggregate interface name,
+//! member line per LACP mode, leave and removal lines): how a member reads and what
+//! a group's plan sends are in the `lag` submodule.
+//!
 //! Everything here is pure: [`Dialect::plan`] turns (observed, desired) into the exact
 //! command lines, [`Dialect::parse`] turns show output into an observed port, and
 //! [`Dialect::error_in`] finds an error line in a command's output. Rendered values
 //! come from the validated types of [`crate::values`]; [`render`] still refuses a
 //! line with a control character, so nothing can smuggle a second command.
+
+mod lag;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
@@ -34,9 +40,12 @@ use regex::Regex;
 use serde::Deserialize;
 
 use crate::model::{
-    AdminState, Capabilities, Capability, DesiredPort, ObservedPort, PortField, VlanMode, diff,
+    AdminState, Capabilities, Capability, DesiredPort, LagMode, ObservedPort, PortField, VlanMode,
+    diff,
 };
-use crate::values::{Description, Mtu, PortName, VlanId, VlanName, VlanSet};
+use crate::values::{Description, LagGroup, Mtu, PortName, VlanId, VlanName, VlanSet};
+
+pub use lag::{Aggregates, Reading, aggregates_to_remove};
 
 /// The dialect files, embedded: (file name, text).
 pub const DIALECT_FILES: [(&str, &str); 5] = [
@@ -106,6 +115,8 @@ struct DialectFile {
     port: PortTemplates,
     vlans: VlanTemplates,
     read: ReadFile,
+    #[serde(default)]
+    lag: Option<lag::LagFile>,
     #[serde(default)]
     save: Vec<SaveStep>,
 }
@@ -307,6 +318,10 @@ enum Field {
     Mtu,
     AdminDown,
     AdminUp,
+    /// The group a link-aggregation member line names.
+    ChannelGroup,
+    /// The mode word of a member line.
+    ChannelMode,
 }
 
 // ---------------------------------------------------------------------------------
@@ -340,6 +355,7 @@ pub struct Dialect {
     pub running_config: Option<String>,
     admin_default: AdminState,
     rules: Vec<(Regex, Field)>,
+    lag: Option<lag::LagSpec>,
     /// Steps that save the configuration, with compiled confirmation regexes.
     pub save: Vec<(SaveStep, Option<Regex>)>,
 }
@@ -387,12 +403,37 @@ impl Dialect {
             p.mtu_set.is_some() && p.mtu_clear.is_some(),
             "port.mtu_set/mtu_clear",
         )?;
-        for cap in [Capability::Acl, Capability::LinkAggregation] {
-            need(
-                cap,
-                false,
-                "templates for it (not supported by the CLI engine)",
-            )?;
+        need(
+            Capability::Acl,
+            false,
+            "templates for it (not supported by the CLI engine)",
+        )?;
+        let lag = match f.lag {
+            Some(l) => Some(lag::LagSpec::load(file, l)?),
+            None => None,
+        };
+        let has_lag = |mode: LagMode| lag.as_ref().is_some_and(|l| l.supports(mode));
+        need(
+            Capability::LinkAggregation,
+            has_lag(LagMode::Active),
+            "lag.join.active",
+        )?;
+        need(
+            Capability::LacpPassive,
+            has_lag(LagMode::Passive),
+            "lag.join.passive",
+        )?;
+        need(
+            Capability::StaticLag,
+            has_lag(LagMode::Static),
+            "lag.join.static",
+        )?;
+        if lag.is_some()
+            && (!matches!(f.vlans, VlanTemplates::Interface(_)) || f.read.running_config.is_none())
+        {
+            return Err(err(
+                "lag needs vlans.style interface and read.running_config".into(),
+            ));
         }
         if let VlanTemplates::Interface(iv) = &f.vlans {
             need(
@@ -492,6 +533,7 @@ impl Dialect {
                 AdminWord::Down => AdminState::Down,
             },
             rules,
+            lag,
             save,
         })
     }
@@ -562,9 +604,17 @@ impl Dialect {
     }
 
     /// Parses the outputs of [`Self::read_commands`] (concatenated) into the observed
-    /// port. Fields the dialect cannot read (ACL, LAG, and MTU where it has no MTU
-    /// capability) stay unknown.
+    /// port. Fields the dialect cannot read (ACL, LAG where it has no `lag:`
+    /// section, and MTU where it has no MTU capability) stay unknown; a member's link
+    /// aggregation reads as no membership until [`Self::settle`]d against its
+    /// aggregate.
     pub fn parse(&self, port: &PortName, output: &str) -> ObservedPort {
+        self.read(port, output).observed
+    }
+
+    /// [`Self::parse`], keeping what planning needs besides (the port's own VLAN
+    /// lines and its member line).
+    pub fn read(&self, port: &PortName, output: &str) -> Reading {
         let mut seen = Seen::default();
         for line in output.lines().map(|l| l.trim_end_matches('\r')) {
             for (re, field) in &self.rules {
@@ -580,29 +630,50 @@ impl Dialect {
             VlanTemplates::Vlan(vc) => seen.vlan_centric(vc),
         };
         let supports = |c| self.capabilities.supports(c);
-        ObservedPort {
-            port: port.clone(),
-            admin: Some(admin),
-            vlans: Some(vlans),
-            mtu: supports(Capability::Mtu).then_some(seen.mtu),
-            description: Some(seen.description.map(|d| Description::read_from_device(&d))),
-            acl: None,
-            lag: None,
+        let channel = match (&self.lag, seen.channel_group) {
+            (Some(spec), Some(group)) => LagGroup::new(i64::from(group)).ok().map(|g| {
+                let mode = seen
+                    .channel_mode
+                    .as_deref()
+                    .and_then(|w| lag::mode_of(spec, w));
+                (g, mode)
+            }),
+            _ => None,
+        };
+        Reading {
+            observed: ObservedPort {
+                port: port.clone(),
+                admin: Some(admin),
+                vlans: Some(vlans.clone()),
+                mtu: supports(Capability::Mtu).then_some(seen.mtu),
+                description: Some(seen.description.map(|d| Description::read_from_device(&d))),
+                acl: None,
+                lag: self.lag.as_ref().map(|_| None),
+            },
+            own_vlans: vlans,
+            channel,
         }
     }
 
-    /// The commands that take a port from `observed` to `desired`, grouped into one
-    /// block per configuration context; empty when nothing differs. VLANs the port
-    /// needs are created (and named) first. Lines are exact device input, run from
-    /// configuration mode; each block returns to it.
-    pub fn plan(&self, observed: &ObservedPort, desired: &DesiredPort) -> Plan {
+    /// The commands that take a port from what was read to `desired`, grouped into
+    /// one block per configuration context; empty when nothing differs. VLANs the
+    /// port needs are created (and named) first. Lines are exact device input, run
+    /// from configuration mode; each block returns to it. `aggregates` holds the
+    /// aggregates of the groups the port is in or joins (see the `lag` module).
+    pub fn plan(&self, reading: &Reading, aggregates: &Aggregates, desired: &DesiredPort) -> Plan {
+        let observed = &reading.observed;
         let fields = diff(desired, observed);
+        let lag = self.lag_lines(reading, aggregates, desired);
+        let vlans_change = reading.own_vlans != desired.vlans;
         let mut plan = Plan::default();
-        if fields.is_empty() {
+        if fields.is_empty() && !vlans_change && lag == lag::LagLines::default() {
             return plan;
         }
         plan.port = Some(desired.port.clone());
-        if fields.contains(&PortField::Vlans) {
+        plan.joins = desired.lag.map(|l| l.group);
+        plan.leaves = lag.leaves;
+        plan.aggregate = lag.aggregate;
+        if vlans_change || plan.aggregate.is_some() {
             for vlan in vlans_of(&desired.vlans) {
                 plan.vlans
                     .insert(vlan, desired.vlan_names.get(&vlan).cloned());
@@ -640,23 +711,25 @@ impl Dialect {
                 None => put(&mut iface, &p.mtu_clear, &v),
             }
         }
-        let observed_vlans = observed.vlans.clone().unwrap_or_default();
-        if fields.contains(&PortField::Vlans) {
+        // A member leaves its group before its own VLANs change, and joins after.
+        iface.extend(lag.leave);
+        if vlans_change {
             match &self.vlans {
-                VlanTemplates::Interface(iv) => {
-                    iface.extend(interface_vlan_lines(iv, &observed_vlans, &desired.vlans));
+                VlanTemplates::Interface(_) => {
+                    iface.extend(self.vlan_lines(&reading.own_vlans, &desired.vlans));
                 }
                 VlanTemplates::Vlan(vc) => {
                     plan.blocks.extend(vlan_centric_blocks(
                         vc,
                         &self.session.exit,
                         &desired.port,
-                        &observed_vlans,
+                        &reading.own_vlans,
                         &desired.vlans,
                     ));
                 }
             }
         }
+        iface.extend(lag.join);
         // Admin state last, so a port comes up with its final VLANs.
         if fields.contains(&PortField::Admin) {
             match desired.admin {
@@ -675,10 +748,22 @@ impl Dialect {
         plan
     }
 
+    /// The interface-style VLAN lines from one VLAN mode to another (none for a
+    /// vlan-centric dialect, whose memberships are blocks of their own).
+    fn vlan_lines(&self, from: &VlanMode, to: &VlanMode) -> Vec<String> {
+        match &self.vlans {
+            VlanTemplates::Interface(iv) => interface_vlan_lines(iv, from, to),
+            VlanTemplates::Vlan(_) => Vec::new(),
+        }
+    }
+
     /// The body of `plan`'s block when it is exactly one interface block of `port`
     /// (enter, lines, exit) and nothing else: what a range block can carry.
     pub fn interface_body<'p>(&self, plan: &'p Plan) -> Option<&'p [String]> {
         let port = plan.port.as_ref()?;
+        if plan.aggregate.is_some() || plan.joins.is_some() || plan.leaves.is_some() {
+            return None;
+        }
         match plan.blocks.as_slice() {
             [block]
                 if block.len() > 2
@@ -725,12 +810,29 @@ pub struct Plan {
     pub vlans: BTreeMap<VlanId, Option<VlanName>>,
     /// Command blocks, in order.
     pub blocks: Vec<Vec<String>>,
+    /// The link-aggregation group the port is to be in.
+    pub joins: Option<LagGroup>,
+    /// The group the port leaves.
+    pub leaves: Option<LagGroup>,
+    /// The block that creates or changes the aggregate of `joins`: sent once per
+    /// group, before every member's block.
+    pub aggregate: Option<(LagGroup, Vec<String>)>,
+    /// The block that removes the aggregate of `leaves` after its last member left
+    /// (set for the batch by [`aggregates_to_remove`]): sent once, after the
+    /// members' blocks.
+    pub removal: Option<(LagGroup, Vec<String>)>,
 }
 
 impl Plan {
     /// Whether the port already matches.
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty() && self.vlans.is_empty()
+        self.blocks.is_empty() && self.vlans.is_empty() && self.aggregate.is_none()
+    }
+
+    /// The link-aggregation group the plan is part of: the one it joins, else the
+    /// one it leaves. A line of it refused fails the whole group.
+    pub fn group(&self) -> Option<LagGroup> {
+        self.joins.or(self.leaves)
     }
 }
 
@@ -922,6 +1024,8 @@ struct Seen {
     tagged: BTreeSet<VlanId>,
     mtu: Option<Mtu>,
     admin: Option<AdminState>,
+    channel_group: Option<u16>,
+    channel_mode: Option<String>,
 }
 
 /// Parses a device VLAN list (`10,20-22`, `none`); unparsable parts are skipped
@@ -978,6 +1082,8 @@ impl Seen {
             Field::Mtu => self.mtu = text.parse::<i64>().ok().and_then(|n| Mtu::new(n).ok()),
             Field::AdminDown => self.admin = Some(AdminState::Down),
             Field::AdminUp => self.admin = Some(AdminState::Up),
+            Field::ChannelGroup => self.channel_group = text.parse().ok(),
+            Field::ChannelMode => self.channel_mode = Some(text.to_owned()),
         }
     }
 
@@ -1029,7 +1135,8 @@ impl Seen {
 // ---------------------------------------------------------------------------------
 // Rendering.
 
-/// Values a template may use: `{port} {vlan} {vlans} {name} {description} {mtu}`.
+/// Values a template may use: `{port} {vlan} {vlans} {name} {description} {mtu}
+/// {group}`.
 #[derive(Debug, Clone, Default)]
 struct Values<'a> {
     port: Option<&'a str>,
@@ -1038,6 +1145,7 @@ struct Values<'a> {
     name: Option<&'a str>,
     description: Option<&'a str>,
     mtu: Option<Mtu>,
+    group: Option<LagGroup>,
 }
 
 impl<'a> Values<'a> {
@@ -1050,6 +1158,12 @@ impl<'a> Values<'a> {
     fn vlan(vlan: VlanId) -> Self {
         Self {
             vlan: Some(vlan),
+            ..Self::default()
+        }
+    }
+    fn group(group: LagGroup) -> Self {
+        Self {
+            group: Some(group),
             ..Self::default()
         }
     }
@@ -1066,13 +1180,14 @@ impl<'a> Values<'a> {
 /// output: values are validated types, and any that slipped through are dropped.
 fn render(template: &str, v: &Values<'_>) -> String {
     let mut out = template.to_owned();
-    let pairs: [(&str, Option<String>); 6] = [
+    let pairs: [(&str, Option<String>); 7] = [
         ("{port}", v.port.map(str::to_owned)),
         ("{vlan}", v.vlan.map(|x| x.get().to_string())),
         ("{vlans}", v.vlans.clone()),
         ("{name}", v.name.map(str::to_owned)),
         ("{description}", v.description.map(str::to_owned)),
         ("{mtu}", v.mtu.map(|m| m.get().to_string())),
+        ("{group}", v.group.map(|g| g.get().to_string())),
     ];
     for (key, value) in pairs {
         if out.contains(key) {

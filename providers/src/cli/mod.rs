@@ -24,7 +24,7 @@
 pub mod dialect;
 pub mod transport;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,11 +36,11 @@ use crate::device::{
 };
 use crate::error::Cause;
 use crate::error::DeviceError;
-use crate::model::{Capabilities, ObservedPort};
+use crate::model::{Capabilities, DesiredPort, ObservedPort};
 use crate::secret::SecretString;
-use crate::values::{PortName, VlanId, VlanName};
+use crate::values::{LagGroup, PortName, VlanId, VlanName};
 
-pub use dialect::{Dialect, Plan};
+pub use dialect::{Aggregates, Dialect, Plan, Reading, aggregates_to_remove};
 pub use transport::{Auth, HostKeyPolicy, SshTarget};
 
 use transport::Shell;
@@ -143,12 +143,18 @@ impl CliSwitch {
     /// (the whole script: entering configuration mode, VLANs, ports, leaving, saving).
     /// Sends nothing that changes the device.
     pub async fn dry_run(&self, ops: &[PortOperation]) -> Result<Vec<String>, DeviceError> {
-        let ports: Vec<PortName> = ops.iter().map(|op| op.port().clone()).collect();
-        let mut plans = Vec::new();
-        for (op, (_, read)) in ops.iter().zip(self.get_ports(&ports).await?) {
-            plans.push(self.dialect.plan(&read?, &op.target()));
+        let mut s = self.session().await?;
+        let prepared = self.prepare(&mut s, ops).await;
+        s.close().await;
+        let prepared = prepared?;
+        if let Some(Some(Err(e))) = prepared
+            .outcomes
+            .into_iter()
+            .find(|o| matches!(o, Some(Err(_))))
+        {
+            return Err(e);
         }
-        Ok(self.script(&plans))
+        Ok(self.script(&prepared.plans))
     }
 
     /// The device's own answer to the dialect's show commands for `port` (what
@@ -225,6 +231,17 @@ impl Dialect {
                 first.push((LineOwner::Vlan(vlan), line));
             }
         }
+        let mut segments = Vec::new();
+        // Each aggregate block once, in a write of its own after the VLANs and
+        // before every member block, owned by every port that needs it.
+        let aggregates = shared_blocks(plans, |p| p.aggregate.as_ref());
+        if !aggregates.is_empty() {
+            segments.push(std::mem::take(&mut first));
+            for (block, members) in aggregates {
+                let owner = LineOwner::Ports(members);
+                segments.push(block.iter().map(|l| (owner.clone(), l.clone())).collect());
+            }
+        }
         // Ports with identical interface lines, in order of first appearance.
         let mut groups: Vec<(&[String], Vec<usize>)> = Vec::new();
         if self.interface_range.is_some() {
@@ -249,7 +266,12 @@ impl Dialect {
                 first.push((LineOwner::Port(i), line.clone()));
             }
         }
-        let mut segments = vec![first];
+        // An aggregate removal once, after its members' blocks.
+        for (block, members) in shared_blocks(plans, |p| p.removal.as_ref()) {
+            let owner = LineOwner::Ports(members);
+            first.extend(block.iter().map(|l| (owner.clone(), l.clone())));
+        }
+        segments.push(first);
         let max = self.interface_range.as_ref().map_or(1, |r| r.max_ports);
         for (body, members) in groups {
             for chunk in members.chunks(max) {
@@ -292,6 +314,25 @@ impl Dialect {
         }
         out
     }
+}
+
+/// Blocks plans share by group (an aggregate's creation or removal): each block
+/// once, in order of first appearance, with the indexes of the plans that have it.
+fn shared_blocks<'p>(
+    plans: &'p [Plan],
+    block: impl Fn(&'p Plan) -> Option<&'p (LagGroup, Vec<String>)>,
+) -> Vec<(&'p [String], Vec<usize>)> {
+    let mut out: Vec<(LagGroup, &[String], Vec<usize>)> = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        let Some((group, lines)) = block(plan) else {
+            continue;
+        };
+        match out.iter_mut().find(|(g, _, _)| g == group) {
+            Some((_, _, members)) => members.push(i),
+            None => out.push((*group, lines, vec![i])),
+        }
+    }
+    out.into_iter().map(|(_, b, m)| (b, m)).collect()
 }
 
 /// The VLANs a batch needs, each once (the first name given wins).
@@ -540,21 +581,23 @@ impl<'a> Session<'a> {
     /// Reads many ports: with the dialect's batch command when it has one and the
     /// read is large enough (one command, cut into each port's block), and with one
     /// pipelined write of the ports' own show commands for the rest (all of them
-    /// otherwise, and any port the batch output does not show).
+    /// otherwise, and any port the batch output does not show). Where the dialect
+    /// has link aggregation, the aggregates of the groups the ports are in, and of
+    /// `also`, are then read with one more pipelined write, and each member settled
+    /// against its aggregate.
     async fn read_ports(
         &mut self,
         ports: &[PortName],
-    ) -> Result<Vec<Result<ObservedPort, DeviceError>>, DeviceError> {
+        also: &BTreeSet<LagGroup>,
+    ) -> Result<(Vec<Result<Reading, DeviceError>>, Aggregates), DeviceError> {
         let dialect = Arc::clone(&self.sw.dialect);
-        let mut out: Vec<Option<Result<ObservedPort, DeviceError>>> = vec![None; ports.len()];
+        let mut out: Vec<Option<Result<String, DeviceError>>> = vec![None; ports.len()];
         if let Some(cmd) = dialect.batch_read_command(ports.len()) {
             // A rejected batch command is not a port's failure: the ports' own
             // commands still run below.
             if let Ok(text) = self.run(cmd, false).await {
-                for (i, block) in dialect.split_batch(&text, ports).into_iter().enumerate() {
-                    if let Some(block) = block {
-                        out[i] = Some(Ok(dialect.parse(&ports[i], &block)));
-                    }
+                for (slot, block) in out.iter_mut().zip(dialect.split_batch(&text, ports)) {
+                    *slot = block.map(Ok);
                 }
             }
         }
@@ -563,17 +606,46 @@ impl<'a> Session<'a> {
         for (i, read) in rest.into_iter().zip(self.read_each(&names).await?) {
             out[i] = Some(read);
         }
-        Ok(out
+        let mut readings: Vec<Result<Reading, DeviceError>> = out
             .into_iter()
-            .map(|r| r.expect("every port read"))
+            .zip(ports)
+            .map(|(text, port)| Ok(dialect.read(port, &text.expect("every port read")?)))
+            .collect();
+        let mut groups = also.clone();
+        groups.extend(readings.iter().flatten().filter_map(Reading::channel_group));
+        let aggregates = self.read_aggregates(&groups).await?;
+        for r in readings.iter_mut().flatten() {
+            dialect.settle(r, &aggregates);
+        }
+        Ok((readings, aggregates))
+    }
+
+    /// Reads the aggregates of `groups` with their own show commands, in one write;
+    /// an aggregate whose show the device refuses does not exist.
+    async fn read_aggregates(
+        &mut self,
+        groups: &BTreeSet<LagGroup>,
+    ) -> Result<Aggregates, DeviceError> {
+        let dialect = Arc::clone(&self.sw.dialect);
+        let named: Vec<(LagGroup, PortName)> = groups
+            .iter()
+            .filter_map(|g| Some((*g, dialect.aggregate_name(*g)?)))
+            .collect();
+        let names: Vec<PortName> = named.iter().map(|(_, n)| n.clone()).collect();
+        let texts = self.read_each(&names).await?;
+        Ok(named
+            .into_iter()
+            .zip(texts)
+            .map(|((g, _), text)| (g, text.ok().and_then(|t| dialect.aggregate_vlans(g, &t))))
             .collect())
     }
 
-    /// Reads ports with one pipelined write of all their own show commands.
+    /// Reads ports with one pipelined write of all their own show commands: each
+    /// port's outputs, concatenated.
     async fn read_each(
         &mut self,
         ports: &[PortName],
-    ) -> Result<Vec<Result<ObservedPort, DeviceError>>, DeviceError> {
+    ) -> Result<Vec<Result<String, DeviceError>>, DeviceError> {
         let per_port: Vec<Vec<String>> = ports
             .iter()
             .map(|p| self.sw.dialect.read_commands(p))
@@ -581,7 +653,7 @@ impl<'a> Session<'a> {
         let all: Vec<String> = per_port.iter().flatten().cloned().collect();
         let mut outcomes = self.run_many(&all, false).await?.into_iter();
         let mut out = Vec::with_capacity(ports.len());
-        for (port, cmds) in ports.iter().zip(&per_port) {
+        for cmds in &per_port {
             let mut text = String::new();
             let mut failed = None;
             for _ in cmds {
@@ -597,10 +669,88 @@ impl<'a> Session<'a> {
             }
             out.push(match failed {
                 Some(e) => Err(e),
-                None => Ok(self.sw.dialect.parse(port, &text)),
+                None => Ok(text),
             });
         }
         Ok(out)
+    }
+
+    /// The ports as compared with their desired state.
+    async fn observe(
+        &mut self,
+        ports: &[PortName],
+    ) -> Result<Vec<Result<ObservedPort, DeviceError>>, DeviceError> {
+        let (reads, _) = self.read_ports(ports, &BTreeSet::new()).await?;
+        Ok(reads.into_iter().map(|r| r.map(|r| r.observed)).collect())
+    }
+
+    /// Sends the configuration of `plans` ([`Dialect::configuration_segments`], one
+    /// write each) and collects what the device refused. Once a line of a
+    /// link-aggregation group is refused, the group's lines in later writes are not
+    /// sent. After a write with a refusal the session goes back to the top
+    /// configuration level (a refused `interface` line sends its block's `exit` out
+    /// of configuration mode) before the next.
+    async fn send(&mut self, plans: &[Plan]) -> Result<SendReport, DeviceError> {
+        let dialect = Arc::clone(&self.sw.dialect);
+        let mut r = SendReport::default();
+        let groups_of = |owner: &LineOwner| -> Vec<LagGroup> {
+            let of = |i: &usize| plans.get(*i).and_then(Plan::group);
+            match owner {
+                LineOwner::Port(i) => of(i).into_iter().collect(),
+                LineOwner::Ports(members) => members.iter().filter_map(of).collect(),
+                LineOwner::Session | LineOwner::Vlan(_) => Vec::new(),
+            }
+        };
+        for segment in dialect.configuration_segments(plans) {
+            let (owners, lines): (Vec<LineOwner>, Vec<String>) = segment
+                .into_iter()
+                .filter(|(owner, _)| {
+                    let groups = groups_of(owner);
+                    groups.is_empty() || groups.iter().any(|g| !r.failed_groups.contains(g))
+                })
+                .unzip();
+            let answers = self.run_many(&lines, true).await?;
+            let mut refused = false;
+            for (owner, answer) in owners.iter().zip(answers) {
+                let Err(e) = answer else { continue };
+                refused = true;
+                for g in groups_of(owner) {
+                    r.failed_groups.insert(g);
+                    r.group_errors.entry(g).or_insert_with(|| e.clone());
+                }
+                match owner {
+                    LineOwner::Session => return Err(e),
+                    LineOwner::Vlan(v) => {
+                        r.vlan_errors.entry(*v).or_insert(e);
+                    }
+                    LineOwner::Port(i) => {
+                        r.port_errors.entry(*i).or_insert(e);
+                    }
+                    LineOwner::Ports(members) => {
+                        for i in members {
+                            r.port_errors.entry(*i).or_insert_with(|| e.clone());
+                        }
+                    }
+                }
+            }
+            // A VLAN a group needs that could not be made fails the group.
+            for plan in plans {
+                if let Some(g) = plan.group()
+                    && let Some(e) = plan.vlans.keys().find_map(|v| r.vlan_errors.get(v))
+                {
+                    r.failed_groups.insert(g);
+                    r.group_errors.entry(g).or_insert_with(|| e.clone());
+                }
+            }
+            if refused {
+                if self.ctx.is_none() {
+                    self.run(&dialect.session.configure, true).await?;
+                } else {
+                    self.back_to_config_level().await?;
+                }
+            }
+        }
+        Ok(r)
     }
 
     /// Sends `exit` while `stay` holds for the current context (at most 8 times).
@@ -707,7 +857,7 @@ impl CliSwitch {
                 applied
                     .iter()
                     .cloned()
-                    .zip(s.read_ports(&applied).await?)
+                    .zip(s.observe(&applied).await?)
                     .collect()
             };
             Ok((results, reads))
@@ -717,111 +867,264 @@ impl CliSwitch {
         result
     }
 
-    async fn apply_in(
+    /// Reads the ports of a batch and plans each (nothing for a port that already
+    /// matches, or that is decided already: refused, unreadable, or a member of a
+    /// group one of whose members is). Where ports leave a group, the running
+    /// configuration says whether any member stays; the aggregate of a group none
+    /// stays in is removed after them.
+    async fn prepare(
         &self,
         s: &mut Session<'_>,
         ops: &[PortOperation],
-    ) -> Result<Vec<PortResult>, DeviceError> {
-        let mut outcomes: Vec<Option<Result<PortChange, DeviceError>>> = vec![None; ops.len()];
-        let mut plans: Vec<Plan> = vec![Plan::default(); ops.len()];
+    ) -> Result<Prepared, DeviceError> {
+        let n = ops.len();
+        let mut p = Prepared {
+            targets: ops.iter().map(PortOperation::target).collect(),
+            outcomes: vec![None; n],
+            readings: vec![None; n],
+            aggregates: Aggregates::new(),
+            plans: vec![Plan::default(); n],
+        };
         let caps = self.dialect.capabilities();
         let mut to_read = Vec::new();
-        for (i, op) in ops.iter().enumerate() {
+        for (i, target) in p.targets.iter().enumerate() {
             // Defence in depth: the validator refuses these before they get here.
-            if let Some(&capability) = caps.missing_for(&op.target()).first() {
-                outcomes[i] = Some(Err(DeviceError::Unsupported { capability }));
+            if let Some(&capability) = caps.missing_for(target).first() {
+                p.outcomes[i] = Some(Err(DeviceError::Unsupported { capability }));
             } else {
                 to_read.push(i);
             }
         }
         let names: Vec<PortName> = to_read.iter().map(|&i| ops[i].port().clone()).collect();
-        for (&i, read) in to_read.iter().zip(s.read_ports(&names).await?) {
+        let joins: BTreeSet<LagGroup> = to_read
+            .iter()
+            .filter_map(|&i| p.targets[i].lag.map(|l| l.group))
+            .collect();
+        let (reads, aggregates) = s.read_ports(&names, &joins).await?;
+        p.aggregates = aggregates;
+        for (&i, read) in to_read.iter().zip(reads) {
             match read {
-                Ok(observed) => {
-                    let plan = self.dialect.plan(&observed, &ops[i].target());
-                    if plan.is_empty() {
-                        outcomes[i] = Some(Ok(PortChange::Unchanged));
-                    }
-                    plans[i] = plan;
-                }
-                Err(e) => outcomes[i] = Some(Err(e)),
+                Ok(r) => p.readings[i] = Some(r),
+                Err(e) => p.outcomes[i] = Some(Err(e)),
             }
         }
-        if outcomes.iter().all(Option::is_some) {
-            return Ok(batch_results(ops, outcomes));
-        }
-        // The whole configuration in one pipelined write (and one per range block),
-        // the same lines `--dry-run` prints (ports already decided have empty plans).
-        // Every port in it was just read in this session, so entering it cannot
-        // fail; each line's answer is still checked and a failure fails the port (or
-        // the VLAN's ports, or the range's ports) it belongs to.
-        for (plan, outcome) in plans.iter_mut().zip(&outcomes) {
-            if outcome.is_some() {
-                *plan = Plan::default();
+        p.fail_incomplete_groups();
+        for i in 0..n {
+            let (None, Some(reading)) = (&p.outcomes[i], &p.readings[i]) else {
+                continue;
+            };
+            let plan = self.dialect.plan(reading, &p.aggregates, &p.targets[i]);
+            if plan.is_empty() {
+                p.outcomes[i] = Some(Ok(PortChange::Unchanged));
+            } else {
+                p.plans[i] = plan;
             }
         }
-        let mut vlan_errors: BTreeMap<VlanId, DeviceError> = BTreeMap::new();
-        let mut port_errors: BTreeMap<usize, DeviceError> = BTreeMap::new();
-        for (k, segment) in self
-            .dialect
-            .configuration_segments(&plans)
-            .into_iter()
-            .enumerate()
+        let leaving: Vec<(PortName, LagGroup)> = p
+            .plans
+            .iter()
+            .filter_map(|plan| Some((plan.port.clone()?, plan.leaves?)))
+            .collect();
+        if !leaving.is_empty()
+            && let Some(cmd) = self.dialect.running_config.clone()
         {
-            let (owners, lines): (Vec<LineOwner>, Vec<String>) = segment.into_iter().unzip();
-            let answers = s.run_many(&lines, true).await?;
-            let mut refused = false;
-            for (owner, answer) in owners.iter().zip(answers) {
-                let Err(e) = answer else { continue };
-                refused = true;
-                match owner {
-                    LineOwner::Session => return Err(e),
-                    LineOwner::Vlan(v) => {
-                        vlan_errors.entry(*v).or_insert(e);
-                    }
-                    LineOwner::Port(i) => {
-                        port_errors.entry(*i).or_insert(e);
-                    }
-                    LineOwner::Ports(members) => {
-                        for i in members {
-                            port_errors.entry(*i).or_insert_with(|| e.clone());
-                        }
-                    }
+            let on_device = self.dialect.channel_members(&s.run(&cmd, false).await?);
+            let joining: Vec<(PortName, LagGroup)> = p
+                .plans
+                .iter()
+                .filter_map(|plan| Some((plan.port.clone()?, plan.joins?)))
+                .collect();
+            for group in aggregates_to_remove(&leaving, &joining, &on_device) {
+                for plan in p.plans.iter_mut().filter(|x| x.leaves == Some(group)) {
+                    plan.removal = Some((group, self.dialect.removal_block(group)));
                 }
             }
-            // A refused range block may have left configuration mode: back to its
-            // top level before the next write.
-            if k > 0 && refused {
-                if s.ctx.is_none() {
-                    s.run(&self.dialect.session.configure, true).await?;
-                } else {
-                    s.back_to_config_level().await?;
-                }
+        }
+        Ok(p)
+    }
+
+    async fn apply_in(
+        &self,
+        s: &mut Session<'_>,
+        ops: &[PortOperation],
+    ) -> Result<Vec<PortResult>, DeviceError> {
+        let mut p = self.prepare(s, ops).await?;
+        if p.outcomes.iter().all(Option::is_some) {
+            return Ok(batch_results(ops, p.outcomes));
+        }
+        // The whole configuration in one pipelined write (and one per aggregate or
+        // range block), the same lines `--dry-run` prints (ports already decided
+        // have empty plans). Every port in it was just read in this session, so
+        // entering it cannot fail; each line's answer is still checked and a
+        // failure fails the port (or the VLAN's ports, or the range's ports, or the
+        // link-aggregation group) it belongs to.
+        let sent = s.send(&p.plans).await?;
+        let mut notes: BTreeMap<LagGroup, String> = BTreeMap::new();
+        if !sent.failed_groups.is_empty() {
+            // Read again out of configuration mode; each put-back write enters it.
+            s.leave_config().await?;
+            for group in &sent.failed_groups {
+                let note = match self.put_back(s, &p, *group).await {
+                    Ok(()) => format!("; link-aggregation group {} was put back", group.get()),
+                    Err(e) => format!(
+                        "; putting link-aggregation group {} back failed: {e}",
+                        group.get()
+                    ),
+                };
+                notes.insert(*group, note);
             }
         }
         let mut changed = false;
-        for (i, plan) in plans.iter().enumerate() {
-            if outcomes[i].is_some() {
+        let mut port_errors = sent.port_errors;
+        for (i, plan) in p.plans.iter().enumerate() {
+            if p.outcomes[i].is_some() {
                 continue;
             }
             // A port whose commands ran, even partly, has changed: save it.
             changed = true;
-            let vlan_error = plan.vlans.keys().find_map(|v| vlan_errors.get(v));
-            outcomes[i] = Some(match (port_errors.remove(&i), vlan_error) {
-                (Some(e), _) => Err(e),
-                (None, Some(e)) => Err(e.clone()),
-                (None, None) => Ok(PortChange::Changed),
+            let vlan_error = plan.vlans.keys().find_map(|v| sent.vlan_errors.get(v));
+            let group_error = plan
+                .group()
+                .and_then(|g| Some((sent.group_errors.get(&g)?, notes.get(&g)?)));
+            p.outcomes[i] = Some(match (port_errors.remove(&i), vlan_error, group_error) {
+                (Some(e), _, Some((_, note))) => Err(noted(e, note)),
+                (Some(e), _, None) => Err(e),
+                (None, Some(e), _) => Err(e.clone()),
+                (None, None, Some((e, note))) => Err(noted(e.clone(), note)),
+                (None, None, None) => Ok(PortChange::Changed),
             });
         }
-        if !port_errors.is_empty() || !vlan_errors.is_empty() {
+        if !sent.failed_groups.is_empty() || !port_errors.is_empty() || !sent.vlan_errors.is_empty()
+        {
             s.back_to_config_level().await?;
         }
         s.leave_config().await?;
         if changed && self.options.save_config {
             s.save().await?;
         }
-        Ok(batch_results(ops, outcomes))
+        Ok(batch_results(ops, p.outcomes))
     }
+
+    /// Puts the ports of a group whose configuration the device refused back as
+    /// they were read before the batch, and its aggregate too (removed where it did
+    /// not exist): read again, planned back, sent.
+    async fn put_back(
+        &self,
+        s: &mut Session<'_>,
+        p: &Prepared,
+        group: LagGroup,
+    ) -> Result<(), DeviceError> {
+        let members: Vec<usize> = (0..p.plans.len())
+            .filter(|&i| p.outcomes[i].is_none() && p.plans[i].group() == Some(group))
+            .collect();
+        let names: Vec<PortName> = members
+            .iter()
+            .filter_map(|&i| p.plans[i].port.clone())
+            .collect();
+        let mut groups: BTreeSet<LagGroup> = BTreeSet::from([group]);
+        groups.extend(
+            members
+                .iter()
+                .filter_map(|&i| p.readings[i].as_ref()?.channel_group()),
+        );
+        let (reads, now) = s.read_ports(&names, &groups).await?;
+        let mut plans = Vec::new();
+        for (&i, read) in members.iter().zip(reads) {
+            let Some(before) = &p.readings[i] else {
+                continue;
+            };
+            let mut plan = self.dialect.plan(&read?, &now, &before.restore_target());
+            plan.aggregate = None;
+            plan.removal = None;
+            plans.push(plan);
+        }
+        for g in groups {
+            let Some(before) = p.aggregates.get(&g) else {
+                continue;
+            };
+            let lines = self.dialect.aggregate_restore(
+                g,
+                before.as_ref(),
+                now.get(&g).and_then(Option::as_ref),
+            );
+            if lines.is_empty() {
+                continue;
+            }
+            let mut plan = Plan::default();
+            if before.is_some() {
+                plan.aggregate = Some((g, lines));
+            } else {
+                plan.removal = Some((g, lines));
+            }
+            plans.push(plan);
+        }
+        let sent = s.send(&plans).await?;
+        match sent
+            .port_errors
+            .into_values()
+            .chain(sent.vlan_errors.into_values())
+            .next()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A batch read and planned: per operation its target, its outcome where already
+/// decided, what was read and its plan; and the aggregates read.
+struct Prepared {
+    targets: Vec<DesiredPort>,
+    outcomes: Vec<Option<Result<PortChange, DeviceError>>>,
+    readings: Vec<Option<Reading>>,
+    aggregates: Aggregates,
+    plans: Vec<Plan>,
+}
+
+impl Prepared {
+    /// A group goes whole or not at all: a member that is refused or cannot be read
+    /// fails the other members of its group before anything is sent.
+    fn fail_incomplete_groups(&mut self) {
+        for i in 0..self.targets.len() {
+            let (Some(Err(e)), Some(lag)) = (&self.outcomes[i], self.targets[i].lag) else {
+                continue;
+            };
+            let note = format!(
+                "; not sent: {} of link-aggregation group {} failed",
+                self.targets[i].port,
+                lag.group.get()
+            );
+            let e = noted(e.clone(), &note);
+            for j in 0..self.targets.len() {
+                if self.outcomes[j].is_none()
+                    && self.targets[j].lag.map(|l| l.group) == Some(lag.group)
+                {
+                    self.outcomes[j] = Some(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// A refusal with a note on what it did to the rest of its group.
+fn noted(e: DeviceError, note: &str) -> DeviceError {
+    match e {
+        DeviceError::CommandRejected { command, output } => DeviceError::CommandRejected {
+            command,
+            output: format!("{output}{note}"),
+        },
+        other => other,
+    }
+}
+
+/// What sending a batch's configuration met: refusals by port, by VLAN and by
+/// link-aggregation group (the first of each group), and the groups that failed.
+#[derive(Default)]
+struct SendReport {
+    port_errors: BTreeMap<usize, DeviceError>,
+    vlan_errors: BTreeMap<VlanId, DeviceError>,
+    group_errors: BTreeMap<LagGroup, DeviceError>,
+    failed_groups: BTreeSet<LagGroup>,
 }
 
 #[async_trait]
@@ -849,7 +1152,7 @@ impl Device for CliSwitch {
 
     async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {
         let mut s = self.session().await?;
-        let reads = s.read_ports(ports).await;
+        let reads = s.observe(ports).await;
         s.close().await;
         Ok(ports.iter().cloned().zip(reads?).collect())
     }
@@ -888,10 +1191,10 @@ mod tests {
         let mut plans = Vec::new();
         for i in 1..=6 {
             let (o, d) = access(&format!("FastEthernet0/{i}"), 10);
-            plans.push(dialect.plan(&o, &d));
+            plans.push(dialect.plan(&Reading::of(o), &Aggregates::new(), &d));
         }
         let (o, d) = access("FastEthernet0/7", 20);
-        plans.push(dialect.plan(&o, &d));
+        plans.push(dialect.plan(&Reading::of(o), &Aggregates::new(), &d));
         let segments = dialect.configuration_segments(&plans);
         assert_eq!(segments.len(), 3, "{segments:#?}");
         // The first write: configuration mode, both VLANs, the lone port's block.
@@ -935,10 +1238,14 @@ mod tests {
         let (o2, d2) = access("FastEthernet0/2", 10);
         let (o3, _) = access("FastEthernet0/3", 20);
         let plans = vec![
-            dialect.plan(&o1, &d1),
-            dialect.plan(&o2, &d2),
+            dialect.plan(&Reading::of(o1), &Aggregates::new(), &d1),
+            dialect.plan(&Reading::of(o2), &Aggregates::new(), &d2),
             // A port that already matches: nothing of it is sent.
-            dialect.plan(&o3, &DesiredPort::clean(o3.port.clone())),
+            dialect.plan(
+                &Reading::of(o3.clone()),
+                &Aggregates::new(),
+                &DesiredPort::clean(o3.port.clone()),
+            ),
         ];
         let lines = dialect.configuration_lines(&plans);
         assert_eq!(lines[0], (LineOwner::Session, "configure terminal".into()));
