@@ -374,7 +374,14 @@ mod tests {
             group: g(5),
             mode: LagMode::Active,
         });
-        let cases: [(&str, &str, Option<Option<VlanMode>>, Option<LagMembership>); 5] = [
+        // (what, member's show output, its aggregate as read, what it reads as)
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Option<Option<VlanMode>>,
+            Option<LagMembership>,
+        );
+        let cases: [Case; 5] = [
             ("consistent", MEMBER, Some(Some(access(30))), active),
             ("aggregate absent", MEMBER, Some(None), None),
             (
@@ -525,7 +532,9 @@ mod tests {
             on_device[&g(6)],
             [p("FastEthernet0/3")].into_iter().collect()
         );
-        let cases: [(&str, Vec<(&str, i64)>, Vec<(&str, i64)>, Vec<i64>); 5] = [
+        // (what, ports leaving, ports joining, aggregates removed)
+        type Moves<'a> = Vec<(&'a str, i64)>;
+        let cases: [(&str, Moves, Moves, Vec<i64>); 5] = [
             (
                 "one of two leaves",
                 vec![("FastEthernet0/1", 5)],
