@@ -128,6 +128,17 @@ fn edits(sw: &NetconfSwitch) -> usize {
 }
 
 /// The device's own running configuration, read on a session of the test's own.
+/// Sends `xml` as it is (no backend in between) as an edit-config of the candidate.
+async fn edit_candidate(s: &mut Session, xml: &str) -> patchbay_providers::netconf::rpc::Reply {
+    s.rpc(&Operation::EditConfig {
+        target: Datastore::Candidate,
+        rollback_on_error: false,
+        config: vec![Element::parse(xml).unwrap()],
+    })
+    .await
+    .unwrap()
+}
+
 async fn running_xml(target: &SshTarget, model: &Model) -> String {
     let mut s = Session::open(target, Duration::from_secs(10), None)
         .await
@@ -399,36 +410,22 @@ async fn a_value_the_server_refuses_fails_its_port_only_and_running_never_holds_
     let mut s = Session::open(&target, Duration::from_secs(10), None)
         .await
         .unwrap();
-    let raw = Element::parse(
+    let reply = edit_candidate(
+        &mut s,
         "<ports xmlns=\"urn:patchbay:yang:patchbay-ports\"><port><name>eth9</name>\
          <mtu>5000000</mtu></port></ports>",
     )
-    .unwrap();
-    let reply = s
-        .rpc(&Operation::EditConfig {
-            target: Datastore::Candidate,
-            rollback_on_error: false,
-            config: vec![raw],
-        })
-        .await
-        .unwrap();
+    .await;
     assert_eq!(
         reply.errors.first().map(|e| e.tag.as_str()),
         Some("invalid-value"),
         "{reply:?}"
     );
-    let raw = Element::parse(
+    let reply = edit_candidate(
+        &mut s,
         "<vlans xmlns=\"urn:patchbay:yang:patchbay-ports\"><vlan><id>5000</id></vlan></vlans>",
     )
-    .unwrap();
-    let reply = s
-        .rpc(&Operation::EditConfig {
-            target: Datastore::Candidate,
-            rollback_on_error: false,
-            config: vec![raw],
-        })
-        .await
-        .unwrap();
+    .await;
     assert_eq!(
         reply.errors.first().map(|e| e.tag.as_str()),
         Some("invalid-value"),
@@ -713,21 +710,14 @@ async fn acls_are_entries_the_server_validates_and_patchbay_reads_back() {
     let mut s = Session::open(&target, Duration::from_secs(10), None)
         .await
         .unwrap();
-    let raw = Element::parse(
+    let edit = edit_candidate(
+        &mut s,
         "<ports xmlns=\"urn:patchbay:yang:patchbay-ports\"><port><name>eth9</name><acl><ingress>\
          <ace><sequence>1</sequence><matches><ipv4><protocol>17</protocol></ipv4>\
          <tcp><destination-port><lower-port>22</lower-port></destination-port></tcp></matches>\
          <actions><forwarding>drop</forwarding></actions></ace></ingress></acl></port></ports>",
     )
-    .unwrap();
-    let edit = s
-        .rpc(&Operation::EditConfig {
-            target: Datastore::Candidate,
-            rollback_on_error: false,
-            config: vec![raw],
-        })
-        .await
-        .unwrap();
+    .await;
     let check = s
         .rpc(&Operation::Validate(Datastore::Candidate))
         .await
