@@ -70,6 +70,29 @@ fn operator(env: &Env, log: &PathBuf, extra: &[&str]) -> Child {
         .expect("patchbay run starts")
 }
 
+/// Prints the end of each operator log when the test panics: a timeout in these
+/// tests says what the test waited for, the logs say what the operator was doing.
+struct LogsOnPanic(Vec<PathBuf>);
+
+impl Drop for LogsOnPanic {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for path in &self.0 {
+            for file in [path.clone(), path.with_extension("err")] {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(80)..];
+                eprintln!("--- {} (last {} lines)", file.display(), tail.len());
+                for line in tail {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
 /// GET `path` on 127.0.0.1:`port`: (status code, body).
 fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -138,6 +161,7 @@ async fn metrics_move_as_ports_change_the_probes_answer_and_json_logs_hold_no_se
     let env = fabric(Cluster::start("prod-metrics").await, &sim, 2).await;
     let metrics_port = free_port();
     let log = env.cluster.dir.join("operator.log");
+    let _logs = LogsOnPanic(vec![log.clone()]);
     let address = format!("127.0.0.1:{metrics_port}");
     let mut child = operator(
         &env,
@@ -265,6 +289,8 @@ async fn sigterm_mid_batch_finishes_the_batch_exits_0_and_leaves_every_port_cons
     const PORTS: usize = 12;
     let env = fabric(Cluster::start("prod-sigterm").await, &sim, PORTS).await;
     let log = env.cluster.dir.join("operator.log");
+    let again_log = env.cluster.dir.join("again.log");
+    let _logs = LogsOnPanic(vec![log.clone(), again_log.clone()]);
     let mut child = operator(&env, &log, &["--batch-window-ms", "50"]);
     let ports = env.api::<SwitchPort>();
     eventually(30, "the ports Idle", || async {
@@ -309,7 +335,7 @@ async fn sigterm_mid_batch_finishes_the_batch_exits_0_and_leaves_every_port_cons
     }
     assert!(active > 0, "the batch under way when SIGTERM came finished");
     // Started again, the operator finishes what is left, with nothing to undo.
-    let mut again = operator(&env, &log, &["--batch-window-ms", "50"]);
+    let mut again = operator(&env, &again_log, &["--batch-window-ms", "50"]);
     for i in 1..=PORTS {
         env.wait_state(&format!("p{i}"), PortState::Active).await;
         assert_eq!(
@@ -368,6 +394,10 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
         v.extend(["--metrics-address".to_string(), addr.to_string()]);
         v
     };
+    let _logs = LogsOnPanic(vec![
+        env.cluster.dir.join("a.log"),
+        env.cluster.dir.join("b.log"),
+    ]);
     let a_args = with(&a_addr);
     let mut a = operator(
         &env,

@@ -17,7 +17,7 @@ use patchbay::state_machine::Backoff;
 use patchbay_testbed::SimSwitch;
 use serde_json::json;
 
-use super::{Cluster, eventually};
+use super::{Cluster, eventually, eventually_seen};
 
 pub struct Env {
     pub cluster: Cluster,
@@ -208,12 +208,7 @@ impl Env {
         what: &str,
         check: impl Fn(&SwitchPort) -> bool,
     ) -> SwitchPort {
-        let api: Api<SwitchPort> = self.api();
-        eventually(30, what, || async {
-            let p = api.get_opt(port).await.ok()??;
-            check(&p).then_some(p)
-        })
-        .await
+        self.wait_obj(port, what, check).await
     }
 
     /// Polls `name` of kind K until `check` holds (30 s).
@@ -222,12 +217,17 @@ impl Env {
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
             + Clone
             + serde::de::DeserializeOwned
+            + serde::Serialize
             + std::fmt::Debug,
     {
         let api: Api<K> = self.api();
-        eventually(30, what, || async {
-            let o = api.get_opt(name).await.ok()??;
-            check(&o).then_some(o)
+        eventually_seen(30, what, || async {
+            match api.get_opt(name).await {
+                Ok(Some(o)) if check(&o) => Ok(o),
+                Ok(Some(o)) => Err(without_metadata(&o)),
+                Ok(None) => Err(format!("{name}: not found")),
+                Err(e) => Err(format!("{name}: {e}")),
+            }
         })
         .await
     }
@@ -244,6 +244,16 @@ impl Env {
     pub async fn warnings(&self, name: &str) -> Vec<Event> {
         super::warnings(&self.api(), name).await
     }
+}
+
+/// An object as JSON without its metadata (managed fields drown what a timeout
+/// needs to show: the spec and the status).
+fn without_metadata(o: &impl serde::Serialize) -> String {
+    let mut v = serde_json::to_value(o).unwrap_or_default();
+    if let Some(map) = v.as_object_mut() {
+        map.remove("metadata");
+    }
+    serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
 /// The condition `type_` of an object's conditions: (status, reason, message).

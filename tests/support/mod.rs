@@ -197,13 +197,31 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    eventually_seen(secs, what, || {
+        let attempt = check();
+        async move { attempt.await.ok_or_else(String::new) }
+    })
+    .await
+}
+
+/// As [`eventually`], with `check` saying what it saw when it does not hold: a
+/// timeout names the last thing seen, so a failure in CI says where it stuck.
+pub async fn eventually_seen<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {
-        if let Some(v) = check().await {
-            return v;
-        }
+        let seen = match check().await {
+            Ok(v) => return v,
+            Err(seen) => seen,
+        };
         if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {secs}s waiting for {what}");
+            if seen.is_empty() {
+                panic!("timed out after {secs}s waiting for {what}");
+            }
+            panic!("timed out after {secs}s waiting for {what}; last seen:\n{seen}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
