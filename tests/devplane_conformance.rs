@@ -111,6 +111,64 @@ async fn watch_sees_create_update_delete_in_order_with_increasing_resource_versi
     cluster.finish().await;
 }
 
+/// The faults a test may ask for: watch events held back (in order) and slow
+/// LISTs; the writes themselves are not delayed.
+#[tokio::test]
+async fn delayed_watch_events_arrive_late_and_in_order_and_slow_lists_answer_late() {
+    if !on_devplane() {
+        eprintln!("skipped: faults of devplane's");
+        return;
+    }
+    let (cluster, api) = setup("delays").await;
+    let devplane = cluster.devplane().unwrap();
+    let start = api.list(&ListParams::default()).await.unwrap();
+    let mut stream = api
+        .watch(
+            &WatchParams::default().timeout(10),
+            &start.metadata.resource_version.unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let delay = Duration::from_millis(600);
+    devplane.delay_watch_events("widgets", delay);
+    let written = std::time::Instant::now();
+    let created = api
+        .create(&PostParams::default(), &widget("w1", 10))
+        .await
+        .unwrap();
+    let patched = api
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 11}})),
+        )
+        .await
+        .unwrap();
+    // Written at once: a GET sees the change before any watcher does.
+    assert_eq!(api.get("w1").await.unwrap().spec.size, 11);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match stream.try_next().await.unwrap().expect("stream open") {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                assert!(written.elapsed() >= delay, "{:?}", written.elapsed());
+                seen.push(rv(&o));
+            }
+            WatchEvent::Bookmark(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, [rv(&created), rv(&patched)]);
+    devplane.delay_watch_events("widgets", Duration::ZERO);
+    devplane.delay_lists("widgets", delay);
+    let asked = std::time::Instant::now();
+    let list = api.list(&ListParams::default()).await.unwrap();
+    assert!(asked.elapsed() >= delay, "{:?}", asked.elapsed());
+    assert_eq!(list.items.len(), 1);
+    devplane.delay_lists("widgets", Duration::ZERO);
+    cluster.finish().await;
+}
+
 #[tokio::test]
 async fn a_stale_update_conflicts_and_generate_name_creates_unique_names() {
     let (cluster, api) = setup("conflict").await;

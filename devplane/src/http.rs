@@ -5,7 +5,7 @@
 //! The server runs on its own thread with its own tokio runtime, so a test that
 //! blocks its own thread (running kubectl, say) cannot starve it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -61,6 +61,30 @@ struct Shared {
     addr: SocketAddr,
     /// Every (verb, group, resource) asked for, as RBAC would name it.
     audit: Arc<Mutex<BTreeSet<AuditEntry>>>,
+    /// Answers held back on purpose (test faults).
+    delays: Delays,
+}
+
+/// How long a LIST of a resource (by plural) waits before it is answered, and how
+/// long each of its watch events is held back.
+#[derive(Default)]
+struct DelayTable {
+    lists: BTreeMap<String, Duration>,
+    watch_events: BTreeMap<String, Duration>,
+}
+
+type Delays = Arc<Mutex<DelayTable>>;
+
+impl Shared {
+    fn delay(
+        &self,
+        table: impl Fn(&DelayTable) -> &BTreeMap<String, Duration>,
+        resource: &str,
+    ) -> Option<Duration> {
+        table(&self.delays.lock().unwrap_or_else(|e| e.into_inner()))
+            .get(resource)
+            .copied()
+    }
 }
 
 /// One kind of request, as an RBAC rule names it: `verb` (`get`, `list`, `watch`,
@@ -91,6 +115,7 @@ pub struct DevPlane {
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     audit: Arc<Mutex<BTreeSet<AuditEntry>>>,
+    delays: Delays,
 }
 
 impl DevPlane {
@@ -100,6 +125,8 @@ impl DevPlane {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let audit: Arc<Mutex<BTreeSet<AuditEntry>>> = Arc::default();
         let audit_log = audit.clone();
+        let delays = Delays::default();
+        let shared_delays = delays.clone();
         let thread = std::thread::Builder::new()
             .name("devplane".into())
             .spawn(move || {
@@ -134,6 +161,7 @@ impl DevPlane {
                         config,
                         addr,
                         audit: audit_log,
+                        delays: shared_delays,
                     });
                     let _ = ready_tx.send(Ok(addr));
                     serve(listener, shared, stop_rx).await;
@@ -148,7 +176,37 @@ impl DevPlane {
             stop: Some(stop_tx),
             thread: Some(thread),
             audit,
+            delays,
         })
+    }
+
+    /// From now on a LIST of `resource` (its plural: `switches`) is answered only
+    /// after `delay` (zero: at once again), as a loaded API server answers some: the
+    /// cache a client fills from it lists late. Watches and GETs are not delayed.
+    pub fn delay_lists(&self, resource: &str, delay: Duration) {
+        self.set_delay(|t| &mut t.lists, resource, delay);
+    }
+
+    /// From now on each watch event of `resource` reaches its watchers `delay` after
+    /// it happened (zero: at once again), in order: the caches that follow it lag as
+    /// a loaded API server makes them lag. The writes themselves are not delayed.
+    pub fn delay_watch_events(&self, resource: &str, delay: Duration) {
+        self.set_delay(|t| &mut t.watch_events, resource, delay);
+    }
+
+    fn set_delay(
+        &self,
+        table: impl Fn(&mut DelayTable) -> &mut BTreeMap<String, Duration>,
+        resource: &str,
+        delay: Duration,
+    ) {
+        let mut delays = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+        let table = table(&mut delays);
+        if delay.is_zero() {
+            table.remove(resource);
+        } else {
+            table.insert(resource.to_owned(), delay);
+        }
     }
 
     /// Every kind of request served so far (verb, group, resource), as an RBAC rule
@@ -671,6 +729,9 @@ async fn object_request(
             watch(shared, &res, &o.version, ns, &q, table, &include_object)
         }
         (Method::GET, None) => {
+            if let Some(delay) = shared.delay(|t| &t.lists, &res.plural) {
+                tokio::time::sleep(delay).await;
+            }
             let (labels, fields) = selectors(&q, &res)?;
             let limit = q
                 .get("limit")
@@ -834,6 +895,7 @@ fn watch(
     let namespace = namespace.map(str::to_owned);
     let include_object = include_object.to_owned();
     let key: ResKey = res.storage_key();
+    let shared = shared.clone();
     tokio::spawn(async move {
         let encode = |etype: &str, obj: Value| -> Bytes {
             let mut line =
@@ -901,6 +963,11 @@ fn watch(
                 }
                 event = live.recv() => match event {
                     Ok(e) => {
+                        if let Some(delay) = shared.delay(|t| &t.watch_events, &res.plural) {
+                            // Due `delay` after it happened; received in order, so the
+                            // delays do not add up.
+                            tokio::time::sleep_until((e.at + delay).into()).await;
+                        }
                         // Subscribed under the store lock at start.resource_version:
                         // anything at or below it was in the replay or before it.
                         if e.res != key || e.rv <= start.resource_version {

@@ -186,6 +186,8 @@ pub struct Event {
     pub etype: EventType,
     /// The object after the change (before removal for DELETED).
     pub object: Arc<Value>,
+    /// When it happened (a replayed synthetic ADDED: when the replay was made).
+    pub at: std::time::Instant,
     /// The watch line (`{"type":…,"object":…}\n`), serialised once for every watcher
     /// that wants the object as stored.
     pub encoded: std::sync::OnceLock<bytes::Bytes>,
@@ -520,6 +522,7 @@ impl Store {
             namespace,
             etype,
             object: obj.clone(),
+            at: std::time::Instant::now(),
             encoded: std::sync::OnceLock::new(),
         });
         self.history.push_back(event.clone());
@@ -1481,6 +1484,7 @@ impl Store {
                         namespace: k.namespace.clone(),
                         etype: EventType::Added,
                         object: o.clone(),
+                        at: std::time::Instant::now(),
                         encoded: std::sync::OnceLock::new(),
                     })
                 })
