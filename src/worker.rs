@@ -470,6 +470,16 @@ impl SwitchWorker {
     pub fn take_drift_notice(&self, key: &PortKey) -> Option<bool> {
         lock(&self.shared.tracking).pending.remove(key)
     }
+
+    /// Puts back a drift notice its port took but did not act on (the port waited for
+    /// a fresher copy of itself): the next reconcile checks. A notice posted since
+    /// stays as it is.
+    pub fn keep_drift_notice(&self, key: PortKey) {
+        lock(&self.shared.tracking)
+            .pending
+            .entry(key)
+            .or_insert(true);
+    }
 }
 
 /// Link-aggregation members' changes held until their group is complete.
@@ -1121,6 +1131,12 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(ports, [Notice::Port(key("port-1"))]);
+        assert_eq!(worker.take_drift_notice(&key("port-1")), Some(true));
+        // The verdict stays drifted, so no sweep posts the notice again: a port that
+        // took it without checking puts it back, and its next reconcile finds it.
+        assert_eq!(worker.take_drift_notice(&key("port-1")), None);
+        worker.keep_drift_notice(key("port-1"));
+        tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(worker.take_drift_notice(&key("port-1")), Some(true));
         // Each sweep read both ports in one get_ports call (two Get log entries per sweep).
         let gets = fixture

@@ -1,6 +1,6 @@
 //! What the controllers share: the client, the settings, the backends, the switch
 //! workers (one per Switch or SmartNIC provider, rebuilt when the ProviderSwitch or
-//! its Secret changes), the Event publisher, the failure ledger and the channels the
+//! its Secret changes), the Event publisher, the status ledger and the channels the
 //! workers' notices travel on. Spawns workers; reads Secrets from the API server.
 
 use std::collections::HashMap;
@@ -12,10 +12,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use patchbay_providers::Device;
 use patchbay_providers::values::PortName;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::events::EventPublisher;
-use super::port_loop::{DeviceHandle, FailureLedger};
+use super::port_loop::{DeviceHandle, StatusLedger};
 use crate::api::{
     CabledPortKind, ProviderSwitch, Server, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration,
@@ -54,9 +54,58 @@ pub struct Notices {
     pub switches: mpsc::UnboundedSender<ObjectRef<Switch>>,
 }
 
+/// Whether one shared watch's cache holds its first list: set by the watch when the
+/// list is in, never unset (a later re-list replaces the cache in one step).
+pub type Listed = watch::Receiver<bool>;
+
+/// The gate every reconcile passes before it reads a cache: open once every shared
+/// watch holds its first list. Read earlier, an object not listed yet reads as
+/// deleted — a Switch as gone, a bound Server's claim as missing (its ports would be
+/// sent back to the provisioning network), a port as not cabled.
+///
+/// Not kube's `Store::wait_until_ready`: its readiness is a oneshot receiver that
+/// keeps the waker of the last task to poll it, so when several reconciles wait on it
+/// at once only the last is woken and the others wait forever, holding their object
+/// (their next triggers queue behind them). That happens when the controllers start
+/// before every cache has listed — a restart, a new leader under load. One future
+/// ([`SyncGate::open_when`]) waits on the watches; any number wait on the gate.
+#[derive(Clone, Debug)]
+pub struct Synced(watch::Receiver<bool>);
+
+/// The side of [`Synced`] that opens it.
+pub struct SyncGate(watch::Sender<bool>);
+
+impl Synced {
+    /// A closed gate and what opens it.
+    pub fn new() -> (SyncGate, Synced) {
+        let (tx, rx) = watch::channel(false);
+        (SyncGate(tx), Synced(rx))
+    }
+
+    /// Waits until the gate opens (at once afterwards); false when it never will —
+    /// a watch stopped before its first list, so the operator is stopping.
+    pub async fn wait(&self) -> bool {
+        self.0.clone().wait_for(|open| *open).await.is_ok()
+    }
+}
+
+impl SyncGate {
+    /// Opens the gate once every watch of `listed` holds its first list; drops it
+    /// closed if one of them stops first.
+    pub async fn open_when(self, listed: Vec<Listed>) {
+        for mut watch in listed {
+            if watch.wait_for(|l| *l).await.is_err() {
+                return;
+            }
+        }
+        self.0.send_replace(true);
+    }
+}
+
 /// The caches of the shared watches the controllers read from instead of a GET per
 /// reconcile. Each is fed by one watch whose events also wake the controllers that
-/// read it, and a controller is woken only once the cache holds what woke it.
+/// read it, and a controller is woken only once the cache holds what woke it. A
+/// reconcile reads them only after the [`Synced`] gate opened.
 #[derive(Clone)]
 pub struct Stores {
     /// Switches.
@@ -68,14 +117,6 @@ pub struct Stores {
 }
 
 impl Stores {
-    /// Waits until every cache holds its first list (at once afterwards): before it,
-    /// a missing object would read as deleted.
-    pub async fn ready(&self) {
-        let _ = self.switches.wait_until_ready().await;
-        let _ = self.providers.wait_until_ready().await;
-        let _ = self.configurations.wait_until_ready().await;
-    }
-
     /// Switch `name` of namespace `ns`.
     pub fn switch(&self, ns: &str, name: &str) -> Option<Switch> {
         self.switches
@@ -108,8 +149,8 @@ pub struct Context {
     pub backends: Backends,
     /// Publishes Events (Warning repetitions folded into series).
     pub events: EventPublisher,
-    /// The failures recorded last, per port.
-    pub ledger: FailureLedger,
+    /// The status this process wrote last, per port (a stale cached copy waits).
+    pub ledger: StatusLedger,
     /// Where workers' notices go.
     pub notices: Notices,
     /// The SwitchPort cache of the port controller: the Switch controller checks its
@@ -229,7 +270,7 @@ impl Context {
             settings,
             backends,
             events,
-            ledger: FailureLedger::default(),
+            ledger: StatusLedger::default(),
             notices,
             ports,
             stores,
@@ -362,5 +403,66 @@ impl Context {
     /// Stops the worker of `key` (its Switch is gone).
     pub fn drop_worker(&self, key: &(String, String)) {
         self.workers().remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::StreamExt;
+    use futures::stream::FuturesUnordered;
+    use tokio::sync::watch;
+
+    use super::Synced;
+
+    /// Waiters as the controllers hold them: each its own future in a
+    /// `FuturesUnordered`, polled only when its own waker fires.
+    fn waiters(synced: &Synced, n: usize) -> FuturesUnordered<impl Future<Output = bool>> {
+        (0..n)
+            .map(|_| {
+                let s = synced.clone();
+                async move { s.wait().await }
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_waiter_goes_on_once_the_last_watch_has_listed() {
+        let (gate, synced) = Synced::new();
+        let (ports, ports_listed) = watch::channel(false);
+        let (switches, switches_listed) = watch::channel(false);
+        let opener = tokio::spawn(gate.open_when(vec![ports_listed, switches_listed]));
+        let mut waiting = waiters(&synced, 64);
+        assert!(futures::poll!(waiting.next()).is_pending());
+        ports.send_replace(true);
+        tokio::task::yield_now().await;
+        assert!(
+            futures::poll!(waiting.next()).is_pending(),
+            "one watch still lists"
+        );
+        switches.send_replace(true);
+        let went_on: Vec<bool> = tokio::time::timeout(Duration::from_secs(5), waiting.collect())
+            .await
+            .expect("every waiter is woken, not only the last to poll");
+        assert_eq!(went_on, vec![true; 64]);
+        opener.await.unwrap();
+        // Open for good: a later waiter passes at once, whatever the watches do next.
+        drop((ports, switches));
+        assert!(futures::poll!(std::pin::pin!(synced.wait())).is_ready());
+    }
+
+    #[tokio::test]
+    async fn a_watch_stopping_before_its_list_leaves_the_gate_shut_and_the_waiters_told() {
+        let (gate, synced) = Synced::new();
+        let (ports, ports_listed) = watch::channel(false);
+        let opener = tokio::spawn(gate.open_when(vec![ports_listed]));
+        let waiting = waiters(&synced, 8);
+        drop(ports);
+        let went_on: Vec<bool> = tokio::time::timeout(Duration::from_secs(5), waiting.collect())
+            .await
+            .expect("the waiters are told");
+        assert_eq!(went_on, vec![false; 8]);
+        opener.await.unwrap();
     }
 }

@@ -7,8 +7,10 @@
 //! The loop does no I/O of its own. It reaches the device through [`PortSteps`]
 //! (implemented per kind of port over its switch's worker) and the port object
 //! through [`PortRecord`] (the API server for the operator, memory for the walk).
-//! Failures carry their retry time in status; a [`FailureLedger`] keeps this
-//! process's latest so that a reconcile reading a stale cache waits all the same.
+//! Failures carry their retry time in status; a [`StatusLedger`] keeps what this
+//! process wrote last, so that a reconcile reading a cached copy from before that
+//! write waits for the fresh one instead of acting again (applying a port twice, or
+//! retrying too early).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -113,6 +115,15 @@ pub trait PortSteps {
         Ok(matches)
     }
 
+    /// A drift notice taken for this reconcile goes back to the worker: the reconcile
+    /// waited for a fresher copy of the port instead of checking (the sweep posts a
+    /// notice only when its verdict changes, so a dropped one would not come again).
+    fn keep_drift_notice(&self) {
+        if let Ok(device) = self.device() {
+            device.worker.keep_drift_notice(self.key().clone());
+        }
+    }
+
     /// The loop ended in Active: keep the port in its switch's drift sweep.
     fn track_active(&self) {
         if let Ok(device) = self.device()
@@ -204,14 +215,45 @@ impl FailureRecord {
     }
 }
 
-/// The failures this process recorded last, per port object (by uid: a port deleted
-/// and created again starts afresh). A reconcile may read a cached object that does
-/// not show its own latest status write yet: acting on it would retry too early, and
-/// writing it would put back the conditions that write replaced. So a reconcile that
-/// finds the ledger ahead of the status does nothing and waits for the fresh object
-/// (its own write's watch event brings it). Only failing ports are kept.
+/// What a port's status says of the state machine: the state, the second it was
+/// entered (as status stores it) and the failures.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Written {
+    state: Option<PortState>,
+    since: Option<i64>,
+    failures: FailureRecord,
+}
+
+impl Written {
+    fn of(status: &PortStatus) -> Self {
+        Self {
+            state: status.state,
+            since: stored(status.last_transition_time.as_ref().map(|t| t.0)),
+            failures: FailureRecord::of(status),
+        }
+    }
+
+    /// Whether `read` shows this (to the precision status stores).
+    fn shown_by(&self, read: &Written) -> bool {
+        let (mine, theirs) = (&self.failures, &read.failures);
+        self.state == read.state
+            && self.since == read.since
+            && mine.failures == theirs.failures
+            && mine.last_attempt == theirs.last_attempt
+            && stored(mine.last_failure) == stored(theirs.last_failure)
+    }
+}
+
+/// The status this process wrote last, per port object (by uid: a port deleted and
+/// created again starts afresh). A reconcile may read a cached object that does not
+/// show its own latest status write yet — a trigger queued while the write was
+/// being made runs before the write's watch event arrives. Acting on it would run
+/// the step again (a port applied twice), retry too early, or write back what the
+/// write replaced. So a reconcile that finds the ledger ahead of the status does
+/// nothing and waits for the fresh object (its own write's watch event brings it).
+/// An entry goes once a read shows it.
 #[derive(Default)]
-pub struct FailureLedger(Mutex<HashMap<String, (FailureRecord, std::time::Instant)>>);
+pub struct StatusLedger(Mutex<HashMap<String, (Written, std::time::Instant)>>);
 
 /// A cache is never this far behind; an older ledger entry is not trusted (someone
 /// may have edited the status by hand).
@@ -222,34 +264,36 @@ fn stored(t: Option<jiff::Timestamp>) -> Option<i64> {
     t.map(|t| t.as_second())
 }
 
-impl FailureLedger {
-    fn map(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, (FailureRecord, std::time::Instant)>> {
+impl StatusLedger {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Written, std::time::Instant)>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether this process recently recorded a failure for `key` that `status`
-    /// does not show yet (the status was read from a cache that is behind).
-    fn is_ahead_of(&self, key: &str, status: &FailureRecord) -> bool {
-        let map = self.map();
+    /// Whether this process recently wrote a status for `key` that `read` does not
+    /// show yet (it was read from a cache that is behind).
+    fn is_ahead_of(&self, key: &str, read: &Written) -> bool {
+        let mut map = self.map();
         let Some((mine, at)) = map.get(key) else {
             return false;
         };
-        let shown = mine.failures == status.failures
-            && mine.last_attempt == status.last_attempt
-            && stored(mine.last_failure) == stored(status.last_failure);
-        !shown
-            && at.elapsed() < LEDGER_TRUST
-            && stored(mine.last_failure) >= stored(status.last_failure)
+        if mine.shown_by(read) || at.elapsed() >= LEDGER_TRUST {
+            map.remove(key);
+            return false;
+        }
+        // A status newer than this process's write is somebody else's: not behind.
+        mine.since >= read.since
+            && stored(mine.failures.last_failure) >= stored(read.failures.last_failure)
     }
 
-    fn record(&self, key: String, record: FailureRecord) {
-        if record.failures == 0 {
-            self.map().remove(&key);
-        } else {
-            self.map().insert(key, (record, std::time::Instant::now()));
-        }
+    /// Notes that `written` was written for `key`.
+    fn record(&self, key: &str, written: Written) {
+        self.map()
+            .insert(key.to_owned(), (written, std::time::Instant::now()));
+    }
+
+    /// The port is gone: nothing to wait for.
+    fn forget(&self, key: &str) {
+        self.map().remove(key);
     }
 }
 
@@ -263,7 +307,7 @@ pub async fn drive(
     input: DriveInput,
     steps: &impl PortSteps,
     record: &impl PortRecord,
-    ledger: &FailureLedger,
+    ledger: &StatusLedger,
 ) -> Result<Requeue, ControllerError> {
     let DriveInput {
         meta,
@@ -289,11 +333,13 @@ pub async fn drive(
             _ => None,
         };
     let mut has_finalizer = meta.has_finalizer;
-    let record_read = FailureRecord::of(&status);
-    if ledger.is_ahead_of(&meta.uid, &record_read) {
+    if ledger.is_ahead_of(&meta.uid, &Written::of(&status)) {
         tracing::debug!(
             "the cached port is behind this process's last status write; waiting for it"
         );
+        if drift_check_due {
+            steps.keep_drift_notice();
+        }
         return Ok(Requeue::After(STALE_READ_RETRY));
     }
     let FailureRecord {
@@ -301,7 +347,7 @@ pub async fn drive(
         mut last_attempt,
         mut last_failure,
         mut next_retry,
-    } = record_read;
+    } = FailureRecord::of(&status);
     let mut outcome: Option<Outcome> = None;
     let mut failure: Option<Failure> = None;
     let mut waiting: Option<String> = None;
@@ -379,6 +425,7 @@ pub async fn drive(
             // Write the state before acting: a restarted operator resumes from it.
             if d.step != Step::RemoveFinalizer {
                 record.write_status(&old_status, &status).await?;
+                ledger.record(&meta.uid, Written::of(&status));
             }
             record
                 .publish(
@@ -450,16 +497,8 @@ pub async fn drive(
     let Some(d) = decision else {
         return Ok(Requeue::Never);
     };
-    ledger.record(
-        meta.uid.clone(),
-        FailureRecord {
-            failures: if removed { 0 } else { failures },
-            last_attempt: last_attempt.clone(),
-            last_failure,
-            next_retry,
-        },
-    );
     if removed {
+        ledger.forget(&meta.uid);
         record.forget_events();
         return Ok(Requeue::Never);
     }
@@ -484,6 +523,9 @@ pub async fn drive(
     }
     fill_status!(d.health, jiff::Timestamp::now());
     record.write_status(&old_status, &status).await?;
+    if status != old_status {
+        ledger.record(&meta.uid, Written::of(&status));
+    }
     Ok(d.requeue)
 }
 
@@ -491,31 +533,68 @@ pub async fn drive(
 mod tests {
     use super::*;
 
-    fn record(failures: u32, at_nanos: i128) -> FailureRecord {
-        FailureRecord {
-            failures,
-            last_attempt: Some("apply/abc".into()),
-            last_failure: Some(jiff::Timestamp::from_nanosecond(at_nanos).unwrap()),
-            next_retry: None,
+    fn at(nanos: i128) -> jiff::Timestamp {
+        jiff::Timestamp::from_nanosecond(nanos).unwrap()
+    }
+
+    fn failing(failures: u32, at_nanos: i128) -> Written {
+        Written {
+            state: Some(PortState::Configuring),
+            since: Some(1_799_999_000),
+            failures: FailureRecord {
+                failures,
+                last_attempt: Some("apply/abc".into()),
+                last_failure: Some(at(at_nanos)),
+                next_retry: None,
+            },
+        }
+    }
+
+    fn in_state(state: PortState, since_nanos: i128) -> Written {
+        Written {
+            state: Some(state),
+            since: stored(Some(at(since_nanos))),
+            failures: FailureRecord::default(),
         }
     }
 
     #[test]
-    fn the_ledger_knows_when_a_cached_status_is_behind_its_own_write() {
-        let ledger = FailureLedger::default();
-        let written = record(2, 1_800_000_000_123_456_789);
-        ledger.record("uid-1".into(), written.clone());
-        // The status as stored reads the same failure to the second: not behind.
-        let as_stored = record(2, 1_800_000_000_000_000_000);
-        assert!(!ledger.is_ahead_of("uid-1", &as_stored));
+    fn the_ledger_knows_when_a_cached_failure_is_behind_its_own_write() {
+        let ledger = StatusLedger::default();
+        let written = failing(2, 1_800_000_000_123_456_789);
+        ledger.record("uid-1", written.clone());
         // A cached status from before the write: behind.
-        assert!(ledger.is_ahead_of("uid-1", &record(1, 1_799_999_990_000_000_000)));
-        assert!(ledger.is_ahead_of("uid-1", &FailureRecord::default()));
-        // A newer status (written after): not behind.
-        assert!(!ledger.is_ahead_of("uid-1", &record(3, 1_800_000_030_000_000_000)));
-        // Another port, and a port that stopped failing: nothing recorded.
-        assert!(!ledger.is_ahead_of("uid-2", &FailureRecord::default()));
-        ledger.record("uid-1".into(), FailureRecord::default());
-        assert!(!ledger.is_ahead_of("uid-1", &FailureRecord::default()));
+        assert!(ledger.is_ahead_of("uid-1", &failing(1, 1_799_999_990_000_000_000)));
+        assert!(ledger.is_ahead_of("uid-1", &Written::default()));
+        // A newer status (written after, by someone else): not behind.
+        assert!(!ledger.is_ahead_of("uid-1", &failing(3, 1_800_000_030_000_000_000)));
+        // The status as stored reads the same failure to the second: not behind, and
+        // the entry has served.
+        assert!(!ledger.is_ahead_of("uid-1", &failing(2, 1_800_000_000_000_000_000)));
+        assert!(!ledger.is_ahead_of("uid-1", &Written::default()));
+        // Another port: nothing recorded.
+        assert!(!ledger.is_ahead_of("uid-2", &Written::default()));
+    }
+
+    #[test]
+    fn the_ledger_knows_when_a_cached_state_is_behind_its_own_write() {
+        // One reconcile wrote Configuring and then Active within the same second; a
+        // trigger queued meanwhile reads the copy showing Configuring.
+        let ledger = StatusLedger::default();
+        let second = 1_800_000_000_000_000_000;
+        ledger.record("uid-1", in_state(PortState::Configuring, second + 100));
+        ledger.record("uid-1", in_state(PortState::Active, second + 400_000_000));
+        assert!(ledger.is_ahead_of("uid-1", &in_state(PortState::Configuring, second)));
+        assert!(ledger.is_ahead_of("uid-1", &in_state(PortState::Idle, second - 5_000_000_000)));
+        // The copy with the write: not behind, and the entry goes.
+        assert!(!ledger.is_ahead_of("uid-1", &in_state(PortState::Active, second)));
+        assert!(!ledger.is_ahead_of("uid-1", &in_state(PortState::Configuring, second)));
+        // A port deleted is forgotten.
+        ledger.record(
+            "uid-1",
+            in_state(PortState::Cleaning, second + 1_000_000_000),
+        );
+        ledger.forget("uid-1");
+        assert!(!ledger.is_ahead_of("uid-1", &in_state(PortState::Active, second)));
     }
 }

@@ -17,7 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
-use super::context::{Context, Notices, Stores, api_for};
+use super::context::{Context, Listed, Notices, Stores, Synced, api_for};
 use super::events::EventPublisher;
 use super::host::HostWorld;
 use super::server_claim::Allocator;
@@ -90,8 +90,9 @@ async fn has_bare_metal_hosts(client: &Client) -> bool {
 
 /// One watch shared by several controllers: its cache, a subscription per reader
 /// (each sees an object only once the cache holds it, so a controller woken by it
-/// reads what woke it), and the future that drives the watch until `stop`, calling
-/// its `on_delete` with every deleted object (a shared stream carries no deletions).
+/// reads what woke it), whether the cache holds its first list, and the future that
+/// drives the watch until `stop`, calling its `on_delete` with every deleted object
+/// (a shared stream carries no deletions).
 /// The cache keeps what the controllers read: server-side bookkeeping
 /// (`managedFields`, `kubectl`'s last-applied annotation) is dropped on arrival.
 #[allow(clippy::type_complexity)]
@@ -103,6 +104,7 @@ fn shared_watch<K>(
     Store<K>,
     Writer<K>,
     impl FnOnce(Writer<K>, Box<dyn Fn(&K) + Send>) -> futures::future::BoxFuture<'static, ()>,
+    Listed,
 )
 where
     K: kube::Resource<DynamicType = ()>
@@ -116,6 +118,7 @@ where
     let writer = Writer::<K>::new_shared(1024, ());
     let store = writer.as_reader();
     let wc = wc.clone();
+    let (listing, listed) = tokio::sync::watch::channel(false);
     let run = move |writer: Writer<K>, on_delete: Box<dyn Fn(&K) + Send>| {
         watcher(api, wc)
             .modify(|o| {
@@ -129,14 +132,19 @@ where
             .reflect_shared(writer)
             .take_until(stop)
             .for_each(move |event| {
-                if let Ok(watcher::Event::Delete(o)) = &event {
-                    on_delete(o);
+                match &event {
+                    // The reflector has put the list in the cache before it yields this.
+                    Ok(watcher::Event::InitDone) => {
+                        listing.send_replace(true);
+                    }
+                    Ok(watcher::Event::Delete(o)) => on_delete(o),
+                    _ => {}
                 }
                 futures::future::ready(())
             })
             .boxed()
     };
-    (store, writer, run)
+    (store, writer, run, listed)
 }
 
 /// `kubectl apply`'s copy of the whole object, which no controller reads.
@@ -160,19 +168,28 @@ where
     writer.subscribe().expect("a shared writer has subscribers")
 }
 
-/// `reconcile` with its duration and result recorded in the metrics
-/// (`patchbay_reconciles_total`, `patchbay_reconcile_duration_seconds`).
+/// `reconcile` once the caches are listed (see [`Synced`]), with its duration and
+/// result recorded in the metrics (`patchbay_reconciles_total`,
+/// `patchbay_reconcile_duration_seconds`).
 fn timed<K, C, F, Fut>(
     controller: &'static str,
+    synced: &Synced,
     reconcile: F,
 ) -> impl Fn(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, ControllerError>>
 where
     F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Action, ControllerError>> + Send + 'static,
 {
+    let synced = synced.clone();
     move |obj, ctx| {
         let fut = reconcile(obj, ctx);
+        let synced = synced.clone();
         async move {
+            if !synced.wait().await {
+                return Err(ControllerError::Waiting(
+                    "stopping before the caches were listed".into(),
+                ));
+            }
             let started = std::time::Instant::now();
             let result = fut.await;
             metrics::observe(
@@ -248,6 +265,8 @@ pub async fn run(
     let (switch_tx, switch_rx) = mpsc::unbounded_channel();
     let (provider_tx, provider_rx) = mpsc::unbounded_channel::<ObjectRef<ProviderSwitch>>();
     let wc = watcher::Config::default();
+    // Every reconcile waits for every cache's first list; see `Synced`.
+    let (sync_gate, synced) = Synced::new();
     let ports: kube::Api<SwitchPort> = api_for(&client, ns);
     let switches: kube::Api<Switch> = api_for(&client, ns);
     let providers: kube::Api<ProviderSwitch> = api_for(&client, ns);
@@ -262,32 +281,33 @@ pub async fn run(
     // watch wakes every controller that reads it: SwitchPorts (their controller, the
     // Switches that own them, the SmartNicPorts chained to them, the Servers),
     // Switches, ProviderSwitches, SwitchPortConfigurations, SmartNicPorts, claims.
-    let (port_store, port_writer, port_run) = shared_watch(ports.clone(), &wc, stopped(&stop_tx));
+    let (port_store, port_writer, port_run, ports_listed) =
+        shared_watch(ports.clone(), &wc, stopped(&stop_tx));
     let port_ctl = Controller::for_shared_stream(subscribe(&port_writer), port_store.clone());
     let ports_for_servers = subscribe(&port_writer);
     let ports_for_switches = subscribe(&port_writer);
     let ports_for_smartnics = subscribe(&port_writer);
     let metal3 = has_bare_metal_hosts(&client).await;
     let ports_for_hosts = metal3.then(|| subscribe(&port_writer));
-    let (switch_store, switch_writer, switch_run) =
+    let (switch_store, switch_writer, switch_run, switches_listed) =
         shared_watch(switches.clone(), &wc, stopped(&stop_tx));
     let switch_ctl = Controller::for_shared_stream(subscribe(&switch_writer), switch_store.clone());
     let switches_for_ports = subscribe(&switch_writer);
     let switches_for_providers = subscribe(&switch_writer);
-    let (provider_store, provider_writer, provider_run) =
+    let (provider_store, provider_writer, provider_run, providers_listed) =
         shared_watch(providers.clone(), &wc, stopped(&stop_tx));
     let provider_ctl =
         Controller::for_shared_stream(subscribe(&provider_writer), provider_store.clone());
     let providers_for_ports = subscribe(&provider_writer);
     let providers_for_switches = subscribe(&provider_writer);
     let providers_for_smartnics = subscribe(&provider_writer);
-    let (config_store, config_writer, config_run) = shared_watch(
+    let (config_store, config_writer, config_run, configs_listed) = shared_watch(
         api_for::<SwitchPortConfiguration>(&client, ns),
         &wc,
         stopped(&stop_tx),
     );
     let configs_for_ports = subscribe(&config_writer);
-    let (snic_store, snic_writer, snic_run) =
+    let (snic_store, snic_writer, snic_run, snics_listed) =
         shared_watch(api_for::<SmartNicPort>(&client, ns), &wc, stopped(&stop_tx));
     let snic_ctl = Controller::for_shared_stream(subscribe(&snic_writer), snic_store.clone());
     let smartnics_for_servers = subscribe(&snic_writer);
@@ -445,7 +465,7 @@ pub async fn run(
         .with_config(Config::default().concurrency(PORT_RECONCILES))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("SwitchPort", switch_port::reconcile),
+            timed("SwitchPort", &synced, switch_port::reconcile),
             port_error_policy,
             ctx.clone(),
         )
@@ -472,7 +492,7 @@ pub async fn run(
         )
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("Switch", switch::reconcile),
+            timed("Switch", &synced, switch::reconcile),
             error_policy,
             ctx.clone(),
         )
@@ -495,7 +515,7 @@ pub async fn run(
         .reconcile_on(notices(provider_rx))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("ProviderSwitch", provider_switch::reconcile),
+            timed("ProviderSwitch", &synced, provider_switch::reconcile),
             error_policy,
             ctx.clone(),
         )
@@ -526,7 +546,7 @@ pub async fn run(
         .with_config(Config::default().concurrency(64))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("SmartNicPort", smartnic_port::reconcile),
+            timed("SmartNicPort", &synced, smartnic_port::reconcile),
             error_policy,
             ctx.clone(),
         )
@@ -539,37 +559,44 @@ pub async fn run(
     // controllers, so a claim is never woken by a Server change its plan cannot see.
     // A shared stream carries no deletions: a deleted Server wakes the claims it
     // concerns through `gone`, once the cache no longer has it.
-    let (claim_store, claim_writer, claim_run) =
+    let (claim_store, claim_writer, claim_run, claims_listed) =
         shared_watch(api_for::<ServerClaim>(&client, ns), &wc, stopped(&stop_tx));
     let claim_ctl = Controller::for_shared_stream(subscribe(&claim_writer), claim_store.clone());
     let claims_for_servers = subscribe(&claim_writer);
     let claim_watch = claim_run(claim_writer, Box::new(|_| {}));
     let (gone_tx, gone_rx) = mpsc::unbounded_channel();
-    let server_writer = kube::runtime::reflector::store::Writer::<Server>::new_shared(1024, ());
-    let server_store = server_writer.as_reader();
-    let server_events = server_writer
-        .subscribe()
-        .expect("a shared writer has subscribers");
+    let (server_store, server_writer, server_run, servers_listed) = shared_watch(
+        kube::Api::<Server>::all(client.clone()),
+        &wc,
+        stopped(&stop_tx),
+    );
+    let server_events = subscribe(&server_writer);
     let c0 = claim_store.clone();
-    let server_watch = watcher(kube::Api::<Server>::all(client.clone()), wc.clone())
-        .default_backoff()
-        .reflect_shared(server_writer)
-        .take_until(stopped(&stop_tx))
-        .for_each(move |event| {
-            if let Ok(watcher::Event::Delete(server)) = event {
-                for claim in triggers::claims_for_server(&c0.state(), &server) {
-                    let _ = gone_tx.send(claim);
-                }
+    let server_watch = server_run(
+        server_writer,
+        Box::new(move |server: &Server| {
+            for claim in triggers::claims_for_server(&c0.state(), server) {
+                let _ = gone_tx.send(claim);
             }
-            futures::future::ready(())
-        });
+        }),
+    );
     let server_ctl = Controller::for_shared_stream(server_events.clone(), server_store.clone());
+    let mut listed = vec![
+        ports_listed,
+        switches_listed,
+        providers_listed,
+        configs_listed,
+        snics_listed,
+        claims_listed,
+        servers_listed,
+    ];
     let (hosts, host_watch, host_events) = if metal3 {
-        let (hosts, writer, run) = shared_watch(
+        let (hosts, writer, run, hosts_listed) = shared_watch(
             api_for::<BareMetalHost>(&client, None),
             &wc,
             stopped(&stop_tx),
         );
+        listed.push(hosts_listed);
         let events = (subscribe(&writer), subscribe(&writer), subscribe(&writer));
         (Some(hosts), run(writer, Box::new(|_| {})), Some(events))
     } else {
@@ -638,7 +665,7 @@ pub async fn run(
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("ServerClaim", server_claim::reconcile),
+            timed("ServerClaim", &synced, server_claim::reconcile),
             error_policy,
             alloc.clone(),
         )
@@ -657,7 +684,7 @@ pub async fn run(
             .with_config(Config::default().concurrency(8))
             .graceful_shutdown_on(stopped(&stop_tx))
             .run(
-                timed("BareMetalHost", bare_metal_host::reconcile),
+                timed("BareMetalHost", &synced, bare_metal_host::reconcile),
                 error_policy,
                 server_ctx.clone(),
             )
@@ -668,17 +695,18 @@ pub async fn run(
     let server_ctl = server_ctl
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
-        .run(timed("Server", server::reconcile), error_policy, server_ctx)
+        .run(
+            timed("Server", &synced, server::reconcile),
+            error_policy,
+            server_ctx,
+        )
         .for_each(log_errors("Server"));
     let sweeper = {
         let mut stop = stop_tx.subscribe();
+        let synced = synced.clone();
         async move {
-            let ready = async {
-                let _ = alloc.servers.wait_until_ready().await;
-                let _ = alloc.claims.wait_until_ready().await;
-            };
             tokio::select! {
-                _ = ready => {}
+                listed = synced.wait() => if !listed { return },
                 _ = stop.recv() => return,
             }
             loop {
@@ -697,21 +725,15 @@ pub async fn run(
     };
 
     let gauges = {
-        let (ports, smartnics) = (port_store.clone(), snic_store.clone());
-        let stores = (
-            switch_store.clone(),
-            server_store.clone(),
-            claim_store.clone(),
-        );
-        let synced = async move {
-            let _ = ports.wait_until_ready().await;
-            let _ = smartnics.wait_until_ready().await;
-            let _ = stores.0.wait_until_ready().await;
-            let _ = stores.1.wait_until_ready().await;
-            let _ = stores.2.wait_until_ready().await;
+        let synced = synced.clone();
+        let listed = async move {
+            if !synced.wait().await {
+                // Stopping before the first lists: never ready.
+                std::future::pending::<()>().await;
+            }
         };
         let mut stop = stop_tx.subscribe();
-        let gauges = port_gauges(port_store.clone(), snic_store.clone(), synced);
+        let gauges = port_gauges(port_store.clone(), snic_store.clone(), listed);
         async move {
             tokio::select! {
                 _ = gauges => {}
@@ -725,6 +747,7 @@ pub async fn run(
         let _ = stop_tx.send(());
     };
     tokio::join!(
+        sync_gate.open_when(listed),
         port_ctl,
         switch_ctl,
         provider_ctl,

@@ -85,7 +85,6 @@ struct World {
 async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, ControllerError> {
     let ns = port.namespace().unwrap_or_default();
     let client = &ctx.client;
-    ctx.stores.ready().await;
     let provider = ctx.stores.provider(&ns, &port.spec.provider.name);
     let provider_input = provider
         .as_ref()

@@ -45,7 +45,6 @@ pub(super) async fn reconcile(
 async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> {
     validate_switch(&switch.spec).map_err(Failure::InvalidSwitch)?;
     let ns = switch.namespace().unwrap_or_default();
-    ctx.stores.ready().await;
     let provider = ctx
         .stores
         .provider(&ns, &switch.spec.provider.name)

@@ -70,7 +70,6 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
     let ns = port.namespace().unwrap_or_default();
     let client = &ctx.client;
     let stores = &ctx.stores;
-    stores.ready().await;
     let switch = switch_name(port).and_then(|n| stores.switch(&ns, &n));
     let definition = switch
         .as_ref()

@@ -20,7 +20,7 @@ use patchbay::api::{
 use patchbay::controllers::ControllerError;
 use patchbay::controllers::failure::Failure;
 use patchbay::controllers::port_loop::{
-    DeviceHandle, DriveInput, FailureLedger, PortMeta, PortRecord, PortSteps, drive,
+    DeviceHandle, DriveInput, PortMeta, PortRecord, PortSteps, StatusLedger, drive,
 };
 use patchbay::controllers::status::Severity;
 use patchbay::state_machine::{Backoff, PortTarget};
@@ -166,7 +166,7 @@ struct Walk {
     record: MemoryRecord,
     device: DeviceHandle,
     definition: SwitchPortDefinition,
-    ledger: FailureLedger,
+    ledger: StatusLedger,
 }
 
 impl Walk {
@@ -279,7 +279,7 @@ pub async fn run() -> Result<()> {
             capabilities: device.capabilities(),
         },
         definition,
-        ledger: FailureLedger::default(),
+        ledger: StatusLedger::default(),
     };
 
     println!(
