@@ -115,6 +115,15 @@ fn sample(scrape: &str, line_start: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `patchbay_device_operations_total` of the SSH backend with `outcome` (`changed`,
+/// `unchanged`) in `scrape`.
+fn ssh_operations(scrape: &str, outcome: &str) -> f64 {
+    sample(
+        scrape,
+        &format!("patchbay_device_operations_total{{backend=\"ssh\",outcome=\"{outcome}\"}}"),
+    )
+}
+
 /// Waits until a port of the test is Configuring (the work is under way).
 async fn some_port_configuring(env: &Env) {
     let ports = env.api::<SwitchPort>();
@@ -397,14 +406,8 @@ async fn a_restart_while_caches_list_late_leaves_no_port_behind() {
     // status waits for the copy with that write rather than applying again from the
     // copy without it.
     let scrape = get(metrics_port, "/metrics").unwrap().1;
-    let operations = |outcome: &str| {
-        sample(
-            &scrape,
-            &format!("patchbay_device_operations_total{{backend=\"ssh\",outcome=\"{outcome}\"}}"),
-        )
-    };
-    assert_eq!(operations("changed"), PORTS as f64, "{scrape}");
-    assert_eq!(operations("unchanged"), 0.0, "{scrape}");
+    assert_eq!(ssh_operations(&scrape, "changed"), PORTS as f64, "{scrape}");
+    assert_eq!(ssh_operations(&scrape, "unchanged"), 0.0, "{scrape}");
     // Nothing is left in flight: the operator stops at once and exits 0.
     sigterm(&again);
     assert!(wait_exit(&mut again, 40).success());
@@ -436,14 +439,12 @@ async fn a_port_read_from_before_its_own_last_write_is_not_applied_again() {
     // Past the last delayed event of the port, and a reconcile of each.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let scrape = get(metrics_port, "/metrics").unwrap().1;
-    let operations = |outcome: &str| {
-        sample(
-            &scrape,
-            &format!("patchbay_device_operations_total{{backend=\"ssh\",outcome=\"{outcome}\"}}"),
-        )
-    };
-    assert_eq!(operations("changed"), 1.0, "{scrape}");
-    assert_eq!(operations("unchanged"), 0.0, "applied again\n{scrape}");
+    assert_eq!(ssh_operations(&scrape, "changed"), 1.0, "{scrape}");
+    assert_eq!(
+        ssh_operations(&scrape, "unchanged"),
+        0.0,
+        "applied again\n{scrape}"
+    );
     assert_eq!(
         access(&sim, "FastEthernet0/1").await,
         Some(VlanMode::Access { vlan: vlan(100) })
@@ -579,18 +580,12 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
     })
     .await;
     assert_eq!(
-        sample(
-            &b_scrape,
-            "patchbay_device_operations_total{backend=\"ssh\",outcome=\"changed\"}"
-        ),
+        ssh_operations(&b_scrape, "changed"),
         6.0,
         "B configured the six ports A had not done\n{b_scrape}"
     );
     assert_eq!(
-        sample(
-            &b_scrape,
-            "patchbay_device_operations_total{backend=\"ssh\",outcome=\"unchanged\"}"
-        ),
+        ssh_operations(&b_scrape, "unchanged"),
         0.0,
         "B sent nothing for the ports A had done"
     );
