@@ -15,6 +15,9 @@
 //! | Deprovisioning | the NIC's `provisioningConfiguration`, else clean |
 //! | Deleting | clean |
 //!
+//! A provisioning configuration that sets a link-aggregation group is refused, its
+//! port left as it is ([`refuse_grouped_provisioning`]): PXE needs the single links.
+//!
 //! Who sets the goal: for a Server without a BareMetalHost, the binding and the
 //! installer's signal ([`Driver::Installer`]); for one linked to a BareMetalHost,
 //! the host's `status.provisioning.state` ([`metal3_phase`]). The phase moves
@@ -358,6 +361,44 @@ pub fn port_targets(
         })
         .collect();
     (targets, errors)
+}
+
+/// A provisioning configuration carries no link-aggregation group: PXE boots over
+/// the host's individual links, and a group forms only with the tenant's
+/// configuration. Each target that would link a SwitchPort to a provisioning
+/// configuration setting a group (`group_of` gives it) is dropped — its port stays as
+/// it is, nothing reaches the device — and refused with one message naming the NIC's
+/// field (`field_of` gives its path, `spec.nics[0]`). While one is refused the host's
+/// ports are not settled, so its phase waits.
+pub fn refuse_grouped_provisioning(
+    targets: Vec<PortTarget>,
+    group_of: impl Fn(&ConfigurationRef) -> Option<i64>,
+    field_of: impl Fn(&str) -> String,
+) -> (Vec<PortTarget>, Vec<String>) {
+    let mut refused = Vec::new();
+    let kept = targets
+        .into_iter()
+        .filter(|t| {
+            let (Source::Provisioning, Some(c), CabledPortKind::SwitchPort) =
+                (t.source, &t.configuration, t.port.kind)
+            else {
+                return true;
+            };
+            let Some(group) = group_of(c) else {
+                return true;
+            };
+            refused.push(format!(
+                "{}.provisioningConfiguration: SwitchPortConfiguration {} sets \
+                 linkAggregation (group {group}); a provisioning configuration carries no \
+                 link-aggregation group (PXE boots over the individual links): the group \
+                 belongs in the tenant's configuration",
+                field_of(&t.nic),
+                c.name,
+            ));
+            false
+        })
+        .collect();
+    (kept, refused)
 }
 
 fn kind_word(kind: ConfigurationKind) -> &'static str {

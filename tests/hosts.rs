@@ -530,6 +530,89 @@ async fn a_port_somebody_else_configured_is_left_alone_and_named() {
     rig.env.cluster.finish().await;
 }
 
+/// A provisioning configuration carries no link-aggregation group (PXE boots over
+/// the individual links): a NIC provisioned with one is refused by name, its port left
+/// as it is on the device, the host's other ports driven; once the group is taken out
+/// of the configuration, the host goes on at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioning_configuration_with_a_link_aggregation_group_is_refused() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let rig = rig_on(Cluster::start("hosts-pxe-lag").await, &sim, None).await;
+    let ns = rig.ns().to_owned();
+    rig.env
+        .configuration(
+            "pxe-lag",
+            json!({"untaggedVLAN": 10, "linkAggregation": {"group": 7}}),
+        )
+        .await;
+    rig.server(
+        "d",
+        4,
+        json!([
+            {"name": "eth0", "port": {"name": "tor1-p1", "namespace": ns},
+             "provisioningConfiguration": {"name": "pxe-lag"}},
+            {"name": "eth1", "port": {"name": "tor1-p2", "namespace": ns},
+             "provisioningConfiguration": {"name": "pxe"}},
+        ]),
+    )
+    .await;
+    let d = rig
+        .wait_server("d", "ConfigurationRefused", |s| {
+            condition(s, "PortsReady").1 == "ConfigurationRefused"
+        })
+        .await;
+    let (truth, _, message) = condition(&d, "PortsReady");
+    assert_eq!(truth, "False");
+    assert!(
+        message.contains(
+            "spec.nics[0].provisioningConfiguration: SwitchPortConfiguration pxe-lag sets \
+             linkAggregation (group 7); a provisioning configuration carries no \
+             link-aggregation group"
+        ),
+        "{message}"
+    );
+    // The other NIC's port is driven; the refused one is not touched at all.
+    expect_cisco(&sim, "FastEthernet0/2", access(10), "pxe").await;
+    rig.env
+        .wait_state("tor1-p2", patchbay::api::PortState::Active)
+        .await;
+    let p1 = rig
+        .env
+        .api::<patchbay::api::SwitchPort>()
+        .get("tor1-p1")
+        .await
+        .unwrap();
+    assert!(p1.spec.configuration.is_none(), "{:?}", p1.spec);
+    assert!(!p1.annotations().contains_key("patchbay.dev/host"));
+    assert_eq!(
+        cisco(&sim, "FastEthernet0/1").await,
+        Some(VlanMode::Unconfigured)
+    );
+    assert_eq!(
+        rig.servers()
+            .get(&rig.name("d"))
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase),
+        Some(ServerPhase::Available)
+    );
+    // The group taken out of the configuration: the host goes on.
+    rig.env
+        .api::<patchbay::api::SwitchPortConfiguration>()
+        .patch(
+            "pxe-lag",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"linkAggregation": null}})),
+        )
+        .await
+        .unwrap();
+    rig.settled_in("d", ServerPhase::Available).await;
+    assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(10));
+    rig.env.cluster.finish().await;
+}
+
 const PAUSED: &str = "baremetalhost.metal3.io/paused";
 
 /// The test playing Metal3's baremetal-operator for one host.

@@ -55,9 +55,22 @@ pub(super) async fn reconcile(
     if linked || idle {
         return Ok(Action::await_change());
     }
+    let nic_field = |name: &str| {
+        let entries = host.spec.ports.as_ref().and_then(|p| p.as_array());
+        entries
+            .and_then(|e| {
+                e.iter()
+                    .position(|e| e.get("name").and_then(|n| n.as_str()) == Some(name))
+            })
+            .map_or_else(
+                || format!("spec.ports (NIC {name})"),
+                |i| format!("spec.ports[{i}]"),
+            )
+    };
     let view = HostView {
         me,
         nics: &nics,
+        nic_field: &nic_field,
         network: None,
         driver: Driver::Metal3 {
             state: Some(host.status.provisioning.state.as_str()),

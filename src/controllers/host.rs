@@ -23,11 +23,13 @@ use super::status::{HostFacts, Severity};
 use crate::api::ServerPhase;
 use crate::api::metal3::BareMetalHost;
 use crate::api::server::{CabledPortKind, LinkedHost, ServerNic};
-use crate::api::{ConfigurationRef, PortStatus, Server, SmartNicPort, SwitchPort};
+use crate::api::{
+    ConfigurationRef, PortStatus, Server, SmartNicPort, SwitchPort, SwitchPortConfiguration,
+};
 use crate::host::{
     ClaimNetwork, Driver, Gate, HOST_ANNOTATION, ObservedPort, PAUSED_ANNOTATION,
     PAUSED_BY_PATCHBAY, PortId, PortTarget, PortWrite, Source, metal3_gate, metal3_goal,
-    next_phase, port_step, port_targets,
+    next_phase, port_step, port_targets, refuse_grouped_provisioning,
 };
 
 /// What the host controller reads and writes through.
@@ -38,6 +40,9 @@ pub struct HostWorld {
     pub switch_ports: Store<SwitchPort>,
     /// The SmartNicPort cache.
     pub smartnic_ports: Store<SmartNicPort>,
+    /// The SwitchPortConfiguration cache (a provisioning configuration must carry
+    /// no link-aggregation group).
+    pub configurations: Store<SwitchPortConfiguration>,
     /// Events on hosts.
     pub events: EventPublisher,
 }
@@ -48,6 +53,9 @@ pub struct HostView<'a> {
     pub me: String,
     /// Its NICs.
     pub nics: &'a [ServerNic],
+    /// The path of a NIC's entry in the host's spec, by NIC name (`spec.nics[0]`),
+    /// for messages that name a field.
+    pub nic_field: &'a (dyn Fn(&str) -> String + Sync),
     /// The claim's network, when bound.
     pub network: Option<ClaimNetwork<'a>>,
     /// What moves its phase.
@@ -214,15 +222,41 @@ async fn write_port(
     }
 }
 
-/// The targets of `phase` for `view`, plus a clean target for every port in
-/// `marked` (carrying the host's mark) that no NIC is cabled to any more.
+/// What `phase` asks of a host's ports.
+struct Targets {
+    /// The ports to drive and what each must carry.
+    ports: Vec<PortTarget>,
+    /// Claim entries no NIC can take.
+    unmatched: Vec<String>,
+    /// Targets refused (their ports are left as they are), one message each.
+    refused: Vec<String>,
+}
+
+impl Targets {
+    fn settled(&self, world: &HostWorld, me: &str) -> bool {
+        self.unmatched.is_empty() && self.refused.is_empty() && judge(world, me, &self.ports)
+    }
+}
+
+/// The targets of `phase` for `view`, less those refused (a provisioning
+/// configuration with a link-aggregation group), plus a clean target for every port
+/// in `marked` (carrying the host's mark) that no NIC is cabled to any more.
 fn targets_of(
+    world: &HostWorld,
     view: &HostView<'_>,
     marked: &BTreeSet<PortId>,
     phase: ServerPhase,
-) -> (Vec<PortTarget>, Vec<String>) {
-    let (mut targets, unmatched) = port_targets(phase, view.nics, view.network);
+) -> Targets {
+    let (targets, unmatched) = port_targets(phase, view.nics, view.network);
     let cabled: BTreeSet<PortId> = targets.iter().map(|t| t.port.clone()).collect();
+    let group_of = |c: &ConfigurationRef| {
+        let ns = c.namespace.as_deref().unwrap_or_default();
+        let cfg = world
+            .configurations
+            .get(&ObjectRef::new(&c.name).within(ns))?;
+        cfg.spec.link_aggregation.as_ref().map(|l| l.group)
+    };
+    let (mut targets, refused) = refuse_grouped_provisioning(targets, group_of, view.nic_field);
     for port in marked.difference(&cabled) {
         targets.push(PortTarget {
             nic: "no longer cabled".into(),
@@ -231,7 +265,11 @@ fn targets_of(
             source: Source::Clean,
         });
     }
-    (targets, unmatched)
+    Targets {
+        ports: targets,
+        unmatched,
+        refused,
+    }
 }
 
 /// How the ports stand against `targets`, without writing.
@@ -248,14 +286,18 @@ fn judge(world: &HostWorld, me: &str, targets: &[PortTarget]) -> bool {
 /// gate. Returns the facts its status is computed from.
 pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, ControllerError> {
     let marked = marked(world, &view.me);
-    let current = view.phase.map(|p| (p, targets_of(view, &marked, p)));
-    let settled_now = current.as_ref().is_some_and(|(_, (targets, unmatched))| {
-        unmatched.is_empty() && judge(world, &view.me, targets)
-    });
+    let current = view.phase.map(|p| (p, targets_of(world, view, &marked, p)));
+    let settled_now = current
+        .as_ref()
+        .is_some_and(|(_, targets)| targets.settled(world, &view.me));
     let step = next_phase(view.phase, view.driver, view.deleting, settled_now);
-    let (targets, unmatched) = match current {
+    let Targets {
+        ports: targets,
+        unmatched,
+        refused,
+    } = match current {
         Some((p, same)) if p == step.phase => same,
-        _ => targets_of(view, &marked, step.phase),
+        _ => targets_of(world, view, &marked, step.phase),
     };
     let mut ports = Vec::with_capacity(targets.len());
     let mut conflict = None;
@@ -284,7 +326,9 @@ pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, 
             } else {
                 metal3_goal(Some(state))
             };
-            let settled = unmatched.is_empty() && ports.iter().all(|(_, v, _)| v.settled());
+            let settled = unmatched.is_empty()
+                && refused.is_empty()
+                && ports.iter().all(|(_, v, _)| v.settled());
             let paused = bmh.annotations().get(PAUSED_ANNOTATION).map(String::as_str);
             let gate = metal3_gate(goal, settled, paused);
             apply_gate(world, bmh, &gate).await?;
@@ -304,6 +348,7 @@ pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, 
         step,
         ports,
         unmatched,
+        refused,
         host,
         gate,
     })

@@ -307,6 +307,8 @@ pub async fn run(
         stopped(&stop_tx),
     );
     let configs_for_ports = subscribe(&config_writer);
+    let configs_for_servers = subscribe(&config_writer);
+    let configs_for_hosts = metal3.then(|| subscribe(&config_writer));
     let (snic_store, snic_writer, snic_run, snics_listed) =
         shared_watch(api_for::<SmartNicPort>(&client, ns), &wc, stopped(&stop_tx));
     let snic_ctl = Controller::for_shared_stream(subscribe(&snic_writer), snic_store.clone());
@@ -409,7 +411,7 @@ pub async fn run(
         Stores {
             switches: switch_store.clone(),
             providers: provider_store.clone(),
-            configurations: config_store,
+            configurations: config_store.clone(),
         },
     ));
 
@@ -615,8 +617,9 @@ pub async fn run(
         triggers::claims_for_server(&c1.state(), &s)
     });
     // Servers: woken by their own changes, the ports they drive or are cabled to,
-    // their claim, and their BareMetalHost.
-    let (v1, v2, v3) = (
+    // their claim, the configurations they provision with, and their BareMetalHost.
+    let (v1, v2, v3, v6) = (
+        server_store.clone(),
         server_store.clone(),
         server_store.clone(),
         server_store.clone(),
@@ -630,11 +633,22 @@ pub async fn run(
         })
         .watches_shared_stream(claims_for_servers, move |c| {
             triggers::servers_of_claim(&v3.state(), &c)
+        })
+        .watches_shared_stream(configs_for_servers, move |c| {
+            triggers::servers_provisioned_with(&v6.state(), &c)
         });
     let mut host_ctl = None;
-    if let (Some((for_claims, for_servers, for_hosts)), Some(host_ports), Some(host_smartnics)) =
-        (host_events, ports_for_hosts, smartnics_for_hosts)
-    {
+    if let (
+        Some((for_claims, for_servers, for_hosts)),
+        Some(host_ports),
+        Some(host_smartnics),
+        Some(host_configs),
+    ) = (
+        host_events,
+        ports_for_hosts,
+        smartnics_for_hosts,
+        configs_for_hosts,
+    ) {
         let (v4, v5) = (server_store.clone(), server_store.clone());
         claim_ctl = claim_ctl.watches_shared_stream(for_claims, move |host| {
             triggers::servers_of_host(&v4.state(), &host)
@@ -646,10 +660,10 @@ pub async fn run(
         server_ctl = server_ctl.watches_shared_stream(for_servers, move |host| {
             triggers::servers_of_host(&v5.state(), &host)
         });
-        // BareMetalHosts that carry their own ports: woken by their own changes and
-        // the ports they drive or are cabled to.
+        // BareMetalHosts that carry their own ports: woken by their own changes, the
+        // ports they drive or are cabled to and the configurations they provision with.
         let store = alloc.hosts.clone().expect("hosts are watched");
-        let (h1, h2) = (store.clone(), store.clone());
+        let (h1, h2, h3) = (store.clone(), store.clone(), store.clone());
         host_ctl = Some(
             Controller::for_shared_stream(for_hosts, store)
                 .watches_shared_stream(host_ports, move |p| {
@@ -657,6 +671,9 @@ pub async fn run(
                 })
                 .watches_shared_stream(host_smartnics, move |p| {
                     triggers::hosts_of_port(&h2.state(), CabledPortKind::SmartNicPort, &p.metadata)
+                })
+                .watches_shared_stream(host_configs, move |c| {
+                    triggers::hosts_provisioned_with(&h3.state(), &c)
                 }),
         );
     }
@@ -676,6 +693,7 @@ pub async fn run(
             client: client.clone(),
             switch_ports: port_store.clone(),
             smartnic_ports: snic_store.clone(),
+            configurations: config_store.clone(),
             events: EventPublisher::new(client.clone(), reporter()),
         },
     });

@@ -100,9 +100,21 @@ async fn follow(
         }
     };
     let old = server.status.clone().unwrap_or_default();
+    let nic_field = |name: &str| {
+        server
+            .spec
+            .nics
+            .iter()
+            .position(|n| n.name == name)
+            .map_or_else(
+                || format!("spec.nics (NIC {name})"),
+                |i| format!("spec.nics[{i}]"),
+            )
+    };
     let view = HostView {
         me: format!("Server/{}", server.name_any()),
         nics: &server.spec.nics,
+        nic_field: &nic_field,
         network,
         driver,
         deleting,

@@ -579,6 +579,9 @@ pub struct HostFacts {
     pub ports: Vec<(HostPortTarget, Verdict, Option<PortState>)>,
     /// Claim entries no NIC can take.
     pub unmatched: Vec<String>,
+    /// Targets refused, their ports left as they are (a provisioning configuration
+    /// with a link-aggregation group), one message each naming the NIC's field.
+    pub refused: Vec<String>,
     /// The linked BareMetalHost, if any.
     pub host: Option<LinkedHost>,
     /// The Metal3 gate, when a BareMetalHost is linked.
@@ -586,10 +589,12 @@ pub struct HostFacts {
 }
 
 impl HostFacts {
-    /// True when every port carries what the phase wants and every claim entry has
-    /// a NIC.
+    /// True when every port carries what the phase wants, every claim entry has a
+    /// NIC and nothing is refused.
     pub fn settled(&self) -> bool {
-        self.unmatched.is_empty() && self.ports.iter().all(|(_, v, _)| v.settled())
+        self.unmatched.is_empty()
+            && self.refused.is_empty()
+            && self.ports.iter().all(|(_, v, _)| v.settled())
     }
 
     /// Each port not settled, `kind ns/name (nic): why`.
@@ -605,13 +610,16 @@ impl HostFacts {
                 Some(format!("{} ({}): {why}", t.port, t.nic))
             })
             .chain(self.unmatched.iter().cloned())
+            .chain(self.refused.iter().cloned())
             .collect()
     }
 
     /// `PortsReady`'s reason: the worst verdict.
     fn ports_reason(&self) -> &'static str {
         let has = |f: fn(&Verdict) -> bool| self.ports.iter().any(|(_, v, _)| f(v));
-        if has(|v| matches!(v, Verdict::InUse(_))) {
+        if !self.refused.is_empty() {
+            "ConfigurationRefused"
+        } else if has(|v| matches!(v, Verdict::InUse(_))) {
             "PortInUse"
         } else if has(|v| matches!(v, Verdict::Failing(_))) {
             "PortFailed"

@@ -15,9 +15,10 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::{CHAINED_FROM_ANNOTATION, SWITCH_LABEL};
 use crate::api::metal3::BareMetalHost;
-use crate::api::server::CabledPortKind;
+use crate::api::server::{CabledPortKind, ServerNic};
 use crate::api::{
     ConfigurationRef, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration,
 };
 use crate::host::{HOST_ANNOTATION, bare_metal_host_nics, cabled_to};
 
@@ -294,6 +295,46 @@ pub fn hosts_of_port(
     }
     out.into_iter()
         .map(|(n, h)| ObjectRef::new(&h).within(&n))
+        .collect()
+}
+
+/// Whether a NIC of `nics` is provisioned with the SwitchPortConfiguration of
+/// `config` (a NIC's reference without a namespace points to its port's).
+fn provisioned_with(nics: &[ServerNic], config: &SwitchPortConfiguration) -> bool {
+    let (ns, name) = (
+        config.metadata.namespace.as_deref().unwrap_or_default(),
+        config.metadata.name.as_deref().unwrap_or_default(),
+    );
+    nics.iter()
+        .any(|n| match (&n.provisioning_configuration, &n.port) {
+            (Some(r), Some(p)) => names(r, Some(&p.namespace), ns, name),
+            _ => false,
+        })
+}
+
+/// Servers a change to a SwitchPortConfiguration concerns: those that provision a
+/// NIC with it (a provisioning configuration refused for its link-aggregation group
+/// lets its host go on once the group is taken out, and the other way round).
+pub fn servers_provisioned_with(
+    servers: &[Arc<Server>],
+    config: &SwitchPortConfiguration,
+) -> Vec<ObjectRef<Server>> {
+    servers
+        .iter()
+        .filter(|s| provisioned_with(&s.spec.nics, config))
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
+/// BareMetalHosts carrying their own ports that provision one with `config`.
+pub fn hosts_provisioned_with(
+    hosts: &[Arc<BareMetalHost>],
+    config: &SwitchPortConfiguration,
+) -> Vec<ObjectRef<BareMetalHost>> {
+    hosts
+        .iter()
+        .filter(|h| h.spec.ports.is_some() && provisioned_with(&bare_metal_host_nics(h).0, config))
+        .map(|h| ObjectRef::from_obj(h.as_ref()))
         .collect()
 }
 
@@ -611,5 +652,56 @@ mod tests {
             vec!["metal3/gone"]
         );
         assert!(woken(meta("p7", None)).is_empty());
+    }
+
+    #[test]
+    fn a_configuration_wakes_the_hosts_it_provisions() {
+        let server = |name: &str, prov: serde_json::Value| -> Arc<Server> {
+            obj(json!({
+                "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+                "metadata": {"name": name},
+                "spec": {"bmc": {"address": "10.0.0.1",
+                    "credentialsSecretRef": {"name": "b", "namespace": "infra"}},
+                    "bootMac": "aa:bb:cc:00:00:01", "site": "dc1", "nics": [{"name": "eth0",
+                    "port": {"name": "p1", "namespace": "infra"},
+                    "provisioningConfiguration": prov,
+                    "configuration": {"name": "pxe", "namespace": "other"}}]}
+            }))
+        };
+        let servers = vec![
+            server("same-ns", json!({"name": "pxe"})),
+            server("explicit", json!({"name": "pxe", "namespace": "infra"})),
+            server("elsewhere", json!({"name": "pxe", "namespace": "lab"})),
+            server("other-name", json!({"name": "pxe-lag"})),
+        ];
+        let config = |ns: &str, name: &str| -> SwitchPortConfiguration {
+            serde_json::from_value(json!({
+                "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+                "metadata": {"name": name, "namespace": ns}, "spec": {}
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            names_of(servers_provisioned_with(&servers, &config("infra", "pxe"))),
+            vec!["explicit", "same-ns"]
+        );
+        assert_eq!(
+            names_of(servers_provisioned_with(&servers, &config("lab", "pxe"))),
+            vec!["elsewhere"]
+        );
+        // The NIC's own (tenant) configuration is not a provisioning one.
+        assert!(servers_provisioned_with(&servers, &config("other", "pxe")).is_empty());
+        let host: BareMetalHost = serde_json::from_value(json!({
+            "metadata": {"name": "bmh", "namespace": "metal3"},
+            "spec": {"ports": [{"name": "eth0", "port": {"name": "p1", "namespace": "infra"},
+                "provisioningConfiguration": {"name": "pxe"}}]}}))
+        .unwrap();
+        let hosts = vec![Arc::new(host)];
+        // A BareMetalHost's references without a namespace point to the host's.
+        assert_eq!(
+            names_of(hosts_provisioned_with(&hosts, &config("metal3", "pxe"))),
+            vec!["bmh"]
+        );
+        assert!(hosts_provisioned_with(&hosts, &config("infra", "pxe")).is_empty());
     }
 }

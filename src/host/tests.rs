@@ -447,6 +447,57 @@ fn what_each_port_carries_in_every_phase() {
 }
 
 #[test]
+fn a_provisioning_configuration_with_a_link_aggregation_group_is_refused_and_its_port_left_alone() {
+    // pxe-lag sets group 7; "pxe" and the tenant's "bond" none / group 9. A
+    // SmartNicConfiguration of the same name as a grouped one is not a
+    // SwitchPortConfiguration: never refused.
+    let nics = vec![
+        nic("eth0", SW, Some("pxe-lag"), Some("bond")),
+        nic("eth1", SW, Some("pxe"), Some("bond")),
+        nic("eth2", SN, Some("pxe-lag"), None),
+    ];
+    let group_of = |c: &ConfigurationRef| match c.name.as_str() {
+        "pxe-lag" => Some(7),
+        "bond" => Some(9),
+        _ => None,
+    };
+    let field_of = |name: &str| {
+        let i = nics.iter().position(|n| n.name == name).unwrap();
+        format!("spec.nics[{i}]")
+    };
+    for phase in [Available, Provisioning, Deprovisioning] {
+        let (targets, _) = port_targets(phase, &nics, None);
+        let (kept, refused) = refuse_grouped_provisioning(targets, group_of, field_of);
+        assert_eq!(
+            table_of(&kept),
+            vec![
+                row("eth1", "infra/pxe", "provisioning"),
+                row("eth2", "infra/pxe-lag", "provisioning"),
+            ],
+            "{phase:?}: eth0's port is not driven at all"
+        );
+        assert_eq!(
+            refused,
+            vec![
+                "spec.nics[0].provisioningConfiguration: SwitchPortConfiguration pxe-lag sets \
+                 linkAggregation (group 7); a provisioning configuration carries no \
+                 link-aggregation group (PXE boots over the individual links): the group \
+                 belongs in the tenant's configuration"
+            ],
+            "{phase:?}"
+        );
+    }
+    // The tenant's network may carry a group; a clean port carries none.
+    for phase in [Provisioned, Deleting] {
+        let (targets, _) = port_targets(phase, &nics, None);
+        let before = table_of(&targets);
+        let (kept, refused) = refuse_grouped_provisioning(targets, group_of, field_of);
+        assert_eq!(table_of(&kept), before, "{phase:?}");
+        assert!(refused.is_empty(), "{phase:?}");
+    }
+}
+
+#[test]
 fn claim_entries_that_no_nic_can_take_are_named_and_the_rest_still_apply() {
     let nics = vec![
         nic("eth0", SW, None, None),

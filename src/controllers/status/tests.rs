@@ -541,6 +541,7 @@ fn facts(phase: ServerPhase, hold: Option<Hold>, ports: Vec<(Verdict, Option<&st
             })
             .collect(),
         unmatched: vec![],
+        refused: vec![],
         host: None,
         gate: None,
     }
@@ -634,6 +635,24 @@ fn the_conditions_name_the_port_that_holds_the_host() {
         )
     );
     assert_eq!(server_condition(&st, "PortsReady").1, "PortInUse");
+    // A refused provisioning configuration: named first, its port not driven.
+    let mut f = facts(
+        ServerPhase::Available,
+        Some(Hold::Ports),
+        vec![(Verdict::Settled, Some("pxe"))],
+    );
+    f.refused = vec!["spec.nics[1].provisioningConfiguration: SwitchPortConfiguration pxe-lag sets linkAggregation (group 7)".into()];
+    let st = server_status(&server(true), &st, &f, now);
+    let (truth, reason, message) = server_condition(&st, "PortsReady");
+    assert_eq!(
+        (truth.as_str(), reason.as_str()),
+        ("False", "ConfigurationRefused")
+    );
+    assert!(
+        message.contains("spec.nics[1].provisioningConfiguration"),
+        "{message}"
+    );
+    assert_eq!(server_condition(&st, "Held").1, "ConfigurationRefused");
     // Waiting for the installer.
     let f = facts(
         ServerPhase::Provisioning,
