@@ -63,6 +63,15 @@ impl Rig {
             .unwrap();
     }
 
+    /// The SwitchPort `name` of the test's namespace, as the API server has it.
+    async fn switch_port(&self, name: &str) -> patchbay::api::SwitchPort {
+        self.env
+            .api::<patchbay::api::SwitchPort>()
+            .get(name)
+            .await
+            .unwrap()
+    }
+
     async fn annotate(&self, short: &str, value: Option<&str>) {
         self.servers()
             .patch(
@@ -260,12 +269,7 @@ async fn ports_follow_two_servers_through_every_phase_on_a_cisco_and_an_open_vsw
     );
     assert_eq!(cisco(&sim, "FastEthernet0/3").await, access(10));
     assert_eq!(ovs_tag(&ovs, "snic-b"), "[]");
-    let p1 = rig
-        .env
-        .api::<patchbay::api::SwitchPort>()
-        .get("tor1-p1")
-        .await
-        .unwrap();
+    let p1 = rig.switch_port("tor1-p1").await;
     assert_eq!(
         p1.metadata.annotations.unwrap().get("patchbay.dev/host"),
         Some(&rig.name("a")).map(|n| format!("Server/{n}")).as_ref(),
@@ -487,12 +491,7 @@ async fn a_port_somebody_else_configured_is_left_alone_and_named() {
     // The other port is driven; the one in use is untouched on the device.
     expect_cisco(&sim, "FastEthernet0/2", access(10), "pxe").await;
     assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(50));
-    let p1 = rig
-        .env
-        .api::<patchbay::api::SwitchPort>()
-        .get("tor1-p1")
-        .await
-        .unwrap();
+    let p1 = rig.switch_port("tor1-p1").await;
     assert!(!p1.annotations().contains_key("patchbay.dev/host"));
     // The owner lets it go: the host takes it.
     rig.env.link("tor1-p1", None).await;
@@ -520,12 +519,7 @@ async fn a_port_somebody_else_configured_is_left_alone_and_named() {
         cisco(&sim, "FastEthernet0/2").await,
         Some(VlanMode::Unconfigured)
     );
-    let p1 = rig
-        .env
-        .api::<patchbay::api::SwitchPort>()
-        .get("tor1-p1")
-        .await
-        .unwrap();
+    let p1 = rig.switch_port("tor1-p1").await;
     assert!(!p1.annotations().contains_key("patchbay.dev/host"));
     rig.env.cluster.finish().await;
 }
@@ -577,12 +571,7 @@ async fn a_provisioning_configuration_with_a_link_aggregation_group_is_refused()
     rig.env
         .wait_state("tor1-p2", patchbay::api::PortState::Active)
         .await;
-    let p1 = rig
-        .env
-        .api::<patchbay::api::SwitchPort>()
-        .get("tor1-p1")
-        .await
-        .unwrap();
+    let p1 = rig.switch_port("tor1-p1").await;
     assert!(p1.spec.configuration.is_none(), "{:?}", p1.spec);
     assert!(!p1.annotations().contains_key("patchbay.dev/host"));
     assert_eq!(
