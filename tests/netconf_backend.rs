@@ -12,6 +12,11 @@
 //! naming that session, and a session lost between commit and confirm is rolled back
 //! by the server.
 
+#[path = "support/lag_cases.rs"]
+mod lag_cases;
+
+use lag_cases::{outcomes, sets};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,11 +27,10 @@ use patchbay_providers::netconf::session::Session;
 use patchbay_providers::netconf::xml::Element;
 use patchbay_providers::netconf::{Fault, NetconfOptions, NetconfSwitch};
 use patchbay_providers::secret::SecretString;
-use patchbay_providers::values::{Cidr, Description, L4PortRange, LagGroup, Mtu, PortName, VlanId};
+use patchbay_providers::values::{Cidr, Description, L4PortRange, Mtu, PortName, VlanId};
 use patchbay_providers::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capability, DesiredPort, Device,
-    DeviceError, IpVersion, LagMembership, LagMode, PortChange, PortField, PortOperation, VlanMode,
-    diff,
+    DeviceError, IpVersion, LagMode, PortChange, PortField, PortOperation, VlanMode, diff,
 };
 use patchbay_testbed::{FakeSwitches, NetconfTarget, Netconfd, SimSpec, SimSwitch};
 
@@ -796,14 +800,8 @@ async fn junos_ae_bundles_are_formed_changed_and_removed_in_one_commit_each() {
         "the simulator keeps no passive"
     );
     let member = |name: &str, vlans: VlanMode, mode: LagMode| {
-        let mut d = DesiredPort::clean(port(name));
-        d.vlans = vlans;
-        d.lag = Some(LagMembership {
-            group: LagGroup::new(2).unwrap(),
-            mode,
-        });
-        d.lag_members = [port("ge-0/0/1"), port("ge-0/0/2")].into_iter().collect();
-        d
+        let members = [port("ge-0/0/1"), port("ge-0/0/2")];
+        lag_cases::member(port(name), 2, mode, vlans, &members)
     };
     let trunk = VlanMode::Trunk {
         native: None,
@@ -815,24 +813,11 @@ async fn junos_ae_bundles_are_formed_changed_and_removed_in_one_commit_each() {
     let mut b = member("ge-0/0/2", trunk.clone(), LagMode::Active);
     b.mtu = a.mtu;
     b.admin = AdminState::Down;
-    let set = |ds: &[&DesiredPort]| -> Vec<PortOperation> {
-        ds.iter()
-            .map(|d| PortOperation::Set((*d).clone()))
-            .collect()
-    };
-    let changes = |r: Vec<patchbay_providers::PortResult>| -> Vec<String> {
-        r.into_iter()
-            .map(|r| match r.outcome {
-                Ok(c) => format!("{c:?}"),
-                Err(e) => format!("error: {e}"),
-            })
-            .collect()
-    };
 
     // Formed: ae2 carries the trunk, the MTU and LACP active; the members name it.
     sw.clear_journal();
-    let r = sw.apply_batch(&set(&[&a, &b])).await.unwrap();
-    assert_eq!(changes(r), ["Changed", "Changed"]);
+    let r = sw.apply_batch(&sets(&[&a, &b])).await.unwrap();
+    assert_eq!(outcomes(r), ["Changed", "Changed"]);
     assert_eq!(edits(&sw), 1, "one transaction for the group");
     let xml = running_xml(&target, sw.model()).await;
     let ae = entry_of(&xml, "ae2").expect("ae2 in running");
@@ -862,8 +847,8 @@ async fn junos_ae_bundles_are_formed_changed_and_removed_in_one_commit_each() {
         assert!(diff(d, &seen).is_empty(), "{seen:?}");
     }
     sw.clear_journal();
-    let r = sw.apply_batch(&set(&[&a, &b])).await.unwrap();
-    assert_eq!(changes(r), ["Unchanged", "Unchanged"]);
+    let r = sw.apply_batch(&sets(&[&a, &b])).await.unwrap();
+    assert_eq!(outcomes(r), ["Unchanged", "Unchanged"]);
     assert_eq!(edits(&sw), 0);
 
     // Changed to a static bundle on access VLAN 300: the aggregate is replaced whole.
@@ -877,8 +862,8 @@ async fn junos_ae_bundles_are_formed_changed_and_removed_in_one_commit_each() {
         VlanMode::Access { vlan: vlan(300) },
         LagMode::Static,
     );
-    let r = sw.apply_batch(&set(&[&sa, &sb])).await.unwrap();
-    assert_eq!(changes(r), ["Changed", "Changed"]);
+    let r = sw.apply_batch(&sets(&[&sa, &sb])).await.unwrap();
+    assert_eq!(outcomes(r), ["Changed", "Changed"]);
     let xml = running_xml(&target, sw.model()).await;
     let ae = entry_of(&xml, "ae2").unwrap();
     assert!(
@@ -892,7 +877,7 @@ async fn junos_ae_bundles_are_formed_changed_and_removed_in_one_commit_each() {
         .apply_batch(&[PortOperation::Reset(port("ge-0/0/1"))])
         .await
         .unwrap();
-    assert_eq!(changes(r), ["Changed"]);
+    assert_eq!(outcomes(r), ["Changed"]);
     let xml = running_xml(&target, sw.model()).await;
     assert!(
         !xml.contains("<name>ge-0/0/1</name><ether-options>"),
@@ -909,7 +894,7 @@ async fn junos_ae_bundles_are_formed_changed_and_removed_in_one_commit_each() {
         .apply_batch(&[PortOperation::Reset(port("ge-0/0/2"))])
         .await
         .unwrap();
-    assert_eq!(changes(r), ["Changed"]);
+    assert_eq!(outcomes(r), ["Changed"]);
     assert_eq!(edits(&sw), 1);
     let xml = running_xml(&target, sw.model()).await;
     assert!(

@@ -5,6 +5,11 @@
 
 mod support;
 
+#[path = "support/lag_cases.rs"]
+mod lag_cases;
+
+use lag_cases::{outcomes, sets};
+
 use std::time::Duration;
 
 use patchbay_providers::ovsdb::{Connection, Endpoint, OvsOptions, OvsSwitch, OvsdbError};
@@ -619,14 +624,7 @@ async fn bonds_are_formed_changed_and_dissolved_one_transaction_at_a_time() {
     let [a, b, c] = [0, 1, 2].map(|i| hosts.ports[i].clone());
     let sw = backend(&ovs, "br0", true);
     let member = |port: &str, vlans: VlanMode, mode: LagMode| {
-        let mut d = DesiredPort::clean(p(port));
-        d.vlans = vlans;
-        d.lag = Some(LagMembership {
-            group: LagGroup::new(7).unwrap(),
-            mode,
-        });
-        d.lag_members = [p(&a), p(&b)].into_iter().collect();
-        d
+        lag_cases::member(p(port), 7, mode, vlans, &[p(&a), p(&b)])
     };
     let trunk = VlanMode::Trunk {
         native: Some(v(10)),
@@ -637,22 +635,9 @@ async fn bonds_are_formed_changed_and_dissolved_one_transaction_at_a_time() {
     let mut db = member(&b, trunk.clone(), LagMode::Active);
     db.admin = AdminState::Down;
     db.mtu = Some(Mtu::new(9000).unwrap());
-    let set = |ds: &[&DesiredPort]| -> Vec<PortOperation> {
-        ds.iter()
-            .map(|d| PortOperation::Set((*d).clone()))
-            .collect()
-    };
-    let outcomes = |r: Vec<patchbay_providers::PortResult>| -> Vec<String> {
-        r.into_iter()
-            .map(|r| match r.outcome {
-                Ok(c) => format!("{c:?}"),
-                Err(e) => format!("error: {e}"),
-            })
-            .collect()
-    };
 
     // Formed: both members in one bond, which carries the VLANs.
-    let r = sw.apply_batch(&set(&[&da, &db])).await.unwrap();
+    let r = sw.apply_batch(&sets(&[&da, &db])).await.unwrap();
     assert_eq!(outcomes(r), ["Changed", "Changed"]);
     assert_eq!(bridge_ports(&ovs, "br0"), ["bond7".to_owned(), c.clone()]);
     assert_eq!(
@@ -681,13 +666,13 @@ async fn bonds_are_formed_changed_and_dissolved_one_transaction_at_a_time() {
         assert!(patchbay_providers::diff(d, &seen).is_empty(), "{seen:?}");
         assert_eq!(seen.lag, Some(d.lag));
     }
-    let r = sw.apply_batch(&set(&[&da, &db])).await.unwrap();
+    let r = sw.apply_batch(&sets(&[&da, &db])).await.unwrap();
     assert_eq!(outcomes(r), ["Unchanged", "Unchanged"]);
 
     // Changed: LACP passive on access VLAN 40, in one update of the bond.
     let pa = member(&a, VlanMode::Access { vlan: v(40) }, LagMode::Passive);
     let pb = member(&b, VlanMode::Access { vlan: v(40) }, LagMode::Passive);
-    let r = sw.apply_batch(&set(&[&pa, &pb])).await.unwrap();
+    let r = sw.apply_batch(&sets(&[&pa, &pb])).await.unwrap();
     assert_eq!(outcomes(r), ["Changed", "Changed"]);
     assert!(
         bond(&ovs, "bond7").starts_with("lacp=passive tag=40 trunks=[] vlan_mode=access"),
@@ -746,7 +731,7 @@ async fn bonds_are_formed_changed_and_dissolved_one_transaction_at_a_time() {
         group: LagGroup::new(9).unwrap(),
         mode: LagMode::Active,
     });
-    let r = sw.apply_batch(&set(&[&foreign])).await.unwrap();
+    let r = sw.apply_batch(&sets(&[&foreign])).await.unwrap();
     let text = outcomes(r).join("");
     assert!(
         text.contains("Port bond9 exists on the bridge and is not patchbay's bond of group 9"),

@@ -15,8 +15,12 @@
 //! simulators (the golden files tests/ssh_golden.rs checks); otherwise the live
 //! outputs must equal them.
 
+#[path = "support/lag_cases.rs"]
+mod lag_cases;
 #[path = "support/ssh_cases.rs"]
 mod ssh_cases;
+
+use lag_cases::sets;
 mod support;
 
 use patchbay_providers::cli::HostKeyPolicy;
@@ -426,24 +430,14 @@ async fn accept_any_host_key_connects() {
 
 /// A member of Cisco link-aggregation group `group` (LACP active) with `vlans`.
 fn member(name: &str, group: i64, vlans: VlanMode) -> DesiredPort {
-    let mut d = DesiredPort::clean(port(name));
-    d.vlans = vlans;
-    d.lag = Some(patchbay_providers::LagMembership {
-        group: patchbay_providers::values::LagGroup::new(group).unwrap(),
-        mode: patchbay_providers::LagMode::Active,
-    });
-    d.lag_members = ["FastEthernet0/1", "FastEthernet0/2"]
-        .into_iter()
-        .map(port)
-        .collect();
-    d
-}
-
-fn sets(ports: &[&DesiredPort]) -> Vec<PortOperation> {
-    ports
-        .iter()
-        .map(|d| PortOperation::Set((*d).clone()))
-        .collect()
+    let members = [port("FastEthernet0/1"), port("FastEthernet0/2")];
+    lag_cases::member(
+        port(name),
+        group,
+        patchbay_providers::LagMode::Active,
+        vlans,
+        &members,
+    )
 }
 
 /// The simulator's own answer for an aggregate: `None` when it has no such

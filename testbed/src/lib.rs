@@ -48,6 +48,21 @@ pub enum TestbedError {
 /// This crate's results.
 pub type Result<T> = std::result::Result<T, TestbedError>;
 
+/// Runs `cmd` (shown as `what` in errors): its stdout, trimmed; fails with its stderr.
+fn stdout_of(mut cmd: Command, what: &str) -> Result<String> {
+    let out = cmd.output().map_err(io(format!(
+        "running {}",
+        cmd.get_program().to_string_lossy()
+    )))?;
+    if !out.status.success() {
+        return Err(TestbedError::Failed(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestbedError {
     let what = what.into();
     move |source| TestbedError::Io { what, source }
@@ -446,40 +461,22 @@ impl OvsSim {
     /// Runs `ovs-vsctl` against this OVSDB (tests and benchmarks; patchbay itself
     /// never does). Returns stdout; fails with stderr.
     pub fn vsctl(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new("ovs-vsctl")
-            .arg(format!("--db=unix:{}", self.info.db_socket.display()))
+        let mut cmd = Command::new("ovs-vsctl");
+        cmd.arg(format!("--db=unix:{}", self.info.db_socket.display()))
             .arg("--timeout=20")
             .args(args)
-            .env("OVS_RUNDIR", &self.info.dir)
-            .output()
-            .map_err(io("running ovs-vsctl"))?;
-        if !out.status.success() {
-            return Err(TestbedError::Failed(format!(
-                "ovs-vsctl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            .env("OVS_RUNDIR", &self.info.dir);
+        stdout_of(cmd, &format!("ovs-vsctl {}", args.join(" ")))
     }
 
     /// Runs `ovs-appctl ARGS…` against this ovs-vswitchd (tests only: LACP and bond
     /// state). Returns stdout; fails with stderr.
     pub fn appctl(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new("ovs-appctl")
-            .arg("-t")
+        let mut cmd = Command::new("ovs-appctl");
+        cmd.arg("-t")
             .arg(self.info.dir.join("ovs-vswitchd.ctl"))
-            .args(args)
-            .output()
-            .map_err(io("running ovs-appctl"))?;
-        if !out.status.success() {
-            return Err(TestbedError::Failed(format!(
-                "ovs-appctl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            .args(args);
+        stdout_of(cmd, &format!("ovs-appctl {}", args.join(" ")))
     }
 
     /// Runs `ovs-ofctl -O OpenFlow13 COMMAND <bridge's OpenFlow target> ARGS…` (tests
@@ -488,19 +485,9 @@ impl OvsSim {
         let target = self
             .openflow(bridge)
             .ok_or_else(|| TestbedError::Failed(format!("no bridge {bridge}")))?;
-        let out = Command::new("ovs-ofctl")
-            .args(["-O", "OpenFlow13", command, &target])
-            .args(args)
-            .output()
-            .map_err(io("running ovs-ofctl"))?;
-        if !out.status.success() {
-            return Err(TestbedError::Failed(format!(
-                "ovs-ofctl {command} {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        let mut cmd = Command::new("ovs-ofctl");
+        cmd.args(["-O", "OpenFlow13", command, &target]).args(args);
+        stdout_of(cmd, &format!("ovs-ofctl {command} {}", args.join(" ")))
     }
 
     /// Stops the launcher and both daemons (by PID) and removes the directory.
