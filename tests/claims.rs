@@ -220,22 +220,11 @@ async fn a_claim_applied_with_kubectl_gets_the_best_fitting_servers_an_inventory
         c.status.as_ref().unwrap().allocation.as_deref(),
         Some("3/3")
     );
-    let events = lab
-        .env
-        .api::<k8s_openapi::api::events::v1::Event>()
-        .list(&Default::default())
-        .await
-        .unwrap();
-    let bound = events
-        .items
-        .iter()
-        .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web"))
-        .expect("an Event on the claim");
-    assert_eq!(bound.reason.as_deref(), Some("Bound"));
+    let events = claim_events(&lab, "web").await;
     let big_cp = format!("{} (control-plane)", lab.server_name("big"));
     assert!(
-        bound.note.as_deref().unwrap_or_default().contains(&big_cp),
-        "{bound:?}"
+        matches!(events.as_slice(), [(reason, note)] if reason == "Bound" && note.contains(&big_cp)),
+        "one Bound Event naming every Server: {events:?}"
     );
 
     // What kubectl shows.
@@ -437,6 +426,118 @@ async fn a_claim_applied_with_kubectl_gets_the_best_fitting_servers_an_inventory
         lab.inventory("web").await.is_none().then_some(())
     })
     .await;
+    lab.env.cluster.finish().await;
+}
+
+/// The claim's Events as (reason, note), oldest first.
+async fn claim_events(lab: &Lab, claim: &str) -> Vec<(String, String)> {
+    let mut events: Vec<_> = lab
+        .env
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(claim))
+        .collect();
+    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    events
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// Something else keeps writing the Servers (here annotations, as a CMDB sync or
+/// `kubectl annotate` would; the Server controller's own status writes do the same
+/// after every binding): each write moves the resourceVersion the allocator's
+/// bindings are conditioned on. The claim is still bound whole, in one go (one
+/// Bound Event naming every Server, never a part of them), and released whole.
+#[tokio::test]
+async fn a_claim_is_bound_and_released_whole_while_other_writers_touch_its_servers() {
+    let lab = Lab::start("claim_churn").await;
+    for (i, short) in ["a", "b", "c"].into_iter().enumerate() {
+        lab.server(short, i as u8 + 1, Some((8, "32Gi")), json!({}))
+            .await;
+    }
+    let writes = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let churn = tokio::spawn({
+        let (servers, writes) = (lab.servers(), writes.clone());
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| lab.server_name(s)).collect();
+        async move {
+            loop {
+                for name in &names {
+                    let n = writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let patch = json!({"metadata": {"annotations": {"cmdb/seen": n.to_string()}}});
+                    servers
+                        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let written = || writes.load(std::sync::atomic::Ordering::Relaxed);
+    let claim = format!(
+        "apiVersion: patchbay.dev/v1alpha1\nkind: ServerClaim\nmetadata:\n  name: web\n\
+         spec:\n  site: {}\n  roles:\n  - name: worker\n    count: 3\n",
+        lab.site
+    );
+    let out = lab.apply("claim.yaml", &claim);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lab.allocated("web", "True").await;
+    let by_binding = written();
+    assert_eq!(
+        lab.bound_to("web").await,
+        roles(&[("worker", &["a", "b", "c"])])
+    );
+    let all = ["a", "b", "c"].map(|s| format!("{} (worker)", lab.server_name(s)));
+    let events = eventually(10, "the Bound Event", || async {
+        let events = claim_events(&lab, "web").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(
+        events,
+        [("Bound".to_owned(), format!("bound {}", all.join(", ")))],
+        "one binding, of every Server"
+    );
+
+    lab.claims()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "the claim released and gone", || async {
+        let gone = lab.claims().get_opt("web").await.ok()?.is_none();
+        (gone && lab.bound_to("web").await.is_empty()).then_some(())
+    })
+    .await;
+    // The other writer was at work through both (not a proof of overlap, which the
+    // Events above give, but a guard against a writer that never ran).
+    assert!(
+        by_binding >= 3 && written() > by_binding,
+        "the Servers were written {by_binding} times by the binding, {} in all",
+        written()
+    );
+    let released: Vec<_> = claim_events(&lab, "web")
+        .await
+        .into_iter()
+        .filter(|(reason, _)| reason == "Released")
+        .collect();
+    let names = ["a", "b", "c"].map(|s| lab.server_name(s)).join(", ");
+    assert_eq!(
+        released,
+        [(
+            "Released".to_owned(),
+            format!("claim deleted: released {names}")
+        )]
+    );
+    churn.abort();
     lab.env.cluster.finish().await;
 }
 

@@ -7,8 +7,10 @@
 //!
 //! Allocation is serialised (one lock), and every binding is written with the
 //! Server's resourceVersion as precondition: a Server that changed since it was read
-//! is never overwritten. A lost race undoes the bindings of that reconcile (whole or
-//! nothing) and plans again.
+//! is never overwritten. A conflict where only the Server's status or metadata moved
+//! (its spec, all the plan read, is the same) is not a lost race: the binding is sent
+//! again at the new version. A lost race (the spec changed) undoes the bindings of
+//! that reconcile (whole or nothing) and plans again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -39,6 +41,9 @@ use crate::validate::claim::{
 const MANAGER: &str = "patchbay";
 /// How long an allocation waits for the cache to show its own writes.
 const CACHE_CATCH_UP: Duration = Duration::from_secs(5);
+/// How many times one binding is sent while only the Server's status or metadata
+/// moves under it (see [`write_binding`]).
+const BINDING_ATTEMPTS: u32 = 5;
 /// How often Servers bound to claims that no longer exist are looked for.
 pub const ORPHAN_SWEEP: Duration = Duration::from_secs(30);
 
@@ -182,26 +187,50 @@ async fn wait_seen(alloc: &Allocator, written: &[(String, Option<String>)]) {
     }
 }
 
-/// Writes `spec.claimRef` of `server` (bind or release) if it is still at the
-/// version read; returns the Server as written.
+/// Writes `spec.claimRef` of `server` (bind or release) if its spec is still the
+/// one read; returns the Server as written.
+///
+/// The write carries the resourceVersion read as precondition, so nothing written
+/// since is overwritten. But the resourceVersion also moves when only the Server's
+/// status or metadata changed (the Server controller writes its phase, finalizer
+/// and inventory counts right after every binding), and the allocator decided on
+/// the spec alone ([`candidate`] reads nothing else). So a conflict is checked: the
+/// Server is read again and, if its spec is still the one read, the same write is
+/// sent again at the new version (at most [`BINDING_ATTEMPTS`] times). A changed
+/// spec (another binding, maintenance, new hardware) is a real conflict and is
+/// returned. Without this, an undo of a lost race failed as often as the bind did,
+/// and left half a claim bound.
 async fn write_binding(
     alloc: &Allocator,
     server: &Server,
     binding: Option<serde_json::Value>,
 ) -> Result<Arc<Server>, kube::Error> {
     let api: Api<Server> = Api::all(alloc.client.clone());
-    let patch = json!({
-        "metadata": { "resourceVersion": server.resource_version() },
-        "spec": { "claimRef": binding },
-    });
-    let written = api
-        .patch(
-            &server.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?;
-    Ok(Arc::new(written))
+    let name = server.name_any();
+    let mut version = server.resource_version();
+    let mut attempt = 1;
+    loop {
+        let patch = json!({
+            "metadata": { "resourceVersion": version },
+            "spec": { "claimRef": binding },
+        });
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(written) => return Ok(Arc::new(written)),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < BINDING_ATTEMPTS => {
+                let fresh = api.get(&name).await?;
+                if fresh.spec != server.spec {
+                    return Err(kube::Error::Api(e));
+                }
+                tracing::debug!(server = %name, attempt, "only the status or metadata moved; writing the binding again");
+                version = fresh.resource_version();
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn binding_json(claim: &ServerClaim, role: &str, since: &str) -> serde_json::Value {
@@ -537,7 +566,10 @@ async fn release_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action,
     let ns = claim.namespace().unwrap_or_default();
     let name = claim.name_any();
     if !written.is_empty() {
-        let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
+        // In name order, as the Bound Event lists them (the cache's order is a
+        // hash map's).
+        let mut names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_unstable();
         let note = format!("claim deleted: released {}", names.join(", "));
         alloc
             .events
