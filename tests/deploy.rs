@@ -356,11 +356,24 @@ spec:
         "{.items[*].series.count}",
         |s| !s.is_empty(),
     );
+    // Another writer annotates the bound Server while the operator's Server cache
+    // lags: the release goes out at a stale resourceVersion, conflicts, and is sent
+    // again after a fresh read (servers get) shows the spec unchanged.
+    devplane.delay_watch_events("servers", Duration::from_secs(3));
+    let server = format!("{ns}-srv");
+    cluster.kubectl_ok(&["annotate", "server", &server, "cmdb/seen=1"]);
     cluster.kubectl_ok(&["delete", "serverclaim", "claim", "-n", &ns, "--wait=false"]);
     wait_jsonpath(
         &cluster,
         &["get", "serverclaims", "-n", &ns],
         "{.items[*].metadata.name}",
+        |s| s.is_empty(),
+    );
+    devplane.delay_watch_events("servers", Duration::ZERO);
+    wait_jsonpath(
+        &cluster,
+        &["get", "server", &server],
+        "{.spec.claimRef}",
         |s| s.is_empty(),
     );
     cluster.kubectl_ok(&["delete", "switch", "sw", "-n", &ns, "--wait=false"]);
