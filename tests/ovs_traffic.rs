@@ -22,8 +22,8 @@ use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 use serde_json::json;
 use ssh_cases::{backend, port, vlan};
 use support::env::Env;
-use support::eventually;
 use support::netns::Hosts;
+use support::{eventually, eventually_seen};
 
 const BRIDGE: &str = "br-snic";
 
@@ -411,6 +411,18 @@ async fn active_again(env: &Env, name: &str, before: &SmartNicPort) -> SmartNicP
     .await
 }
 
+/// The age in seconds (`duration=`) of each patchbay flow (cookie 0x7062…) in an
+/// `ovs-ofctl dump-flows` listing with statistics.
+fn patchbay_flow_ages(dump: &str) -> Vec<f64> {
+    dump.lines()
+        .filter(|l| l.contains("cookie=0x7062"))
+        .filter_map(|l| {
+            let rest = l.split("duration=").nth(1)?;
+            rest.split('s').next()?.parse().ok()
+        })
+        .collect()
+}
+
 fn ssh_rule(direction: &str) -> serde_json::Value {
     json!([{"type": "ipv4", "action": "deny", "protocol": "tcp",
             "dstPortRange": "22", "direction": direction}])
@@ -498,17 +510,26 @@ async fn acls_filter_only_what_they_name_in_the_direction_they_name() {
     assert_eq!(loss(&hosts, 1, 0), 0);
     assert!(tcp(&hosts, 1, 2, 22), "neighbours must not be affected");
 
-    // Drift: patchbay's flows deleted behind its back are put back.
+    // Drift: patchbay's flows deleted behind its back are put back. No traffic is
+    // tried while they are gone: the drift sweep (every second here) may already
+    // have put them back. That they are new is read from their age instead (a sweep
+    // that finds no drift writes nothing: they were 7 s old here before deletion).
+    let deleted = std::time::Instant::now();
     ovs.ofctl(
         "del-flows",
         BRIDGE,
         &["cookie=0x7062000000000000/0xffff000000000000"],
     )
     .unwrap();
-    assert!(tcp(&hosts, 1, 0, 22), "the flows were deleted");
-    eventually(30, "the ACL flows restored", || async {
-        let dump = ovs.ofctl("dump-flows", BRIDGE, &["--no-stats"]).ok()?;
-        dump.contains("cookie=0x7062").then_some(())
+    eventually_seen(30, "the ACL flows restored", || async {
+        let dump = ovs
+            .ofctl("dump-flows", BRIDGE, &[])
+            .map_err(|e| e.to_string())?;
+        let ages = patchbay_flow_ages(&dump);
+        let since = deleted.elapsed().as_secs_f64();
+        (!ages.is_empty() && ages.iter().all(|age| *age <= since))
+            .then_some(())
+            .ok_or(dump)
     })
     .await;
     assert!(!tcp(&hosts, 1, 0, 22), "the restored rule must deny again");
