@@ -8,7 +8,7 @@
 //! - a configuration the dialect cannot apply is refused once and never retried (no
 //!   status write, no Event, no connection) until it is fixed, then applied at once;
 //! - a switch that goes away shows on the Switch (DeviceReachable=False, one Warning)
-//!   and on its Active ports (Ready=Unknown, still Active) within a drift interval;
+//!   and on its Active ports (Ready=Unknown, still Active) at the next drift sweep;
 //!   a fresh, empty switch at the same address gets every port re-applied.
 
 mod support;
@@ -219,8 +219,10 @@ async fn a_configuration_the_switch_cannot_apply_is_refused_once_and_not_retried
         .await
         .unwrap();
     env.wait_state("p1", PortState::Active).await;
+    // Not retried means the alternative to "at once" is the 60 s resync: a bound
+    // well under it, and well over what a loaded CI machine takes.
     assert!(
-        fixed.elapsed() < Duration::from_secs(3),
+        fixed.elapsed() < Duration::from_secs(20),
         "{:?}",
         fixed.elapsed()
     );
@@ -261,8 +263,11 @@ async fn a_switch_that_goes_away_shows_and_comes_back_with_every_port_reapplied(
             switch_condition(sw, "DeviceReachable").is_some_and(|c| c.0 == "False")
         })
         .await;
+    // Noticed by the drift sweep (every second), not by some slower path: nothing
+    // else would notice an idle switch going away. The bound is loose for loaded
+    // CI machines.
     assert!(
-        gone.elapsed() < drift * 3,
+        gone.elapsed() < drift * 10,
         "noticed after {:?}",
         gone.elapsed()
     );
@@ -341,19 +346,20 @@ async fn a_corrected_password_in_the_secret_is_used_at_once() {
         .await;
     env.link("p1", Some("access")).await;
     let failing = env
-        .wait_for("p1", "four refused logins", |p| {
+        .wait_for("p1", "five refused logins", |p| {
             condition(p, "Ready").is_some_and(|(_, r, _)| r == "AuthenticationFailed")
-                && failure_count(p) >= 4
+                && failure_count(p) >= 5
         })
         .await;
     let error = failing.status.unwrap().last_error.unwrap();
     assert!(!error.contains("not-the-password"), "{error}");
-    // The next probe is 4 s or more away; the corrected Secret is used now.
+    // The next probe is 8 s or more away; the corrected Secret is used now (the
+    // bound leaves a loaded CI machine room and still tells the two apart).
     let fixed = Instant::now();
     set_password(sim.password.clone()).await;
     env.wait_state("p1", PortState::Active).await;
     assert!(
-        fixed.elapsed() < Duration::from_secs(3),
+        fixed.elapsed() < Duration::from_secs(6),
         "{:?}",
         fixed.elapsed()
     );
