@@ -192,8 +192,8 @@ async fn wait_seen(alloc: &Allocator, written: &[(String, Option<String>)]) {
 ///
 /// The write carries the resourceVersion read as precondition, so nothing written
 /// since is overwritten. But the resourceVersion also moves when only the Server's
-/// status or metadata changed (the Server controller writes its phase, finalizer
-/// and inventory counts right after every binding), and the allocator decided on
+/// status or metadata changed (the Server controller writes its status right after
+/// every binding; other tools annotate), and the allocator decided on
 /// the spec alone ([`candidate`] reads nothing else). So a conflict is checked: the
 /// Server is read again and, if its spec is still the one read, the same write is
 /// sent again at the new version (at most [`BINDING_ATTEMPTS`] times). A changed
@@ -566,8 +566,7 @@ async fn release_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action,
     let ns = claim.namespace().unwrap_or_default();
     let name = claim.name_any();
     if !written.is_empty() {
-        // In name order, as the Bound Event lists them (the cache's order is a
-        // hash map's).
+        // In name order: the cache's is a hash map's, different each time.
         let mut names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
         names.sort_unstable();
         let note = format!("claim deleted: released {}", names.join(", "));
