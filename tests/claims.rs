@@ -431,18 +431,8 @@ async fn a_claim_applied_with_kubectl_gets_the_best_fitting_servers_an_inventory
 
 /// The claim's Events as (reason, note), oldest first.
 async fn claim_events(lab: &Lab, claim: &str) -> Vec<(String, String)> {
-    let mut events: Vec<_> = lab
-        .env
-        .api::<k8s_openapi::api::events::v1::Event>()
-        .list(&Default::default())
+    support::events_about(&lab.env.api(), claim)
         .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(claim))
-        .collect();
-    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
-    events
         .into_iter()
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()

@@ -420,28 +420,13 @@ async fn ports_follow_two_servers_through_every_phase_on_a_cisco_and_an_open_vsw
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
         rig.env.cluster.client.clone(),
         "default",
-    )
-    .list(&Default::default())
-    .await
-    .unwrap();
-    let mut changes: Vec<(String, String)> = events
-        .items
-        .iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some("PhaseChanged")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&rig.name("a"))
-        })
-        .map(|e| {
-            let t = e
-                .event_time
-                .as_ref()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default();
-            (t, e.note.clone().unwrap_or_default())
-        })
+    );
+    let changes: Vec<String> = support::events_about(&events, &rig.name("a"))
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("PhaseChanged"))
+        .filter_map(|e| e.note)
         .collect();
-    changes.sort();
-    let changes: Vec<String> = changes.into_iter().map(|(_, n)| n).collect();
     assert_eq!(
         changes,
         [
@@ -668,28 +653,11 @@ impl Bmo<'_> {
 
     /// The reasons of the Events on the host, in order.
     async fn events(&self) -> Vec<String> {
-        let events = self
-            .rig
-            .env
-            .api::<k8s_openapi::api::events::v1::Event>()
-            .list(&Default::default())
+        support::events_about(&self.rig.env.api(), self.host)
             .await
-            .unwrap();
-        let mut found: Vec<(String, String)> = events
-            .items
-            .iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(self.host))
-            .map(|e| {
-                let t = e
-                    .event_time
-                    .as_ref()
-                    .map(|t| t.0.to_string())
-                    .unwrap_or_default();
-                (t, e.reason.clone().unwrap_or_default())
-            })
-            .collect();
-        found.sort();
-        found.into_iter().map(|(_, r)| r).collect()
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect()
     }
 }
 

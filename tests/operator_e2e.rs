@@ -342,14 +342,9 @@ async fn ports_follow_their_configuration_through_every_workflow() {
     assert_eq!(clean.description, Some(None));
 
     // Every transition left an Event on the port.
-    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
+    let reasons: Vec<String> = support::events_about(&env.api(), "server-7-eth0")
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("server-7-eth0"))
         .filter_map(|e| e.reason)
         .collect();
     for reason in ["Idle", "Configuring", "Active", "Cleaning"] {

@@ -173,22 +173,32 @@ impl Drop for Cluster {
     }
 }
 
-/// The Warning Events (events.k8s.io/v1) about the object `name`, of any kind.
-pub async fn warnings(
+/// The Events (events.k8s.io/v1) about the object `name`, of any kind, oldest
+/// first.
+pub async fn events_about(
     events: &Api<k8s_openapi::api::events::v1::Event>,
     name: &str,
 ) -> Vec<k8s_openapi::api::events::v1::Event> {
-    events
+    let mut about: Vec<_> = events
         .list(&kube::api::ListParams::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .filter(|e| {
-            e.type_.as_deref() == Some("Warning")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-        })
-        .collect()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
+    about.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    about
+}
+
+/// The Warning Events (events.k8s.io/v1) about the object `name`, of any kind.
+pub async fn warnings(
+    events: &Api<k8s_openapi::api::events::v1::Event>,
+    name: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let mut about = events_about(events, name).await;
+    about.retain(|e| e.type_.as_deref() == Some("Warning"));
+    about
 }
 
 /// Polls `check` every 50 ms until it returns `Some`, or panics after `secs`.
