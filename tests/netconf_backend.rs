@@ -903,3 +903,51 @@ async fn junos_ae_bundles_are_formed_changed_and_removed_in_one_commit_each() {
     );
     assert!(!xml.contains("<bundle>ae2</bundle>"), "{xml}");
 }
+
+/// Junos keeps the VLAN table consistent itself: a commit deleting a VLAN a port
+/// still names is refused (as the patchbay-ports YANG module's leafref refuses it on
+/// netconfd), so a port read over NETCONF — whose VLANs come with the same
+/// get-config — never misses one.
+#[tokio::test]
+async fn junos_refuses_to_delete_a_vlan_a_port_still_names() {
+    let sims = FakeSwitches::start(&[SimSpec::new("qfx", "juniper_qfx_copper_generic")]).unwrap();
+    let sim = sims.get("qfx");
+    let sw = on_sim(sim, model::for_os("junos", Some("junos-els")).unwrap());
+    let mut d = DesiredPort::clean(port("ge-0/0/1"));
+    d.vlans = VlanMode::Access { vlan: vlan(100) };
+    assert_eq!(sw.set_port(&d).await.unwrap(), PortChange::Changed);
+    let read = sw.get_port(&d.port).await.unwrap();
+    assert_eq!(read.missing_vlans, Some(Default::default()));
+
+    let target = sim_target(sim, &sim.password, HostKeyPolicy::AcceptAny);
+    let mut s = Session::open(&target, Duration::from_secs(10), None)
+        .await
+        .unwrap();
+    let r = edit_candidate(
+        &mut s,
+        "<configuration><vlans><vlan operation=\"delete\"><name>vlan100</name></vlan>\
+         </vlans></configuration>",
+    )
+    .await;
+    assert!(r.errors.is_empty(), "{r:?}");
+    let r = s
+        .rpc(&Operation::Commit {
+            confirm_timeout: None,
+        })
+        .await
+        .unwrap();
+    let refusal = r
+        .errors
+        .first()
+        .and_then(|e| e.message.clone())
+        .unwrap_or_default();
+    assert!(refusal.contains("No vlan matches vlan tag 100"), "{r:?}");
+    s.rpc(&Operation::DiscardChanges).await.unwrap();
+    s.close().await;
+    assert!(
+        running_xml(&target, sw.model())
+            .await
+            .contains("<vlan-id>100</vlan-id>")
+    );
+    assert!(diff(&d, &sw.get_port(&d.port).await.unwrap()).is_empty());
+}

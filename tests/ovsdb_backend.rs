@@ -223,6 +223,8 @@ async fn every_port_state_is_written_read_back_and_reset() {
         sw.get_port(&p(&port)).await.unwrap(),
         patchbay_providers::ObservedPort {
             acl: Some(Vec::new()),
+            // Open vSwitch has no VLAN table.
+            missing_vlans: None,
             ..patchbay_providers::ObservedPort::from_desired(&DesiredPort::clean(p(&port)))
         }
     );

@@ -228,7 +228,8 @@ async fn a_batch_is_read_with_one_command_and_verified_in_the_same_session() {
         assert!(r.outcome.is_ok(), "{}: {:?}", r.port, r.outcome);
     }
     // One login for plan, configuration, save and the verifying read; the ports are
-    // read with one command before and one after, never one show per port.
+    // read with one command before and one after (each with the VLAN table), never
+    // one show per port.
     assert_eq!(sims.connections("sw1") - before, 1);
     let shows: Vec<String> = sw
         .journal()
@@ -236,7 +237,15 @@ async fn a_batch_is_read_with_one_command_and_verified_in_the_same_session() {
         .filter(|s| !s.configures && s.line.starts_with("show"))
         .map(|s| s.line)
         .collect();
-    assert_eq!(shows, ["show running-config", "show running-config"]);
+    assert_eq!(
+        shows,
+        [
+            "show running-config",
+            "show vlan brief",
+            "show running-config",
+            "show vlan brief"
+        ]
+    );
 
     // The batch read and each port's own command read every state the same way.
     let ports: Vec<_> = ops.iter().map(|op| op.port().clone()).collect();
@@ -655,4 +664,107 @@ async fn a_group_the_device_refuses_is_put_back_as_it_was() {
         "put back",
     )
     .await;
+}
+
+/// The VLAN IDs the simulator's own `show vlan brief` lists.
+async fn vlan_table(sw: &patchbay_providers::cli::CliSwitch) -> Vec<u16> {
+    let out = sw.run_raw(&["show vlan brief"]).await.unwrap();
+    let text = out[0].as_ref().unwrap();
+    text.lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// IOS (and the simulator) takes `switchport access vlan N` for a VLAN it does not
+/// have: every VLAN a port carries is created, named or not, and the read checks
+/// the switch's VLAN table — a VLAN deleted by hand reads as a difference and the
+/// next apply makes it again.
+#[tokio::test]
+async fn every_vlan_a_port_carries_exists_and_one_deleted_by_hand_is_made_again() {
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let sw = backend("ios", sims.get("sw1"));
+    let access = |p: &str, v: u16| {
+        let mut d = DesiredPort::clean(port(p));
+        d.vlans = VlanMode::Access { vlan: vlan(v) };
+        d
+    };
+    let trunk = |p: &str, native: Option<u16>, allowed: &[u16]| {
+        let mut d = DesiredPort::clean(port(p));
+        d.vlans = VlanMode::Trunk {
+            native: native.map(vlan),
+            allowed: allowed.iter().map(|v| vlan(*v)).collect(),
+        };
+        d
+    };
+    let mut named = trunk("FastEthernet0/3", Some(100), &[101, 102]);
+    named.vlan_names = [(vlan(101), vlan_name("web")), (vlan(102), vlan_name("db"))].into();
+    let ports = [
+        access("FastEthernet0/1", 10),
+        access("FastEthernet0/2", 20),
+        named,
+        trunk("FastEthernet0/4", None, &[200, 201, 202]),
+    ];
+    let ops: Vec<PortOperation> = ports.iter().cloned().map(PortOperation::Set).collect();
+    let results = patchbay_providers::verify::apply_batch_verified(&sw, &ops)
+        .await
+        .unwrap();
+    assert!(results.iter().all(|r| r.outcome.is_ok()), "{results:?}");
+    let table = vlan_table(&sw).await;
+    for v in [10, 20, 100, 101, 102, 200, 201, 202] {
+        assert!(table.contains(&v), "VLAN {v} missing from {table:?}");
+    }
+
+    // Deleted by hand: the port still names it, and reads as not configured.
+    let typed = sw
+        .run_raw(&["configure terminal", "no vlan 10", "exit"])
+        .await
+        .unwrap();
+    assert!(typed.iter().all(Result::is_ok), "{typed:?}");
+    assert!(!vlan_table(&sw).await.contains(&10));
+    let read = sw.get_port(&port("FastEthernet0/1")).await.unwrap();
+    assert_eq!(read.vlans, Some(VlanMode::Access { vlan: vlan(10) }));
+    assert_eq!(read.missing_vlans, Some([vlan(10)].into_iter().collect()));
+    assert_eq!(
+        diff(&ports[0], &read),
+        [patchbay_providers::PortField::VlanTable]
+    );
+    // Applied again: the VLAN is made, the port reads configured.
+    assert_eq!(sw.set_port(&ports[0]).await.unwrap(), PortChange::Changed);
+    assert!(vlan_table(&sw).await.contains(&10));
+    assert!(
+        diff(
+            &ports[0],
+            &sw.get_port(&port("FastEthernet0/1")).await.unwrap()
+        )
+        .is_empty()
+    );
+}
+
+/// PowerConnect's `show vlan` pages every 18 VLANs and has no paging switch: the
+/// VLAN table is read through its pager, whole.
+#[tokio::test]
+async fn a_vlan_table_longer_than_a_page_is_read_whole() {
+    let c = case("powerconnect");
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", c.model)]).unwrap();
+    let sw = backend("powerconnect", sims.get("sw1"));
+    let mut d = DesiredPort::clean(port(c.ports[0]));
+    d.vlans = VlanMode::Trunk {
+        native: None,
+        allowed: (100..=140).map(vlan).collect(),
+    };
+    let results =
+        patchbay_providers::verify::apply_batch_verified(&sw, &[PortOperation::Set(d.clone())])
+            .await
+            .unwrap();
+    assert!(results[0].outcome.is_ok(), "{results:?}");
+    let read = sw.get_port(&d.port).await.unwrap();
+    assert_eq!(read.missing_vlans, Some(Default::default()));
+    // The last page's VLAN is there too: deleted by hand, it is missed.
+    let typed = sw
+        .run_raw(&["configure", "vlan database", "no vlan 140", "exit", "exit"])
+        .await
+        .unwrap();
+    assert!(typed.iter().all(Result::is_ok), "{typed:?}");
+    let read = sw.get_port(&d.port).await.unwrap();
+    assert_eq!(read.missing_vlans, Some([vlan(140)].into_iter().collect()));
 }

@@ -292,6 +292,11 @@ pub struct ObservedPort {
     pub acl: Option<Vec<AclRule>>,
     /// LAG membership (`Some(None)` = not a member), if readable.
     pub lag: Option<Option<LagMembership>>,
+    /// The VLANs this port carries that the switch's VLAN table lacks (`Some` of
+    /// an empty set: every one exists), if the backend reads the VLAN table. A
+    /// switch may accept a port on a VLAN it does not have (IOS does, silently),
+    /// and such a port forwards nothing: it is not configured as desired.
+    pub missing_vlans: Option<VlanSet>,
 }
 
 impl ObservedPort {
@@ -305,6 +310,29 @@ impl ObservedPort {
             description: Some(desired.description.clone()),
             acl: Some(desired.acl.clone()),
             lag: Some(desired.lag),
+            missing_vlans: Some(VlanSet::new()),
+        }
+    }
+
+    /// The same port checked against the switch's VLAN table (the VLAN IDs the
+    /// switch has): `missing_vlans` is what the port carries that `table` lacks.
+    pub fn against_vlan_table(mut self, table: &BTreeSet<VlanId>) -> Self {
+        let carried = self.vlans.as_ref().map(VlanMode::vlans).unwrap_or_default();
+        self.missing_vlans = Some(carried.into_iter().filter(|v| !table.contains(v)).collect());
+        self
+    }
+}
+
+impl VlanMode {
+    /// Every VLAN the mode carries: the access VLAN, or the trunk's native and
+    /// allowed VLANs.
+    pub fn vlans(&self) -> BTreeSet<VlanId> {
+        match self {
+            VlanMode::Unconfigured => BTreeSet::new(),
+            VlanMode::Access { vlan } => [*vlan].into(),
+            VlanMode::Trunk { native, allowed } => {
+                allowed.iter().chain(native.iter().copied()).collect()
+            }
         }
     }
 }
@@ -324,6 +352,8 @@ pub enum PortField {
     Acl,
     /// LAG membership.
     Lag,
+    /// VLANs the port carries that the switch does not have.
+    VlanTable,
 }
 
 impl fmt::Display for PortField {
@@ -335,6 +365,7 @@ impl fmt::Display for PortField {
             PortField::Description => "description",
             PortField::Acl => "ACL",
             PortField::Lag => "link aggregation",
+            PortField::VlanTable => "VLANs missing from the switch",
         })
     }
 }
@@ -365,6 +396,13 @@ pub fn diff(desired: &DesiredPort, observed: &ObservedPort) -> Vec<PortField> {
     }
     if observed.lag.is_some_and(|l| l != desired.lag) {
         out.push(PortField::Lag);
+    }
+    if observed
+        .missing_vlans
+        .as_ref()
+        .is_some_and(|m| !m.is_empty())
+    {
+        out.push(PortField::VlanTable);
     }
     out
 }

@@ -74,6 +74,10 @@ pub fn vlan(n: u16) -> VlanId {
     VlanId::new(n).expect("vlan")
 }
 
+pub fn vlan_name(name: &str) -> VlanName {
+    VlanName::parse(name).expect("VLAN name")
+}
+
 fn named(pairs: &[(u16, &str)]) -> BTreeMap<VlanId, VlanName> {
     pairs
         .iter()

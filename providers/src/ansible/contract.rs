@@ -11,7 +11,10 @@
 //! - `read.yml` gets nothing and ends with a task named `patchbay ports` whose result
 //!   carries `patchbay_ports_read`: the ports in the same shape as `patchbay_ports`
 //!   (`allowed_vlans` entries may be ranges, `"100-102"`, and may list the native
-//!   VLAN, which patchbay removes).
+//!   VLAN, which patchbay removes). A task named `patchbay vlans` before it whose
+//!   result carries `patchbay_vlans_read` (the switch's VLAN IDs, entries may be
+//!   ranges) has every port checked against the switch's VLAN table; without it the
+//!   table is not checked.
 
 use std::collections::BTreeMap;
 
@@ -443,6 +446,8 @@ fn observed(r: ReadPort, port: &PortName) -> Result<ObservedPort, String> {
         description: Some(description),
         acl: None,
         lag: None,
+        // Set from the VLAN table the read reports, if it reports one.
+        missing_vlans: None,
     })
 }
 
@@ -461,6 +466,13 @@ pub fn read_results(
         during: "reading the playbook's ports".into(),
         cause: Cause::new(e),
     })?;
+    let table = match last_value(&tasks, "patchbay vlans", "patchbay_vlans_read") {
+        Some(v) => Some(vlan_table(&v).map_err(|e| DeviceError::Protocol {
+            during: "reading the playbook's VLAN table".into(),
+            cause: Cause::msg(e),
+        })?),
+        None => None,
+    };
     let mut by_name: BTreeMap<String, ReadPort> =
         read.into_iter().map(|r| (r.name.clone(), r)).collect();
     Ok(ports
@@ -469,12 +481,36 @@ pub fn read_results(
             None => Err(DeviceError::UnknownPort {
                 port: p.as_str().to_owned(),
             }),
-            Some(r) => observed(r, p).map_err(|e| DeviceError::Protocol {
-                during: format!("reading port {p}"),
-                cause: Cause::msg(e),
-            }),
+            Some(r) => observed(r, p)
+                .map(|o| match &table {
+                    Some(t) => o.against_vlan_table(t),
+                    None => o,
+                })
+                .map_err(|e| DeviceError::Protocol {
+                    during: format!("reading port {p}"),
+                    cause: Cause::msg(e),
+                }),
         })
         .collect())
+}
+
+/// The VLAN IDs of `patchbay_vlans_read`: a list of numbers, or strings of a number
+/// or range (`"100-102"`).
+fn vlan_table(v: &Value) -> Result<std::collections::BTreeSet<VlanId>, String> {
+    let Value::Array(items) = v else {
+        return Err(format!("{v} is not a list of VLAN IDs"));
+    };
+    let mut table = std::collections::BTreeSet::new();
+    for item in items {
+        let text = match item {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            other => return Err(format!("{other} is not a VLAN ID")),
+        };
+        let set = VlanSet::parse(&text).map_err(|e| format!("VLAN {text:?}: {}", e.0))?;
+        table.extend(set.iter());
+    }
+    Ok(table)
 }
 
 /// What a check-mode run (`--check --diff`) would send: each task's `commands`,

@@ -172,6 +172,21 @@ pub struct SessionSpec {
     pub configure: String,
     /// Command that leaves one configuration level.
     pub exit: String,
+    /// A device whose paging cannot be turned off: its page-full prompt and the key
+    /// for the next page (used for the one-command reads that may page, such as
+    /// the VLAN table).
+    #[serde(default)]
+    pub pager: Option<PagerSpec>,
+}
+
+/// A pager in a dialect file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PagerSpec {
+    /// Regex of the page-full prompt (matched at the end of what has arrived).
+    pub prompt: String,
+    /// What to type for the next page.
+    pub key: String,
 }
 
 /// How to reach privileged mode.
@@ -284,8 +299,28 @@ struct ReadFile {
     running_config: Option<String>,
     #[serde(default)]
     batch: Option<BatchReadFile>,
+    #[serde(default)]
+    vlan_table: Option<VlanTableFile>,
     admin_default: AdminWord,
     rules: Vec<RuleFile>,
+}
+
+/// Reading the switch's VLAN table: `read.vlan_table`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VlanTableFile {
+    command: String,
+    /// A regex whose first group is the VLAN ID of a table line.
+    #[serde(rename = "match")]
+    pattern: String,
+}
+
+/// The command that lists the switch's VLANs and the lines that name one.
+#[derive(Debug, Clone)]
+pub struct VlanTable {
+    /// The command (`show vlan brief`).
+    pub command: String,
+    pattern: Regex,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -339,6 +374,8 @@ pub struct Dialect {
     pub session: SessionSpec,
     /// Regex of the enable password prompt, compiled.
     pub enable_password_prompt: Option<Regex>,
+    /// The device's pager, compiled.
+    pub pager: Option<crate::cli::transport::Pager>,
     errors: Vec<Regex>,
     vlan_create: Vec<String>,
     vlan_create_named: Vec<String>,
@@ -350,6 +387,10 @@ pub struct Dialect {
     vlans: VlanTemplates,
     read_commands: Vec<String>,
     batch_read: Option<BatchRead>,
+    /// How to read the switch's VLAN table, where the dialect's VLANs exist apart
+    /// from their ports (interface style): read with every port read, so a port on
+    /// a VLAN the switch lacks is not taken as configured.
+    pub vlan_table: Option<VlanTable>,
     /// The command that prints the whole running configuration, if the device has a
     /// usable one.
     pub running_config: Option<String>,
@@ -487,6 +528,39 @@ impl Dialect {
             }
             None => None,
         };
+        let vlan_table = match &f.read.vlan_table {
+            Some(_) if !matches!(f.vlans, VlanTemplates::Interface(_)) => {
+                return Err(err(
+                    "read.vlan_table is for vlans.style interface (a vlan-style port's \
+                     membership is inside its VLAN)"
+                        .into(),
+                ));
+            }
+            Some(t) => {
+                let pattern = compile(file, "read.vlan_table.match", &t.pattern)?;
+                if pattern.captures_len() < 2 {
+                    return Err(err(
+                        "read.vlan_table.match needs a group capturing the VLAN ID".into(),
+                    ));
+                }
+                Some(VlanTable {
+                    command: t.command.clone(),
+                    pattern,
+                })
+            }
+            None => None,
+        };
+        let pager = match &f.session.pager {
+            Some(p) => Some(crate::cli::transport::Pager {
+                prompt: compile(
+                    file,
+                    "session.pager.prompt",
+                    &format!("(?:{}) ?$", p.prompt),
+                )?,
+                key: p.key.clone(),
+            }),
+            None => None,
+        };
         let enable_password_prompt = match &f.session.enable {
             Some(e) => Some(compile(file, "password prompt", &e.password_prompt)?),
             None => None,
@@ -508,6 +582,7 @@ impl Dialect {
             capabilities: caps,
             session: f.session,
             enable_password_prompt,
+            pager,
             errors,
             vlan_create: f.vlan_create,
             vlan_create_named: f.vlan_create_named,
@@ -527,6 +602,7 @@ impl Dialect {
             vlans: f.vlans,
             read_commands: f.read.commands,
             batch_read,
+            vlan_table,
             running_config: f.read.running_config,
             admin_default: match f.read.admin_default {
                 AdminWord::Up => AdminState::Up,
@@ -557,6 +633,20 @@ impl Dialect {
         self.read_commands
             .iter()
             .map(|t| render(t, &Values::port(port)))
+            .collect()
+    }
+
+    /// The VLAN IDs of the switch's VLAN table as `output` (the dialect's
+    /// `read.vlan_table.command`) lists them.
+    pub fn parse_vlan_table(&self, output: &str) -> BTreeSet<VlanId> {
+        let Some(t) = &self.vlan_table else {
+            return BTreeSet::new();
+        };
+        output
+            .lines()
+            .filter_map(|l| t.pattern.captures(l.trim_end_matches('\r')))
+            .filter_map(|c| c.get(1)?.as_str().parse::<u16>().ok())
+            .filter_map(|n| VlanId::new(n).ok())
             .collect()
     }
 
@@ -649,6 +739,8 @@ impl Dialect {
                 description: Some(seen.description.map(|d| Description::read_from_device(&d))),
                 acl: None,
                 lag: self.lag.as_ref().map(|_| None),
+                // Set from the dialect's VLAN table read, where it has one.
+                missing_vlans: None,
             },
             own_vlans: vlans,
             channel,
@@ -673,7 +765,7 @@ impl Dialect {
         plan.joins = desired.lag.map(|l| l.group);
         plan.leaves = lag.leaves;
         plan.aggregate = lag.aggregate;
-        if vlans_change || plan.aggregate.is_some() {
+        if vlans_change || plan.aggregate.is_some() || fields.contains(&PortField::VlanTable) {
             for vlan in vlans_of(&desired.vlans) {
                 plan.vlans
                     .insert(vlan, desired.vlan_names.get(&vlan).cloned());
@@ -1290,5 +1382,81 @@ mod tests {
         assert!(device_vlan_list("none").is_empty());
         assert_eq!(device_vlan_list("10,20-22").to_range_string(), "10,20-22");
         assert_eq!(device_vlan_list("1-4095").len(), 4094);
+    }
+
+    #[test]
+    fn the_vlan_table_is_read_per_dialect_and_a_missing_vlan_is_made_again() {
+        let vlan = |n: u16| VlanId::new(n).unwrap();
+        // Each dialect's table, as its device prints it (the simulators' output).
+        let tables = [
+            (
+                "ios",
+                "\r\nVLAN Name                             Status    Ports\r\n\
+                 ---- -------------------------------- --------- --------------\r\n\
+                 1    default                          active    Fa0/2, Fa0/3\r\n\
+                 \x20                                               Fa0/6, Fa0/7\r\n\
+                 10   VLAN10                           active\r\n\
+                 20   web                              active\r\n",
+            ),
+            (
+                "powerconnect",
+                "\r\nVLAN       Name                         Ports          Type\r\n\
+                 -----  ---------------                  -------------  -----\r\n\
+                 1      Default                                         Default\r\n\
+                 10     web                                             Static\r\n\
+                 20                                      1/g1           Static\r\n",
+            ),
+        ];
+        for (os, text) in tables {
+            let d = for_os(os).unwrap();
+            assert_eq!(
+                d.parse_vlan_table(text),
+                [vlan(1), vlan(10), vlan(20)].into(),
+                "{os}"
+            );
+        }
+        // A vlan-style dialect (membership inside the VLAN) has no table to read.
+        assert!(for_os("fastiron").unwrap().vlan_table.is_none());
+        let (_, brocade) = DIALECT_FILES[3];
+        let with_table = brocade.replace(
+            "  admin_default:",
+            "  vlan_table: { command: show vlan, match: '^(\\d+)' }\n  admin_default:",
+        );
+        assert!(
+            Dialect::load("b.yaml", &with_table)
+                .unwrap_err()
+                .reason
+                .contains("vlan_table")
+        );
+
+        // The port carries its VLAN but the switch lacks it: only the VLAN is made
+        // (named as configured), the interface is left as it is.
+        let ios = for_os("ios").unwrap();
+        let port = PortName::parse("FastEthernet0/1").unwrap();
+        let mut desired = DesiredPort::clean(port.clone());
+        desired.vlans = VlanMode::Access { vlan: vlan(10) };
+        desired
+            .vlan_names
+            .insert(vlan(10), VlanName::parse("web").unwrap());
+        let mut reading = ios.read(
+            &port,
+            " switchport mode access\n switchport access vlan 10\n",
+        );
+        reading.observed = reading
+            .observed
+            .clone()
+            .against_vlan_table(&[vlan(1)].into());
+        let plan = ios.plan(&reading, &Aggregates::new(), &desired);
+        assert_eq!(
+            plan.vlans,
+            [(vlan(10), Some(VlanName::parse("web").unwrap()))].into()
+        );
+        assert!(plan.blocks.is_empty(), "{plan:?}");
+        // With the VLAN there: nothing to do.
+        reading.observed = reading
+            .observed
+            .clone()
+            .against_vlan_table(&[vlan(1), vlan(10)].into());
+        assert!(ios.plan(&reading, &Aggregates::new(), &desired).is_empty());
     }
 }

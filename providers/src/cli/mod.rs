@@ -183,6 +183,29 @@ impl CliSwitch {
         r.map(Some)
     }
 
+    /// The device's own answers to `lines`, typed one after the other in privileged
+    /// mode in one session (configuration lines too, after the dialect's
+    /// `configure` line). For tests and troubleshooting only: the lines go as
+    /// given, unchecked, so nothing that carries user input may call this.
+    pub async fn run_raw(
+        &self,
+        lines: &[&str],
+    ) -> Result<Vec<Result<String, DeviceError>>, DeviceError> {
+        let mut s = self.session().await?;
+        let mut out = Vec::with_capacity(lines.len());
+        for line in lines {
+            match s.run(line, true).await {
+                Err(e) if e.is_session_failure() => {
+                    s.close().await;
+                    return Err(e);
+                }
+                r => out.push(r),
+            }
+        }
+        s.close().await;
+        Ok(out)
+    }
+
     fn script(&self, plans: &[Plan]) -> Vec<String> {
         self.dialect.script(plans, self.options.save_config)
     }
@@ -552,10 +575,16 @@ impl<'a> Session<'a> {
             found.last().map(|x| x.2)
         };
         let timeout = self.sw.options.command_timeout * (1 + lines.len() as u32 / 50);
+        // A pager's key would eat the next pipelined line: only a lone command pages.
+        let pager = match lines {
+            [_] => self.sw.dialect.pager.as_ref(),
+            _ => None,
+        };
         let text = self
             .shell
-            .read_until(
+            .read_paged(
                 spans,
+                pager,
                 timeout,
                 &format!("waiting for the answers to {} commands", lines.len()),
             )
@@ -584,7 +613,8 @@ impl<'a> Session<'a> {
     /// otherwise, and any port the batch output does not show). Where the dialect
     /// has link aggregation, the aggregates of the groups the ports are in, and of
     /// `also`, are then read with one more pipelined write, and each member settled
-    /// against its aggregate.
+    /// against its aggregate. Where it has a VLAN table read, the table is read once
+    /// and each port checked against it (`ObservedPort::missing_vlans`).
     async fn read_ports(
         &mut self,
         ports: &[PortName],
@@ -616,6 +646,12 @@ impl<'a> Session<'a> {
         let aggregates = self.read_aggregates(&groups).await?;
         for r in readings.iter_mut().flatten() {
             dialect.settle(r, &aggregates);
+        }
+        if let Some(table) = &dialect.vlan_table {
+            let defined = dialect.parse_vlan_table(&self.run(&table.command, false).await?);
+            for r in readings.iter_mut().flatten() {
+                r.observed = r.observed.clone().against_vlan_table(&defined);
+            }
         }
         Ok((readings, aggregates))
     }

@@ -68,6 +68,16 @@ pub fn fingerprint_of_known_hosts_line(line: &str) -> Result<String, String> {
     Ok(key.fingerprint(HashAlg::Sha256).to_string())
 }
 
+/// A device's pager: the prompt it shows when a page is full (a regex anchored at
+/// the end of what has arrived) and the key that shows the next page.
+#[derive(Debug, Clone)]
+pub struct Pager {
+    /// The page-full prompt, ending with `$`.
+    pub prompt: regex::Regex,
+    /// What to type for the next page.
+    pub key: String,
+}
+
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub struct SshTarget {
@@ -322,11 +332,20 @@ async fn next_data(channel: &mut Channel<Msg>, deadline: Instant) -> Result<Opti
     }
 }
 
+/// Closes the channel and the connection, and waits (briefly) until the connection
+/// is gone: a session is over for the device when this returns, so the switch
+/// worker's next session never overlaps it, even by the milliseconds the transport
+/// would otherwise take to close.
 async fn close_all(handle: Handle<Verifier>, channel: Channel<Msg>) {
     let _ = channel.eof().await;
     let _ = channel.close().await;
+    drop(channel);
     let _ = handle.disconnect(Disconnect::ByApplication, "", "en").await;
+    let _ = tokio::time::timeout(CLOSE_WAIT, handle).await;
 }
+
+/// The longest [`close_all`] waits for the connection to end after the disconnect.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 impl Shell {
     /// Connects, verifies the host key, logs in and opens the shell.
@@ -368,7 +387,21 @@ impl Shell {
     /// a timeout after `timeout`, or when the device closes the session.
     pub async fn read_until(
         &mut self,
+        done: impl FnMut(&str) -> Option<usize>,
+        timeout: Duration,
+        during: &str,
+    ) -> Result<String, DeviceError> {
+        self.read_paged(done, None, timeout, during).await
+    }
+
+    /// [`Shell::read_until`] through a pager: whenever what has arrived ends with
+    /// the pager's prompt (`--More--`), the prompt is cut out and its key sent, so
+    /// the answer arrives whole. Only for one command at a time: a device that
+    /// pages takes the next typed character as the key.
+    pub async fn read_paged(
+        &mut self,
         mut done: impl FnMut(&str) -> Option<usize>,
+        pager: Option<&Pager>,
         timeout: Duration,
         during: &str,
     ) -> Result<String, DeviceError> {
@@ -377,6 +410,12 @@ impl Shell {
             if let Some(end) = done(&self.buf) {
                 let rest = self.buf.split_off(end);
                 return Ok(std::mem::replace(&mut self.buf, rest));
+            }
+            if let Some(p) = pager
+                && let Some(m) = p.prompt.find(&self.buf)
+            {
+                self.buf.truncate(m.start());
+                self.write(&p.key).await?;
             }
             match next_data(&mut self.channel, deadline).await {
                 Ok(Some(data)) => self.buf.push_str(&String::from_utf8_lossy(&data)),

@@ -193,10 +193,12 @@ impl NetconfSwitch {
         Ok(reply.data.unwrap_or_default())
     }
 
-    /// Reads `port` from the port entries of one get-config (`Model::entries`).
+    /// Reads `port` from the port entries of one get-config (`Model::entries`),
+    /// checked against the VLANs the same get-config lists (`Model::read_vlans`).
     fn read_one(
         &self,
         entries: &BTreeMap<String, &Element>,
+        vlans: &BTreeSet<VlanId>,
         port: &PortName,
     ) -> Result<ObservedPort, DeviceError> {
         if !self.model.port_name_fits(port) {
@@ -206,6 +208,7 @@ impl NetconfSwitch {
         }
         self.model
             .read_port_in(port, entries)
+            .map(|o| o.against_vlan_table(vlans))
             .map_err(|e| DeviceError::Protocol {
                 during: format!("reading port {port}"),
                 cause: Cause::msg(e),
@@ -221,6 +224,7 @@ impl NetconfSwitch {
     ) -> (Vec<Option<Result<PortChange, DeviceError>>>, Vec<Pending>) {
         let caps = self.model.capabilities();
         let entries = self.model.entries(data);
+        let vlans = self.model.read_vlans(data);
         let mut outcomes: Vec<Option<Result<PortChange, DeviceError>>> = vec![None; ops.len()];
         let mut pending = Vec::new();
         for (i, op) in ops.iter().enumerate() {
@@ -230,7 +234,7 @@ impl NetconfSwitch {
                 outcomes[i] = Some(Err(DeviceError::Unsupported { capability }));
                 continue;
             }
-            let observed = match self.read_one(&entries, op.port()) {
+            let observed = match self.read_one(&entries, &vlans, op.port()) {
                 Ok(o) => o,
                 Err(e) => {
                     outcomes[i] = Some(Err(e));
@@ -476,8 +480,9 @@ impl NetconfSwitch {
         }
         let data = reply.data.clone().unwrap_or_default();
         let entries = self.model.entries(&data);
+        let vlans = self.model.read_vlans(&data);
         for p in pending {
-            let fields = match self.read_one(&entries, &p.target.port) {
+            let fields = match self.read_one(&entries, &vlans, &p.target.port) {
                 Ok(o) => diff(&p.target, &o),
                 Err(e) => return Some((e, None)),
             };
@@ -711,9 +716,10 @@ impl Device for NetconfSwitch {
         s.close().await;
         let data = data?;
         let entries = self.model.entries(&data);
+        let vlans = self.model.read_vlans(&data);
         Ok(ports
             .iter()
-            .map(|p| (p.clone(), self.read_one(&entries, p)))
+            .map(|p| (p.clone(), self.read_one(&entries, &vlans, p)))
             .collect())
     }
 }

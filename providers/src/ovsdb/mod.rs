@@ -280,6 +280,8 @@ fn observed(
         ),
         acl,
         lag: Some(lag),
+        // Open vSwitch has no VLAN table: a port's tag or trunks are the VLAN.
+        missing_vlans: None,
     }
 }
 

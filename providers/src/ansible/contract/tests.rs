@@ -170,6 +170,33 @@ fn reads_become_observed_ports() {
     assert_eq!(r[2].as_ref().unwrap().vlans, Some(VlanMode::Unconfigured));
     assert!(matches!(r[3], Err(DeviceError::Protocol { .. })));
     assert!(matches!(r[4], Err(DeviceError::UnknownPort { .. })));
+    // Without a VLAN table the table is not checked.
+    assert_eq!(r[0].as_ref().unwrap().missing_vlans, None);
+}
+
+#[test]
+fn a_read_with_the_vlan_table_names_what_a_port_carries_and_the_switch_lacks() {
+    let out = output(json!([
+        {"task": {"name": "patchbay vlans"}, "hosts": {"device": {"patchbay_vlans_read":
+            [1, "100", "101-102", 200]}}},
+        {"task": {"name": "patchbay ports"}, "hosts": {"device": {"patchbay_ports_read": [
+            {"name": "Fa0/1", "enabled": true, "mode": "access", "access_vlan": 10},
+            {"name": "Fa0/2", "enabled": true, "mode": "trunk", "native_vlan": 100,
+             "allowed_vlans": ["101-103", 200]}
+        ]}}}
+    ]));
+    let r = read_results(&out, &[port("Fa0/1"), port("Fa0/2")], "sw:22").unwrap();
+    let missing = |i: usize| r[i].as_ref().unwrap().missing_vlans.clone();
+    assert_eq!(missing(0), Some([vlan(10)].into_iter().collect()));
+    assert_eq!(missing(1), Some([vlan(103)].into_iter().collect()));
+    let broken = output(json!([
+        {"task": {"name": "patchbay vlans"}, "hosts": {"device": {"patchbay_vlans_read": "1"}}},
+        {"task": {"name": "patchbay ports"}, "hosts": {"device": {"patchbay_ports_read": []}}}
+    ]));
+    assert!(matches!(
+        read_results(&broken, &[port("Fa0/1")], "sw:22"),
+        Err(DeviceError::Protocol { .. })
+    ));
 }
 
 #[test]
