@@ -20,9 +20,9 @@ Each switch listens on 127.0.0.1 on its "port", or on a port the kernel picks wh
 is 0 or absent (a fixed port lets a test stop a switch and start a fresh, empty one
 where the operator expects it; every simulator has the same host key). With
 "connection_log", a line `<switch> open <time> <peer port>` is appended to that file for
-every TCP connection it accepts, and `<switch> close …` when it ends: tests count the
-operator's attempts (SSH handshakes)
-from it. It observes; the simulated device behaves the same. When every switch listens,
+every TCP connection it accepts, `<switch> login …` once the connection has
+authenticated, and `<switch> close …` when it ends: tests count the operator's attempts
+(SSH handshakes) and its sessions (logins) from it. It observes; the simulated device behaves the same. When every switch listens,
 OUT.json is written (atomically) with, per switch: name, model, address, port,
 username, password, enable_password, host_key_fingerprint (OpenSSH SHA256 form),
 known_hosts_line and ports (the device's port names). The process then serves until
@@ -122,29 +122,50 @@ def install_ios_shims():
     gate(PipingProcessor, {"do_section"})
 
 
+def write_event(log, event, port):
+    """Appends `<name> <event> <unix time> <peer port>` to the connection log."""
+    name, path = log
+    with open(path, "a") as f:
+        f.write("%s %s %.6f %d\n" % (name, event, time.time(), port))
+
+
 def log_connections(ssh_factory, name, path):
     """Appends `<name> open <unix time> <peer port>` to `path` for each connection
-    the factory accepts, and `<name> close <unix time> <peer port>` when it ends:
-    tests count the operator's sessions and check when they were open."""
+    the factory accepts, `<name> login …` once it has authenticated, and
+    `<name> close …` when it ends: tests count the operator's sessions and check
+    when they were open."""
     build = ssh_factory.buildProtocol
-
-    def write(event, port):
-        with open(path, "a") as f:
-            f.write("%s %s %.6f %d\n" % (name, event, time.time(), port))
+    ssh_factory.patchbay_log = (name, path)
 
     def logged(addr):
-        write("open", addr.port)
+        write_event(ssh_factory.patchbay_log, "open", addr.port)
         protocol = build(addr)
         lost = protocol.connectionLost
 
         def closed(reason):
-            write("close", addr.port)
+            write_event(ssh_factory.patchbay_log, "close", addr.port)
             return lost(reason)
 
         protocol.connectionLost = closed
         return protocol
 
     ssh_factory.buildProtocol = logged
+
+
+def log_logins():
+    """The `login` line of the connection log: written when a connection's user has
+    authenticated (before that, a connection cannot change the device)."""
+    from twisted.conch.ssh.userauth import SSHUserAuthServer
+
+    finished = SSHUserAuthServer._cbFinishedAuth
+
+    def logged(self, result):
+        log = getattr(self.transport.factory, "patchbay_log", None)
+        if log is not None:
+            write_event(log, "login", self.transport.transport.getPeer().port)
+        return finished(self, result)
+
+    SSHUserAuthServer._cbFinishedAuth = logged
 
 
 def main():
@@ -158,6 +179,8 @@ def main():
     factory = SwitchFactory()
     connection_log = spec.get("connection_log")
     described = []
+    if connection_log:
+        log_logins()
     if any(sw.get("ios_shims") for sw in spec["switches"]):
         install_ios_shims()
     for sw in spec["switches"]:

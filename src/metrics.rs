@@ -99,14 +99,14 @@ pub const SESSIONS: Family = Family {
 pub const DRIFT_FOUND: Family = Family {
     name: "patchbay_drift_found_total",
     kind: Kind::Counter,
-    help: "Ports a drift sweep found differing from their applied configuration.",
+    help: "Drift found by sweeps: each time a port in sync (or just repaired) is found differing from its applied configuration.",
     labels: &["backend"],
 };
 /// Drift repaired.
 pub const DRIFT_REPAIRED: Family = Family {
     name: "patchbay_drift_repaired_total",
     kind: Kind::Counter,
-    help: "Drifted ports applied again successfully.",
+    help: "Drift repaired: each time a drifted port was applied again successfully.",
     labels: &["kind"],
 };
 /// Port step failures.

@@ -536,11 +536,14 @@ fn group_setting_differences(
 /// members, its own included.
 ///
 /// A group is the ports of one Switch whose configurations name the same
-/// `linkAggregation.group`. Refused at `spec.linkAggregation.group`, naming the
-/// conflicting port: a member carrying other VLANs, MTU or mode (description and
-/// `disabled` stay each member's own); a member cabled to another Server (two
-/// hosts' NICs in one bundle); a port of the same Server in the same group on
-/// another Switch (patchbay does not configure multi-chassis LAG).
+/// `linkAggregation.group` and that are cabled to the same Server (ports cabled to
+/// no Server form a group among themselves). Refused at
+/// `spec.linkAggregation.group`, naming the conflicting port: a member carrying
+/// other VLANs, MTU or mode (description and `disabled` stay each member's own); a
+/// member cabled to another Server, or to none while this one is cabled (two
+/// hosts' links, or a host's and an unknown port, in one bundle); a port of the
+/// same Server in the same group on another Switch (patchbay does not configure
+/// multi-chassis LAG).
 pub fn lag_members(
     this: &LagPeer<'_>,
     peers: &[LagPeer<'_>],
@@ -573,16 +576,20 @@ pub fn lag_members(
             }
             continue;
         }
-        if let (Some(mine), Some(theirs)) = (this.server, peer.server)
-            && mine != theirs
-        {
+        if this.server != peer.server {
+            let cabled = |s: Option<&str>| match s {
+                Some(s) => format!("Server {s:?}"),
+                None => "no Server".to_owned(),
+            };
             errors.push(
                 field,
                 format!(
                     "group {group} on Switch {:?} already holds SwitchPort {:?}, cabled to \
-                     Server {theirs:?}; this port is cabled to Server {mine:?}: a group bundles \
-                     one host's links",
-                    this.switch, peer.name
+                     {}; this port is cabled to {}: a group bundles one host's links",
+                    this.switch,
+                    peer.name,
+                    cabled(peer.server),
+                    cabled(this.server)
                 ),
             );
             continue;

@@ -8,18 +8,36 @@
 //! with one read of all its tracked ports, and knows whether the switch answers.
 //! Does device I/O through the [`Device`] it owns; no Kubernetes.
 //!
-//! **Link aggregation.** A change that makes a port a member of group G (its desired
-//! state has `lag`) is held until every member named in its `lag_members` either
-//! has a change waiting too or is tracked (Active) with the same group settings;
-//! then the group's changes go in one batch, where the backend configures the
-//! aggregate before its members. A group still incomplete after
-//! [`WorkerConfig::group_hold`] fails its held changes with
-//! [`WorkerError::GroupIncomplete`], touching nothing. Leaving a group is not held:
-//! each member leaves when its own change comes, and the backend removes the
-//! aggregate with its last member.
+//! **One writer.** The operator runs one worker per device (per ProviderSwitch, see
+//! `controllers::context`). Every session — batch, drift sweep, probe — holds one of
+//! the worker's `max_sessions` permits (1 by default) for its whole length. A new
+//! device for the same switch ([`SwitchWorker::replace_device`]: the ProviderSwitch
+//! or its Secret changed) takes over only once every permit of the old one is back,
+//! so its first session never overlaps the old one's last.
 //!
-//! Port reconciles talk to it through [`SwitchWorker`]; at most `max_sessions`
-//! batches run against the device at once (1 by default). Reads requested within the
+//! **Drift notices.** A port settles what it established itself
+//! ([`SwitchWorker::settle`]: in sync after applying, drifted after reading a drift
+//! it leaves); a sweep whose verdict differs posts a notice
+//! ([`SwitchWorker::drift_notice`]) and wakes the port at every sweep until the port
+//! settles it. So a repaired port is repaired again whenever a later sweep finds it
+//! drifted, and a drift reported and left (ReportOnly) wakes nothing until the
+//! device changes again.
+//!
+//! **Link aggregation.** A change that makes a port a member of group G (its desired
+//! state has `lag`) is held until every member named in the held changes'
+//! `lag_members` either has a change waiting too or is tracked (Active) with the
+//! same group settings; a group new to the device (no tracked member in it) also
+//! waits [`WorkerConfig::group_gather`] after its latest change, for members whose
+//! reconciles named only themselves. Then the group's changes go in one batch, where
+//! the backend configures the aggregate before its members. Held groups are looked
+//! at again whenever tracking changes and when a gather or hold ends
+//! (`group_verdict`, pure). A group still incomplete after
+//! [`WorkerConfig::group_hold`] fails its held changes with
+//! [`WorkerError::GroupIncomplete`] naming the missing members, touching nothing.
+//! Leaving a group is not held: each member leaves when its own change comes, and
+//! the backend removes the aggregate with its last member.
+//!
+//! Port reconciles talk to it through [`SwitchWorker`]. Reads requested within the
 //! same window are served by one `get_ports` call.
 //!
 //! **Reachability.** A failure of the whole session (unreachable, timeout,
@@ -35,7 +53,7 @@
 //! (Active) ports; when the switch answers again every tracked port gets a drift
 //! notice, so a device that came back empty is re-applied at once.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,12 +65,16 @@ use patchbay_providers::{
 };
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
+use crate::api::CabledPortKind;
 use crate::metrics;
 use crate::state_machine::{Backoff, SwitchOutage};
 
-/// Identifies a port object (namespace, name).
+/// Identifies a port object (kind, namespace, name): one worker serves a device's
+/// SwitchPorts and SmartNicPorts alike, and its notices go to the right controller.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PortKey {
+    /// Which kind of port object.
+    pub kind: CabledPortKind,
     /// Namespace.
     pub namespace: String,
     /// Name.
@@ -81,10 +103,17 @@ pub struct WorkerConfig {
     /// members (see "Link aggregation" above); then it fails naming the missing
     /// ones.
     pub group_hold: Duration,
+    /// How long a group that is new to the device waits after its latest member's
+    /// change for more members (see "Link aggregation" above).
+    pub group_gather: Duration,
 }
 
 /// [`WorkerConfig::group_hold`] in the operator.
 pub const GROUP_HOLD: Duration = Duration::from_secs(30);
+
+/// [`WorkerConfig::group_gather`] in the operator: members linked together reach
+/// the worker well within it (their reconciles follow their watch events).
+pub const GROUP_GATHER: Duration = Duration::from_secs(1);
 
 /// What a worker announces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,14 +216,45 @@ impl Job {
     }
 }
 
+/// The drift bookkeeping of the tracked (Active) ports. See [`SwitchWorker::settle`]
+/// for how a port and the sweeps share it.
 #[derive(Default)]
 struct Tracking {
     /// Active ports and what they should be.
     desired: BTreeMap<PortKey, DesiredPort>,
-    /// The last sweep's verdict per port (true = drifted).
-    verdict: HashMap<PortKey, bool>,
-    /// Ports with a drift notice they have not taken yet.
+    /// What each port last established about its device port itself: `false` once
+    /// it applied the port or read it in sync, `true` once it read it drifted and
+    /// left it so (ReportOnly). Absent counts as `false`.
+    known: HashMap<PortKey, bool>,
+    /// Sweep verdicts that differ from `known` and that the port has not confirmed
+    /// yet: its drift check is due.
     pending: HashMap<PortKey, bool>,
+    /// When each port's drift was repaired lately (see [`REPAIR_WINDOW`]).
+    repairs: HashMap<PortKey, VecDeque<tokio::time::Instant>>,
+}
+
+/// How far back [`SwitchWorker::record_repair`] counts a port's repairs.
+pub const REPAIR_WINDOW: Duration = Duration::from_secs(600);
+
+impl Tracking {
+    /// Takes a sweep's verdict for `key`: `true` when the port must be told (the
+    /// verdict differs from what the port established, whether or not it was told
+    /// already — a port that could not act yet is told again at every sweep).
+    fn sweep_verdict(&mut self, key: &PortKey, drifted: bool) -> bool {
+        if self.known.get(key).copied().unwrap_or(false) == drifted {
+            self.pending.remove(key);
+            return false;
+        }
+        self.pending.insert(key.clone(), drifted);
+        true
+    }
+
+    fn forget(&mut self, key: &PortKey) {
+        self.desired.remove(key);
+        self.known.remove(key);
+        self.pending.remove(key);
+        self.repairs.remove(key);
+    }
 }
 
 #[derive(Default)]
@@ -218,8 +278,8 @@ struct Shared {
     changed: Notify,
     notify: Notifier,
     backoff: Backoff,
-    /// The `backend` label of the metrics.
-    backend: &'static str,
+    /// The `backend` label of the metrics (the current device's backend).
+    backend: Mutex<&'static str>,
     /// See [`WorkerConfig::batch_timeout`].
     batch_timeout: Option<Duration>,
 }
@@ -235,6 +295,24 @@ enum Admission {
 }
 
 impl Shared {
+    fn backend(&self) -> &'static str {
+        *lock(&self.backend)
+    }
+
+    /// A new device: whether it answers is not known yet. The ports waiting for the
+    /// old one and the switch's status are told (the first check runs at once).
+    fn restart(&self) {
+        let mut h = lock(&self.health);
+        h.reach = Reachability::Unknown;
+        h.probing = false;
+        let waiting: Vec<PortKey> = std::mem::take(&mut h.waiting).into_iter().collect();
+        drop(h);
+        (self.notify)(Notice::Switch);
+        for key in waiting {
+            (self.notify)(Notice::Port(key));
+        }
+    }
+
     fn admit(&self) -> Admission {
         let mut h = lock(&self.health);
         let outage = match &h.reach {
@@ -354,6 +432,7 @@ fn dedup(mut keys: Vec<PortKey>) -> Vec<PortKey> {
 /// A handle to one switch's worker. Dropping every handle stops the worker.
 pub struct SwitchWorker {
     jobs: mpsc::UnboundedSender<Job>,
+    replace: mpsc::UnboundedSender<Replacement>,
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -390,11 +469,34 @@ impl SwitchWorker {
             changed: Notify::new(),
             notify,
             backoff: config.backoff,
-            backend: config.backend,
+            backend: Mutex::new(config.backend),
             batch_timeout: config.batch_timeout,
         });
-        let task = tokio::spawn(run(switch, config, rx, shared.clone()));
-        Self { jobs, shared, task }
+        let (replace, replacements) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(switch, config, rx, replacements, shared.clone()));
+        Self {
+            jobs,
+            replace,
+            shared,
+            task,
+        }
+    }
+
+    /// Drives `device` from now on (its ProviderSwitch or credentials changed),
+    /// with at most `max_sessions` sessions: batches and sweeps running on the old
+    /// device finish first, and none of the new one opens before they have. Jobs
+    /// and tracked ports carry over; reachability is found afresh at once.
+    pub fn replace_device(
+        &self,
+        device: Arc<dyn Device>,
+        max_sessions: usize,
+        backend: &'static str,
+    ) {
+        let _ = self.replace.send(Replacement {
+            device,
+            max_sessions,
+            backend,
+        });
     }
 
     /// Hands a job to the worker and waits for its answer.
@@ -447,49 +549,74 @@ impl SwitchWorker {
         lock(&self.shared.health).probe_ports = ports;
     }
 
-    /// Tracks an Active port for drift sweeps (`None` stops tracking it).
+    /// Tracks an Active port for drift sweeps (`None` stops tracking it). A new
+    /// desired state starts its drift bookkeeping afresh.
     pub fn track(&self, key: PortKey, desired: Option<DesiredPort>) {
         let mut t = lock(&self.shared.tracking);
         match desired {
             Some(d) => {
                 if t.desired.get(&key) != Some(&d) {
-                    t.verdict.remove(&key);
+                    t.known.remove(&key);
+                    t.pending.remove(&key);
                 }
                 t.desired.insert(key, d);
             }
-            None => {
-                t.desired.remove(&key);
-                t.verdict.remove(&key);
-                t.pending.remove(&key);
-            }
+            None => t.forget(&key),
         }
+        drop(t);
+        // A held link-aggregation group may be complete now.
+        self.shared.changed.notify_one();
     }
 
-    /// Whether a drift check of this port is due (a sweep changed its verdict, or the
-    /// switch answers again after an outage) since it was last asked.
-    pub fn take_drift_notice(&self, key: &PortKey) -> Option<bool> {
-        lock(&self.shared.tracking).pending.remove(key)
+    /// The port itself established whether its device port differs from its desired
+    /// state: `false` after it applied the port (or read it in sync), `true` after it
+    /// read it drifted and left it so. Its pending drift notice is answered.
+    ///
+    /// A sweep notifies the port whenever its verdict differs from this — so a port
+    /// that was repaired is repaired again at the next sweep that finds it drifted,
+    /// however often something undoes it, and a drift the port reported (and left)
+    /// is not reported again until the device changes back.
+    pub fn settle(&self, key: &PortKey, drifted: bool) {
+        let mut t = lock(&self.shared.tracking);
+        t.known.insert(key.clone(), drifted);
+        t.pending.remove(key);
     }
 
-    /// Puts back a drift notice its port took but did not act on (the port waited for
-    /// a fresher copy of itself): the next reconcile checks. A notice posted since
-    /// stays as it is.
-    pub fn keep_drift_notice(&self, key: PortKey) {
-        lock(&self.shared.tracking)
-            .pending
-            .entry(key)
-            .or_insert(true);
+    /// Whether a drift check of this port is due: a sweep found its device port
+    /// other than the port last established, or the switch answers again after an
+    /// outage. It stays due until the port settles it ([`SwitchWorker::settle`]).
+    pub fn drift_notice(&self, key: &PortKey) -> Option<bool> {
+        lock(&self.shared.tracking).pending.get(key).copied()
+    }
+
+    /// Records that the port's drift was repaired now; returns how many times it was
+    /// within the last [`REPAIR_WINDOW`] (this one included).
+    pub fn record_repair(&self, key: &PortKey) -> usize {
+        let now = tokio::time::Instant::now();
+        let mut t = lock(&self.shared.tracking);
+        let times = t.repairs.entry(key.clone()).or_default();
+        times.push_back(now);
+        while times
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > REPAIR_WINDOW)
+        {
+            times.pop_front();
+        }
+        times.len()
     }
 }
 
-/// Link-aggregation members' changes held until their group is complete.
+/// Link-aggregation members' changes held until their group can go whole.
 #[derive(Default)]
 struct Lobby {
     groups: BTreeMap<u16, Held>,
 }
 
 struct Held {
+    /// When the group's first held change arrived.
     since: tokio::time::Instant,
+    /// When its latest held change arrived.
+    last: tokio::time::Instant,
     jobs: Vec<Job>,
 }
 
@@ -504,77 +631,126 @@ fn joining_group(job: &Job) -> Option<u16> {
     }
 }
 
+/// What the lobby does with one held group now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GroupVerdict {
+    /// Every member is there (and a new group has gathered): send it.
+    Go,
+    /// Keep holding.
+    Hold,
+    /// Held for the whole hold and still incomplete: fail it, naming these members.
+    GiveUp(Vec<String>),
+}
+
+/// The verdict on a held group: `missing` members (see [`missing`]), whether the
+/// group already has a member on the device (`established`: a tracked member with
+/// the group), when its first and latest changes arrived, the time, and the
+/// worker's gather and hold (see the module docs). Pure.
+fn group_verdict(
+    missing: &[PortName],
+    established: bool,
+    since: tokio::time::Instant,
+    last: tokio::time::Instant,
+    now: tokio::time::Instant,
+    config: &WorkerConfig,
+) -> GroupVerdict {
+    let gathered = established || now >= last + config.group_gather;
+    if missing.is_empty() && gathered {
+        GroupVerdict::Go
+    } else if now >= since + config.group_hold {
+        if missing.is_empty() {
+            GroupVerdict::Go
+        } else {
+            GroupVerdict::GiveUp(missing.iter().map(ToString::to_string).collect())
+        }
+    } else {
+        GroupVerdict::Hold
+    }
+}
+
 impl Lobby {
-    /// Takes a batch and returns what may run now: every job that joins no group,
-    /// and the jobs of each group that became complete (see the module docs).
-    fn admit(&mut self, batch: Vec<Job>, shared: &Shared) -> Vec<Job> {
-        let mut runnable = Vec::new();
-        let mut touched = BTreeSet::new();
+    /// Takes a batch: holds every job that joins a group, returns the others.
+    fn admit(&mut self, batch: Vec<Job>) -> Vec<Job> {
         let now = tokio::time::Instant::now();
+        let mut runnable = Vec::new();
         for job in batch {
             match joining_group(&job) {
                 Some(g) => {
-                    touched.insert(g);
-                    self.groups
-                        .entry(g)
-                        .or_insert_with(|| Held {
-                            since: now,
-                            jobs: Vec::new(),
-                        })
-                        .jobs
-                        .push(job);
+                    let held = self.groups.entry(g).or_insert_with(|| Held {
+                        since: now,
+                        last: now,
+                        jobs: Vec::new(),
+                    });
+                    held.last = now;
+                    held.jobs.push(job);
                 }
                 None => runnable.push(job),
-            }
-        }
-        let tracked: Vec<DesiredPort> = lock(&shared.tracking).desired.values().cloned().collect();
-        for g in touched {
-            if self
-                .groups
-                .get(&g)
-                .is_some_and(|h| missing(&h.jobs, &tracked).is_empty())
-                && let Some(held) = self.groups.remove(&g)
-            {
-                runnable.extend(held.jobs);
             }
         }
         runnable
     }
 
-    /// When the oldest held group gives up.
-    fn next_deadline(&self, hold: Duration) -> Option<tokio::time::Instant> {
-        self.groups.values().map(|h| h.since + hold).min()
-    }
-
-    /// Fails the groups held for `hold` or longer.
-    fn expire(&mut self, hold: Duration, shared: &Shared) {
+    /// Releases the groups that may go now (their jobs, to run as one batch) and
+    /// fails those held too long, naming their missing members.
+    fn release(&mut self, config: &WorkerConfig, shared: &Shared) -> Vec<Job> {
+        if self.groups.is_empty() {
+            return Vec::new();
+        }
         let now = tokio::time::Instant::now();
         let tracked: Vec<DesiredPort> = lock(&shared.tracking).desired.values().cloned().collect();
-        let due: Vec<u16> = self
-            .groups
-            .iter()
-            .filter(|(_, h)| now >= h.since + hold)
-            .map(|(g, _)| *g)
-            .collect();
-        for g in due {
-            let Some(held) = self.groups.remove(&g) else {
+        let mut runnable = Vec::new();
+        let groups: Vec<u16> = self.groups.keys().copied().collect();
+        for g in groups {
+            let Some(held) = self.groups.get(&g) else {
                 continue;
             };
-            let missing: Vec<String> = missing(&held.jobs, &tracked)
+            let established = tracked
                 .iter()
-                .map(ToString::to_string)
-                .collect();
-            tracing::warn!(group = g, missing = ?missing, "link-aggregation group incomplete; its changes were not sent");
-            for job in held.jobs {
-                if let Job::Apply { reply, .. } = job {
-                    let _ = reply.send(Err(WorkerError::GroupIncomplete {
-                        group: g,
-                        missing: missing.clone(),
-                        waited: now - held.since,
-                    }));
+                .any(|d| d.lag.map(|l| l.group.get()) == Some(g));
+            let verdict = group_verdict(
+                &missing(&held.jobs, &tracked),
+                established,
+                held.since,
+                held.last,
+                now,
+                config,
+            );
+            match verdict {
+                GroupVerdict::Hold => {}
+                GroupVerdict::Go => {
+                    if let Some(held) = self.groups.remove(&g) {
+                        runnable.extend(held.jobs);
+                    }
+                }
+                GroupVerdict::GiveUp(missing) => {
+                    let Some(held) = self.groups.remove(&g) else {
+                        continue;
+                    };
+                    tracing::warn!(group = g, missing = ?missing, "link-aggregation group incomplete; its changes were not sent");
+                    for job in held.jobs {
+                        if let Job::Apply { reply, .. } = job {
+                            let _ = reply.send(Err(WorkerError::GroupIncomplete {
+                                group: g,
+                                missing: missing.clone(),
+                                waited: now - held.since,
+                            }));
+                        }
+                    }
                 }
             }
         }
+        runnable
+    }
+
+    /// When a held group's verdict may change by time alone: the end of its gather
+    /// or of its hold.
+    fn next_deadline(&self, config: &WorkerConfig) -> Option<tokio::time::Instant> {
+        let now = tokio::time::Instant::now();
+        self.groups
+            .values()
+            .flat_map(|h| [h.last + config.group_gather, h.since + config.group_hold])
+            .filter(|t| *t > now)
+            .min()
     }
 }
 
@@ -609,13 +785,44 @@ fn missing(jobs: &[Job], tracked: &[DesiredPort]) -> Vec<PortName> {
         .collect()
 }
 
+/// A new device for the worker (its ProviderSwitch or credentials changed).
+struct Replacement {
+    device: Arc<dyn Device>,
+    max_sessions: usize,
+    backend: &'static str,
+}
+
+/// The device the worker drives now and the sessions it may open to it.
+struct Driver {
+    device: Arc<dyn Device>,
+    sessions: Arc<Semaphore>,
+    max: u32,
+}
+
+impl Driver {
+    fn new(device: Arc<dyn Device>, max_sessions: usize) -> Self {
+        let max = max_sessions.clamp(1, Semaphore::MAX_PERMITS) as u32;
+        Self {
+            device,
+            sessions: Arc::new(Semaphore::new(max as usize)),
+            max,
+        }
+    }
+
+    /// Waits for every session of this driver to end (none opens afterwards).
+    async fn drain(&self) {
+        let _ = self.sessions.acquire_many(self.max).await;
+    }
+}
+
 async fn run(
-    switch: Arc<dyn Device>,
+    device: Arc<dyn Device>,
     config: WorkerConfig,
     mut rx: mpsc::UnboundedReceiver<Job>,
+    mut replacements: mpsc::UnboundedReceiver<Replacement>,
     shared: Arc<Shared>,
 ) {
-    let sessions = Arc::new(Semaphore::new(config.max_sessions.max(1)));
+    let mut driver = Driver::new(device, config.max_sessions);
     // The first tick is immediate: the first reachability check.
     let mut sweep = tokio::time::interval(config.drift_interval);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -623,10 +830,18 @@ async fn run(
     let mut lobby = Lobby::default();
     loop {
         let probe_in = shared.probe_wait();
-        let group_due = lobby.next_deadline(config.group_hold);
+        let group_due = lobby.next_deadline(&config);
         tokio::select! {
-            _ = tokio::time::sleep_until(group_due.unwrap_or_else(tokio::time::Instant::now)), if group_due.is_some() => {
-                lobby.expire(config.group_hold, &shared);
+            biased;
+            replacement = replacements.recv() => {
+                let Some(r) = replacement else { return };
+                // One writer: every session of the old device ends before the
+                // first one of the new opens.
+                driver.drain().await;
+                driver = Driver::new(r.device, r.max_sessions);
+                *lock(&shared.backend) = r.backend;
+                shared.restart();
+                sweep.reset_immediately();
             }
             job = rx.recv() => {
                 let Some(first) = job else { return };
@@ -649,39 +864,24 @@ async fn run(
                         }
                     }
                 }
-                match shared.admit() {
-                    Admission::Refuse(outage) => {
-                        for job in batch {
-                            shared.wait_for_switch(job.key());
-                            job.refuse(&outage);
-                        }
-                    }
-                    Admission::Run => {
-                        let Ok(permit) = sessions.clone().acquire_owned().await else { return };
-                        // What arrived while waiting for a session joins this batch.
-                        while let Ok(job) = rx.try_recv() {
-                            last_arrival = Some(tokio::time::Instant::now());
-                            batch.push(job);
-                        }
-                        let batch = lobby.admit(batch, &shared);
-                        if batch.is_empty() {
-                            drop(permit);
-                            continue;
-                        }
-                        let (switch, shared) = (switch.clone(), shared.clone());
-                        tokio::spawn(async move {
-                            run_batch(switch.as_ref(), &shared, batch).await;
-                            drop(permit);
-                        });
-                    }
+                let mut batch = lobby.admit(batch);
+                batch.extend(lobby.release(&config, &shared));
+                if !dispatch(&driver, &shared, batch, &mut rx, &mut lobby, &mut last_arrival).await {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(group_due.unwrap_or_else(tokio::time::Instant::now)), if group_due.is_some() => {
+                let batch = lobby.release(&config, &shared);
+                if !dispatch(&driver, &shared, batch, &mut rx, &mut lobby, &mut last_arrival).await {
+                    return;
                 }
             }
             _ = tokio::time::sleep(probe_in.unwrap_or_default()), if probe_in.is_some() => {
                 lock(&shared.health).probing = true;
-                let Ok(permit) = sessions.clone().acquire_owned().await else { return };
-                let (switch, shared) = (switch.clone(), shared.clone());
+                let Ok(permit) = driver.sessions.clone().acquire_owned().await else { return };
+                let (device, shared) = (driver.device.clone(), shared.clone());
                 tokio::spawn(async move {
-                    check(switch.as_ref(), &shared).await;
+                    check(device.as_ref(), &shared).await;
                     drop(permit);
                 });
             }
@@ -694,15 +894,63 @@ async fn run(
                     }
                     h.sweeping = true;
                 }
-                let Ok(permit) = sessions.clone().acquire_owned().await else { return };
-                let (switch, shared) = (switch.clone(), shared.clone());
+                let Ok(permit) = driver.sessions.clone().acquire_owned().await else { return };
+                let (device, shared) = (driver.device.clone(), shared.clone());
                 tokio::spawn(async move {
-                    check(switch.as_ref(), &shared).await;
+                    check(device.as_ref(), &shared).await;
                     lock(&shared.health).sweeping = false;
                     drop(permit);
                 });
             }
-            _ = shared.changed.notified() => {}
+            _ = shared.changed.notified() => {
+                // Tracking or the probe schedule changed: a held group may go.
+                let batch = lobby.release(&config, &shared);
+                if !dispatch(&driver, &shared, batch, &mut rx, &mut lobby, &mut last_arrival).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Runs `batch` on a session of its own, or refuses it at once while the switch is
+/// down and no probe is due. What arrived while it waited for a session joins it
+/// (members of a group go back to the lobby). False when the worker is stopping.
+async fn dispatch(
+    driver: &Driver,
+    shared: &Arc<Shared>,
+    mut batch: Vec<Job>,
+    rx: &mut mpsc::UnboundedReceiver<Job>,
+    lobby: &mut Lobby,
+    last_arrival: &mut Option<tokio::time::Instant>,
+) -> bool {
+    if batch.is_empty() {
+        return true;
+    }
+    match shared.admit() {
+        Admission::Refuse(outage) => {
+            for job in batch {
+                shared.wait_for_switch(job.key());
+                job.refuse(&outage);
+            }
+            true
+        }
+        Admission::Run => {
+            let Ok(permit) = driver.sessions.clone().acquire_owned().await else {
+                return false;
+            };
+            let mut late = Vec::new();
+            while let Ok(job) = rx.try_recv() {
+                *last_arrival = Some(tokio::time::Instant::now());
+                late.push(job);
+            }
+            batch.extend(lobby.admit(late));
+            let (device, shared) = (driver.device.clone(), shared.clone());
+            tokio::spawn(async move {
+                run_batch(device.as_ref(), &shared, batch).await;
+                drop(permit);
+            });
+            true
         }
     }
 }
@@ -724,9 +972,9 @@ async fn bounded<T>(
     shared: &Shared,
     f: impl std::future::Future<Output = Result<T, DeviceError>>,
 ) -> Result<T, DeviceError> {
-    metrics::add(metrics::SESSIONS, &[shared.backend], 1.0);
+    metrics::add(metrics::SESSIONS, &[shared.backend()], 1.0);
     let result = within_bound(shared, f).await;
-    metrics::add(metrics::SESSIONS, &[shared.backend], -1.0);
+    metrics::add(metrics::SESSIONS, &[shared.backend()], -1.0);
     result
 }
 
@@ -790,7 +1038,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
             .partition(|(_, op, _)| seen.insert(op.port().clone()));
         writes = rest;
         let ops: Vec<PortOperation> = round.iter().map(|(_, op, _)| op.clone()).collect();
-        let backend = shared.backend;
+        let backend = shared.backend();
         metrics::observe(metrics::BATCH_SIZE, &[backend], ops.len() as f64);
         let started = std::time::Instant::now();
         let applied = bounded(shared, apply_batch_verified(switch, &ops)).await;
@@ -939,12 +1187,11 @@ async fn check(switch: &dyn Device, shared: &Shared) {
             };
             let drifted = !diff(&desired, obs).is_empty();
             tracing::debug!(port = %desired.port, drifted, "drift verdict");
-            let before = t.verdict.insert(key.clone(), drifted);
-            if drifted && before != Some(true) {
-                metrics::inc(metrics::DRIFT_FOUND, &[shared.backend]);
-            }
-            if before != Some(drifted) && (drifted || before == Some(true)) {
-                t.pending.insert(key.clone(), drifted);
+            let told = t.pending.get(&key).copied();
+            if t.sweep_verdict(&key, drifted) {
+                if drifted && told != Some(true) {
+                    metrics::inc(metrics::DRIFT_FOUND, &[shared.backend()]);
+                }
                 changed.push(key);
             }
         }
@@ -968,6 +1215,7 @@ mod tests {
 
     fn key(n: &str) -> PortKey {
         PortKey {
+            kind: CabledPortKind::SwitchPort,
             namespace: "ns".into(),
             name: n.into(),
         }
@@ -986,6 +1234,7 @@ mod tests {
             backend: "fixture",
             batch_timeout: None,
             group_hold: Duration::from_secs(5),
+            group_gather: Duration::from_millis(200),
             batch_window: Duration::from_millis(50),
             batch_quiet: Duration::from_millis(50),
             drift_interval: Duration::from_secs(3600),
@@ -1104,8 +1353,18 @@ mod tests {
         assert_eq!(worker.reachability(), Reachability::Reachable);
     }
 
+    fn port_notices(notified: &Mutex<Vec<Notice>>) -> Vec<Notice> {
+        notified
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| matches!(n, Notice::Port(_)))
+            .cloned()
+            .collect()
+    }
+
     #[tokio::test]
-    async fn a_sweep_reads_the_switch_once_and_reports_drift() {
+    async fn a_sweep_reads_the_switch_once_and_reports_drift_until_the_port_settles_it() {
         let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2")]);
         let (notify, notified) = recorder();
         let mut cfg = config();
@@ -1123,21 +1382,23 @@ mod tests {
         notified.lock().unwrap().clear();
         fixture.tamper(&p("Gi0/2"), |o| o.vlans = Some(VlanMode::Unconfigured));
         tokio::time::sleep(Duration::from_millis(350)).await;
-        let ports: Vec<Notice> = notified
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|n| matches!(n, Notice::Port(_)))
-            .cloned()
-            .collect();
-        assert_eq!(ports, [Notice::Port(key("port-1"))]);
-        assert_eq!(worker.take_drift_notice(&key("port-1")), Some(true));
-        // The verdict stays drifted, so no sweep posts the notice again: a port that
-        // took it without checking puts it back, and its next reconcile finds it.
-        assert_eq!(worker.take_drift_notice(&key("port-1")), None);
-        worker.keep_drift_notice(key("port-1"));
+        // The drifted port, and only it, is told — at every sweep while it has not
+        // looked (a reconcile that could not act yet is woken again).
+        let told = port_notices(&notified);
+        assert!(told.len() >= 2, "{told:?}");
+        assert!(
+            told.iter().all(|n| *n == Notice::Port(key("port-1"))),
+            "{told:?}"
+        );
+        assert_eq!(worker.drift_notice(&key("port-1")), Some(true));
+        assert_eq!(worker.drift_notice(&key("port-0")), None);
+        // The port read it drifted and left it so (ReportOnly): no more notices
+        // while the device stays as it is.
+        worker.settle(&key("port-1"), true);
+        notified.lock().unwrap().clear();
         tokio::time::sleep(Duration::from_millis(250)).await;
-        assert_eq!(worker.take_drift_notice(&key("port-1")), Some(true));
+        assert_eq!(worker.drift_notice(&key("port-1")), None);
+        assert!(port_notices(&notified).is_empty());
         // Each sweep read both ports in one get_ports call (two Get log entries per sweep).
         let gets = fixture
             .operations()
@@ -1145,6 +1406,44 @@ mod tests {
             .filter(|o| matches!(o, LoggedOperation::Get { .. }))
             .count();
         assert!(gets >= 2 && gets % 2 == 0, "{gets}");
+    }
+
+    #[tokio::test]
+    async fn a_port_repaired_is_told_again_each_time_its_drift_comes_back() {
+        let fixture = FixtureSwitch::new("tor", [p("Gi0/1")]);
+        let (notify, notified) = recorder();
+        let mut cfg = config();
+        cfg.drift_interval = Duration::from_millis(100);
+        let worker = SwitchWorker::spawn(Arc::new(fixture.clone()), cfg, Vec::new(), notify);
+        let d = access("Gi0/1", 10);
+        worker
+            .apply(None, PortOperation::Set(d.clone()))
+            .await
+            .unwrap();
+        worker.track(key("a"), Some(d.clone()));
+        for round in 1..=3 {
+            notified.lock().unwrap().clear();
+            fixture.tamper(&p("Gi0/1"), |o| o.vlans = Some(VlanMode::Unconfigured));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            assert_eq!(worker.drift_notice(&key("a")), Some(true), "round {round}");
+            assert!(
+                port_notices(&notified).contains(&Notice::Port(key("a"))),
+                "round {round}"
+            );
+            // The port repairs it, as its reconcile does: apply, track, settle.
+            worker
+                .apply(Some(&key("a")), PortOperation::Set(d.clone()))
+                .await
+                .unwrap();
+            worker.track(key("a"), Some(d.clone()));
+            worker.settle(&key("a"), false);
+            assert_eq!(worker.drift_notice(&key("a")), None);
+            assert_eq!(worker.record_repair(&key("a")), round);
+        }
+        // In sync again: nothing more to tell.
+        notified.lock().unwrap().clear();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(port_notices(&notified).is_empty());
     }
 
     #[tokio::test]
@@ -1237,7 +1536,7 @@ mod tests {
         fixture.tamper(&p("Gi0/1"), |o| o.vlans = Some(VlanMode::Unconfigured));
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(worker.reachability(), Reachability::Reachable);
-        assert_eq!(worker.take_drift_notice(&key("a")), Some(true));
+        assert_eq!(worker.drift_notice(&key("a")), Some(true));
     }
 
     fn member(port: &str, group: u16, members: &[&str]) -> DesiredPort {
@@ -1303,7 +1602,12 @@ mod tests {
             .apply(None, PortOperation::Set(other_vlan))
             .await
             .unwrap_err();
-        assert_eq!(t.elapsed(), Duration::from_secs(5));
+        // The hold, from when the change left its burst (the 50 ms window).
+        assert!(
+            (Duration::from_secs(5)..=Duration::from_millis(5100)).contains(&t.elapsed()),
+            "{:?}",
+            t.elapsed()
+        );
         match &err {
             WorkerError::GroupIncomplete { group, missing, .. } => {
                 assert_eq!((*group, missing.clone()), (7, vec!["Gi0/3".to_owned()]));
@@ -1315,5 +1619,155 @@ mod tests {
             "{err}"
         );
         assert_eq!(batch_sizes(&fixture), vec![2, 1], "nothing more was sent");
+    }
+
+    #[tokio::test]
+    async fn a_replaced_device_opens_no_session_before_the_old_one_has_finished() {
+        // Old and new device share one fixture (a ProviderSwitch edit, a Secret
+        // rotated: the same switch), so its session count sees both.
+        let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2")]);
+        fixture.set_latency(Duration::from_millis(150));
+        let (notify, notified) = recorder();
+        let worker = Arc::new(SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            config(),
+            vec![p("Gi0/1")],
+            notify,
+        ));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let first = {
+            let w = worker.clone();
+            tokio::spawn(
+                async move { w.apply(None, PortOperation::Set(access("Gi0/1", 10))).await },
+            )
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        notified.lock().unwrap().clear();
+        worker.replace_device(Arc::new(fixture.clone()), 1, "fixture");
+        let second = worker
+            .apply(None, PortOperation::Set(access("Gi0/2", 20)))
+            .await;
+        assert!(first.await.unwrap().is_ok());
+        assert!(second.is_ok(), "{second:?}");
+        assert_eq!(fixture.max_concurrent_sessions(), 1);
+        // The switch's status hears that the device changed.
+        assert!(notified.lock().unwrap().contains(&Notice::Switch));
+    }
+
+    #[test]
+    fn a_held_group_goes_when_complete_and_gathered_and_gives_up_naming_the_missing() {
+        let t0 = tokio::time::Instant::now();
+        let s = |ms: u64| t0 + Duration::from_millis(ms);
+        let cfg = WorkerConfig {
+            group_gather: Duration::from_secs(1),
+            group_hold: Duration::from_secs(30),
+            ..config()
+        };
+        let gi2 = [p("Gi0/2")];
+        /// Missing members, established, since, last arrival, now (ms) -> verdict.
+        type Row<'a> = (&'a [PortName], bool, u64, u64, u64, GroupVerdict);
+        let rows: [Row<'_>; 7] = [
+            // A new group waits a gather after its latest change, even complete.
+            (&[], false, 0, 0, 500, GroupVerdict::Hold),
+            (&[], false, 0, 0, 1000, GroupVerdict::Go),
+            (&[], false, 0, 800, 1500, GroupVerdict::Hold),
+            // A group already on the device goes as soon as it is complete.
+            (&[], true, 0, 0, 0, GroupVerdict::Go),
+            // Incomplete: held, then given up naming what is missing.
+            (&gi2, true, 0, 0, 29_000, GroupVerdict::Hold),
+            (
+                &gi2,
+                false,
+                0,
+                0,
+                30_000,
+                GroupVerdict::GiveUp(vec!["Gi0/2".into()]),
+            ),
+            // Complete at the end of the hold: it goes, never failed with nothing
+            // missing.
+            (&[], false, 0, 29_900, 30_000, GroupVerdict::Go),
+        ];
+        for (i, (missing, established, since, last, now, want)) in rows.into_iter().enumerate() {
+            assert_eq!(
+                group_verdict(missing, established, s(since), s(last), s(now), &cfg),
+                want,
+                "row {i}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn members_whose_reconciles_knew_only_themselves_still_go_in_one_batch() {
+        let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2")]);
+        let worker = Arc::new(SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            WorkerConfig {
+                group_gather: Duration::from_secs(1),
+                ..config()
+            },
+            Vec::new(),
+            Arc::new(|_| {}),
+        ));
+        // The first member's reconcile did not see the second linked yet.
+        let first = {
+            let worker = worker.clone();
+            tokio::spawn(async move {
+                worker
+                    .apply(None, PortOperation::Set(member("Gi0/1", 7, &["Gi0/1"])))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(batch_sizes(&fixture).is_empty(), "a new group gathers");
+        worker
+            .apply(
+                None,
+                PortOperation::Set(member("Gi0/2", 7, &["Gi0/1", "Gi0/2"])),
+            )
+            .await
+            .unwrap();
+        first.await.unwrap().unwrap();
+        assert_eq!(batch_sizes(&fixture), vec![2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_held_for_one_in_flight_goes_once_that_one_is_tracked() {
+        let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2")]);
+        let worker = Arc::new(SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            config(),
+            Vec::new(),
+            Arc::new(|_| {}),
+        ));
+        let both = ["Gi0/1", "Gi0/2"];
+        // Gi0/1 went alone earlier (its group on the device); Gi0/2 names it, but
+        // Gi0/1's port has not tracked its new state yet.
+        worker
+            .apply(None, PortOperation::Set(member("Gi0/1", 7, &["Gi0/1"])))
+            .await
+            .unwrap();
+        worker.track(key("a"), Some(member("Gi0/1", 7, &["Gi0/1"])));
+        let mut other = member("Gi0/1", 7, &both);
+        other.vlans = VlanMode::Access {
+            vlan: VlanId::new(301).unwrap(),
+        };
+        worker.track(key("a"), Some(other));
+        let second = {
+            let worker = worker.clone();
+            tokio::spawn(async move {
+                worker
+                    .apply(None, PortOperation::Set(member("Gi0/2", 7, &both)))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(batch_sizes(&fixture), vec![1], "held: Gi0/1 differs");
+        // Gi0/1's port tracks the group's settings: Gi0/2 goes at once, long before
+        // the hold.
+        let t = tokio::time::Instant::now();
+        worker.track(key("a"), Some(member("Gi0/1", 7, &both)));
+        second.await.unwrap().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert_eq!(batch_sizes(&fixture), vec![1, 1]);
     }
 }

@@ -49,6 +49,6 @@ async fn the_operator_configures_edits_and_cleans_a_port_through_ansible() {
     .await;
     // A change made on the switch behind patchbay's back (over SSH) is found by the
     // drift sweep (one read-playbook run per switch) and undone through Ansible.
-    cycle::drift_is_undone(&device, "FastEthernet0/1").await;
+    cycle::drift_is_undone(&env, "tor1-p1", &device, "FastEthernet0/1", 2).await;
     cycle::unlink_and_clean(&env, "tor1-p1", &device, "FastEthernet0/1").await;
 }

@@ -72,9 +72,9 @@ async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
     .await;
     let device = own_session(&nc);
     cycle::configure_then_edit(&env, "leaf1-p1", &device, "eth1", "eth2").await;
-    // Another NETCONF client changes the port: the next drift sweep (one get-config
-    // per switch) restores it.
-    cycle::drift_is_undone(&device, "eth1").await;
+    // Another NETCONF client changes the port, three commits in a row: the next
+    // drift sweep (one get-config per switch) restores it each time.
+    cycle::drift_is_undone(&env, "leaf1-p1", &device, "eth1", 3).await;
 
     // Another client holds the candidate lock for a while: the port says who, keeps
     // its old configuration on the device, and is applied once the lock is gone.

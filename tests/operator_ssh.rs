@@ -40,6 +40,27 @@ async fn the_operator_configures_and_cleans_a_simulated_cisco_port() {
         "FastEthernet0/2",
     )
     .await;
+    // Changed on the switch behind patchbay's back three times in a row: put back
+    // each time.
+    cycle::drift_is_undone(&env, "tor1-p1", &device, "FastEthernet0/1", 3).await;
+    // The port's VLAN deleted by hand: the port still names it but forwards nothing.
+    // The drift sweep reads the VLAN table with the port and makes the VLAN again.
+    use patchbay::metrics::{DRIFT_REPAIRED, value};
+    let repaired = value(DRIFT_REPAIRED, &["SwitchPort"]);
+    let typed = device
+        .run_raw(&["configure terminal", "no vlan 300", "exit"])
+        .await
+        .unwrap();
+    assert!(typed.iter().all(Result::is_ok), "{typed:?}");
+    support::eventually(60, "VLAN 300 made again", || async {
+        let shown = device.run_raw(&["show vlan brief"]).await.ok()?;
+        let text = shown.into_iter().next()?.ok()?;
+        (value(DRIFT_REPAIRED, &["SwitchPort"]) > repaired
+            && text.lines().any(|l| l.starts_with("300 ")))
+        .then_some(())
+    })
+    .await;
+    env.wait_state("tor1-p1", PortState::Active).await;
     cycle::unlink_and_clean(&env, "tor1-p1", &device, "FastEthernet0/1").await;
 }
 

@@ -510,29 +510,40 @@ async fn acls_filter_only_what_they_name_in_the_direction_they_name() {
     assert_eq!(loss(&hosts, 1, 0), 0);
     assert!(tcp(&hosts, 1, 2, 22), "neighbours must not be affected");
 
-    // Drift: patchbay's flows deleted behind its back are put back. No traffic is
-    // tried while they are gone: the drift sweep (every second here) may already
+    // Drift: patchbay's flows deleted behind its back are put back; then, right
+    // after, turned into allow-everything (the deny flow's actions made NORMAL) —
+    // put back again (a port repaired once is repaired every time). No traffic is
+    // tried while they are wrong: the drift sweep (every second here) may already
     // have put them back. That they are new is read from their age instead (a sweep
     // that finds no drift writes nothing: they were 7 s old here before deletion).
-    let deleted = std::time::Instant::now();
-    ovs.ofctl(
-        "del-flows",
-        BRIDGE,
-        &["cookie=0x7062000000000000/0xffff000000000000"],
-    )
-    .unwrap();
-    eventually_seen(30, "the ACL flows restored", || async {
-        let dump = ovs
-            .ofctl("dump-flows", BRIDGE, &[])
-            .map_err(|e| e.to_string())?;
-        let ages = patchbay_flow_ages(&dump);
-        let since = deleted.elapsed().as_secs_f64();
-        (!ages.is_empty() && ages.iter().all(|age| *age <= since))
-            .then_some(())
-            .ok_or(dump)
-    })
-    .await;
-    assert!(!tcp(&hosts, 1, 0, 22), "the restored rule must deny again");
+    let patchbay_flows = "cookie=0x7062000000000000/0xffff000000000000";
+    for (what, command, args) in [
+        ("deleted", "del-flows", vec![patchbay_flows.to_owned()]),
+        (
+            "allowing everything",
+            "mod-flows",
+            vec![format!("{patchbay_flows},actions=NORMAL")],
+        ),
+    ] {
+        let changed = std::time::Instant::now();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ovs.ofctl(command, BRIDGE, &args).unwrap();
+        eventually_seen(30, &format!("the ACL flows restored ({what})"), || async {
+            let dump = ovs
+                .ofctl("dump-flows", BRIDGE, &[])
+                .map_err(|e| e.to_string())?;
+            let ages = patchbay_flow_ages(&dump);
+            let since = changed.elapsed().as_secs_f64();
+            (!ages.is_empty() && ages.iter().all(|age| *age <= since))
+                .then_some(())
+                .ok_or(dump)
+        })
+        .await;
+        assert!(
+            !tcp(&hosts, 1, 0, 22),
+            "the restored rule must deny again ({what})"
+        );
+    }
 
     // Removing the rule restores SSH, and leaves no patchbay flow.
     patch::<SmartNicPort>(

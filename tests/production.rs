@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use patchbay::api::{PortState, SwitchPort};
+use kube::api::{Patch, PatchParams};
+use patchbay::api::{PortState, ProviderSwitch, SwitchPort};
 use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, SimSpec, SimSwitch};
 use serde_json::json;
@@ -455,6 +456,80 @@ async fn a_port_read_from_before_its_own_last_write_is_not_applied_again() {
     env.cluster.finish().await;
 }
 
+/// Caps the device at one session (`spec.options.maxSessions: 1` on the
+/// ProviderSwitch `name`): what the one-writer tests count against.
+async fn one_session(env: &Env, name: &str) {
+    env.api::<ProviderSwitch>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"options": {"maxSessions": 1}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Asserts that no two of the sessions switch `name` has seen so far were open at
+/// once (read before the test itself reads the device).
+fn assert_one_writer(sims: &FakeSwitches, name: &str) {
+    let sessions = sims.sessions(name);
+    let overlapping = sims.overlapping_sessions(name);
+    assert!(
+        overlapping.is_empty(),
+        "{} of {} sessions to {name} overlapped another: {overlapping:#?}",
+        overlapping.len(),
+        sessions.len()
+    );
+}
+
+/// Killed (-9) while its first batch runs, the operator is started again with every
+/// port still Configuring: its reconciles race to the switch's worker at once, and
+/// the device still sees one session at a time (maxSessions 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_ports_configuring_opens_one_session_at_a_time() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_2960_24TT_L")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    const PORTS: usize = 24;
+    let env = fabric(Cluster::start("prod-restart-one-writer").await, &sim, PORTS).await;
+    one_session(&env, "tor1").await;
+    let (first_log, again_log) = (
+        env.cluster.dir.join("first.log"),
+        env.cluster.dir.join("again.log"),
+    );
+    let _logs = LogsOnPanic(vec![first_log.clone(), again_log.clone()]);
+    let no_election = ["--leader-elect", "false"];
+    let mut first = operator(&env, &first_log, &no_election);
+    all_idle(&env, PORTS).await;
+    let before = sims.connections("tor1");
+    for i in 1..=PORTS {
+        env.link(&format!("p{i}"), Some("web")).await;
+    }
+    eventually(30, "the first batch's session", || async {
+        (sims.connections("tor1") > before).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Command::new("kill")
+        .args(["-9", &first.id().to_string()])
+        .status()
+        .unwrap();
+    first.wait().unwrap();
+    let mut again = operator(&env, &again_log, &no_election);
+    for i in 1..=PORTS {
+        env.wait_state(&format!("p{i}"), PortState::Active).await;
+    }
+    assert_one_writer(&sims, "tor1");
+    for i in [1, PORTS / 2, PORTS] {
+        assert_eq!(
+            access(&sim, &format!("FastEthernet0/{i}")).await,
+            Some(VlanMode::Access { vlan: vlan(100) })
+        );
+    }
+    sigterm(&again);
+    assert!(wait_exit(&mut again, 40).success());
+    env.cluster.finish().await;
+}
+
 /// The Lease's holder and its last renewal (Unix seconds).
 async fn lease(env: &Env) -> Option<(String, f64)> {
     let l = env
@@ -479,6 +554,7 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let sim = sims.get("tor1").clone();
     let env = fabric(Cluster::start("prod-leader").await, &sim, 12).await;
+    one_session(&env, "tor1").await;
     // A 3 s lease renewed every 0.5 s; a 2 s batch window so that work handed over
     // is still waiting for its batch when the leader dies.
     let lease_flags = [
@@ -567,9 +643,13 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
         "took over {:.2} s after the last renewal",
         took_over - last_renewal
     );
-    // B finishes the in-flight ports, and only those.
+    // B finishes the in-flight ports, and only those, one session at a time.
     for i in 1..=12 {
         env.wait_state(&format!("p{i}"), PortState::Active).await;
+    }
+    assert_one_writer(&sims, "tor1");
+    let sessions = sims.sessions("tor1");
+    for i in 1..=12 {
         assert_eq!(
             access(&sim, &format!("FastEthernet0/{i}")).await,
             Some(VlanMode::Access { vlan: vlan(100) })
@@ -592,7 +672,6 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
     assert_eq!(sample(&b_scrape, "patchbay_leader"), 1.0);
     // The two replicas' device sessions never overlap: every session opened before
     // the kill closed before the first one opened after it.
-    let sessions = sims.sessions("tor1");
     let before: Vec<_> = sessions.iter().filter(|s| s.opened < killed).collect();
     let after: Vec<_> = sessions.iter().filter(|s| s.opened >= killed).collect();
     assert!(!before.is_empty() && !after.is_empty(), "{sessions:?}");

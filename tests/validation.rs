@@ -707,19 +707,35 @@ fn link_aggregation_members_share_a_switch_a_host_and_their_settings() {
     let names = |r: Result<std::collections::BTreeSet<PortName>, ValidationErrors>| {
         r.unwrap().iter().map(|p| p.to_string()).collect::<Vec<_>>()
     };
-    // Members: same Switch, same group; description and `disabled` stay each member's.
+    // Members: same Switch, same group, same Server; description and `disabled` stay
+    // each member's.
     assert_eq!(
         names(lag_members(
             &this,
             &[
                 this.clone(),
                 peer("p2", "leaf1", Some("srv1"), &described),
-                peer("p3", "leaf1", None, &same),
                 peer("p4", "leaf1", Some("srv2"), &other_group),
                 peer("p5", "leaf2", Some("srv9"), &same),
             ]
         )),
-        ["Gi0/1", "Gi0/2", "Gi0/3"]
+        ["Gi0/1", "Gi0/2"]
+    );
+    // Ports cabled to no Server group among themselves.
+    let loose = peer("p6", "leaf1", None, &same);
+    assert_eq!(
+        names(lag_members(
+            &loose,
+            &[loose.clone(), peer("p7", "leaf1", None, &described)]
+        )),
+        ["Gi0/6", "Gi0/7"]
+    );
+    // A host's link and a port of no known host never share a bundle.
+    expect_error(
+        lag_members(&this, &[peer("p3", "leaf1", None, &same)]),
+        "spec.linkAggregation.group",
+        "already holds SwitchPort \"p3\", cabled to no Server; this port is cabled to \
+         Server \"srv1\"",
     );
     expect_error(
         lag_members(&this, &[peer("p2", "leaf1", Some("srv1"), &other_vlan)]),

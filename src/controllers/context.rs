@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
-use patchbay_providers::Device;
 use patchbay_providers::values::PortName;
 use tokio::sync::{mpsc, watch};
 
@@ -24,22 +23,31 @@ use crate::backends::{BackendError, Backends};
 use crate::settings::Settings;
 use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
 
-/// A running switch worker and what it was built from.
+/// The one worker of a device (a ProviderSwitch) and what it drives now.
 pub struct WorkerEntry {
-    /// The ProviderSwitch (uid, generation) and Secret version it was built from.
-    pub fingerprint: String,
-    /// The backend.
-    pub device: Arc<dyn Device>,
-    /// The worker that owns it.
+    /// The worker: one per ProviderSwitch for its whole life (a changed
+    /// ProviderSwitch or Secret replaces its device, not the worker).
     pub worker: Arc<SwitchWorker>,
+    current: Mutex<Built>,
+}
+
+/// What a worker's device was built from, and what it can do.
+struct Built {
+    /// The ProviderSwitch (uid, generation) and Secret version.
+    fingerprint: String,
+    capabilities: patchbay_providers::Capabilities,
 }
 
 impl WorkerEntry {
+    fn built(&self) -> std::sync::MutexGuard<'_, Built> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The handle a port's steps use.
     pub fn handle(&self) -> DeviceHandle {
         DeviceHandle {
             worker: self.worker.clone(),
-            capabilities: self.device.capabilities(),
+            capabilities: self.built().capabilities.clone(),
         }
     }
 }
@@ -114,6 +122,8 @@ pub struct Stores {
     pub providers: Store<ProviderSwitch>,
     /// SwitchPortConfigurations.
     pub configurations: Store<SwitchPortConfiguration>,
+    /// SmartNicPorts.
+    pub smartnics: Store<SmartNicPort>,
 }
 
 impl Stores {
@@ -158,12 +168,32 @@ pub struct Context {
     pub ports: Store<SwitchPort>,
     /// The caches a reconcile reads what it refers to from (no GET per reconcile).
     pub stores: Stores,
-    workers: Mutex<HashMap<(String, String), Arc<WorkerEntry>>>,
+    /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
+    /// name), whatever uses it (Switches, SmartNicPorts).
+    workers: Mutex<HashMap<DeviceKey, Arc<WorkerEntry>>>,
 }
 
-/// What a worker is built from: the ProviderSwitch (uid, generation) and the
-/// credentials Secret's version. A worker whose fingerprint differs is replaced.
+/// A device as the workers know it: its ProviderSwitch's namespace and name. One
+/// ProviderSwitch is one device, so every Switch and SmartNicPort naming it shares
+/// one worker — one writer.
+pub type DeviceKey = (String, String);
+
+/// The device key of `provider`.
+pub fn device_key(provider: &ProviderSwitch) -> DeviceKey {
+    (
+        provider.namespace().unwrap_or_default(),
+        provider.name_any(),
+    )
+}
+
+/// What a worker's device is built from: the ProviderSwitch (uid, generation) and
+/// the credentials Secret's version (not for `ovsdb`, which reads no Secret). A
+/// device whose fingerprint differs is replaced.
 fn worker_fingerprint(provider: &ProviderSwitch, secret: Option<&Secret>) -> String {
+    let secret = match provider.spec.backend {
+        crate::api::Backend::Ovsdb => None,
+        _ => secret,
+    };
     format!(
         "{}/{}/{}",
         provider.uid().unwrap_or_default(),
@@ -174,14 +204,14 @@ fn worker_fingerprint(provider: &ProviderSwitch, secret: Option<&Secret>) -> Str
     )
 }
 
-/// The worker key of a Switch.
-pub fn switch_worker_key(namespace: &str, switch: &str) -> (String, String) {
-    (namespace.to_owned(), switch.to_owned())
-}
-
-/// The worker key of a SmartNIC provider (Switch names cannot contain `/`).
-pub fn smartnic_worker_key(namespace: &str, provider: &str) -> (String, String) {
-    (namespace.to_owned(), format!("smartnic/{provider}"))
+/// The device ports a Switch lists (those whose names parse).
+pub fn switch_device_ports(switch: &Switch) -> Vec<PortName> {
+    switch
+        .spec
+        .ports
+        .values()
+        .filter_map(|d| PortName::parse(&d.name).ok())
+        .collect()
 }
 
 /// The credentials Secret of `provider`, if it names one (its namespace defaults to
@@ -278,136 +308,166 @@ impl Context {
         }
     }
 
-    fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<WorkerEntry>>> {
+    fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<DeviceKey, Arc<WorkerEntry>>> {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The worker of a Switch, (re)built when its provider or credentials changed.
-    pub fn worker(
+    /// The worker of `provider`'s device, started if none runs, its device replaced
+    /// if the ProviderSwitch or its Secret changed since it was built. The lookup,
+    /// the start and the replacement happen under one lock, so however many
+    /// reconciles ask at once there is one worker per device. `ports` are device
+    /// ports of whoever asks: read to check reachability while no port is tracked
+    /// (an in-memory fixture device grows them).
+    pub fn ensure_worker(
         &self,
-        switch: &Switch,
         provider: &ProviderSwitch,
         secret: Option<&Secret>,
+        ports: &[PortName],
     ) -> Result<Arc<WorkerEntry>, BackendError> {
-        let key = switch_worker_key(&switch.namespace().unwrap_or_default(), &switch.name_any());
-        let ports: Vec<PortName> = switch
-            .spec
-            .ports
-            .values()
-            .filter_map(|d| PortName::parse(&d.name).ok())
-            .collect();
+        let key = device_key(provider);
         let fingerprint = worker_fingerprint(provider, secret);
-        if let Some(entry) = self.workers().get(&key)
-            && entry.fingerprint == fingerprint
-        {
-            // The Switch may have grown: fixture devices grow the ports too.
-            self.backends.add_ports(provider, &ports);
-            entry.worker.set_probe_ports(ports);
+        let mut workers = self.workers();
+        if let Some(entry) = workers.get(&key) {
+            if entry.built().fingerprint != fingerprint {
+                let device = self.backends.build(provider, secret, ports)?;
+                tracing::info!(provider = %key.1, "the ProviderSwitch or its Secret changed; the worker's next session uses the new device settings");
+                entry.worker.replace_device(
+                    device.clone(),
+                    self.max_sessions(provider),
+                    provider.spec.backend.name(),
+                );
+                *entry.built() = Built {
+                    fingerprint,
+                    capabilities: device.capabilities(),
+                };
+            }
+            self.backends.add_ports(provider, ports);
+            entry.worker.set_probe_ports(ports.to_vec());
             return Ok(entry.clone());
         }
-        let (ports_tx, switch_tx) = (self.notices.ports.clone(), self.notices.switches.clone());
-        let switch_ref = ObjectRef::from_obj(switch);
-        let notify: Notifier = Arc::new(move |notice| match notice {
-            Notice::Port(k) => {
-                let _ = ports_tx.send(ObjectRef::new(&k.name).within(&k.namespace));
-            }
-            Notice::Switch => {
-                let _ = switch_tx.send(switch_ref.clone());
-            }
-        });
-        self.spawn_worker(key, fingerprint, provider, secret, ports, notify)
-    }
-
-    /// The worker of a SmartNIC's ProviderSwitch (one per provider, serving every
-    /// SmartNicPort on it).
-    pub fn smartnic_worker(
-        &self,
-        provider: &ProviderSwitch,
-        port: &PortName,
-    ) -> Result<Arc<WorkerEntry>, BackendError> {
-        let key = smartnic_worker_key(
-            &provider.namespace().unwrap_or_default(),
-            &provider.name_any(),
-        );
-        let fingerprint = worker_fingerprint(provider, None);
-        if let Some(entry) = self.workers().get(&key)
-            && entry.fingerprint == fingerprint
-        {
-            return Ok(entry.clone());
-        }
-        let tx = self.notices.smartnics.clone();
-        let notify: Notifier = Arc::new(move |notice| {
-            if let Notice::Port(k) = notice {
-                let _ = tx.send(ObjectRef::new(&k.name).within(&k.namespace));
-            }
-        });
-        self.spawn_worker(key, fingerprint, provider, None, vec![port.clone()], notify)
-    }
-
-    fn spawn_worker(
-        &self,
-        key: (String, String),
-        fingerprint: String,
-        provider: &ProviderSwitch,
-        secret: Option<&Secret>,
-        ports: Vec<PortName>,
-        notify: Notifier,
-    ) -> Result<Arc<WorkerEntry>, BackendError> {
-        let device = self.backends.build(provider, secret, &ports)?;
-        let max_sessions = provider
-            .spec
-            .options
-            .as_ref()
-            .and_then(|o| o.max_sessions)
-            .map(|n| n.clamp(1, 16) as usize)
-            .unwrap_or(self.settings.max_sessions);
+        let device = self.backends.build(provider, secret, ports)?;
         let worker = SwitchWorker::spawn(
             device.clone(),
             WorkerConfig {
                 batch_window: self.settings.batch_window,
                 batch_quiet: self.settings.batch_quiet,
                 drift_interval: self.settings.drift_interval,
-                max_sessions,
+                max_sessions: self.max_sessions(provider),
                 backoff: self.settings.backoff,
                 backend: provider.spec.backend.name(),
                 batch_timeout: self.settings.batch_timeout,
                 group_hold: crate::worker::GROUP_HOLD,
+                group_gather: crate::worker::GROUP_GATHER,
             },
-            ports,
-            notify,
+            ports.to_vec(),
+            self.notifier(key.clone()),
         );
         let entry = Arc::new(WorkerEntry {
-            fingerprint,
-            device,
             worker: Arc::new(worker),
+            current: Mutex::new(Built {
+                fingerprint,
+                capabilities: device.capabilities(),
+            }),
         });
-        self.workers().insert(key, entry.clone());
+        workers.insert(key, entry.clone());
         Ok(entry)
     }
 
-    /// The worker of `key`, if one runs for this provider and Secret as they are (a
-    /// worker for an older version of them is about to be replaced).
-    pub fn current_worker(
+    /// At most this many sessions to the device: the ProviderSwitch's
+    /// `options.maxSessions` (1–16), else the operator's setting.
+    fn max_sessions(&self, provider: &ProviderSwitch) -> usize {
+        provider
+            .spec
+            .options
+            .as_ref()
+            .and_then(|o| o.max_sessions)
+            .map(|n| n.clamp(1, 16) as usize)
+            .unwrap_or(self.settings.max_sessions)
+    }
+
+    /// Where the worker of device `key` sends its notices: a port notice to the
+    /// controller of its kind, a reachability notice to every Switch that names the
+    /// ProviderSwitch (as the Switch cache has them when it happens).
+    fn notifier(&self, key: DeviceKey) -> Notifier {
+        let (ports, smartnics, switches) = (
+            self.notices.ports.clone(),
+            self.notices.smartnics.clone(),
+            self.notices.switches.clone(),
+        );
+        let store = self.stores.switches.clone();
+        Arc::new(move |notice| match notice {
+            Notice::Port(k) => match k.kind {
+                CabledPortKind::SwitchPort => {
+                    let _ = ports.send(ObjectRef::new(&k.name).within(&k.namespace));
+                }
+                CabledPortKind::SmartNicPort => {
+                    let _ = smartnics.send(ObjectRef::new(&k.name).within(&k.namespace));
+                }
+            },
+            Notice::Switch => {
+                for s in store.state() {
+                    if s.namespace().as_deref() == Some(key.0.as_str())
+                        && s.spec.provider.name == key.1
+                    {
+                        let _ = switches.send(ObjectRef::from_obj(s.as_ref()));
+                    }
+                }
+            }
+        })
+    }
+
+    /// The worker of `provider`'s device, if one runs with the ProviderSwitch and
+    /// Secret as they are (a device built from older versions is about to be
+    /// replaced). Only looks: never starts or replaces anything.
+    pub fn running_worker(
         &self,
-        key: &(String, String),
         provider: Option<&ProviderSwitch>,
         secret: Option<&Secret>,
     ) -> Option<Arc<WorkerEntry>> {
-        let fingerprint = worker_fingerprint(provider?, secret);
+        let provider = provider?;
+        let fingerprint = worker_fingerprint(provider, secret);
         self.workers()
-            .get(key)
-            .filter(|e| e.fingerprint == fingerprint)
+            .get(&device_key(provider))
+            .filter(|e| e.built().fingerprint == fingerprint)
             .cloned()
     }
 
-    /// Stops the worker of `key` (its Switch is gone).
-    pub fn drop_worker(&self, key: &(String, String)) {
+    /// Quiets the worker of device `key` when nothing uses its ProviderSwitch any
+    /// more (no Switch names it besides those being deleted, no SmartNicPort): it
+    /// stops probing the device. The worker itself stays until its ProviderSwitch
+    /// is deleted ([`Context::remove_worker`]), so a Switch created again for the
+    /// device finds it — and its one session limit — rather than a second writer.
+    pub fn quiet_worker_if_unused(&self, key: &DeviceKey) {
+        let in_ns = |ns: Option<String>| ns.as_deref() == Some(key.0.as_str());
+        let switches = self.stores.switches.state().into_iter().any(|s| {
+            in_ns(s.namespace())
+                && s.spec.provider.name == key.1
+                && s.metadata.deletion_timestamp.is_none()
+        });
+        let smartnics = self
+            .stores
+            .smartnics
+            .state()
+            .into_iter()
+            .any(|p| in_ns(p.namespace()) && p.spec.provider.name == key.1);
+        if !switches
+            && !smartnics
+            && let Some(entry) = self.workers().get(key)
+        {
+            entry.worker.set_probe_ports(Vec::new());
+        }
+    }
+
+    /// Stops the worker of device `key`: its ProviderSwitch is deleted, and nothing
+    /// used it any more (its ProviderSwitch is held until then).
+    pub fn remove_worker(&self, key: &DeviceKey) {
         self.workers().remove(key);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use futures::StreamExt;
@@ -464,5 +524,89 @@ mod tests {
             .expect("the waiters are told");
         assert_eq!(went_on, vec![false; 8]);
         opener.await.unwrap();
+    }
+
+    /// A context on an API server nobody calls (the workers need none).
+    fn context() -> super::Context {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+        let (stx, _) = tokio::sync::mpsc::unbounded_channel();
+        let (wtx, _) = tokio::sync::mpsc::unbounded_channel();
+        super::Context::new(
+            client.clone(),
+            crate::settings::Settings::default(),
+            crate::backends::Backends::default(),
+            super::EventPublisher::new(
+                client,
+                kube::runtime::events::Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            super::Notices {
+                ports: tx,
+                smartnics: stx,
+                switches: wtx,
+            },
+            kube::runtime::reflector::store().0,
+            super::Stores {
+                switches: kube::runtime::reflector::store().0,
+                providers: kube::runtime::reflector::store().0,
+                configurations: kube::runtime::reflector::store().0,
+                smartnics: kube::runtime::reflector::store().0,
+            },
+        )
+    }
+
+    fn fixture_provider(generation: i64) -> crate::api::ProviderSwitch {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "patchbay.dev/v1alpha1",
+            "kind": "ProviderSwitch",
+            "metadata": {"name": "tor", "namespace": "infra", "uid": "u-1",
+                         "generation": generation},
+            "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn one_worker_per_device_however_many_ask_at_once_and_whatever_changes() {
+        let ctx = Arc::new(context());
+        let port = |n: &str| patchbay_providers::values::PortName::parse(n).unwrap();
+        // 64 reconciles ask at once, from two Switches naming the same ProviderSwitch
+        // (their own ports) and a SmartNicPort.
+        let asks = (0..64).map(|i| {
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                let ports = match i % 3 {
+                    0 => vec![port("Gi0/1"), port("Gi0/2")],
+                    1 => vec![port("Gi0/3")],
+                    _ => vec![port("p0")],
+                };
+                ctx.ensure_worker(&fixture_provider(1), None, &ports)
+                    .unwrap()
+            })
+        });
+        let entries: Vec<_> = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert!(entries.iter().all(|e| Arc::ptr_eq(e, &entries[0])));
+        // A ProviderSwitch edit replaces the device, not the worker.
+        let edited = ctx
+            .ensure_worker(&fixture_provider(2), None, &[port("Gi0/1")])
+            .unwrap();
+        assert!(Arc::ptr_eq(&edited.worker, &entries[0].worker));
+        assert!(
+            ctx.running_worker(Some(&fixture_provider(1)), None)
+                .is_none()
+        );
+        assert!(
+            ctx.running_worker(Some(&fixture_provider(2)), None)
+                .is_some()
+        );
     }
 }

@@ -87,6 +87,7 @@ pub trait PortSteps {
             .apply(Some(self.key()), PortOperation::Set(desired.clone()))
             .await?;
         device.worker.track(self.key().clone(), Some(desired));
+        device.worker.settle(self.key(), false);
         Ok(())
     }
 
@@ -112,16 +113,16 @@ pub trait PortSteps {
             .await?;
         let matches = diff(&desired, &observed).is_empty();
         device.worker.track(self.key().clone(), Some(desired));
+        device.worker.settle(self.key(), !matches);
         Ok(matches)
     }
 
-    /// A drift notice taken for this reconcile goes back to the worker: the reconcile
-    /// waited for a fresher copy of the port instead of checking (the sweep posts a
-    /// notice only when its verdict changes, so a dropped one would not come again).
-    fn keep_drift_notice(&self) {
-        if let Ok(device) = self.device() {
-            device.worker.keep_drift_notice(self.key().clone());
-        }
+    /// The port's drift was just repaired: how many times it was within the
+    /// worker's repair window ([`crate::worker::REPAIR_WINDOW`]).
+    fn repaired(&self) -> usize {
+        self.device()
+            .map(|d| d.worker.record_repair(self.key()))
+            .unwrap_or(0)
     }
 
     /// The loop ended in Active: keep the port in its switch's drift sweep.
@@ -297,6 +298,10 @@ impl StatusLedger {
     }
 }
 
+/// Repairs of one port within [`crate::worker::REPAIR_WINDOW`] from which each
+/// repair also publishes a `DriftRepeated` Warning: two tools fighting over a port.
+pub const REPEATED_DRIFT: usize = 3;
+
 /// When to look again at a port whose cached copy is behind this process's own write
 /// (the write's watch event normally comes first).
 const STALE_READ_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
@@ -337,9 +342,6 @@ pub async fn drive(
         tracing::debug!(
             "the cached port is behind this process's last status write; waiting for it"
         );
-        if drift_check_due {
-            steps.keep_drift_notice();
-        }
         return Ok(Requeue::After(STALE_READ_RETRY));
     }
     let FailureRecord {
@@ -466,6 +468,21 @@ pub async fn drive(
                 if (drifted || drift_reported) && o == Outcome::Applied {
                     metrics::inc(metrics::DRIFT_REPAIRED, &[meta.kind]);
                     drifted = false;
+                    let times = steps.repaired();
+                    if times >= REPEATED_DRIFT {
+                        record
+                            .publish(
+                                Severity::Warning,
+                                "DriftRepeated",
+                                &format!(
+                                    "the device port was changed behind patchbay's back and \
+                                     put back {times} times in the last {} minutes: another \
+                                     tool or person keeps configuring it",
+                                    crate::worker::REPAIR_WINDOW.as_secs() / 60
+                                ),
+                            )
+                            .await;
+                    }
                 }
                 drifted |= o == Outcome::Drifted;
                 outcome = Some(o);

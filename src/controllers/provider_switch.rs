@@ -10,7 +10,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 
-use super::context::{Context, fetch_secret};
+use super::context::{Context, device_key, fetch_secret};
 use super::failure::Failure;
 use super::status::provider_status;
 use super::{ControllerError, write_status};
@@ -33,6 +33,7 @@ pub(super) async fn reconcile(
                 if users > 0 {
                     return Err(ControllerError::SwitchesRemaining(users));
                 }
+                ctx.remove_worker(&device_key(&p));
                 Ok(Action::await_change())
             }
         }

@@ -412,6 +412,7 @@ pub async fn run(
             switches: switch_store.clone(),
             providers: provider_store.clone(),
             configurations: config_store.clone(),
+            smartnics: snic_store.clone(),
         },
     ));
 

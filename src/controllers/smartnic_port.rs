@@ -41,7 +41,7 @@ use patchbay_providers::{Capabilities, Capability, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Context, cabled_host_mac, smartnic_worker_key};
+use super::context::{Context, cabled_host_mac};
 use super::failure::Failure;
 use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive};
 use super::port_record::KubeRecord;
@@ -341,7 +341,10 @@ impl PortSteps for SmartNicSteps<'_> {
             errors,
         })?;
         let port = self.device_port()?;
-        Ok(self.ctx.smartnic_worker(provider, &port)?.handle())
+        Ok(self
+            .ctx
+            .ensure_worker(provider, None, std::slice::from_ref(&port))?
+            .handle())
     }
 
     fn device_port(&self) -> Result<PortName, Failure> {
@@ -465,6 +468,7 @@ async fn reconcile_in(
     let ns = port.namespace().unwrap_or_default();
     let world = dereference(&port, &ctx).await?;
     let key = PortKey {
+        kind: CabledPortKind::SmartNicPort,
         namespace: ns.clone(),
         name: port.name_any(),
     };
@@ -474,14 +478,8 @@ async fn reconcile_in(
     status.switch = None;
     status.provider = Some(port.spec.provider.name.clone());
     status.device_port = Some(port.spec.port_name.clone());
-    let worker = ctx.current_worker(
-        &smartnic_worker_key(&ns, &port.spec.provider.name),
-        world.provider.as_ref(),
-        None,
-    );
-    let drift_notice = worker
-        .as_ref()
-        .and_then(|e| e.worker.take_drift_notice(&key));
+    let worker = ctx.running_worker(world.provider.as_ref(), None);
+    let drift_notice = worker.as_ref().and_then(|e| e.worker.drift_notice(&key));
     let outage = worker.as_ref().and_then(|e| e.worker.outage());
     let steps = SmartNicSteps {
         ctx: &ctx,

@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use serde_json::json;
 
-use super::context::{Context, fetch_secret, switch_worker_key};
+use super::context::{Context, device_key, fetch_secret, switch_device_ports};
 use super::failure::Failure;
 use super::status::{Severity, find_condition, reachability_event, switch_status};
 use super::{ControllerError, SWITCH_LABEL, write_status};
@@ -58,7 +58,7 @@ async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> 
     })?;
     let secret = fetch_secret(&ctx.client, &provider).await?;
     check_credentials(&provider, secret.as_ref())?;
-    let entry = ctx.worker(switch, &provider, secret.as_ref())?;
+    let entry = ctx.ensure_worker(&provider, secret.as_ref(), &switch_device_ports(switch))?;
     Ok(entry.worker.reachability())
 }
 
@@ -195,7 +195,9 @@ async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, Contro
     if !ours.is_empty() {
         return Err(ControllerError::PortsRemaining(ours.len()));
     }
-    ctx.drop_worker(&switch_worker_key(&ns, &name));
+    if let Some(provider) = ctx.stores.provider(&ns, &switch.spec.provider.name) {
+        ctx.quiet_worker_if_unused(&device_key(&provider));
+    }
     ctx.events.forget(&switch.uid().unwrap_or_default());
     ctx.events
         .publish(

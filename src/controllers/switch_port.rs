@@ -19,7 +19,7 @@ use patchbay_providers::{Capabilities, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Context, cabled_host_mac, cabled_nics, fetch_secret, switch_worker_key};
+use super::context::{Context, cabled_host_mac, cabled_nics, fetch_secret, switch_device_ports};
 use super::failure::Failure;
 use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive};
 use super::port_record::KubeRecord;
@@ -233,9 +233,11 @@ impl PortSteps for SwitchPortSteps<'_> {
             name: provider.name_any(),
             errors,
         })?;
-        let entry = self
-            .ctx
-            .worker(switch, provider, self.world.secret.as_ref())?;
+        let entry = self.ctx.ensure_worker(
+            provider,
+            self.world.secret.as_ref(),
+            &switch_device_ports(switch),
+        )?;
         Ok(entry.handle())
     }
 
@@ -375,17 +377,12 @@ async fn reconcile_in(
             .as_ref()
             .is_some_and(|s| is_true(s.annotations(), SKIP_CLEANUP_ANNOTATION));
     let key = PortKey {
+        kind: CabledPortKind::SwitchPort,
         namespace: ns.clone(),
         name,
     };
-    let worker = ctx.current_worker(
-        &switch_worker_key(&ns, status.switch.as_deref().unwrap_or_default()),
-        world.provider.as_ref(),
-        world.secret.as_ref(),
-    );
-    let drift_notice = worker
-        .as_ref()
-        .and_then(|e| e.worker.take_drift_notice(&key));
+    let worker = ctx.running_worker(world.provider.as_ref(), world.secret.as_ref());
+    let drift_notice = worker.as_ref().and_then(|e| e.worker.drift_notice(&key));
     let outage = worker.as_ref().and_then(|e| e.worker.outage());
     let input = DriveInput {
         meta: record.meta(),

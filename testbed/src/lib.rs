@@ -133,6 +133,8 @@ impl SimSpec {
 pub struct Session {
     /// When it opened (Unix seconds).
     pub opened: f64,
+    /// When its user had logged in; `None` if it never did.
+    pub logged_in: Option<f64>,
     /// When it closed; `None` while open.
     pub closed: Option<f64>,
     /// The client's TCP port.
@@ -306,9 +308,19 @@ impl FakeSwitches {
             match event {
                 "open" => sessions.push(Session {
                     opened: time,
+                    logged_in: None,
                     closed: None,
                     client_port: port,
                 }),
+                "login" => {
+                    if let Some(s) = sessions
+                        .iter_mut()
+                        .rev()
+                        .find(|s| s.client_port == port && s.closed.is_none())
+                    {
+                        s.logged_in = Some(time);
+                    }
+                }
                 "close" => {
                     if let Some(s) = sessions
                         .iter_mut()
@@ -322,6 +334,30 @@ impl FakeSwitches {
             }
         }
         sessions
+    }
+
+    /// The pairs of switch `name`'s logged-in sessions that were open at the same
+    /// time — a session counts from its login (before it, a connection cannot change
+    /// the device) to its close (still open: until now): empty when the device
+    /// never had two writers at once. From the log of every connection, the test's
+    /// own reads included.
+    pub fn overlapping_sessions(&self, name: &str) -> Vec<(Session, Session)> {
+        let mut sessions: Vec<Session> = self
+            .sessions(name)
+            .into_iter()
+            .filter(|s| s.logged_in.is_some())
+            .collect();
+        let login = |s: &Session| s.logged_in.unwrap_or_default();
+        sessions.sort_by(|a, b| login(a).total_cmp(&login(b)));
+        let mut out = Vec::new();
+        for (i, a) in sessions.iter().enumerate() {
+            for b in &sessions[i + 1..] {
+                if a.closed.is_none_or(|closed| closed > login(b)) {
+                    out.push((a.clone(), b.clone()));
+                }
+            }
+        }
+        out
     }
 
     /// Stops the launcher (the PID this process started) and removes its directory.
@@ -357,6 +393,48 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(io(format!("creating {}", path.display())))?;
     f.write_all(bytes)
         .map_err(io(format!("writing {}", path.display())))
+}
+
+/// A running `ovsdb-client monitor` of the Port table (see
+/// [`OvsSim::monitor_ports`]).
+pub struct PortMonitor {
+    child: Child,
+    file: PathBuf,
+}
+
+impl PortMonitor {
+    /// Every Port row the monitor printed so far, in order: (name, number of
+    /// interfaces). A modification prints the row as it became.
+    pub fn rows(&self) -> Vec<(String, usize)> {
+        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("row,"))
+            .filter_map(|l| {
+                // uuid,action,name,"[a, b]" or [a]
+                let mut fields = l.splitn(4, ',');
+                let (_, action, name, ifaces) = (
+                    fields.next()?,
+                    fields.next()?,
+                    fields.next()?,
+                    fields.next()?,
+                );
+                if action == "old" || action == "delete" {
+                    return None;
+                }
+                let list = ifaces.trim_matches('"').trim_matches(['[', ']']);
+                let n = list.split(',').filter(|x| !x.trim().is_empty()).count();
+                Some((name.to_owned(), n))
+            })
+            .collect()
+    }
+}
+
+impl Drop for PortMonitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.file);
+    }
 }
 
 /// A private Open vSwitch started by `fake-switch/ovs.py`: ovsdb-server and
@@ -467,6 +545,36 @@ impl OvsSim {
             .args(args)
             .env("OVS_RUNDIR", &self.info.dir);
         stdout_of(cmd, &format!("ovs-vsctl {}", args.join(" ")))
+    }
+
+    /// Starts recording every change to the Port table's names and interfaces
+    /// (`ovsdb-client monitor`, tests only): what a test reads afterwards is the
+    /// history, not only the end state. Stopped (by its PID) when dropped.
+    pub fn monitor_ports(&self) -> Result<PortMonitor> {
+        let file = self.info.dir.join(format!("ports-{}.csv", rand_u32()));
+        let child = Command::new("ovsdb-client")
+            .arg("monitor")
+            .arg(format!("unix:{}", self.info.db_socket.display()))
+            .args(["Open_vSwitch", "Port", "name,interfaces", "--format=csv"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(
+                std::fs::File::create(&file).map_err(io("creating the monitor's file"))?,
+            ))
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io("starting ovsdb-client monitor"))?;
+        let monitor = PortMonitor { child, file };
+        // Its first answer (the initial rows) says it is watching.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while monitor.rows().is_empty() {
+            if Instant::now() > deadline {
+                return Err(TestbedError::Failed(
+                    "ovsdb-client monitor printed nothing within 10 s".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(monitor)
     }
 
     /// Runs `ovs-appctl ARGS…` against this ovs-vswitchd (tests only: LACP and bond

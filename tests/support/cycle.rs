@@ -43,7 +43,7 @@ pub async fn configure_then_edit(
     )
     .await;
     env.link(port_key, Some("tenant-web")).await;
-    env.wait_state(port_key, PortState::Active).await;
+    env.wait_state_within(port_key, PortState::Active, 90).await;
     let observed = device.get_port(&port(device_port)).await.unwrap();
     assert_eq!(
         observed.vlans,
@@ -74,35 +74,57 @@ pub async fn configure_then_edit(
         edited(&device.get_port(&port(device_port)).await.ok()?).then_some(())
     })
     .await;
-    env.wait_state(port_key, PortState::Active).await;
+    env.wait_state_within(port_key, PortState::Active, 90).await;
 }
 
-/// Another client puts the port on VLAN 999 through `device`; the operator's drift
-/// sweep must put it back to the edited configuration.
+/// Another client puts the port on another VLAN through `device`, `rounds` times in
+/// a row, each as soon as the last change was undone; the operator's drift sweep
+/// must put it back to the edited configuration every time (a drift repaired once
+/// is not let go the next time), and from the third repair on the port carries a
+/// `DriftRepeated` Warning: something keeps fighting over it.
 ///
 /// The intruder's change is not read back before the repair is waited for: the
 /// sweep (every second or two in these tests) may already have undone it, and that
 /// read failed when it had. That the operator repaired it is read from its own
-/// count of repaired drift (the process's metrics; the binaries that walk this cycle
-/// run one operator at a time).
-pub async fn drift_is_undone(device: &dyn Device, device_port: &str) {
+/// count of repaired drift (the process's metrics) and from the device.
+pub async fn drift_is_undone(
+    env: &Env,
+    port_key: &str,
+    device: &dyn Device,
+    device_port: &str,
+    rounds: u16,
+) {
     use patchbay::metrics::{DRIFT_REPAIRED, value};
     let repaired = || value(DRIFT_REPAIRED, &["SwitchPort"]);
-    let before = repaired();
-    let mut intruder = DesiredPort::clean(port(device_port));
-    intruder.vlans = VlanMode::Access { vlan: vlan(999) };
-    device.set_port(&intruder).await.unwrap();
-    eventually(90, "the drift to be repaired", || async {
-        (repaired() > before && edited(&device.get_port(&port(device_port)).await.ok()?))
-            .then_some(())
-    })
-    .await;
+    for round in 1..=rounds {
+        let before = repaired();
+        let mut intruder = DesiredPort::clean(port(device_port));
+        intruder.vlans = VlanMode::Access {
+            vlan: vlan(990 + round),
+        };
+        device.set_port(&intruder).await.unwrap();
+        eventually(90, &format!("drift {round} to be repaired"), || async {
+            (repaired() > before && edited(&device.get_port(&port(device_port)).await.ok()?))
+                .then_some(())
+        })
+        .await;
+    }
+    if rounds >= 3 {
+        eventually(30, "the DriftRepeated Warning", || async {
+            env.warnings(port_key)
+                .await
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("DriftRepeated"))
+                .then_some(())
+        })
+        .await;
+    }
 }
 
 /// Unlinks `port_key` and checks the device port is clean.
 pub async fn unlink_and_clean(env: &Env, port_key: &str, device: &dyn Device, device_port: &str) {
     env.link(port_key, None).await;
-    env.wait_state(port_key, PortState::Idle).await;
+    env.wait_state_within(port_key, PortState::Idle, 90).await;
     let clean = device.get_port(&port(device_port)).await.unwrap();
     assert_eq!(clean.vlans, Some(VlanMode::Unconfigured));
     assert_eq!(clean.admin, Some(AdminState::Up));

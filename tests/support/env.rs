@@ -239,6 +239,21 @@ impl Env {
         .await
     }
 
+    /// [`Env::wait_state`] for up to `secs` (a backend whose every apply is two
+    /// Ansible runs needs longer than 30 s on a loaded machine).
+    pub async fn wait_state_within(&self, port: &str, state: PortState, secs: u64) -> SwitchPort {
+        let api: Api<SwitchPort> = self.api();
+        eventually_seen(secs, &format!("{port} to be {state}"), || async {
+            match api.get_opt(port).await {
+                Ok(Some(p)) if p.status.as_ref().and_then(|s| s.state) == Some(state) => Ok(p),
+                Ok(Some(p)) => Err(without_metadata(&p)),
+                Ok(None) => Err(format!("{port}: not found")),
+                Err(e) => Err(format!("{port}: {e}")),
+            }
+        })
+        .await
+    }
+
     /// The Warning Events about the object `name` (of any kind) in the test's
     /// namespace.
     pub async fn warnings(&self, name: &str) -> Vec<Event> {

@@ -211,6 +211,7 @@ impl Walk {
             definition: self.definition.clone(),
             config: config.cloned(),
             key: PortKey {
+                kind: patchbay::api::CabledPortKind::SwitchPort,
                 namespace: "network-infra".into(),
                 name: "server-7-eth0".into(),
             },
@@ -262,6 +263,7 @@ pub async fn run() -> Result<()> {
             backend: "fixture",
             batch_timeout: None,
             group_hold: patchbay::worker::GROUP_HOLD,
+            group_gather: patchbay::worker::GROUP_GATHER,
         },
         vec![port.clone()],
         Arc::new(|_| {}),
