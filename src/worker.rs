@@ -1539,6 +1539,25 @@ mod tests {
         assert_eq!(worker.drift_notice(&key("a")), Some(true));
     }
 
+    /// A worker on `fixture` with `cfg` whose notices go nowhere.
+    fn quiet_worker(fixture: &FixtureSwitch, cfg: WorkerConfig) -> Arc<SwitchWorker> {
+        Arc::new(SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            cfg,
+            Vec::new(),
+            Arc::new(|_| {}),
+        ))
+    }
+
+    /// `worker.apply(None, Set(d))` on a task of its own (a reconcile waiting).
+    fn apply_in_background(
+        worker: &Arc<SwitchWorker>,
+        d: DesiredPort,
+    ) -> tokio::task::JoinHandle<Result<PortChange, WorkerError>> {
+        let worker = worker.clone();
+        tokio::spawn(async move { worker.apply(None, PortOperation::Set(d)).await })
+    }
+
     fn member(port: &str, group: u16, members: &[&str]) -> DesiredPort {
         let mut d = access(port, 300);
         d.lag = Some(patchbay_providers::LagMembership {
@@ -1552,22 +1571,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_group_goes_in_one_batch_once_every_member_is_there_or_fails_naming_the_missing() {
         let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2"), p("Gi0/3")]);
-        let worker = Arc::new(SwitchWorker::spawn(
-            Arc::new(fixture.clone()),
-            config(),
-            Vec::new(),
-            Arc::new(|_| {}),
-        ));
+        let worker = quiet_worker(&fixture, config());
         let both = ["Gi0/1", "Gi0/2"];
         // The first member waits for the second, which comes 2 s later: one batch.
-        let first = {
-            let worker = worker.clone();
-            tokio::spawn(async move {
-                worker
-                    .apply(None, PortOperation::Set(member("Gi0/1", 7, &both)))
-                    .await
-            })
-        };
+        let first = apply_in_background(&worker, member("Gi0/1", 7, &both));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(
             batch_sizes(&fixture).is_empty(),
@@ -1699,24 +1706,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn members_whose_reconciles_knew_only_themselves_still_go_in_one_batch() {
         let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2")]);
-        let worker = Arc::new(SwitchWorker::spawn(
-            Arc::new(fixture.clone()),
+        let worker = quiet_worker(
+            &fixture,
             WorkerConfig {
                 group_gather: Duration::from_secs(1),
                 ..config()
             },
-            Vec::new(),
-            Arc::new(|_| {}),
-        ));
+        );
         // The first member's reconcile did not see the second linked yet.
-        let first = {
-            let worker = worker.clone();
-            tokio::spawn(async move {
-                worker
-                    .apply(None, PortOperation::Set(member("Gi0/1", 7, &["Gi0/1"])))
-                    .await
-            })
-        };
+        let first = apply_in_background(&worker, member("Gi0/1", 7, &["Gi0/1"]));
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(batch_sizes(&fixture).is_empty(), "a new group gathers");
         worker
@@ -1733,12 +1731,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_member_held_for_one_in_flight_goes_once_that_one_is_tracked() {
         let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2")]);
-        let worker = Arc::new(SwitchWorker::spawn(
-            Arc::new(fixture.clone()),
-            config(),
-            Vec::new(),
-            Arc::new(|_| {}),
-        ));
+        let worker = quiet_worker(&fixture, config());
         let both = ["Gi0/1", "Gi0/2"];
         // Gi0/1 went alone earlier (its group on the device); Gi0/2 names it, but
         // Gi0/1's port has not tracked its new state yet.
@@ -1752,14 +1745,7 @@ mod tests {
             vlan: VlanId::new(301).unwrap(),
         };
         worker.track(key("a"), Some(other));
-        let second = {
-            let worker = worker.clone();
-            tokio::spawn(async move {
-                worker
-                    .apply(None, PortOperation::Set(member("Gi0/2", 7, &both)))
-                    .await
-            })
-        };
+        let second = apply_in_background(&worker, member("Gi0/2", 7, &both));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(batch_sizes(&fixture), vec![1], "held: Gi0/1 differs");
         // Gi0/1's port tracks the group's settings: Gi0/2 goes at once, long before

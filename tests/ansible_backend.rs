@@ -409,19 +409,8 @@ async fn a_hanging_run_is_killed_with_the_daemon_it_started() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The VLAN IDs the simulator's own `show vlan brief` lists.
-async fn vlan_table(cli: &patchbay_providers::cli::CliSwitch) -> Vec<u16> {
-    let out = cli.run_raw(&["show vlan brief"]).await.unwrap();
-    out[0]
-        .as_ref()
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-        .collect()
-}
-
-/// Six ports in one run — access 10 and 20, a trunk with native 100 and named 101
-/// and 102, a plain trunk 200–202 — leave every VLAN they carry on the switch, named
+/// Six ports in one run — access 10 and 20 (twice), a trunk with native 100 and
+/// named 101 and 102, a plain trunk 200–202, a trunk on native 20 — leave every VLAN they carry on the switch, named
 /// or not (cisco.ios's ios_vlans makes nothing of an entry with only an ID), and the
 /// read playbook checks the VLAN table: a VLAN deleted by hand reads as missing and
 /// the next run makes it again.
@@ -432,48 +421,22 @@ async fn every_vlan_a_batch_needs_exists_after_it_and_the_read_checks_the_table(
     let sim = sims.get("sw1");
     let sw = switch(sim);
     let cli = ssh_cases::backend("ios", sim);
-    let access = |p: &str, v: u16| {
-        let mut d = DesiredPort::clean(port(p));
-        d.vlans = VlanMode::Access { vlan: vlan(v) };
-        d
-    };
-    let trunk = |p: &str, native: Option<u16>, allowed: &[u16]| {
-        let mut d = DesiredPort::clean(port(p));
-        d.vlans = VlanMode::Trunk {
-            native: native.map(vlan),
-            allowed: allowed.iter().map(|v| vlan(*v)).collect(),
-        };
-        d
-    };
-    let mut named = trunk("FastEthernet0/3", Some(100), &[101, 102]);
-    named.vlan_names = [
-        (vlan(101), ssh_cases::vlan_name("web")),
-        (vlan(102), ssh_cases::vlan_name("db")),
-    ]
-    .into();
-    let ports = [
-        access("FastEthernet0/1", 10),
-        access("FastEthernet0/2", 20),
-        named,
-        trunk("FastEthernet0/4", None, &[200, 201, 202]),
-        access("FastEthernet0/5", 10),
-        trunk("FastEthernet0/6", Some(20), &[201]),
-    ];
+    let mut ports = ssh_cases::vlan_table_case();
+    ports.extend([
+        ssh_cases::access_port("FastEthernet0/5", 10),
+        ssh_cases::trunk_port("FastEthernet0/6", Some(20), &[201]),
+    ]);
     let ops: Vec<PortOperation> = ports.iter().cloned().map(PortOperation::Set).collect();
     let results = patchbay_providers::verify::apply_batch_verified(&sw, &ops)
         .await
         .unwrap();
     assert!(results.iter().all(|r| r.outcome.is_ok()), "{results:?}");
-    let table = vlan_table(&cli).await;
-    for v in [10, 20, 100, 101, 102, 200, 201, 202] {
+    let table = ssh_cases::cisco_vlan_table(&cli).await;
+    for v in ssh_cases::VLAN_TABLE_CASE_VLANS {
         assert!(table.contains(&v), "VLAN {v} missing from {table:?}");
     }
 
-    let typed = cli
-        .run_raw(&["configure terminal", "no vlan 10", "exit"])
-        .await
-        .unwrap();
-    assert!(typed.iter().all(Result::is_ok), "{typed:?}");
+    ssh_cases::delete_cisco_vlan_by_hand(&cli, 10).await;
     let read = sw.get_port(&port("FastEthernet0/1")).await.unwrap();
     assert_eq!(read.missing_vlans, Some([vlan(10)].into_iter().collect()));
     assert_eq!(
@@ -484,6 +447,6 @@ async fn every_vlan_a_batch_needs_exists_after_it_and_the_read_checks_the_table(
         .await
         .unwrap();
     assert!(again[0].outcome.is_ok(), "{again:?}");
-    assert!(vlan_table(&cli).await.contains(&10));
+    assert!(ssh_cases::cisco_vlan_table(&cli).await.contains(&10));
     assert!(sw.leftovers().is_empty());
 }

@@ -17,7 +17,7 @@ use patchbay_testbed::{FakeSwitches, SimSpec};
 use serde_json::json;
 use ssh_cases::{backend, port, vlan};
 use support::env::Env;
-use support::eventually;
+use support::{assert_one_writer, eventually};
 
 /// The ProviderSwitch `tor` of `sim` capped at one session, a Switch `tor` with
 /// ports `a1..=a{n}` on FastEthernet0/1.., and the configuration `web` (access 100).
@@ -29,30 +29,27 @@ async fn one_session_switch(env: &Env, sim: &patchbay_testbed::SimSwitch, n: usi
         .iter()
         .map(|(a, b)| (a.as_str(), b.as_str()))
         .collect();
-    env.device(
-        "tor",
-        &[
-            ("username", &sim.username),
-            ("password", &sim.password),
-            ("enablePassword", &sim.enable_password),
-        ],
-        json!({"backend": "ssh", "os": "ios", "address": sim.address, "port": sim.port,
-               "hostKey": {"fingerprint": sim.host_key_fingerprint},
-               "options": {"maxSessions": 1}}),
-        &pairs,
-    )
-    .await;
+    env.switch("tor", "ios", sim, &sim.host_key_fingerprint, &pairs)
+        .await;
+    env.cap_sessions("tor", 1).await;
     env.configuration("web", json!({"untaggedVLAN": 100})).await;
 }
 
-fn assert_one_writer(sims: &FakeSwitches, name: &str) {
-    let overlapping = sims.overlapping_sessions(name);
-    assert!(
-        overlapping.is_empty(),
-        "{} pairs of sessions to {name} were open at once (of {} sessions): {overlapping:#?}",
-        overlapping.len(),
-        sims.sessions(name).len()
-    );
+/// Asserts FastEthernet0/`i` of `sim` is on access VLAN 100 for each `i`, read over
+/// SSH.
+async fn on_vlan_100(sim: &patchbay_testbed::SimSwitch, ports: &[usize]) {
+    let device = backend("ios", sim);
+    for i in ports {
+        assert_eq!(
+            device
+                .get_port(&port(&format!("FastEthernet0/{i}")))
+                .await
+                .unwrap()
+                .vlans,
+            Some(VlanMode::Access { vlan: vlan(100) }),
+            "FastEthernet0/{i}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,17 +89,7 @@ async fn a_secret_rotated_mid_batch_never_opens_a_second_session() {
         env.wait_state(&format!("a{i}"), PortState::Active).await;
     }
     assert_one_writer(&sims, "tor");
-    let device = backend("ios", &sim);
-    for i in [1, PORTS] {
-        assert_eq!(
-            device
-                .get_port(&port(&format!("FastEthernet0/{i}")))
-                .await
-                .unwrap()
-                .vlans,
-            Some(VlanMode::Access { vlan: vlan(100) })
-        );
-    }
+    on_vlan_100(&sim, &[1, PORTS]).await;
     env.cluster.finish().await;
 }
 
@@ -155,16 +142,6 @@ async fn two_switches_on_one_provider_switch_share_its_one_session() {
         })
         .await;
     }
-    let device = backend("ios", &sim);
-    for i in [1, 12, 13, 24] {
-        assert_eq!(
-            device
-                .get_port(&port(&format!("FastEthernet0/{i}")))
-                .await
-                .unwrap()
-                .vlans,
-            Some(VlanMode::Access { vlan: vlan(100) })
-        );
-    }
+    on_vlan_100(&sim, &[1, 12, 13, 24]).await;
     env.cluster.finish().await;
 }

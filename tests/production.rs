@@ -14,14 +14,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube::api::{Patch, PatchParams};
-use patchbay::api::{PortState, ProviderSwitch, SwitchPort};
+use patchbay::api::{PortState, SwitchPort};
 use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, SimSpec, SimSwitch};
 use serde_json::json;
 use ssh_cases::{backend, port, vlan};
 use support::env::Env;
-use support::{Cluster, eventually};
+use support::{Cluster, assert_one_writer, eventually};
 
 /// The switch, its configuration and ports, without an operator.
 async fn fabric(cluster: Cluster, sim: &SimSwitch, ports: usize) -> Env {
@@ -177,6 +176,25 @@ fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
 
 async fn access(sim: &SimSwitch, p: &str) -> Option<VlanMode> {
     backend("ios", sim).get_port(&port(p)).await.ok()?.vlans
+}
+
+/// Waits until ports `p{i}` are Active, for each `i`.
+async fn all_active(env: &Env, ports: impl IntoIterator<Item = usize>) {
+    for i in ports {
+        env.wait_state(&format!("p{i}"), PortState::Active).await;
+    }
+}
+
+/// Asserts FastEthernet0/`i` carries the `web` configuration (access 100), read
+/// from the simulator, for each `i`.
+async fn on_web(sim: &SimSwitch, ports: impl IntoIterator<Item = usize>) {
+    for i in ports {
+        assert_eq!(
+            access(sim, &format!("FastEthernet0/{i}")).await,
+            Some(VlanMode::Access { vlan: vlan(100) }),
+            "FastEthernet0/{i}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,13 +370,8 @@ async fn sigterm_mid_batch_finishes_the_batch_exits_0_and_leaves_every_port_cons
     assert!(active > 0, "the batch under way when SIGTERM came finished");
     // Started again, the operator finishes what is left, with nothing to undo.
     let mut again = operator(&env, &again_log, &["--batch-window-ms", "50"]);
-    for i in 1..=PORTS {
-        env.wait_state(&format!("p{i}"), PortState::Active).await;
-        assert_eq!(
-            access(&sim, &format!("FastEthernet0/{i}")).await,
-            Some(VlanMode::Access { vlan: vlan(100) })
-        );
-    }
+    all_active(&env, 1..=PORTS).await;
+    on_web(&sim, 1..=PORTS).await;
     sigterm(&again);
     assert!(wait_exit(&mut again, 40).success());
     env.cluster.finish().await;
@@ -396,13 +409,8 @@ async fn a_restart_while_caches_list_late_leaves_no_port_behind() {
     let metrics_port = free_port();
     let address = format!("127.0.0.1:{metrics_port}");
     let mut again = operator(&env, &again_log, &["--metrics-address", &address]);
-    for i in 1..=PORTS {
-        env.wait_state(&format!("p{i}"), PortState::Active).await;
-        assert_eq!(
-            access(&sim, &format!("FastEthernet0/{i}")).await,
-            Some(VlanMode::Access { vlan: vlan(100) })
-        );
-    }
+    all_active(&env, 1..=PORTS).await;
+    on_web(&sim, 1..=PORTS).await;
     // Each port was applied once: a trigger queued while its reconcile wrote the
     // status waits for the copy with that write rather than applying again from the
     // copy without it.
@@ -456,32 +464,6 @@ async fn a_port_read_from_before_its_own_last_write_is_not_applied_again() {
     env.cluster.finish().await;
 }
 
-/// Caps the device at one session (`spec.options.maxSessions: 1` on the
-/// ProviderSwitch `name`): what the one-writer tests count against.
-async fn one_session(env: &Env, name: &str) {
-    env.api::<ProviderSwitch>()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"options": {"maxSessions": 1}}})),
-        )
-        .await
-        .unwrap();
-}
-
-/// Asserts that no two of the sessions switch `name` has seen so far were open at
-/// once (read before the test itself reads the device).
-fn assert_one_writer(sims: &FakeSwitches, name: &str) {
-    let sessions = sims.sessions(name);
-    let overlapping = sims.overlapping_sessions(name);
-    assert!(
-        overlapping.is_empty(),
-        "{} of {} sessions to {name} overlapped another: {overlapping:#?}",
-        overlapping.len(),
-        sessions.len()
-    );
-}
-
 /// Killed (-9) while its first batch runs, the operator is started again with every
 /// port still Configuring: its reconciles race to the switch's worker at once, and
 /// the device still sees one session at a time (maxSessions 1).
@@ -491,7 +473,7 @@ async fn a_restart_with_ports_configuring_opens_one_session_at_a_time() {
     let sim = sims.get("tor1").clone();
     const PORTS: usize = 24;
     let env = fabric(Cluster::start("prod-restart-one-writer").await, &sim, PORTS).await;
-    one_session(&env, "tor1").await;
+    env.cap_sessions("tor1", 1).await;
     let (first_log, again_log) = (
         env.cluster.dir.join("first.log"),
         env.cluster.dir.join("again.log"),
@@ -515,16 +497,9 @@ async fn a_restart_with_ports_configuring_opens_one_session_at_a_time() {
         .unwrap();
     first.wait().unwrap();
     let mut again = operator(&env, &again_log, &no_election);
-    for i in 1..=PORTS {
-        env.wait_state(&format!("p{i}"), PortState::Active).await;
-    }
+    all_active(&env, 1..=PORTS).await;
     assert_one_writer(&sims, "tor1");
-    for i in [1, PORTS / 2, PORTS] {
-        assert_eq!(
-            access(&sim, &format!("FastEthernet0/{i}")).await,
-            Some(VlanMode::Access { vlan: vlan(100) })
-        );
-    }
+    on_web(&sim, [1, PORTS / 2, PORTS]).await;
     sigterm(&again);
     assert!(wait_exit(&mut again, 40).success());
     env.cluster.finish().await;
@@ -554,7 +529,7 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let sim = sims.get("tor1").clone();
     let env = fabric(Cluster::start("prod-leader").await, &sim, 12).await;
-    one_session(&env, "tor1").await;
+    env.cap_sessions("tor1", 1).await;
     // A 3 s lease renewed every 0.5 s; a 2 s batch window so that work handed over
     // is still waiting for its batch when the leader dies.
     let lease_flags = [
@@ -613,9 +588,7 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
     for i in 1..=6 {
         env.link(&format!("p{i}"), Some("web")).await;
     }
-    for i in 1..=6 {
-        env.wait_state(&format!("p{i}"), PortState::Active).await;
-    }
+    all_active(&env, 1..=6).await;
     // The next six are handed to A's switch worker; A dies before their batch.
     for i in 7..=12 {
         env.link(&format!("p{i}"), Some("web")).await;
@@ -644,17 +617,10 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
         took_over - last_renewal
     );
     // B finishes the in-flight ports, and only those, one session at a time.
-    for i in 1..=12 {
-        env.wait_state(&format!("p{i}"), PortState::Active).await;
-    }
+    all_active(&env, 1..=12).await;
     assert_one_writer(&sims, "tor1");
     let sessions = sims.sessions("tor1");
-    for i in 1..=12 {
-        assert_eq!(
-            access(&sim, &format!("FastEthernet0/{i}")).await,
-            Some(VlanMode::Access { vlan: vlan(100) })
-        );
-    }
+    on_web(&sim, 1..=12).await;
     let b_scrape = eventually(30, "B's scrape", || async {
         get(b_metrics, "/metrics").map(|r| r.1)
     })

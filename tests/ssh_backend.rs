@@ -666,15 +666,6 @@ async fn a_group_the_device_refuses_is_put_back_as_it_was() {
     .await;
 }
 
-/// The VLAN IDs the simulator's own `show vlan brief` lists.
-async fn vlan_table(sw: &patchbay_providers::cli::CliSwitch) -> Vec<u16> {
-    let out = sw.run_raw(&["show vlan brief"]).await.unwrap();
-    let text = out[0].as_ref().unwrap();
-    text.lines()
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-        .collect()
-}
-
 /// IOS (and the simulator) takes `switchport access vlan N` for a VLAN it does not
 /// have: every VLAN a port carries is created, named or not, and the read checks
 /// the switch's VLAN table — a VLAN deleted by hand reads as a difference and the
@@ -683,44 +674,20 @@ async fn vlan_table(sw: &patchbay_providers::cli::CliSwitch) -> Vec<u16> {
 async fn every_vlan_a_port_carries_exists_and_one_deleted_by_hand_is_made_again() {
     let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
     let sw = backend("ios", sims.get("sw1"));
-    let access = |p: &str, v: u16| {
-        let mut d = DesiredPort::clean(port(p));
-        d.vlans = VlanMode::Access { vlan: vlan(v) };
-        d
-    };
-    let trunk = |p: &str, native: Option<u16>, allowed: &[u16]| {
-        let mut d = DesiredPort::clean(port(p));
-        d.vlans = VlanMode::Trunk {
-            native: native.map(vlan),
-            allowed: allowed.iter().map(|v| vlan(*v)).collect(),
-        };
-        d
-    };
-    let mut named = trunk("FastEthernet0/3", Some(100), &[101, 102]);
-    named.vlan_names = [(vlan(101), vlan_name("web")), (vlan(102), vlan_name("db"))].into();
-    let ports = [
-        access("FastEthernet0/1", 10),
-        access("FastEthernet0/2", 20),
-        named,
-        trunk("FastEthernet0/4", None, &[200, 201, 202]),
-    ];
+    let ports = vlan_table_case();
     let ops: Vec<PortOperation> = ports.iter().cloned().map(PortOperation::Set).collect();
     let results = patchbay_providers::verify::apply_batch_verified(&sw, &ops)
         .await
         .unwrap();
     assert!(results.iter().all(|r| r.outcome.is_ok()), "{results:?}");
-    let table = vlan_table(&sw).await;
-    for v in [10, 20, 100, 101, 102, 200, 201, 202] {
+    let table = cisco_vlan_table(&sw).await;
+    for v in VLAN_TABLE_CASE_VLANS {
         assert!(table.contains(&v), "VLAN {v} missing from {table:?}");
     }
 
     // Deleted by hand: the port still names it, and reads as not configured.
-    let typed = sw
-        .run_raw(&["configure terminal", "no vlan 10", "exit"])
-        .await
-        .unwrap();
-    assert!(typed.iter().all(Result::is_ok), "{typed:?}");
-    assert!(!vlan_table(&sw).await.contains(&10));
+    delete_cisco_vlan_by_hand(&sw, 10).await;
+    assert!(!cisco_vlan_table(&sw).await.contains(&10));
     let read = sw.get_port(&port("FastEthernet0/1")).await.unwrap();
     assert_eq!(read.vlans, Some(VlanMode::Access { vlan: vlan(10) }));
     assert_eq!(read.missing_vlans, Some([vlan(10)].into_iter().collect()));
@@ -730,7 +697,7 @@ async fn every_vlan_a_port_carries_exists_and_one_deleted_by_hand_is_made_again(
     );
     // Applied again: the VLAN is made, the port reads configured.
     assert_eq!(sw.set_port(&ports[0]).await.unwrap(), PortChange::Changed);
-    assert!(vlan_table(&sw).await.contains(&10));
+    assert!(cisco_vlan_table(&sw).await.contains(&10));
     assert!(
         diff(
             &ports[0],

@@ -178,6 +178,19 @@ impl Env {
         .await;
     }
 
+    /// Caps the device of ProviderSwitch `name` at `n` sessions
+    /// (`spec.options.maxSessions`).
+    pub async fn cap_sessions(&self, name: &str, n: u32) {
+        self.api::<ProviderSwitch>()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"options": {"maxSessions": n}}})),
+            )
+            .await
+            .unwrap();
+    }
+
     pub async fn configuration(&self, name: &str, spec: serde_json::Value) {
         self.create::<SwitchPortConfiguration>(json!({
             "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",

@@ -201,6 +201,18 @@ pub async fn warnings(
     about
 }
 
+/// Asserts that no two logged-in sessions switch `name` of `sims` has seen so far
+/// were open at once (see `FakeSwitches::overlapping_sessions`).
+pub fn assert_one_writer(sims: &patchbay_testbed::FakeSwitches, name: &str) {
+    let overlapping = sims.overlapping_sessions(name);
+    assert!(
+        overlapping.is_empty(),
+        "{} pairs of sessions to {name} were open at once (of {} sessions): {overlapping:#?}",
+        overlapping.len(),
+        sims.sessions(name).len()
+    );
+}
+
 /// Polls `check` every 50 ms until it returns `Some`, or panics after `secs`.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
 where

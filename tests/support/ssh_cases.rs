@@ -185,3 +185,57 @@ pub fn golden_dir(os: &str) -> std::path::PathBuf {
         .join("tests/data")
         .join(&d.name)
 }
+
+/// An access port on `v`.
+pub fn access_port(p: &str, v: u16) -> DesiredPort {
+    let mut d = DesiredPort::clean(port(p));
+    d.vlans = VlanMode::Access { vlan: vlan(v) };
+    d
+}
+
+/// A trunk port with `native` and `allowed`.
+pub fn trunk_port(p: &str, native: Option<u16>, allowed: &[u16]) -> DesiredPort {
+    let mut d = DesiredPort::clean(port(p));
+    d.vlans = VlanMode::Trunk {
+        native: native.map(vlan),
+        allowed: allowed.iter().map(|v| vlan(*v)).collect(),
+    };
+    d
+}
+
+/// Ports whose VLANs a Cisco switch must end up having, named and not: access 10
+/// and 20, a trunk with native 100 and named 101 (`web`) and 102 (`db`), a trunk
+/// 200–202, on FastEthernet0/1–4. Every VLAN they carry: [`VLAN_TABLE_CASE_VLANS`].
+pub fn vlan_table_case() -> Vec<DesiredPort> {
+    let mut named = trunk_port("FastEthernet0/3", Some(100), &[101, 102]);
+    named.vlan_names = [(vlan(101), vlan_name("web")), (vlan(102), vlan_name("db"))].into();
+    vec![
+        access_port("FastEthernet0/1", 10),
+        access_port("FastEthernet0/2", 20),
+        named,
+        trunk_port("FastEthernet0/4", None, &[200, 201, 202]),
+    ]
+}
+
+/// The VLANs [`vlan_table_case`]'s ports carry.
+pub const VLAN_TABLE_CASE_VLANS: [u16; 8] = [10, 20, 100, 101, 102, 200, 201, 202];
+
+/// The VLAN IDs a Cisco simulator's own `show vlan brief` lists.
+pub async fn cisco_vlan_table(cli: &CliSwitch) -> Vec<u16> {
+    let out = cli.run_raw(&["show vlan brief"]).await.unwrap();
+    out[0]
+        .as_ref()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// Deletes VLAN `v` on a Cisco simulator as someone at its console would.
+pub async fn delete_cisco_vlan_by_hand(cli: &CliSwitch, v: u16) {
+    let typed = cli
+        .run_raw(&["configure terminal", &format!("no vlan {v}"), "exit"])
+        .await
+        .unwrap();
+    assert!(typed.iter().all(Result::is_ok), "{typed:?}");
+}
