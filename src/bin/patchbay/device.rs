@@ -245,6 +245,10 @@ pub struct PortView {
     /// MTU, when the dialect reads it and it is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
+    /// VLANs the port carries that the switch's VLAN table lacks (the port forwards
+    /// nothing on them), when there are any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_vlans: Option<String>,
 }
 
 impl From<&ObservedPort> for PortView {
@@ -276,6 +280,11 @@ impl From<&ObservedPort> for PortView {
             allowed_vlans,
             description: o.description.clone().flatten().map(|d| d.to_string()),
             mtu: o.mtu.flatten().map(|m| m.get()),
+            missing_vlans: o
+                .missing_vlans
+                .as_ref()
+                .filter(|m| !m.is_empty())
+                .map(|m| m.to_range_string()),
         }
     }
 }
