@@ -42,6 +42,7 @@ use k8s_openapi::api::core::v1::Secret;
 use patchbay_providers::ansible::{
     AnsibleAuth, AnsibleHostKey, AnsibleOptions, AnsibleSwitch, AnsibleTarget,
 };
+use patchbay_providers::cli::transport::check_private_key;
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::fixture::FixtureSwitch;
 use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
@@ -317,10 +318,19 @@ fn ssh_target(
         secret_value(secret, "privateKey"),
         secret_value(secret, "password"),
     ) {
-        (Some(pem), _) => Auth::PrivateKey {
-            pem,
-            passphrase: secret_value(secret, "passphrase"),
-        },
+        (Some(pem), _) => {
+            let passphrase = secret_value(secret, "passphrase");
+            check_private_key(&pem, passphrase.as_ref()).map_err(|why| {
+                BackendError::Credentials(format!(
+                    "Secret {:?} key \"privateKey\": {why}",
+                    spec.credentials_secret_ref
+                        .as_ref()
+                        .map(|r| r.name.as_str())
+                        .unwrap_or_default()
+                ))
+            })?;
+            Auth::PrivateKey { pem, passphrase }
+        }
         (None, Some(pw)) => Auth::Password(pw),
         (None, None) => {
             return Err(BackendError::Credentials(
@@ -521,5 +531,56 @@ mod tests {
             known_hosts_for("x ssh-rsa AAAA", "10.0.0.3", 22).as_deref(),
             Some("x ssh-rsa AAAA")
         );
+    }
+
+    fn provider_with_key(backend: &str, os: &str) -> ProviderSwitch {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": "tor", "namespace": "infra"},
+            "spec": {"backend": backend, "os": os, "address": "127.0.0.1",
+                     "credentialsSecretRef": {"name": "tor-login"},
+                     "hostKey": {"fingerprint": "SHA256:AAAA"}},
+        }))
+        .unwrap()
+    }
+
+    fn secret(pairs: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.to_string(),
+                            k8s_openapi::ByteString(v.as_bytes().to_vec()),
+                        )
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_private_key_that_does_not_decode_is_the_secrets_fault_named_and_unquoted() {
+        let garbage = "-----BEGIN OPENSSH PRIVATE KEY-----\nbm90IGEga2V5\n-----END OPENSSH PRIVATE KEY-----\n";
+        for (backend, os) in [("ssh", "ios"), ("netconf", "junos"), ("ansible", "ios")] {
+            let built = Backends::default().build(
+                &provider_with_key(backend, os),
+                Some(&secret(&[("username", "netops"), ("privateKey", garbage)])),
+                &[],
+            );
+            let Err(e) = built else {
+                panic!("{backend}: a key that does not decode was accepted");
+            };
+            assert_eq!(e.category(), "CredentialsInvalid", "{backend}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains("Secret \"tor-login\" key \"privateKey\"")
+                    && text.contains("does not decode"),
+                "{backend}: {text}"
+            );
+            assert!(!text.contains("bm90IGEga2V5"), "{text}");
+        }
     }
 }

@@ -62,6 +62,8 @@ pub enum Driver<'a> {
     /// A Metal3 BareMetalHost: its `status.provisioning.state` (`None`: the host is
     /// not found).
     Metal3 {
+        /// The linked host, `namespace/name`.
+        host: &'a str,
         /// The state.
         state: Option<&'a str>,
     },
@@ -88,8 +90,8 @@ pub enum Hold {
     Ports,
     /// Provisioning, bound, waiting for the installer's signal.
     NotInstalled,
-    /// The linked BareMetalHost is not found.
-    HostNotFound,
+    /// The linked BareMetalHost (`namespace/name`) is not found.
+    HostNotFound(String),
     /// The BareMetalHost is in a state patchbay does not know.
     UnknownState(String),
 }
@@ -118,8 +120,8 @@ fn goal(current: ServerPhase, driver: Driver<'_>, deleting: bool) -> Result<Serv
             (Provisioning, true) => return Err(Hold::NotInstalled),
             (Provisioned, true) => Provisioned,
         }),
-        Driver::Metal3 { state: None } => Err(Hold::HostNotFound),
-        Driver::Metal3 { state: Some(s) } => {
+        Driver::Metal3 { host, state: None } => Err(Hold::HostNotFound(host.to_owned())),
+        Driver::Metal3 { state: Some(s), .. } => {
             metal3_phase(s).ok_or_else(|| Hold::UnknownState(s.to_owned()))
         }
     }

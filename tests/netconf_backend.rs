@@ -951,3 +951,28 @@ async fn junos_refuses_to_delete_a_vlan_a_port_still_names() {
     );
     assert!(diff(&d, &sw.get_port(&d.port).await.unwrap()).is_empty());
 }
+
+/// NETCONF logs in through the same transport: a connection cut while it logs in
+/// (2–60 ms after the relay accepted it) is never refused credentials.
+#[tokio::test]
+async fn a_netconf_connection_cut_while_logging_in_is_never_refused_credentials() {
+    let sims = FakeSwitches::start(&[SimSpec::new("qfx", "juniper_qfx_copper_generic")]).unwrap();
+    let sim = sims.get("qfx");
+    for cut_ms in (2..=60).step_by(2) {
+        let relay =
+            patchbay_testbed::CuttingRelay::start(sim.port, Duration::from_millis(cut_ms)).unwrap();
+        let mut through = sim.clone();
+        through.port = relay.port;
+        let sw = on_sim(&through, model::for_os("junos", Some("junos-els")).unwrap());
+        if let Err(e) = sw.get_port(&port("ge-0/0/1")).await {
+            assert!(
+                !matches!(e, DeviceError::AuthenticationFailed { .. }),
+                "cut after {cut_ms} ms: {e}"
+            );
+            assert!(
+                e.is_session_failure() || e.category() == "ProtocolError",
+                "{e}"
+            );
+        }
+    }
+}

@@ -735,3 +735,52 @@ async fn a_vlan_table_longer_than_a_page_is_read_whole() {
     let read = sw.get_port(&d.port).await.unwrap();
     assert_eq!(read.missing_vlans, Some([vlan(140)].into_iter().collect()));
 }
+
+/// A connection cut while it logs in (a relay that shuts it down 2–60 ms after
+/// accepting it) is never reported as refused credentials: an operator paging on
+/// `AuthenticationFailed` must be able to trust it. A wrong password through the same
+/// relay, uncut, still is.
+#[tokio::test]
+async fn a_connection_cut_while_logging_in_is_never_refused_credentials() {
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let sim = sims.get("sw1");
+    let mut seen = std::collections::BTreeMap::new();
+    for cut_ms in (2..=60).step_by(2) {
+        let relay = patchbay_testbed::CuttingRelay::start(
+            sim.port,
+            std::time::Duration::from_millis(cut_ms),
+        )
+        .unwrap();
+        let mut through = sim.clone();
+        through.port = relay.port;
+        let sw = backend("ios", &through);
+        let outcome = match sw.get_port(&port("FastEthernet0/1")).await {
+            Ok(_) => "read",
+            Err(e) => {
+                assert!(
+                    !matches!(e, DeviceError::AuthenticationFailed { .. }),
+                    "cut after {cut_ms} ms: {e}"
+                );
+                e.category()
+            }
+        };
+        *seen.entry(outcome).or_insert(0) += 1;
+    }
+    // Every cut is a dead session, never a refusal.
+    assert!(
+        seen.keys()
+            .all(|k| ["DeviceUnreachable", "DeviceTimeout", "read"].contains(k)),
+        "{seen:?}"
+    );
+    let relay = patchbay_testbed::CuttingRelay::start(sim.port, std::time::Duration::from_secs(60))
+        .unwrap();
+    let mut through = sim.clone();
+    through.port = relay.port;
+    through.password = "not-the-password".into();
+    assert!(matches!(
+        backend("ios", &through)
+            .get_port(&port("FastEthernet0/1"))
+            .await,
+        Err(DeviceError::AuthenticationFailed { .. })
+    ));
+}

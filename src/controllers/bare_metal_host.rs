@@ -73,6 +73,8 @@ pub(super) async fn reconcile(
         nic_field: &nic_field,
         network: None,
         driver: Driver::Metal3 {
+            // Found: the name is never shown.
+            host: "",
             state: Some(host.status.provisioning.state.as_str()),
         },
         deleting: host.meta().deletion_timestamp.is_some(),

@@ -89,8 +89,18 @@ async fn follow(
         .annotations()
         .get(PROVISIONED_ANNOTATION)
         .is_some_and(|v| v == "true");
+    let linked_name = match (&bmh, &server.spec.bare_metal_host_ref) {
+        (Some(h), _) => format!(
+            "{}/{}",
+            h.metadata.namespace.as_deref().unwrap_or_default(),
+            h.metadata.name.as_deref().unwrap_or_default()
+        ),
+        (None, Some(r)) => format!("{}/{}", r.namespace, r.name),
+        (None, None) => String::new(),
+    };
     let driver = if linked {
         Driver::Metal3 {
+            host: &linked_name,
             state: bmh.as_ref().map(|h| h.status.provisioning.state.as_str()),
         }
     } else {

@@ -674,18 +674,11 @@ pub fn host_conditions(
                  installer sets the annotation {PROVISIONED_ANNOTATION}=true"
             ),
         ),
-        Some(Hold::HostNotFound) => set(
+        Some(Hold::HostNotFound(host)) => set(
             "Held",
             Truth::True,
             "HostNotFound",
-            format!(
-                "the linked BareMetalHost {} is not found; holding {phase}",
-                facts
-                    .host
-                    .as_ref()
-                    .map(|h| format!("{}/{}", h.namespace, h.name))
-                    .unwrap_or_default()
-            ),
+            format!("the linked BareMetalHost {host} is not found; holding {phase}"),
         ),
         Some(Hold::UnknownState(s)) => set(
             "Held",

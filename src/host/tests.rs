@@ -8,7 +8,10 @@ fn installer(bound: bool, installed: bool) -> Driver<'static> {
 }
 
 fn metal3(state: Option<&'static str>) -> Driver<'static> {
-    Driver::Metal3 { state }
+    Driver::Metal3 {
+        host: "metal3/host-7",
+        state,
+    }
 }
 
 /// (current, bound, installed, deleting, settled, phase, hold).
@@ -245,7 +248,7 @@ fn every_metal3_state_has_a_phase_and_an_unknown_one_holds() {
         step,
         PhaseStep {
             phase: Provisioning,
-            hold: Some(Hold::HostNotFound)
+            hold: Some(Hold::HostNotFound("metal3/host-7".into()))
         }
     );
 }

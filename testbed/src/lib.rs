@@ -909,3 +909,69 @@ impl Drop for SilentDevice {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// A TCP relay on 127.0.0.1 to `upstream` that cuts every connection `cut_after` it
+/// accepted it (both directions shut down): a link that dies while a session logs
+/// in, or later. Stopped when dropped.
+pub struct CuttingRelay {
+    /// Its port.
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CuttingRelay {
+    /// Starts relaying to 127.0.0.1:`upstream`.
+    pub fn start(upstream: u16, cut_after: Duration) -> Result<Self> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("binding a relay"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io("binding a relay"))?;
+        let port = listener.local_addr().map_err(io("binding a relay"))?.port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                };
+                let _ = relay_until_cut(client, upstream, cut_after);
+            }
+        });
+        Ok(Self { port, stop })
+    }
+}
+
+/// Relays one connection both ways and shuts both sides down `cut_after` after it
+/// was accepted.
+fn relay_until_cut(
+    client: std::net::TcpStream,
+    upstream: u16,
+    cut_after: Duration,
+) -> std::io::Result<()> {
+    let accepted = Instant::now();
+    client.set_nonblocking(false)?;
+    let server = std::net::TcpStream::connect(("127.0.0.1", upstream))?;
+    for (from, to) in [
+        (client.try_clone()?, server.try_clone()?),
+        (server.try_clone()?, client.try_clone()?),
+    ] {
+        std::thread::spawn(move || {
+            let (mut from, mut to) = (from, to);
+            let _ = std::io::copy(&mut from, &mut to);
+        });
+    }
+    std::thread::spawn(move || {
+        std::thread::sleep(cut_after.saturating_sub(accepted.elapsed()));
+        let _ = client.shutdown(std::net::Shutdown::Both);
+        let _ = server.shutdown(std::net::Shutdown::Both);
+    });
+    Ok(())
+}
+
+impl Drop for CuttingRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use russh::client::{self, Handle, Msg};
+use russh::client::{self, AuthResult, Handle, Msg};
 use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
 use russh::{Channel, ChannelMsg, Disconnect};
 use tokio::time::Instant;
@@ -278,12 +278,13 @@ async fn login_inner(target: &SshTarget) -> Result<Handle<Verifier>, DeviceError
             .await
             .map_err(|e| unreachable(&endpoint, Cause::during("during authentication", e)))?,
         Auth::PrivateKey { pem, passphrase } => {
-            let key = russh::keys::decode_secret_key(
-                pem.expose(),
-                passphrase.as_ref().map(SecretString::expose),
-            )
-            .map_err(|_| DeviceError::AuthenticationFailed {
-                address: endpoint.clone(),
+            // Checked when the backend was built (`check_private_key`); a key that
+            // does not decode is the Secret's fault, never the device's refusal.
+            let key = decode_private_key(pem, passphrase.as_ref()).map_err(|why| {
+                DeviceError::Protocol {
+                    during: "reading the Secret's privateKey".into(),
+                    cause: Cause::msg(why),
+                }
             })?;
             let hash = handle
                 .best_supported_rsa_hash()
@@ -299,10 +300,51 @@ async fn login_inner(target: &SshTarget) -> Result<Handle<Verifier>, DeviceError
                 .map_err(|e| unreachable(&endpoint, Cause::during("during authentication", e)))?
         }
     };
-    if !auth.success() {
-        return Err(DeviceError::AuthenticationFailed { address: endpoint });
+    match auth {
+        AuthResult::Success => Ok(handle),
+        // A refusal is the device's answer: a failure message, on a session that
+        // lives on (a failure listing the methods that can continue is one even if
+        // the device then hangs up). russh reports a session that died while
+        // authenticating as a failure with no methods: that is no refusal.
+        AuthResult::Failure {
+            remaining_methods, ..
+        } if !remaining_methods.is_empty() || !handle.is_closed() => {
+            Err(DeviceError::AuthenticationFailed { address: endpoint })
+        }
+        AuthResult::Failure { .. } => Err(unreachable(
+            &endpoint,
+            Cause::msg("the connection closed during authentication, before the device answered"),
+        )),
     }
-    Ok(handle)
+}
+
+/// Decodes an OpenSSH or PEM private key (with its passphrase, if any); the error
+/// says why in words that carry nothing of the key.
+fn decode_private_key(
+    pem: &SecretString,
+    passphrase: Option<&SecretString>,
+) -> Result<russh::keys::PrivateKey, String> {
+    russh::keys::decode_secret_key(pem.expose(), passphrase.map(SecretString::expose)).map_err(
+        |e| match (e, passphrase) {
+            (russh::keys::Error::KeyIsEncrypted, None) => {
+                "it is encrypted and there is no passphrase".to_owned()
+            }
+            (_, Some(_)) => {
+                "it does not decode as an OpenSSH or PEM private key with the given passphrase"
+                    .to_owned()
+            }
+            (e, None) => format!("it does not decode as an OpenSSH or PEM private key ({e})"),
+        },
+    )
+}
+
+/// Checks that a private key decodes (with its passphrase), before anything is
+/// dialled: the reason on failure names nothing of the key.
+pub fn check_private_key(
+    pem: &SecretString,
+    passphrase: Option<&SecretString>,
+) -> Result<(), String> {
+    decode_private_key(pem, passphrase).map(|_| ())
 }
 
 /// Opens a session channel on a logged-in connection.

@@ -820,3 +820,28 @@ fn a_bad_spec_is_reported_by_field() {
     let valid = st.conditions.iter().find(|c| c.type_ == "Valid").unwrap();
     assert_eq!(valid.status, "False");
 }
+
+#[test]
+fn a_linked_host_not_found_is_named() {
+    let s = server(false);
+    let f = facts(
+        ServerPhase::Provisioned,
+        Some(Hold::HostNotFound("metal3/host-7".into())),
+        vec![],
+    );
+    let st = server_status(
+        &s,
+        &ServerStatus::default(),
+        &f,
+        jiff::Timestamp::UNIX_EPOCH,
+    );
+    let held = st.conditions.iter().find(|c| c.type_ == "Held").unwrap();
+    assert_eq!(
+        (held.status.as_str(), held.reason.as_str()),
+        ("True", "HostNotFound")
+    );
+    assert_eq!(
+        held.message,
+        "the linked BareMetalHost metal3/host-7 is not found; holding Provisioned"
+    );
+}
