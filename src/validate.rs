@@ -46,6 +46,28 @@ impl fmt::Display for FieldError {
     }
 }
 
+/// Decodes a manifest (or part of one) into `T`; a value of the wrong type or an
+/// unknown enum word is a [`FieldError`] naming the field's path
+/// (`spec.acl[0].protocol`), as the API server names it.
+pub fn decode<'de, T, D>(value: D) -> Result<T, FieldError>
+where
+    T: serde::Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+    D::Error: fmt::Display,
+{
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        FieldError {
+            path: if path == "." {
+                "(document)".into()
+            } else {
+                path
+            },
+            reason: e.into_inner().to_string().chars().take(300).collect(),
+        }
+    })
+}
+
 /// Every problem found in one object (never empty).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ValidationErrors(pub Vec<FieldError>);

@@ -334,3 +334,61 @@ spec:
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A value of the wrong type or an enum word the API does not have names the field's
+/// path, as the API server would (`spec.acl[0].protocol`), not only serde's words.
+#[test]
+fn a_bad_enum_word_or_type_names_the_fields_path() {
+    let dir = std::env::temp_dir().join(format!("patchbay-cli-enums-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (field, value, path) in bad_enum_cases() {
+        let file = dir.join("bad.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+                 metadata: {{name: web, namespace: tenant-a}}\nspec:\n{}\n",
+                enum_case_spec(field, value)
+            ),
+        )
+        .unwrap();
+        let out = patchbay(&["validate", file.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{field}: {text}");
+        assert!(text.contains(&format!("{path}: ")), "{path} in:\n{text}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// (field, value, the path an error must name): every enum of a configuration's
+/// ACL rule and a number given as a word.
+pub fn bad_enum_cases() -> [(&'static str, &'static str, &'static str); 5] {
+    [
+        ("protocol", "\"TCP; reload\"", "spec.acl[0].protocol"),
+        ("protocol", "sctp", "spec.acl[0].protocol"),
+        ("direction", "sideways", "spec.acl[0].direction"),
+        ("action", "reject", "spec.acl[0].action"),
+        ("untaggedVLAN", "ten", "spec.untaggedVLAN"),
+    ]
+}
+
+/// The `spec:` body of a configuration with `field: value` (an ACL rule's field, or
+/// `untaggedVLAN`), indented two spaces.
+pub fn enum_case_spec(field: &str, value: &str) -> String {
+    if field == "untaggedVLAN" {
+        return format!("  untaggedVLAN: {value}");
+    }
+    let mut rule = vec![
+        ("type", "ipv4"),
+        ("action", "deny"),
+        ("protocol", "tcp"),
+        ("direction", "ingress"),
+    ];
+    for r in &mut rule {
+        if r.0 == field {
+            r.1 = value;
+        }
+    }
+    let body: Vec<String> = rule.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    format!("  acl:\n  - {{{}}}", body.join(", "))
+}

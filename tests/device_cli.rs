@@ -464,3 +464,48 @@ fn ansible_dry_run_runs_check_mode_and_apply_reads_back() {
     );
     assert!(!out.contains(&sim.password) && !err.contains(&sim.password));
 }
+
+/// `apply-port` with an enum word the API does not have (or a word for a number)
+/// exits 2 naming the field's path, as the API server and `patchbay validate` do, and
+/// dials nothing.
+#[test]
+fn a_bad_enum_word_or_type_is_refused_by_its_path_before_dialling() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let files = Files::new("enums");
+    let (provider, secret) = manifests(&files, sims.get("tor1"));
+    let rule = |field: &str, value: serde_json::Value| {
+        let mut r = json!({"type": "ipv4", "action": "deny", "protocol": "tcp",
+                           "direction": "ingress"});
+        r[field] = value;
+        json!({"acl": [r]})
+    };
+    for (spec, path) in [
+        (
+            rule("protocol", json!("TCP; reload")),
+            "spec.acl[0].protocol",
+        ),
+        (rule("protocol", json!("sctp")), "spec.acl[0].protocol"),
+        (
+            rule("direction", json!("sideways")),
+            "spec.acl[0].direction",
+        ),
+        (rule("action", json!("reject")), "spec.acl[0].action"),
+        (json!({"untaggedVLAN": "ten"}), "spec.untaggedVLAN"),
+    ] {
+        let config = files.configuration("bad.yaml", "bad", spec);
+        let o = device(
+            &provider,
+            &secret,
+            &[
+                "apply-port",
+                "FastEthernet0/1",
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        );
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{path}: {err}");
+        assert!(err.contains(&format!("{path}: ")), "{path} in: {err}");
+    }
+    assert_eq!(sims.connections("tor1"), 0, "nothing was dialled");
+}

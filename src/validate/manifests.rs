@@ -9,7 +9,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 
 use super::{
-    FieldError, PortContext, ValidationErrors, configuration_to_desired, desired_for_port,
+    FieldError, PortContext, ValidationErrors, configuration_to_desired, decode, desired_for_port,
     validate_provider, validate_server, validate_smartnic_port, validate_switch,
 };
 use crate::api::{
@@ -75,10 +75,10 @@ impl fmt::Display for ValidationReport {
 const API_VERSION: &str = "patchbay.dev/v1alpha1";
 
 fn typed<T: DeserializeOwned>(value: &serde_yaml::Value) -> Result<T, Vec<FieldError>> {
-    serde_yaml::from_value(value.clone()).map_err(|e| {
+    decode(value.clone()).map_err(|e| {
         vec![FieldError {
-            path: "(document)".into(),
-            reason: format!("does not match the schema: {e}"),
+            reason: format!("does not match the schema: {}", e.reason),
+            ..e
         }]
     })
 }
@@ -145,11 +145,24 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                 continue;
             }
             let mut errors = Vec::new();
-            // Misspelt fields first: typed parsing would silently drop them.
+            // Misspelt fields, wrong types and enum words first, by path: typed
+            // parsing would drop the first and cannot name the others inside a
+            // flattened struct.
             if let Some(schema) = crate::api::published_schema(kind)
                 && let Ok(json) = serde_json::to_value(&value)
             {
-                errors.extend(super::unknown_fields::unknown_fields(schema, &json));
+                let shape = super::unknown_fields::schema_errors(schema, &json);
+                let misfits = shape.iter().any(|e| !e.reason.starts_with("unknown field"));
+                errors.extend(shape);
+                if misfits {
+                    report.verdicts.push(ObjectVerdict {
+                        source,
+                        object,
+                        errors,
+                        skipped: false,
+                    });
+                    continue;
+                }
             }
             if api_version != API_VERSION {
                 errors.push(FieldError {

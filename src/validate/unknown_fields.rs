@@ -1,7 +1,10 @@
 //! Unknown fields in a manifest, found against a structural schema — the one the
 //! CRDs publish (`openAPIV3Schema`), or a JSON schema generated from a settings
 //! struct — with the nearest known name as a hint:
-//! `spec.disabeld: unknown field, did you mean "disabled"?`. Pure, no I/O.
+//! `spec.disabeld: unknown field, did you mean "disabled"?`; and, against a CRD's
+//! schema, values of the wrong type or outside an enum, named by their path as the
+//! API server names them (`spec.acl[0].protocol: unsupported value "sctp": supported
+//! values: "tcp", "udp", "icmp", "all"`). Pure, no I/O.
 //!
 //! The API server prunes unknown fields silently (or refuses them under
 //! `fieldValidation=Strict`); the CLI reads files directly, where a misspelt field
@@ -59,11 +62,92 @@ pub const SECRET_FIELDS: &[&str] = &[
 /// against `schema` (a CRD version's `openAPIV3Schema`).
 pub fn unknown_fields(schema: &Value, doc: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    walk(schema, doc, "", &mut errors);
+    walk(schema, doc, "", Check::Names, &mut errors);
     if let Some(meta) = doc.get("metadata") {
         check_metadata(meta, &mut errors);
     }
     errors
+}
+
+/// [`unknown_fields`], and every value whose JSON type is not the schema's `type` or
+/// that is not among its `enum` (see [`value_error`]): what the API server refuses
+/// with a path before any typed decoding, which cannot name a field inside a
+/// flattened struct.
+pub fn schema_errors(schema: &Value, doc: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    walk(schema, doc, "", Check::NamesAndValues, &mut errors);
+    if let Some(meta) = doc.get("metadata") {
+        check_metadata(meta, &mut errors);
+    }
+    errors
+}
+
+/// What [`walk`] checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Field names only.
+    Names,
+    /// Names, types and enum words.
+    NamesAndValues,
+}
+
+/// Why `doc` does not fit `schema`'s own `type` and `enum` (not its children),
+/// worded as the API server words it. Null passes: absent and null read alike.
+pub fn value_error(schema: &Value, doc: &Value) -> Option<String> {
+    if doc.is_null()
+        || schema
+            .get("x-kubernetes-int-or-string")
+            .and_then(Value::as_bool)
+            == Some(true)
+    {
+        return None;
+    }
+    if let Some(t) = schema.get("type").and_then(Value::as_str) {
+        let fits = match t {
+            "integer" => doc.is_i64() || doc.is_u64(),
+            "number" => doc.is_number(),
+            "string" => doc.is_string(),
+            "boolean" => doc.is_boolean(),
+            "array" => doc.is_array(),
+            "object" => doc.is_object(),
+            _ => true,
+        };
+        if !fits {
+            return Some(format!("must be of type {t}, found {}", shown(doc)));
+        }
+    }
+    let allowed = schema.get("enum").and_then(Value::as_array)?;
+    if allowed.contains(doc) {
+        return None;
+    }
+    let words: Vec<String> = allowed.iter().map(shown_value).collect();
+    Some(format!(
+        "unsupported value {}: supported values: {}",
+        shown_value(doc),
+        words.join(", ")
+    ))
+}
+
+/// A value for a message: its JSON type, then the value (long ones cut).
+fn shown(v: &Value) -> String {
+    let kind = match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => return "an array".to_owned(),
+        Value::Object(_) => return "an object".to_owned(),
+    };
+    format!("{kind} {}", shown_value(v))
+}
+
+fn shown_value(v: &Value) -> String {
+    let text = v.to_string();
+    if text.chars().count() > 64 {
+        format!("{}…", text.chars().take(64).collect::<String>())
+    } else {
+        text
+    }
 }
 
 /// Unknown top-level fields of `doc` among `known` (objects without a schema here,
@@ -117,7 +201,16 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-fn walk(schema: &Value, doc: &Value, path: &str, errors: &mut Vec<FieldError>) {
+fn walk(schema: &Value, doc: &Value, path: &str, check: Check, errors: &mut Vec<FieldError>) {
+    if check == Check::NamesAndValues
+        && let Some(reason) = value_error(schema, doc)
+    {
+        errors.push(FieldError {
+            path: path.to_owned(),
+            reason,
+        });
+        return;
+    }
     if schema
         .get("x-kubernetes-preserve-unknown-fields")
         .and_then(Value::as_bool)
@@ -136,8 +229,8 @@ fn walk(schema: &Value, doc: &Value, path: &str, errors: &mut Vec<FieldError>) {
                     continue;
                 }
                 match (props.and_then(|p| p.get(key)), additional) {
-                    (Some(s), _) => walk(s, value, &sub, errors),
-                    (None, Some(s)) => walk(s, value, &sub, errors),
+                    (Some(s), _) => walk(s, value, &sub, check, errors),
+                    (None, Some(s)) => walk(s, value, &sub, check, errors),
                     (None, None) if props.is_some() => {
                         let known = props.into_iter().flat_map(|p| p.keys().map(String::as_str));
                         errors.push(unknown(&sub, key, known));
@@ -150,7 +243,7 @@ fn walk(schema: &Value, doc: &Value, path: &str, errors: &mut Vec<FieldError>) {
         Value::Array(items) => {
             if let Some(s) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    walk(s, item, &format!("{path}[{i}]"), errors);
+                    walk(s, item, &format!("{path}[{i}]"), check, errors);
                 }
             }
         }
@@ -343,6 +436,53 @@ mod tests {
                 "stringdata: unknown field, did you mean \"stringData\"?",
                 "metadata.nme: unknown field, did you mean \"name\"?",
             ]
+        );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_or_outside_the_enum_is_named_as_the_api_server_would() {
+        let int = json!({"type": "integer", "nullable": true});
+        let word = json!({"type": "string", "enum": ["tcp", "udp"]});
+        let open = json!({"x-kubernetes-int-or-string": true});
+        let rows: [(&Value, Value, Option<&str>); 7] = [
+            (&int, json!(10), None),
+            (&int, json!(null), None),
+            (
+                &int,
+                json!("ten"),
+                Some("must be of type integer, found string \"ten\""),
+            ),
+            (
+                &int,
+                json!(1.5),
+                Some("must be of type integer, found number 1.5"),
+            ),
+            (&word, json!("udp"), None),
+            (
+                &word,
+                json!("TCP; reload"),
+                Some("unsupported value \"TCP; reload\": supported values: \"tcp\", \"udp\""),
+            ),
+            (&open, json!("80%"), None),
+        ];
+        for (i, (schema, doc, want)) in rows.into_iter().enumerate() {
+            assert_eq!(value_error(schema, &doc).as_deref(), want, "row {i}");
+        }
+        // Paths through objects and arrays; a misfit's children are not looked at.
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"acl": {"type": "array", "items": {"type": "object",
+                "properties": {"protocol": word}}}}}}});
+        let errors = schema_errors(
+            &schema,
+            &json!({"spec": {"acl": [{"protocol": "tcp"}, {"protocol": "sctp"}]}}),
+        );
+        assert_eq!(
+            errors.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
+            ["spec.acl[1].protocol"]
+        );
+        assert_eq!(
+            schema_errors(&schema, &json!({"spec": {"acl": "all"}}))[0].to_string(),
+            "spec.acl: must be of type array, found string \"all\""
         );
     }
 }

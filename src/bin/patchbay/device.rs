@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use patchbay::api::{Backend, ProviderSwitch, SwitchPortConfiguration};
 use patchbay::backends::{ansible_switch, cli_switch, netconf_switch};
-use patchbay::validate::unknown_fields::{SECRET_FIELDS, unknown_fields, unknown_top_level};
+use patchbay::validate::unknown_fields::{SECRET_FIELDS, schema_errors, unknown_top_level};
 use patchbay::validate::{FieldError, configuration_to_desired, validate_provider};
 
 /// What to do.
@@ -106,15 +106,17 @@ fn refuse_unknown(path: &Path, errors: Vec<FieldError>) -> Result<()> {
     Err(invalid(format!("{}: {}", path.display(), list.join("; "))))
 }
 
-/// Reads a manifest of `kind`, refusing fields its CRD's schema does not know.
+/// Reads a manifest of `kind`, refusing fields its CRD's schema does not know and
+/// values of the wrong type or outside an enum, each named by its path.
 fn load_manifest<T: serde::de::DeserializeOwned>(path: &Path, kind: &str) -> Result<T> {
     let text = read(path)?;
     let value: serde_json::Value = serde_yaml::from_str(&text)
         .map_err(|e| invalid(format!("{} ({kind}): {e}", path.display())))?;
     if let Some(schema) = patchbay::api::published_schema(kind) {
-        refuse_unknown(path, unknown_fields(schema, &value))?;
+        refuse_unknown(path, schema_errors(schema, &value))?;
     }
-    serde_json::from_value(value).map_err(|e| invalid(format!("{} ({kind}): {e}", path.display())))
+    patchbay::validate::decode(value)
+        .map_err(|e| invalid(format!("{} ({kind}): {e}", path.display())))
 }
 
 /// Reads a Secret manifest, folding `stringData` into `data` as the API server does.
