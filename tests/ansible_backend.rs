@@ -16,6 +16,7 @@
 #[path = "support/ssh_cases.rs"]
 mod ssh_cases;
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::time::{Duration, Instant};
 
 use patchbay_providers::ansible::contract::platform;
@@ -318,6 +319,67 @@ async fn a_port_the_device_lacks_fails_alone_and_credentials_stay_secret() {
     assert!(refused.runs().len() == 1 && refused.leftovers().is_empty());
 }
 
+/// The files of every Ansible run directory in flight (this process's runs and
+/// others').
+fn run_files() -> Vec<std::path::PathBuf> {
+    let Ok(dirs) = std::fs::read_dir(std::env::temp_dir()) else {
+        return Vec::new();
+    };
+    dirs.flatten()
+        .filter(|d| {
+            d.file_name()
+                .to_string_lossy()
+                .starts_with("patchbay-ansible-")
+        })
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .map(|f| f.path())
+        .filter(|p| p.is_file())
+        .collect()
+}
+
+/// A device that lets Ansible log in and then never answers a command: the same
+/// timeout of the whole switch.
+#[tokio::test]
+async fn a_device_that_hangs_after_login_is_a_timeout_of_the_switch() {
+    let hang = patchbay_testbed::HangingShell::start().unwrap();
+    let sw = AnsibleSwitch::new(
+        sw_target(&hang),
+        platform("ios").unwrap(),
+        options(Duration::from_secs(8)),
+    );
+    let err = sw.get_port(&port("FastEthernet0/1")).await.unwrap_err();
+    assert!(matches!(err, DeviceError::Timeout { .. }), "{err:?}");
+    assert_eq!(err.category(), "DeviceTimeout");
+    let refused = AnsibleSwitch::new(
+        AnsibleTarget {
+            port: {
+                let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                free.local_addr().unwrap().port()
+            },
+            ..sw_target(&hang)
+        },
+        platform("ios").unwrap(),
+        options(Duration::from_secs(8)),
+    );
+    let err = refused
+        .get_port(&port("FastEthernet0/1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "DeviceUnreachable", "{err:?}");
+    assert!(sw.leftovers().is_empty() && refused.leftovers().is_empty());
+}
+
+fn sw_target(hang: &patchbay_testbed::HangingShell) -> AnsibleTarget {
+    AnsibleTarget {
+        address: "127.0.0.1".into(),
+        port: hang.port,
+        username: hang.username.clone(),
+        auth: AnsibleAuth::PrivateKey(SecretString::new(hang.client_key.clone())),
+        enable_password: None,
+        host_key: AnsibleHostKey::Known(hang.host_key.clone()),
+    }
+}
+
 #[tokio::test]
 async fn a_silent_device_is_cut_off_at_the_timeout_and_nothing_survives() {
     let silent = SilentDevice::start().unwrap();
@@ -337,9 +399,16 @@ async fn a_silent_device_is_cut_off_at_the_timeout_and_nothing_survives() {
         let sw = sw.clone();
         async move { sw.get_port(&port("FastEthernet0/1")).await }
     });
-    // While the run is in flight, no process shows the password.
+    // While the run is in flight, no process shows the password, and every file of
+    // a run's private directory is its owner's only.
     let mut seen_processes = 0;
     while !run.is_finished() {
+        for file in run_files() {
+            let mode = std::fs::metadata(&file).map(|m| m.permissions().mode());
+            if let Ok(mode) = mode {
+                assert_eq!(mode & 0o077, 0, "{} is {mode:o}", file.display());
+            }
+        }
         for pid in sw.leftovers() {
             seen_processes += 1;
             for file in ["cmdline", "environ"] {
@@ -361,10 +430,10 @@ async fn a_silent_device_is_cut_off_at_the_timeout_and_nothing_survives() {
     let err = run.await.unwrap().unwrap_err();
     let took = started.elapsed();
     assert!(took < hard + Duration::from_secs(5), "took {took:?}");
-    assert!(
-        err.is_session_failure() || matches!(err, DeviceError::Protocol { .. }),
-        "{err:?}"
-    );
+    // A device that never sends its banner is a timeout of the whole switch, as the
+    // SSH backend says it, not a protocol error of one task.
+    assert!(matches!(err, DeviceError::Timeout { .. }), "{err:?}");
+    assert!(err.is_session_failure());
     assert!(!format!("{err} {err:?}").contains(&password));
     // Nothing the run started is left, ansible-connection included.
     tokio::time::sleep(Duration::from_millis(300)).await;

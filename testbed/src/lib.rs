@@ -719,7 +719,6 @@ impl Netconfd {
             rand_u32()
         ));
         std::fs::create_dir_all(dir.join("home")).map_err(io("creating netconfd's directory"))?;
-        std::fs::create_dir_all("/run/sshd").map_err(io("creating /run/sshd"))?;
         let yang = repo_root().join("providers/yang");
         for name in ["hostkey", "client", "stranger"] {
             ssh_keygen(&dir.join(name))?;
@@ -729,15 +728,7 @@ impl Netconfd {
         };
         std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys"))
             .map_err(io("writing authorized_keys"))?;
-        let username = String::from_utf8_lossy(
-            &Command::new("id")
-                .arg("-un")
-                .output()
-                .map_err(io("running id"))?
-                .stdout,
-        )
-        .trim()
-        .to_owned();
+        let username = current_user()?;
         let port = free_port()?;
         let sock = dir.join("ncx.sock");
         let log = dir.join("netconfd.log");
@@ -775,46 +766,17 @@ impl Netconfd {
             let _ = netconfd.kill();
             return Err(e);
         }
-        let config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nPidFile {d}/sshd.pid\n\
-             AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\n\
-             PermitRootLogin yes\nPasswordAuthentication yes\nKbdInteractiveAuthentication no\n\
-             Subsystem netconf \"/usr/sbin/netconf-subsystem --ncxserver-sockname={port}@{s}\"\n",
-            d = dir.display(),
-            s = sock.display()
+        let subsystem = format!(
+            "Subsystem netconf \"/usr/sbin/netconf-subsystem --ncxserver-sockname={port}@{}\"\n",
+            sock.display()
         );
-        std::fs::write(dir.join("sshd_config"), config).map_err(io("writing sshd_config"))?;
-        let sshd_log = dir.join("sshd.log");
-        let mut sshd = match Command::new("/usr/sbin/sshd")
-            .arg("-D")
-            .arg("-f")
-            .arg(dir.join("sshd_config"))
-            .arg("-E")
-            .arg(&sshd_log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(c) => c,
+        let (sshd, host_key_fingerprint) = match start_sshd(&dir, port, &subsystem) {
+            Ok(started) => started,
             Err(e) => {
                 let _ = netconfd.kill();
-                return Err(io("starting sshd (apt-get install openssh-server)")(e));
+                return Err(e);
             }
         };
-        let listening = wait_for("sshd", &mut sshd, &sshd_log, || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        let fp = Command::new("ssh-keygen")
-            .arg("-lf")
-            .arg(dir.join("hostkey.pub"))
-            .output()
-            .map_err(io("running ssh-keygen -lf"))?;
-        let host_key_fingerprint = String::from_utf8_lossy(&fp.stdout)
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_default()
-            .to_owned();
         let me = Self {
             netconfd,
             sshd,
@@ -826,7 +788,6 @@ impl Netconfd {
             host_key_fingerprint,
             dir,
         };
-        listening?;
         Ok(me)
     }
 
@@ -848,6 +809,143 @@ impl Netconfd {
 impl Drop for Netconfd {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Starts a private sshd on 127.0.0.1:`port` with the host key, `authorized_keys`
+/// and logs in `dir` (key logins; password logins enabled, but no password works),
+/// and `extra` config lines; waits until it listens. Returns it and its host key's
+/// fingerprint.
+fn start_sshd(dir: &Path, port: u16, extra: &str) -> Result<(Child, String)> {
+    std::fs::create_dir_all("/run/sshd").map_err(io("creating /run/sshd"))?;
+    let config = format!(
+        "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nPidFile {d}/sshd.pid\n\
+         AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\n\
+         PermitRootLogin yes\nPasswordAuthentication yes\nKbdInteractiveAuthentication no\n{extra}",
+        d = dir.display(),
+    );
+    std::fs::write(dir.join("sshd_config"), config).map_err(io("writing sshd_config"))?;
+    let sshd_log = dir.join("sshd.log");
+    let mut sshd = Command::new("/usr/sbin/sshd")
+        .arg("-D")
+        .arg("-f")
+        .arg(dir.join("sshd_config"))
+        .arg("-E")
+        .arg(&sshd_log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(io("starting sshd (apt-get install openssh-server)"))?;
+    if let Err(e) = wait_for("sshd", &mut sshd, &sshd_log, || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    }) {
+        let _ = sshd.kill();
+        return Err(e);
+    }
+    let fp = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(dir.join("hostkey.pub"))
+        .output()
+        .map_err(io("running ssh-keygen -lf"))?;
+    let fingerprint = String::from_utf8_lossy(&fp.stdout)
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    Ok((sshd, fingerprint))
+}
+
+/// The user running the tests (the login of the private sshds here).
+fn current_user() -> Result<String> {
+    Ok(String::from_utf8_lossy(
+        &Command::new("id")
+            .arg("-un")
+            .output()
+            .map_err(io("running id"))?
+            .stdout,
+    )
+    .trim()
+    .to_owned())
+}
+
+/// A device that lets you log in and then never answers: a private sshd whose every
+/// session runs `sleep` (no prompt, no output) — what a switch whose CLI hangs looks
+/// like. Logins by key ([`HangingShell::client_key`]). Dropping it stops sshd by its
+/// PID and removes the directory.
+pub struct HangingShell {
+    sshd: Child,
+    dir: PathBuf,
+    /// sshd's port on 127.0.0.1.
+    pub port: u16,
+    /// The login.
+    pub username: String,
+    /// The private key that logs in (OpenSSH PEM).
+    pub client_key: String,
+    /// sshd's host key fingerprint (`SHA256:…`).
+    pub host_key_fingerprint: String,
+    /// sshd's host key as a known_hosts key (`ssh-ed25519 AAAA…`).
+    pub host_key: String,
+}
+
+impl HangingShell {
+    /// Starts it; waits up to 20 s.
+    pub fn start() -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "patchbay-hanging-shell-{}-{:x}",
+            std::process::id(),
+            rand_u32()
+        ));
+        std::fs::create_dir_all(&dir).map_err(io("creating the shell's directory"))?;
+        for name in ["hostkey", "client"] {
+            ssh_keygen(&dir.join(name))?;
+        }
+        std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys"))
+            .map_err(io("writing authorized_keys"))?;
+        let port = free_port()?;
+        let (sshd, host_key_fingerprint) =
+            start_sshd(&dir, port, "ForceCommand /bin/sleep 3600\n")?;
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.join(name)).map_err(io(format!("reading {name}")))
+        };
+        let host_key = read("hostkey.pub")?
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        Ok(Self {
+            username: current_user()?,
+            client_key: read("client")?,
+            host_key_fingerprint,
+            host_key,
+            sshd,
+            port,
+            dir,
+        })
+    }
+}
+
+impl HangingShell {
+    /// How many logins sshd accepted so far (its log's `Accepted` lines).
+    pub fn logins(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("sshd.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("Accepted "))
+            .count()
+    }
+
+    /// A known_hosts line for it (`[127.0.0.1]:port key`).
+    pub fn known_hosts_line(&self) -> String {
+        format!("[127.0.0.1]:{} {}", self.port, self.host_key)
+    }
+}
+
+impl Drop for HangingShell {
+    fn drop(&mut self) {
+        terminate(self.sshd.id());
+        let _ = self.sshd.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -17,6 +17,7 @@
 //!   table is not checked.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -260,31 +261,25 @@ fn tasks(stdout: &str) -> Result<Vec<Task>, DeviceError> {
     Ok(out.plays.into_iter().flat_map(|p| p.tasks).collect())
 }
 
+/// The timeouts of Ansible's persistent connection (connect and command) under a
+/// run's hard timeout: half of it, 1 to 120 s. A device that never answers is given
+/// up on by this timeout first.
+pub fn persistent_timeout(run_timeout: Duration) -> Duration {
+    Duration::from_secs((run_timeout.as_secs() / 2).clamp(1, 120))
+}
+
 /// Why a run produced no results: the first unreachable or failed task, as a
-/// session failure (`Unreachable`, `AuthenticationFailed`, `HostKeyMismatch`) or a
-/// protocol error naming the task.
-fn run_failure(tasks: &[Task], endpoint: &str) -> DeviceError {
+/// session failure classified as the SSH backend classifies it
+/// ([`connection_failure`]), or a protocol error naming the task.
+fn run_failure(tasks: &[Task], endpoint: &str, timeout: Duration) -> DeviceError {
     for t in tasks {
         for r in t.hosts.values() {
             let msg = r.get("msg").and_then(Value::as_str).unwrap_or_default();
-            let lower = msg.to_lowercase();
-            if lower.contains("authentication failed") || lower.contains("authentication timeout") {
-                return DeviceError::AuthenticationFailed {
-                    address: endpoint.to_owned(),
-                };
+            let unreachable = r.get("unreachable").and_then(Value::as_bool) == Some(true);
+            if let Some(e) = connection_failure(msg, unreachable, endpoint, timeout) {
+                return e;
             }
-            if lower.contains("host key")
-                && (lower.contains("not found")
-                    || lower.contains("mismatch")
-                    || lower.contains("verification failed"))
-            {
-                return DeviceError::HostKeyMismatch {
-                    address: endpoint.to_owned(),
-                    expected: "the pinned key (known_hosts)".into(),
-                    presented: "another key".into(),
-                };
-            }
-            if r.get("unreachable").and_then(Value::as_bool) == Some(true) {
+            if unreachable {
                 return DeviceError::Unreachable {
                     address: endpoint.to_owned(),
                     cause: Cause::msg(format!("task {:?}: {msg}", t.task.name)),
@@ -304,6 +299,84 @@ fn run_failure(tasks: &[Task], endpoint: &str) -> DeviceError {
     }
 }
 
+/// A task's message that is the connection's failure, not the task's: classified
+/// as the SSH backend classifies its own — a refused login (`AuthenticationFailed`,
+/// only when the device refused: an authentication that timed out is a timeout),
+/// the host key (`HostKeyMismatch`), no answer in time (`Timeout`, after `timeout`,
+/// Ansible's persistent connection timeout, or the seconds the message names), and
+/// no connection (`Unreachable`: refused, no route, reset, closed, no banner). These
+/// are the whole switch's failures: the worker backs off on the switch, once for
+/// all its ports. `None` for a task's own failure. `unreachable` is Ansible's flag.
+pub fn connection_failure(
+    msg: &str,
+    unreachable: bool,
+    endpoint: &str,
+    timeout: Duration,
+) -> Option<DeviceError> {
+    let lower = msg.to_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    let timed_out = has(&[
+        "timeout triggered",
+        "timed out",
+        "authentication timeout",
+        "connect timeout",
+        "timeout waiting",
+    ]);
+    if timed_out {
+        let named = lower
+            .split("timeout value is ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(Duration::from_secs);
+        return Some(DeviceError::Timeout {
+            during: "waiting for the device through Ansible's persistent connection".into(),
+            after: named.unwrap_or(timeout),
+        });
+    }
+    if has(&[
+        "authentication failed",
+        "permission denied",
+        "access denied",
+        "no authentication methods",
+        "failed to authenticate",
+    ]) {
+        return Some(DeviceError::AuthenticationFailed {
+            address: endpoint.to_owned(),
+        });
+    }
+    if lower.contains("host key")
+        && has(&[
+            "not found",
+            "mismatch",
+            "verification failed",
+            "does not match",
+        ])
+    {
+        return Some(DeviceError::HostKeyMismatch {
+            address: endpoint.to_owned(),
+            expected: "the pinned key (known_hosts)".into(),
+            presented: "another key".into(),
+        });
+    }
+    let no_connection = has(&[
+        "unable to connect",
+        "connection refused",
+        "no route to host",
+        "network is unreachable",
+        "name or service not known",
+        "could not resolve",
+        "connection reset",
+        "socket is closed",
+        "error reading ssh protocol banner",
+        "connection closed",
+    ]);
+    (no_connection || unreachable).then(|| DeviceError::Unreachable {
+        address: endpoint.to_owned(),
+        cause: Cause::msg(msg.lines().next().unwrap_or_default().to_owned()),
+    })
+}
+
 /// The value `key` of the last task named `name`, from the host's result.
 fn last_value(tasks: &[Task], name: &str, key: &str) -> Option<Value> {
     tasks
@@ -321,10 +394,11 @@ pub fn apply_results(
     stdout: &str,
     ports: &[PortName],
     endpoint: &str,
+    timeout: Duration,
 ) -> Result<Vec<Result<PortChange, DeviceError>>, DeviceError> {
     let tasks = tasks(stdout)?;
     let Some(results) = last_value(&tasks, "patchbay results", "patchbay_results") else {
-        return Err(run_failure(&tasks, endpoint));
+        return Err(run_failure(&tasks, endpoint, timeout));
     };
     Ok(ports
         .iter()
@@ -457,10 +531,11 @@ pub fn read_results(
     stdout: &str,
     ports: &[PortName],
     endpoint: &str,
+    timeout: Duration,
 ) -> Result<Vec<Result<ObservedPort, DeviceError>>, DeviceError> {
     let tasks = tasks(stdout)?;
     let Some(read) = last_value(&tasks, "patchbay ports", "patchbay_ports_read") else {
-        return Err(run_failure(&tasks, endpoint));
+        return Err(run_failure(&tasks, endpoint, timeout));
     };
     let read: Vec<ReadPort> = serde_json::from_value(read).map_err(|e| DeviceError::Protocol {
         during: "reading the playbook's ports".into(),
@@ -515,10 +590,14 @@ fn vlan_table(v: &Value) -> Result<std::collections::BTreeSet<VlanId>, String> {
 
 /// What a check-mode run (`--check --diff`) would send: each task's `commands`,
 /// prefixed by the task's name as a comment, in order. Empty when nothing would be.
-pub fn check_commands(stdout: &str, endpoint: &str) -> Result<Vec<String>, DeviceError> {
+pub fn check_commands(
+    stdout: &str,
+    endpoint: &str,
+    timeout: Duration,
+) -> Result<Vec<String>, DeviceError> {
     let tasks = tasks(stdout)?;
     if last_value(&tasks, "patchbay results", "patchbay_results").is_none() {
-        return Err(run_failure(&tasks, endpoint));
+        return Err(run_failure(&tasks, endpoint, timeout));
     }
     let mut out = Vec::new();
     for t in &tasks {

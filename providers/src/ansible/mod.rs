@@ -215,7 +215,7 @@ impl AnsibleSwitch {
         let io = |what: &'static str| move |e: std::io::Error| self.local(what, e);
         let path = dir.path.to_string_lossy().into_owned();
         // The persistent connection's timeouts stay under the hard timeout.
-        let persistent = (self.options.run_timeout.as_secs() / 2).clamp(1, 120);
+        let persistent = contract::persistent_timeout(self.options.run_timeout).as_secs();
         let key_file = match &self.target.auth {
             AnsibleAuth::PrivateKey(pem) => {
                 let mut text = pem.expose().to_owned();
@@ -316,7 +316,7 @@ impl AnsibleSwitch {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(
-                std::fs::File::create(dir.path.join("stderr.log"))
+                dir.create_file("stderr.log")
                     .map(std::process::Stdio::from)
                     .map_err(io("creating the run's log"))?,
             )
@@ -396,7 +396,11 @@ impl AnsibleSwitch {
                 &["--check", "--diff"],
             )
             .await?;
-        contract::check_commands(&ran.stdout, &self.target.endpoint())
+        contract::check_commands(
+            &ran.stdout,
+            &self.target.endpoint(),
+            contract::persistent_timeout(self.options.run_timeout),
+        )
     }
 }
 
@@ -427,15 +431,20 @@ impl RunDir {
         Ok(Self { path, marker })
     }
 
-    fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-        use std::io::Write as _;
+    /// A new file of the run, readable by its owner only (0600), like every file
+    /// here: the run's stderr may echo what a module was sent.
+    fn create_file(&self, name: &str) -> std::io::Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt as _;
-        let mut f = std::fs::OpenOptions::new()
+        std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(self.path.join(name))?;
-        f.write_all(bytes)
+            .open(self.path.join(name))
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write as _;
+        self.create_file(name)?.write_all(bytes)
     }
 }
 
@@ -520,7 +529,12 @@ impl Device for AnsibleSwitch {
             let ran = self
                 .run("apply.yml", Some(contract::apply_vars(&targets)), &[])
                 .await?;
-            let outcomes = contract::apply_results(&ran.stdout, &names, &self.target.endpoint())?;
+            let outcomes = contract::apply_results(
+                &ran.stdout,
+                &names,
+                &self.target.endpoint(),
+                contract::persistent_timeout(self.options.run_timeout),
+            )?;
             for (&i, o) in send.iter().zip(outcomes) {
                 results[i] = Some(o);
             }
@@ -534,7 +548,12 @@ impl Device for AnsibleSwitch {
             return Ok(Vec::new());
         }
         let ran = self.run("read.yml", None, &[]).await?;
-        let reads = contract::read_results(&ran.stdout, ports, &self.target.endpoint())?;
+        let reads = contract::read_results(
+            &ran.stdout,
+            ports,
+            &self.target.endpoint(),
+            contract::persistent_timeout(self.options.run_timeout),
+        )?;
         Ok(ports.iter().cloned().zip(reads).collect())
     }
 }

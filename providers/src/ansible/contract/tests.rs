@@ -2,6 +2,9 @@ use super::*;
 use crate::model::DesiredPort;
 use crate::values::VlanName;
 
+/// The persistent timeout the tests' runs had.
+const T: std::time::Duration = std::time::Duration::from_secs(4);
+
 fn port(name: &str) -> PortName {
     PortName::parse(name).unwrap()
 }
@@ -85,6 +88,7 @@ fn apply_results_are_per_port_and_name_the_task() {
         &out,
         &[port("Fa0/1"), port("Fa0/2"), port("Fa0/9"), port("Fa0/4")],
         "sw:22",
+        T,
     )
     .unwrap();
     assert_eq!(r[0], Ok(PortChange::Changed));
@@ -112,7 +116,7 @@ fn a_run_without_results_says_why() {
             "msg": "Failed to connect: [Errno 111] Connection refused"}}}
     ]));
     assert!(matches!(
-        apply_results(&unreachable, &[port("Fa0/1")], "sw:22"),
+        apply_results(&unreachable, &[port("Fa0/1")], "sw:22", T),
         Err(DeviceError::Unreachable { .. })
     ));
     let auth = output(json!([
@@ -120,10 +124,10 @@ fn a_run_without_results_says_why() {
             "msg": "Authentication failed."}}}
     ]));
     assert!(matches!(
-        read_results(&auth, &[port("Fa0/1")], "sw:22"),
+        read_results(&auth, &[port("Fa0/1")], "sw:22", T),
         Err(DeviceError::AuthenticationFailed { .. })
     ));
-    assert!(apply_results("not json", &[port("Fa0/1")], "sw:22").is_err());
+    assert!(apply_results("not json", &[port("Fa0/1")], "sw:22", T).is_err());
 }
 
 #[test]
@@ -148,6 +152,7 @@ fn reads_become_observed_ports() {
             port("Fa0/9"),
         ],
         "sw:22",
+        T,
     )
     .unwrap();
     let o = r[0].as_ref().unwrap();
@@ -185,7 +190,7 @@ fn a_read_with_the_vlan_table_names_what_a_port_carries_and_the_switch_lacks() {
              "allowed_vlans": ["101-103", 200]}
         ]}}}
     ]));
-    let r = read_results(&out, &[port("Fa0/1"), port("Fa0/2")], "sw:22").unwrap();
+    let r = read_results(&out, &[port("Fa0/1"), port("Fa0/2")], "sw:22", T).unwrap();
     let missing = |i: usize| r[i].as_ref().unwrap().missing_vlans.clone();
     assert_eq!(missing(0), Some([vlan(10)].into_iter().collect()));
     assert_eq!(missing(1), Some([vlan(103)].into_iter().collect()));
@@ -194,7 +199,7 @@ fn a_read_with_the_vlan_table_names_what_a_port_carries_and_the_switch_lacks() {
         {"task": {"name": "patchbay ports"}, "hosts": {"device": {"patchbay_ports_read": []}}}
     ]));
     assert!(matches!(
-        read_results(&broken, &[port("Fa0/1")], "sw:22"),
+        read_results(&broken, &[port("Fa0/1")], "sw:22", T),
         Err(DeviceError::Protocol { .. })
     ));
 }
@@ -217,4 +222,66 @@ fn every_embedded_playbook_is_yaml_and_ends_with_the_contract_task() {
         );
     }
     assert_eq!(config("/tmp/x", 30).matches("/tmp/x/").count(), 2);
+}
+
+#[test]
+fn a_connection_failure_is_the_switchs_and_named_as_the_ssh_backend_names_it() {
+    let t = std::time::Duration::from_secs(4);
+    // What Ansible 11 (network_cli, paramiko) printed for each, against real peers.
+    let rows: [(&str, bool, &str); 10] = [
+        (
+            "command timeout triggered, timeout value is 4 secs.\nSee the timeout setting \
+             options in the Network Debug and Troubleshooting Guide.",
+            false,
+            "DeviceTimeout",
+        ),
+        (
+            "[Errno None] Unable to connect to port 41625 on 127.0.0.1",
+            false,
+            "DeviceUnreachable",
+        ),
+        ("Authentication failed.", false, "AuthenticationFailed"),
+        ("Authentication timeout.", false, "DeviceTimeout"),
+        (
+            "ssh connection failed: ssh connect failed: Connection refused",
+            false,
+            "DeviceUnreachable",
+        ),
+        (
+            "Error reading SSH protocol banner",
+            false,
+            "DeviceUnreachable",
+        ),
+        (
+            "paramiko: The authenticity of host '[127.0.0.1]:22' can't be established. host key not found",
+            false,
+            "HostKeyMismatch",
+        ),
+        (
+            "Failed to connect to the host via ssh",
+            true,
+            "DeviceUnreachable",
+        ),
+        ("Invalid input (privileged mode required)", false, "-"),
+        ("port Fa0/9 does not exist on the device", false, "-"),
+    ];
+    for (msg, unreachable, want) in rows {
+        let got = connection_failure(msg, unreachable, "sw:22", t);
+        assert_eq!(
+            got.as_ref().map_or("-", DeviceError::category),
+            want,
+            "{msg}: {got:?}"
+        );
+        if let Some(e) = got {
+            assert!(e.is_session_failure(), "{e}");
+        }
+    }
+    assert!(matches!(
+        connection_failure("command timeout triggered, timeout value is 7 secs.", false, "sw:22", t),
+        Some(DeviceError::Timeout { after, .. }) if after == std::time::Duration::from_secs(7)
+    ));
+    assert!(matches!(
+        connection_failure("socket.timeout: timed out", false, "sw:22", t),
+        Some(DeviceError::Timeout { after, .. }) if after == t
+    ));
 }
