@@ -241,6 +241,9 @@ async fn prove(sw: &NetconfSwitch, target: &SshTarget, ports: [&str; 3], shapes:
 #[tokio::test]
 async fn netconfd_with_the_candidate_holds_every_port_state() {
     let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
+    // netconfd's work directory (~/.yuma of the password database's home) is the
+    // test's own: its home is mounted over in netconfd's mount namespace.
+    assert!(nc.dir.join("home/.yuma").is_dir(), "{}", nc.dir.display());
     let sw = on_netconfd(&nc);
     // What Debian's netconfd announces with --target=candidate.
     let caps = sw.capabilities_announced().await.unwrap();

@@ -732,8 +732,16 @@ impl Netconfd {
         let port = free_port()?;
         let sock = dir.join("ncx.sock");
         let log = dir.join("netconfd.log");
+        // netconfd writes ~/.yuma in the password database's home directory whatever
+        // HOME says: it runs in a mount namespace of its own with the test's
+        // directory mounted over that home, so nothing lands outside the test's
+        // directory (and parallel servers do not share one ~/.yuma).
+        let real_home = home_of(&username)?;
         let mut netconfd = Command::new("setsid")
-            .arg("netconfd")
+            .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
+            .arg(r#"mount --bind "$0" "$1" && shift && exec netconfd "$@""#)
+            .arg(dir.join("home"))
+            .arg(&real_home)
             .arg(format!("--port={port}"))
             .arg("--no-startup")
             .arg(format!(
@@ -760,7 +768,7 @@ impl Netconfd {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(io("starting netconfd (apt-get install netconfd)"))?;
+            .map_err(io("starting netconfd (apt-get install netconfd; unshare and mount from util-linux)"))?;
         let started = wait_for("netconfd", &mut netconfd, &log, || sock.exists());
         if let Err(e) = started {
             let _ = netconfd.kill();
@@ -854,6 +862,21 @@ fn start_sshd(dir: &Path, port: u16, extra: &str) -> Result<(Child, String)> {
         .unwrap_or_default()
         .to_owned();
     Ok((sshd, fingerprint))
+}
+
+/// `user`'s home directory in the password database.
+fn home_of(user: &str) -> Result<PathBuf> {
+    let out = Command::new("getent")
+        .args(["passwd", user])
+        .output()
+        .map_err(io("running getent"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .split(':')
+        .nth(5)
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| TestbedError::Failed(format!("no home directory for {user}")))
 }
 
 /// The user running the tests (the login of the private sshds here).
