@@ -59,6 +59,13 @@ pub enum Driver<'a> {
         /// [`PROVISIONED_ANNOTATION`] is `"true"`.
         installed: bool,
     },
+    /// A Metal3 BareMetalHost (`namespace/name`) while Metal3's BareMetalHost CRD is
+    /// not installed (removed, or never there): nothing says where the host is, so
+    /// its Server stays where it is.
+    Metal3Absent {
+        /// The linked host, `namespace/name`.
+        host: &'a str,
+    },
     /// A Metal3 BareMetalHost: its `status.provisioning.state` (`None`: the host is
     /// not found).
     Metal3 {
@@ -92,6 +99,9 @@ pub enum Hold {
     NotInstalled,
     /// The linked BareMetalHost (`namespace/name`) is not found.
     HostNotFound(String),
+    /// Metal3's BareMetalHost CRD is not installed; the linked host
+    /// (`namespace/name`) cannot be read.
+    Metal3Absent(String),
     /// The BareMetalHost is in a state patchbay does not know.
     UnknownState(String),
 }
@@ -120,6 +130,7 @@ fn goal(current: ServerPhase, driver: Driver<'_>, deleting: bool) -> Result<Serv
             (Provisioning, true) => return Err(Hold::NotInstalled),
             (Provisioned, true) => Provisioned,
         }),
+        Driver::Metal3Absent { host } => Err(Hold::Metal3Absent(host.to_owned())),
         Driver::Metal3 { host, state: None } => Err(Hold::HostNotFound(host.to_owned())),
         Driver::Metal3 { state: Some(s), .. } => {
             metal3_phase(s).ok_or_else(|| Hold::UnknownState(s.to_owned()))

@@ -928,3 +928,139 @@ async fn a_host_held_by_a_dead_switch_writes_its_port_once_and_its_status_rarely
     assert_eq!(s.status.unwrap().phase, Some(ServerPhase::Available));
     rig.env.cluster.finish().await;
 }
+
+/// Metal3 installed after patchbay, then removed, then back, the operator running
+/// throughout: a host created once the CRD is there is watched (its pause appears
+/// while its port cannot carry the provisioning network) and followed to
+/// Provisioned; when the CRD goes — and with it every BareMetalHost — the Server
+/// holds where it is, `Metal3NotInstalled`, and its port keeps the tenant network;
+/// back, the host is followed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metal3_installed_after_patchbay_is_followed_and_its_removal_moves_no_port() {
+    if !on_devplane() {
+        return; // the test installs and removes Metal3's CRD
+    }
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let mut sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let rig = rig_on(Cluster::start("hosts-metal3-late").await, &sim, None).await;
+    let ns = rig.ns().to_owned();
+    rig.server(
+        "m",
+        9,
+        json!([{"name": "eth0", "mac": "aa:bb:cc:00:01:09",
+                "port": {"name": "tor1-p1", "namespace": ns},
+                "provisioningConfiguration": {"name": "pxe"}}]),
+    )
+    .await;
+    rig.servers()
+        .patch(
+            &rig.name("m"),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"bareMetalHostRef": {"name": "bmh-m", "namespace": ns}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let not_installed = |s: &Server| {
+        let (truth, reason, message) = condition(s, "Held");
+        truth == "True" && reason == "Metal3NotInstalled" && message.contains("/bmh-m")
+    };
+    rig.wait_server("m", "Metal3NotInstalled", not_installed)
+        .await;
+
+    // Metal3 arrives while the switch is down: the host is read at once and held.
+    sims.stop();
+    let crds: Api<CustomResourceDefinition> = Api::all(rig.env.cluster.client.clone());
+    rig.env
+        .cluster
+        .install_crd(support::bare_metal_host_crd(false))
+        .await;
+    let host: BareMetalHost = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "bmh-m", "namespace": ns},
+        "spec": {"bootMACAddress": "aa:bb:cc:00:01:09"}
+    }))
+    .unwrap();
+    let bmo = Bmo {
+        rig: &rig,
+        host: "bmh-m",
+    };
+    bmo.api()
+        .create(&PostParams::default(), &host)
+        .await
+        .unwrap();
+    bmo.wait_paused(Some("patchbay.dev/waiting-for-ports"))
+        .await;
+    let sims = FakeSwitches::start(&[SimSpec::again(&sim)]).unwrap();
+    let sim = sims.get("tor1").clone();
+    bmo.step("available").await;
+    rig.settled_in("m", ServerPhase::Available).await;
+    let claim: ServerClaim = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+        "metadata": {"name": "late", "namespace": ns},
+        "spec": {"site": ns, "roles": [{"name": "worker", "count": 1}],
+            "networkConfiguration": [{"configurationRef":
+                {"kind": "SwitchPortConfiguration", "name": "tenant-web"}}]}
+    }))
+    .unwrap();
+    rig.env
+        .api::<ServerClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    rig.claim_condition("late", "Allocated", "True").await;
+    bmo.step("provisioning").await;
+    rig.settled_in("m", ServerPhase::Provisioning).await;
+    bmo.step("provisioned").await;
+    rig.settled_in("m", ServerPhase::Provisioned).await;
+    assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(100));
+
+    // Metal3 removed: its hosts go with its CRD. The Server holds, the port keeps
+    // the tenant's network.
+    crds.delete("baremetalhosts.metal3.io", &DeleteParams::default())
+        .await
+        .unwrap();
+    let held = rig
+        .wait_server("m", "Metal3NotInstalled after removal", not_installed)
+        .await;
+    assert_eq!(
+        held.status.as_ref().unwrap().phase,
+        Some(ServerPhase::Provisioned)
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(100));
+    assert_eq!(
+        rig.switch_port("tor1-p1")
+            .await
+            .spec
+            .configuration
+            .map(|c| c.name),
+        Some("tenant-web".into())
+    );
+
+    // Back: the host is read again and followed.
+    rig.env
+        .cluster
+        .install_crd(support::bare_metal_host_crd(false))
+        .await;
+    let mut again = host.clone();
+    again.metadata.resource_version = None;
+    bmo.api()
+        .create(&PostParams::default(), &again)
+        .await
+        .unwrap();
+    bmo.force("provisioned").await;
+    rig.wait_server("m", "followed again", |s| {
+        condition(s, "Held").1 == "NotHeld"
+            && s.status
+                .as_ref()
+                .and_then(|st| st.bare_metal_host.as_ref())
+                .and_then(|h| h.state.as_deref())
+                == Some("provisioned")
+    })
+    .await;
+    assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(100));
+    rig.env.cluster.finish().await;
+}

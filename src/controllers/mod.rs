@@ -8,6 +8,7 @@
 //! | [`provider_switch`] | the ProviderSwitch controller: validity, held while used | Kubernetes |
 //! | [`server_claim`] | the ServerClaim controller (the allocator): binds Servers to claims through [`crate::allocation::plan`], the claim's status, inventory and credentials copy, release on deletion, the orphan sweep | Kubernetes |
 //! | [`server`] | the Server controller, the one writer of Server status (mirrors `spec.claimRef`) | Kubernetes |
+//! | [`metal3`] | Metal3's BareMetalHosts: a cache whose watch follows the CRD, with a listed gate of its own | watches |
 //! | [`smartnic_port`] | the SmartNicPort controller: a bridge port chained to its SwitchPort | Kubernetes, device (via the worker) |
 //! | [`port_loop`] | the state-machine loop every port runs (and `demo --walk`), over two traits | none of its own |
 //! | [`port_record`] | a port object in the API server, as the loop records on it | Kubernetes |
@@ -27,6 +28,7 @@ pub mod context;
 pub mod events;
 pub mod failure;
 pub mod host;
+pub mod metal3;
 pub mod port_loop;
 pub mod port_record;
 pub mod provider_switch;

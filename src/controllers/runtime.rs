@@ -22,10 +22,9 @@ use super::events::EventPublisher;
 use super::host::HostWorld;
 use super::server_claim::Allocator;
 use super::{
-    ControllerError, bare_metal_host, provider_switch, server, server_claim, smartnic_port, switch,
-    switch_port, triggers,
+    ControllerError, bare_metal_host, metal3, provider_switch, server, server_claim, smartnic_port,
+    switch, switch_port, triggers,
 };
-use crate::api::metal3::BareMetalHost;
 use crate::api::server::CabledPortKind;
 use crate::api::{
     ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
@@ -73,19 +72,6 @@ fn error_policy<K, C>(_: Arc<K>, e: &ControllerError, _: Arc<C>) -> Action {
         return Action::requeue(Duration::from_millis(50));
     }
     Action::requeue(Duration::from_secs(1))
-}
-
-/// Whether the cluster has Metal3's BareMetalHost CRD (looked up once, at start).
-async fn has_bare_metal_hosts(client: &Client) -> bool {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    match crds.get_opt("baremetalhosts.metal3.io").await {
-        Ok(found) => found.is_some(),
-        Err(e) => {
-            tracing::info!(error = %e, "cannot look up the BareMetalHost CRD; Metal3 hosts are not read");
-            false
-        }
-    }
 }
 
 /// One watch shared by several controllers: its cache, a subscription per reader
@@ -287,8 +273,7 @@ pub async fn run(
     let ports_for_servers = subscribe(&port_writer);
     let ports_for_switches = subscribe(&port_writer);
     let ports_for_smartnics = subscribe(&port_writer);
-    let metal3 = has_bare_metal_hosts(&client).await;
-    let ports_for_hosts = metal3.then(|| subscribe(&port_writer));
+    let ports_for_hosts = subscribe(&port_writer);
     let (switch_store, switch_writer, switch_run, switches_listed) =
         shared_watch(switches.clone(), &wc, stopped(&stop_tx));
     let switch_ctl = Controller::for_shared_stream(subscribe(&switch_writer), switch_store.clone());
@@ -308,13 +293,13 @@ pub async fn run(
     );
     let configs_for_ports = subscribe(&config_writer);
     let configs_for_servers = subscribe(&config_writer);
-    let configs_for_hosts = metal3.then(|| subscribe(&config_writer));
+    let configs_for_hosts = subscribe(&config_writer);
     let (snic_store, snic_writer, snic_run, snics_listed) =
         shared_watch(api_for::<SmartNicPort>(&client, ns), &wc, stopped(&stop_tx));
     let snic_ctl = Controller::for_shared_stream(subscribe(&snic_writer), snic_store.clone());
     let smartnics_for_servers = subscribe(&snic_writer);
     let smartnics_for_providers = subscribe(&snic_writer);
-    let smartnics_for_hosts = metal3.then(|| subscribe(&snic_writer));
+    let smartnics_for_hosts = subscribe(&snic_writer);
     let snic_watch = snic_run(snic_writer, Box::new(|_| {}));
     // What a deletion wakes (the shared streams carry none).
     let port_watch = {
@@ -584,7 +569,7 @@ pub async fn run(
         }),
     );
     let server_ctl = Controller::for_shared_stream(server_events.clone(), server_store.clone());
-    let mut listed = vec![
+    let listed = vec![
         ports_listed,
         switches_listed,
         providers_listed,
@@ -593,18 +578,16 @@ pub async fn run(
         claims_listed,
         servers_listed,
     ];
-    let (hosts, host_watch, host_events) = if metal3 {
-        let (hosts, writer, run, hosts_listed) = shared_watch(
-            api_for::<BareMetalHost>(&client, None),
-            &wc,
-            stopped(&stop_tx),
-        );
-        listed.push(hosts_listed);
-        let events = (subscribe(&writer), subscribe(&writer), subscribe(&writer));
-        (Some(hosts), run(writer, Box::new(|_| {})), Some(events))
-    } else {
-        (None, futures::future::ready(()).boxed(), None)
-    };
+    // Metal3's hosts: a cache whose watch follows the BareMetalHost CRD (installed
+    // before or after patchbay, or removed), with a listed gate of its own — the
+    // other caches' gate does not wait for Metal3.
+    let (hosts, host_writer, host_run) = metal3::hosts_cache(&client, &wc, stopped(&stop_tx));
+    let (hosts_for_claims, hosts_for_servers, hosts_for_hosts) = (
+        subscribe(&host_writer),
+        subscribe(&host_writer),
+        subscribe(&host_writer),
+    );
+    let host_watch = host_run(host_writer);
     let alloc = Arc::new(Allocator::new(
         client.clone(),
         settings_namespace,
@@ -638,46 +621,31 @@ pub async fn run(
         .watches_shared_stream(configs_for_servers, move |c| {
             triggers::servers_provisioned_with(&v6.state(), &c)
         });
-    let mut host_ctl = None;
-    if let (
-        Some((for_claims, for_servers, for_hosts)),
-        Some(host_ports),
-        Some(host_smartnics),
-        Some(host_configs),
-    ) = (
-        host_events,
-        ports_for_hosts,
-        smartnics_for_hosts,
-        configs_for_hosts,
-    ) {
-        let (v4, v5) = (server_store.clone(), server_store.clone());
-        claim_ctl = claim_ctl.watches_shared_stream(for_claims, move |host| {
-            triggers::servers_of_host(&v4.state(), &host)
-                .iter()
-                .filter_map(|r| v4.get(r))
-                .flat_map(|s| triggers::claims_for_server(&c2.state(), &s))
-                .collect::<Vec<_>>()
+    let (v4, v5) = (server_store.clone(), server_store.clone());
+    claim_ctl = claim_ctl.watches_shared_stream(hosts_for_claims, move |host| {
+        triggers::servers_of_host(&v4.state(), &host)
+            .iter()
+            .filter_map(|r| v4.get(r))
+            .flat_map(|s| triggers::claims_for_server(&c2.state(), &s))
+            .collect::<Vec<_>>()
+    });
+    server_ctl = server_ctl.watches_shared_stream(hosts_for_servers, move |host| {
+        triggers::servers_of_host(&v5.state(), &host)
+    });
+    // BareMetalHosts that carry their own ports: woken by their own changes, the
+    // ports they drive or are cabled to and the configurations they provision with.
+    let store = alloc.hosts.store().clone();
+    let (h1, h2, h3) = (store.clone(), store.clone(), store.clone());
+    let host_ctl = Controller::for_shared_stream(hosts_for_hosts, store)
+        .watches_shared_stream(ports_for_hosts, move |p| {
+            triggers::hosts_of_port(&h1.state(), CabledPortKind::SwitchPort, &p.metadata)
+        })
+        .watches_shared_stream(smartnics_for_hosts, move |p| {
+            triggers::hosts_of_port(&h2.state(), CabledPortKind::SmartNicPort, &p.metadata)
+        })
+        .watches_shared_stream(configs_for_hosts, move |c| {
+            triggers::hosts_provisioned_with(&h3.state(), &c)
         });
-        server_ctl = server_ctl.watches_shared_stream(for_servers, move |host| {
-            triggers::servers_of_host(&v5.state(), &host)
-        });
-        // BareMetalHosts that carry their own ports: woken by their own changes, the
-        // ports they drive or are cabled to and the configurations they provision with.
-        let store = alloc.hosts.clone().expect("hosts are watched");
-        let (h1, h2, h3) = (store.clone(), store.clone(), store.clone());
-        host_ctl = Some(
-            Controller::for_shared_stream(for_hosts, store)
-                .watches_shared_stream(host_ports, move |p| {
-                    triggers::hosts_of_port(&h1.state(), CabledPortKind::SwitchPort, &p.metadata)
-                })
-                .watches_shared_stream(host_smartnics, move |p| {
-                    triggers::hosts_of_port(&h2.state(), CabledPortKind::SmartNicPort, &p.metadata)
-                })
-                .watches_shared_stream(host_configs, move |c| {
-                    triggers::hosts_provisioned_with(&h3.state(), &c)
-                }),
-        );
-    }
     let claim_ctl = claim_ctl
         .reconcile_on(notices(gone_rx))
         .with_config(Config::default().concurrency(8))
@@ -698,20 +666,39 @@ pub async fn run(
             events: EventPublisher::new(client.clone(), reporter()),
         },
     });
-    let host_ctl = match host_ctl {
-        Some(ctl) => ctl
-            .with_config(Config::default().concurrency(8))
-            .graceful_shutdown_on(stopped(&stop_tx))
-            .run(
-                timed("BareMetalHost", &synced, bare_metal_host::reconcile),
-                error_policy,
-                server_ctx.clone(),
-            )
-            .for_each(log_errors("BareMetalHost"))
-            .boxed(),
-        None => futures::future::ready(()).boxed(),
+    let host_ctl = host_ctl
+        .with_config(Config::default().concurrency(8))
+        .graceful_shutdown_on(stopped(&stop_tx))
+        .run(
+            timed("BareMetalHost", &synced, bare_metal_host::reconcile),
+            error_policy,
+            server_ctx.clone(),
+        )
+        .for_each(log_errors("BareMetalHost"));
+    // Metal3 coming or going changes what every linked Server follows, and a cache
+    // that fills or empties wakes nobody by itself.
+    let (metal3_tx, metal3_rx) = mpsc::unbounded_channel();
+    let metal3_changes = {
+        let (mut hosts, servers, mut stop) = (
+            alloc.hosts.clone(),
+            server_store.clone(),
+            stop_tx.subscribe(),
+        );
+        async move {
+            loop {
+                tokio::select! {
+                    changed = hosts.next_settled_change() => if !changed { return },
+                    _ = stop.recv() => return,
+                }
+                wake(
+                    &metal3_tx,
+                    triggers::servers_linked_to_hosts(&servers.state()),
+                );
+            }
+        }
     };
     let server_ctl = server_ctl
+        .reconcile_on(notices(metal3_rx))
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
@@ -779,6 +766,7 @@ pub async fn run(
         claim_watch,
         server_watch,
         host_watch,
+        metal3_changes,
         host_ctl,
         claim_ctl,
         server_ctl,

@@ -83,25 +83,39 @@ async fn follow(
         entries: &entries,
         namespace: &claim_ns,
     });
-    let bmh = alloc.hosts.as_ref().and_then(|h| linked_host(h, server));
-    let linked = server.spec.bare_metal_host_ref.is_some() || bmh.is_some();
+    // The hosts' cache has a listed gate of its own (Metal3 may come after
+    // patchbay): wait while it lists, never taking "not listed yet" for "not there".
+    let metal3 = alloc.hosts.settled().await;
+    let bmh = alloc.hosts.listed().and_then(|h| linked_host(h, server));
+    let old = server.status.clone().unwrap_or_default();
+    // Without Metal3, a Server whose status says it was linked (by boot MAC) stays
+    // linked: nothing can say otherwise.
+    let remembered = old
+        .bare_metal_host
+        .as_ref()
+        .filter(|_| !metal3)
+        .map(|h| format!("{}/{}", h.namespace, h.name));
+    let linked_name = match (&bmh, &server.spec.bare_metal_host_ref, remembered) {
+        (Some(h), _, _) => Some(format!(
+            "{}/{}",
+            h.metadata.namespace.as_deref().unwrap_or_default(),
+            h.metadata.name.as_deref().unwrap_or_default()
+        )),
+        (None, Some(r), _) => Some(format!("{}/{}", r.namespace, r.name)),
+        (None, None, remembered) => remembered,
+    };
     let installed = server
         .annotations()
         .get(PROVISIONED_ANNOTATION)
         .is_some_and(|v| v == "true");
-    let linked_name = match (&bmh, &server.spec.bare_metal_host_ref) {
-        (Some(h), _) => format!(
-            "{}/{}",
-            h.metadata.namespace.as_deref().unwrap_or_default(),
-            h.metadata.name.as_deref().unwrap_or_default()
-        ),
-        (None, Some(r)) => format!("{}/{}", r.namespace, r.name),
-        (None, None) => String::new(),
-    };
-    let driver = if linked {
-        Driver::Metal3 {
-            host: &linked_name,
-            state: bmh.as_ref().map(|h| h.status.provisioning.state.as_str()),
+    let driver = if let Some(host) = linked_name.as_deref() {
+        if metal3 {
+            Driver::Metal3 {
+                host,
+                state: bmh.as_ref().map(|h| h.status.provisioning.state.as_str()),
+            }
+        } else {
+            Driver::Metal3Absent { host }
         }
     } else {
         Driver::Installer {
@@ -109,7 +123,6 @@ async fn follow(
             installed,
         }
     };
-    let old = server.status.clone().unwrap_or_default();
     let nic_field = |name: &str| {
         server
             .spec
@@ -154,7 +167,7 @@ async fn follow(
             .await;
     }
     // The installer's signal belongs to one installation: consumed on release.
-    if !linked
+    if linked_name.is_none()
         && facts.step.phase == crate::api::ServerPhase::Deprovisioning
         && server.annotations().contains_key(PROVISIONED_ANNOTATION)
     {

@@ -61,7 +61,7 @@ pub struct Allocator {
     /// The ServerClaim cache.
     pub claims: Store<ServerClaim>,
     /// The BareMetalHost cache, if Metal3 is installed.
-    pub hosts: Option<Hosts>,
+    pub hosts: super::metal3::HostsCache,
     /// Wakes the orphan sweep (a Server names a claim the cache does not have).
     pub sweep: tokio::sync::Notify,
     /// Events on the claims (bound, released).
@@ -79,7 +79,7 @@ impl Allocator {
         namespace: Option<String>,
         servers: Store<Server>,
         claims: Store<ServerClaim>,
-        hosts: Option<Hosts>,
+        hosts: super::metal3::HostsCache,
         events: EventPublisher,
     ) -> Self {
         Self {
@@ -97,7 +97,7 @@ impl Allocator {
 
     /// The status of the BareMetalHost a Server links to (by reference or boot MAC).
     pub fn host_status(&self, server: &Server) -> Option<serde_json::Value> {
-        let obj = super::host::linked_host(self.hosts.as_ref()?, server)?;
+        let obj = super::host::linked_host(self.hosts.listed()?, server)?;
         Some(obj.status_json())
     }
 
@@ -339,6 +339,9 @@ async fn allocate(
 }
 
 async fn apply_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, ControllerError> {
+    // A plan reads hosts' hardware: not from a cache that is listing (Metal3 just
+    // installed).
+    alloc.hosts.settled().await;
     let outcome = allocate(claim, alloc).await?;
     let now = jiff::Timestamp::now();
     let old = claim.status.clone().unwrap_or_default();

@@ -680,6 +680,15 @@ pub fn host_conditions(
             "HostNotFound",
             format!("the linked BareMetalHost {host} is not found; holding {phase}"),
         ),
+        Some(Hold::Metal3Absent(host)) => set(
+            "Held",
+            Truth::True,
+            "Metal3NotInstalled",
+            format!(
+                "Metal3's BareMetalHost CRD is not installed, so the linked BareMetalHost \
+                 {host} cannot be read; holding {phase} with its ports as they are"
+            ),
+        ),
         Some(Hold::UnknownState(s)) => set(
             "Held",
             Truth::True,
@@ -781,18 +790,27 @@ pub fn server_status(
             ready: v.settled(),
         })
         .collect();
-    // The linked host as found, else (not found) the one the spec names.
-    status.bare_metal_host = facts.host.clone().or_else(|| {
-        server
-            .spec
-            .bare_metal_host_ref
-            .as_ref()
-            .map(|r| LinkedHost {
-                namespace: r.namespace.clone(),
-                name: r.name.clone(),
-                state: None,
-            })
-    });
+    // The linked host as found, else (not found) the one the spec names, else —
+    // while Metal3 is not installed — the one last found (a host linked by its boot
+    // MAC stays linked until Metal3 can say otherwise).
+    let remembered = matches!(facts.step.hold, Some(Hold::Metal3Absent(_)))
+        .then(|| old.bare_metal_host.clone())
+        .flatten();
+    status.bare_metal_host = facts
+        .host
+        .clone()
+        .or_else(|| {
+            server
+                .spec
+                .bare_metal_host_ref
+                .as_ref()
+                .map(|r| LinkedHost {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    state: None,
+                })
+        })
+        .or(remembered);
     status.observed_generation = server.metadata.generation;
     status.errors = validate_server(&server.spec)
         .err()

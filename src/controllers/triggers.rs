@@ -272,6 +272,21 @@ pub fn servers_of_host(servers: &[Arc<Server>], host: &BareMetalHost) -> Vec<Obj
         .collect()
 }
 
+/// Servers linked to some BareMetalHost, by `spec.bareMetalHostRef` or (by boot MAC)
+/// as their status last recorded: what Metal3's CRD coming or going concerns.
+pub fn servers_linked_to_hosts(servers: &[Arc<Server>]) -> Vec<ObjectRef<Server>> {
+    servers
+        .iter()
+        .filter(|s| {
+            s.spec.bare_metal_host_ref.is_some()
+                || s.status
+                    .as_ref()
+                    .is_some_and(|st| st.bare_metal_host.is_some())
+        })
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
 /// BareMetalHosts a change to a port concerns: the one its host mark names, and
 /// those whose `spec.ports` is cabled to it.
 pub fn hosts_of_port(

@@ -251,6 +251,28 @@ fn every_metal3_state_has_a_phase_and_an_unknown_one_holds() {
             hold: Some(Hold::HostNotFound("metal3/host-7".into()))
         }
     );
+    // Metal3 not installed (removed under a running operator): every phase stays,
+    // settled or not, deleting aside — a CRD going away moves no port.
+    for phase in [Available, Provisioning, Provisioned, Deprovisioning] {
+        for settled in [false, true] {
+            let step = next_phase(
+                Some(phase),
+                Driver::Metal3Absent {
+                    host: "metal3/host-7",
+                },
+                false,
+                settled,
+            );
+            assert_eq!(
+                step,
+                PhaseStep {
+                    phase,
+                    hold: Some(Hold::Metal3Absent("metal3/host-7".into()))
+                },
+                "{phase:?} settled={settled}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -768,7 +768,9 @@ impl Netconfd {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(io("starting netconfd (apt-get install netconfd; unshare and mount from util-linux)"))?;
+            .map_err(io(
+                "starting netconfd (apt-get install netconfd; unshare and mount from util-linux)",
+            ))?;
         let started = wait_for("netconfd", &mut netconfd, &log, || sock.exists());
         if let Err(e) = started {
             let _ = netconfd.kill();

@@ -845,3 +845,34 @@ fn a_linked_host_not_found_is_named() {
         "the linked BareMetalHost metal3/host-7 is not found; holding Provisioned"
     );
 }
+
+#[test]
+fn without_metal3_a_linked_server_holds_and_keeps_the_host_it_was_linked_to() {
+    let s = server(false);
+    let f = facts(
+        ServerPhase::Provisioned,
+        Some(Hold::Metal3Absent("metal3/host-7".into())),
+        vec![],
+    );
+    let old = ServerStatus {
+        bare_metal_host: Some(crate::api::server::LinkedHost {
+            namespace: "metal3".into(),
+            name: "host-7".into(),
+            state: Some("provisioned".into()),
+        }),
+        ..Default::default()
+    };
+    let st = server_status(&s, &old, &f, jiff::Timestamp::UNIX_EPOCH);
+    let held = st.conditions.iter().find(|c| c.type_ == "Held").unwrap();
+    assert_eq!(held.reason, "Metal3NotInstalled");
+    assert!(
+        held.message.contains("metal3/host-7")
+            && held
+                .message
+                .contains("holding Provisioned with its ports as they are"),
+        "{}",
+        held.message
+    );
+    // Linked by its boot MAC: remembered, so the next reconcile still holds.
+    assert_eq!(st.bare_metal_host, old.bare_metal_host);
+}
