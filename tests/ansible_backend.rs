@@ -320,16 +320,17 @@ async fn a_port_the_device_lacks_fails_alone_and_credentials_stay_secret() {
 }
 
 /// The files of every Ansible run directory in flight (this process's runs and
-/// others').
+/// others'): `patchbay-ansible-{pid}-{run}-{nanos}`, not the scratch directories of
+/// the operator tests' clusters (`patchbay-ansible-{pid}-{n}`, with a kubeconfig).
 fn run_files() -> Vec<std::path::PathBuf> {
     let Ok(dirs) = std::fs::read_dir(std::env::temp_dir()) else {
         return Vec::new();
     };
     dirs.flatten()
         .filter(|d| {
-            d.file_name()
-                .to_string_lossy()
-                .starts_with("patchbay-ansible-")
+            let name = d.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("patchbay-ansible-")
+                .is_some_and(|marker| marker.split('-').count() == 3)
         })
         .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
         .map(|f| f.path())
