@@ -516,7 +516,18 @@ async fn every_vlan_a_batch_needs_exists_after_it_and_the_read_checks_the_table(
     let again = patchbay_providers::verify::apply_batch_verified(&sw, &ops[..1])
         .await
         .unwrap();
-    assert!(again[0].outcome.is_ok(), "{again:?}");
+    // Only the VLAN was sent, and that is a change of the port that carries it.
+    assert!(
+        matches!(again[0].outcome, Ok(PortChange::Changed)),
+        "{again:?}"
+    );
     assert!(ssh_cases::cisco_vlan_table(&cli).await.contains(&10));
+    let settled = patchbay_providers::verify::apply_batch_verified(&sw, &ops[..1])
+        .await
+        .unwrap();
+    assert!(
+        matches!(settled[0].outcome, Ok(PortChange::Unchanged)),
+        "{settled:?}"
+    );
     assert!(sw.leftovers().is_empty());
 }
