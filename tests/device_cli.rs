@@ -493,15 +493,11 @@ fn a_bad_enum_word_or_type_is_refused_by_its_path_before_dialling() {
         (json!({"untaggedVLAN": "ten"}), "spec.untaggedVLAN"),
     ] {
         let config = files.configuration("bad.yaml", "bad", spec);
+        let cfg = config.to_str().unwrap();
         let o = device(
             &provider,
             &secret,
-            &[
-                "apply-port",
-                "FastEthernet0/1",
-                "--config",
-                config.to_str().unwrap(),
-            ],
+            &["apply-port", "FastEthernet0/1", "--config", cfg],
         );
         let (_, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{path}: {err}");

@@ -112,6 +112,48 @@ impl Rig {
         .await
     }
 
+    /// Server `short` with one NIC, eth0 on tor1-p1 (provisioned with pxe), linked to
+    /// the BareMetalHost bmh-m.
+    async fn linked_server(&self, short: &str, n: u8) {
+        let ns = self.ns();
+        self.server(
+            short,
+            n,
+            json!([{"name": "eth0", "mac": format!("aa:bb:cc:00:01:{n:02x}"),
+                    "port": {"name": "tor1-p1", "namespace": ns},
+                    "provisioningConfiguration": {"name": "pxe"}}]),
+        )
+        .await;
+        self.servers()
+            .patch(
+                &self.name(short),
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"bareMetalHostRef": {"name": "bmh-m", "namespace": ns}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Claim `name` of one worker on tenant-web, once it is allocated.
+    async fn claim_one_worker(&self, name: &str) {
+        let claim: ServerClaim = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+            "metadata": {"name": name, "namespace": self.ns()},
+            "spec": {"site": self.ns(), "roles": [{"name": "worker", "count": 1}],
+                "networkConfiguration": [{"configurationRef":
+                    {"kind": "SwitchPortConfiguration", "name": "tenant-web"}}]}
+        }))
+        .unwrap();
+        self.env
+            .api::<ServerClaim>()
+            .create(&PostParams::default(), &claim)
+            .await
+            .unwrap();
+        self.claim_condition(name, "Allocated", "True").await;
+    }
+
     async fn claim_condition(&self, name: &str, type_: &str, truth: &str) -> ServerClaim {
         self.env
             .wait_obj::<ServerClaim>(name, &format!("{name} {type_}={truth}"), |c| {
@@ -600,6 +642,21 @@ impl Bmo<'_> {
         self.rig.env.api()
     }
 
+    /// Creates the host with `spec`, as the infra team would; returns what was sent.
+    async fn create(&self, spec: serde_json::Value) -> BareMetalHost {
+        let host: BareMetalHost = serde_json::from_value(json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+            "metadata": {"name": self.host, "namespace": self.rig.ns()},
+            "spec": spec
+        }))
+        .unwrap();
+        self.api()
+            .create(&PostParams::default(), &host)
+            .await
+            .unwrap();
+        host
+    }
+
     async fn get(&self) -> BareMetalHost {
         self.api().get(self.host).await.unwrap()
     }
@@ -676,41 +733,15 @@ async fn a_baremetalhost_is_held_until_its_ports_carry_the_provisioning_network(
         .install_crd(support::bare_metal_host_crd(false))
         .await;
     let rig = rig_on(cluster, &sim, None).await;
-    let ns = rig.ns().to_owned();
-    rig.server(
-        "m",
-        7,
-        json!([{"name": "eth0", "mac": "aa:bb:cc:00:01:07",
-                "port": {"name": "tor1-p1", "namespace": ns},
-                "provisioningConfiguration": {"name": "pxe"}}]),
-    )
-    .await;
-    rig.servers()
-        .patch(
-            &rig.name("m"),
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"spec": {"bareMetalHostRef": {"name": "bmh-m", "namespace": ns}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    rig.linked_server("m", 7).await;
     // The host appears, with seed 003's spec.ports, which the upstream CRD prunes.
-    let host: BareMetalHost = serde_json::from_value(json!({
-        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-        "metadata": {"name": "bmh-m", "namespace": ns},
-        "spec": {"bootMACAddress": "aa:bb:cc:00:01:07",
-                 "ports": [{"name": "eth0", "port": {"name": "tor1-p2"}}]}
-    }))
-    .unwrap();
     let bmo = Bmo {
         rig: &rig,
         host: "bmh-m",
     };
-    bmo.api()
-        .create(&PostParams::default(), &host)
-        .await
-        .unwrap();
+    bmo.create(json!({"bootMACAddress": "aa:bb:cc:00:01:07",
+                      "ports": [{"name": "eth0", "port": {"name": "tor1-p2"}}]}))
+        .await;
     assert_eq!(bmo.get().await.spec.ports, None, "pruned by the API server");
 
     // Held from the moment it appears, while its port cannot carry the
@@ -740,20 +771,7 @@ async fn a_baremetalhost_is_held_until_its_ports_carry_the_provisioning_network(
     assert_eq!(bmo.events().await, ["PortsHold", "PortsRelease"]);
 
     // Claimed and provisioned by Metal3: the tenant network only once provisioned.
-    let claim: ServerClaim = serde_json::from_value(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
-        "metadata": {"name": "metal", "namespace": ns},
-        "spec": {"site": ns, "roles": [{"name": "worker", "count": 1}],
-            "networkConfiguration": [{"configurationRef":
-                {"kind": "SwitchPortConfiguration", "name": "tenant-web"}}]}
-    }))
-    .unwrap();
-    rig.env
-        .api::<ServerClaim>()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
-    rig.claim_condition("metal", "Allocated", "True").await;
+    rig.claim_one_worker("metal").await;
     bmo.step("provisioning").await;
     rig.settled_in("m", ServerPhase::Provisioning).await;
     assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(10));
@@ -805,26 +823,18 @@ async fn a_baremetalhost_with_its_own_ports_is_followed_like_a_server() {
         .await;
     let rig = rig_on(cluster, &sim, None).await;
     let ns = rig.ns().to_owned();
-    let host: BareMetalHost = serde_json::from_value(json!({
-        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-        "metadata": {"name": "bmh-p", "namespace": ns},
-        "spec": {"bootMACAddress": "aa:bb:cc:00:01:09",
-                 "ports": [{"mac": "aa:bb:cc:00:01:09", "name": "eth0",
-                            "port": {"name": "tor1-p2", "kind": "SwitchPort", "namespace": ns},
-                            "provisioningConfiguration": {"name": "pxe",
-                                "kind": "SwitchPortConfiguration"},
-                            "configuration": {"name": "tenant-web",
-                                "kind": "SwitchPortConfiguration"}}]}
-    }))
-    .unwrap();
     let bmo = Bmo {
         rig: &rig,
         host: "bmh-p",
     };
-    bmo.api()
-        .create(&PostParams::default(), &host)
-        .await
-        .unwrap();
+    bmo.create(json!({"bootMACAddress": "aa:bb:cc:00:01:09",
+                      "ports": [{"mac": "aa:bb:cc:00:01:09", "name": "eth0",
+                                 "port": {"name": "tor1-p2", "kind": "SwitchPort", "namespace": ns},
+                                 "provisioningConfiguration": {"name": "pxe",
+                                     "kind": "SwitchPortConfiguration"},
+                                 "configuration": {"name": "tenant-web",
+                                     "kind": "SwitchPortConfiguration"}}]}))
+        .await;
     let phase = |want: &'static str| {
         let bmo = &bmo;
         async move {
@@ -944,25 +954,7 @@ async fn metal3_installed_after_patchbay_is_followed_and_its_removal_moves_no_po
     let mut sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let sim = sims.get("tor1").clone();
     let rig = rig_on(Cluster::start("hosts-metal3-late").await, &sim, None).await;
-    let ns = rig.ns().to_owned();
-    rig.server(
-        "m",
-        9,
-        json!([{"name": "eth0", "mac": "aa:bb:cc:00:01:09",
-                "port": {"name": "tor1-p1", "namespace": ns},
-                "provisioningConfiguration": {"name": "pxe"}}]),
-    )
-    .await;
-    rig.servers()
-        .patch(
-            &rig.name("m"),
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"spec": {"bareMetalHostRef": {"name": "bmh-m", "namespace": ns}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    rig.linked_server("m", 9).await;
     let not_installed = |s: &Server| {
         let (truth, reason, message) = condition(s, "Held");
         truth == "True" && reason == "Metal3NotInstalled" && message.contains("/bmh-m")
@@ -977,40 +969,20 @@ async fn metal3_installed_after_patchbay_is_followed_and_its_removal_moves_no_po
         .cluster
         .install_crd(support::bare_metal_host_crd(false))
         .await;
-    let host: BareMetalHost = serde_json::from_value(json!({
-        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-        "metadata": {"name": "bmh-m", "namespace": ns},
-        "spec": {"bootMACAddress": "aa:bb:cc:00:01:09"}
-    }))
-    .unwrap();
     let bmo = Bmo {
         rig: &rig,
         host: "bmh-m",
     };
-    bmo.api()
-        .create(&PostParams::default(), &host)
-        .await
-        .unwrap();
+    let host = bmo
+        .create(json!({"bootMACAddress": "aa:bb:cc:00:01:09"}))
+        .await;
     bmo.wait_paused(Some("patchbay.dev/waiting-for-ports"))
         .await;
     let sims = FakeSwitches::start(&[SimSpec::again(&sim)]).unwrap();
     let sim = sims.get("tor1").clone();
     bmo.step("available").await;
     rig.settled_in("m", ServerPhase::Available).await;
-    let claim: ServerClaim = serde_json::from_value(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
-        "metadata": {"name": "late", "namespace": ns},
-        "spec": {"site": ns, "roles": [{"name": "worker", "count": 1}],
-            "networkConfiguration": [{"configurationRef":
-                {"kind": "SwitchPortConfiguration", "name": "tenant-web"}}]}
-    }))
-    .unwrap();
-    rig.env
-        .api::<ServerClaim>()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
-    rig.claim_condition("late", "Allocated", "True").await;
+    rig.claim_one_worker("late").await;
     bmo.step("provisioning").await;
     rig.settled_in("m", ServerPhase::Provisioning).await;
     bmo.step("provisioned").await;
