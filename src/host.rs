@@ -104,6 +104,9 @@ pub enum Hold {
     Metal3Absent(String),
     /// The BareMetalHost is in a state patchbay does not know.
     UnknownState(String),
+    /// The linked BareMetalHost (`namespace/name`) has no state yet (created a moment
+    /// ago, or restored after Metal3 came back) while the host is past `Available`.
+    StateNotReported(String),
 }
 
 /// One step of the phase machine.
@@ -132,6 +135,14 @@ fn goal(current: ServerPhase, driver: Driver<'_>, deleting: bool) -> Result<Serv
         }),
         Driver::Metal3Absent { host } => Err(Hold::Metal3Absent(host.to_owned())),
         Driver::Metal3 { host, state: None } => Err(Hold::HostNotFound(host.to_owned())),
+        // No state is not "registering": a host object made again (Metal3 reinstalled,
+        // a backup restored) has none until its operator speaks, and taking a
+        // provisioned tenant's ports back to the provisioning network for that moment
+        // would cut the tenant off.
+        Driver::Metal3 {
+            host,
+            state: Some(""),
+        } if current != Available => Err(Hold::StateNotReported(host.to_owned())),
         Driver::Metal3 { state: Some(s), .. } => {
             metal3_phase(s).ok_or_else(|| Hold::UnknownState(s.to_owned()))
         }

@@ -1023,6 +1023,13 @@ async fn metal3_installed_after_patchbay_is_followed_and_its_removal_moves_no_po
         .create(&PostParams::default(), &again)
         .await
         .unwrap();
+    // Made again, it has no state until its operator speaks: the provisioned
+    // tenant keeps its network meanwhile.
+    rig.wait_server("m", "HostStateNotReported", |s| {
+        condition(s, "Held").1 == "HostStateNotReported"
+    })
+    .await;
+    assert_eq!(cisco(&sim, "FastEthernet0/1").await, access(100));
     bmo.force("provisioned").await;
     rig.wait_server("m", "followed again", |s| {
         condition(s, "Held").1 == "NotHeld"

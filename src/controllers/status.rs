@@ -689,6 +689,15 @@ pub fn host_conditions(
                  {host} cannot be read; holding {phase} with its ports as they are"
             ),
         ),
+        Some(Hold::StateNotReported(host)) => set(
+            "Held",
+            Truth::True,
+            "HostStateNotReported",
+            format!(
+                "the linked BareMetalHost {host} has no provisioning state yet; holding \
+                 {phase} with its ports as they are until Metal3 reports one"
+            ),
+        ),
         Some(Hold::UnknownState(s)) => set(
             "Held",
             Truth::True,

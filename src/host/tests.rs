@@ -240,6 +240,17 @@ fn every_metal3_state_has_a_phase_and_an_unknown_one_holds() {
         None,
         "states are case-sensitive"
     );
+    // No state yet: a new host starts Available; one past it holds where it is.
+    let step = next_phase(Some(Available), metal3(Some("")), false, true);
+    assert_eq!((step.phase, step.hold), (Available, None));
+    for current in [Provisioning, Provisioned, Deprovisioning] {
+        let step = next_phase(Some(current), metal3(Some("")), false, true);
+        assert_eq!(step.phase, current);
+        assert_eq!(
+            step.hold,
+            Some(Hold::StateNotReported("metal3/host-7".into()))
+        );
+    }
     let step = next_phase(Some(Provisioned), metal3(Some("detached")), false, true);
     assert_eq!(step.phase, Provisioned);
     assert_eq!(step.hold, Some(Hold::UnknownState("detached".into())));
