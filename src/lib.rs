@@ -11,6 +11,8 @@
 //!   the CLI; it turns a configuration into a device-level
 //!   [`patchbay_providers::DesiredPort`], and finds misspelt fields.
 //! - [`state_machine`]: the port state machine, one function: `decide`.
+//! - [`tenancy`]: which namespace may carry which VLAN where (VLANPool grants), and
+//!   which configurations a tenant may name.
 //! - [`allocation`]: which Servers a claim gets (one function: `plan`);
 //!   [`inventory`]: the installer's `hosts.ini` and `hosts.yaml` for a claim.
 //! - [`validate::claim`]: claims checked and turned into allocation requests.
@@ -28,6 +30,7 @@
 //! - [`metrics`]: the metrics registry (state, rendered in the Prometheus format);
 //!   [`serve`]: the HTTP endpoint for metrics and health probes.
 
+pub mod admission;
 pub mod allocation;
 pub mod api;
 pub mod backends;
@@ -39,5 +42,6 @@ pub mod metrics;
 pub mod serve;
 pub mod settings;
 pub mod state_machine;
+pub mod tenancy;
 pub mod validate;
 pub mod worker;

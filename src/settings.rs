@@ -34,6 +34,9 @@ pub struct Settings {
     pub batch_timeout: Option<Duration>,
     /// The `ansible-playbook` the Ansible backend runs.
     pub ansible_playbook: PathBuf,
+    /// Tenancy (VLANPool grants checked, ports parked); `None` without
+    /// `--infra-namespace`: one tenant, nothing checked.
+    pub tenancy: Option<crate::tenancy::Tenancy>,
 }
 
 impl Default for Settings {
@@ -48,6 +51,7 @@ impl Default for Settings {
             fixture_latency: Duration::ZERO,
             batch_timeout: None,
             ansible_playbook: PathBuf::from("ansible-playbook"),
+            tenancy: None,
         }
     }
 }
@@ -108,6 +112,26 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_ANSIBLE_PLAYBOOK")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ansible_playbook: Option<PathBuf>,
+    /// The infra team's namespace: turns tenancy on (VLANPool grants are checked
+    /// for every other namespace, free ports are parked) [default: none, tenancy off].
+    #[arg(long, env = "PATCHBAY_INFRA_NAMESPACE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infra_namespace: Option<String>,
+    /// The VLAN ports no configuration governs are parked on (access, granted to no
+    /// namespace); required with infraNamespace.
+    #[arg(long, env = "PATCHBAY_PARKING_VLAN")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parking_vlan: Option<u16>,
+    /// Namespaces (comma-separated) whose BareMetalHosts' spec.ports are honoured
+    /// besides the infra namespace [default: none].
+    #[arg(long, env = "PATCHBAY_TRUSTED_HOST_NAMESPACES", value_delimiter = ',')]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_host_namespaces: Option<Vec<String>>,
+    /// Let tenant claims copy their Servers' BMC credentials
+    /// (inventory.includeBmcCredentials) under tenancy [default: false].
+    #[arg(long, env = "PATCHBAY_ALLOW_BMC_CREDENTIALS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_bmc_credentials: Option<bool>,
 }
 
 impl SettingsArgs {
@@ -252,6 +276,40 @@ impl Settings {
                 reason: format!("{quiet} is above batchWindowMs ({window})"),
             });
         }
+        let tenancy = match (&args.infra_namespace, args.parking_vlan) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(SettingsError::Invalid {
+                    field: "parkingVlan",
+                    reason: "needs infraNamespace (tenancy is off without it)".into(),
+                });
+            }
+            (Some(_), None) => {
+                return Err(SettingsError::Invalid {
+                    field: "parkingVlan",
+                    reason: "is required with infraNamespace: ports no configuration governs \
+                             are parked on it"
+                        .into(),
+                });
+            }
+            (Some(infra), Some(vlan)) => Some(crate::tenancy::Tenancy {
+                infra_namespace: infra.clone(),
+                parking_vlan: patchbay_providers::values::VlanId::new(vlan).map_err(|e| {
+                    SettingsError::Invalid {
+                        field: "parkingVlan",
+                        reason: e.to_string(),
+                    }
+                })?,
+                trusted_host_namespaces: args
+                    .trusted_host_namespaces
+                    .iter()
+                    .flatten()
+                    .filter(|n| !n.is_empty())
+                    .cloned()
+                    .collect(),
+                allow_bmc_credentials: args.allow_bmc_credentials.unwrap_or(false),
+            }),
+        };
         Ok(Settings {
             namespace: args.namespace.clone(),
             batch_window: Duration::from_millis(window),
@@ -265,6 +323,7 @@ impl Settings {
                 .ansible_playbook
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("ansible-playbook")),
+            tenancy,
         })
     }
 }
@@ -330,5 +389,41 @@ mod tests {
             (Duration::from_millis(5), Duration::from_millis(5))
         );
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn tenancy_needs_an_infra_namespace_and_a_parking_vlan() {
+        let on = SettingsArgs {
+            infra_namespace: Some("infra".into()),
+            parking_vlan: Some(4000),
+            trusted_host_namespaces: Some(vec!["metal3".into()]),
+            ..Default::default()
+        };
+        let t = Settings::resolve(&on, None).unwrap().tenancy.unwrap();
+        assert_eq!(t.infra_namespace, "infra");
+        assert!(t.trusts_hosts_of("metal3") && t.trusts_hosts_of("infra"));
+        assert!(!t.trusts_hosts_of("tenant-a"));
+        assert_eq!(
+            Settings::resolve(&SettingsArgs::default(), None)
+                .unwrap()
+                .tenancy,
+            None
+        );
+        for (infra, vlan, word) in [
+            (Some("infra"), None, "is required"),
+            (None, Some(4000), "needs infraNamespace"),
+            (Some("infra"), Some(5000), "4094"),
+        ] {
+            let args = SettingsArgs {
+                infra_namespace: infra.map(Into::into),
+                parking_vlan: vlan,
+                ..Default::default()
+            };
+            let err = Settings::resolve(&args, None).unwrap_err().to_string();
+            assert!(
+                err.starts_with("parkingVlan: ") && err.contains(word),
+                "{err}"
+            );
+        }
     }
 }

@@ -48,6 +48,7 @@ fn test_settings(namespace: &str) -> Settings {
         fixture_latency: Duration::from_millis(2),
         batch_timeout: None,
         ansible_playbook: "ansible-playbook".into(),
+        tenancy: None,
     }
 }
 

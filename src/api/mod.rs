@@ -15,6 +15,7 @@ pub mod server;
 pub mod smartnic;
 pub mod switch;
 pub mod switch_port;
+pub mod vlan_pool;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -42,6 +43,7 @@ pub use smartnic::{
 };
 pub use switch::{DriftPolicy, ProviderRef, Switch, SwitchPortDefinition, SwitchSpec};
 pub use switch_port::{SwitchPort, SwitchPortSpec};
+pub use vlan_pool::{VLANPool, VLANPoolSpec};
 
 /// The API group.
 pub const GROUP: &str = "patchbay.dev";
@@ -64,6 +66,7 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("smartnicconfiguration.yaml", SmartNicConfiguration::crd()),
         ("server.yaml", Server::crd()),
         ("serverclaim.yaml", ServerClaim::crd()),
+        ("vlanpool.yaml", VLANPool::crd()),
     ]
 }
 

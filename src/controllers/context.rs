@@ -17,11 +17,13 @@ use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
 use crate::api::{
     CabledPortKind, ProviderSwitch, Server, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration,
+    SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::{BackendError, Backends};
 use crate::settings::Settings;
+use crate::tenancy::Grants;
 use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
+use patchbay_providers::values::VlanId;
 
 /// The one worker of a device (a ProviderSwitch) and what it drives now.
 pub struct WorkerEntry {
@@ -124,9 +126,185 @@ pub struct Stores {
     pub configurations: Store<SwitchPortConfiguration>,
     /// SmartNicPorts.
     pub smartnics: Store<SmartNicPort>,
+    /// VLANPools (cluster-scoped) and the grants last computed from them.
+    pub pools: Store<VLANPool>,
+    /// Servers (cluster-scoped): whom a port they drive serves.
+    pub servers: Store<Server>,
+    grants: Arc<Mutex<Option<KeyedGrants>>>,
 }
 
+/// Grants and the pools' key they were computed from.
+type KeyedGrants = (String, Arc<Grants>);
+
 impl Stores {
+    /// The caches, and no grants computed yet.
+    pub fn new(
+        switches: Store<Switch>,
+        providers: Store<ProviderSwitch>,
+        configurations: Store<SwitchPortConfiguration>,
+        smartnics: Store<SmartNicPort>,
+        pools: Store<VLANPool>,
+        servers: Store<Server>,
+    ) -> Self {
+        Stores {
+            switches,
+            providers,
+            configurations,
+            smartnics,
+            pools,
+            servers,
+            grants: Arc::default(),
+        }
+    }
+
+    /// What the cached VLANPools grant (recomputed only when a pool changed: the
+    /// cache's resourceVersions are the key), with `parking` granted to nobody.
+    pub fn grants(&self, parking: Option<VlanId>) -> Arc<Grants> {
+        let pools = self.pools.state();
+        let mut key: Vec<String> = pools
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}@{}",
+                    p.name_any(),
+                    p.resource_version().unwrap_or_default()
+                )
+            })
+            .collect();
+        key.sort();
+        key.push(parking.map(|v| v.to_string()).unwrap_or_default());
+        let key = key.join(",");
+        let mut cached = self.grants.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, g)) = cached.as_ref()
+            && *k == key
+        {
+            return g.clone();
+        }
+        let g = Arc::new(Grants::new(pools.iter().map(AsRef::as_ref), parking));
+        *cached = Some((key, g.clone()));
+        g
+    }
+
+    /// Whether a port (`kind`, `meta`) on `switch` (its Switch; a SmartNicPort's
+    /// ProviderSwitch) may carry `carried`, under `tenancy` (`None`: not checked).
+    pub fn tenancy_verdict(
+        &self,
+        tenancy: Option<&crate::tenancy::Tenancy>,
+        kind: CabledPortKind,
+        meta: &kube::core::ObjectMeta,
+        switch: Option<&str>,
+        carried: &Carried<'_>,
+    ) -> TenancyVerdict {
+        use crate::tenancy::{Use, check_reference, check_vlans, is_shared, vlans_of};
+        let Some(t) = tenancy else {
+            return TenancyVerdict::default();
+        };
+        let tenant = self.serving_namespace(kind, meta, Some(carried.reference));
+        if t.is_infra(&tenant) {
+            return TenancyVerdict::default();
+        }
+        let cns = carried.reference.namespace.as_deref().unwrap_or_default();
+        let what = format!("{} {cns}/{}", carried.kind, carried.reference.name);
+        let mut refused = Vec::new();
+        if let Err(e) = check_reference(
+            t,
+            &tenant,
+            cns,
+            is_shared(carried.labels),
+            &format!("the port serves namespace {tenant}; {what}"),
+        ) {
+            refused.push(e);
+        }
+        let grants = self.grants(Some(t.parking_vlan));
+        let vlans = vlans_of(carried.port);
+        if let Err(e) = check_vlans(
+            t,
+            &grants,
+            &Use {
+                tenant: &tenant,
+                switch,
+                vlans: &vlans,
+                what: &what,
+            },
+        ) {
+            refused.extend(e);
+        }
+        let names = vlans
+            .iter()
+            .filter_map(|(_, id)| {
+                let v = VlanId::from_i64(*id).ok()?;
+                let name = grants.lookup(&tenant, switch, v).ok()??;
+                Some((v, name.to_owned()))
+            })
+            .collect();
+        TenancyVerdict {
+            refused: (!refused.is_empty()).then_some(refused),
+            names,
+        }
+    }
+
+    /// The namespace a port (`meta`, carrying `configuration`) serves: for a port a
+    /// Server drives, its claim's namespace unless the port carries the NIC's
+    /// provisioning configuration (infra's network); for a port a BareMetalHost
+    /// drives, the host's namespace; for a SwitchPort chained from a SmartNicPort,
+    /// whom that port serves; else the port's own namespace.
+    pub fn serving_namespace(
+        &self,
+        kind: CabledPortKind,
+        meta: &kube::core::ObjectMeta,
+        configuration: Option<&crate::api::ConfigurationRef>,
+    ) -> String {
+        let ns = meta.namespace.clone().unwrap_or_default();
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        if let Some(mark) = annotations.get(crate::host::HOST_ANNOTATION) {
+            if let Some(name) = mark.strip_prefix("Server/") {
+                let Some(server) = self.servers.get(&ObjectRef::new(name)) else {
+                    return ns;
+                };
+                let port_name = meta.name.clone().unwrap_or_default();
+                let provisioning = server
+                    .spec
+                    .nics
+                    .iter()
+                    .filter(|n| {
+                        n.port.as_ref().is_some_and(|p| {
+                            p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
+                                && p.namespace == ns
+                                && p.name == port_name
+                        })
+                    })
+                    .filter_map(|n| n.provisioning_configuration.as_ref())
+                    .any(|r| {
+                        Some(r.name.as_str()) == configuration.map(|c| c.name.as_str())
+                            && r.namespace.as_deref().unwrap_or(&ns)
+                                == configuration
+                                    .and_then(|c| c.namespace.as_deref())
+                                    .unwrap_or(&ns)
+                    });
+                let claim = server.status.as_ref().and_then(|s| s.claim.as_ref());
+                return match claim {
+                    Some(c) if !provisioning => c.namespace.clone(),
+                    _ => ns,
+                };
+            }
+            if let Some(rest) = mark.strip_prefix("BareMetalHost/") {
+                return rest.split('/').next().unwrap_or(&ns).to_owned();
+            }
+        }
+        if kind == CabledPortKind::SwitchPort
+            && let Some(from) = annotations.get(super::CHAINED_FROM_ANNOTATION)
+            && let Some((sns, sname)) = from.split_once('/')
+            && let Some(snp) = self.smartnics.get(&ObjectRef::new(sname).within(sns))
+        {
+            return self.serving_namespace(
+                CabledPortKind::SmartNicPort,
+                snp.meta(),
+                snp.spec.configuration.as_ref(),
+            );
+        }
+        ns
+    }
+
     /// Switch `name` of namespace `ns`.
     pub fn switch(&self, ns: &str, name: &str) -> Option<Switch> {
         self.switches
@@ -147,6 +325,76 @@ impl Stores {
             .get(&ObjectRef::new(name).within(ns))
             .map(|c| (*c).clone())
     }
+}
+
+/// The tenancy check of a port about to carry a configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenancyVerdict {
+    /// Why the port may not carry it (one message per reference or VLAN); `None`:
+    /// it may.
+    pub refused: Option<Vec<String>>,
+    /// Names shared pools give VLANs the configuration carries (they replace the
+    /// configuration's own).
+    pub names: std::collections::BTreeMap<VlanId, String>,
+}
+
+/// The `Forbidden` condition of a port: True with the refusals while its
+/// configuration is refused (an Active port keeps what the device carries — a grant
+/// revoked under a live tenant is reported, never ripped off), False once granted
+/// again; absent on a port never refused.
+pub fn report_forbidden(
+    status: &mut crate::api::PortStatus,
+    verdict: &TenancyVerdict,
+    generation: Option<i64>,
+) {
+    use super::status::{Truth, find_condition, set_condition};
+    let now = jiff::Timestamp::now();
+    match &verdict.refused {
+        Some(refused) => set_condition(
+            &mut status.conditions,
+            "Forbidden",
+            Truth::True,
+            "Forbidden",
+            format!(
+                "{}; nothing is sent to the device while this holds",
+                refused.join("; ")
+            ),
+            generation,
+            now,
+        ),
+        None if find_condition(&status.conditions, "Forbidden").is_some() => set_condition(
+            &mut status.conditions,
+            "Forbidden",
+            Truth::False,
+            "Granted",
+            "the configuration is granted to the namespace the port serves".into(),
+            generation,
+            now,
+        ),
+        None => {}
+    }
+}
+
+/// Gives the VLANs shared pools name their pool's name (a tenant does not name a
+/// VLAN it shares).
+pub fn with_pool_names(desired: &mut patchbay_providers::DesiredPort, verdict: &TenancyVerdict) {
+    for (vlan, name) in &verdict.names {
+        if let Ok(n) = patchbay_providers::values::VlanName::parse(name) {
+            desired.vlan_names.insert(*vlan, n);
+        }
+    }
+}
+
+/// A configuration as the tenancy check reads it.
+pub struct Carried<'a> {
+    /// Its kind, for messages.
+    pub kind: &'static str,
+    /// Its reference, namespace resolved.
+    pub reference: &'a crate::api::ConfigurationRef,
+    /// Its labels ([`crate::tenancy::SHARED_LABEL`]).
+    pub labels: Option<&'a std::collections::BTreeMap<String, String>>,
+    /// Its VLANs.
+    pub port: &'a crate::api::configuration::PortSettingsSpec,
 }
 
 /// Shared state of the controllers.
@@ -551,12 +799,14 @@ mod tests {
                 switches: wtx,
             },
             kube::runtime::reflector::store().0,
-            super::Stores {
-                switches: kube::runtime::reflector::store().0,
-                providers: kube::runtime::reflector::store().0,
-                configurations: kube::runtime::reflector::store().0,
-                smartnics: kube::runtime::reflector::store().0,
-            },
+            super::Stores::new(
+                kube::runtime::reflector::store().0,
+                kube::runtime::reflector::store().0,
+                kube::runtime::reflector::store().0,
+                kube::runtime::reflector::store().0,
+                kube::runtime::reflector::store().0,
+                kube::runtime::reflector::store().0,
+            ),
         )
     }
 

@@ -115,6 +115,11 @@ pub enum Failure {
     /// A link-aggregation member's change waited for the rest of its group in vain.
     #[error("{0}")]
     GroupIncomplete(#[source] WorkerError),
+    /// The port serves a tenant namespace that may not carry this configuration
+    /// (a VLAN not granted to it, a configuration of another namespace): nothing is
+    /// sent to the device. One message per refusal.
+    #[error("forbidden: {}", .0.join("; "))]
+    Forbidden(Vec<String>),
     /// The API server refused or failed a request made on the port's behalf.
     #[error("{0}")]
     Kubernetes(#[source] kube::Error),
@@ -152,6 +157,7 @@ impl Failure {
             Failure::NextPortClaimed { .. } => "NextPortClaimed",
             Failure::NextPortInUse { .. } => "NextPortInUse",
             Failure::GroupIncomplete(_) => "LagGroupIncomplete",
+            Failure::Forbidden(_) => "Forbidden",
             Failure::Kubernetes(_) => "KubernetesError",
         }
     }
@@ -178,7 +184,8 @@ impl Failure {
             | Failure::InvalidPortName { .. }
             | Failure::PortNotDefined { .. }
             | Failure::NextPortClaimed { .. }
-            | Failure::NextPortInUse { .. } => FailureKind::Invalid,
+            | Failure::NextPortInUse { .. }
+            | Failure::Forbidden(_) => FailureKind::Invalid,
         }
     }
 

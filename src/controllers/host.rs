@@ -45,6 +45,10 @@ pub struct HostWorld {
     pub configurations: Store<SwitchPortConfiguration>,
     /// Events on hosts.
     pub events: EventPublisher,
+    /// The caches the tenancy check reads (pools, Servers, SmartNicPorts).
+    pub stores: super::context::Stores,
+    /// Tenancy; `None`: nothing checked.
+    pub tenancy: Option<crate::tenancy::Tenancy>,
 }
 
 /// One host as the controller sees it.
@@ -230,12 +234,103 @@ struct Targets {
     unmatched: Vec<String>,
     /// Targets refused (their ports are left as they are), one message each.
     refused: Vec<String>,
+    /// Targets the tenancy check refused (their ports are left as they are).
+    forbidden: Vec<String>,
 }
 
 impl Targets {
     fn settled(&self, world: &HostWorld, me: &str) -> bool {
-        self.unmatched.is_empty() && self.refused.is_empty() && judge(world, me, &self.ports)
+        self.unmatched.is_empty()
+            && self.refused.is_empty()
+            && self.forbidden.is_empty()
+            && judge(world, me, &self.ports)
     }
+}
+
+/// The claim's targets (and a NIC's default configuration applied under the claim)
+/// that the claim's namespace may not carry: dropped, their ports left as they are,
+/// one message each. A SwitchPortConfiguration's VLANs are checked against the
+/// grants on the port's Switch here; a SmartNicConfiguration's reference is, and
+/// its VLANs are checked by the SmartNicPort's controller before anything is sent.
+fn refuse_ungranted(
+    world: &HostWorld,
+    targets: Vec<PortTarget>,
+    network: Option<ClaimNetwork<'_>>,
+) -> (Vec<PortTarget>, Vec<String>) {
+    use crate::tenancy::{Use, check_reference, check_vlans, is_shared, vlans_of};
+    let (Some(t), Some(net)) = (world.tenancy.as_ref(), network) else {
+        return (targets, Vec::new());
+    };
+    let tenant = net.namespace;
+    if t.is_infra(tenant) {
+        return (targets, Vec::new());
+    }
+    let grants = world.stores.grants(Some(t.parking_vlan));
+    let mut forbidden = Vec::new();
+    let kept = targets
+        .into_iter()
+        .filter(|target| {
+            let (Source::Claim | Source::Nic, Some(c)) = (target.source, &target.configuration)
+            else {
+                return true;
+            };
+            let cns = c.namespace.as_deref().unwrap_or_default();
+            let mut why = Vec::new();
+            let (kind, labels, port, switch) = match target.port.kind {
+                CabledPortKind::SwitchPort => {
+                    let cfg = world
+                        .configurations
+                        .get(&ObjectRef::new(&c.name).within(cns));
+                    let switch = world
+                        .switch_ports
+                        .get(&ObjectRef::new(&target.port.name).within(&target.port.namespace))
+                        .and_then(|p| super::switch_port::switch_name(&p));
+                    (
+                        "SwitchPortConfiguration",
+                        cfg.as_ref().and_then(|c| c.metadata.labels.clone()),
+                        cfg.map(|c| c.spec.port.clone()),
+                        switch,
+                    )
+                }
+                CabledPortKind::SmartNicPort => ("SmartNicConfiguration", None, None, None),
+            };
+            // A NIC's default configuration is the infra team's: its reference is
+            // theirs to make; what it carries must still be granted to the claim.
+            if target.source == Source::Claim
+                && let Err(e) = check_reference(
+                    t,
+                    tenant,
+                    cns,
+                    is_shared(labels.as_ref()),
+                    &format!(
+                        "networkConfiguration for NIC {}: {kind} {cns}/{}",
+                        target.nic, c.name
+                    ),
+                )
+            {
+                why.push(e);
+            }
+            if let Some(port) = &port {
+                let vlans = vlans_of(port);
+                let what = format!("NIC {}: {kind} {cns}/{}", target.nic, c.name);
+                if let Err(e) = check_vlans(
+                    t,
+                    &grants,
+                    &Use {
+                        tenant,
+                        switch: switch.as_deref(),
+                        vlans: &vlans,
+                        what: &what,
+                    },
+                ) {
+                    why.extend(e);
+                }
+            }
+            forbidden.extend(why.iter().cloned());
+            why.is_empty()
+        })
+        .collect();
+    (kept, forbidden)
 }
 
 /// The targets of `phase` for `view`, less those refused (a provisioning
@@ -256,7 +351,8 @@ fn targets_of(
             .get(&ObjectRef::new(&c.name).within(ns))?;
         cfg.spec.link_aggregation.as_ref().map(|l| l.group)
     };
-    let (mut targets, refused) = refuse_grouped_provisioning(targets, group_of, view.nic_field);
+    let (targets, refused) = refuse_grouped_provisioning(targets, group_of, view.nic_field);
+    let (mut targets, forbidden) = refuse_ungranted(world, targets, view.network);
     for port in marked.difference(&cabled) {
         targets.push(PortTarget {
             nic: "no longer cabled".into(),
@@ -269,6 +365,7 @@ fn targets_of(
         ports: targets,
         unmatched,
         refused,
+        forbidden,
     }
 }
 
@@ -295,6 +392,7 @@ pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, 
         ports: targets,
         unmatched,
         refused,
+        forbidden,
     } = match current {
         Some((p, same)) if p == step.phase => same,
         _ => targets_of(world, view, &marked, step.phase),
@@ -328,6 +426,7 @@ pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, 
             };
             let settled = unmatched.is_empty()
                 && refused.is_empty()
+                && forbidden.is_empty()
                 && ports.iter().all(|(_, v, _)| v.settled());
             let paused = bmh.annotations().get(PAUSED_ANNOTATION).map(String::as_str);
             let gate = metal3_gate(goal, settled, paused);
@@ -349,6 +448,7 @@ pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, 
         ports,
         unmatched,
         refused,
+        forbidden,
         host,
         gate,
     })

@@ -28,7 +28,7 @@ use super::{
 use crate::api::server::CabledPortKind;
 use crate::api::{
     ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration,
+    SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
 use crate::metrics;
@@ -382,6 +382,64 @@ pub async fn run(
             }),
         )
     };
+    let (claim_store, claim_writer, claim_run, claims_listed) =
+        shared_watch(api_for::<ServerClaim>(&client, ns), &wc, stopped(&stop_tx));
+    let claim_ctl = Controller::for_shared_stream(subscribe(&claim_writer), claim_store.clone());
+    let claims_for_servers = subscribe(&claim_writer);
+    let claim_watch = claim_run(claim_writer, Box::new(|_| {}));
+    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
+    let (server_store, server_writer, server_run, servers_listed) = shared_watch(
+        kube::Api::<Server>::all(client.clone()),
+        &wc,
+        stopped(&stop_tx),
+    );
+    let server_events = subscribe(&server_writer);
+    let c0 = claim_store.clone();
+    let gone = gone_tx.clone();
+    let server_watch = server_run(
+        server_writer,
+        Box::new(move |server: &Server| {
+            for claim in triggers::claims_for_server(&c0.state(), server) {
+                let _ = gone.send(claim);
+            }
+        }),
+    );
+    // VLANPools (cluster-scoped): a grant given or taken wakes every port and claim
+    // (their tenancy check reads the grants); pools change rarely.
+    let (pool_store, pool_writer, pool_run, pools_listed) = shared_watch(
+        kube::Api::<VLANPool>::all(client.clone()),
+        &wc,
+        stopped(&stop_tx),
+    );
+    let pools_for_ports = subscribe(&pool_writer);
+    let pools_for_smartnics = subscribe(&pool_writer);
+    let pools_for_claims = subscribe(&pool_writer);
+    let pool_watch = {
+        let (port_tx, snic_tx, ports, snics) = (
+            port_tx.clone(),
+            snic_tx.clone(),
+            port_store.clone(),
+            snic_store.clone(),
+        );
+        let (claim_tx, claims) = (gone_tx.clone(), claim_store.clone());
+        pool_run(
+            pool_writer,
+            Box::new(move |_: &VLANPool| {
+                wake(
+                    &port_tx,
+                    ports.state().iter().map(|p| ObjectRef::from_obj(&**p)),
+                );
+                wake(
+                    &snic_tx,
+                    snics.state().iter().map(|p| ObjectRef::from_obj(&**p)),
+                );
+                wake(
+                    &claim_tx,
+                    claims.state().iter().map(|c| ObjectRef::from_obj(&**c)),
+                );
+            }),
+        )
+    };
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings,
@@ -393,12 +451,14 @@ pub async fn run(
             switches: switch_tx,
         },
         port_store.clone(),
-        Stores {
-            switches: switch_store.clone(),
-            providers: provider_store.clone(),
-            configurations: config_store.clone(),
-            smartnics: snic_store.clone(),
-        },
+        Stores::new(
+            switch_store.clone(),
+            provider_store.clone(),
+            config_store.clone(),
+            snic_store.clone(),
+            pool_store.clone(),
+            server_store.clone(),
+        ),
     ));
 
     // SwitchPorts: woken by every input of theirs — configuration, Switch, the
@@ -418,7 +478,14 @@ pub async fn run(
     )
     .touched_objects();
     let ps = provider_store.clone();
+    let p5 = port_store.clone();
     let port_ctl = port_ctl
+        .watches_shared_stream(pools_for_ports, move |_| {
+            p5.state()
+                .iter()
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        })
         .watches_shared_stream(configs_for_ports, move |c| {
             triggers::ports_using_configuration(
                 &p1.state(),
@@ -512,7 +579,14 @@ pub async fn run(
     // SmartNicPorts: woken by their configuration, the SwitchPort they chain to (or
     // claimed), their provider, and the notices of their provider's worker.
     let (n1, n2, n3) = (snic_store.clone(), snic_store.clone(), snic_store.clone());
+    let n4 = snic_store.clone();
     let snic_ctl = snic_ctl
+        .watches_shared_stream(pools_for_smartnics, move |_| {
+            n4.state()
+                .iter()
+                .map(|p| ObjectRef::from_obj(&**p))
+                .collect::<Vec<_>>()
+        })
         .watches(
             api_for::<SmartNicConfiguration>(&client, ns),
             wc.clone(),
@@ -547,27 +621,6 @@ pub async fn run(
     // controllers, so a claim is never woken by a Server change its plan cannot see.
     // A shared stream carries no deletions: a deleted Server wakes the claims it
     // concerns through `gone`, once the cache no longer has it.
-    let (claim_store, claim_writer, claim_run, claims_listed) =
-        shared_watch(api_for::<ServerClaim>(&client, ns), &wc, stopped(&stop_tx));
-    let claim_ctl = Controller::for_shared_stream(subscribe(&claim_writer), claim_store.clone());
-    let claims_for_servers = subscribe(&claim_writer);
-    let claim_watch = claim_run(claim_writer, Box::new(|_| {}));
-    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
-    let (server_store, server_writer, server_run, servers_listed) = shared_watch(
-        kube::Api::<Server>::all(client.clone()),
-        &wc,
-        stopped(&stop_tx),
-    );
-    let server_events = subscribe(&server_writer);
-    let c0 = claim_store.clone();
-    let server_watch = server_run(
-        server_writer,
-        Box::new(move |server: &Server| {
-            for claim in triggers::claims_for_server(&c0.state(), server) {
-                let _ = gone_tx.send(claim);
-            }
-        }),
-    );
     let server_ctl = Controller::for_shared_stream(server_events.clone(), server_store.clone());
     let listed = vec![
         ports_listed,
@@ -577,6 +630,7 @@ pub async fn run(
         snics_listed,
         claims_listed,
         servers_listed,
+        pools_listed,
     ];
     // Metal3's hosts: a cache whose watch follows the BareMetalHost CRD (installed
     // before or after patchbay, or removed), with a listed gate of its own — the
@@ -597,9 +651,17 @@ pub async fn run(
         EventPublisher::new(client.clone(), reporter()),
     ));
     let (c1, c2) = (claim_store.clone(), claim_store.clone());
-    let mut claim_ctl = claim_ctl.watches_shared_stream(server_events, move |s| {
-        triggers::claims_for_server(&c1.state(), &s)
-    });
+    let c3 = claim_store.clone();
+    let mut claim_ctl = claim_ctl
+        .watches_shared_stream(server_events, move |s| {
+            triggers::claims_for_server(&c1.state(), &s)
+        })
+        .watches_shared_stream(pools_for_claims, move |_| {
+            c3.state()
+                .iter()
+                .map(|c| ObjectRef::from_obj(&**c))
+                .collect::<Vec<_>>()
+        });
     // Servers: woken by their own changes, the ports they drive or are cabled to,
     // their claim, the configurations they provision with, and their BareMetalHost.
     let (v1, v2, v3, v6) = (
@@ -664,6 +726,8 @@ pub async fn run(
             smartnic_ports: snic_store.clone(),
             configurations: config_store.clone(),
             events: EventPublisher::new(client.clone(), reporter()),
+            stores: ctx.stores.clone(),
+            tenancy: ctx.settings.tenancy.clone(),
         },
     });
     let host_ctl = host_ctl
@@ -765,6 +829,7 @@ pub async fn run(
         snic_watch,
         claim_watch,
         server_watch,
+        pool_watch,
         host_watch,
         metal3_changes,
         host_ctl,

@@ -370,12 +370,70 @@ async fn apply_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, C
         claim.metadata.generation,
         now,
     );
+    if let Some(note) = claim_forbidden(&mut status, &servers, claim.metadata.generation, now) {
+        alloc
+            .events
+            .publish(claim, Severity::Warning, "Forbidden", &note)
+            .await;
+    }
     let api = Api::<ServerClaim>::namespaced(
         alloc.client.clone(),
         &claim.namespace().unwrap_or_default(),
     );
     write_status(&api, &claim.name_any(), &old, &status).await?;
     Ok(Action::await_change())
+}
+
+/// The claim's `Forbidden` condition: True while a held Server's ports are refused
+/// the claim's network by the tenancy check (tenants read neither the ports of the
+/// infra namespace nor Servers, so the claim says it), naming each Server and why.
+/// Returns the Event note when the refusal is new or changed.
+fn claim_forbidden(
+    status: &mut crate::api::ServerClaimStatus,
+    servers: &BTreeMap<String, Arc<Server>>,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Option<String> {
+    use super::status::{Truth, find_condition};
+    let refused: Vec<String> = servers
+        .iter()
+        .filter_map(|(name, s)| {
+            let st = s.status.as_ref()?;
+            let c = find_condition(&st.conditions, "Forbidden").filter(|c| c.status == "True")?;
+            Some(format!("Server {name}: {}", c.message))
+        })
+        .collect();
+    let before = find_condition(&status.conditions, "Forbidden")
+        .filter(|c| c.status == "True")
+        .map(|c| c.message.clone());
+    if refused.is_empty() {
+        if before.is_some() {
+            set_condition(
+                &mut status.conditions,
+                "Forbidden",
+                Truth::False,
+                "Granted",
+                "every port carries what the namespace is granted".into(),
+                generation,
+                now,
+            );
+        }
+        return None;
+    }
+    let message = format!(
+        "{}; those ports are left as they are and nothing is sent to their devices",
+        refused.join("; ")
+    );
+    set_condition(
+        &mut status.conditions,
+        "Forbidden",
+        Truth::True,
+        "Forbidden",
+        message.clone(),
+        generation,
+        now,
+    );
+    (before.as_deref() != Some(message.as_str())).then_some(message)
 }
 
 fn owner_reference(claim: &ServerClaim) -> serde_json::Value {

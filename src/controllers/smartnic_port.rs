@@ -41,7 +41,9 @@ use patchbay_providers::{Capabilities, Capability, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Context, cabled_host_mac};
+use super::context::{
+    Carried, Context, TenancyVerdict, cabled_host_mac, report_forbidden, with_pool_names,
+};
 use super::failure::Failure;
 use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive};
 use super::port_record::KubeRecord;
@@ -51,6 +53,7 @@ use crate::api::{
     SmartNicConfiguration, SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
 };
 use crate::state_machine::{Outcome, PortTarget};
+use crate::tenancy::{check_reference, is_shared};
 use crate::validate::{
     ValidationErrors, capability_errors, has_egress_rules, smartnic_configuration_to_desired,
     validate_provider, validate_smartnic_port, with_host_mac,
@@ -77,6 +80,8 @@ struct World {
     /// The host's MAC: `spec.hostMac`, else the cabled Server NIC's (looked up only
     /// for egress ACL rules).
     host_mac: Option<String>,
+    /// The tenancy check of the configuration (and of its nextConfigurationRef).
+    tenancy: TenancyVerdict,
     /// See [`super::inputs_digest`]: the spec, the provider, the configuration and
     /// the chained port's claim and configuration.
     inputs: String,
@@ -97,6 +102,7 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             desired: None,
             chain: None,
             host_mac: None,
+            tenancy: TenancyVerdict::default(),
         });
     };
     let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
@@ -147,7 +153,53 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
         }
         _ => None,
     };
+    let reference = ConfigurationRef {
+        name: r.name.clone(),
+        namespace: Some(cns.clone()),
+    };
+    let mut tenancy = match &config {
+        Some(c) => ctx.stores.tenancy_verdict(
+            ctx.settings.tenancy.as_ref(),
+            CabledPortKind::SmartNicPort,
+            &port.metadata,
+            Some(&port.spec.provider.name),
+            &Carried {
+                kind: "SmartNicConfiguration",
+                reference: &reference,
+                labels: c.metadata.labels.as_ref(),
+                port: &c.spec.port,
+            },
+        ),
+        None => TenancyVerdict::default(),
+    };
+    // The next port's configuration is named by the SmartNicConfiguration: it
+    // stays in the namespace the port serves (or is a shared infra one).
+    if let (Some(t), Some(c)) = (ctx.settings.tenancy.as_ref(), &chain) {
+        let tenant = ctx.stores.serving_namespace(
+            CabledPortKind::SmartNicPort,
+            &port.metadata,
+            Some(&reference),
+        );
+        let shared = is_shared(
+            c.config_obj
+                .as_ref()
+                .and_then(|o| o.metadata.labels.as_ref()),
+        );
+        if let Err(e) = check_reference(
+            t,
+            &tenant,
+            c.config.namespace.as_deref().unwrap_or_default(),
+            shared,
+            &format!(
+                "SmartNicConfiguration {cns}/{} spec.nextConfigurationRef",
+                r.name
+            ),
+        ) {
+            tenancy.refused.get_or_insert_with(Vec::new).push(e);
+        }
+    }
     let inputs = inputs_digest(&json!({
+        "tenancy": {"refused": tenancy.refused, "names": tenancy.names},
         "spec": port.spec,
         "hostMac": host_mac,
         "provider": provider_input,
@@ -166,14 +218,12 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
         provider,
         config,
         desired: Some(PortTarget {
-            configuration: ConfigurationRef {
-                name: r.name.clone(),
-                namespace: Some(cns),
-            },
+            configuration: reference,
             hash,
         }),
         chain,
         host_mac,
+        tenancy,
     })
 }
 
@@ -361,7 +411,10 @@ impl PortSteps for SmartNicSteps<'_> {
                 self.world.desired.as_ref(),
             ));
         };
-        let desired = smartnic_configuration_to_desired(&cfg.spec, self.device_port()?)
+        if let Some(refused) = &self.world.tenancy.refused {
+            return Err(Failure::Forbidden(refused.clone()));
+        }
+        let mut desired = smartnic_configuration_to_desired(&cfg.spec, self.device_port()?)
             .and_then(|d| {
                 with_host_mac(
                     d,
@@ -379,6 +432,7 @@ impl PortSteps for SmartNicSteps<'_> {
         if !missing.is_empty() {
             return Err(Failure::InvalidConfiguration(ValidationErrors(missing)));
         }
+        with_pool_names(&mut desired, &self.world.tenancy);
         Ok(desired)
     }
 
@@ -478,6 +532,7 @@ async fn reconcile_in(
     status.switch = None;
     status.provider = Some(port.spec.provider.name.clone());
     status.device_port = Some(port.spec.port_name.clone());
+    report_forbidden(&mut status, &world.tenancy, port.metadata.generation);
     let worker = ctx.running_worker(world.provider.as_ref(), None);
     let drift_notice = worker.as_ref().and_then(|e| e.worker.drift_notice(&key));
     let outage = worker.as_ref().and_then(|e| e.worker.outage());

@@ -582,6 +582,10 @@ pub struct HostFacts {
     /// Targets refused, their ports left as they are (a provisioning configuration
     /// with a link-aggregation group), one message each naming the NIC's field.
     pub refused: Vec<String>,
+    /// Targets the tenancy check refused (a VLAN not granted to the claim's
+    /// namespace, a configuration of another namespace), their ports left as they
+    /// are, one message each.
+    pub forbidden: Vec<String>,
     /// The linked BareMetalHost, if any.
     pub host: Option<LinkedHost>,
     /// The Metal3 gate, when a BareMetalHost is linked.
@@ -594,6 +598,7 @@ impl HostFacts {
     pub fn settled(&self) -> bool {
         self.unmatched.is_empty()
             && self.refused.is_empty()
+            && self.forbidden.is_empty()
             && self.ports.iter().all(|(_, v, _)| v.settled())
     }
 
@@ -611,13 +616,16 @@ impl HostFacts {
             })
             .chain(self.unmatched.iter().cloned())
             .chain(self.refused.iter().cloned())
+            .chain(self.forbidden.iter().cloned())
             .collect()
     }
 
     /// `PortsReady`'s reason: the worst verdict.
     fn ports_reason(&self) -> &'static str {
         let has = |f: fn(&Verdict) -> bool| self.ports.iter().any(|(_, v, _)| f(v));
-        if !self.refused.is_empty() {
+        if !self.forbidden.is_empty() {
+            "Forbidden"
+        } else if !self.refused.is_empty() {
             "ConfigurationRefused"
         } else if has(|v| matches!(v, Verdict::InUse(_))) {
             "PortInUse"
@@ -751,6 +759,19 @@ pub fn host_conditions(
         Some(Gate::Release | Gate::Open) => {
             set("HostPaused", Truth::False, "NotPaused", String::new())
         }
+    }
+    if facts.forbidden.is_empty() {
+        conditions.retain(|c| c.type_ != "Forbidden");
+    } else {
+        set_condition(
+            conditions,
+            "Forbidden",
+            Truth::True,
+            "Forbidden",
+            format!("left as they are: {}", facts.forbidden.join("; ")),
+            generation,
+            now,
+        );
     }
 }
 

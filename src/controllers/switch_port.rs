@@ -19,7 +19,10 @@ use patchbay_providers::{Capabilities, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Context, cabled_host_mac, cabled_nics, fetch_secret, switch_device_ports};
+use super::context::{
+    Carried, Context, TenancyVerdict, cabled_host_mac, cabled_nics, fetch_secret, report_forbidden,
+    switch_device_ports, with_pool_names,
+};
 use super::failure::Failure;
 use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive};
 use super::port_record::KubeRecord;
@@ -52,6 +55,8 @@ struct PortWorld {
     /// For a link-aggregation member: this port and every SwitchPort carrying a
     /// link-aggregation configuration, as [`lag_members`] checks them.
     lag: Option<(GroupPeer, Vec<GroupPeer>)>,
+    /// The tenancy check of the linked configuration.
+    tenancy: TenancyVerdict,
     /// See [`inputs_digest`].
     inputs: String,
 }
@@ -121,7 +126,23 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         }
         _ => None,
     };
+    let tenancy = match (&config, &desired) {
+        (Some(c), Some(d)) => stores.tenancy_verdict(
+            ctx.settings.tenancy.as_ref(),
+            CabledPortKind::SwitchPort,
+            &port.metadata,
+            switch.as_ref().map(|s| s.name_any()).as_deref(),
+            &Carried {
+                kind: "SwitchPortConfiguration",
+                reference: &d.configuration,
+                labels: c.metadata.labels.as_ref(),
+                port: &c.spec.port,
+            },
+        ),
+        _ => TenancyVerdict::default(),
+    };
     let inputs = inputs_digest(&json!({
+        "tenancy": {"refused": tenancy.refused, "names": tenancy.names},
         "spec": port.spec,
         "hostMac": host_mac,
         "configuration": config.as_ref().map(|c| &c.spec),
@@ -139,6 +160,7 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         device_port,
         host_mac,
         lag,
+        tenancy,
         inputs,
     })
 }
@@ -259,6 +281,9 @@ impl PortSteps for SwitchPortSteps<'_> {
                 self.world.desired.as_ref(),
             ));
         };
+        if let Some(refused) = &self.world.tenancy.refused {
+            return Err(Failure::Forbidden(refused.clone()));
+        }
         let Some(definition) = &self.world.definition else {
             return Err(Failure::PortNotDefined {
                 port: self.port.name_any(),
@@ -293,6 +318,7 @@ impl PortSteps for SwitchPortSteps<'_> {
             desired.lag_members =
                 lag_members(&this.view(), &peers).map_err(Failure::InvalidConfiguration)?;
         }
+        with_pool_names(&mut desired, &self.world.tenancy);
         Ok(desired)
     }
 
@@ -366,6 +392,7 @@ async fn reconcile_in(
         .map(|s| s.spec.provider.name.clone())
         .or(status.provider);
     status.device_port = world.device_port.clone();
+    report_forbidden(&mut status, &world.tenancy, port.metadata.generation);
     let drift_policy = world
         .switch
         .as_ref()

@@ -55,6 +55,7 @@ impl Env {
             batch_timeout: None,
             ansible_playbook: patchbay_testbed::ansible_playbook()
                 .unwrap_or_else(|_| "ansible-playbook".into()),
+            tenancy: None,
         };
         edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

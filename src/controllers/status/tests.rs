@@ -542,6 +542,7 @@ fn facts(phase: ServerPhase, hold: Option<Hold>, ports: Vec<(Verdict, Option<&st
             .collect(),
         unmatched: vec![],
         refused: vec![],
+        forbidden: Vec::new(),
         host: None,
         gate: None,
     }

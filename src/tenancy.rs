@@ -1,0 +1,364 @@
+//! Tenancy: which namespace may carry which VLAN where, and which configuration a
+//! tenant may name. Pure: no client, no clock; table-tested. The admission webhook
+//! ([`crate::admission`]) and the port, host and claim controllers ask it the same
+//! questions, so `kubectl apply` and the last check before a device change agree.
+//!
+//! The rules:
+//! - The infra namespace (`--infra-namespace`) is trusted: its configurations and
+//!   the ports that serve it are not checked (infra owns the whole switch).
+//! - A port serves a tenant namespace: the namespace of the claim holding the
+//!   Server cabled to it (the claim's network, and a NIC's default configuration
+//!   applied under the claim), else the port's own namespace.
+//! - Every VLAN a port carries for a tenant must be granted to that namespace by a
+//!   [`VLANPool`] (on the port's Switch, when the pool names Switches).
+//! - A VLAN that pools grant to two namespaces is granted to nobody unless every
+//!   pool granting it is `shared`; the parking VLAN is granted to nobody.
+//! - A tenant names configurations of its own namespace, or of the infra namespace
+//!   labelled [`SHARED_LABEL`]`=true`; nothing else, whether it exists or not.
+//!
+//! Messages name the field, the VLAN and the tenant's own namespace — never another
+//! tenant's namespace or objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use patchbay_providers::values::{VlanId, VlanSet};
+
+use crate::api::VLANPool;
+use crate::api::configuration::PortSettingsSpec;
+
+/// The label the infra team puts on a configuration of the infra namespace that
+/// tenants may name (`"true"`).
+pub const SHARED_LABEL: &str = "patchbay.dev/shared";
+
+/// What the operator's settings say about tenancy. `None` in the settings: one
+/// tenant, nothing checked (the behaviour before tenancy existed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenancy {
+    /// The infra team's namespace (Switches, provisioning and shared configurations).
+    pub infra_namespace: String,
+    /// The VLAN a port no configuration governs is parked on; granted to no namespace.
+    pub parking_vlan: VlanId,
+    /// Namespaces whose BareMetalHosts' `spec.ports` are honoured (the infra
+    /// namespace always is).
+    pub trusted_host_namespaces: BTreeSet<String>,
+    /// Whether tenant claims may copy their Servers' BMC credentials
+    /// (`inventory.includeBmcCredentials`); off by default: a Server's next holder
+    /// would share power control with the last one until the infra team rotates them.
+    pub allow_bmc_credentials: bool,
+}
+
+impl Tenancy {
+    /// Whether `namespace` is the infra namespace.
+    pub fn is_infra(&self, namespace: &str) -> bool {
+        namespace == self.infra_namespace
+    }
+
+    /// Whether a BareMetalHost of `namespace` may drive ports with its `spec.ports`.
+    pub fn trusts_hosts_of(&self, namespace: &str) -> bool {
+        self.is_infra(namespace) || self.trusted_host_namespaces.contains(namespace)
+    }
+}
+
+/// One pool as the grants use it.
+#[derive(Debug, Clone)]
+struct Pool {
+    name: String,
+    namespaces: BTreeSet<String>,
+    switches: BTreeSet<String>,
+    shared: bool,
+    vlan_name: Option<String>,
+}
+
+impl Pool {
+    fn on(&self, switch: Option<&str>) -> bool {
+        match switch {
+            _ if self.switches.is_empty() => true,
+            Some(s) => self.switches.contains(s),
+            None => true,
+        }
+    }
+}
+
+/// Why a VLAN is not granted to a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// It is the parking VLAN.
+    Parking,
+    /// No pool grants it to the namespace.
+    NotGranted,
+    /// Pools grant it to the namespace, on other Switches only.
+    OtherSwitches,
+    /// Pools grant it to several namespaces and not every one of them is shared.
+    Contested,
+}
+
+impl Missing {
+    fn words(self) -> &'static str {
+        match self {
+            Missing::Parking => "it is the parking VLAN, granted to no namespace",
+            Missing::NotGranted => "no VLANPool grants it",
+            Missing::OtherSwitches => "VLANPools grant it on other Switches only",
+            Missing::Contested => {
+                "VLANPools that are not all shared grant it to several namespaces, so it \
+                 is granted to none until the infra team removes the overlap"
+            }
+        }
+    }
+}
+
+/// What a set of VLANPools grants, and what is wrong with each pool.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    pools: Vec<Pool>,
+    /// VLAN → indexes into `pools` of the valid pools granting it.
+    by_vlan: BTreeMap<VlanId, Vec<usize>>,
+    /// VLANs granted to nobody (overlap of pools not all shared).
+    contested: BTreeSet<VlanId>,
+    parking: Option<VlanId>,
+    /// Per pool name: why it grants less than it says (empty: it grants what it says).
+    problems: BTreeMap<String, Vec<String>>,
+}
+
+impl Grants {
+    /// The grants of `pools`, with `parking` (when tenancy is on) granted to nobody.
+    pub fn new<'a>(pools: impl IntoIterator<Item = &'a VLANPool>, parking: Option<VlanId>) -> Self {
+        let mut g = Grants {
+            parking,
+            ..Default::default()
+        };
+        let mut all: Vec<&VLANPool> = pools.into_iter().collect();
+        all.sort_by_key(|p| p.metadata.name.clone().unwrap_or_default());
+        for p in all {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let mut problems = Vec::new();
+            let vlans = match VlanSet::parse(&p.spec.vlans) {
+                Ok(v) => v,
+                Err(e) => {
+                    problems.push(format!("spec.vlans: {e}"));
+                    VlanSet::new()
+                }
+            };
+            if !p.spec.shared && p.spec.namespaces.len() > 1 {
+                problems.push(
+                    "spec.namespaces: a pool that is not shared serves exactly one namespace \
+                     (tenants on one VLAN reach each other); set spec.shared for a common \
+                     services network"
+                        .into(),
+                );
+            }
+            if p.spec.shared && p.spec.vlan_name.is_none() {
+                problems.push(
+                    "spec.vlanName: a shared pool names its VLANs (tenants do not name a \
+                     VLAN they share)"
+                        .into(),
+                );
+            }
+            if let Some(parking) = parking
+                && vlans.contains(parking)
+            {
+                problems.push(format!(
+                    "spec.vlans: VLAN {parking} is the parking VLAN, granted to no namespace"
+                ));
+            }
+            let valid = problems.is_empty();
+            g.problems.insert(name.clone(), problems);
+            if !valid {
+                continue;
+            }
+            let i = g.pools.len();
+            g.pools.push(Pool {
+                name,
+                namespaces: p.spec.namespaces.iter().cloned().collect(),
+                switches: p.spec.switches.iter().cloned().collect(),
+                shared: p.spec.shared,
+                vlan_name: p.spec.vlan_name.clone(),
+            });
+            for v in vlans.iter() {
+                g.by_vlan.entry(v).or_default().push(i);
+            }
+        }
+        for (vlan, idx) in &g.by_vlan {
+            let namespaces: BTreeSet<&String> =
+                idx.iter().flat_map(|&i| &g.pools[i].namespaces).collect();
+            let all_shared = idx.iter().all(|&i| g.pools[i].shared);
+            if namespaces.len() > 1 && !all_shared {
+                g.contested.insert(*vlan);
+            }
+        }
+        // Per pool: the contested VLANs, grouped by the other pools granting them.
+        let mut overlaps: BTreeMap<(String, Vec<String>), VlanSet> = BTreeMap::new();
+        for vlan in &g.contested {
+            let names: Vec<String> = g.by_vlan[vlan]
+                .iter()
+                .map(|&i| g.pools[i].name.clone())
+                .collect();
+            for n in &names {
+                let others: Vec<String> = names.iter().filter(|o| *o != n).cloned().collect();
+                let set = overlaps.entry((n.clone(), others)).or_default();
+                *set = set.iter().chain([*vlan]).collect();
+            }
+        }
+        for ((name, others), vlans) in overlaps {
+            if let Some(p) = g.problems.get_mut(&name) {
+                p.push(format!(
+                    "spec.vlans: VLANs {vlans} are also granted by {} to another namespace, and \
+                     not every pool granting them is shared: they are granted to none",
+                    others.join(", ")
+                ));
+            }
+        }
+        g
+    }
+
+    /// Why pool `name` grants less than it says; empty when it grants all of it.
+    pub fn problems(&self, name: &str) -> &[String] {
+        self.problems.get(name).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Whether `vlan` is granted to `namespace` on `switch` (`None`: on some
+    /// Switch — what admission can check before a port is known), and the name the
+    /// device gives it when a shared pool names it.
+    pub fn lookup(
+        &self,
+        namespace: &str,
+        switch: Option<&str>,
+        vlan: VlanId,
+    ) -> Result<Option<&str>, Missing> {
+        if self.parking == Some(vlan) {
+            return Err(Missing::Parking);
+        }
+        if self.contested.contains(&vlan) {
+            return Err(Missing::Contested);
+        }
+        let serving: Vec<&Pool> = self
+            .by_vlan
+            .get(&vlan)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.pools[i])
+            .filter(|p| p.namespaces.contains(namespace))
+            .collect();
+        if serving.is_empty() {
+            return Err(Missing::NotGranted);
+        }
+        match serving.iter().find(|p| p.on(switch)) {
+            Some(p) => Ok(if p.shared {
+                p.vlan_name.as_deref()
+            } else {
+                None
+            }),
+            None => Err(Missing::OtherSwitches),
+        }
+    }
+
+    /// The VLANs granted to `namespace` (on some Switch), as a range string.
+    pub fn granted_to(&self, namespace: &str) -> VlanSet {
+        self.by_vlan
+            .keys()
+            .copied()
+            .filter(|v| self.lookup(namespace, None, *v).is_ok())
+            .collect()
+    }
+}
+
+/// The VLANs a port configuration carries, each with the field that sets it.
+pub fn vlans_of(port: &PortSettingsSpec) -> Vec<(String, i64)> {
+    port.untagged_vlan
+        .map(|v| ("spec.untaggedVLAN".to_owned(), v))
+        .into_iter()
+        .chain(
+            port.vlans
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("spec.vlans[{i}].id"), v.id)),
+        )
+        .collect()
+}
+
+/// A configuration about to serve a tenant.
+#[derive(Debug, Clone)]
+pub struct Use<'a> {
+    /// The namespace the port serves.
+    pub tenant: &'a str,
+    /// The port's Switch (its name in the infra namespace); `None` at admission.
+    pub switch: Option<&'a str>,
+    /// The configuration's VLANs ([`vlans_of`]).
+    pub vlans: &'a [(String, i64)],
+    /// Where the fields are (`SwitchPortConfiguration tenant-a/web`), for messages;
+    /// empty when the message is about the object itself.
+    pub what: &'a str,
+}
+
+/// Whether every VLAN of `u` is granted to its tenant: one message per VLAN that is
+/// not, naming the field, the VLAN, the namespace and why.
+pub fn check_vlans(t: &Tenancy, grants: &Grants, u: &Use<'_>) -> Result<(), Vec<String>> {
+    if t.is_infra(u.tenant) {
+        return Ok(());
+    }
+    let refusals: Vec<String> = u
+        .vlans
+        .iter()
+        .filter_map(|(field, id)| {
+            let why = match VlanId::from_i64(*id) {
+                Ok(v) => grants.lookup(u.tenant, u.switch, v).err()?,
+                Err(_) => Missing::NotGranted,
+            };
+            let on = u
+                .switch
+                .map(|s| format!(" on Switch {s}"))
+                .unwrap_or_default();
+            let at = if u.what.is_empty() {
+                field.clone()
+            } else {
+                format!("{} {field}", u.what)
+            };
+            Some(format!(
+                "{at}: VLAN {id} is not granted to namespace {}{on}: {}",
+                u.tenant,
+                why.words()
+            ))
+        })
+        .collect();
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(refusals)
+    }
+}
+
+/// Whether a tenant (`tenant`) may name a configuration of `namespace`; `shared`:
+/// the configuration carries [`SHARED_LABEL`]`=true` (look it up only in the infra
+/// namespace). `field` names the reference. The answer does not depend on whether
+/// the configuration exists, so a refusal tells nothing about other namespaces.
+pub fn check_reference(
+    t: &Tenancy,
+    tenant: &str,
+    namespace: &str,
+    shared: bool,
+    field: &str,
+) -> Result<(), String> {
+    if t.is_infra(tenant) || namespace == tenant || (t.is_infra(namespace) && shared) {
+        return Ok(());
+    }
+    Err(if t.is_infra(namespace) {
+        format!(
+            "{field}: the infra namespace's configuration is not shared with tenants \
+             (the infra team labels shared ones {SHARED_LABEL}=true)"
+        )
+    } else {
+        format!(
+            "{field}: namespace {tenant} may name configurations of its own namespace, \
+             or shared ones of the infra namespace, not of namespace {namespace}"
+        )
+    })
+}
+
+/// Whether a configuration's labels mark it shared.
+pub fn is_shared(labels: Option<&BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get(SHARED_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
+#[cfg(test)]
+mod tests;
