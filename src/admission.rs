@@ -213,5 +213,39 @@ fn review_pool(t: &Tenancy, object: &Value, look: &Lookups<'_>) -> Vec<String> {
     grants.problems(&name).to_vec()
 }
 
+/// The AdmissionReview (v1) answer to `review`: `refusals(kind, namespace, object)`
+/// decides CREATE and UPDATE; DELETE and CONNECT are allowed (nothing a delete does
+/// reaches another tenant: a deleted configuration cleans its own ports). A denial
+/// is `403 Forbidden`, its message the refusals (each names its field).
+pub fn answer(review: &Value, refusals: impl Fn(&str, &str, &Value) -> Vec<String>) -> Value {
+    let request = review.get("request").cloned().unwrap_or_default();
+    let uid = request.get("uid").cloned().unwrap_or_default();
+    let text = |p: &str| {
+        request
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let operation = text("/operation");
+    let refused = match (operation, request.get("object")) {
+        ("CREATE" | "UPDATE", Some(object)) => {
+            refusals(text("/kind/kind"), text("/namespace"), object)
+        }
+        _ => Vec::new(),
+    };
+    let response = if refused.is_empty() {
+        serde_json::json!({"uid": uid, "allowed": true})
+    } else {
+        serde_json::json!({"uid": uid, "allowed": false, "status": {
+            "code": 403, "reason": "Forbidden", "message": refused.join("; "),
+        }})
+    };
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": response,
+    })
+}
+
 #[cfg(test)]
 mod tests;

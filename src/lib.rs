@@ -44,4 +44,5 @@ pub mod settings;
 pub mod state_machine;
 pub mod tenancy;
 pub mod validate;
+pub mod webhook;
 pub mod worker;

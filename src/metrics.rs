@@ -124,6 +124,14 @@ pub const LEADER: Family = Family {
     labels: &[],
 };
 
+/// How long the admission webhook takes to answer, by answer.
+pub const ADMISSION_SECONDS: Family = Family {
+    name: "patchbay_admission_duration_seconds",
+    kind: Kind::Histogram(SECONDS),
+    help: "How long the validating webhook takes to answer one AdmissionReview, by answer (allowed or denied).",
+    labels: &["answer"],
+};
+
 /// Every family, in the order they are rendered.
 pub const FAMILIES: &[Family] = &[
     RECONCILES,
@@ -138,6 +146,7 @@ pub const FAMILIES: &[Family] = &[
     DRIFT_REPAIRED,
     FAILURES,
     LEADER,
+    ADMISSION_SECONDS,
 ];
 
 #[derive(Debug, Clone, Default)]

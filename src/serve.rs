@@ -1,22 +1,56 @@
-//! The operator's HTTP endpoint, on `--metrics-address`: `/metrics` (Prometheus text
-//! format, [`crate::metrics`]), `/healthz` (the process answers) and `/readyz` (the
-//! caches are synced and, with leader election, the leader is known). Plain HTTP/1.1,
-//! one request per connection, GET only: what a scraper and a kubelet probe need,
-//! without a web framework. Network I/O.
+//! The operator's one HTTP server, on hyper: `/metrics` (Prometheus text format,
+//! [`crate::metrics`]), `/healthz` (the process answers), `/readyz` (the caches are
+//! synced and, with leader election, the leader is known) and `POST /validate` (the
+//! validating admission webhook: an AdmissionReview v1 in, its answer out). One
+//! router, on up to two listeners: plain HTTP on `--metrics-address` (what a scraper
+//! and a kubelet probe use) and TLS on `--webhook-address` (what the API server
+//! calls). The TLS certificate is read from a directory (a mounted Secret: `tls.crt`,
+//! `tls.key`) and read again when its files change, so a rotated Secret is served
+//! without a restart. Network I/O.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpListener;
 
-/// The longest request head read (a probe's is a few hundred bytes).
-const HEAD_LIMIT: usize = 8192;
+/// The largest AdmissionReview read (the API server's own request limit is 3 MiB).
+const BODY_LIMIT: usize = 3 * 1024 * 1024;
+/// How long one connection may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves on `listener` until `shutdown` completes.
+/// What answers an AdmissionReview: the review in, the review with its `response`
+/// out (see [`crate::webhook`]).
+pub trait Admit: Send + Sync {
+    /// The answer to one AdmissionReview (JSON).
+    fn admit(&self, review: &serde_json::Value) -> serde_json::Value;
+}
+
+/// What the router answers with.
+#[derive(Clone)]
+pub struct Routes {
+    /// Whether `/readyz` says ready.
+    pub ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// The webhook, when this process serves one (`/validate` is 404 otherwise).
+    pub admission: Option<Arc<dyn Admit>>,
+}
+
+/// Serves `routes` on `listener` until `shutdown` completes; with `tls`, every
+/// connection is a TLS one.
 pub async fn serve(
     listener: TcpListener,
-    ready: impl Fn() -> bool + Send + Sync + Clone + 'static,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    routes: Routes,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -25,9 +59,30 @@ pub async fn serve(
             _ = &mut shutdown => return,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let ready = ready.clone();
+                let routes = routes.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(Duration::from_secs(5), answer(stream, ready)).await;
+                    let service = hyper::service::service_fn(move |req| {
+                        let routes = routes.clone();
+                        async move { Ok::<_, std::convert::Infallible>(answer(req, &routes).await) }
+                    });
+                    let http = hyper::server::conn::http1::Builder::new()
+                        .header_read_timeout(REQUEST_TIMEOUT)
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .to_owned();
+                    match tls {
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(Ok(stream)) =
+                                tokio::time::timeout(REQUEST_TIMEOUT, acceptor.accept(stream)).await
+                            else {
+                                return;
+                            };
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
                 });
             }
         }
@@ -41,13 +96,61 @@ pub async fn bind(address: SocketAddr) -> std::io::Result<(TcpListener, SocketAd
     Ok((listener, local))
 }
 
-/// The status line and body for a request line.
-pub fn respond(request_line: &str, ready: bool) -> (u16, &'static str, String) {
-    let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    const TEXT: &str = "text/plain; charset=utf-8";
-    if method != "GET" && method != "HEAD" {
+type Body = Full<Bytes>;
+
+fn reply(code: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+async fn answer(req: Request<Incoming>, routes: &Routes) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    if path == "/validate" {
+        let Some(admission) = &routes.admission else {
+            return reply(404, TEXT, "not found: this process serves no webhook\n");
+        };
+        if req.method() != Method::POST {
+            return reply(405, TEXT, "only POST\n");
+        }
+        let started = Instant::now();
+        let body = match Limited::new(req.into_body(), BODY_LIMIT).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return reply(413, TEXT, "request too large or cut off\n"),
+        };
+        let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return reply(400, TEXT, "not an AdmissionReview (JSON)\n");
+        };
+        let answer = admission.admit(&review);
+        let allowed = answer.pointer("/response/allowed") == Some(&serde_json::Value::Bool(true));
+        crate::metrics::observe(
+            crate::metrics::ADMISSION_SECONDS,
+            &[if allowed { "allowed" } else { "denied" }],
+            started.elapsed().as_secs_f64(),
+        );
+        return reply(
+            200,
+            "application/json",
+            serde_json::to_vec(&answer).unwrap_or_default(),
+        );
+    }
+    let (code, content_type, body) = respond(req.method(), &path, (routes.ready)());
+    let body = if req.method() == Method::HEAD {
+        String::new()
+    } else {
+        body
+    };
+    reply(code, content_type, body)
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// The status, content type and body of a GET: metrics and probes.
+pub fn respond(method: &Method, path: &str, ready: bool) -> (u16, &'static str, String) {
+    if method != Method::GET && method != Method::HEAD {
         return (405, TEXT, "only GET\n".into());
     }
     match path {
@@ -63,40 +166,132 @@ pub fn respond(request_line: &str, ready: bool) -> (u16, &'static str, String) {
             TEXT,
             "not ready: caches not synced or no leader known\n".into(),
         ),
-        _ => (404, TEXT, "not found: /metrics, /healthz, /readyz\n".into()),
+        _ => (
+            404,
+            TEXT,
+            "not found: /metrics, /healthz, /readyz, /validate\n".into(),
+        ),
     }
 }
 
-async fn answer(mut stream: TcpStream, ready: impl Fn() -> bool) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < HEAD_LIMIT {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
+/// Why the webhook's certificate cannot be served.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct CertError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub reason: String,
+}
+
+/// The certificate of a directory holding `tls.crt` (the chain, PEM) and `tls.key`
+/// (PEM), read again at most once a second when either file's modification time
+/// changed (kubelet swaps a mounted Secret's files atomically). A rotated pair that
+/// does not load is logged and the last good one kept.
+#[derive(Debug)]
+pub struct CertDir {
+    dir: PathBuf,
+    current: Mutex<Loaded>,
+}
+
+/// The modification times of `tls.crt` and `tls.key`.
+type Stamp = (Option<SystemTime>, Option<SystemTime>);
+
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    stamp: Stamp,
+    checked: Instant,
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+impl CertDir {
+    /// Loads the pair in `dir`; an error names the file and why.
+    pub fn load(dir: &Path) -> Result<Self, CertError> {
+        let (key, stamp) = Self::read(dir)?;
+        Ok(CertDir {
+            dir: dir.to_owned(),
+            current: Mutex::new(Loaded {
+                key,
+                stamp,
+                checked: Instant::now(),
+            }),
+        })
     }
-    let text = String::from_utf8_lossy(&head);
-    let line = text.lines().next().unwrap_or("");
-    let (code, content_type, body) = respond(line, ready());
-    let reason = match code {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Service Unavailable",
-    };
-    let body = if line.starts_with("HEAD ") {
-        String::new()
-    } else {
-        body
-    };
-    let response = format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+
+    fn read(dir: &Path) -> Result<(Arc<CertifiedKey>, Stamp), CertError> {
+        let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let stamp = (modified(&crt), modified(&key));
+        let err = |path: &Path, reason: String| CertError {
+            path: path.to_owned(),
+            reason,
+        };
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&crt)
+            .map_err(|e| err(&crt, e.to_string()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| err(&crt, e.to_string()))?;
+        if chain.is_empty() {
+            return Err(err(&crt, "no certificate in the file".into()));
+        }
+        // The key's own error text is not repeated: it could quote key material.
+        let private = PrivateKeyDer::from_pem_file(&key)
+            .map_err(|_| err(&key, "not a PEM private key".into()))?;
+        let signing = rustls::crypto::ring::sign::any_supported_type(&private)
+            .map_err(|_| err(&key, "an unsupported kind of private key".into()))?;
+        Ok((Arc::new(CertifiedKey::new(chain, signing)), stamp))
+    }
+
+    /// The certificate to serve now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        let mut loaded = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.checked.elapsed() >= Duration::from_secs(1) {
+            loaded.checked = Instant::now();
+            let stamp = (
+                modified(&self.dir.join("tls.crt")),
+                modified(&self.dir.join("tls.key")),
+            );
+            if stamp != loaded.stamp {
+                match Self::read(&self.dir) {
+                    Ok((key, stamp)) => {
+                        tracing::info!(dir = %self.dir.display(), "webhook certificate reloaded");
+                        loaded.key = key;
+                        loaded.stamp = stamp;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "webhook certificate not reloaded; serving the last good one");
+                        loaded.stamp = stamp;
+                    }
+                }
+            }
+        }
+        loaded.key.clone()
+    }
+}
+
+impl ResolvesServerCert for CertDir {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// A TLS acceptor serving the certificate of `dir` (HTTP/1.1, TLS 1.2 and 1.3).
+pub fn tls_acceptor(dir: &Path) -> Result<tokio_rustls::TlsAcceptor, CertError> {
+    let certs = Arc::new(CertDir::load(dir)?);
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| CertError {
+        path: dir.to_owned(),
+        reason: e.to_string(),
+    })?
+    .with_no_client_auth()
+    .with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 #[cfg(test)]
@@ -105,15 +300,15 @@ mod tests {
 
     #[test]
     fn each_path_gets_its_answer() {
-        assert_eq!(respond("GET /healthz HTTP/1.1", false).0, 200);
-        assert_eq!(respond("GET /readyz HTTP/1.1", false).0, 503);
-        assert_eq!(respond("GET /readyz?verbose HTTP/1.1", true).0, 200);
-        let (code, ct, body) = respond("GET /metrics HTTP/1.1", true);
+        let get = Method::GET;
+        assert_eq!(respond(&get, "/healthz", false).0, 200);
+        assert_eq!(respond(&get, "/readyz", false).0, 503);
+        assert_eq!(respond(&get, "/readyz", true).0, 200);
+        let (code, ct, body) = respond(&get, "/metrics", true);
         assert_eq!(code, 200);
         assert!(ct.starts_with("text/plain; version=0.0.4"));
         assert!(body.contains("# TYPE patchbay_reconciles_total counter"));
-        assert_eq!(respond("POST /metrics HTTP/1.1", true).0, 405);
-        assert_eq!(respond("GET /secrets HTTP/1.1", true).0, 404);
-        assert_eq!(respond("", true).0, 405);
+        assert_eq!(respond(&Method::POST, "/metrics", true).0, 405);
+        assert_eq!(respond(&get, "/secrets", true).0, 404);
     }
 }

@@ -770,6 +770,22 @@ async fn object_request(
             let opts = write_options(&q);
             let (bytes, ct) = read_body(req).await?;
             let body = parse_body(&bytes, ct.contains("yaml"))?;
+            let name = body
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            admitted(
+                shared,
+                &res,
+                &o.version,
+                ns,
+                &name,
+                "CREATE",
+                sub,
+                |store, dry| store.create(&key, &o.version, ns, body.clone(), dry),
+            )
+            .await?;
             let (obj, warnings) = shared.store().create(&key, &o.version, ns, body, &opts)?;
             Ok(json_response(201, &obj, &warnings))
         }
@@ -777,6 +793,17 @@ async fn object_request(
             let opts = write_options(&q);
             let (bytes, ct) = read_body(req).await?;
             let body = parse_body(&bytes, ct.contains("yaml"))?;
+            admitted(
+                shared,
+                &res,
+                &o.version,
+                ns,
+                &name,
+                "UPDATE",
+                sub,
+                |store, dry| store.update(&key, &o.version, ns, &name, body.clone(), sub, dry),
+            )
+            .await?;
             let (obj, warnings) = shared
                 .store()
                 .update(&key, &o.version, ns, &name, body, sub, &opts)?;
@@ -810,6 +837,22 @@ async fn object_request(
                 });
             };
             let body = parse_body(&bytes, ptype == PatchType::Apply)?;
+            // A patch that creates (server-side apply of a new object) is a CREATE.
+            let exists = shared.store().get(&key, &o.version, ns, &name).is_ok();
+            let operation = if exists { "UPDATE" } else { "CREATE" };
+            admitted(
+                shared,
+                &res,
+                &o.version,
+                ns,
+                &name,
+                operation,
+                sub,
+                |store, dry| {
+                    store.patch(&key, &o.version, ns, &name, ptype, body.clone(), sub, dry)
+                },
+            )
+            .await?;
             let (obj, warnings) = shared
                 .store()
                 .patch(&key, &o.version, ns, &name, ptype, body, sub, &opts)?;
@@ -866,6 +909,92 @@ async fn object_request(
             "{m} is not supported here"
         ))),
     }
+}
+
+/// Calls the validating webhooks that match a write (see [`crate::admission`]):
+/// `dry` makes the write without storing it, so the webhooks see the object as it
+/// would be stored. Status writes are not sent (no rule names a subresource here).
+/// The write itself follows separately, as in kube-apiserver the stored object can
+/// differ from the reviewed one only by a concurrent write in between.
+#[allow(clippy::too_many_arguments)]
+async fn admitted(
+    shared: &Arc<Shared>,
+    res: &Resource,
+    version: &str,
+    ns: Option<&str>,
+    name: &str,
+    operation: &str,
+    sub: Subresource,
+    dry: impl FnOnce(&mut Store, &WriteOptions) -> Result<(Value, Vec<String>), ApiError>,
+) -> Result<(), ApiError> {
+    if sub != Subresource::Main {
+        return Ok(());
+    }
+    let (hooks, candidate, old, namespace_labels) = {
+        let mut store = shared.store();
+        let everything = LabelSelector::parse("").map_err(ApiError::bad_request)?;
+        let fields = FieldSelector::parse("").map_err(ApiError::bad_request)?;
+        let webhooks = ResKey {
+            group: "admissionregistration.k8s.io".into(),
+            plural: "validatingwebhookconfigurations".into(),
+        };
+        let configs: Vec<Value> = store
+            .list(&webhooks, "v1", None, &everything, &fields, None, None)
+            .map(|l| l.items.iter().map(|v| (**v).clone()).collect())
+            .unwrap_or_default();
+        if configs.is_empty() {
+            return Ok(());
+        }
+        let namespace_labels = ns
+            .and_then(|n| {
+                let key = ResKey {
+                    group: String::new(),
+                    plural: "namespaces".into(),
+                };
+                store.get(&key, "v1", None, n).ok()
+            })
+            .and_then(|n| n.pointer("/metadata/labels").cloned())
+            .and_then(|l| serde_json::from_value(l).ok())
+            .unwrap_or_default();
+        let probe = crate::admission::Attributes {
+            group: &res.group,
+            version,
+            kind: &res.kind,
+            resource: &res.plural,
+            namespace: ns,
+            name,
+            operation,
+            object: None,
+            old_object: None,
+            namespace_labels,
+            dry_run: false,
+        };
+        let hooks = crate::admission::matching(&configs, &probe);
+        if hooks.is_empty() {
+            return Ok(());
+        }
+        let old = store.get(&res.key(), version, ns, name).ok();
+        let dry_opts = WriteOptions {
+            dry_run: true,
+            field_validation: FieldValidation::Ignore,
+        };
+        let (candidate, _) = dry(&mut store, &dry_opts)?;
+        (hooks, candidate, old, probe.namespace_labels)
+    };
+    let attributes = crate::admission::Attributes {
+        group: &res.group,
+        version,
+        kind: &res.kind,
+        resource: &res.plural,
+        namespace: ns,
+        name,
+        operation,
+        object: Some(&candidate),
+        old_object: old.as_ref(),
+        namespace_labels,
+        dry_run: false,
+    };
+    crate::admission::admit(&hooks, &attributes).await
 }
 
 /// Starts a watch stream: replay, then live events, bookmarks when allowed, until

@@ -7,6 +7,7 @@
 //! unchanged. It keeps everything in memory and is not for production: no
 //! authentication, no scheduler, no pods, no CEL, no conversion between versions.
 
+pub mod admission;
 pub mod events;
 pub mod http;
 pub mod resources;

@@ -210,6 +210,16 @@ impl Resource {
                 false,
                 &[],
             ),
+            // Called on writes (crate::admission), as kube-apiserver does.
+            Self::builtin(
+                "admissionregistration.k8s.io",
+                "v1",
+                "validatingwebhookconfigurations",
+                "ValidatingWebhookConfiguration",
+                false,
+                false,
+                &[],
+            ),
             Self::builtin(
                 "apiextensions.k8s.io",
                 "v1",

@@ -201,3 +201,26 @@ fn ports_and_pools_are_checked_too() {
         "an edit of a pool is judged against the others: {fine:?}"
     );
 }
+
+#[test]
+fn the_review_envelope_carries_the_uid_and_a_403_with_the_fields() {
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "CREATE", "namespace": "tenant-a",
+            "kind": {"group": "patchbay.dev", "version": "v1alpha1", "kind": "SwitchPortConfiguration"},
+            "object": {"metadata": {"name": "evil"}, "spec": {"untaggedVLAN": 300}}}});
+    let out = answer(&review, |kind, ns, obj| run(kind, ns, obj.clone()));
+    assert_eq!(out["response"]["uid"], "u-1");
+    assert_eq!(out["response"]["allowed"], false);
+    assert_eq!(out["response"]["status"]["code"], 403);
+    let m = out["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        m.starts_with("spec.untaggedVLAN: VLAN 300 is not granted to namespace tenant-a"),
+        "{m}"
+    );
+    let mut delete = review.clone();
+    delete["request"]["operation"] = json!("DELETE");
+    assert_eq!(
+        answer(&delete, |_, _, _| vec!["no".into()])["response"]["allowed"],
+        true
+    );
+}

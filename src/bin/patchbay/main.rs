@@ -137,6 +137,15 @@ struct RunArgs {
     /// 0.0.0.0:9090 in a pod) [default: off].
     #[arg(long, value_name = "ADDRESS", env = "PATCHBAY_METRICS_ADDRESS")]
     metrics_address: Option<std::net::SocketAddr>,
+    /// Serve the validating admission webhook (POST /validate, and the probes and
+    /// metrics too) with TLS on this address (e.g. 0.0.0.0:9443); needs
+    /// --webhook-cert-dir and tenancy (--infra-namespace) [default: off].
+    #[arg(long, value_name = "ADDRESS", env = "PATCHBAY_WEBHOOK_ADDRESS")]
+    webhook_address: Option<std::net::SocketAddr>,
+    /// The directory holding the webhook's `tls.crt` and `tls.key` (a mounted
+    /// Secret); read again when they change.
+    #[arg(long, value_name = "DIR", env = "PATCHBAY_WEBHOOK_CERT_DIR")]
+    webhook_cert_dir: Option<PathBuf>,
     /// Log lines as `text` or `json` (one JSON object per line, with the span's
     /// fields: namespace, name, switch, device port).
     #[arg(long, value_enum, default_value = "text", env = "PATCHBAY_LOG_FORMAT")]
@@ -297,28 +306,69 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
         None
     };
     tracing::info!(?settings, "patchbay operator starting");
-    let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (stop_serving, serving_stopped) = tokio::sync::watch::channel(false);
+    let leadership = report.clone();
+    // Ready: the leader is known, and this replica's caches are synced if it leads.
+    // The plain listener never answers /validate: only the TLS one does.
+    let routes = patchbay::serve::Routes {
+        ready: std::sync::Arc::new(move || {
+            let l = leadership.borrow();
+            !l.holder.is_empty() && (!l.leading || patchbay::metrics::ready())
+        }),
+        admission: None,
+    };
+    let stopped = |rx: &tokio::sync::watch::Receiver<bool>| {
+        let mut rx = rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    if let Some(address) = args.webhook_address {
+        let Some(tenancy) = settings.tenancy.clone() else {
+            anyhow::bail!(
+                "--webhook-address: needs tenancy (--infra-namespace and --parking-vlan)"
+            );
+        };
+        let Some(dir) = &args.webhook_cert_dir else {
+            anyhow::bail!("--webhook-address: needs --webhook-cert-dir (tls.crt and tls.key)");
+        };
+        let tls = patchbay::serve::tls_acceptor(dir).context("--webhook-cert-dir")?;
+        let (webhook, caches) = patchbay::webhook::Webhook::start(client.clone(), tenancy);
+        let stop = stopped(&serving_stopped);
+        tokio::spawn(async move {
+            tokio::select! { _ = caches => {}, _ = stop => {} }
+        });
+        let mut with_webhook = routes.clone();
+        with_webhook.admission = Some(webhook);
+        let (listener, bound) = patchbay::serve::bind(address)
+            .await
+            .with_context(|| format!("binding --webhook-address {address}"))?;
+        tracing::info!(address = %bound, "serving the admission webhook (TLS): /validate, /metrics, /healthz, /readyz");
+        tokio::spawn(patchbay::serve::serve(
+            listener,
+            Some(tls),
+            with_webhook,
+            stopped(&serving_stopped),
+        ));
+    }
     if let Some(address) = args.metrics_address {
         let (listener, bound) = patchbay::serve::bind(address)
             .await
             .with_context(|| format!("binding --metrics-address {address}"))?;
         tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
-        let leadership = report.clone();
-        // Ready: the leader is known, and this replica's caches are synced if it leads.
-        let ready = move || {
-            let l = leadership.borrow();
-            !l.holder.is_empty() && (!l.leading || patchbay::metrics::ready())
-        };
-        tokio::spawn(patchbay::serve::serve(listener, ready, async {
-            let _ = serving_stopped.await;
-        }));
+        tokio::spawn(patchbay::serve::serve(
+            listener,
+            None,
+            routes.clone(),
+            stopped(&serving_stopped),
+        ));
     }
     let mut signal = Box::pin(shutdown_signal());
     let mut waiting = report.clone();
     tokio::select! {
         _ = waiting.wait_for(|l| l.leading) => {}
         _ = &mut signal => {
-            let _ = stop_serving.send(());
+            let _ = stop_serving.send(true);
             return Ok(ExitCode::SUCCESS);
         }
     }
@@ -361,7 +411,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
     if let Some(elector) = &elector {
         elector.release().await;
     }
-    let _ = stop_serving.send(());
+    let _ = stop_serving.send(true);
     if lost_lease {
         return Ok(ExitCode::FAILURE);
     }
