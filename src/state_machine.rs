@@ -245,6 +245,10 @@ pub struct PortFacts<'a> {
     pub drift_policy: DriftPolicy,
     /// The backoff settings.
     pub backoff: Backoff,
+    /// Whether a port seen for the first time is parked (cleaned onto the parking
+    /// VLAN) before it is Idle: with tenancy on, a port nobody configured yet must
+    /// not stay open to every VLAN.
+    pub park_new: bool,
     /// What the step of the previous decision achieved; `None` to plan.
     pub outcome: Option<Outcome>,
 }
@@ -401,7 +405,8 @@ fn plan(facts: &PortFacts<'_>) -> Decision {
     }
     // Guard: the finalizer comes first, in every live state.
     if !facts.deletion_requested && !facts.has_finalizer {
-        let next = state.unwrap_or(Idle);
+        let first = if facts.park_new { Cleaning } else { Idle };
+        let next = state.unwrap_or(first);
         let next = if next == Deleting { Idle } else { next };
         return Decision::new(next, Step::AddFinalizer, Requeue::Now, Health::Progressing);
     }
@@ -601,8 +606,31 @@ mod tests {
             drift_reported: false,
             drift_policy: DriftPolicy::Reconcile,
             backoff: Backoff::default(),
+            park_new: false,
             outcome: None,
         }
+    }
+
+    #[test]
+    fn with_a_parking_vlan_a_new_port_is_parked_before_it_is_idle() {
+        use PortState::*;
+        let mut new = facts(None);
+        new.has_finalizer = false;
+        new.park_new = true;
+        let d = decide(&new);
+        assert_eq!((d.state, d.step), (Cleaning, Step::AddFinalizer));
+        let mut parking = facts(Some(Cleaning));
+        parking.park_new = true;
+        let d = decide(&parking);
+        assert_eq!((d.state, d.step), (Cleaning, Step::Clean));
+        parking.outcome = Some(Outcome::Cleaned);
+        assert_eq!(decide(&parking).state, Idle);
+        // An Idle port is not parked again; without parking a new port is Idle.
+        let mut idle = facts(Some(Idle));
+        idle.park_new = true;
+        assert_eq!(decide(&idle).step, Step::None);
+        new.park_new = false;
+        assert_eq!(decide(&new).state, Idle);
     }
 
     /// A fixed "now" for the tables.
@@ -1211,6 +1239,7 @@ mod tests {
                     drift_reported: false,
                     drift_policy: DriftPolicy::Reconcile,
                     backoff: Backoff::default(),
+                    park_new: false,
                     outcome,
                 };
                 let d = decide(&facts);

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use patchbay_providers::values::PortName;
+use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{Capabilities, DesiredPort, PortOperation, diff};
 
 use super::ControllerError;
@@ -28,6 +28,22 @@ use crate::state_machine::{
     AppliedChange, Backoff, Health, Outcome, PortFacts, PortTarget, Requeue, Step, decide,
 };
 use crate::worker::{Outage, PortKey, SwitchWorker};
+
+/// The name a parking VLAN gets when patchbay creates it on a device.
+pub const PARKING_VLAN_NAME: &str = "patchbay-parking";
+
+/// A parked port: the clean definition (no ACL, description, MTU or LAG; up, so
+/// LLDP keeps working) but an access port on the parking VLAN, which no namespace
+/// is granted: the host behind it reaches nothing and receives no tenant's frames,
+/// and an access port does not become a trunk.
+pub fn parked(port: PortName, vlan: VlanId) -> DesiredPort {
+    let mut d = DesiredPort::clean(port);
+    d.vlans = patchbay_providers::VlanMode::Access { vlan };
+    if let Ok(name) = patchbay_providers::values::VlanName::parse(PARKING_VLAN_NAME) {
+        d.vlan_names.insert(vlan, name);
+    }
+    d
+}
 
 /// A port's switch, as its steps use it: the worker that owns the device, and what
 /// the device can configure.
@@ -52,6 +68,13 @@ pub trait PortSteps {
     fn device_port(&self) -> Result<PortName, Failure>;
     /// The key the worker knows the port under (drift sweeps, notices).
     fn key(&self) -> &PortKey;
+
+    /// The parking VLAN (tenancy on): clean parks the port on it instead of
+    /// resetting it to the device default, which is open to every VLAN (an OVS port
+    /// without `tag` and `trunks`, a Cisco port back in VLAN 1).
+    fn parking(&self) -> Option<VlanId> {
+        None
+    }
 
     /// Validates and applies the desired configuration, verified by read-back.
     async fn apply(&self) -> Result<Outcome, Failure> {
@@ -91,15 +114,17 @@ pub trait PortSteps {
         Ok(())
     }
 
-    /// Resets the port through the worker (out of the drift sweep first).
+    /// Resets the port through the worker (out of the drift sweep first): to the
+    /// device default, or parked ([`parked`]) when a parking VLAN is set.
     async fn reset_on_device(&self) -> Result<(), Failure> {
         let port = self.device_port()?;
         let device = self.device()?;
         device.worker.track(self.key().clone(), None);
-        device
-            .worker
-            .apply(Some(self.key()), PortOperation::Reset(port))
-            .await?;
+        let operation = match self.parking() {
+            Some(vlan) => PortOperation::Set(parked(port, vlan)),
+            None => PortOperation::Reset(port),
+        };
+        device.worker.apply(Some(self.key()), operation).await?;
         Ok(())
     }
 
@@ -402,6 +427,7 @@ pub async fn drive(
             drift_reported,
             drift_policy,
             backoff,
+            park_new: steps.parking().is_some(),
             outcome,
         };
         let d = decide(&facts);

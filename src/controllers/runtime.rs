@@ -414,6 +414,7 @@ pub async fn run(
     let pools_for_ports = subscribe(&pool_writer);
     let pools_for_smartnics = subscribe(&pool_writer);
     let pools_for_claims = subscribe(&pool_writer);
+    let pools_for_servers = subscribe(&pool_writer);
     let pool_watch = {
         let (port_tx, snic_tx, ports, snics) = (
             port_tx.clone(),
@@ -664,7 +665,8 @@ pub async fn run(
         });
     // Servers: woken by their own changes, the ports they drive or are cabled to,
     // their claim, the configurations they provision with, and their BareMetalHost.
-    let (v1, v2, v3, v6) = (
+    let (v1, v2, v3, v6, v7) = (
+        server_store.clone(),
         server_store.clone(),
         server_store.clone(),
         server_store.clone(),
@@ -682,6 +684,12 @@ pub async fn run(
         })
         .watches_shared_stream(configs_for_servers, move |c| {
             triggers::servers_provisioned_with(&v6.state(), &c)
+        })
+        .watches_shared_stream(pools_for_servers, move |_| {
+            v7.state()
+                .iter()
+                .map(|s| ObjectRef::from_obj(&**s))
+                .collect::<Vec<_>>()
         });
     let (v4, v5) = (server_store.clone(), server_store.clone());
     claim_ctl = claim_ctl.watches_shared_stream(hosts_for_claims, move |host| {

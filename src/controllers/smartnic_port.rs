@@ -440,6 +440,10 @@ impl PortSteps for SmartNicSteps<'_> {
         &self.key
     }
 
+    fn parking(&self) -> Option<patchbay_providers::values::VlanId> {
+        self.ctx.settings.tenancy.as_ref().map(|t| t.parking_vlan)
+    }
+
     async fn apply(&self) -> Result<Outcome, Failure> {
         let device = self.device()?;
         let desired = self.desired(&device.capabilities)?;

@@ -325,6 +325,10 @@ impl PortSteps for SwitchPortSteps<'_> {
     fn key(&self) -> &PortKey {
         &self.key
     }
+
+    fn parking(&self) -> Option<patchbay_providers::values::VlanId> {
+        self.ctx.settings.tenancy.as_ref().map(|t| t.parking_vlan)
+    }
 }
 
 /// Reconciles one SwitchPort. Its span carries namespace, port (the object), switch and device

@@ -329,14 +329,35 @@ fn provisioned_with(nics: &[ServerNic], config: &SwitchPortConfiguration) -> boo
 
 /// Servers a change to a SwitchPortConfiguration concerns: those that provision a
 /// NIC with it (a provisioning configuration refused for its link-aggregation group
-/// lets its host go on once the group is taken out, and the other way round).
+/// lets its host go on once the group is taken out, and the other way round), and
+/// those whose claim is of its namespace, or that default a NIC to it (a claim target
+/// the tenancy check refused is judged again when its configuration changes).
 pub fn servers_provisioned_with(
     servers: &[Arc<Server>],
     config: &SwitchPortConfiguration,
 ) -> Vec<ObjectRef<Server>> {
+    let (ns, name) = (
+        config.metadata.namespace.as_deref().unwrap_or_default(),
+        config.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let claimed_in = |s: &Server| {
+        s.status
+            .as_ref()
+            .and_then(|st| st.claim.as_ref())
+            .is_some_and(|c| c.namespace == ns)
+    };
+    let defaults_to = |s: &Server| {
+        s.spec
+            .nics
+            .iter()
+            .any(|n| match (&n.configuration, &n.port) {
+                (Some(r), Some(p)) => names(r, Some(&p.namespace), ns, name),
+                _ => false,
+            })
+    };
     servers
         .iter()
-        .filter(|s| provisioned_with(&s.spec.nics, config))
+        .filter(|s| provisioned_with(&s.spec.nics, config) || claimed_in(s) || defaults_to(s))
         .map(|s| ObjectRef::from_obj(s.as_ref()))
         .collect()
 }

@@ -117,6 +117,79 @@ impl Hosts {
             .unwrap_or_else(|| panic!("no ping summary in {text:?}"))
     }
 
+    /// How many of `count` raw Ethernet frames tagged with VLAN `vlan` (802.1Q,
+    /// broadcast, a marker payload) sent from host `from`'s eth0 arrive at host
+    /// `to`'s eth0, tagged or not. Raw AF_PACKET sockets in Python: this kernel has no
+    /// 802.1Q module for VLAN subinterfaces.
+    pub fn tagged_frames_arriving(&self, from: usize, to: usize, vlan: u16, count: u32) -> u32 {
+        const RECEIVE: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind(("eth0", 0))
+s.settimeout(0.1)
+print("ready", flush=True)
+end = time.time() + float(sys.argv[2])
+n = 0
+while time.time() < end:
+    try:
+        d = s.recv(65535)
+    except socket.timeout:
+        continue
+    n += sys.argv[1].encode() in d
+print(n)
+"#;
+        const SEND: &str = r#"
+import socket, struct, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("eth0", 0))
+src = bytes.fromhex(open("/sys/class/net/eth0/address").read().strip().replace(":", ""))
+f = b"\xff" * 6 + src + struct.pack("!HHH", 0x8100, int(sys.argv[2]), 0x88B5)
+f += sys.argv[1].encode().ljust(46, b".")
+for _ in range(int(sys.argv[3])):
+    s.send(f)
+    time.sleep(0.02)
+"#;
+        use std::io::BufRead;
+        let marker = format!("patchbay-{}-{from}-{to}-{vlan}", std::process::id());
+        let mut receiver = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.namespaces[to],
+                "python3",
+                "-c",
+                RECEIVE,
+            ])
+            .args([&marker, "3"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("receiver runs");
+        let mut lines = std::io::BufReader::new(receiver.stdout.take().expect("stdout")).lines();
+        assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+        let sent = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.namespaces[from],
+                "python3",
+                "-c",
+                SEND,
+            ])
+            .args([&marker, &vlan.to_string(), &count.to_string()])
+            .output()
+            .expect("sender runs");
+        assert!(
+            sent.status.success(),
+            "{}",
+            String::from_utf8_lossy(&sent.stderr)
+        );
+        let n = lines.next().and_then(Result::ok).unwrap_or_default();
+        let _ = receiver.wait();
+        n.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("receiver said {n:?}"))
+    }
+
     /// The MAC address of host `i`'s eth0.
     pub fn mac(&self, i: usize) -> String {
         let out = run(&["ip", "-n", &self.namespaces[i], "link", "show", "eth0"]).expect("link");
