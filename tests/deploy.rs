@@ -276,8 +276,34 @@ spec:
   roles: [{{name: worker, count: 1}}]
   networkConfiguration: [{{configurationRef: {{kind: SwitchPortConfiguration, name: web}}}}]
   inventory: {{includeBmcCredentials: true}}
+---
+# Tenancy: a pool for a tenant namespace (its Ready condition, the namespace's
+# patchbay-grants).
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}-t}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: VLANPool
+metadata: {{name: {ns}-t}}
+spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
 "#
     );
+    // Tenancy on, with the webhook: its caches list and watch what the controllers'
+    // do, every replica.
+    let certs = cluster.dir.join("webhook");
+    std::fs::create_dir_all(&certs).unwrap();
+    let openssl = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=patchbay"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(certs.join("tls.key"))
+        .arg("-out")
+        .arg(certs.join("tls.crt"))
+        .output()
+        .unwrap();
+    assert!(openssl.status.success());
     let file = cluster.dir.join("all.yaml");
     std::fs::write(&file, manifests).unwrap();
     // From here on the test speaks only through kubectl: every other client is the
@@ -289,6 +315,9 @@ spec:
         .arg("--kubeconfig")
         .arg(&cluster.kubeconfig)
         .args(["--namespace", &ns, "--lease-namespace", &ns])
+        .args(["--infra-namespace", &ns, "--parking-vlan", "4000"])
+        .args(["--webhook-address", "127.0.0.1:0", "--webhook-cert-dir"])
+        .arg(&certs)
         .args([
             "--backoff-base-seconds",
             "0.2",
@@ -323,6 +352,19 @@ spec:
         &["get", "configmap", "claim-inventory", "-n", &ns],
         "{.metadata.name}",
         |s| !s.is_empty(),
+    );
+    let tenant = format!("{ns}-t");
+    wait_jsonpath(
+        &cluster,
+        &["get", "configmap", "patchbay-grants", "-n", &tenant],
+        "{.data.vlans}",
+        |s| s == "200-209",
+    );
+    wait_jsonpath(
+        &cluster,
+        &["get", "vlanpool", &tenant],
+        "{.status.conditions[0].status}",
+        |s| s == "True",
     );
     wait_jsonpath(
         &cluster,

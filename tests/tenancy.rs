@@ -402,6 +402,24 @@ async fn two_tenants_on_one_switch_never_reach_each_others_vlans() {
     let hook_name = format!("{infra}-tenancy");
     register(f.client(), &hook_name, &url, &ca, "Fail").await;
 
+    // Each tenant reads what it is granted in its own namespace, and nothing of the
+    // other's; the infra team reads each pool's condition.
+    let grants: Api<k8s_openapi::api::core::v1::ConfigMap> = f.api(&a);
+    let summary = eventually(30, "A's patchbay-grants", || async {
+        grants.get_opt("patchbay-grants").await.ok()?
+    })
+    .await
+    .data
+    .unwrap_or_default();
+    assert_eq!(summary.get("vlans").map(String::as_str), Some("42,200-209"), "{summary:?}");
+    assert!(!format!("{summary:?}").contains(&b), "{summary:?}");
+    eventually(30, "pool a Ready", || async {
+        let p = Api::<VLANPool>::all(f.client()).get(&f.pool_name("a")).await.ok()?;
+        let c = p.status?.conditions;
+        c.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
+    })
+    .await;
+
     // A port nothing governs is parked at first sight: access on the parking VLAN.
     f.server("a", 1, "tor1-p1").await;
     f.server("b", 2, "tor1-p2").await;

@@ -40,6 +40,7 @@ pub mod status;
 pub mod switch;
 pub mod switch_port;
 pub mod triggers;
+pub mod vlan_pool;
 
 pub use runtime::run;
 pub use smartnic_port::CHAINED_FROM_ANNOTATION;

@@ -23,7 +23,7 @@ use super::host::HostWorld;
 use super::server_claim::Allocator;
 use super::{
     ControllerError, bare_metal_host, metal3, provider_switch, server, server_claim, smartnic_port,
-    switch, switch_port, triggers,
+    switch, switch_port, triggers, vlan_pool,
 };
 use crate::api::server::CabledPortKind;
 use crate::api::{
@@ -245,6 +245,7 @@ pub async fn run(
 ) {
     let ns = settings.namespace.clone();
     let settings_namespace = ns.clone();
+    let settings_tenancy = settings.tenancy.clone();
     let ns = ns.as_deref();
     let (port_tx, port_rx) = mpsc::unbounded_channel();
     let (snic_tx, snic_rx) = mpsc::unbounded_channel();
@@ -415,7 +416,10 @@ pub async fn run(
     let pools_for_smartnics = subscribe(&pool_writer);
     let pools_for_claims = subscribe(&pool_writer);
     let pools_for_servers = subscribe(&pool_writer);
+    let mut pools_for_summary = subscribe(&pool_writer);
+    let pool_deleted = Arc::new(tokio::sync::Notify::new());
     let pool_watch = {
+        let deleted = pool_deleted.clone();
         let (port_tx, snic_tx, ports, snics) = (
             port_tx.clone(),
             snic_tx.clone(),
@@ -426,6 +430,7 @@ pub async fn run(
         pool_run(
             pool_writer,
             Box::new(move |_: &VLANPool| {
+                deleted.notify_one();
                 wake(
                     &port_tx,
                     ports.state().iter().map(|p| ObjectRef::from_obj(&**p)),
@@ -650,7 +655,8 @@ pub async fn run(
         claim_store.clone(),
         hosts,
         EventPublisher::new(client.clone(), reporter()),
-    ));
+    )
+    .with_tenancy(settings_tenancy.clone()));
     let (c1, c2) = (claim_store.clone(), claim_store.clone());
     let c3 = claim_store.clone();
     let mut claim_ctl = claim_ctl
@@ -820,6 +826,38 @@ pub async fn run(
             metrics::set_ready(false);
         }
     };
+    // With tenancy: each pool's Ready condition and each served namespace's
+    // summary of its grants, after any pool change (and once at start).
+    let pool_sync = {
+        let (client, pools, tenancy) = (
+            client.clone(),
+            pool_store.clone(),
+            settings_tenancy.clone(),
+        );
+        let (synced, mut stop) = (synced.clone(), stop_tx.subscribe());
+        async move {
+            let Some(tenancy) = tenancy else { return };
+            tokio::select! {
+                listed = synced.wait() => if !listed { return },
+                _ = stop.recv() => return,
+            }
+            let mut written = vlan_pool::Written::default();
+            loop {
+                if let Err(e) = vlan_pool::sync(&client, &tenancy, &pools, &mut written).await {
+                    tracing::warn!(error = %e, "VLANPool status or grant summaries not written; trying again");
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    continue;
+                }
+                tokio::select! {
+                    _ = pools_for_summary.next() => {}
+                    _ = pool_deleted.notified() => {}
+                    _ = stop.recv() => return,
+                }
+                // Gather a burst of pool changes.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
     let stopper = async move {
         shutdown.await;
         let _ = stop_tx.send(());
@@ -845,6 +883,7 @@ pub async fn run(
         server_ctl,
         sweeper,
         gauges,
+        pool_sync,
         stopper
     );
 }

@@ -38,7 +38,8 @@ use crate::validate::claim::{
 };
 
 /// Field manager of the inventory's server-side apply.
-const MANAGER: &str = "patchbay";
+/// The field manager of patchbay's server-side applies.
+pub(crate) const MANAGER: &str = "patchbay";
 /// How long an allocation waits for the cache to show its own writes.
 const CACHE_CATCH_UP: Duration = Duration::from_secs(5);
 /// How many times one binding is sent while only the Server's status or metadata
@@ -70,6 +71,8 @@ pub struct Allocator {
     lock: tokio::sync::Mutex<()>,
     /// Digest of the inventory (and credentials copy) last applied per claim uid.
     applied: Mutex<HashMap<String, String>>,
+    /// Tenancy, when on (the BMC copy of tenant claims).
+    tenancy: Option<crate::tenancy::Tenancy>,
 }
 
 impl Allocator {
@@ -92,7 +95,14 @@ impl Allocator {
             sweep: tokio::sync::Notify::new(),
             lock: tokio::sync::Mutex::new(()),
             applied: Mutex::new(HashMap::new()),
+            tenancy: None,
         }
+    }
+
+    /// With tenancy: a tenant claim's BMC copy is refused unless the settings allow it.
+    pub fn with_tenancy(mut self, tenancy: Option<crate::tenancy::Tenancy>) -> Self {
+        self.tenancy = tenancy;
+        self
     }
 
     /// The status of the BareMetalHost a Server links to (by reference or boot MAC).
@@ -469,9 +479,14 @@ async fn write_inventory(
     let name = claim.name_any();
     let inv_spec = claim.spec.inventory.clone().unwrap_or_default();
     let copy_name = format!("{name}-bmc");
-    let copy = inv_spec
-        .include_bmc_credentials
-        .then_some(copy_name.as_str());
+    // Under tenancy a tenant's claim gets no BMC copy unless the operator allows it:
+    // a Server's next holder would share power control with this one.
+    let copy_refused = inv_spec.include_bmc_credentials
+        && alloc
+            .tenancy
+            .as_ref()
+            .is_some_and(|t| !t.is_infra(&ns) && !t.allow_bmc_credentials);
+    let copy = (inv_spec.include_bmc_credentials && !copy_refused).then_some(copy_name.as_str());
     let servers: Vec<Arc<Server>> = held
         .iter()
         .filter_map(|(n, _)| alloc.servers.get(&ObjectRef::new(n)))
@@ -505,7 +520,16 @@ async fn write_inventory(
             .unwrap_or_else(|| default_groups(role))
     };
     let inventory = render(&ns, &name, &hosts, &groups, copy);
-    let (truth, reason, message) = if inventory.without_address.is_empty() {
+    let (truth, reason, message) = if copy_refused {
+        (
+            false,
+            "BmcCredentialsRefused",
+            "spec.inventory.includeBmcCredentials: BMC credentials stay with the infra team \
+             (the operator runs without --allow-bmc-credentials=true); the inventory is \
+             written without them"
+                .to_owned(),
+        )
+    } else if inventory.without_address.is_empty() {
         (true, "AllAddressesKnown", String::new())
     } else {
         (
