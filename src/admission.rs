@@ -22,7 +22,9 @@
 use serde_json::Value;
 
 use crate::api::{SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
-use crate::tenancy::{Grants, Tenancy, Use, check_reference, check_vlans, is_shared, vlans_of};
+use crate::tenancy::{
+    Grants, Tenancy, Use, check_group, check_reference, check_vlans, is_shared, vlans_of,
+};
 
 /// What the webhook reads besides the object: the caches' contents.
 pub struct Lookups<'a> {
@@ -53,20 +55,21 @@ pub fn review(
     }
     let mut refused = Vec::new();
     let vlans_granted = |port: &crate::api::configuration::PortSettingsSpec,
+                         group: Option<i64>,
                          what: &str,
                          refused: &mut Vec<String>| {
         let vlans = vlans_of(port);
-        if let Err(e) = check_vlans(
-            t,
-            look.grants,
-            &Use {
-                tenant: namespace,
-                switch: None,
-                vlans: &vlans,
-                what,
-            },
-        ) {
+        let u = Use {
+            tenant: namespace,
+            switch: None,
+            vlans: &vlans,
+            what,
+        };
+        if let Err(e) = check_vlans(t, look.grants, &u) {
             refused.extend(e);
+        }
+        if let Err(e) = check_group(t, look.grants, &u, group) {
+            refused.push(e);
         }
     };
     let shared_of = |kind: &str, ns: &str, name: &str| match kind {
@@ -93,12 +96,13 @@ pub fn review(
     match kind {
         "SwitchPortConfiguration" => {
             if let Ok(c) = serde_json::from_value::<SwitchPortConfiguration>(object.clone()) {
-                vlans_granted(&c.spec.port, "", &mut refused);
+                let group = c.spec.link_aggregation.as_ref().map(|l| l.group);
+                vlans_granted(&c.spec.port, group, "", &mut refused);
             }
         }
         "SmartNicConfiguration" => {
             if let Ok(c) = serde_json::from_value::<SmartNicConfiguration>(object.clone()) {
-                vlans_granted(&c.spec.port, "", &mut refused);
+                vlans_granted(&c.spec.port, None, "", &mut refused);
             }
             if let Some(r) = object.pointer("/spec/nextConfigurationRef") {
                 reference(
@@ -127,7 +131,7 @@ pub fn review(
 
 type Reference<'a> = dyn Fn(&str, &str, &Value, &mut Vec<String>) -> Option<(String, String)> + 'a;
 type VlansGranted<'a> =
-    dyn Fn(&crate::api::configuration::PortSettingsSpec, &str, &mut Vec<String>) + 'a;
+    dyn Fn(&crate::api::configuration::PortSettingsSpec, Option<i64>, &str, &mut Vec<String>) + 'a;
 
 fn review_claim(
     t: &Tenancy,
@@ -172,12 +176,13 @@ fn review_claim(
         match kind {
             "SmartNicConfiguration" => {
                 if let Some(c) = (look.smartnic_configuration)(&ns, &name) {
-                    vlans_granted(&c.spec.port, &what, refused);
+                    vlans_granted(&c.spec.port, None, &what, refused);
                 }
             }
             _ => {
                 if let Some(c) = (look.switch_port_configuration)(&ns, &name) {
-                    vlans_granted(&c.spec.port, &what, refused);
+                    let group = c.spec.link_aggregation.as_ref().map(|l| l.group);
+                    vlans_granted(&c.spec.port, group, &what, refused);
                 }
             }
         }

@@ -114,6 +114,10 @@ pub struct Grants {
     by_vlan: BTreeMap<VlanId, Vec<usize>>,
     /// VLANs granted to nobody (overlap of pools not all shared).
     contested: BTreeSet<VlanId>,
+    /// Link-aggregation group → indexes of the valid pools granting it.
+    by_group: BTreeMap<VlanId, Vec<usize>>,
+    /// Groups granted to several namespaces: granted to none.
+    contested_groups: BTreeSet<VlanId>,
     parking: Option<VlanId>,
     /// Per pool name: why it grants less than it says (empty: it grants what it says).
     problems: BTreeMap<String, Vec<String>>,
@@ -153,6 +157,21 @@ impl Grants {
                         .into(),
                 );
             }
+            let groups = match p.spec.lag_groups.as_deref().map(VlanSet::parse) {
+                None => VlanSet::new(),
+                Some(Ok(g)) => g,
+                Some(Err(e)) => {
+                    problems.push(format!("spec.lagGroups: {e}"));
+                    VlanSet::new()
+                }
+            };
+            if p.spec.shared && !groups.is_empty() {
+                problems.push(
+                    "spec.lagGroups: a shared pool grants no link-aggregation group (a group \
+                     is one tenant's)"
+                        .into(),
+                );
+            }
             if let Some(parking) = parking
                 && vlans.contains(parking)
             {
@@ -175,6 +194,24 @@ impl Grants {
             });
             for v in vlans.iter() {
                 g.by_vlan.entry(v).or_default().push(i);
+            }
+            for n in groups.iter() {
+                g.by_group.entry(n).or_default().push(i);
+            }
+        }
+        for (group, idx) in &g.by_group {
+            let namespaces: BTreeSet<&String> =
+                idx.iter().flat_map(|&i| &g.pools[i].namespaces).collect();
+            if namespaces.len() > 1 {
+                g.contested_groups.insert(*group);
+                for &i in idx {
+                    if let Some(p) = g.problems.get_mut(&g.pools[i].name) {
+                        p.push(format!(
+                            "spec.lagGroups: group {group} is granted to another namespace too: \
+                             granted to none"
+                        ));
+                    }
+                }
             }
         }
         for (vlan, idx) in &g.by_vlan {
@@ -251,6 +288,35 @@ impl Grants {
         }
     }
 
+    /// Whether link-aggregation group `group` is granted to `namespace` on `switch`
+    /// (`None`: on some Switch).
+    pub fn lookup_group(
+        &self,
+        namespace: &str,
+        switch: Option<&str>,
+        group: VlanId,
+    ) -> Result<(), Missing> {
+        if self.contested_groups.contains(&group) {
+            return Err(Missing::Contested);
+        }
+        let serving: Vec<&Pool> = self
+            .by_group
+            .get(&group)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.pools[i])
+            .filter(|p| p.namespaces.contains(namespace))
+            .collect();
+        if serving.is_empty() {
+            return Err(Missing::NotGranted);
+        }
+        if serving.iter().any(|p| p.on(switch)) {
+            Ok(())
+        } else {
+            Err(Missing::OtherSwitches)
+        }
+    }
+
     /// The VLANs granted to `namespace` (on some Switch), as a range string.
     pub fn granted_to(&self, namespace: &str) -> VlanSet {
         self.by_vlan
@@ -324,6 +390,44 @@ pub fn check_vlans(t: &Tenancy, grants: &Grants, u: &Use<'_>) -> Result<(), Vec<
     } else {
         Err(refusals)
     }
+}
+
+/// Whether the link-aggregation group a configuration sets (`group`, at
+/// `spec.linkAggregation.group`) is granted to the tenant of `u`.
+pub fn check_group(
+    t: &Tenancy,
+    grants: &Grants,
+    u: &Use<'_>,
+    group: Option<i64>,
+) -> Result<(), String> {
+    let Some(group) = group else { return Ok(()) };
+    if t.is_infra(u.tenant) {
+        return Ok(());
+    }
+    let why = match u16::try_from(group).ok().and_then(|g| VlanId::new(g).ok()) {
+        Some(g) => match grants.lookup_group(u.tenant, u.switch, g) {
+            Ok(()) => return Ok(()),
+            Err(Missing::Contested) => {
+                "VLANPools grant it to several namespaces, so it is granted to none"
+            }
+            Err(Missing::OtherSwitches) => "VLANPools grant it on other Switches only",
+            Err(_) => "no VLANPool grants it (spec.lagGroups)",
+        },
+        None => "no VLANPool grants it (spec.lagGroups)",
+    };
+    let at = if u.what.is_empty() {
+        "spec.linkAggregation.group".to_owned()
+    } else {
+        format!("{} spec.linkAggregation.group", u.what)
+    };
+    let on = u
+        .switch
+        .map(|s| format!(" on Switch {s}"))
+        .unwrap_or_default();
+    Err(format!(
+        "{at}: link-aggregation group {group} is not granted to namespace {}{on}: {why}",
+        u.tenant
+    ))
 }
 
 /// Whether a tenant (`tenant`) may name a configuration of `namespace`; `shared`:

@@ -294,7 +294,14 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
     let certs = cluster.dir.join("webhook");
     std::fs::create_dir_all(&certs).unwrap();
     let openssl = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
         .args(["-nodes", "-days", "1", "-subj", "/CN=patchbay"])
         .args(["-addext", "basicConstraints=critical,CA:FALSE"])
         .arg("-keyout")

@@ -334,6 +334,12 @@ async fn namespace(client: kube::Client, name: &str) {
 
 async fn fabric(test: &str, sim: &SimSwitch) -> Fabric {
     let cluster = Cluster::start(test).await;
+    if support::on_devplane() {
+        // Seed 003's BareMetalHost spec.ports (the upstream CRD prunes it).
+        cluster
+            .install_crd(support::bare_metal_host_crd(true))
+            .await;
+    }
     let infra = cluster.namespace.clone();
     let (a, b) = (format!("{infra}-a"), format!("{infra}-b"));
     for ns in [&a, &b] {
@@ -411,12 +417,21 @@ async fn two_tenants_on_one_switch_never_reach_each_others_vlans() {
     .await
     .data
     .unwrap_or_default();
-    assert_eq!(summary.get("vlans").map(String::as_str), Some("42,200-209"), "{summary:?}");
+    assert_eq!(
+        summary.get("vlans").map(String::as_str),
+        Some("42,200-209"),
+        "{summary:?}"
+    );
     assert!(!format!("{summary:?}").contains(&b), "{summary:?}");
     eventually(30, "pool a Ready", || async {
-        let p = Api::<VLANPool>::all(f.client()).get(&f.pool_name("a")).await.ok()?;
+        let p = Api::<VLANPool>::all(f.client())
+            .get(&f.pool_name("a"))
+            .await
+            .ok()?;
         let c = p.status?.conditions;
-        c.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
+        c.iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
     })
     .await;
 

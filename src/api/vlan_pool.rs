@@ -56,6 +56,13 @@ pub struct VLANPoolSpec {
     /// pools.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared: bool,
+    /// Link-aggregation group numbers granted with the VLANs, as a range (`1-16`):
+    /// a tenant's configuration may set only a group granted to its namespace, so
+    /// tenants never share one Switch's group numbers. A group is granted to one
+    /// namespace only (shared pools grant none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512), pattern(pattern::VLAN_RANGE))]
+    pub lag_groups: Option<String>,
     /// The name devices give this pool's VLANs, whatever a tenant's configuration
     /// calls them (letters, digits, `_ . -`). Required for a shared pool: tenants do
     /// not name a VLAN they share.

@@ -12,7 +12,9 @@
 //! somebody else's object: the ports are cleaned when the host reaches BMO's
 //! `deleting` states, and a port still carrying the host's mark after the host is
 //! gone is left as it is (a Server linked to the host does hold a finalizer).
-//! Kubernetes I/O.
+//! Under tenancy only hosts of trusted namespaces drive ports: the infra namespace
+//! and `--trusted-host-namespaces`; their ports serve the host's namespace, and what
+//! they carry passes the same grant check as a claim's. Kubernetes I/O.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +55,36 @@ pub(super) async fn reconcile(
         && phase.is_none()
         && super::host::marked(&ctx.world, &me).is_empty();
     if linked || idle {
+        return Ok(Action::await_change());
+    }
+    // Under tenancy a host's spec.ports names SwitchPorts and configurations of any
+    // namespace, acted on with the operator's rights: honoured only in namespaces
+    // the settings trust (the infra namespace, --trusted-host-namespaces). Ports it
+    // marked before are left as they are.
+    let ns = host.namespace().unwrap_or_default();
+    if let Some(t) = &ctx.world.tenancy
+        && !t.trusts_hosts_of(&ns)
+    {
+        let ignored = format!(
+            "spec.ports ignored: namespace {ns} is not trusted to drive ports \
+             (--trusted-host-namespaces)"
+        );
+        if host.annotations().get(PORTS_ANNOTATION) != Some(&ignored) {
+            let api: Api<BareMetalHost> = Api::namespaced(ctx.world.client.clone(), &ns);
+            let patch = json!({"metadata": {
+                "resourceVersion": host.resource_version(),
+                "annotations": {PORTS_ANNOTATION: ignored}}});
+            api.patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?;
+            ctx.world
+                .events
+                .publish(host.as_ref(), Severity::Warning, "PortsIgnored", &ignored)
+                .await;
+        }
         return Ok(Action::await_change());
     }
     let nic_field = |name: &str| {

@@ -195,7 +195,7 @@ impl Stores {
         switch: Option<&str>,
         carried: &Carried<'_>,
     ) -> TenancyVerdict {
-        use crate::tenancy::{Use, check_reference, check_vlans, is_shared, vlans_of};
+        use crate::tenancy::{Use, check_group, check_reference, check_vlans, is_shared, vlans_of};
         let Some(t) = tenancy else {
             return TenancyVerdict::default();
         };
@@ -217,17 +217,17 @@ impl Stores {
         }
         let grants = self.grants(Some(t.parking_vlan));
         let vlans = vlans_of(carried.port);
-        if let Err(e) = check_vlans(
-            t,
-            &grants,
-            &Use {
-                tenant: &tenant,
-                switch,
-                vlans: &vlans,
-                what: &what,
-            },
-        ) {
+        let u = Use {
+            tenant: &tenant,
+            switch,
+            vlans: &vlans,
+            what: &what,
+        };
+        if let Err(e) = check_vlans(t, &grants, &u) {
             refused.extend(e);
+        }
+        if let Err(e) = check_group(t, &grants, &u, carried.group) {
+            refused.push(e);
         }
         let names = vlans
             .iter()
@@ -395,6 +395,8 @@ pub struct Carried<'a> {
     pub labels: Option<&'a std::collections::BTreeMap<String, String>>,
     /// Its VLANs.
     pub port: &'a crate::api::configuration::PortSettingsSpec,
+    /// Its link-aggregation group (`spec.linkAggregation.group`).
+    pub group: Option<i64>,
 }
 
 /// Shared state of the controllers.

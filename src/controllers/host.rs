@@ -257,7 +257,7 @@ fn refuse_ungranted(
     targets: Vec<PortTarget>,
     network: Option<ClaimNetwork<'_>>,
 ) -> (Vec<PortTarget>, Vec<String>) {
-    use crate::tenancy::{Use, check_reference, check_vlans, is_shared, vlans_of};
+    use crate::tenancy::{Use, check_group, check_reference, check_vlans, is_shared, vlans_of};
     let (Some(t), Some(net)) = (world.tenancy.as_ref(), network) else {
         return (targets, Vec::new());
     };
@@ -288,7 +288,10 @@ fn refuse_ungranted(
                     (
                         "SwitchPortConfiguration",
                         cfg.as_ref().and_then(|c| c.metadata.labels.clone()),
-                        cfg.map(|c| c.spec.port.clone()),
+                        cfg.map(|c| {
+                            let group = c.spec.link_aggregation.as_ref().map(|l| l.group);
+                            (c.spec.port.clone(), group)
+                        }),
                         switch,
                     )
                 }
@@ -310,20 +313,20 @@ fn refuse_ungranted(
             {
                 why.push(e);
             }
-            if let Some(port) = &port {
+            if let Some((port, group)) = &port {
                 let vlans = vlans_of(port);
                 let what = format!("NIC {}: {kind} {cns}/{}", target.nic, c.name);
-                if let Err(e) = check_vlans(
-                    t,
-                    &grants,
-                    &Use {
-                        tenant,
-                        switch: switch.as_deref(),
-                        vlans: &vlans,
-                        what: &what,
-                    },
-                ) {
+                let u = Use {
+                    tenant,
+                    switch: switch.as_deref(),
+                    vlans: &vlans,
+                    what: &what,
+                };
+                if let Err(e) = check_vlans(t, &grants, &u) {
                     why.extend(e);
+                }
+                if let Err(e) = check_group(t, &grants, &u, *group) {
+                    why.push(e);
                 }
             }
             forbidden.extend(why.iter().cloned());

@@ -648,15 +648,17 @@ pub async fn run(
         subscribe(&host_writer),
     );
     let host_watch = host_run(host_writer);
-    let alloc = Arc::new(Allocator::new(
-        client.clone(),
-        settings_namespace,
-        server_store.clone(),
-        claim_store.clone(),
-        hosts,
-        EventPublisher::new(client.clone(), reporter()),
-    )
-    .with_tenancy(settings_tenancy.clone()));
+    let alloc = Arc::new(
+        Allocator::new(
+            client.clone(),
+            settings_namespace,
+            server_store.clone(),
+            claim_store.clone(),
+            hosts,
+            EventPublisher::new(client.clone(), reporter()),
+        )
+        .with_tenancy(settings_tenancy.clone()),
+    );
     let (c1, c2) = (claim_store.clone(), claim_store.clone());
     let c3 = claim_store.clone();
     let mut claim_ctl = claim_ctl
@@ -829,11 +831,8 @@ pub async fn run(
     // With tenancy: each pool's Ready condition and each served namespace's
     // summary of its grants, after any pool change (and once at start).
     let pool_sync = {
-        let (client, pools, tenancy) = (
-            client.clone(),
-            pool_store.clone(),
-            settings_tenancy.clone(),
-        );
+        let (client, pools, tenancy) =
+            (client.clone(), pool_store.clone(), settings_tenancy.clone());
         let (synced, mut stop) = (synced.clone(), stop_tx.subscribe());
         async move {
             let Some(tenancy) = tenancy else { return };

@@ -168,6 +168,7 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
                 reference: &reference,
                 labels: c.metadata.labels.as_ref(),
                 port: &c.spec.port,
+                group: None,
             },
         ),
         None => TenancyVerdict::default(),

@@ -137,6 +137,7 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
                 reference: &d.configuration,
                 labels: c.metadata.labels.as_ref(),
                 port: &c.spec.port,
+                group: c.spec.link_aggregation.as_ref().map(|l| l.group),
             },
         ),
         _ => TenancyVerdict::default(),

@@ -69,7 +69,11 @@ pub async fn sync(
             ..old.clone()
         };
         let (truth, reason, message) = if problems.is_empty() {
-            (Truth::True, "Granted", "every VLAN of the pool is granted as it says".to_owned())
+            (
+                Truth::True,
+                "Granted",
+                "every VLAN of the pool is granted as it says".to_owned(),
+            )
         } else {
             (Truth::False, "GrantsLess", problems.join("; "))
         };
@@ -136,7 +140,10 @@ mod tests {
         let a = summary(&grants, &pools, "tenant-a");
         assert_eq!(a["vlans"], "42,200-209,220");
         assert_eq!(a["shared"], "42 (services)");
-        assert!(!a.values().any(|v| v.contains("300") || v.contains("tenant-b")));
+        assert!(
+            !a.values()
+                .any(|v| v.contains("300") || v.contains("tenant-b"))
+        );
         assert_eq!(summary(&grants, &pools, "tenant-c")["vlans"], "");
     }
 }

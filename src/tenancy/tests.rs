@@ -220,3 +220,55 @@ fn references_stay_in_the_namespace_or_name_shared_infra_configurations() {
     labels.insert(SHARED_LABEL.to_owned(), "true".to_owned());
     assert!(is_shared(Some(&labels)));
 }
+
+#[test]
+fn link_aggregation_groups_are_granted_to_one_namespace_each() {
+    let mut a = pool("a", "200-209", &["tenant-a"]);
+    a.spec.lag_groups = Some("1-8".into());
+    let mut b = pool("b", "300-309", &["tenant-b"]);
+    b.spec.lag_groups = Some("9-16".into());
+    let mut c = pool("c", "400", &["tenant-c"]);
+    c.spec.lag_groups = Some("8-9".into());
+    let mut s = shared(pool("svc", "42", &["tenant-a", "tenant-b"]), "services");
+    s.spec.lag_groups = Some("20".into());
+    let g = Grants::new(&[a, b, c, s], None);
+    assert_eq!(g.lookup_group("tenant-a", Some("tor-1"), v(1)), Ok(()));
+    assert_eq!(
+        g.lookup_group("tenant-b", Some("tor-1"), v(1)),
+        Err(Missing::NotGranted)
+    );
+    // 8 and 9 are granted twice: to nobody.
+    assert_eq!(
+        g.lookup_group("tenant-a", None, v(8)),
+        Err(Missing::Contested)
+    );
+    assert_eq!(
+        g.lookup_group("tenant-c", None, v(9)),
+        Err(Missing::Contested)
+    );
+    assert!(
+        g.problems("c").iter().any(|m| m.contains("group 8")),
+        "{:?}",
+        g.problems("c")
+    );
+    assert!(
+        g.problems("svc")
+            .iter()
+            .any(|m| m.starts_with("spec.lagGroups: a shared pool"))
+    );
+    let vlans = vlans_of(&PortSettingsSpec::default());
+    let u = Use {
+        tenant: "tenant-b",
+        switch: Some("tor-1"),
+        vlans: &vlans,
+        what: "",
+    };
+    let m = check_group(&tenancy(), &g, &u, Some(3)).unwrap_err();
+    assert_eq!(
+        m,
+        "spec.linkAggregation.group: link-aggregation group 3 is not granted to namespace \
+         tenant-b on Switch tor-1: no VLANPool grants it (spec.lagGroups)"
+    );
+    assert!(check_group(&tenancy(), &g, &u, Some(10)).is_ok());
+    assert!(check_group(&tenancy(), &g, &u, None).is_ok());
+}
