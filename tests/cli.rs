@@ -34,7 +34,8 @@ fn crds_prints_every_kind_as_yaml() {
             "SmartNicPort",
             "SmartNicConfiguration",
             "Server",
-            "ServerClaim"
+            "ServerClaim",
+            "VLANPool"
         ]
     );
 }

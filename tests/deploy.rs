@@ -108,6 +108,50 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
         let flag = arg.split('=').next().unwrap();
         assert!(help.contains(flag), "{flag} is a flag of patchbay run");
     }
+    // deploy/tenancy/: the same operator with tenancy and the webhook; its flags
+    // are the binary's, and the API server calls it through the Service.
+    let rendered = cluster.kubectl_ok(&["kustomize", "deploy/tenancy"]);
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rendered)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let of = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("{kind} in deploy/tenancy"))
+    };
+    let c = of("Deployment")
+        .pointer("/spec/template/spec/containers/0")
+        .unwrap();
+    let tenancy_args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for flag in [
+        "--infra-namespace",
+        "--parking-vlan",
+        "--webhook-address",
+        "--webhook-cert-dir",
+    ] {
+        assert!(
+            tenancy_args.iter().any(|a| a.starts_with(flag)) && help.contains(flag),
+            "{flag}: {tenancy_args:?}"
+        );
+    }
+    let hook = of("ValidatingWebhookConfiguration");
+    assert_eq!(
+        hook.pointer("/webhooks/0/failurePolicy"),
+        Some(&Value::from("Fail"))
+    );
+    assert_eq!(
+        hook.pointer("/webhooks/0/clientConfig/service/name"),
+        of("Service").pointer("/metadata/name")
+    );
+    assert_eq!(
+        hook.pointer("/webhooks/0/clientConfig/service/path"),
+        Some(&Value::from("/validate"))
+    );
     let binding = kubectl_json(
         &cluster,
         &["get", "clusterrolebinding", "patchbay-operator"],
@@ -124,7 +168,7 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
 fn role_rules(name: &str) -> BTreeSet<(String, String, String)> {
     let mut rules = BTreeSet::new();
     for file in ["rbac-operator.yaml", "rbac-personas.yaml"] {
-        let text = std::fs::read_to_string(format!("{ROOT}/deploy/{file}")).unwrap();
+        let text = std::fs::read_to_string(format!("{ROOT}/deploy/base/{file}")).unwrap();
         for doc in serde_yaml::Deserializer::from_str(&text) {
             let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
             if doc["kind"] != "ClusterRole"

@@ -215,6 +215,22 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                     Ok(o) => errors.extend(errs(super::claim::validate_claim(&o.spec))),
                     Err(e) => errors.extend(e),
                 },
+                // Checked alone here (two namespaces, a shared pool without a
+                // name, a bad range); overlaps with the cluster's other pools are
+                // the webhook's and the pool's Ready condition's to report.
+                "VLANPool" => match typed::<crate::api::VLANPool>(&value) {
+                    Ok(o) => {
+                        let grants = crate::tenancy::Grants::new([&o], None);
+                        errors.extend(grants.problems(name).iter().map(|p| {
+                            let (path, reason) = p.split_once(": ").unwrap_or(("spec", p));
+                            FieldError {
+                                path: path.into(),
+                                reason: reason.into(),
+                            }
+                        }));
+                    }
+                    Err(e) => errors.extend(e),
+                },
                 "Server" => match typed::<Server>(&value) {
                     Ok(o) => {
                         errors.extend(errs(validate_server(&o.spec)));
