@@ -106,6 +106,8 @@ bench: deps fake-switch ovs netconf ansible
 	$(CARGO) bench --locked --bench netconf
 	$(CARGO) bench --locked --bench ansible
 	$(CARGO) bench --locked --bench fleet
+	$(CARGO) bench --locked --bench tenancy
+	BENCH_TENANCY=1 $(CARGO) bench --locked --bench operator
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

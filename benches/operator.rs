@@ -6,6 +6,11 @@
 //!
 //! Run: `make bench` (or `cargo bench --bench operator`). Targets (issue 17): <= 10 s
 //! to all Active, idle RSS <= 48 MiB, idle CPU <= 0.5 %.
+//!
+//! `BENCH_TENANCY=1` runs the same fleet with tenancy on (issue 31): the Switches
+//! in a tenant namespace (their ports serve it), the infra namespace elsewhere, a
+//! VLANPool granting the configurations' VLANs, so every apply of every port passes
+//! the grant check (from the caches) and every port is parked when first seen.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -83,6 +88,7 @@ async fn main() {
     let switches_n = env_or("BENCH_SWITCHES", 200);
     let ports_n = env_or("BENCH_PORTS", 50);
     let idle_secs = env_or("BENCH_IDLE_SECONDS", 60) as u64;
+    let tenancy = env_or("BENCH_TENANCY", 0) == 1;
     let cluster = BenchCluster::start("opbench").await;
     let (client, kubeconfig) = (cluster.client.clone(), cluster.kubeconfig.clone());
     cluster
@@ -131,9 +137,27 @@ async fn main() {
         configs.create(&PostParams::default(), &cfg).await.unwrap();
     }
 
+    if tenancy {
+        let pool: patchbay::api::VLANPool = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "VLANPool",
+            "metadata": {"name": "bench"},
+            "spec": {"vlans": "100-109", "namespaces": [NS]}
+        }))
+        .unwrap();
+        Api::<patchbay::api::VLANPool>::all(client.clone())
+            .create(&PostParams::default(), &pool)
+            .await
+            .unwrap();
+    }
+    let tenancy_args: &[&str] = if tenancy {
+        &["--infra-namespace", "bench-infra", "--parking-vlan", "4000"]
+    } else {
+        &[]
+    };
     let mut operator = Command::new(env!("CARGO_BIN_EXE_patchbay"))
         .args(["run", "--kubeconfig"])
         .arg(&kubeconfig)
+        .args(tenancy_args)
         .args([
             "--fixture-latency-ms",
             "1",
@@ -154,7 +178,12 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "operator benchmark: {switches_n} switches x {ports_n} ports = {total} ports, fixture latency 1 ms"
+        "operator benchmark: {switches_n} switches x {ports_n} ports = {total} ports, fixture latency 1 ms{}",
+        if tenancy {
+            ", tenancy on (ports serve a tenant namespace; parked when first seen)"
+        } else {
+            ""
+        }
     );
     println!(
         "  SwitchPorts created by the Switch controller and Idle after {:.1} s",

@@ -12,7 +12,8 @@
 //!   [`patchbay_providers::DesiredPort`], and finds misspelt fields.
 //! - [`state_machine`]: the port state machine, one function: `decide`.
 //! - [`tenancy`]: which namespace may carry which VLAN where (VLANPool grants), and
-//!   which configurations a tenant may name.
+//!   which configurations a tenant may name; [`admission`]: what the webhook answers
+//!   for one object, by the same rules.
 //! - [`allocation`]: which Servers a claim gets (one function: `plan`);
 //!   [`inventory`]: the installer's `hosts.ini` and `hosts.yaml` for a claim.
 //! - [`validate::claim`]: claims checked and turned into allocation requests.
@@ -28,7 +29,8 @@
 //! - [`settings`]: the operator's settings (flags, environment, file).
 //! - [`lease`]: leader election on a Lease (its decision, `decide`, is pure).
 //! - [`metrics`]: the metrics registry (state, rendered in the Prometheus format);
-//!   [`serve`]: the HTTP endpoint for metrics and health probes.
+//!   [`serve`]: the one HTTP server (metrics, health probes, the admission webhook
+//!   over TLS); [`webhook`]: the webhook's own caches and its answers.
 
 pub mod admission;
 pub mod allocation;

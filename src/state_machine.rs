@@ -11,11 +11,11 @@
 //!
 //! | state | leaves when |
 //! |---|---|
-//! | (none) | finalizer added → Idle |
+//! | (none) | finalizer added → Idle (with a parking VLAN, [`PortFacts::park_new`]: → Cleaning first) |
 //! | Idle | configuration set → Configuring; deletion → Deleting |
 //! | Configuring | applied and verified → Active (a SmartNicPort also waits for its next port); configuration cleared or deletion → Cleaning |
 //! | Active | drift (policy Reconcile) or target changed → Configuring; cleared or deletion → Cleaning |
-//! | Cleaning | clean → Idle, or straight to Deleting when deletion is pending |
+//! | Cleaning | clean (the device default, or parked on the parking VLAN with tenancy) → Idle, or straight to Deleting when deletion is pending |
 //! | Deleting | finalizer removed (the object disappears) |
 //!
 //! Failures are not a state: the port stays where it is, [`Decision::health`] says why,

@@ -327,6 +327,44 @@ impl Grants {
     }
 }
 
+/// The grants last computed, and the pools' key (names and resourceVersions) they
+/// were computed from: a reader pays for [`Grants::new`] once per pool change, not
+/// once per port or review.
+#[derive(Debug, Default)]
+pub struct GrantsCache(std::sync::Mutex<Option<(String, std::sync::Arc<Grants>)>>);
+
+impl GrantsCache {
+    /// The grants of `pools` (a cache's contents) with `parking` granted to nobody.
+    pub fn get(
+        &self,
+        pools: &[std::sync::Arc<VLANPool>],
+        parking: Option<VlanId>,
+    ) -> std::sync::Arc<Grants> {
+        let mut key: Vec<String> = pools
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}@{}",
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                    p.metadata.resource_version.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        key.sort();
+        key.push(parking.map(|v| v.to_string()).unwrap_or_default());
+        let key = key.join(",");
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, g)) = cached.as_ref()
+            && *k == key
+        {
+            return g.clone();
+        }
+        let g = std::sync::Arc::new(Grants::new(pools.iter().map(AsRef::as_ref), parking));
+        *cached = Some((key, g.clone()));
+        g
+    }
+}
+
 /// The VLANs a port configuration carries, each with the field that sets it.
 pub fn vlans_of(port: &PortSettingsSpec) -> Vec<(String, i64)> {
     port.untagged_vlan

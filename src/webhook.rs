@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::admission::{Lookups, answer, review};
 use crate::api::{SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
 use crate::serve::Admit;
-use crate::tenancy::{Grants, Tenancy};
+use crate::tenancy::{GrantsCache, Tenancy};
 
 /// The webhook: tenancy settings and caches.
 pub struct Webhook {
@@ -29,6 +29,7 @@ pub struct Webhook {
     configurations: Store<SwitchPortConfiguration>,
     smartnics: Store<SmartNicConfiguration>,
     synced: Arc<AtomicBool>,
+    grants: GrantsCache,
 }
 
 fn cache<K>(api: Api<K>) -> (Store<K>, futures::future::BoxFuture<'static, ()>)
@@ -65,6 +66,7 @@ impl Webhook {
             configurations: configurations.clone(),
             smartnics: smartnics.clone(),
             synced: synced.clone(),
+            grants: GrantsCache::default(),
         });
         let ready = async move {
             let _ = pools.wait_until_ready().await;
@@ -87,8 +89,15 @@ impl Webhook {
 
 impl Admit for Webhook {
     fn admit(&self, request: &Value) -> Value {
-        let pools: Vec<VLANPool> = self.pools.state().iter().map(|p| (**p).clone()).collect();
-        let grants = Grants::new(&pools, Some(self.tenancy.parking_vlan));
+        let state = self.pools.state();
+        let grants = self.grants.get(&state, Some(self.tenancy.parking_vlan));
+        // Only a VLANPool's review judges pools anew (among all the others).
+        let pools: Vec<VLANPool> =
+            if request.pointer("/request/kind/kind") == Some(&Value::String("VLANPool".into())) {
+                state.iter().map(|p| (**p).clone()).collect()
+            } else {
+                Vec::new()
+            };
         let configuration = |ns: &str, name: &str| {
             self.configurations
                 .get(&ObjectRef::new(name).within(ns))

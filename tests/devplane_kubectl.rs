@@ -104,6 +104,11 @@ async fn kubectl_applies_crds_and_examples_and_reads_them_back() {
         explain.contains("Pins: a Server whose boot MAC"),
         "{explain}"
     );
+    let explain = cluster.kubectl_ok(&["explain", "vlanpool.spec.shared"]);
+    assert!(
+        explain.contains("True for a VLAN every listed namespace may carry"),
+        "{explain}"
+    );
     cluster.finish().await;
 }
 

@@ -7,8 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use super::common::pattern;
 
-/// What a switch port should carry. Tenants create these and link them from a
-/// SwitchPort; editing one reconfigures every port that uses it.
+/// What a switch port should carry. Tenants create these and name them in their
+/// ServerClaims (the infra team also links them from SwitchPorts); editing one
+/// reconfigures every port that uses it. With tenancy, its VLANs must be granted to
+/// the namespace of the port's tenant (VLANPool).
 ///
 /// An access port has `untaggedVLAN` and no `vlans`; a trunk lists its tagged VLANs in
 /// `vlans` and may carry `untaggedVLAN` as its native VLAN.

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::common::{ConfigurationRef, PortStatus};
 
 /// One port of a Switch. Created and owned by the Switch controller (one per entry of
-/// `Switch.spec.ports`); tenants and the host lifecycle set `spec.configuration` to
-/// link a SwitchPortConfiguration, and clear it to return the port to clean.
+/// `Switch.spec.ports`); the infra team and the host lifecycle set `spec.configuration`
+/// to link a SwitchPortConfiguration, and clear it to return the port to clean
+/// (parked, with tenancy). Tenants never write ports: they reach them through
+/// ServerClaims.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "patchbay.dev",

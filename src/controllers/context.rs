@@ -21,7 +21,7 @@ use crate::api::{
 };
 use crate::backends::{BackendError, Backends};
 use crate::settings::Settings;
-use crate::tenancy::Grants;
+use crate::tenancy::{Grants, GrantsCache};
 use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
 use patchbay_providers::values::VlanId;
 
@@ -130,11 +130,8 @@ pub struct Stores {
     pub pools: Store<VLANPool>,
     /// Servers (cluster-scoped): whom a port they drive serves.
     pub servers: Store<Server>,
-    grants: Arc<Mutex<Option<KeyedGrants>>>,
+    grants: Arc<GrantsCache>,
 }
-
-/// Grants and the pools' key they were computed from.
-type KeyedGrants = (String, Arc<Grants>);
 
 impl Stores {
     /// The caches, and no grants computed yet.
@@ -157,32 +154,10 @@ impl Stores {
         }
     }
 
-    /// What the cached VLANPools grant (recomputed only when a pool changed: the
-    /// cache's resourceVersions are the key), with `parking` granted to nobody.
+    /// What the cached VLANPools grant (recomputed only when a pool changed), with
+    /// `parking` granted to nobody.
     pub fn grants(&self, parking: Option<VlanId>) -> Arc<Grants> {
-        let pools = self.pools.state();
-        let mut key: Vec<String> = pools
-            .iter()
-            .map(|p| {
-                format!(
-                    "{}@{}",
-                    p.name_any(),
-                    p.resource_version().unwrap_or_default()
-                )
-            })
-            .collect();
-        key.sort();
-        key.push(parking.map(|v| v.to_string()).unwrap_or_default());
-        let key = key.join(",");
-        let mut cached = self.grants.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((k, g)) = cached.as_ref()
-            && *k == key
-        {
-            return g.clone();
-        }
-        let g = Arc::new(Grants::new(pools.iter().map(AsRef::as_ref), parking));
-        *cached = Some((key, g.clone()));
-        g
+        self.grants.get(&self.pools.state(), parking)
     }
 
     /// Whether a port (`kind`, `meta`) on `switch` (its Switch; a SmartNicPort's
