@@ -311,4 +311,53 @@ mod tests {
         assert_eq!(respond(&Method::POST, "/metrics", true).0, 405);
         assert_eq!(respond(&get, "/secrets", true).0, 404);
     }
+
+    /// A certificate for `cn` swapped into `dir` whole (as kubelet swaps a Secret's
+    /// files), made with the machine's openssl.
+    fn certificate(dir: &Path, cn: &str) {
+        let out = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", &format!("/CN={cn}")])
+            .arg("-keyout")
+            .arg(dir.join("new.key"))
+            .arg("-out")
+            .arg(dir.join("new.crt"))
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success());
+        std::fs::rename(dir.join("new.key"), dir.join("tls.key")).unwrap();
+        std::fs::rename(dir.join("new.crt"), dir.join("tls.crt")).unwrap();
+    }
+
+    #[test]
+    fn a_rotated_certificate_is_served_without_a_restart_and_a_bad_one_is_not() {
+        let dir = std::env::temp_dir().join(format!("pb-certs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        certificate(&dir, "first");
+        let certs = CertDir::load(&dir).unwrap();
+        let first = certs.current().cert[0].clone();
+        certificate(&dir, "second");
+        std::thread::sleep(Duration::from_millis(1100));
+        let second = certs.current().cert[0].clone();
+        assert_ne!(first, second, "the rotated pair is served");
+        // A broken key: the last good pair stays, and the error names the file
+        // without quoting it.
+        std::fs::write(
+            dir.join("tls.key"),
+            "-----BEGIN PRIVATE KEY-----\nnot a key\n",
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(certs.current().cert[0], second);
+        let err = CertDir::load(&dir).unwrap_err().to_string();
+        assert!(err.ends_with("tls.key: not a PEM private key"), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -725,8 +725,28 @@ mod tests {
             names_of(servers_provisioned_with(&servers, &config("lab", "pxe"))),
             vec!["elsewhere"]
         );
-        // The NIC's own (tenant) configuration is not a provisioning one.
-        assert!(servers_provisioned_with(&servers, &config("other", "pxe")).is_empty());
+        // The NIC's default configuration wakes its Servers too (a claim target the
+        // tenancy check refused is judged again), and so does any configuration of
+        // the namespace of a Server's claim.
+        assert_eq!(
+            names_of(servers_provisioned_with(&servers, &config("other", "pxe"))),
+            vec!["elsewhere", "explicit", "other-name", "same-ns"]
+        );
+        assert!(servers_provisioned_with(&servers, &config("team", "web")).is_empty());
+        let mut claimed = (*servers[0]).clone();
+        claimed.status = Some(
+            serde_json::from_value(json!({
+                "claim": {"name": "c", "namespace": "team"}
+            }))
+            .unwrap(),
+        );
+        assert_eq!(
+            names_of(servers_provisioned_with(
+                &[Arc::new(claimed)],
+                &config("team", "web")
+            )),
+            vec!["same-ns"]
+        );
         let host: BareMetalHost = serde_json::from_value(json!({
             "metadata": {"name": "bmh", "namespace": "metal3"},
             "spec": {"ports": [{"name": "eth0", "port": {"name": "p1", "namespace": "infra"},
