@@ -66,9 +66,13 @@ pub async fn serve(
                         let routes = routes.clone();
                         async move { Ok::<_, std::convert::Infallible>(answer(req, &routes).await) }
                     });
+                    // Probes and scrapes: one request per connection, closed after
+                    // the answer (as before hyper). The API server keeps its TLS
+                    // connection to the webhook open between reviews.
                     let http = hyper::server::conn::http1::Builder::new()
                         .header_read_timeout(REQUEST_TIMEOUT)
                         .timer(hyper_util::rt::TokioTimer::new())
+                        .keep_alive(tls.is_some())
                         .to_owned();
                     match tls {
                         None => {

@@ -169,7 +169,8 @@ pub struct ServerClaimStatus {
     /// The metadata.generation the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Allocated`, `Ready`, `Maintenance`, `InventoryComplete`.
+    /// `Allocated`, `Ready`, `Maintenance`, `InventoryComplete`, `Forbidden` (with tenancy: a
+    /// held Server's ports refused the claim's network, and why).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -128,7 +128,9 @@ pub struct PortStatus {
     /// The metadata.generation the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Conditions: Ready, Drifted, … (Kubernetes conventions).
+    /// Conditions: Ready, Drifted, Forbidden (with tenancy: the configuration is not
+    /// granted to the namespace the port serves; nothing is sent), … (Kubernetes
+    /// conventions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -242,7 +242,8 @@ pub struct ServerStatus {
     /// The metadata.generation the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Conditions: `Valid`, `PortsReady`, `Held`, `PortInUse`, `HostPaused`.
+    /// Conditions: `Valid`, `PortsReady`, `Held`, `PortInUse`, `HostPaused`, `Forbidden`
+    /// (with tenancy: claim targets refused by the grants, their ports left as they are).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
