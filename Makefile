@@ -56,13 +56,15 @@ ovs:
 
 # A real NETCONF server for the NETCONF tests, benchmark and demo: Debian's netconfd
 # (yuma123) behind a private sshd (both started by hand by the test bed, never
-# through systemd), and ssh-keygen for their keys.
+# through systemd), ssh-keygen for their keys, and openssl for the admission
+# webhook's test certificates.
 netconf:
 	@command -v netconfd >/dev/null 2>&1 && test -x /usr/sbin/netconf-subsystem \
-		&& test -x /usr/sbin/sshd && command -v ssh-keygen >/dev/null 2>&1 || { \
-		echo "installing netconfd, openssh-server"; \
+		&& test -x /usr/sbin/sshd && command -v ssh-keygen >/dev/null 2>&1 \
+		&& command -v openssl >/dev/null 2>&1 || { \
+		echo "installing netconfd, openssh-server, openssl"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			netconfd openssh-server openssh-client; }
+			netconfd openssh-server openssh-client openssl; }
 
 # Ansible (pinned, playbooks/requirements.txt) in its own venv for the Ansible
 # backend's tests, benchmark and demo; patchbay runs .venv/ansible/bin/ansible-playbook.
