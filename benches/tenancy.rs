@@ -69,29 +69,6 @@ async fn applies(api: &Api<SwitchPortConfiguration>, n: usize, tag: &str) -> Vec
     times
 }
 
-fn certificate(dir: &std::path::Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    let out = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "1", "-subj", "/CN=bench"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .arg("-keyout")
-        .arg(dir.join("tls.key"))
-        .arg("-out")
-        .arg(dir.join("tls.crt"))
-        .output()
-        .expect("openssl");
-    assert!(out.status.success());
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let n = env_or("BENCH_APPLIES", 1000).max(1);
@@ -140,7 +117,7 @@ async fn main() {
     // 1. Without, then with the webhook.
     let without = applies(&Api::namespaced(client.clone(), "without"), n, "c").await;
     let dir = cluster.dir.join("webhook");
-    certificate(&dir);
+    patchbay_testbed::webhook_certificate(&dir, "bench").unwrap();
     let tls = patchbay::serve::tls_acceptor(&dir).unwrap();
     let (hook, caches) = patchbay::webhook::Webhook::start(client.clone(), tenancy.clone());
     tokio::spawn(caches);

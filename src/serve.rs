@@ -316,38 +316,13 @@ mod tests {
         assert_eq!(respond(&get, "/secrets", true).0, 404);
     }
 
-    /// A certificate for `cn` swapped into `dir` whole (as kubelet swaps a Secret's
-    /// files), made with the machine's openssl.
-    fn certificate(dir: &Path, cn: &str) {
-        let out = std::process::Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-            ])
-            .args(["-nodes", "-days", "1", "-subj", &format!("/CN={cn}")])
-            .arg("-keyout")
-            .arg(dir.join("new.key"))
-            .arg("-out")
-            .arg(dir.join("new.crt"))
-            .output()
-            .expect("openssl runs");
-        assert!(out.status.success());
-        std::fs::rename(dir.join("new.key"), dir.join("tls.key")).unwrap();
-        std::fs::rename(dir.join("new.crt"), dir.join("tls.crt")).unwrap();
-    }
-
     #[test]
     fn a_rotated_certificate_is_served_without_a_restart_and_a_bad_one_is_not() {
         let dir = std::env::temp_dir().join(format!("pb-certs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        certificate(&dir, "first");
+        patchbay_testbed::webhook_certificate(&dir, "first").unwrap();
         let certs = CertDir::load(&dir).unwrap();
         let first = certs.current().cert[0].clone();
-        certificate(&dir, "second");
+        patchbay_testbed::webhook_certificate(&dir, "second").unwrap();
         std::thread::sleep(Duration::from_millis(1100));
         let second = certs.current().cert[0].clone();
         assert_ne!(first, second, "the rotated pair is served");

@@ -264,28 +264,12 @@ impl Grants {
         if self.parking == Some(vlan) {
             return Err(Missing::Parking);
         }
-        if self.contested.contains(&vlan) {
-            return Err(Missing::Contested);
-        }
-        let serving: Vec<&Pool> = self
-            .by_vlan
-            .get(&vlan)
-            .into_iter()
-            .flatten()
-            .map(|&i| &self.pools[i])
-            .filter(|p| p.namespaces.contains(namespace))
-            .collect();
-        if serving.is_empty() {
-            return Err(Missing::NotGranted);
-        }
-        match serving.iter().find(|p| p.on(switch)) {
-            Some(p) => Ok(if p.shared {
-                p.vlan_name.as_deref()
-            } else {
-                None
-            }),
-            None => Err(Missing::OtherSwitches),
-        }
+        let p = self.granting(&self.by_vlan, &self.contested, namespace, switch, vlan)?;
+        Ok(if p.shared {
+            p.vlan_name.as_deref()
+        } else {
+            None
+        })
     }
 
     /// Whether link-aggregation group `group` is granted to `namespace` on `switch`
@@ -296,25 +280,40 @@ impl Grants {
         switch: Option<&str>,
         group: VlanId,
     ) -> Result<(), Missing> {
-        if self.contested_groups.contains(&group) {
+        self.granting(
+            &self.by_group,
+            &self.contested_groups,
+            namespace,
+            switch,
+            group,
+        )
+        .map(|_| ())
+    }
+
+    /// The pool of `index` (VLANs or groups) that grants `id` to `namespace` on
+    /// `switch`, or why none does.
+    fn granting(
+        &self,
+        index: &BTreeMap<VlanId, Vec<usize>>,
+        contested: &BTreeSet<VlanId>,
+        namespace: &str,
+        switch: Option<&str>,
+        id: VlanId,
+    ) -> Result<&Pool, Missing> {
+        if contested.contains(&id) {
             return Err(Missing::Contested);
         }
-        let serving: Vec<&Pool> = self
-            .by_group
-            .get(&group)
+        let mut serving = index
+            .get(&id)
             .into_iter()
             .flatten()
             .map(|&i| &self.pools[i])
             .filter(|p| p.namespaces.contains(namespace))
-            .collect();
-        if serving.is_empty() {
+            .peekable();
+        if serving.peek().is_none() {
             return Err(Missing::NotGranted);
         }
-        if serving.iter().any(|p| p.on(switch)) {
-            Ok(())
-        } else {
-            Err(Missing::OtherSwitches)
-        }
+        serving.find(|p| p.on(switch)).ok_or(Missing::OtherSwitches)
     }
 
     /// The VLANs granted to `namespace` (on some Switch), as a range string.

@@ -336,25 +336,7 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
     // Tenancy on, with the webhook: its caches list and watch what the controllers'
     // do, every replica.
     let certs = cluster.dir.join("webhook");
-    std::fs::create_dir_all(&certs).unwrap();
-    let openssl = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "1", "-subj", "/CN=patchbay"])
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .arg("-keyout")
-        .arg(certs.join("tls.key"))
-        .arg("-out")
-        .arg(certs.join("tls.crt"))
-        .output()
-        .unwrap();
-    assert!(openssl.status.success());
+    patchbay_testbed::webhook_certificate(&certs, "patchbay").unwrap();
     let file = cluster.dir.join("all.yaml");
     std::fs::write(&file, manifests).unwrap();
     // From here on the test speaks only through kubectl: every other client is the

@@ -15,10 +15,10 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use patchbay::api::{Server, ServerClaim, ServerPhase, SmartNicConfiguration, SmartNicPort};
-use patchbay_providers::{Device as _, VlanMode};
+use patchbay_providers::VlanMode;
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec, SimSwitch};
 use serde_json::json;
-use ssh_cases::{backend, port, vlan};
+use ssh_cases::access;
 use support::env::{Env, find_condition};
 use support::{Cluster, eventually, on_devplane};
 
@@ -175,11 +175,7 @@ fn condition(s: &Server, type_: &str) -> (String, String, String) {
 
 /// The VLANs a Cisco port carries, read from the simulator.
 async fn cisco(sim: &SimSwitch, p: &str) -> Option<VlanMode> {
-    backend("ios", sim).get_port(&port(p)).await.ok()?.vlans
-}
-
-fn access(n: u16) -> Option<VlanMode> {
-    Some(VlanMode::Access { vlan: vlan(n) })
+    ssh_cases::cisco_vlans(sim, p).await
 }
 
 /// The OVS port's tag (`[]` when clean), read with ovs-vsctl.

@@ -24,11 +24,11 @@ use patchbay::api::{
     SwitchPortConfiguration, VLANPool,
 };
 use patchbay::tenancy::Tenancy;
+use patchbay_providers::VlanMode;
 use patchbay_providers::values::{VlanId, VlanSet};
-use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec, SimSwitch};
 use serde_json::json;
-use ssh_cases::{backend, port, vlan};
+use ssh_cases::{access, backend, vlan};
 use support::env::{Env, condition, find_condition};
 use support::netns::Hosts;
 use support::{Cluster, eventually};
@@ -188,11 +188,7 @@ impl Fabric {
 
 /// The VLANs a Cisco port carries, read from the simulator.
 async fn cisco(sim: &SimSwitch, p: &str) -> Option<VlanMode> {
-    backend("ios", sim).get_port(&port(p)).await.ok()?.vlans
-}
-
-fn access(n: u16) -> Option<VlanMode> {
-    Some(VlanMode::Access { vlan: vlan(n) })
+    ssh_cases::cisco_vlans(sim, p).await
 }
 
 fn trunk(native: u16, tagged: &[u16]) -> Option<VlanMode> {
@@ -226,39 +222,6 @@ fn tenancy(infra: &str) -> Tenancy {
         trusted_host_namespaces: BTreeSet::new(),
         allow_bmc_credentials: false,
     }
-}
-
-/// An EC key and a self-signed certificate for 127.0.0.1 in `dir` (tls.crt,
-/// tls.key), made with the machine's openssl.
-fn certificate(dir: &Path, cn: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let out = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={cn}")])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
-        .args(["-addext", "extendedKeyUsage=serverAuth"])
-        .arg("-keyout")
-        .arg(dir.join("tls.key.new"))
-        .arg("-out")
-        .arg(dir.join("tls.crt.new"))
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Swapped in whole, as kubelet swaps a mounted Secret's files.
-    std::fs::rename(dir.join("tls.key.new"), dir.join("tls.key")).unwrap();
-    std::fs::rename(dir.join("tls.crt.new"), dir.join("tls.crt")).unwrap();
 }
 
 /// patchbay's webhook on a free loopback port, served from `dir`'s certificate;
@@ -401,7 +364,7 @@ async fn two_tenants_on_one_switch_never_reach_each_others_vlans() {
     let f = fabric("tenancy", &sim).await;
     let (infra, a, b) = (f.infra().to_owned(), f.a.clone(), f.b.clone());
     let dir = f.env.cluster.dir.join("webhook");
-    certificate(&dir, "patchbay-webhook");
+    patchbay_testbed::webhook_certificate(&dir, "patchbay-webhook").unwrap();
     let addr = webhook(f.client(), tenancy(&infra), &dir).await;
     let url = format!("https://{addr}/validate");
     let ca = std::fs::read(dir.join("tls.crt")).unwrap();

@@ -395,6 +395,44 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(io(format!("writing {}", path.display())))
 }
 
+/// A self-signed EC certificate for 127.0.0.1 (CN `cn`, not a CA, server auth) in
+/// `dir` as `tls.crt` and `tls.key`, made with the machine's openssl and swapped in
+/// whole, as kubelet swaps a mounted Secret's files (what the admission webhook
+/// reads, and reads again when it changes).
+pub fn webhook_certificate(dir: &Path, cn: &str) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={cn}")])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-addext", "extendedKeyUsage=serverAuth"])
+        .arg("-keyout")
+        .arg(dir.join("tls.key.new"))
+        .arg("-out")
+        .arg(dir.join("tls.crt.new"))
+        .output()
+        .map_err(io("running openssl"))?;
+    if !out.status.success() {
+        return Err(TestbedError::Failed(format!(
+            "openssl req: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    for f in ["tls.key", "tls.crt"] {
+        std::fs::rename(dir.join(format!("{f}.new")), dir.join(f))
+            .map_err(io(format!("renaming {f}")))?;
+    }
+    Ok(())
+}
+
 /// A running `ovsdb-client monitor` of the Port table (see
 /// [`OvsSim::monitor_ports`]).
 pub struct PortMonitor {

@@ -239,3 +239,14 @@ pub async fn delete_cisco_vlan_by_hand(cli: &CliSwitch, v: u16) {
         .unwrap();
     assert!(typed.iter().all(Result::is_ok), "{typed:?}");
 }
+
+/// The VLANs a Cisco simulator's port carries, read back through the SSH backend.
+pub async fn cisco_vlans(sim: &SimSwitch, p: &str) -> Option<VlanMode> {
+    use patchbay_providers::Device as _;
+    backend("ios", sim).get_port(&port(p)).await.ok()?.vlans
+}
+
+/// An access port on VLAN `n`, as [`cisco_vlans`] reads it.
+pub fn access(n: u16) -> Option<VlanMode> {
+    Some(VlanMode::Access { vlan: vlan(n) })
+}
