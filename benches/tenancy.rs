@@ -30,8 +30,8 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use patchbay::api::{SwitchPortConfiguration, VLANPool};
+use patchbay::decide::tenancy::{Grants, Tenancy, Use, check_vlans, vlans_of};
 use patchbay::serve::Admit;
-use patchbay::tenancy::{Grants, Tenancy, Use, check_vlans, vlans_of};
 use patchbay_providers::values::VlanId;
 use serde_json::json;
 

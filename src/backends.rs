@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::decide::failure::BackendError;
 use k8s_openapi::api::core::v1::Secret;
 use patchbay_providers::ansible::{
     AnsibleAuth, AnsibleHostKey, AnsibleOptions, AnsibleSwitch, AnsibleTarget,
@@ -76,54 +77,6 @@ impl FixtureRegistry {
         });
         device.add_ports(ports.iter().cloned());
         device.clone()
-    }
-}
-
-/// Why no backend could be built.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BackendError {
-    /// The credentials Secret is missing or lacks keys.
-    #[error("credentials: {0}")]
-    Credentials(String),
-    /// The backend is not available in this build.
-    #[error("backend {0} is not available yet in this build of patchbay")]
-    Unsupported(&'static str),
-    /// No dialect (ssh) or device model (netconf) for this os over this backend.
-    #[error(
-        "spec.os: no {backend} dialect for os {os:?} (ssh supports ios, powerconnect, dell10g, fastiron, eos; netconf supports junos, yang; ansible supports ios, junos)"
-    )]
-    NoDialect {
-        /// The backend.
-        backend: &'static str,
-        /// The os value.
-        os: String,
-    },
-    /// No host key is pinned at all.
-    #[error(
-        "host key: no host key pinned: set spec.hostKey (fingerprint or knownHostsLine), put \
-         knownHosts in the Secret, or (labs only) spec.insecureAcceptAnyHostKey"
-    )]
-    HostKeyNotPinned,
-    /// A pin is given but cannot be used.
-    #[error("host key: {pin}: {cause}")]
-    HostKeyUnusable {
-        /// Which pin (`spec.hostKey.knownHostsLine`, `the Secret's knownHosts`).
-        pin: &'static str,
-        /// Why it cannot be used.
-        #[source]
-        cause: Cause,
-    },
-}
-
-impl BackendError {
-    /// A bounded category for conditions, events and metrics.
-    pub fn category(&self) -> &'static str {
-        match self {
-            BackendError::Credentials(_) => "CredentialsInvalid",
-            BackendError::Unsupported(_) | BackendError::NoDialect { .. } => "BackendUnsupported",
-            BackendError::HostKeyNotPinned => "HostKeyNotPinned",
-            BackendError::HostKeyUnusable { .. } => "HostKeyUnusable",
-        }
     }
 }
 

@@ -13,94 +13,20 @@
 //! `leaseDuration − renewDeadline`: a batch started just before the deadline ends
 //! before another replica can take the Lease over.
 //!
-//! [`decide`] is pure and table-tested; [`Elector`] does the Kubernetes I/O. A small
+//! The decision ([`crate::decide::lease::decide`]) is pure and table-tested; [`Elector`] does the Kubernetes I/O. A small
 //! module on kube's Lease API rather than `kube-lease-manager`: that crate's releases
 //! target older kube versions (none for kube 5 when this was written), and what is
 //! needed here — acquire, renew, release, a deadline — is a hundred lines.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
-/// The election's timings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timings {
-    /// How long a Lease not renewed keeps others out.
-    pub lease_duration: Duration,
-    /// How long the holder keeps acting without a successful renewal.
-    pub renew_deadline: Duration,
-    /// How often the holder renews and the others retry.
-    pub retry_period: Duration,
-}
-
-impl Default for Timings {
-    /// client-go's defaults: 15 s, 10 s, 2 s.
-    fn default() -> Self {
-        Self {
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        }
-    }
-}
-
-impl Timings {
-    /// The longest a batch may take: `leaseDuration − renewDeadline`.
-    pub fn batch_bound(&self) -> Duration {
-        self.lease_duration.saturating_sub(self.renew_deadline)
-    }
-
-    /// Whether the timings make sense (the deadline inside the duration, the retry
-    /// inside the deadline).
-    pub fn check(&self) -> Result<(), String> {
-        if self.renew_deadline >= self.lease_duration {
-            return Err("renewDeadline must be shorter than leaseDuration".into());
-        }
-        if self.retry_period >= self.renew_deadline {
-            return Err("retryPeriod must be shorter than renewDeadline".into());
-        }
-        Ok(())
-    }
-}
-
-/// What to do with the Lease as it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseStep {
-    /// No Lease: create it, holding it.
-    Create,
-    /// Ours: renew it.
-    Renew,
-    /// Free (no holder) or expired: take it over.
-    TakeOver,
-    /// Held by someone else, still valid: wait.
-    Wait {
-        /// The holder.
-        holder: String,
-    },
-}
-
-/// The step for replica `me` given the Lease's holder (`None`: no Lease; `Some("")`:
-/// released) and how long it has been unchanged as this replica observed it.
-pub fn decide(
-    holder: Option<&str>,
-    me: &str,
-    unchanged_for: Duration,
-    lease: Duration,
-) -> LeaseStep {
-    match holder {
-        None => LeaseStep::Create,
-        Some(h) if h == me => LeaseStep::Renew,
-        Some("") => LeaseStep::TakeOver,
-        Some(_) if unchanged_for >= lease => LeaseStep::TakeOver,
-        Some(h) => LeaseStep::Wait {
-            holder: h.to_owned(),
-        },
-    }
-}
+use crate::decide::lease::{LeaseStep, Timings, decide};
 
 static DEVICES_ALLOWED: AtomicBool = AtomicBool::new(true);
 
@@ -333,47 +259,4 @@ impl Elector {
 
 fn record_holder(seen: &Option<(String, Option<String>)>) -> String {
     seen.as_ref().map(|(h, _)| h.clone()).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn who_acts_on_the_lease() {
-        let lease = Duration::from_secs(15);
-        let s = Duration::from_secs;
-        let table: &[(Option<&str>, Duration, LeaseStep)] = &[
-            (None, s(0), LeaseStep::Create),
-            (Some("a"), s(0), LeaseStep::Renew),
-            (Some("a"), s(100), LeaseStep::Renew),
-            (Some(""), s(0), LeaseStep::TakeOver),
-            (Some("b"), s(14), LeaseStep::Wait { holder: "b".into() }),
-            (Some("b"), s(15), LeaseStep::TakeOver),
-        ];
-        for (holder, unchanged, step) in table {
-            assert_eq!(
-                decide(*holder, "a", *unchanged, lease),
-                *step,
-                "{holder:?} {unchanged:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn timings_are_checked_and_bound_a_batch() {
-        let t = Timings::default();
-        assert_eq!(t.check(), Ok(()));
-        assert_eq!(t.batch_bound(), Duration::from_secs(5));
-        let bad = Timings {
-            renew_deadline: Duration::from_secs(15),
-            ..t
-        };
-        assert!(bad.check().is_err());
-        let bad = Timings {
-            retry_period: Duration::from_secs(10),
-            ..t
-        };
-        assert!(bad.check().is_err());
-    }
 }

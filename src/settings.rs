@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::state_machine::Backoff;
+use crate::decide::state_machine::Backoff;
 
 /// The settings `patchbay run` works with.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +36,7 @@ pub struct Settings {
     pub ansible_playbook: PathBuf,
     /// Tenancy (VLANPool grants checked, ports parked); `None` without
     /// `--infra-namespace`: one tenant, nothing checked.
-    pub tenancy: Option<crate::tenancy::Tenancy>,
+    pub tenancy: Option<crate::decide::tenancy::Tenancy>,
 }
 
 impl Default for Settings {
@@ -160,7 +160,7 @@ impl SettingsArgs {
             })?;
         let schema = serde_json::to_value(schemars::schema_for!(SettingsArgs)).unwrap_or_default();
         let json = serde_json::to_value(&value).unwrap_or_default();
-        let errors = crate::validate::unknown_fields::unknown_fields(&schema, &json);
+        let errors = crate::decide::validate::unknown_fields::unknown_fields(&schema, &json);
         if !errors.is_empty() {
             return Err(SettingsError::Unknown {
                 path: path.to_owned(),
@@ -204,7 +204,7 @@ pub enum SettingsError {
         /// The file.
         path: PathBuf,
         /// Each unknown key, with the nearest known one.
-        errors: Vec<crate::validate::FieldError>,
+        errors: Vec<crate::decide::validate::FieldError>,
     },
     /// A value is out of range.
     #[error("{field}: {reason}")]
@@ -292,7 +292,7 @@ impl Settings {
                         .into(),
                 });
             }
-            (Some(infra), Some(vlan)) => Some(crate::tenancy::Tenancy {
+            (Some(infra), Some(vlan)) => Some(crate::decide::tenancy::Tenancy {
                 infra_namespace: infra.clone(),
                 parking_vlan: patchbay_providers::values::VlanId::new(vlan).map_err(|e| {
                     SettingsError::Invalid {

@@ -1,7 +1,7 @@
 //! The validating webhook's I/O: its own caches (VLANPools, SwitchPortConfigurations
 //! and SmartNicConfigurations, watched by every replica whether it leads or not, so
 //! any replica behind the Service answers) and the [`Admit`] the HTTP server calls.
-//! Every decision is [`crate::admission`]'s.
+//! Every decision is [`crate::decide::admission`]'s.
 //!
 //! Until the caches hold their first lists the webhook denies tenants' writes ("try
 //! again"): an empty cache would read as "nothing is granted" or, worse, "nothing
@@ -17,10 +17,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::admission::{Lookups, answer, review};
 use crate::api::{SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
+use crate::decide::admission::{Lookups, answer, review};
+use crate::decide::tenancy::Tenancy;
+use crate::grants::GrantsCache;
 use crate::serve::Admit;
-use crate::tenancy::{GrantsCache, Tenancy};
 
 /// The webhook: tenancy settings and caches.
 pub struct Webhook {

@@ -66,8 +66,11 @@ use patchbay_providers::{
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use crate::api::CabledPortKind;
+use crate::decide::failure::WorkerError;
+use crate::decide::lobby::{GroupVerdict, group_verdict, missing};
+use crate::decide::reachability::{Admission, Link, Outage, Reachability};
+use crate::decide::state_machine::Backoff;
 use crate::metrics;
-use crate::state_machine::{Backoff, SwitchOutage};
 
 /// Identifies a port object (kind, namespace, name): one worker serves a device's
 /// SwitchPorts and SmartNicPorts alike, and its notices go to the right controller.
@@ -127,61 +130,6 @@ pub enum Notice {
 
 /// Receives the worker's notices.
 pub type Notifier = Arc<dyn Fn(Notice) + Send + Sync>;
-
-/// A switch that does not answer. As an error it reads as its last session failure
-/// (its source).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{error}")]
-pub struct Outage {
-    /// The session failure of the last attempt.
-    #[source]
-    pub error: DeviceError,
-    /// When the first attempt of this outage failed.
-    pub since: Timestamp,
-    /// Failure count, last failure and next probe (what port decisions mirror).
-    pub timing: SwitchOutage,
-}
-
-/// Whether the switch answers.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum Reachability {
-    /// Not tried yet (or nothing to probe).
-    #[default]
-    Unknown,
-    /// The last session worked.
-    Reachable,
-    /// The last session failed as a whole.
-    Down(Outage),
-}
-
-/// Why the worker could not do an operation.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum WorkerError {
-    /// The device failed the operation (the port's own failure).
-    #[error(transparent)]
-    Device(DeviceError),
-    /// The switch does not answer; nothing was sent. It is probed again at
-    /// `timing.next_probe`.
-    #[error("{}", .0.error)]
-    SwitchDown(Box<Outage>),
-    /// A link-aggregation member's change waited [`WorkerConfig::group_hold`] for
-    /// the group's other members and was not sent.
-    #[error(
-        "link-aggregation group {group} waited {:.0} s for {} and sent nothing: every member \
-         of a group is configured in one batch, and these members' changes did not arrive \
-         (is their configuration valid and ready?)",
-        waited.as_secs_f64(),
-        missing.join(", ")
-    )]
-    GroupIncomplete {
-        /// The group number.
-        group: u16,
-        /// The device ports whose change did not arrive.
-        missing: Vec<String>,
-        /// How long the change waited.
-        waited: Duration,
-    },
-}
 
 enum Job {
     Apply {
@@ -259,9 +207,8 @@ impl Tracking {
 
 #[derive(Default)]
 struct HealthState {
-    reach: Reachability,
-    /// A probe (or a batch standing in for it) is running.
-    probing: bool,
+    /// Reachability and the probe (the pure transitions).
+    link: Link,
     /// A drift sweep is running.
     sweeping: bool,
     /// Ports that were refused (or failed) because the switch is down.
@@ -288,12 +235,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What to do with a batch that arrives.
-enum Admission {
-    Run,
-    Refuse(Outage),
-}
-
 impl Shared {
     fn backend(&self) -> &'static str {
         *lock(&self.backend)
@@ -303,8 +244,7 @@ impl Shared {
     /// old one and the switch's status are told (the first check runs at once).
     fn restart(&self) {
         let mut h = lock(&self.health);
-        h.reach = Reachability::Unknown;
-        h.probing = false;
+        h.link.restart();
         let waiting: Vec<PortKey> = std::mem::take(&mut h.waiting).into_iter().collect();
         drop(h);
         (self.notify)(Notice::Switch);
@@ -314,68 +254,36 @@ impl Shared {
     }
 
     fn admit(&self) -> Admission {
-        let mut h = lock(&self.health);
-        let outage = match &h.reach {
-            Reachability::Down(o) => o.clone(),
-            _ => return Admission::Run,
-        };
-        if h.probing || Timestamp::now() < outage.timing.next_probe {
-            return Admission::Refuse(outage);
-        }
-        // The probe is due: this batch is the probe.
-        h.probing = true;
-        Admission::Run
+        lock(&self.health).link.admit(Timestamp::now())
     }
 
     /// How long until the next probe, when the switch is down and none is running.
     fn probe_wait(&self) -> Option<Duration> {
-        let h = lock(&self.health);
-        match &h.reach {
-            Reachability::Down(o) if !h.probing => Some(
-                Duration::try_from(o.timing.next_probe.duration_since(Timestamp::now()))
-                    .unwrap_or(Duration::ZERO),
-            ),
-            _ => None,
-        }
+        let next = lock(&self.health).link.next_probe()?;
+        Some(Duration::try_from(next.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO))
     }
 
     fn tracked_keys(&self) -> Vec<PortKey> {
         lock(&self.tracking).desired.keys().cloned().collect()
     }
 
-    /// Records a session failure. A failure of a batch that started before the
-    /// outage was known belongs to the same step and does not count again.
+    /// Records a session failure ([`Link::fail`]) and tells whom it concerns.
     fn fail(&self, error: DeviceError, as_probe: bool) -> Outage {
-        let now = Timestamp::now();
         let mut h = lock(&self.health);
-        let previous = match &h.reach {
-            Reachability::Down(o) => Some(o.clone()),
-            _ => None,
-        };
-        if let Some(o) = &previous
-            && !as_probe
-        {
-            return o.clone();
+        let failed = h
+            .link
+            .fail(error, as_probe, Timestamp::now(), &self.backoff);
+        if !failed.counted {
+            return failed.outage;
         }
-        let failures = previous.as_ref().map_or(1, |o| o.timing.failures + 1);
-        let outage = Outage {
-            error,
-            since: previous.as_ref().map_or(now, |o| o.since),
-            timing: SwitchOutage {
-                failures,
-                last_failure: now,
-                next_probe: self.backoff.retry_at(now, failures),
-            },
-        };
-        h.reach = Reachability::Down(outage.clone());
-        h.probing = false;
         let mut wake: Vec<PortKey> = h.waiting.iter().cloned().collect();
         drop(h);
-        if previous.is_none() {
+        let outage = failed.outage;
+        if failed.went_down {
             tracing::warn!(error = %outage.error, "the switch does not answer; probing it again after the backoff");
             wake.extend(self.tracked_keys());
         } else {
-            tracing::debug!(failures, error = %outage.error, "the switch still does not answer");
+            tracing::debug!(failures = outage.timing.failures, error = %outage.error, "the switch still does not answer");
         }
         self.changed.notify_one();
         (self.notify)(Notice::Switch);
@@ -385,11 +293,10 @@ impl Shared {
         outage
     }
 
-    /// Records a session that worked.
+    /// Records a session that worked ([`Link::succeed`]) and tells whom it concerns.
     fn succeed(&self) {
         let mut h = lock(&self.health);
-        h.probing = false;
-        let was = std::mem::replace(&mut h.reach, Reachability::Reachable);
+        let was = h.link.succeed();
         if was == Reachability::Reachable {
             return;
         }
@@ -533,7 +440,7 @@ impl SwitchWorker {
 
     /// Whether the switch answers, as the worker last found.
     pub fn reachability(&self) -> Reachability {
-        lock(&self.shared.health).reach.clone()
+        lock(&self.shared.health).link.reach.clone()
     }
 
     /// The outage, while the switch does not answer.
@@ -631,43 +538,6 @@ fn joining_group(job: &Job) -> Option<u16> {
     }
 }
 
-/// What the lobby does with one held group now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum GroupVerdict {
-    /// Every member is there (and a new group has gathered): send it.
-    Go,
-    /// Keep holding.
-    Hold,
-    /// Held for the whole hold and still incomplete: fail it, naming these members.
-    GiveUp(Vec<String>),
-}
-
-/// The verdict on a held group: `missing` members (see [`missing`]), whether the
-/// group already has a member on the device (`established`: a tracked member with
-/// the group), when its first and latest changes arrived, the time, and the
-/// worker's gather and hold (see the module docs). Pure.
-fn group_verdict(
-    missing: &[PortName],
-    established: bool,
-    since: tokio::time::Instant,
-    last: tokio::time::Instant,
-    now: tokio::time::Instant,
-    config: &WorkerConfig,
-) -> GroupVerdict {
-    let gathered = established || now >= last + config.group_gather;
-    if missing.is_empty() && gathered {
-        GroupVerdict::Go
-    } else if now >= since + config.group_hold {
-        if missing.is_empty() {
-            GroupVerdict::Go
-        } else {
-            GroupVerdict::GiveUp(missing.iter().map(ToString::to_string).collect())
-        }
-    } else {
-        GroupVerdict::Hold
-    }
-}
-
 impl Lobby {
     /// Takes a batch: holds every job that joins a group, returns the others.
     fn admit(&mut self, batch: Vec<Job>) -> Vec<Job> {
@@ -708,12 +578,13 @@ impl Lobby {
                 .iter()
                 .any(|d| d.lag.map(|l| l.group.get()) == Some(g));
             let verdict = group_verdict(
-                &missing(&held.jobs, &tracked),
+                &missing(&held_targets(&held.jobs), &tracked),
                 established,
                 held.since,
                 held.last,
                 now,
-                config,
+                config.group_gather,
+                config.group_hold,
             );
             match verdict {
                 GroupVerdict::Hold => {}
@@ -754,12 +625,9 @@ impl Lobby {
     }
 }
 
-/// The members named by the held `jobs` of one group that have neither a change
-/// among them nor a tracked desired state with the same group settings as the
-/// newest change.
-fn missing(jobs: &[Job], tracked: &[DesiredPort]) -> Vec<PortName> {
-    let targets: Vec<DesiredPort> = jobs
-        .iter()
+/// The desired states the held `jobs` set, in arrival order.
+fn held_targets(jobs: &[Job]) -> Vec<DesiredPort> {
+    jobs.iter()
         .filter_map(|j| match j {
             Job::Apply {
                 op: PortOperation::Set(d),
@@ -767,21 +635,6 @@ fn missing(jobs: &[Job], tracked: &[DesiredPort]) -> Vec<PortName> {
             } => Some(d.clone()),
             _ => None,
         })
-        .collect();
-    let Some(newest) = targets.last() else {
-        return Vec::new();
-    };
-    let present: BTreeSet<&PortName> = targets.iter().map(|d| &d.port).collect();
-    let named: BTreeSet<&PortName> = targets.iter().flat_map(|d| &d.lag_members).collect();
-    named
-        .into_iter()
-        .filter(|m| !present.contains(m))
-        .filter(|m| {
-            !tracked
-                .iter()
-                .any(|d| &&d.port == m && d.same_group_settings(newest))
-        })
-        .cloned()
         .collect()
 }
 
@@ -877,7 +730,7 @@ async fn run(
                 }
             }
             _ = tokio::time::sleep(probe_in.unwrap_or_default()), if probe_in.is_some() => {
-                lock(&shared.health).probing = true;
+                lock(&shared.health).link.probing = true;
                 let Ok(permit) = driver.sessions.clone().acquire_owned().await else { return };
                 let (device, shared) = (driver.device.clone(), shared.clone());
                 tokio::spawn(async move {
@@ -889,7 +742,7 @@ async fn run(
                 {
                     let mut h = lock(&shared.health);
                     // While the switch is down, the probe schedule does the checking.
-                    if matches!(h.reach, Reachability::Down(_)) || h.sweeping {
+                    if matches!(h.link.reach, Reachability::Down(_)) || h.sweeping {
                         continue;
                     }
                     h.sweeping = true;
@@ -1010,7 +863,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
         }
         return;
     }
-    let as_probe = lock(&shared.health).probing;
+    let as_probe = lock(&shared.health).link.probing;
     let outage: Mutex<Option<Outage>> = Mutex::new(None);
     let port_error = |e: DeviceError, key: Option<&PortKey>| {
         if !e.is_session_failure() {
@@ -1125,7 +978,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
     if as_probe {
         // A probe that ended without a verdict (a protocol error) must not block
         // the next one.
-        lock(&shared.health).probing = false;
+        lock(&shared.health).link.probing = false;
     }
 }
 
@@ -1134,7 +987,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
 /// records whether the switch answered.
 async fn check(switch: &dyn Device, shared: &Shared) {
     if !crate::lease::may_touch_devices() {
-        lock(&shared.health).probing = false;
+        lock(&shared.health).link.probing = false;
         return;
     }
     let tracked: Vec<(PortKey, DesiredPort)> = lock(&shared.tracking)
@@ -1148,7 +1001,7 @@ async fn check(switch: &dyn Device, shared: &Shared) {
     }
     if names.is_empty() {
         // Nothing to read: reachability stays as it is.
-        lock(&shared.health).probing = false;
+        lock(&shared.health).link.probing = false;
         return;
     }
     names.sort();
@@ -1161,7 +1014,7 @@ async fn check(switch: &dyn Device, shared: &Shared) {
         }
         Err(e) => {
             tracing::debug!(error = %e, "the drift sweep could not read the switch");
-            lock(&shared.health).probing = false;
+            lock(&shared.health).link.probing = false;
             return;
         }
     };
@@ -1659,48 +1512,6 @@ mod tests {
         assert_eq!(fixture.max_concurrent_sessions(), 1);
         // The switch's status hears that the device changed.
         assert!(notified.lock().unwrap().contains(&Notice::Switch));
-    }
-
-    #[test]
-    fn a_held_group_goes_when_complete_and_gathered_and_gives_up_naming_the_missing() {
-        let t0 = tokio::time::Instant::now();
-        let s = |ms: u64| t0 + Duration::from_millis(ms);
-        let cfg = WorkerConfig {
-            group_gather: Duration::from_secs(1),
-            group_hold: Duration::from_secs(30),
-            ..config()
-        };
-        let gi2 = [p("Gi0/2")];
-        /// Missing members, established, since, last arrival, now (ms) -> verdict.
-        type Row<'a> = (&'a [PortName], bool, u64, u64, u64, GroupVerdict);
-        let rows: [Row<'_>; 7] = [
-            // A new group waits a gather after its latest change, even complete.
-            (&[], false, 0, 0, 500, GroupVerdict::Hold),
-            (&[], false, 0, 0, 1000, GroupVerdict::Go),
-            (&[], false, 0, 800, 1500, GroupVerdict::Hold),
-            // A group already on the device goes as soon as it is complete.
-            (&[], true, 0, 0, 0, GroupVerdict::Go),
-            // Incomplete: held, then given up naming what is missing.
-            (&gi2, true, 0, 0, 29_000, GroupVerdict::Hold),
-            (
-                &gi2,
-                false,
-                0,
-                0,
-                30_000,
-                GroupVerdict::GiveUp(vec!["Gi0/2".into()]),
-            ),
-            // Complete at the end of the hold: it goes, never failed with nothing
-            // missing.
-            (&[], false, 0, 29_900, 30_000, GroupVerdict::Go),
-        ];
-        for (i, (missing, established, since, last, now, want)) in rows.into_iter().enumerate() {
-            assert_eq!(
-                group_verdict(missing, established, s(since), s(last), s(now), &cfg),
-                want,
-                "row {i}"
-            );
-        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -62,7 +62,7 @@ async fn a_switch_that_hangs_through_ansible_goes_down_as_one_and_is_probed_per_
     let hang = patchbay_testbed::HangingShell::start().unwrap();
     let backoff = Duration::from_secs(10);
     let env = Env::start_with("ansible-hang", |s| {
-        s.backoff = patchbay::state_machine::Backoff {
+        s.backoff = patchbay::decide::state_machine::Backoff {
             base: backoff,
             cap: backoff,
         };

@@ -17,8 +17,8 @@ use kube::api::{
 };
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
 use patchbay::backends::{Backends, FixtureRegistry};
+use patchbay::decide::state_machine::Backoff;
 use patchbay::settings::Settings;
-use patchbay::state_machine::Backoff;
 use patchbay_providers::fixture::{FixtureFailure, FixtureSwitch, LoggedOperation};
 use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{AdminState, VlanMode};

@@ -12,11 +12,11 @@ mod support;
 
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
+use patchbay::api::keys::CHAINED_FROM_ANNOTATION;
 use patchbay::api::{
     PortState, ProviderSwitch, SmartNicConfiguration, SmartNicPort, SwitchPort,
     SwitchPortConfiguration,
 };
-use patchbay::controllers::CHAINED_FROM_ANNOTATION;
 use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 use serde_json::json;

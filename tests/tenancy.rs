@@ -23,7 +23,7 @@ use patchbay::api::{
     PortState, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, SwitchPort,
     SwitchPortConfiguration, VLANPool,
 };
-use patchbay::tenancy::Tenancy;
+use patchbay::decide::tenancy::Tenancy;
 use patchbay_providers::VlanMode;
 use patchbay_providers::values::{VlanId, VlanSet};
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec, SimSwitch};

@@ -6,7 +6,7 @@
 use patchbay::api::{
     ProviderSwitchSpec, SwitchPortConfigurationSpec, SwitchPortDefinition, SwitchSpec, crds,
 };
-use patchbay::validate::{
+use patchbay::decide::validate::{
     LagPeer, PortContext, ValidationErrors, configuration_to_desired, desired_for_port,
     lag_members, validate_configuration, validate_provider, validate_switch, with_host_mac,
 };

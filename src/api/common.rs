@@ -6,7 +6,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Schema patterns. The Rust validator (`crate::validate`) applies the exact grammar of
+/// Schema patterns. The Rust validator (`crate::decide::validate`) applies the exact grammar of
 /// `patchbay_providers::values`; these patterns make the API server refuse the
 /// obvious cases before an object is ever stored.
 pub mod pattern {

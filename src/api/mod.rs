@@ -8,6 +8,7 @@
 pub mod claim;
 pub mod common;
 pub mod configuration;
+pub mod keys;
 pub mod metal3;
 pub mod provider_switch;
 pub mod quantity;
@@ -49,8 +50,6 @@ pub use vlan_pool::{VLANPool, VLANPoolSpec};
 pub const GROUP: &str = "patchbay.dev";
 /// The API version.
 pub const VERSION: &str = "v1alpha1";
-/// Finalizer the controllers put on the objects whose deletion needs device cleanup.
-pub const FINALIZER: &str = "patchbay.dev/cleanup";
 
 /// Every CRD, in a stable order, with the file name it is committed under in `crds/`.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {

@@ -1,5 +1,5 @@
 //! VLANPool: the infra team's grant of VLANs to tenant namespaces (cluster-scoped).
-//! Pure data, no I/O; what a set of pools grants is decided in [`crate::tenancy`].
+//! Pure data, no I/O; what a set of pools grants is decided in [`crate::decide::tenancy`].
 
 use kube::CustomResource;
 use schemars::JsonSchema;

@@ -1,7 +1,7 @@
 //! The BareMetalHost controller: a Metal3 BareMetalHost that carries its own
 //! `spec.ports` (seed 003's proposal; the upstream CRD prunes the field, so this
 //! only happens on clusters whose CRD has it) is a host like a Server with those
-//! NICs — same phases, same pure functions, same gate ([`super::host::drive`]). A
+//! NICs — same phases, same pure functions, same gate ([`super::host::drive_host`]). A
 //! host that a Server links to (by reference or boot MAC) is driven by that Server
 //! instead, and its `spec.ports` is ignored.
 //!
@@ -25,24 +25,21 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::ControllerError;
-use super::host::{HostView, drive};
+use super::host::{HostView, drive_host};
 use super::server::ServerCtx;
-use super::status::Severity;
 use crate::api::ServerPhase;
+use crate::api::keys::{PHASE_ANNOTATION, PORTS_ANNOTATION};
 use crate::api::metal3::BareMetalHost;
-use crate::host::{Driver, bare_metal_host_mark, bare_metal_host_nics};
-
-/// The host's phase, as patchbay last moved it.
-pub const PHASE_ANNOTATION: &str = "patchbay.dev/phase";
-/// How its ports stand: `ready/total`, then what holds them back.
-pub const PORTS_ANNOTATION: &str = "patchbay.dev/ports";
+use crate::decide::phases::{Driver, bare_metal_host_mark, bare_metal_host_nics};
+use crate::decide::status::Severity;
 
 /// Reconciles one BareMetalHost.
 pub(super) async fn reconcile(
     host: Arc<BareMetalHost>,
     ctx: Arc<ServerCtx>,
 ) -> Result<Action, ControllerError> {
-    let linked = !super::triggers::servers_of_host(&ctx.alloc.servers.state(), &host).is_empty();
+    let linked =
+        !crate::decide::triggers::servers_of_host(&ctx.alloc.servers.state(), &host).is_empty();
     let me = bare_metal_host_mark(&host);
     let (nics, errors) = bare_metal_host_nics(&host);
     let phase: Option<ServerPhase> = host
@@ -113,11 +110,11 @@ pub(super) async fn reconcile(
         phase,
         bare_metal_host: Some(host.clone()),
     };
-    let facts = drive(&ctx.world, &view).await?;
+    let facts = drive_host(&ctx.world, &view).await?;
     let ready = facts.ports.iter().filter(|(_, v, _)| v.settled()).count();
     let mut ports = format!("{ready}/{}", facts.ports.len());
     let mut conditions = Vec::new();
-    super::status::host_conditions(&mut conditions, &facts, None, jiff::Timestamp::now());
+    crate::decide::status::host_conditions(&mut conditions, &facts, None, jiff::Timestamp::now());
     let why: Vec<String> = conditions
         .iter()
         .filter(|c| c.type_ == "PortsReady" && c.status != "True")

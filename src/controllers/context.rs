@@ -15,13 +15,16 @@ use tokio::sync::{mpsc, watch};
 
 use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
+use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION};
 use crate::api::{
     CabledPortKind, ProviderSwitch, Server, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, VLANPool,
 };
-use crate::backends::{BackendError, Backends};
+use crate::backends::Backends;
+use crate::decide::failure::BackendError;
+use crate::decide::tenancy::Grants;
+use crate::grants::GrantsCache;
 use crate::settings::Settings;
-use crate::tenancy::{Grants, GrantsCache};
 use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
 use patchbay_providers::values::VlanId;
 
@@ -164,13 +167,15 @@ impl Stores {
     /// ProviderSwitch) may carry `carried`, under `tenancy` (`None`: not checked).
     pub fn tenancy_verdict(
         &self,
-        tenancy: Option<&crate::tenancy::Tenancy>,
+        tenancy: Option<&crate::decide::tenancy::Tenancy>,
         kind: CabledPortKind,
         meta: &kube::core::ObjectMeta,
         switch: Option<&str>,
         carried: &Carried<'_>,
     ) -> TenancyVerdict {
-        use crate::tenancy::{Use, check_group, check_reference, check_vlans, is_shared, vlans_of};
+        use crate::decide::tenancy::{
+            Use, check_group, check_reference, check_vlans, is_shared, vlans_of,
+        };
         let Some(t) = tenancy else {
             return TenancyVerdict::default();
         };
@@ -231,7 +236,7 @@ impl Stores {
     ) -> String {
         let ns = meta.namespace.clone().unwrap_or_default();
         let annotations = meta.annotations.clone().unwrap_or_default();
-        if let Some(mark) = annotations.get(crate::host::HOST_ANNOTATION) {
+        if let Some(mark) = annotations.get(HOST_ANNOTATION) {
             if let Some(name) = mark.strip_prefix("Server/") {
                 let Some(server) = self.servers.get(&ObjectRef::new(name)) else {
                     return ns;
@@ -267,7 +272,7 @@ impl Stores {
             }
         }
         if kind == CabledPortKind::SwitchPort
-            && let Some(from) = annotations.get(super::CHAINED_FROM_ANNOTATION)
+            && let Some(from) = annotations.get(CHAINED_FROM_ANNOTATION)
             && let Some((sns, sname)) = from.split_once('/')
             && let Some(snp) = self.smartnics.get(&ObjectRef::new(sname).within(sns))
         {
@@ -322,7 +327,7 @@ pub fn report_forbidden(
     verdict: &TenancyVerdict,
     generation: Option<i64>,
 ) {
-    use super::status::{Truth, find_condition, set_condition};
+    use crate::decide::status::{Truth, find_condition, set_condition};
     let now = jiff::Timestamp::now();
     match &verdict.refused {
         Some(refused) => set_condition(
@@ -366,7 +371,7 @@ pub struct Carried<'a> {
     pub kind: &'static str,
     /// Its reference, namespace resolved.
     pub reference: &'a crate::api::ConfigurationRef,
-    /// Its labels ([`crate::tenancy::SHARED_LABEL`]).
+    /// Its labels ([`crate::api::keys::SHARED_LABEL`]).
     pub labels: Option<&'a std::collections::BTreeMap<String, String>>,
     /// Its VLANs.
     pub port: &'a crate::api::configuration::PortSettingsSpec,

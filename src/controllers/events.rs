@@ -28,7 +28,7 @@ use kube::runtime::events::Reporter;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::status::Severity;
+use crate::decide::status::Severity;
 
 /// Most open Warning series remembered at once.
 pub const MAX_SERIES: usize = 4096;

@@ -2,7 +2,7 @@
 //! `spec.ports`) through its phases, and holds a Metal3 BareMetalHost with the pause
 //! annotation while its ports are not ready for what the baremetal-operator is
 //! about to do. Kubernetes I/O: reads from the caches, merge patches on ports and
-//! hosts, Events on hosts. Every decision is [`crate::host`]'s.
+//! hosts, Events on hosts. Every decision is [`crate::decide::phases`]'s.
 //!
 //! Writes are guarded by the object's resourceVersion as read from the cache: a
 //! port somebody else changed in the meantime (a person, a SmartNicPort claiming
@@ -18,19 +18,18 @@ use serde_json::json;
 
 use super::ControllerError;
 use super::events::EventPublisher;
-use super::server_claim::Hosts;
-use super::status::{HostFacts, Severity};
 use crate::api::ServerPhase;
+use crate::api::keys::{
+    CHAINED_FROM_ANNOTATION, HOST_ANNOTATION, PAUSED_ANNOTATION, PAUSED_BY_PATCHBAY,
+};
 use crate::api::metal3::BareMetalHost;
 use crate::api::server::{CabledPortKind, LinkedHost, ServerNic};
-use crate::api::{
-    ConfigurationRef, PortStatus, Server, SmartNicPort, SwitchPort, SwitchPortConfiguration,
+use crate::api::{ConfigurationRef, PortStatus, SmartNicPort, SwitchPort, SwitchPortConfiguration};
+use crate::decide::phases::{
+    CachedPort, ClaimNetwork, Driver, Gate, NicTarget, PortId, PortWrite, Source, metal3_gate,
+    metal3_goal, next_phase, port_step, port_targets, refuse_grouped_provisioning,
 };
-use crate::host::{
-    ClaimNetwork, Driver, Gate, HOST_ANNOTATION, ObservedPort, PAUSED_ANNOTATION,
-    PAUSED_BY_PATCHBAY, PortId, PortTarget, PortWrite, Source, metal3_gate, metal3_goal,
-    next_phase, port_step, port_targets, refuse_grouped_provisioning,
-};
+use crate::decide::status::{HostFacts, Severity};
 
 /// What the host controller reads and writes through.
 pub struct HostWorld {
@@ -48,7 +47,7 @@ pub struct HostWorld {
     /// The caches the tenancy check reads (pools, Servers, SmartNicPorts).
     pub stores: super::context::Stores,
     /// Tenancy; `None`: nothing checked.
-    pub tenancy: Option<crate::tenancy::Tenancy>,
+    pub tenancy: Option<crate::decide::tenancy::Tenancy>,
 }
 
 /// One host as the controller sees it.
@@ -72,36 +71,21 @@ pub struct HostView<'a> {
     pub bare_metal_host: Option<Arc<BareMetalHost>>,
 }
 
-/// The linked BareMetalHost of a Server: `spec.bareMetalHostRef`, else the host
-/// whose `spec.bootMACAddress` is the Server's boot MAC.
-pub fn linked_host(hosts: &Hosts, server: &Server) -> Option<Arc<BareMetalHost>> {
-    if let Some(r) = &server.spec.bare_metal_host_ref {
-        return hosts.get(&ObjectRef::new(&r.name).within(&r.namespace));
-    }
-    let mac = server.spec.boot_mac.to_ascii_lowercase();
-    hosts.state().into_iter().find(|h| {
-        h.spec
-            .boot_mac_address
-            .as_deref()
-            .is_some_and(|m| m.to_ascii_lowercase() == mac)
-    })
-}
-
 fn observed(
     meta: &kube::core::ObjectMeta,
     spec: Option<&ConfigurationRef>,
     status: Option<&PortStatus>,
-) -> ObservedPort {
+) -> CachedPort {
     let ns = meta.namespace.clone().unwrap_or_default();
     let annotations = meta.annotations.clone().unwrap_or_default();
     let status = status.cloned().unwrap_or_default();
-    ObservedPort {
+    CachedPort {
         configuration: spec.map(|r| ConfigurationRef {
             name: r.name.clone(),
             namespace: Some(r.namespace.clone().unwrap_or_else(|| ns.clone())),
         }),
         host: annotations.get(HOST_ANNOTATION).cloned(),
-        chained_from: annotations.get(super::CHAINED_FROM_ANNOTATION).cloned(),
+        chained_from: annotations.get(CHAINED_FROM_ANNOTATION).cloned(),
         state: status.state,
         applied: status.configuration_ref,
         seen: status.observed_generation.is_some() && status.observed_generation == meta.generation,
@@ -138,10 +122,7 @@ impl DrivenPort for SmartNicPort {
     }
 }
 
-fn cached<K: DrivenPort>(
-    store: &Store<K>,
-    port: &PortId,
-) -> Option<(ObservedPort, Option<String>)> {
+fn cached<K: DrivenPort>(store: &Store<K>, port: &PortId) -> Option<(CachedPort, Option<String>)> {
     let p = store.get(&ObjectRef::new(&port.name).within(&port.namespace))?;
     Some((
         observed(p.meta(), p.configuration(), p.port_status()),
@@ -150,7 +131,7 @@ fn cached<K: DrivenPort>(
 }
 
 /// A port from the caches: what it is, and its resourceVersion.
-fn look_up(world: &HostWorld, port: &PortId) -> Option<(ObservedPort, Option<String>)> {
+fn look_up(world: &HostWorld, port: &PortId) -> Option<(CachedPort, Option<String>)> {
     match port.kind {
         CabledPortKind::SwitchPort => cached(&world.switch_ports, port),
         CabledPortKind::SmartNicPort => cached(&world.smartnic_ports, port),
@@ -229,7 +210,7 @@ async fn write_port(
 /// What `phase` asks of a host's ports.
 struct Targets {
     /// The ports to drive and what each must carry.
-    ports: Vec<PortTarget>,
+    ports: Vec<NicTarget>,
     /// Claim entries no NIC can take.
     unmatched: Vec<String>,
     /// Targets refused (their ports are left as they are), one message each.
@@ -254,10 +235,12 @@ impl Targets {
 /// its VLANs are checked by the SmartNicPort's controller before anything is sent.
 fn refuse_ungranted(
     world: &HostWorld,
-    targets: Vec<PortTarget>,
+    targets: Vec<NicTarget>,
     network: Option<ClaimNetwork<'_>>,
-) -> (Vec<PortTarget>, Vec<String>) {
-    use crate::tenancy::{Use, check_group, check_reference, check_vlans, is_shared, vlans_of};
+) -> (Vec<NicTarget>, Vec<String>) {
+    use crate::decide::tenancy::{
+        Use, check_group, check_reference, check_vlans, is_shared, vlans_of,
+    };
     let (Some(t), Some(net)) = (world.tenancy.as_ref(), network) else {
         return (targets, Vec::new());
     };
@@ -357,7 +340,7 @@ fn targets_of(
     let (targets, refused) = refuse_grouped_provisioning(targets, group_of, view.nic_field);
     let (mut targets, forbidden) = refuse_ungranted(world, targets, view.network);
     for port in marked.difference(&cabled) {
-        targets.push(PortTarget {
+        targets.push(NicTarget {
             nic: "no longer cabled".into(),
             port: port.clone(),
             configuration: None,
@@ -373,7 +356,7 @@ fn targets_of(
 }
 
 /// How the ports stand against `targets`, without writing.
-fn judge(world: &HostWorld, me: &str, targets: &[PortTarget]) -> bool {
+fn judge(world: &HostWorld, me: &str, targets: &[NicTarget]) -> bool {
     targets.iter().all(|t| {
         let o = look_up(world, &t.port).map(|(o, _)| o);
         port_step(t.configuration.as_ref(), o.as_ref(), me)
@@ -384,7 +367,10 @@ fn judge(world: &HostWorld, me: &str, targets: &[PortTarget]) -> bool {
 
 /// One pass over a host: the phase step, the port writes it calls for, the Metal3
 /// gate. Returns the facts its status is computed from.
-pub async fn drive(world: &HostWorld, view: &HostView<'_>) -> Result<HostFacts, ControllerError> {
+pub async fn drive_host(
+    world: &HostWorld,
+    view: &HostView<'_>,
+) -> Result<HostFacts, ControllerError> {
     let marked = marked(world, &view.me);
     let current = view.phase.map(|p| (p, targets_of(world, view, &marked, p)));
     let settled_now = current

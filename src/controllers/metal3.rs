@@ -20,16 +20,37 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::runtime::reflector::Store;
+use std::sync::Arc;
+
 use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::{mpsc, watch};
 
+use crate::api::Server;
 use crate::api::metal3::BareMetalHost;
 
 /// The BareMetalHost CRD's name.
 pub const CRD_NAME: &str = "baremetalhosts.metal3.io";
+
+/// The Metal3 BareMetalHosts' cache, when the cluster has them.
+pub type Hosts = Store<BareMetalHost>;
+
+/// The linked BareMetalHost of a Server: `spec.bareMetalHostRef`, else the host
+/// whose `spec.bootMACAddress` is the Server's boot MAC.
+pub fn linked_host(hosts: &Hosts, server: &Server) -> Option<Arc<BareMetalHost>> {
+    if let Some(r) = &server.spec.bare_metal_host_ref {
+        return hosts.get(&ObjectRef::new(&r.name).within(&r.namespace));
+    }
+    let mac = server.spec.boot_mac.to_ascii_lowercase();
+    hosts.state().into_iter().find(|h| {
+        h.spec
+            .boot_mac_address
+            .as_deref()
+            .is_some_and(|m| m.to_ascii_lowercase() == mac)
+    })
+}
 
 /// Where the BareMetalHost cache stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,19 +6,21 @@
 //! | [`switch_port`] | the SwitchPort controller: what a port refers to, its steps over its Switch's worker | Kubernetes, device (via the worker) |
 //! | [`switch`] | the Switch controller: checks, reachability, one SwitchPort per `spec.ports` entry, ordered deletion | Kubernetes |
 //! | [`provider_switch`] | the ProviderSwitch controller: validity, held while used | Kubernetes |
-//! | [`server_claim`] | the ServerClaim controller (the allocator): binds Servers to claims through [`crate::allocation::plan`], the claim's status, inventory and credentials copy, release on deletion, the orphan sweep | Kubernetes |
+//! | [`server_claim`] | the ServerClaim controller (the allocator): binds Servers to claims through [`crate::decide::allocation::plan`], the claim's status, inventory and credentials copy, release on deletion, the orphan sweep | Kubernetes |
 //! | [`server`] | the Server controller, the one writer of Server status (mirrors `spec.claimRef`) | Kubernetes |
 //! | [`metal3`] | Metal3's BareMetalHosts: a cache whose watch follows the CRD, with a listed gate of its own | watches |
+//! | [`host`] | drives one host's ports through its phases (a Server, or a BareMetalHost carrying `spec.ports`), the Metal3 pause gate; decisions: [`crate::decide::phases`] | Kubernetes |
+//! | [`server`], [`bare_metal_host`] | the host controllers over [`host`] | Kubernetes |
+//! | [`vlan_pool`] | VLANPool conditions and each namespace's grants ConfigMap | Kubernetes |
 //! | [`smartnic_port`] | the SmartNicPort controller: a bridge port chained to its SwitchPort | Kubernetes, device (via the worker) |
 //! | [`port_loop`] | the state-machine loop every port runs (and `demo --walk`), over two traits | none of its own |
 //! | [`port_record`] | a port object in the API server, as the loop records on it | Kubernetes |
-//! | [`status`] | facts → status and conditions, status patches, reachability Events | pure |
-//! | [`failure`] | what can go wrong: one type, a bounded category, the retry policy | pure |
-//! | [`triggers`] | which objects an event wakes | pure |
 //! | [`events`] | Events, repeated Warnings as one series | Kubernetes |
 //! | [`context`] | shared state: client, settings, workers, ledger, the Secret reader | spawns workers |
 //!
-//! How a SwitchPort's status is computed: [`status::port_status`]. What happens on a
+//! The decisions these rooms act on live in [`crate::decide`] (status, failures,
+//! triggers, the state machine, host phases). How a SwitchPort's status is computed:
+//! [`crate::decide::status::port_status`]. What happens on a
 //! Switch deletion: [`switch`] (`cleanup_switch`). How the Cisco commands are
 //! produced: `providers/dialects/cisco_ios.yaml` through
 //! `patchbay_providers::cli::dialect` (the `Dialect::configuration_lines` builder).
@@ -26,7 +28,6 @@
 pub mod bare_metal_host;
 pub mod context;
 pub mod events;
-pub mod failure;
 pub mod host;
 pub mod metal3;
 pub mod port_loop;
@@ -36,28 +37,19 @@ pub mod runtime;
 pub mod server;
 pub mod server_claim;
 pub mod smartnic_port;
-pub mod status;
 pub mod switch;
 pub mod switch_port;
-pub mod triggers;
 pub mod vlan_pool;
 
 pub use runtime::run;
-pub use smartnic_port::CHAINED_FROM_ANNOTATION;
 
 use kube::runtime::controller::Action;
 
 use crate::api::configuration_hash;
-use crate::state_machine::Requeue;
-
-/// Annotation (on a SwitchPort or its Switch): delete without touching the device,
-/// for devices that are gone for good.
-pub const SKIP_CLEANUP_ANNOTATION: &str = "patchbay.dev/skip-device-cleanup";
-/// Label on every SwitchPort: the Switch it belongs to.
-pub const SWITCH_LABEL: &str = "patchbay.dev/switch";
+use crate::decide::state_machine::Requeue;
 
 /// Errors of the controllers' Kubernetes I/O (device failures are port conditions,
-/// see [`failure::Failure`]).
+/// see [`crate::decide::failure::Failure`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     /// The API server refused or failed.
@@ -101,7 +93,7 @@ fn is_true(map: &std::collections::BTreeMap<String, String>, key: &str) -> bool 
 }
 
 /// Writes `new` as the status of object `name` (a merge patch from `old`, see
-/// [`status::status_merge_patch`]); nothing when they are equal, so a reconcile with
+/// [`crate::decide::status::status_merge_patch`]); nothing when they are equal, so a reconcile with
 /// nothing changed writes nothing.
 async fn write_status<K, S>(
     api: &kube::Api<K>,
@@ -131,7 +123,7 @@ where
     S: serde::Serialize + PartialEq,
 {
     if old != new {
-        let mut patch = status::status_merge_patch(old, new);
+        let mut patch = crate::decide::status::status_merge_patch(old, new);
         if let Some(rv) = resource_version {
             patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
         }

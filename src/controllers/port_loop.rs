@@ -20,14 +20,15 @@ use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{Capabilities, DesiredPort, PortOperation, diff};
 
 use super::ControllerError;
-use super::failure::Failure;
-use super::status::{Severity, StatusFacts, find_condition, port_status};
 use crate::api::{DriftPolicy, PortState, PortStatus};
-use crate::metrics;
-use crate::state_machine::{
+use crate::decide::failure::Failure;
+use crate::decide::reachability::Outage;
+use crate::decide::state_machine::{
     AppliedChange, Backoff, Health, Outcome, PortFacts, PortTarget, Requeue, Step, decide,
 };
-use crate::worker::{Outage, PortKey, SwitchWorker};
+use crate::decide::status::{Severity, StatusFacts, find_condition, port_status};
+use crate::metrics;
+use crate::worker::{PortKey, SwitchWorker};
 
 /// The name a parking VLAN gets when patchbay creates it on a device.
 pub const PARKING_VLAN_NAME: &str = "patchbay-parking";
@@ -333,7 +334,7 @@ const STALE_READ_RETRY: std::time::Duration = std::time::Duration::from_millis(2
 
 /// Runs the state machine for one port until there is nothing left to do. Returns
 /// when to come back.
-pub async fn drive(
+pub async fn drive_port(
     input: DriveInput,
     steps: &impl PortSteps,
     record: &impl PortRecord,

@@ -10,8 +10,9 @@ use serde_json::json;
 use super::ControllerError;
 use super::events::EventPublisher;
 use super::port_loop::{PortMeta, PortRecord};
-use super::status::Severity;
-use crate::api::{FINALIZER, PortStatus};
+use crate::api::PortStatus;
+use crate::api::keys::FINALIZER;
+use crate::decide::status::Severity;
 
 /// The port object `obj` (a SwitchPort or SmartNicPort) in the API server.
 pub struct KubeRecord<'a, K> {

@@ -11,12 +11,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 
 use super::context::{Context, device_key, fetch_secret};
-use super::failure::Failure;
-use super::status::provider_status;
 use super::{ControllerError, write_status};
-use crate::api::{FINALIZER, ProviderSwitch, SmartNicPort, Switch};
+use crate::api::keys::FINALIZER;
+use crate::api::{ProviderSwitch, SmartNicPort, Switch};
 use crate::backends::check_credentials;
-use crate::validate::validate_provider;
+use crate::decide::failure::Failure;
+use crate::decide::status::provider_status;
+use crate::decide::validate::validate_provider;
 
 /// Reconciles one ProviderSwitch.
 pub(super) async fn reconcile(

@@ -1,5 +1,5 @@
 //! The wiring: one kube-rs `Controller` per kind, the watches that wake each
-//! (through [`super::triggers`]), the streams the switch workers' notices arrive on,
+//! (through [`crate::decide::triggers`]), the streams the switch workers' notices arrive on,
 //! the error policies, and a graceful shutdown of all of them together. Kubernetes
 //! I/O (watches).
 
@@ -23,7 +23,7 @@ use super::host::HostWorld;
 use super::server_claim::Allocator;
 use super::{
     ControllerError, bare_metal_host, metal3, provider_switch, server, server_claim, smartnic_port,
-    switch, switch_port, triggers, vlan_pool,
+    switch, switch_port, vlan_pool,
 };
 use crate::api::server::CabledPortKind;
 use crate::api::{
@@ -31,6 +31,7 @@ use crate::api::{
     SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
+use crate::decide::triggers;
 use crate::metrics;
 use crate::settings::Settings;
 

@@ -1,10 +1,10 @@
 //! The Server controller: the one writer of `Server.status`. It moves a Server
-//! through its phases and its NICs' ports with it ([`super::host::drive`]), mirrors
+//! through its phases and its NICs' ports with it ([`super::host::drive_host`]), mirrors
 //! the binding the allocator wrote into `spec.claimRef`, reports the spec's errors,
 //! consumes the installer's signal on release, and wakes the orphan sweep when a
 //! Server names a claim the cache does not know. A finalizer keeps a deleted Server
 //! until its ports are clean and unmarked. Kubernetes I/O; the status is computed by
-//! [`super::status::server_status`], which is pure.
+//! [`crate::decide::status::server_status`], which is pure.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,12 +16,14 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::host::{HostView, HostWorld, drive, linked_host};
+use super::host::{HostView, HostWorld, drive_host};
+use super::metal3::linked_host;
 use super::server_claim::Allocator;
-use super::status::{Severity, server_status};
 use super::{ControllerError, write_status_at};
-use crate::api::{FINALIZER, Server, ServerClaim};
-use crate::host::{ClaimNetwork, Driver, PROVISIONED_ANNOTATION, Verdict, claim_entries};
+use crate::api::keys::{FINALIZER, PROVISIONED_ANNOTATION};
+use crate::api::{Server, ServerClaim};
+use crate::decide::phases::{ClaimNetwork, Driver, Verdict, claim_entries};
+use crate::decide::status::{Severity, server_status};
 
 /// What the Server controller works with.
 pub struct ServerCtx {
@@ -144,7 +146,7 @@ async fn follow(
         phase: old.phase,
         bare_metal_host: bmh.clone(),
     };
-    let facts = drive(&ctx.world, &view).await?;
+    let facts = drive_host(&ctx.world, &view).await?;
     let status = server_status(server, &old, &facts, jiff::Timestamp::now());
     let api: Api<Server> = Api::all(alloc.client.clone());
     let name = server.name_any();

@@ -2,7 +2,7 @@
 //! writer of `Server.spec.claimRef`), writes the claim's status, its inventory
 //! ConfigMap and, on request, the BMC credentials copy; it releases a deleted claim's
 //! Servers (finalizer) and, on start-up and periodically, the Servers of claims
-//! that no longer exist. The decisions are [`crate::allocation::plan`]'s; this room
+//! that no longer exist. The decisions are [`crate::decide::allocation::plan`]'s; this room
 //! does the Kubernetes I/O.
 //!
 //! Allocation is serialised (one lock), and every binding is written with the
@@ -27,19 +27,16 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::events::EventPublisher;
-use super::status::{Severity, claim_ready, claim_status, set_condition};
 use super::{ControllerError, write_status};
-use crate::allocation::{ClaimKey, ClaimPlan, ClaimRequest, plan_until};
-use crate::api::metal3::BareMetalHost;
-use crate::api::{FINALIZER, Server, ServerClaim, ServerClaimStatus};
-use crate::inventory::{InventoryHost, bmc_copy_keys, render};
-use crate::validate::claim::{
+use crate::api::keys::{FINALIZER, MANAGER};
+use crate::api::{Server, ServerClaim, ServerClaimStatus};
+use crate::decide::allocation::{ClaimKey, ClaimPlan, ClaimRequest, plan_until};
+use crate::decide::inventory::{InventoryHost, bmc_copy_keys, render};
+use crate::decide::status::{Severity, claim_ready, claim_status, set_condition};
+use crate::decide::validate::claim::{
     candidate, claim_request, default_groups, inspected_address, inspected_hardware,
 };
 
-/// Field manager of the inventory's server-side apply.
-/// The field manager of patchbay's server-side applies.
-pub(crate) const MANAGER: &str = "patchbay";
 /// How long an allocation waits for the cache to show its own writes.
 const CACHE_CATCH_UP: Duration = Duration::from_secs(5);
 /// How many times one binding is sent while only the Server's status or metadata
@@ -47,9 +44,6 @@ const CACHE_CATCH_UP: Duration = Duration::from_secs(5);
 const BINDING_ATTEMPTS: u32 = 5;
 /// How often Servers bound to claims that no longer exist are looked for.
 pub const ORPHAN_SWEEP: Duration = Duration::from_secs(30);
-
-/// The Metal3 BareMetalHosts' cache, when the cluster has them.
-pub type Hosts = Store<BareMetalHost>;
 
 /// What the allocator and the Server controller share.
 pub struct Allocator {
@@ -72,7 +66,7 @@ pub struct Allocator {
     /// Digest of the inventory (and credentials copy) last applied per claim uid.
     applied: Mutex<HashMap<String, String>>,
     /// Tenancy, when on (the BMC copy of tenant claims).
-    tenancy: Option<crate::tenancy::Tenancy>,
+    tenancy: Option<crate::decide::tenancy::Tenancy>,
 }
 
 impl Allocator {
@@ -100,14 +94,14 @@ impl Allocator {
     }
 
     /// With tenancy: a tenant claim's BMC copy is refused unless the settings allow it.
-    pub fn with_tenancy(mut self, tenancy: Option<crate::tenancy::Tenancy>) -> Self {
+    pub fn with_tenancy(mut self, tenancy: Option<crate::decide::tenancy::Tenancy>) -> Self {
         self.tenancy = tenancy;
         self
     }
 
     /// The status of the BareMetalHost a Server links to (by reference or boot MAC).
     pub fn host_status(&self, server: &Server) -> Option<serde_json::Value> {
-        let obj = super::host::linked_host(self.hosts.listed()?, server)?;
+        let obj = super::metal3::linked_host(self.hosts.listed()?, server)?;
         Some(obj.status_json())
     }
 
@@ -147,7 +141,9 @@ fn committed(claim: &ServerClaim) -> BTreeSet<String> {
 }
 
 /// The allocator's request for `claim`, or the errors of its spec.
-fn request_of(claim: &ServerClaim) -> Result<ClaimRequest, crate::validate::ValidationErrors> {
+fn request_of(
+    claim: &ServerClaim,
+) -> Result<ClaimRequest, crate::decide::validate::ValidationErrors> {
     claim_request(
         key_of(claim),
         claim.uid().unwrap_or_default(),
@@ -258,7 +254,7 @@ fn binding_json(claim: &ServerClaim, role: &str, since: &str) -> serde_json::Val
 async fn allocate(
     claim: &ServerClaim,
     alloc: &Allocator,
-) -> Result<Result<ClaimPlan, crate::validate::ValidationErrors>, ControllerError> {
+) -> Result<Result<ClaimPlan, crate::decide::validate::ValidationErrors>, ControllerError> {
     let key = key_of(claim);
     let mine = match request_of(claim) {
         Ok(r) => r,
@@ -404,7 +400,7 @@ fn claim_forbidden(
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> Option<String> {
-    use super::status::{Truth, find_condition};
+    use crate::decide::status::{Truth, find_condition};
     let refused: Vec<String> = servers
         .iter()
         .filter_map(|(name, s)| {

@@ -3,7 +3,7 @@
 //! the next SwitchPort's claim) and device I/O through the provider's worker.
 //!
 //! A SmartNicPort runs the same state machine and writes the same status as a
-//! SwitchPort ([`super::port_loop::drive`]); what differs is what "apply" and "clean" mean:
+//! SwitchPort ([`super::port_loop::drive_port`]); what differs is what "apply" and "clean" mean:
 //!
 //! - **Apply**: the SmartNicConfiguration is validated (and checked against the OVS
 //!   backend's capabilities) before anything is written anywhere. If it names a
@@ -44,24 +44,22 @@ use tracing::Instrument;
 use super::context::{
     Carried, Context, TenancyVerdict, cabled_host_mac, report_forbidden, with_pool_names,
 };
-use super::failure::Failure;
-use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive};
+use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive_port};
 use super::port_record::KubeRecord;
-use super::{ControllerError, SKIP_CLEANUP_ANNOTATION, inputs_digest, is_true, requeue_action};
+use super::{ControllerError, inputs_digest, is_true, requeue_action};
+use crate::api::keys::{CHAINED_FROM_ANNOTATION, SKIP_CLEANUP_ANNOTATION};
 use crate::api::{
     Backend, CabledPortKind, ConfigurationRef, DriftPolicy, PortState, ProviderSwitch,
     SmartNicConfiguration, SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
 };
-use crate::state_machine::{Outcome, PortTarget};
-use crate::tenancy::{check_reference, is_shared};
-use crate::validate::{
+use crate::decide::failure::Failure;
+use crate::decide::state_machine::{Outcome, PortTarget};
+use crate::decide::tenancy::{check_reference, is_shared};
+use crate::decide::validate::{
     ValidationErrors, capability_errors, has_egress_rules, smartnic_configuration_to_desired,
     validate_provider, validate_smartnic_port, with_host_mac,
 };
 use crate::worker::PortKey;
-
-/// Annotation on a SwitchPort claimed by a SmartNicPort: `<namespace>/<name>`.
-pub const CHAINED_FROM_ANNOTATION: &str = "patchbay.dev/chained-from";
 
 /// The next port of a chain and what it must carry.
 struct Chain {
@@ -579,6 +577,6 @@ async fn reconcile_in(
         config_kind: "SmartNicConfiguration",
         backoff: ctx.settings.backoff,
     };
-    let requeue = drive(input, &steps, &record, &ctx.ledger).await?;
+    let requeue = drive_port(input, &steps, &record, &ctx.ledger).await?;
     Ok(requeue_action(requeue))
 }

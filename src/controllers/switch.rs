@@ -16,13 +16,14 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use serde_json::json;
 
 use super::context::{Context, device_key, fetch_secret, switch_device_ports};
-use super::failure::Failure;
-use super::status::{Severity, find_condition, reachability_event, switch_status};
-use super::{ControllerError, SWITCH_LABEL, write_status};
-use crate::api::{FINALIZER, Switch, SwitchPort, SwitchPortSpec};
+use super::{ControllerError, write_status};
+use crate::api::keys::{FINALIZER, SWITCH_LABEL};
+use crate::api::{Switch, SwitchPort, SwitchPortSpec};
 use crate::backends::check_credentials;
-use crate::validate::{validate_provider, validate_switch};
-use crate::worker::Reachability;
+use crate::decide::failure::Failure;
+use crate::decide::reachability::Reachability;
+use crate::decide::status::{Severity, find_condition, reachability_event, switch_status};
+use crate::decide::validate::{validate_provider, validate_switch};
 
 /// Reconciles one Switch.
 pub(super) async fn reconcile(

@@ -23,19 +23,18 @@ use super::context::{
     Carried, Context, TenancyVerdict, cabled_host_mac, cabled_nics, fetch_secret, report_forbidden,
     switch_device_ports, with_pool_names,
 };
-use super::failure::Failure;
-use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive};
+use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive_port};
 use super::port_record::KubeRecord;
-use super::status::{Truth, set_condition};
-use super::{
-    ControllerError, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL, inputs_digest, is_true, requeue_action,
-};
+use super::{ControllerError, inputs_digest, is_true, requeue_action};
+use crate::api::keys::{SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL};
 use crate::api::{
     CabledPortKind, ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
     SwitchPortConfigurationSpec, SwitchPortDefinition, configuration_hash,
 };
-use crate::state_machine::PortTarget;
-use crate::validate::{
+use crate::decide::failure::Failure;
+use crate::decide::state_machine::PortTarget;
+use crate::decide::status::{Truth, set_condition};
+use crate::decide::validate::{
     LagPeer, PortContext, desired_for_port, has_egress_rules, lag_members, validate_provider,
     with_host_mac,
 };
@@ -435,6 +434,6 @@ async fn reconcile_in(
         world,
         key,
     };
-    let requeue = drive(input, &steps, &record, &ctx.ledger).await?;
+    let requeue = drive_port(input, &steps, &record, &ctx.ledger).await?;
     Ok(requeue_action(requeue))
 }

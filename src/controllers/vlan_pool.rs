@@ -1,5 +1,5 @@
 //! VLANPools: each pool's `Ready` condition (what it grants less than it says, and
-//! why: see [`crate::tenancy::Grants::problems`]) for the infra team, and for each
+//! why: see [`crate::decide::tenancy::Grants::problems`]) for the infra team, and for each
 //! namespace a pool serves, a ConfigMap `patchbay-grants` in that namespace saying
 //! which VLANs it is granted — what a tenant reads instead of the pools, which name
 //! every tenant's namespace. Kubernetes I/O (status patches, server-side apply);
@@ -13,13 +13,11 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::status::{Truth, set_condition};
 use crate::api::VLANPool;
 use crate::api::common::ConditionsStatus;
-use crate::tenancy::{Grants, Tenancy};
-
-/// The ConfigMap, in each served namespace, listing what it is granted.
-pub const GRANTS_CONFIGMAP: &str = "patchbay-grants";
+use crate::api::keys::{GRANTS_CONFIGMAP, MANAGER};
+use crate::decide::status::{Truth, set_condition};
+use crate::decide::tenancy::{Grants, Tenancy};
 
 /// What was written last, so that an unchanged pool writes nothing.
 #[derive(Default)]
@@ -108,7 +106,7 @@ pub async fn sync(
         match Api::<ConfigMap>::namespaced(client.clone(), &ns)
             .patch(
                 GRANTS_CONFIGMAP,
-                &PatchParams::apply(super::server_claim::MANAGER).force(),
+                &PatchParams::apply(MANAGER).force(),
                 &Patch::Apply(cm),
             )
             .await

@@ -12,8 +12,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration, crds};
 use patchbay::backends::Backends;
+use patchbay::decide::state_machine::Backoff;
 use patchbay::settings::Settings;
-use patchbay::state_machine::Backoff;
 use patchbay_testbed::SimSwitch;
 use serde_json::json;
 

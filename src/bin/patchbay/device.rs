@@ -33,8 +33,8 @@ use serde::Serialize;
 
 use patchbay::api::{Backend, ProviderSwitch, SwitchPortConfiguration};
 use patchbay::backends::{ansible_switch, cli_switch, netconf_switch};
-use patchbay::validate::unknown_fields::{SECRET_FIELDS, schema_errors, unknown_top_level};
-use patchbay::validate::{FieldError, configuration_to_desired, validate_provider};
+use patchbay::decide::validate::unknown_fields::{SECRET_FIELDS, schema_errors, unknown_top_level};
+use patchbay::decide::validate::{FieldError, configuration_to_desired, validate_provider};
 
 /// What to do.
 #[derive(Debug, Clone)]
@@ -115,7 +115,7 @@ fn load_manifest<T: serde::de::DeserializeOwned>(path: &Path, kind: &str) -> Res
     if let Some(schema) = patchbay::api::published_schema(kind) {
         refuse_unknown(path, schema_errors(schema, &value))?;
     }
-    patchbay::validate::decode(value)
+    patchbay::decide::validate::decode(value)
         .map_err(|e| invalid(format!("{} ({kind}): {e}", path.display())))
 }
 

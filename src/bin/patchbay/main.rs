@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use patchbay::api;
-use patchbay::validate::manifests::{ValidationReport, validate_manifests};
+use patchbay::decide::validate::manifests::{ValidationReport, validate_manifests};
 
 #[cfg(feature = "devtools")]
 mod demo;
@@ -259,7 +259,8 @@ fn identity() -> String {
 /// within the shutdown timeout, the Lease is released, exit 0 — or until the Lease
 /// is lost (devices are off limits at once; exit 1).
 async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> Result<ExitCode> {
-    use patchbay::lease::{Elector, Leadership, Timings};
+    use patchbay::decide::lease::Timings;
+    use patchbay::lease::{Elector, Leadership};
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let secs = |v: f64, flag: &str| {
         if v.is_finite() && v > 0.0 && v <= 3600.0 {

@@ -2,7 +2,7 @@
 //! on an in-memory fixture switch, without a cluster — printing each state and what
 //! the device holds. Device I/O only on the fixture.
 //!
-//! It runs the operator's own loop ([`drive`]): the same decisions, the same switch
+//! It runs the operator's own loop ([`drive_port`]): the same decisions, the same switch
 //! worker, the same validation and read-back. Only the port object lives in memory
 //! instead of an API server ([`MemoryRecord`]), so a reader sees the seed workflows
 //! happen exactly as the operator runs them: configure, update, drift corrected, an
@@ -18,13 +18,13 @@ use patchbay::api::{
     configuration_hash,
 };
 use patchbay::controllers::ControllerError;
-use patchbay::controllers::failure::Failure;
 use patchbay::controllers::port_loop::{
-    DeviceHandle, DriveInput, PortMeta, PortRecord, PortSteps, StatusLedger, drive,
+    DeviceHandle, DriveInput, PortMeta, PortRecord, PortSteps, StatusLedger, drive_port,
 };
-use patchbay::controllers::status::Severity;
-use patchbay::state_machine::{Backoff, PortTarget};
-use patchbay::validate::{PortContext, desired_for_port};
+use patchbay::decide::failure::Failure;
+use patchbay::decide::state_machine::{Backoff, PortTarget};
+use patchbay::decide::status::Severity;
+use patchbay::decide::validate::{PortContext, desired_for_port};
 use patchbay::worker::{PortKey, SwitchWorker, WorkerConfig};
 use patchbay_providers::fixture::FixtureSwitch;
 use patchbay_providers::values::PortName;
@@ -216,7 +216,7 @@ impl Walk {
                 name: "server-7-eth0".into(),
             },
         };
-        drive(input, &steps, &self.record, &self.ledger).await?;
+        drive_port(input, &steps, &self.record, &self.ledger).await?;
         // A step that changed no state still gets its line.
         if self.record.step.lock().unwrap().is_some() {
             let state = self.record.status.lock().unwrap().state;
@@ -326,7 +326,7 @@ pub async fn run() -> Result<()> {
     walk.record.show("Active");
     if let (Some(observed), Ok(desired)) = (
         switch.port_state(&port),
-        patchbay::validate::configuration_to_desired(&tenant.spec, port.clone()),
+        patchbay::decide::validate::configuration_to_desired(&tenant.spec, port.clone()),
     ) {
         let fields: Vec<String> = diff(&desired, &observed)
             .iter()

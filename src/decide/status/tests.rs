@@ -2,9 +2,9 @@
 //! ProviderSwitch conditions, reachability Events, status patches.
 use super::*;
 use crate::api::{ConfigurationRef, ServerClaimBinding};
-use crate::backends::BackendError;
-use crate::state_machine::{FailureKind, SwitchOutage};
-use crate::validate::{FieldError, ValidationErrors};
+use crate::decide::failure::BackendError;
+use crate::decide::state_machine::{FailureKind, SwitchOutage};
+use crate::decide::validate::{FieldError, ValidationErrors};
 use patchbay_providers::{Cause, DeviceError};
 
 fn t(s: i64) -> jiff::Timestamp {
@@ -510,7 +510,7 @@ fn server(bound: bool) -> Server {
 
 fn facts(phase: ServerPhase, hold: Option<Hold>, ports: Vec<(Verdict, Option<&str>)>) -> HostFacts {
     use crate::api::server::CabledPortKind;
-    use crate::host::{PortId, Source};
+    use crate::decide::phases::{PortId, Source};
     HostFacts {
         step: PhaseStep { phase, hold },
         ports: ports
@@ -518,7 +518,7 @@ fn facts(phase: ServerPhase, hold: Option<Hold>, ports: Vec<(Verdict, Option<&st
             .enumerate()
             .map(|(i, (v, cfg))| {
                 (
-                    HostPortTarget {
+                    NicTarget {
                         nic: format!("eth{i}"),
                         port: PortId {
                             kind: CabledPortKind::SwitchPort,

@@ -4,14 +4,16 @@
 //! ([`Failure::kind`], [`Failure::is_transient`]). Device, backend, validation and
 //! Kubernetes errors are kept as the failure's `source()`. Pure data, no I/O.
 
+use crate::decide::state_machine::{FailureKind, PortTarget};
+use crate::decide::validate::ValidationErrors;
 use patchbay_providers::DeviceError;
 use patchbay_providers::values::ValueError;
+use std::time::Duration;
 
-use super::SKIP_CLEANUP_ANNOTATION;
-use crate::backends::BackendError;
-use crate::state_machine::{FailureKind, PortTarget};
-use crate::validate::ValidationErrors;
-use crate::worker::{Outage, WorkerError};
+use patchbay_providers::Cause;
+
+use crate::api::keys::SKIP_CLEANUP_ANNOTATION;
+use crate::decide::reachability::Outage;
 
 /// Why a step, or a check of a Switch or ProviderSwitch, failed.
 #[derive(Debug, thiserror::Error)]
@@ -226,11 +228,88 @@ impl From<kube::Error> for Failure {
     }
 }
 
+/// Why no backend could be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The credentials Secret is missing or lacks keys.
+    #[error("credentials: {0}")]
+    Credentials(String),
+    /// The backend is not available in this build.
+    #[error("backend {0} is not available yet in this build of patchbay")]
+    Unsupported(&'static str),
+    /// No dialect (ssh) or device model (netconf) for this os over this backend.
+    #[error(
+        "spec.os: no {backend} dialect for os {os:?} (ssh supports ios, powerconnect, dell10g, fastiron, eos; netconf supports junos, yang; ansible supports ios, junos)"
+    )]
+    NoDialect {
+        /// The backend.
+        backend: &'static str,
+        /// The os value.
+        os: String,
+    },
+    /// No host key is pinned at all.
+    #[error(
+        "host key: no host key pinned: set spec.hostKey (fingerprint or knownHostsLine), put \
+         knownHosts in the Secret, or (labs only) spec.insecureAcceptAnyHostKey"
+    )]
+    HostKeyNotPinned,
+    /// A pin is given but cannot be used.
+    #[error("host key: {pin}: {cause}")]
+    HostKeyUnusable {
+        /// Which pin (`spec.hostKey.knownHostsLine`, `the Secret's knownHosts`).
+        pin: &'static str,
+        /// Why it cannot be used.
+        #[source]
+        cause: Cause,
+    },
+}
+
+impl BackendError {
+    /// A bounded category for conditions, events and metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            BackendError::Credentials(_) => "CredentialsInvalid",
+            BackendError::Unsupported(_) | BackendError::NoDialect { .. } => "BackendUnsupported",
+            BackendError::HostKeyNotPinned => "HostKeyNotPinned",
+            BackendError::HostKeyUnusable { .. } => "HostKeyUnusable",
+        }
+    }
+}
+
+/// Why the worker could not do an operation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WorkerError {
+    /// The device failed the operation (the port's own failure).
+    #[error(transparent)]
+    Device(DeviceError),
+    /// The switch does not answer; nothing was sent. It is probed again at
+    /// `timing.next_probe`.
+    #[error("{}", .0.error)]
+    SwitchDown(Box<Outage>),
+    /// A link-aggregation member's change waited [`crate::worker::WorkerConfig::group_hold`] for
+    /// the group's other members and was not sent.
+    #[error(
+        "link-aggregation group {group} waited {:.0} s for {} and sent nothing: every member \
+         of a group is configured in one batch, and these members' changes did not arrive \
+         (is their configuration valid and ready?)",
+        waited.as_secs_f64(),
+        missing.join(", ")
+    )]
+    GroupIncomplete {
+        /// The group number.
+        group: u16,
+        /// The device ports whose change did not arrive.
+        missing: Vec<String>,
+        /// How long the change waited.
+        waited: Duration,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state_machine::SwitchOutage;
-    use crate::validate::FieldError;
+    use crate::decide::state_machine::SwitchOutage;
+    use crate::decide::validate::FieldError;
     use patchbay_providers::Cause;
     use std::error::Error as _;
 

@@ -141,7 +141,7 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate::claim::default_groups;
+    use crate::decide::validate::claim::default_groups;
 
     fn host(name: &str, role: &str, address: Option<&str>) -> InventoryHost {
         InventoryHost {

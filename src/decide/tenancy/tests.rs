@@ -1,4 +1,5 @@
 use super::*;
+use crate::api::keys::SHARED_LABEL;
 use crate::api::{VLANPoolSpec, VlanSpec};
 
 fn pool(name: &str, vlans: &str, namespaces: &[&str]) -> VLANPool {

@@ -220,7 +220,7 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                 // the webhook's and the pool's Ready condition's to report.
                 "VLANPool" => match typed::<crate::api::VLANPool>(&value) {
                     Ok(o) => {
-                        let grants = crate::tenancy::Grants::new([&o], None);
+                        let grants = crate::decide::tenancy::Grants::new([&o], None);
                         errors.extend(grants.problems(name).iter().map(|p| {
                             let (path, reason) = p.split_once(": ").unwrap_or(("spec", p));
                             FieldError {

@@ -1,7 +1,7 @@
 //! Admission: what the validating webhook answers for one object a tenant (or the
 //! infra team) writes, so that a refusal shows at `kubectl apply`, naming the field
 //! and the grant that is missing. Pure: the caller hands in the object and lookups
-//! into its caches; [`crate::tenancy`] makes every decision, the same ones the
+//! into its caches; [`crate::decide::tenancy`] makes every decision, the same ones the
 //! controllers make again before any device change. [`crate::serve`] carries the
 //! AdmissionReview over HTTPS.
 //!
@@ -22,7 +22,7 @@
 use serde_json::Value;
 
 use crate::api::{SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
-use crate::tenancy::{
+use crate::decide::tenancy::{
     Grants, Tenancy, Use, check_group, check_reference, check_vlans, is_shared, vlans_of,
 };
 

@@ -1,6 +1,6 @@
 //! Tenancy: which namespace may carry which VLAN where, and which configuration a
 //! tenant may name. Pure: no client, no clock; table-tested. The admission webhook
-//! ([`crate::admission`]) and the port, host and claim controllers ask it the same
+//! ([`crate::decide::admission`]) and the port, host and claim controllers ask it the same
 //! questions, so `kubectl apply` and the last check before a device change agree.
 //!
 //! The rules:
@@ -25,10 +25,7 @@ use patchbay_providers::values::{VlanId, VlanSet};
 
 use crate::api::VLANPool;
 use crate::api::configuration::PortSettingsSpec;
-
-/// The label the infra team puts on a configuration of the infra namespace that
-/// tenants may name (`"true"`).
-pub const SHARED_LABEL: &str = "patchbay.dev/shared";
+use crate::api::keys::SHARED_LABEL;
 
 /// What the operator's settings say about tenancy. `None` in the settings: one
 /// tenant, nothing checked (the behaviour before tenancy existed).
@@ -323,44 +320,6 @@ impl Grants {
             .copied()
             .filter(|v| self.lookup(namespace, None, *v).is_ok())
             .collect()
-    }
-}
-
-/// The grants last computed, and the pools' key (names and resourceVersions) they
-/// were computed from: a reader pays for [`Grants::new`] once per pool change, not
-/// once per port or review.
-#[derive(Debug, Default)]
-pub struct GrantsCache(std::sync::Mutex<Option<(String, std::sync::Arc<Grants>)>>);
-
-impl GrantsCache {
-    /// The grants of `pools` (a cache's contents) with `parking` granted to nobody.
-    pub fn get(
-        &self,
-        pools: &[std::sync::Arc<VLANPool>],
-        parking: Option<VlanId>,
-    ) -> std::sync::Arc<Grants> {
-        let mut key: Vec<String> = pools
-            .iter()
-            .map(|p| {
-                format!(
-                    "{}@{}",
-                    p.metadata.name.as_deref().unwrap_or_default(),
-                    p.metadata.resource_version.as_deref().unwrap_or_default()
-                )
-            })
-            .collect();
-        key.sort();
-        key.push(parking.map(|v| v.to_string()).unwrap_or_default());
-        let key = key.join(",");
-        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((k, g)) = cached.as_ref()
-            && *k == key
-        {
-            return g.clone();
-        }
-        let g = std::sync::Arc::new(Grants::new(pools.iter().map(AsRef::as_ref), parking));
-        *cached = Some((key, g.clone()));
-        g
     }
 }
 

@@ -1,5 +1,6 @@
 use super::*;
 use crate::api::claim::{NicHint, TypedConfigurationRef};
+use crate::api::keys::PAUSED_BY_PATCHBAY;
 use crate::api::server::CabledPortRef;
 use ServerPhase::*;
 
@@ -396,7 +397,7 @@ const SPC: ConfigurationKind = ConfigurationKind::SwitchPortConfiguration;
 const SNC: ConfigurationKind = ConfigurationKind::SmartNicConfiguration;
 
 /// (nic, configuration as `ns/name` or "-", source) per driven port.
-fn table_of(targets: &[PortTarget]) -> Vec<(String, String, &'static str)> {
+fn table_of(targets: &[NicTarget]) -> Vec<(String, String, &'static str)> {
     targets
         .iter()
         .map(|t| {
@@ -614,8 +615,8 @@ fn obs(
     host: Option<&str>,
     state: Option<PortState>,
     applied: Option<ConfigurationRef>,
-) -> ObservedPort {
-    ObservedPort {
+) -> CachedPort {
+    CachedPort {
         configuration,
         host: host.map(Into::into),
         chained_from: None,
@@ -630,7 +631,7 @@ fn obs(
 /// (target, observed, write, verdict).
 type PortRow<'a> = (
     Option<&'a ConfigurationRef>,
-    Option<ObservedPort>,
+    Option<CachedPort>,
     Option<PortWrite>,
     Verdict,
 );

@@ -13,14 +13,14 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use super::{CHAINED_FROM_ANNOTATION, SWITCH_LABEL};
+use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION, SWITCH_LABEL};
 use crate::api::metal3::BareMetalHost;
 use crate::api::server::{CabledPortKind, ServerNic};
 use crate::api::{
     ConfigurationRef, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration,
 };
-use crate::host::{HOST_ANNOTATION, bare_metal_host_nics, cabled_to};
+use crate::decide::phases::{bare_metal_host_nics, cabled_to};
 
 /// Whether `reference`, held by an object of namespace `holder_ns`, names object
 /// `name` of namespace `ns` (a reference without namespace means the holder's).

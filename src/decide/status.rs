@@ -14,20 +14,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
 use super::failure::Failure;
-use crate::allocation::ClaimPlan;
+use crate::api::keys::{PAUSED_ANNOTATION, PROVISIONED_ANNOTATION};
 use crate::api::server::ClaimRef;
 use crate::api::server::{LinkedHost, NicPortStatus};
 use crate::api::{
     ConditionsStatus, DriftPolicy, PortState, PortStatus, RoleAllocation, Server, ServerClaim,
     ServerClaimSpec, ServerClaimStatus, ServerPhase, ServerStatus,
 };
-use crate::host::{
-    ClaimNetwork, Gate, Hold, PAUSED_ANNOTATION, PROVISIONED_ANNOTATION, PhaseStep,
-    PortTarget as HostPortTarget, Verdict, claim_entries, port_targets,
+use crate::decide::allocation::ClaimPlan;
+use crate::decide::phases::{
+    ClaimNetwork, Gate, Hold, NicTarget, PhaseStep, Verdict, claim_entries, port_targets,
 };
-use crate::state_machine::{Health, PortTarget};
-use crate::validate::{ValidationErrors, validate_server};
-use crate::worker::{Outage, Reachability};
+use crate::decide::reachability::{Outage, Reachability};
+use crate::decide::state_machine::{Health, PortTarget};
+use crate::decide::validate::{ValidationErrors, validate_server};
 
 /// The status of a condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -576,7 +576,7 @@ pub struct HostFacts {
     /// The phase step taken.
     pub step: PhaseStep,
     /// The ports of the phase stepped to: target, verdict, the port's state.
-    pub ports: Vec<(HostPortTarget, Verdict, Option<PortState>)>,
+    pub ports: Vec<(NicTarget, Verdict, Option<PortState>)>,
     /// Claim entries no NIC can take.
     pub unmatched: Vec<String>,
     /// Targets refused, their ports left as they are (a provisioning configuration

@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use patchbay_providers::values::excerpt;
 
 use super::{Errors, ValidationErrors, mac, object_name, optional_namespace, token};
-use crate::allocation::{
-    Binding, Candidate, CandidateNic, ClaimKey, ClaimRequest, NicNeed, RoleRequest,
-};
 use crate::api::quantity::parse_quantity;
 use crate::api::{ConfigurationKind, NetworkConfiguration, Server, ServerClaimSpec};
+use crate::decide::allocation::{
+    Binding, Candidate, CandidateNic, ClaimKey, ClaimRequest, NicNeed, RoleRequest,
+};
 
 /// The default role → inventory groups (kubespray's group names).
 pub fn default_groups(role: &str) -> Vec<String> {

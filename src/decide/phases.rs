@@ -30,23 +30,12 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::allocation::{CandidateNic, NicNeed, match_nics};
 use crate::api::claim::{ConfigurationKind, NetworkConfiguration, ServerClaimSpec};
+use crate::api::keys::PAUSED_BY_PATCHBAY;
 use crate::api::metal3::BareMetalHost;
 use crate::api::server::{CabledPortKind, CabledPortRef, ServerNic};
 use crate::api::{ConfigurationRef, PortState, ServerPhase};
-
-/// The annotation a host puts on each port it drives: `Server/<name>` or
-/// `BareMetalHost/<namespace>/<name>`.
-pub const HOST_ANNOTATION: &str = "patchbay.dev/host";
-/// The installer's signal on a Server without a BareMetalHost: `"true"` once the
-/// host is installed. Consumed (removed) when the Server is released.
-pub const PROVISIONED_ANNOTATION: &str = "patchbay.dev/provisioned";
-/// Metal3's pause annotation: while present, the baremetal-operator leaves the host
-/// alone.
-pub const PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
-/// The value patchbay's own pause carries (CAPM3's, say, carries another).
-pub const PAUSED_BY_PATCHBAY: &str = "patchbay.dev/waiting-for-ports";
+use crate::decide::allocation::{CandidateNic, NicNeed, match_nics};
 
 /// What moves a host's phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +45,7 @@ pub enum Driver<'a> {
     Installer {
         /// `spec.claimRef` is set.
         bound: bool,
-        /// [`PROVISIONED_ANNOTATION`] is `"true"`.
+        /// [`crate::api::keys::PROVISIONED_ANNOTATION`] is `"true"`.
         installed: bool,
     },
     /// A Metal3 BareMetalHost (`namespace/name`) while Metal3's BareMetalHost CRD is
@@ -244,7 +233,7 @@ impl Source {
 
 /// What one NIC's port must carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortTarget {
+pub struct NicTarget {
     /// The NIC.
     pub nic: String,
     /// Its port.
@@ -305,7 +294,7 @@ pub fn port_targets(
     phase: ServerPhase,
     nics: &[ServerNic],
     network: Option<ClaimNetwork<'_>>,
-) -> (Vec<PortTarget>, Vec<String>) {
+) -> (Vec<NicTarget>, Vec<String>) {
     let mut claimed: BTreeMap<usize, ConfigurationRef> = BTreeMap::new();
     let mut errors = Vec::new();
     if phase == ServerPhase::Provisioned
@@ -376,7 +365,7 @@ pub fn port_targets(
                 },
                 ServerPhase::Deleting => (None, Source::Clean),
             };
-            Some(PortTarget {
+            Some(NicTarget {
                 nic: nic.name.clone(),
                 port,
                 configuration,
@@ -395,10 +384,10 @@ pub fn port_targets(
 /// field (`field_of` gives its path, `spec.nics[0]`). While one is refused the host's
 /// ports are not settled, so its phase waits.
 pub fn refuse_grouped_provisioning(
-    targets: Vec<PortTarget>,
+    targets: Vec<NicTarget>,
     group_of: impl Fn(&ConfigurationRef) -> Option<i64>,
     field_of: impl Fn(&str) -> String,
-) -> (Vec<PortTarget>, Vec<String>) {
+) -> (Vec<NicTarget>, Vec<String>) {
     let mut refused = Vec::new();
     let kept = targets
         .into_iter()
@@ -446,10 +435,10 @@ fn hint_words(e: &NetworkConfiguration) -> String {
 
 /// A port as the host controller sees it in the cache.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ObservedPort {
+pub struct CachedPort {
     /// Its `spec.configuration`, namespace resolved.
     pub configuration: Option<ConfigurationRef>,
-    /// [`HOST_ANNOTATION`].
+    /// [`crate::api::keys::HOST_ANNOTATION`].
     pub host: Option<String>,
     /// The SmartNicPort that chained to it (a SwitchPort's `patchbay.dev/chained-from`).
     pub chained_from: Option<String>,
@@ -505,7 +494,7 @@ impl Verdict {
 /// answer is not settled, whatever it carried before.
 pub fn port_step(
     target: Option<&ConfigurationRef>,
-    observed: Option<&ObservedPort>,
+    observed: Option<&CachedPort>,
     me: &str,
 ) -> (Option<PortWrite>, Verdict) {
     let Some(o) = observed else {

@@ -1,0 +1,47 @@
+//! The names patchbay writes on objects and reads back: finalizers, labels,
+//! annotations, field managers and well-known object names. One place, so every
+//! controller, the webhook and the CLI agree on them. Constants only.
+
+/// Annotation on a SwitchPort claimed by a SmartNicPort: `<namespace>/<name>`.
+pub const CHAINED_FROM_ANNOTATION: &str = "patchbay.dev/chained-from";
+
+/// The host's phase, as patchbay last moved it.
+pub const PHASE_ANNOTATION: &str = "patchbay.dev/phase";
+
+/// How its ports stand: `ready/total`, then what holds them back.
+pub const PORTS_ANNOTATION: &str = "patchbay.dev/ports";
+
+/// Annotation (on a SwitchPort or its Switch): delete without touching the device,
+/// for devices that are gone for good.
+pub const SKIP_CLEANUP_ANNOTATION: &str = "patchbay.dev/skip-device-cleanup";
+
+/// Label on every SwitchPort: the Switch it belongs to.
+pub const SWITCH_LABEL: &str = "patchbay.dev/switch";
+
+/// The ConfigMap, in each served namespace, listing what it is granted.
+pub const GRANTS_CONFIGMAP: &str = "patchbay-grants";
+
+/// The annotation a host puts on each port it drives: `Server/<name>` or
+/// `BareMetalHost/<namespace>/<name>`.
+pub const HOST_ANNOTATION: &str = "patchbay.dev/host";
+
+/// The installer's signal on a Server without a BareMetalHost: `"true"` once the
+/// host is installed. Consumed (removed) when the Server is released.
+pub const PROVISIONED_ANNOTATION: &str = "patchbay.dev/provisioned";
+
+/// Metal3's pause annotation: while present, the baremetal-operator leaves the host
+/// alone.
+pub const PAUSED_ANNOTATION: &str = "baremetalhost.metal3.io/paused";
+
+/// The value patchbay's own pause carries (CAPM3's, say, carries another).
+pub const PAUSED_BY_PATCHBAY: &str = "patchbay.dev/waiting-for-ports";
+
+/// The label the infra team puts on a configuration of the infra namespace that
+/// tenants may name (`"true"`).
+pub const SHARED_LABEL: &str = "patchbay.dev/shared";
+
+/// Finalizer the controllers put on the objects whose deletion needs device cleanup.
+pub const FINALIZER: &str = "patchbay.dev/cleanup";
+
+/// The field manager of patchbay's server-side applies.
+pub const MANAGER: &str = "patchbay";

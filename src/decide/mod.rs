@@ -1,0 +1,40 @@
+//! Every decision patchbay makes, apart from the I/O that acts on it. Each module
+//! here is pure: it takes what was read (objects, facts, the time) and returns what
+//! to do; no client, no device, no clock, no lock, no task. Each is table-tested
+//! with plain values and no API server (the way linkerd2's policy-controller keeps
+//! its `core`). The rooms that do I/O (`controllers`, `worker`, `lease`, `backends`,
+//! `serve`, `webhook`) call these and carry out the answers.
+//!
+//! The line is kept by a test, not by habit: `tests/layout.rs` fails when a file
+//! under `src/decide/` imports a module that does I/O (the controllers, the worker,
+//! the backends, the lease elector, the HTTP server, tokio, a kube client).
+//!
+//! | module | decides |
+//! |---|---|
+//! | [`state_machine`] | a port's next step (`decide`), its backoff |
+//! | [`phases`] | where a host is in its life, what each of its ports must carry, the Metal3 gate |
+//! | [`allocation`] | which Servers a claim gets (`plan`) |
+//! | [`tenancy`] | which namespace may carry which VLAN where (VLANPool grants), which configurations a tenant may name |
+//! | [`admission`] | what the webhook answers for one object, by the same rules |
+//! | [`validate`] | whether an object is valid (field paths and reasons); a configuration as a device-level port |
+//! | [`inventory`] | a claim's `hosts.ini` and `hosts.yaml` |
+//! | [`status`] | facts → status and conditions; status merge patches |
+//! | [`failure`] | what can go wrong: one type, a bounded category, the retry policy |
+//! | [`triggers`] | which objects an event wakes |
+//! | [`lease`] | what a replica does with the Lease it sees |
+//! | [`reachability`] | whether a switch answers: the worker's down/probe/up transitions |
+//! | [`lobby`] | when a link-aggregation group's held changes go as one batch |
+
+pub mod admission;
+pub mod allocation;
+pub mod failure;
+pub mod inventory;
+pub mod lease;
+pub mod lobby;
+pub mod phases;
+pub mod reachability;
+pub mod state_machine;
+pub mod status;
+pub mod tenancy;
+pub mod triggers;
+pub mod validate;
