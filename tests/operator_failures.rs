@@ -9,7 +9,9 @@
 //!   status write, no Event, no connection) until it is fixed, then applied at once;
 //! - a switch that goes away shows on the Switch (DeviceReachable=False, one Warning)
 //!   and on its Active ports (Ready=Unknown, still Active) at the next drift sweep;
-//!   a fresh, empty switch at the same address gets every port re-applied.
+//!   a fresh, empty switch at the same address gets every port re-applied;
+//! - a Kubernetes write refused for good (403) is not retried every second: each
+//!   port waits for a change; one that may pass (500) backs off per port.
 
 mod support;
 
@@ -363,5 +365,97 @@ async fn a_corrected_password_in_the_secret_is_used_at_once() {
         "{:?}",
         fixed.elapsed()
     );
+    env.cluster.finish().await;
+}
+
+/// The operator's status writes refused by the API server: a 403 (RBAC) waits for a
+/// change, a 500 backs off per port — counted at the devplane over the same window
+/// as the old flat one-second retry would have made. Nothing reaches the device
+/// while a port cannot record that it is about to change it.
+#[tokio::test]
+async fn a_refused_status_write_is_not_retried_every_second() {
+    const PORTS: usize = 3;
+    const WINDOW: Duration = Duration::from_secs(20);
+    let sims = FakeSwitches::start(&[SimSpec::new("tor", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor");
+    let env = Env::start_with("failures-refused", |s| backoff(s, 300, 2, 60)).await;
+    let Some(plane) = env.cluster.devplane() else {
+        eprintln!("skipped: needs the devplane's faults");
+        return;
+    };
+    let keys: Vec<String> = (1..=PORTS).map(|i| format!("p{i}")).collect();
+    let devs: Vec<String> = (1..=PORTS).map(|i| format!("FastEthernet0/{i}")).collect();
+    let pairs: Vec<(&str, &str)> = keys
+        .iter()
+        .zip(&devs)
+        .map(|(k, d)| (k.as_str(), d.as_str()))
+        .collect();
+    env.switch("tor", "ios", sim, &sim.host_key_fingerprint, &pairs)
+        .await;
+    env.configuration("v40", json!({"untaggedVLAN": 40})).await;
+    env.configuration("v41", json!({"untaggedVLAN": 41})).await;
+    env.configuration("v42", json!({"untaggedVLAN": 42})).await;
+    for k in &keys {
+        env.link(k, Some("v40")).await;
+    }
+    for k in &keys {
+        env.wait_state(k, PortState::Active).await;
+    }
+
+    // 403: every port tries once, then waits for a change.
+    plane.refuse("patch", "switchports/status", Some(403));
+    let before = plane.request_count("patch", "switchports/status");
+    for k in &keys {
+        env.link(k, Some("v41")).await;
+    }
+    tokio::time::sleep(WINDOW).await;
+    let forbidden = plane.request_count("patch", "switchports/status") - before;
+    // The flat retry made ~20 per port in this window.
+    assert!(
+        (PORTS as u64) <= forbidden && forbidden <= 2 * PORTS as u64,
+        "{forbidden} refused status writes for {PORTS} ports in {WINDOW:?}"
+    );
+    for d in &devs {
+        assert_eq!(
+            access_vlan(sim, d).await,
+            Some(VlanMode::Access { vlan: vlan(40) }),
+            "{d} changed while its port could not record it"
+        );
+    }
+
+    // 500: backed off per port (1, 2, 4, 8 s: ~5 tries in 20 s). A 500 rather than a
+    // 503: kube's client retries 429/503/504 itself (from 5 ms, 15 times) before a
+    // reconcile sees the error, which would count the client's retries here.
+    plane.refuse("patch", "switchports/status", Some(500));
+    let before = plane.request_count("patch", "switchports/status");
+    for k in &keys {
+        env.link(k, Some("v42")).await;
+    }
+    tokio::time::sleep(WINDOW).await;
+    let unavailable = plane.request_count("patch", "switchports/status") - before;
+    assert!(
+        (2 * PORTS as u64) <= unavailable && unavailable <= 7 * PORTS as u64,
+        "{unavailable} status writes answered 500 for {PORTS} ports in {WINDOW:?}"
+    );
+
+    // Lifted: the ports' next try goes through and the device follows.
+    plane.refuse("patch", "switchports/status", None);
+    for k in &keys {
+        env.wait_for(k, "Active on v42", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.state == Some(PortState::Active)
+                    && s.configuration_ref
+                        .as_ref()
+                        .is_some_and(|c| c.name == "v42")
+            })
+        })
+        .await;
+    }
+    for d in &devs {
+        assert_eq!(
+            access_vlan(sim, d).await,
+            Some(VlanMode::Access { vlan: vlan(42) })
+        );
+    }
     env.cluster.finish().await;
 }

@@ -71,6 +71,10 @@ struct Shared {
 struct DelayTable {
     lists: BTreeMap<String, Duration>,
     watch_events: BTreeMap<String, Duration>,
+    /// (verb, resource) → the status code every such request is answered with.
+    refusals: BTreeMap<(String, String), u16>,
+    /// (verb, resource) → how many such requests arrived.
+    counts: BTreeMap<(String, String), u64>,
 }
 
 type Delays = Arc<Mutex<DelayTable>>;
@@ -207,6 +211,28 @@ impl DevPlane {
         } else {
             table.insert(resource.to_owned(), delay);
         }
+    }
+
+    /// From now on every `verb` request (`get`, `list`, `patch`, …) on `resource`
+    /// (`switchports`, `switchports/status`) is refused with `code` (403 as RBAC, 422
+    /// as an admission plugin, 429 or 5xx as an overloaded server; see
+    /// [`ApiError::refused`]) and changes nothing; `None` lifts the refusal.
+    pub fn refuse(&self, verb: &str, resource: &str, code: Option<u16>) {
+        let mut t = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (verb.to_owned(), resource.to_owned());
+        match code {
+            Some(c) => t.refusals.insert(key, c),
+            None => t.refusals.remove(&key),
+        };
+    }
+
+    /// How many `verb` requests on `resource` arrived so far (answered or refused).
+    pub fn request_count(&self, verb: &str, resource: &str) -> u64 {
+        let t = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+        t.counts
+            .get(&(verb.to_owned(), resource.to_owned()))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Every kind of request served so far (verb, group, resource), as an RBAC rule
@@ -693,6 +719,16 @@ async fn object_request(
         (&Method::DELETE, false) => "deletecollection",
         _ => "other",
     };
+    let audited = match &o.sub {
+        Some(sub) => format!("{}/{sub}", res.plural),
+        None => res.plural.clone(),
+    };
+    let refusal = {
+        let mut t = shared.delays.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (verb.to_owned(), audited.clone());
+        *t.counts.entry(key.clone()).or_default() += 1;
+        t.refusals.get(&key).copied()
+    };
     shared
         .audit
         .lock()
@@ -707,11 +743,11 @@ async fn object_request(
                 .to_owned(),
             verb: verb.into(),
             group: res.group.clone(),
-            resource: match &o.sub {
-                Some(sub) => format!("{}/{sub}", res.plural),
-                None => res.plural.clone(),
-            },
+            resource: audited.clone(),
         });
+    if let Some(code) = refusal {
+        return Err(ApiError::refused(code, verb, &audited));
+    }
     match (method, o.name) {
         (Method::GET, Some(name)) if !watching => {
             let obj = shared.store().get(&key, &o.version, ns, &name)?;

@@ -65,6 +65,24 @@ impl ApiError {
         )
     }
 
+    /// A request refused on purpose (a test's fault), as the API server's RBAC
+    /// (403 Forbidden), an admission plugin (422 Invalid) or an overloaded server
+    /// (429, 5xx) answers it.
+    pub fn refused(code: u16, verb: &str, resource: &str) -> Self {
+        let reason = match code {
+            403 => "Forbidden",
+            422 => "Invalid",
+            429 => "TooManyRequests",
+            503 => "ServiceUnavailable",
+            _ => "InternalError",
+        };
+        Self::new(
+            code,
+            reason,
+            format!("{resource}: {verb} refused ({reason})"),
+        )
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)

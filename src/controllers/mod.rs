@@ -46,6 +46,7 @@ pub use runtime::run;
 use kube::runtime::controller::Action;
 
 use crate::api::configuration_hash;
+use crate::decide::failure::ReconcileRetry;
 use crate::decide::state_machine::Requeue;
 
 /// Errors of the controllers' Kubernetes I/O (device failures are port conditions,
@@ -70,6 +71,30 @@ pub enum ControllerError {
 }
 
 impl ControllerError {
+    /// How the reconcile is tried again ([`ReconcileRetry`]): a step that waits is
+    /// not a failure; a Kubernetes answer by its status code; anything else from the
+    /// client (transport, timeouts) may pass.
+    pub fn retry(&self) -> ReconcileRetry {
+        use kube::runtime::finalizer::Error as F;
+        fn kube(e: &kube::Error) -> ReconcileRetry {
+            match e {
+                kube::Error::Api(s) => ReconcileRetry::of_status(s.code),
+                _ => ReconcileRetry::Transient,
+            }
+        }
+        match self {
+            ControllerError::Kube(e) => kube(e),
+            ControllerError::Finalizer(f) => match f.as_ref() {
+                F::ApplyFailed(e) | F::CleanupFailed(e) => e.retry(),
+                F::AddFinalizer(e) | F::RemoveFinalizer(e) => kube(e),
+                _ => ReconcileRetry::Persistent,
+            },
+            ControllerError::PortsRemaining(_)
+            | ControllerError::SwitchesRemaining(_)
+            | ControllerError::Waiting(_) => ReconcileRetry::Waiting,
+        }
+    }
+
     /// A bounded category for metrics and events.
     pub fn category(&self) -> &'static str {
         match self {

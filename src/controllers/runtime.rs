@@ -31,6 +31,7 @@ use crate::api::{
     SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
+use crate::decide::failure::ReconcileRetry;
 use crate::decide::triggers;
 use crate::metrics;
 use crate::settings::Settings;
@@ -56,23 +57,53 @@ fn log_errors<T, E: std::fmt::Display>(
     }
 }
 
-fn port_error_policy(_: Arc<SwitchPort>, e: &ControllerError, _: Arc<Context>) -> Action {
-    tracing::debug!(error = %e, category = e.category(), "SwitchPort reconcile error");
-    if matches!(e, ControllerError::Kube(kube::Error::Api(s)) if s.code == 409) {
-        // Someone else wrote first (the Switch controller adopting the port, say):
-        // read again at once.
-        return Action::requeue(Duration::from_millis(50));
+/// Each object's consecutive failed reconciles (keyed by controller and object): what the
+/// error policy backs off by ([`ReconcileRetry::after`]). A reconcile that succeeds
+/// (or waits) clears its object's count.
+#[derive(Default)]
+struct Retries(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+
+impl Retries {
+    fn key<K: kube::Resource>(controller: &str, obj: &K) -> String {
+        format!(
+            "{controller}/{}/{}",
+            obj.meta().namespace.as_deref().unwrap_or_default(),
+            obj.meta().name.as_deref().unwrap_or_default()
+        )
     }
-    Action::requeue(Duration::from_secs(1))
+
+    fn table(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn clear(&self, key: &str) {
+        self.table().remove(key);
+    }
+
+    fn bump(&self, key: &str) {
+        *self.table().entry(key.to_owned()).or_default() += 1;
+    }
+
+    fn count(&self, key: &str) -> u32 {
+        self.table().get(key).copied().unwrap_or(1).max(1)
+    }
 }
 
-fn error_policy<K, C>(_: Arc<K>, e: &ControllerError, _: Arc<C>) -> Action {
-    tracing::debug!(error = %e, category = e.category(), "reconcile error");
-    if matches!(e, ControllerError::Kube(kube::Error::Api(s)) if s.code == 409) {
-        // A Server or claim changed under us: plan again at once, from fresh reads.
-        return Action::requeue(Duration::from_millis(50));
+/// The error policy of `controller`: per object, by the error's class (see
+/// [`ReconcileRetry`]).
+fn error_policy<K, C>(
+    controller: &'static str,
+    retries: Arc<Retries>,
+) -> impl Fn(Arc<K>, &ControllerError, Arc<C>) -> Action
+where
+    K: kube::Resource,
+{
+    move |obj, e, _| {
+        let class = e.retry();
+        let after = class.after(retries.count(&Retries::key(controller, obj.as_ref())));
+        tracing::debug!(error = %e, category = e.category(), ?class, ?after, controller, "reconcile error");
+        Action::requeue(after)
     }
-    Action::requeue(Duration::from_secs(1))
 }
 
 /// One watch shared by several controllers: its cache, a subscription per reader
@@ -161,21 +192,25 @@ where
 fn timed<K, C, F, Fut>(
     controller: &'static str,
     synced: &Synced,
+    retries: &Arc<Retries>,
     reconcile: F,
 ) -> impl Fn(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, ControllerError>>
 where
+    K: kube::Resource,
     F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Action, ControllerError>> + Send + 'static,
 {
     let synced = synced.clone();
+    let retries = retries.clone();
     move |obj, ctx| {
+        let key = Retries::key(controller, obj.as_ref());
         let fut = reconcile(obj, ctx);
         let synced = synced.clone();
+        let retries = retries.clone();
         async move {
             if !synced.wait().await {
-                return Err(ControllerError::Waiting(
-                    "stopping before the caches were listed".into(),
-                ));
+                // Stopping before the caches were listed: nothing to do.
+                return Ok(Action::await_change());
             }
             let started = std::time::Instant::now();
             let result = fut.await;
@@ -184,10 +219,18 @@ where
                 &[controller],
                 started.elapsed().as_secs_f64(),
             );
-            let outcome = match &result {
-                Ok(_) => "ok",
-                Err(e) => e.category(),
+            let (outcome, result) = match result {
+                Ok(a) => ("ok", Ok(a)),
+                Err(e) if e.retry() == ReconcileRetry::Waiting => {
+                    tracing::debug!(reason = %e, controller, "waiting");
+                    ("ok", Ok(Action::requeue(ReconcileRetry::Waiting.after(1))))
+                }
+                Err(e) => (e.category(), Err(e)),
             };
+            match &result {
+                Ok(_) => retries.clear(&key),
+                Err(_) => retries.bump(&key),
+            }
             metrics::inc(metrics::RECONCILES, &[controller, outcome]);
             result
         }
@@ -255,6 +298,7 @@ pub async fn run(
     let wc = watcher::Config::default();
     // Every reconcile waits for every cache's first list; see `Synced`.
     let (sync_gate, synced) = Synced::new();
+    let retries = Arc::new(Retries::default());
     let ports: kube::Api<SwitchPort> = api_for(&client, ns);
     let switches: kube::Api<Switch> = api_for(&client, ns);
     let providers: kube::Api<ProviderSwitch> = api_for(&client, ns);
@@ -527,8 +571,8 @@ pub async fn run(
         .with_config(Config::default().concurrency(PORT_RECONCILES))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("SwitchPort", &synced, switch_port::reconcile),
-            port_error_policy,
+            timed("SwitchPort", &synced, &retries, switch_port::reconcile),
+            error_policy("SwitchPort", retries.clone()),
             ctx.clone(),
         )
         .for_each(log_errors("SwitchPort"));
@@ -554,8 +598,8 @@ pub async fn run(
         )
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("Switch", &synced, switch::reconcile),
-            error_policy,
+            timed("Switch", &synced, &retries, switch::reconcile),
+            error_policy("Switch", retries.clone()),
             ctx.clone(),
         )
         .for_each(log_errors("Switch"));
@@ -577,8 +621,13 @@ pub async fn run(
         .reconcile_on(notices(provider_rx))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("ProviderSwitch", &synced, provider_switch::reconcile),
-            error_policy,
+            timed(
+                "ProviderSwitch",
+                &synced,
+                &retries,
+                provider_switch::reconcile,
+            ),
+            error_policy("ProviderSwitch", retries.clone()),
             ctx.clone(),
         )
         .for_each(log_errors("ProviderSwitch"));
@@ -615,8 +664,8 @@ pub async fn run(
         .with_config(Config::default().concurrency(64))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("SmartNicPort", &synced, smartnic_port::reconcile),
-            error_policy,
+            timed("SmartNicPort", &synced, &retries, smartnic_port::reconcile),
+            error_policy("SmartNicPort", retries.clone()),
             ctx.clone(),
         )
         .for_each(log_errors("SmartNicPort"));
@@ -730,8 +779,8 @@ pub async fn run(
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("ServerClaim", &synced, server_claim::reconcile),
-            error_policy,
+            timed("ServerClaim", &synced, &retries, server_claim::reconcile),
+            error_policy("ServerClaim", retries.clone()),
             alloc.clone(),
         )
         .for_each(log_errors("ServerClaim"));
@@ -751,8 +800,13 @@ pub async fn run(
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("BareMetalHost", &synced, bare_metal_host::reconcile),
-            error_policy,
+            timed(
+                "BareMetalHost",
+                &synced,
+                &retries,
+                bare_metal_host::reconcile,
+            ),
+            error_policy("BareMetalHost", retries.clone()),
             server_ctx.clone(),
         )
         .for_each(log_errors("BareMetalHost"));
@@ -783,8 +837,8 @@ pub async fn run(
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("Server", &synced, server::reconcile),
-            error_policy,
+            timed("Server", &synced, &retries, server::reconcile),
+            error_policy("Server", retries.clone()),
             server_ctx,
         )
         .for_each(log_errors("Server"));

@@ -4,16 +4,15 @@
 //! ([`Failure::kind`], [`Failure::is_transient`]). Device, backend, validation and
 //! Kubernetes errors are kept as the failure's `source()`. Pure data, no I/O.
 
-use crate::decide::state_machine::{FailureKind, PortTarget};
-use crate::decide::validate::ValidationErrors;
-use patchbay_providers::DeviceError;
-use patchbay_providers::values::ValueError;
 use std::time::Duration;
 
-use patchbay_providers::Cause;
+use patchbay_providers::values::ValueError;
+use patchbay_providers::{Cause, DeviceError};
 
 use crate::api::keys::SKIP_CLEANUP_ANNOTATION;
 use crate::decide::reachability::Outage;
+use crate::decide::state_machine::{Backoff, FailureKind, PortTarget};
+use crate::decide::validate::ValidationErrors;
 
 /// Why a step, or a check of a Switch or ProviderSwitch, failed.
 #[derive(Debug, thiserror::Error)]
@@ -305,6 +304,65 @@ pub enum WorkerError {
     },
 }
 
+/// How a reconcile that returned an error (a Kubernetes call that failed, a step
+/// that must wait) is tried again. Device failures are not reconcile errors: they are
+/// port conditions with their own backoff ([`Failure::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReconcileRetry {
+    /// Not an error: the object waits for something else to finish first (a
+    /// Switch for its ports, a ProviderSwitch for its users). Looked at again after
+    /// [`WAITING_REQUEUE`]; counted as `ok` in the metrics.
+    Waiting,
+    /// Somebody else wrote first (409): read again almost at once, backing off from
+    /// 50 ms if it keeps happening.
+    Conflict,
+    /// May pass by itself (the API server unreachable, 429, 5xx, a timeout): back
+    /// off per object, from 1 s doubling to 60 s.
+    Transient,
+    /// Will not pass by trying again (403 forbidden, 422 invalid, 400, 404 gone):
+    /// wait for the object to change, and look again after [`PERSISTENT_RECHECK`] in
+    /// case what refused it (a Role, an admission webhook) was fixed without touching
+    /// the object.
+    Persistent,
+}
+
+/// How soon a waiting object is looked at again.
+pub const WAITING_REQUEUE: Duration = Duration::from_secs(1);
+/// How soon an object whose reconcile failed for good is looked at again when
+/// nothing changes it.
+pub const PERSISTENT_RECHECK: Duration = Duration::from_secs(300);
+const CONFLICT_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(50),
+    cap: Duration::from_secs(30),
+};
+const TRANSIENT_BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(1),
+    cap: Duration::from_secs(60),
+};
+
+impl ReconcileRetry {
+    /// The class of an API server answer's status code.
+    pub fn of_status(code: u16) -> Self {
+        match code {
+            409 => Self::Conflict,
+            429 | 500..=599 => Self::Transient,
+            400..=499 => Self::Persistent,
+            _ => Self::Transient,
+        }
+    }
+
+    /// When to look again after the object's `failures`-th consecutive failed
+    /// reconcile (≥ 1).
+    pub fn after(self, failures: u32) -> Duration {
+        match self {
+            Self::Waiting => WAITING_REQUEUE,
+            Self::Conflict => CONFLICT_BACKOFF.delay(failures),
+            Self::Transient => TRANSIENT_BACKOFF.delay(failures),
+            Self::Persistent => PERSISTENT_RECHECK,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,5 +496,30 @@ mod tests {
         let cause = device.source().expect("its cause");
         assert_eq!(cause.to_string(), "sending: broken pipe");
         assert_eq!(cause.source().unwrap().to_string(), "broken pipe");
+    }
+
+    #[test]
+    fn reconcile_errors_are_retried_by_class_and_per_object_count() {
+        use super::ReconcileRetry as R;
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        let rows: &[(u16, u32, R, Duration)] = &[
+            (409, 1, R::Conflict, ms(50)),
+            (409, 3, R::Conflict, ms(200)),
+            (409, 20, R::Conflict, s(30)),
+            (503, 1, R::Transient, s(1)),
+            (500, 2, R::Transient, s(2)),
+            (429, 4, R::Transient, s(8)),
+            (504, 30, R::Transient, s(60)),
+            (403, 1, R::Persistent, s(300)),
+            (422, 1, R::Persistent, s(300)),
+            (400, 9, R::Persistent, s(300)),
+            (404, 1, R::Persistent, s(300)),
+        ];
+        for (code, failures, class, after) in rows {
+            assert_eq!(R::of_status(*code), *class, "{code}");
+            assert_eq!(class.after(*failures), *after, "{code} after {failures}");
+        }
+        assert_eq!(R::Waiting.after(7), s(1));
     }
 }
