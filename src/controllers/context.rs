@@ -157,6 +157,49 @@ impl Stores {
         }
     }
 
+    /// Every Server NIC cabled to a port of `kind`: (port namespace, port name) →
+    /// (Server name, the NIC's MAC). From the Server cache (a Server's change wakes
+    /// the ports it names: [`crate::decide::triggers::ports_cabled_to`]).
+    pub fn cabled_nics(
+        &self,
+        kind: CabledPortKind,
+    ) -> HashMap<(String, String), (String, Option<String>)> {
+        let mut out = HashMap::new();
+        for s in self.servers.state() {
+            for nic in &s.spec.nics {
+                let Some(p) = &nic.port else { continue };
+                if p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind {
+                    out.insert(
+                        (p.namespace.clone(), p.name.clone()),
+                        (s.name_any(), nic.mac.clone()),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    /// The MAC address of the Server NIC cabled to port `name` (of `kind`) in
+    /// `namespace`, if a Server names it and gives the NIC a `mac`. Called only for a
+    /// configuration with egress ACL rules.
+    pub fn cabled_host_mac(
+        &self,
+        kind: CabledPortKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<String> {
+        self.servers.state().iter().find_map(|s| {
+            s.spec.nics.iter().find_map(|nic| {
+                let p = nic.port.as_ref()?;
+                (p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
+                    && p.namespace == namespace
+                    && p.name == name)
+                    .then(|| nic.mac.clone())
+                    .flatten()
+            })
+        })
+    }
+
     /// What the cached VLANPools grant (recomputed only when a pool changed), with
     /// `parking` granted to nobody.
     pub fn grants(&self, parking: Option<VlanId>) -> Arc<Grants> {
@@ -461,45 +504,6 @@ pub async fn fetch_secret(
     Api::<Secret>::namespaced(client.clone(), &ns)
         .get_opt(&r.name)
         .await
-}
-
-/// Every Server NIC cabled to a port of `kind`: (port namespace, port name) →
-/// (Server name, the NIC's MAC). One list of the (cluster-scoped) Servers.
-pub async fn cabled_nics(
-    client: &Client,
-    kind: CabledPortKind,
-) -> Result<HashMap<(String, String), (String, Option<String>)>, kube::Error> {
-    let servers = Api::<Server>::all(client.clone())
-        .list(&kube::api::ListParams::default())
-        .await?;
-    let mut out = HashMap::new();
-    for s in &servers.items {
-        for nic in &s.spec.nics {
-            let Some(p) = &nic.port else { continue };
-            if p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind {
-                out.insert(
-                    (p.namespace.clone(), p.name.clone()),
-                    (s.name_any(), nic.mac.clone()),
-                );
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The MAC address of the Server NIC cabled to port `name` (of `kind`) in
-/// `namespace`, if a Server names it and gives the NIC a `mac`. Called only for a
-/// configuration with egress ACL rules.
-pub async fn cabled_host_mac(
-    client: &Client,
-    kind: CabledPortKind,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<String>, kube::Error> {
-    Ok(cabled_nics(client, kind)
-        .await?
-        .remove(&(namespace.to_owned(), name.to_owned()))
-        .and_then(|(_, mac)| mac))
 }
 
 /// An API for kind `K` in `namespace`, or in all namespaces.

@@ -165,6 +165,22 @@ where
     (store, writer, run, listed)
 }
 
+/// The objects of a shared stream whose spec changed (`metadata.generation` moved,
+/// or first seen): a Server's status, written often, wakes no port.
+fn spec_changes<K>(
+    stream: impl futures::Stream<Item = Arc<K>> + Send + 'static,
+) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
+where
+    K: kube::Resource + Send + Sync + 'static,
+{
+    let mut seen = std::collections::HashMap::<String, i64>::new();
+    stream.filter(move |o| {
+        let key = Retries::key("", o.as_ref());
+        let generation = o.meta().generation.unwrap_or_default();
+        futures::future::ready(seen.insert(key, generation) != Some(generation))
+    })
+}
+
 /// `kubectl apply`'s copy of the whole object, which no controller reads.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -440,6 +456,8 @@ pub async fn run(
         stopped(&stop_tx),
     );
     let server_events = subscribe(&server_writer);
+    let servers_for_ports = spec_changes(subscribe(&server_writer));
+    let servers_for_smartnics = spec_changes(subscribe(&server_writer));
     let c0 = claim_store.clone();
     let gone = gone_tx.clone();
     let server_watch = server_run(
@@ -531,6 +549,9 @@ pub async fn run(
     let ps = provider_store.clone();
     let p5 = port_store.clone();
     let port_ctl = port_ctl
+        .watches_shared_stream(servers_for_ports, |s| {
+            triggers::ports_cabled_to::<SwitchPort>(&s, CabledPortKind::SwitchPort)
+        })
         .watches_shared_stream(pools_for_ports, move |_| {
             p5.state()
                 .iter()
@@ -637,6 +658,9 @@ pub async fn run(
     let (n1, n2, n3) = (snic_store.clone(), snic_store.clone(), snic_store.clone());
     let n4 = snic_store.clone();
     let snic_ctl = snic_ctl
+        .watches_shared_stream(servers_for_smartnics, |s| {
+            triggers::ports_cabled_to::<SmartNicPort>(&s, CabledPortKind::SmartNicPort)
+        })
         .watches_shared_stream(pools_for_smartnics, move |_| {
             n4.state()
                 .iter()

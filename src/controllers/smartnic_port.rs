@@ -41,9 +41,7 @@ use patchbay_providers::{Capabilities, Capability, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{
-    Carried, Context, TenancyVerdict, cabled_host_mac, report_forbidden, with_pool_names,
-};
+use super::context::{Carried, Context, TenancyVerdict, report_forbidden, with_pool_names};
 use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_action};
@@ -147,7 +145,8 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
     let host_mac = match (&port.spec.host_mac, &config) {
         (Some(m), _) => Some(m.clone()),
         (None, Some(c)) if has_egress_rules(&c.spec.acl) => {
-            cabled_host_mac(client, CabledPortKind::SmartNicPort, &ns, &port.name_any()).await?
+            ctx.stores
+                .cabled_host_mac(CabledPortKind::SmartNicPort, &ns, &port.name_any())
         }
         _ => None,
     };

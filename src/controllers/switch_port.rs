@@ -20,8 +20,8 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::context::{
-    Carried, Context, TenancyVerdict, cabled_host_mac, cabled_nics, fetch_secret, report_forbidden,
-    switch_device_ports, with_pool_names,
+    Carried, Context, TenancyVerdict, fetch_secret, report_forbidden, switch_device_ports,
+    with_pool_names,
 };
 use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive_port};
 use super::port_record::KubeRecord;
@@ -113,13 +113,14 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         .or_else(|| port.status.as_ref().and_then(|s| s.device_port.clone()));
     let host_mac = match &config {
         Some(c) if has_egress_rules(&c.spec.acl) => {
-            cabled_host_mac(client, CabledPortKind::SwitchPort, &ns, &port.name_any()).await?
+            ctx.stores
+                .cabled_host_mac(CabledPortKind::SwitchPort, &ns, &port.name_any())
         }
         _ => None,
     };
     let lag = match &config {
         Some(c) if c.spec.link_aggregation.is_some() => {
-            // Boxed: the list and the peers would otherwise sit in every
+            // Boxed: the peers would otherwise sit in every
             // reconcile's future.
             Some(Box::pin(group_peers(port, ctx, &ns, &c.spec)).await?)
         }
@@ -187,15 +188,15 @@ impl GroupPeer {
 }
 
 /// This port and the SwitchPorts of its namespace whose configuration has link
-/// aggregation, from the shared caches and one list of the Servers (for the
-/// cabling): what the group check needs. Only for a link-aggregation member.
+/// aggregation, from the shared caches (the Servers' for the cabling): what the
+/// group check needs. Only for a link-aggregation member.
 async fn group_peers(
     port: &SwitchPort,
     ctx: &Context,
     ns: &str,
     spec: &SwitchPortConfigurationSpec,
 ) -> Result<(GroupPeer, Vec<GroupPeer>), ControllerError> {
-    let cabled = cabled_nics(&ctx.client, CabledPortKind::SwitchPort).await?;
+    let cabled = ctx.stores.cabled_nics(CabledPortKind::SwitchPort);
     let describe = |q: &SwitchPort, spec: SwitchPortConfigurationSpec| {
         let switch = switch_name(q).unwrap_or_default();
         let device_port = ctx

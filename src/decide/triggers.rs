@@ -224,6 +224,26 @@ pub fn servers_of_port(
     out.into_iter().map(|n| ObjectRef::new(&n)).collect()
 }
 
+/// Ports of `kind` a change to a Server's spec concerns: those its NICs are cabled
+/// to (their egress ACL rules name the NIC's MAC, their link-aggregation check the
+/// Server).
+pub fn ports_cabled_to<K>(server: &Server, kind: CabledPortKind) -> Vec<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let set: BTreeSet<(String, String)> = server
+        .spec
+        .nics
+        .iter()
+        .filter_map(|n| n.port.as_ref())
+        .filter(|p| p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind)
+        .map(|p| (p.namespace.clone(), p.name.clone()))
+        .collect();
+    set.into_iter()
+        .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+        .collect()
+}
+
 /// Servers a change to a claim concerns: those bound to it, and those whose status
 /// says their ports carry (or are leaving) its network.
 pub fn servers_of_claim(servers: &[Arc<Server>], claim: &ServerClaim) -> Vec<ObjectRef<Server>> {
@@ -759,5 +779,37 @@ mod tests {
             vec!["bmh"]
         );
         assert!(hosts_provisioned_with(&hosts, &config("infra", "pxe")).is_empty());
+    }
+
+    #[test]
+    fn a_server_wakes_the_ports_its_nics_are_cabled_to_by_kind() {
+        let server: Server = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+            "metadata": {"name": "s1"},
+            "spec": {"bmc": {"address": "10.0.0.1",
+                "credentialsSecretRef": {"name": "b", "namespace": "infra"}},
+                "bootMac": "aa:bb:cc:00:00:01", "site": "dc1", "nics": [
+                {"name": "eth0", "mac": "aa:bb:cc:00:00:01",
+                 "port": {"namespace": "infra", "name": "tor1-p1"}},
+                {"name": "eth1", "port": {"namespace": "infra", "name": "tor2-p1",
+                                          "kind": "SwitchPort"}},
+                {"name": "eth2", "port": {"namespace": "tenant", "name": "snic-1",
+                                          "kind": "SmartNicPort"}},
+                {"name": "eth3"}
+            ]}
+        }))
+        .unwrap();
+        let ports: Vec<ObjectRef<SwitchPort>> =
+            ports_cabled_to(&server, CabledPortKind::SwitchPort);
+        assert_eq!(
+            ports,
+            vec![
+                ObjectRef::new("tor1-p1").within("infra"),
+                ObjectRef::new("tor2-p1").within("infra")
+            ]
+        );
+        let nics: Vec<ObjectRef<SmartNicPort>> =
+            ports_cabled_to(&server, CabledPortKind::SmartNicPort);
+        assert_eq!(nics, vec![ObjectRef::new("snic-1").within("tenant")]);
     }
 }
