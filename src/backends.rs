@@ -34,8 +34,9 @@
 //! `spec.hostKey.fingerprint` before each run (or, labs only, accepted). The hard
 //! timeout of a run is `options.commandTimeoutSeconds` (default 300).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decide::failure::BackendError;
@@ -61,15 +62,11 @@ pub struct FixtureRegistry(Arc<Mutex<HashMap<String, FixtureSwitch>>>);
 impl FixtureRegistry {
     /// The fixture device of ProviderSwitch `namespace/name`, if it exists yet.
     pub fn get(&self, namespace: &str, name: &str) -> Option<FixtureSwitch> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&format!("{namespace}/{name}"))
-            .cloned()
+        self.0.lock().get(&format!("{namespace}/{name}")).cloned()
     }
 
     fn get_or_create(&self, key: String, ports: &[PortName], latency: Duration) -> FixtureSwitch {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.0.lock();
         let device = map.entry(key.clone()).or_insert_with(|| {
             let d = FixtureSwitch::new(key, Vec::<PortName>::new());
             d.set_latency(latency);

@@ -13,7 +13,7 @@ use crate::decide::tenancy::Grants;
 /// were computed from: a reader pays for [`Grants::new`] once per pool change, not
 /// once per port or review.
 #[derive(Debug, Default)]
-pub struct GrantsCache(std::sync::Mutex<Option<(String, Arc<Grants>)>>);
+pub struct GrantsCache(parking_lot::Mutex<Option<(String, Arc<Grants>)>>);
 
 impl GrantsCache {
     /// The grants of `pools` (a cache's contents) with `parking` granted to nobody.
@@ -31,7 +31,7 @@ impl GrantsCache {
         key.sort();
         key.push(parking.map(|v| v.to_string()).unwrap_or_default());
         let key = key.join(",");
-        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = self.0.lock();
         if let Some((k, g)) = cached.as_ref()
             && *k == key
         {

@@ -5,10 +5,11 @@
 //! a Prometheus default registry: the controllers, the loop every port runs and the
 //! switch workers record into it from wherever they are.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 /// A metric family: its name, type and help.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -162,12 +163,9 @@ struct Registry {
     histograms: BTreeMap<(&'static str, Vec<String>), Histogram>,
 }
 
-fn registry() -> std::sync::MutexGuard<'static, Registry> {
+fn registry() -> parking_lot::MutexGuard<'static, Registry> {
     static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
-    REGISTRY
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    REGISTRY.get_or_init(Mutex::default).lock()
 }
 
 fn key(family: Family, labels: &[&str]) -> (&'static str, Vec<String>) {

@@ -8,9 +8,10 @@
 //! `tls.key`) and read again when its files change, so a rotated Secret is served
 //! without a restart. Network I/O.
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -250,7 +251,7 @@ impl CertDir {
 
     /// The certificate to serve now.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        let mut loaded = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut loaded = self.current.lock();
         if loaded.checked.elapsed() >= Duration::from_secs(1) {
             loaded.checked = Instant::now();
             let stamp = (

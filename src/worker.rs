@@ -53,8 +53,9 @@
 //! (Active) ports; when the switch answers again every tracked port gets a drift
 //! notice, so a device that came back empty is re-applied at once.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -231,19 +232,15 @@ struct Shared {
     batch_timeout: Option<Duration>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Shared {
     fn backend(&self) -> &'static str {
-        *lock(&self.backend)
+        *self.backend.lock()
     }
 
     /// A new device: whether it answers is not known yet. The ports waiting for the
     /// old one and the switch's status are told (the first check runs at once).
     fn restart(&self) {
-        let mut h = lock(&self.health);
+        let mut h = self.health.lock();
         h.link.restart();
         let waiting: Vec<PortKey> = std::mem::take(&mut h.waiting).into_iter().collect();
         drop(h);
@@ -254,22 +251,22 @@ impl Shared {
     }
 
     fn admit(&self) -> Admission {
-        lock(&self.health).link.admit(Timestamp::now())
+        self.health.lock().link.admit(Timestamp::now())
     }
 
     /// How long until the next probe, when the switch is down and none is running.
     fn probe_wait(&self) -> Option<Duration> {
-        let next = lock(&self.health).link.next_probe()?;
+        let next = self.health.lock().link.next_probe()?;
         Some(Duration::try_from(next.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO))
     }
 
     fn tracked_keys(&self) -> Vec<PortKey> {
-        lock(&self.tracking).desired.keys().cloned().collect()
+        self.tracking.lock().desired.keys().cloned().collect()
     }
 
     /// Records a session failure ([`Link::fail`]) and tells whom it concerns.
     fn fail(&self, error: DeviceError, as_probe: bool) -> Outage {
-        let mut h = lock(&self.health);
+        let mut h = self.health.lock();
         let failed = h
             .link
             .fail(error, as_probe, Timestamp::now(), &self.backoff);
@@ -295,7 +292,7 @@ impl Shared {
 
     /// Records a session that worked ([`Link::succeed`]) and tells whom it concerns.
     fn succeed(&self) {
-        let mut h = lock(&self.health);
+        let mut h = self.health.lock();
         let was = h.link.succeed();
         if was == Reachability::Reachable {
             return;
@@ -303,7 +300,7 @@ impl Shared {
         let waiting: Vec<PortKey> = std::mem::take(&mut h.waiting).into_iter().collect();
         drop(h);
         let tracked = {
-            let mut t = lock(&self.tracking);
+            let mut t = self.tracking.lock();
             let keys: Vec<PortKey> = t.desired.keys().cloned().collect();
             if matches!(was, Reachability::Down(_)) {
                 // Whatever the device holds now is unknown: check every tracked port.
@@ -325,7 +322,7 @@ impl Shared {
 
     fn wait_for_switch(&self, key: Option<&PortKey>) {
         if let Some(k) = key {
-            lock(&self.health).waiting.insert(k.clone());
+            self.health.lock().waiting.insert(k.clone());
         }
     }
 }
@@ -440,7 +437,7 @@ impl SwitchWorker {
 
     /// Whether the switch answers, as the worker last found.
     pub fn reachability(&self) -> Reachability {
-        lock(&self.shared.health).link.reach.clone()
+        self.shared.health.lock().link.reach.clone()
     }
 
     /// The outage, while the switch does not answer.
@@ -453,13 +450,13 @@ impl SwitchWorker {
 
     /// The device ports read to check reachability while no port is tracked.
     pub fn set_probe_ports(&self, ports: Vec<PortName>) {
-        lock(&self.shared.health).probe_ports = ports;
+        self.shared.health.lock().probe_ports = ports;
     }
 
     /// Tracks an Active port for drift sweeps (`None` stops tracking it). A new
     /// desired state starts its drift bookkeeping afresh.
     pub fn track(&self, key: PortKey, desired: Option<DesiredPort>) {
-        let mut t = lock(&self.shared.tracking);
+        let mut t = self.shared.tracking.lock();
         match desired {
             Some(d) => {
                 if t.desired.get(&key) != Some(&d) {
@@ -484,7 +481,7 @@ impl SwitchWorker {
     /// however often something undoes it, and a drift the port reported (and left)
     /// is not reported again until the device changes back.
     pub fn settle(&self, key: &PortKey, drifted: bool) {
-        let mut t = lock(&self.shared.tracking);
+        let mut t = self.shared.tracking.lock();
         t.known.insert(key.clone(), drifted);
         t.pending.remove(key);
     }
@@ -493,14 +490,14 @@ impl SwitchWorker {
     /// other than the port last established, or the switch answers again after an
     /// outage. It stays due until the port settles it ([`SwitchWorker::settle`]).
     pub fn drift_notice(&self, key: &PortKey) -> Option<bool> {
-        lock(&self.shared.tracking).pending.get(key).copied()
+        self.shared.tracking.lock().pending.get(key).copied()
     }
 
     /// Records that the port's drift was repaired now; returns how many times it was
     /// within the last [`REPAIR_WINDOW`] (this one included).
     pub fn record_repair(&self, key: &PortKey) -> usize {
         let now = tokio::time::Instant::now();
-        let mut t = lock(&self.shared.tracking);
+        let mut t = self.shared.tracking.lock();
         let times = t.repairs.entry(key.clone()).or_default();
         times.push_back(now);
         while times
@@ -567,7 +564,7 @@ impl Lobby {
             return Vec::new();
         }
         let now = tokio::time::Instant::now();
-        let tracked: Vec<DesiredPort> = lock(&shared.tracking).desired.values().cloned().collect();
+        let tracked: Vec<DesiredPort> = shared.tracking.lock().desired.values().cloned().collect();
         let mut runnable = Vec::new();
         let groups: Vec<u16> = self.groups.keys().copied().collect();
         for g in groups {
@@ -692,7 +689,7 @@ async fn run(
                 // first one of the new opens.
                 driver.drain().await;
                 driver = Driver::new(r.device, r.max_sessions);
-                *lock(&shared.backend) = r.backend;
+                *shared.backend.lock() = r.backend;
                 shared.restart();
                 sweep.reset_immediately();
             }
@@ -730,7 +727,7 @@ async fn run(
                 }
             }
             _ = tokio::time::sleep(probe_in.unwrap_or_default()), if probe_in.is_some() => {
-                lock(&shared.health).link.probing = true;
+                shared.health.lock().link.probing = true;
                 let Ok(permit) = driver.sessions.clone().acquire_owned().await else { return };
                 let (device, shared) = (driver.device.clone(), shared.clone());
                 tokio::spawn(async move {
@@ -740,7 +737,7 @@ async fn run(
             }
             _ = sweep.tick() => {
                 {
-                    let mut h = lock(&shared.health);
+                    let mut h = shared.health.lock();
                     // While the switch is down, the probe schedule does the checking.
                     if matches!(h.link.reach, Reachability::Down(_)) || h.sweeping {
                         continue;
@@ -751,7 +748,7 @@ async fn run(
                 let (device, shared) = (driver.device.clone(), shared.clone());
                 tokio::spawn(async move {
                     check(device.as_ref(), &shared).await;
-                    lock(&shared.health).sweeping = false;
+                    shared.health.lock().sweeping = false;
                     drop(permit);
                 });
             }
@@ -863,14 +860,14 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
         }
         return;
     }
-    let as_probe = lock(&shared.health).link.probing;
+    let as_probe = shared.health.lock().link.probing;
     let outage: Mutex<Option<Outage>> = Mutex::new(None);
     let port_error = |e: DeviceError, key: Option<&PortKey>| {
         if !e.is_session_failure() {
             return WorkerError::Device(e);
         }
         shared.wait_for_switch(key);
-        let mut recorded = lock(&outage);
+        let mut recorded = outage.lock();
         let o = recorded
             .get_or_insert_with(|| shared.fail(e, as_probe))
             .clone();
@@ -978,7 +975,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
     if as_probe {
         // A probe that ended without a verdict (a protocol error) must not block
         // the next one.
-        lock(&shared.health).link.probing = false;
+        shared.health.lock().link.probing = false;
     }
 }
 
@@ -987,21 +984,23 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
 /// records whether the switch answered.
 async fn check(switch: &dyn Device, shared: &Shared) {
     if !crate::lease::may_touch_devices() {
-        lock(&shared.health).link.probing = false;
+        shared.health.lock().link.probing = false;
         return;
     }
-    let tracked: Vec<(PortKey, DesiredPort)> = lock(&shared.tracking)
+    let tracked: Vec<(PortKey, DesiredPort)> = shared
+        .tracking
+        .lock()
         .desired
         .iter()
         .map(|(k, d)| (k.clone(), d.clone()))
         .collect();
     let mut names: Vec<PortName> = tracked.iter().map(|(_, d)| d.port.clone()).collect();
     if names.is_empty() {
-        names.extend(lock(&shared.health).probe_ports.first().cloned());
+        names.extend(shared.health.lock().probe_ports.first().cloned());
     }
     if names.is_empty() {
         // Nothing to read: reachability stays as it is.
-        lock(&shared.health).link.probing = false;
+        shared.health.lock().link.probing = false;
         return;
     }
     names.sort();
@@ -1014,7 +1013,7 @@ async fn check(switch: &dyn Device, shared: &Shared) {
         }
         Err(e) => {
             tracing::debug!(error = %e, "the drift sweep could not read the switch");
-            lock(&shared.health).link.probing = false;
+            shared.health.lock().link.probing = false;
             return;
         }
     };
@@ -1033,7 +1032,7 @@ async fn check(switch: &dyn Device, shared: &Shared) {
     let mut changed = Vec::new();
     tracing::debug!(ports = names.len(), "drift sweep read the switch");
     {
-        let mut t = lock(&shared.tracking);
+        let mut t = shared.tracking.lock();
         for (key, desired) in tracked {
             let Some(obs) = observed.get(&desired.port) else {
                 continue;
@@ -1102,7 +1101,7 @@ mod tests {
     fn recorder() -> (Notifier, Arc<Mutex<Vec<Notice>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
-        (Arc::new(move |n| s.lock().unwrap().push(n)), seen)
+        (Arc::new(move |n| s.lock().push(n)), seen)
     }
 
     fn attempts(fixture: &FixtureSwitch) -> usize {
@@ -1209,7 +1208,6 @@ mod tests {
     fn port_notices(notified: &Mutex<Vec<Notice>>) -> Vec<Notice> {
         notified
             .lock()
-            .unwrap()
             .iter()
             .filter(|n| matches!(n, Notice::Port(_)))
             .cloned()
@@ -1232,7 +1230,7 @@ mod tests {
             worker.track(key(&format!("port-{i}")), Some(d));
         }
         fixture.clear_log();
-        notified.lock().unwrap().clear();
+        notified.lock().clear();
         fixture.tamper(&p("Gi0/2"), |o| o.vlans = Some(VlanMode::Unconfigured));
         tokio::time::sleep(Duration::from_millis(350)).await;
         // The drifted port, and only it, is told — at every sweep while it has not
@@ -1248,7 +1246,7 @@ mod tests {
         // The port read it drifted and left it so (ReportOnly): no more notices
         // while the device stays as it is.
         worker.settle(&key("port-1"), true);
-        notified.lock().unwrap().clear();
+        notified.lock().clear();
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(worker.drift_notice(&key("port-1")), None);
         assert!(port_notices(&notified).is_empty());
@@ -1275,7 +1273,7 @@ mod tests {
             .unwrap();
         worker.track(key("a"), Some(d.clone()));
         for round in 1..=3 {
-            notified.lock().unwrap().clear();
+            notified.lock().clear();
             fixture.tamper(&p("Gi0/1"), |o| o.vlans = Some(VlanMode::Unconfigured));
             tokio::time::sleep(Duration::from_millis(250)).await;
             assert_eq!(worker.drift_notice(&key("a")), Some(true), "round {round}");
@@ -1294,7 +1292,7 @@ mod tests {
             assert_eq!(worker.record_repair(&key("a")), round);
         }
         // In sync again: nothing more to tell.
-        notified.lock().unwrap().clear();
+        notified.lock().clear();
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(port_notices(&notified).is_empty());
     }
@@ -1347,16 +1345,16 @@ mod tests {
         let outage = worker.outage().expect("down");
         assert_eq!(outage.timing.failures as usize, tries);
         // Every waiting port and the switch hear about each failed probe.
-        assert!(notified.lock().unwrap().contains(&Notice::Switch));
-        assert!(notified.lock().unwrap().contains(&Notice::Port(key("p48"))));
+        assert!(notified.lock().contains(&Notice::Switch));
+        assert!(notified.lock().contains(&Notice::Port(key("p48"))));
 
         // The switch comes back: the next probe finds it, and every waiting port is
         // told at once.
-        notified.lock().unwrap().clear();
+        notified.lock().clear();
         fixture.set_unreachable(false);
         tokio::time::sleep(Duration::from_millis(2200)).await;
         assert_eq!(worker.reachability(), Reachability::Reachable);
-        let heard = notified.lock().unwrap().clone();
+        let heard = notified.lock().clone();
         assert!(heard.contains(&Notice::Switch), "{heard:?}");
         for i in 1..=48 {
             assert!(heard.contains(&Notice::Port(key(&format!("p{i}")))), "p{i}");
@@ -1383,7 +1381,7 @@ mod tests {
         fixture.set_unreachable(true);
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(worker.outage().is_some(), "{:?}", worker.reachability());
-        assert!(notified.lock().unwrap().contains(&Notice::Port(key("a"))));
+        assert!(notified.lock().contains(&Notice::Port(key("a"))));
         // It comes back empty: the port gets a drift notice.
         fixture.set_unreachable(false);
         fixture.tamper(&p("Gi0/1"), |o| o.vlans = Some(VlanMode::Unconfigured));
@@ -1502,7 +1500,7 @@ mod tests {
             )
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
-        notified.lock().unwrap().clear();
+        notified.lock().clear();
         worker.replace_device(Arc::new(fixture.clone()), 1, "fixture");
         let second = worker
             .apply(None, PortOperation::Set(access("Gi0/2", 20)))
@@ -1511,7 +1509,7 @@ mod tests {
         assert!(second.is_ok(), "{second:?}");
         assert_eq!(fixture.max_concurrent_sessions(), 1);
         // The switch's status hears that the device changed.
-        assert!(notified.lock().unwrap().contains(&Notice::Switch));
+        assert!(notified.lock().contains(&Notice::Switch));
     }
 
     #[tokio::test(start_paused = true)]

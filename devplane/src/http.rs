@@ -5,11 +5,12 @@
 //! The server runs on its own thread with its own tokio runtime, so a test that
 //! blocks its own thread (running kubectl, say) cannot starve it.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -85,9 +86,7 @@ impl Shared {
         table: impl Fn(&DelayTable) -> &BTreeMap<String, Duration>,
         resource: &str,
     ) -> Option<Duration> {
-        table(&self.delays.lock().unwrap_or_else(|e| e.into_inner()))
-            .get(resource)
-            .copied()
+        table(&self.delays.lock()).get(resource).copied()
     }
 }
 
@@ -109,7 +108,7 @@ pub struct AuditEntry {
 
 impl Shared {
     fn store(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+        self.store.lock()
     }
 }
 
@@ -204,7 +203,7 @@ impl DevPlane {
         resource: &str,
         delay: Duration,
     ) {
-        let mut delays = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+        let mut delays = self.delays.lock();
         let table = table(&mut delays);
         if delay.is_zero() {
             table.remove(resource);
@@ -218,7 +217,7 @@ impl DevPlane {
     /// as an admission plugin, 429 or 5xx as an overloaded server; see
     /// [`ApiError::refused`]) and changes nothing; `None` lifts the refusal.
     pub fn refuse(&self, verb: &str, resource: &str, code: Option<u16>) {
-        let mut t = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.delays.lock();
         let key = (verb.to_owned(), resource.to_owned());
         match code {
             Some(c) => t.refusals.insert(key, c),
@@ -228,7 +227,7 @@ impl DevPlane {
 
     /// How many `verb` requests on `resource` arrived so far (answered or refused).
     pub fn request_count(&self, verb: &str, resource: &str) -> u64 {
-        let t = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+        let t = self.delays.lock();
         t.counts
             .get(&(verb.to_owned(), resource.to_owned()))
             .copied()
@@ -238,12 +237,12 @@ impl DevPlane {
     /// Every kind of request served so far (verb, group, resource), as an RBAC rule
     /// names it: tests check a role covers what a client actually asked.
     pub fn requests(&self) -> BTreeSet<AuditEntry> {
-        self.audit.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.audit.lock().clone()
     }
 
     /// Forgets the requests recorded so far (a test's own set-up).
     pub fn clear_requests(&self) {
-        self.audit.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.audit.lock().clear();
     }
 
     /// The address it listens on.
@@ -724,27 +723,23 @@ async fn object_request(
         None => res.plural.clone(),
     };
     let refusal = {
-        let mut t = shared.delays.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = shared.delays.lock();
         let key = (verb.to_owned(), audited.clone());
         *t.counts.entry(key.clone()).or_default() += 1;
         t.refusals.get(&key).copied()
     };
-    shared
-        .audit
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(AuditEntry {
-            client: req
-                .headers()
-                .get(hyper::header::USER_AGENT)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|ua| ua.split('/').next())
-                .unwrap_or_default()
-                .to_owned(),
-            verb: verb.into(),
-            group: res.group.clone(),
-            resource: audited.clone(),
-        });
+    shared.audit.lock().insert(AuditEntry {
+        client: req
+            .headers()
+            .get(hyper::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|ua| ua.split('/').next())
+            .unwrap_or_default()
+            .to_owned(),
+        verb: verb.into(),
+        group: res.group.clone(),
+        resource: audited.clone(),
+    });
     if let Some(code) = refusal {
         return Err(ApiError::refused(code, verb, &audited));
     }

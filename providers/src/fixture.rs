@@ -7,8 +7,9 @@
 //! read the [operation log](FixtureSwitch::operations) that proves what was, or was
 //! not, sent.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -130,7 +131,7 @@ impl FixtureSwitch {
 
     fn lock(&self) -> MutexGuard<'_, FixtureState> {
         // A panic while holding the lock only happens in a failing test; keep going.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Adds ports (clean) that the device does not have yet.

@@ -3,8 +3,9 @@
 //! its Secret changes), the Event publisher, the status ledger and the channels the
 //! workers' notices travel on. Spawns workers; reads Secrets from the API server.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -44,8 +45,8 @@ struct Built {
 }
 
 impl WorkerEntry {
-    fn built(&self) -> std::sync::MutexGuard<'_, Built> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    fn built(&self) -> parking_lot::MutexGuard<'_, Built> {
+        self.current.lock()
     }
 
     /// The handle a port's steps use.
@@ -542,8 +543,8 @@ impl Context {
         }
     }
 
-    fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<DeviceKey, Arc<WorkerEntry>>> {
-        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    fn workers(&self) -> parking_lot::MutexGuard<'_, HashMap<DeviceKey, Arc<WorkerEntry>>> {
+        self.workers.lock()
     }
 
     /// The worker of `provider`'s device, started if none runs, its device replaced

@@ -16,9 +16,9 @@
 //! ([`MAX_SERIES`], oldest dropped first). A forgotten or expired series simply
 //! starts a new Event.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
@@ -69,8 +69,8 @@ impl EventPublisher {
         }
     }
 
-    fn series(&self) -> std::sync::MutexGuard<'_, HashMap<SeriesKey, Series>> {
-        self.series.lock().unwrap_or_else(|e| e.into_inner())
+    fn series(&self) -> parking_lot::MutexGuard<'_, HashMap<SeriesKey, Series>> {
+        self.series.lock()
     }
 
     /// Publishes an Event about `obj`. A Warning that repeats an open series is

@@ -12,8 +12,9 @@
 //! write waits for the fresh one instead of acting again (applying a port twice, or
 //! retrying too early).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use patchbay_providers::values::{PortName, VlanId};
@@ -292,8 +293,8 @@ fn stored(t: Option<jiff::Timestamp>) -> Option<i64> {
 }
 
 impl StatusLedger {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Written, std::time::Instant)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn map(&self) -> parking_lot::MutexGuard<'_, HashMap<String, (Written, std::time::Instant)>> {
+        self.0.lock()
     }
 
     /// Whether this process recently wrote a status for `key` that `read` does not

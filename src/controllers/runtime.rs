@@ -61,7 +61,7 @@ fn log_errors<T, E: std::fmt::Display>(
 /// error policy backs off by ([`ReconcileRetry::after`]). A reconcile that succeeds
 /// (or waits) clears its object's count.
 #[derive(Default)]
-struct Retries(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+struct Retries(parking_lot::Mutex<std::collections::HashMap<String, u32>>);
 
 impl Retries {
     fn key<K: kube::Resource>(controller: &str, obj: &K) -> String {
@@ -72,8 +72,8 @@ impl Retries {
         )
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u32>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn table(&self) -> parking_lot::MutexGuard<'_, std::collections::HashMap<String, u32>> {
+        self.0.lock()
     }
 
     fn clear(&self, key: &str) {

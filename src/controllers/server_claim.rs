@@ -12,8 +12,9 @@
 //! again at the new version. A lost race (the spec changed) undoes the bindings of
 //! that reconcile (whole or nothing) and plans again.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
@@ -109,8 +110,8 @@ impl Allocator {
         self.namespace.as_deref().is_none_or(|ns| ns == namespace)
     }
 
-    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.applied.lock().unwrap_or_else(|e| e.into_inner())
+    fn applied(&self) -> parking_lot::MutexGuard<'_, HashMap<String, String>> {
+        self.applied.lock()
     }
 }
 

@@ -31,7 +31,8 @@
 //! `nextPortRef` is not cabled to a managed switch: its configuration's
 //! `nextConfigurationRef` does not apply to it.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -245,7 +246,7 @@ impl SmartNicSteps<'_> {
     }
 
     fn wait(&self, why: String) -> Result<Outcome, Failure> {
-        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        *self.waiting.lock() = Some(why);
         Ok(Outcome::Waiting)
     }
 
@@ -494,10 +495,7 @@ impl PortSteps for SmartNicSteps<'_> {
     }
 
     fn waiting(&self) -> Option<String> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        self.waiting.lock().take()
     }
 }
 

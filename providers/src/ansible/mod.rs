@@ -123,7 +123,7 @@ pub struct AnsibleSwitch {
     target: AnsibleTarget,
     platform: &'static Platform,
     options: AnsibleOptions,
-    runs: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    runs: Arc<parking_lot::Mutex<Vec<(String, String)>>>,
 }
 
 impl std::fmt::Debug for AnsibleSwitch {
@@ -157,14 +157,14 @@ impl AnsibleSwitch {
 
     /// The playbooks run so far (`apply.yml`, `read.yml`), in order.
     pub fn runs(&self) -> Vec<String> {
-        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        let runs = self.runs.lock();
         runs.iter().map(|(p, _)| p.clone()).collect()
     }
 
     /// The processes still alive from any run of this backend (tests: nothing a
     /// run started may outlive it).
     pub fn leftovers(&self) -> Vec<u32> {
-        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let runs = self.runs.lock().clone();
         runs.iter().flat_map(|(_, m)| marked(m)).collect()
     }
 
@@ -191,7 +191,6 @@ impl AnsibleSwitch {
         let dir = RunDir::create().map_err(|e| self.local("creating the run's directory", e))?;
         self.runs
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .push((playbook.to_owned(), dir.marker.clone()));
         // Dropping the directory sweeps the run's processes, also when this future
         // is cancelled (the worker's batch bound).

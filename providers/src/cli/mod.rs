@@ -24,8 +24,9 @@
 pub mod dialect;
 pub mod transport;
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -119,14 +120,14 @@ impl CliSwitch {
     pub fn journal(&self) -> Vec<Sent> {
         self.journal
             .as_ref()
-            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .map(|j| j.lock().clone())
             .unwrap_or_default()
     }
 
     /// Forgets the journal.
     pub fn clear_journal(&self) {
         if let Some(j) = &self.journal {
-            j.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            j.lock().clear();
         }
     }
 
@@ -457,7 +458,7 @@ impl<'a> Session<'a> {
 
     fn record(&self, line: &str, configures: bool) {
         if let Some(j) = &self.sw.journal {
-            j.lock().unwrap_or_else(|e| e.into_inner()).push(Sent {
+            j.lock().push(Sent {
                 line: line.to_owned(),
                 configures,
             });

@@ -10,7 +10,8 @@
 //! Errors are [`DeviceError`]s built from the address and what the transport said;
 //! credentials never enter them.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use russh::client::{self, AuthResult, Handle, Msg};
@@ -134,7 +135,7 @@ impl client::Handler for Verifier {
                 cert.public_key().fingerprint(HashAlg::Sha256).to_string()
             }
         };
-        *self.presented.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint.clone());
+        *self.presented.lock() = Some(fingerprint.clone());
         let public = match key {
             PublicKeyOrCertificate::PublicKey { key, .. } => key.to_openssh().ok(),
             PublicKeyOrCertificate::Certificate(cert) => {
@@ -153,7 +154,7 @@ impl client::Handler for Verifier {
             }
         };
         if accepted {
-            *self.key.lock().unwrap_or_else(|e| e.into_inner()) = public;
+            *self.key.lock() = public;
         }
         Ok(accepted)
     }
@@ -192,7 +193,6 @@ pub async fn verified_host_key(target: &SshTarget) -> Result<String, DeviceError
             Ok(handle) => {
                 let _ = handle.disconnect(Disconnect::ByApplication, "", "en").await;
                 key.lock()
-                    .unwrap_or_else(|e| e.into_inner())
                     .clone()
                     .ok_or_else(|| unreachable(&endpoint, Cause::msg("no usable host key")))
             }
@@ -232,7 +232,7 @@ fn connect_error(
     presented: &Seen,
     e: russh::Error,
 ) -> DeviceError {
-    let seen = presented.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let seen = presented.lock().clone();
     match (&target.host_key, seen, &e) {
         (HostKeyPolicy::Fingerprint(expected), Some(seen), russh::Error::UnknownKey)
             if *expected != seen =>

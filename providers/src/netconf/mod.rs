@@ -26,8 +26,9 @@ pub mod session;
 pub mod transaction;
 pub mod xml;
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -147,14 +148,14 @@ impl NetconfSwitch {
     pub fn journal(&self) -> Vec<String> {
         self.journal
             .as_ref()
-            .map(|j| j.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .map(|j| j.lock().clone())
             .unwrap_or_default()
     }
 
     /// Forgets the journal.
     pub fn clear_journal(&self) {
         if let Some(j) = &self.journal {
-            j.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            j.lock().clear();
         }
     }
 

@@ -14,7 +14,8 @@
 //! earlier probes are skipped. A device that never answers fails after the command
 //! timeout, like any RPC.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -183,9 +184,7 @@ impl Session {
         self.next_id += 1;
         let name = op.name();
         if let Some(j) = &self.journal {
-            j.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(name.clone());
+            j.lock().push(name.clone());
         }
         let wire = self
             .framing
