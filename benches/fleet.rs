@@ -131,10 +131,18 @@ fn desired(port: &PortName, k: usize, r: u16) -> DesiredPort {
     d
 }
 
-/// A figure of the operator's metrics (this process's registry): the value of the
-/// line `name{labels}`.
+/// The metrics every operator this benchmark starts shares (their figures add up,
+/// as the runs' before/after differences expect).
+fn probes() -> &'static patchbay::controllers::Probes {
+    static PROBES: std::sync::OnceLock<patchbay::controllers::Probes> = std::sync::OnceLock::new();
+    PROBES.get_or_init(Default::default)
+}
+
+/// A figure of the operators' metrics: the value of the line `name{labels}`.
 fn metric(line: &str) -> f64 {
-    patchbay::metrics::render()
+    probes()
+        .metrics
+        .render()
         .lines()
         .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
         .unwrap_or(0.0)
@@ -227,6 +235,7 @@ fn operator(client: kube::Client, ns: &str) -> tokio::sync::oneshot::Sender<()> 
         client,
         settings,
         backends,
+        probes().clone(),
         async move {
             let _ = stopped.await;
         },

@@ -132,6 +132,7 @@ async fn main() {
         Some(tls),
         patchbay::serve::Routes {
             ready: Arc::new(|| true),
+            metrics: Arc::default(),
             admission: Some(hook.clone()),
         },
         std::future::pending::<()>(),

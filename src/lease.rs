@@ -8,16 +8,26 @@
 //!
 //! Election does not fence: a holder cut off from the API server still believes it
 //! leads until it notices. So the holder stops touching devices as soon as it could
-//! not renew for `renewDeadline` ([`may_touch_devices`], checked by the switch
+//! not renew for `renewDeadline` ([`DeviceGate`], checked by the switch
 //! workers before every session), and every batch is bounded by
 //! `leaseDuration − renewDeadline`: a batch started just before the deadline ends
 //! before another replica can take the Lease over.
 //!
-//! The decision ([`crate::decide::lease::decide`]) is pure and table-tested; [`Elector`] does the Kubernetes I/O. A small
-//! module on kube's Lease API rather than `kube-lease-manager`: that crate's releases
-//! target older kube versions (none for kube 5 when this was written), and what is
-//! needed here — acquire, renew, release, a deadline — is a hundred lines.
+//! The decision ([`crate::decide::lease::decide`]) is pure and table-tested;
+//! [`Elector`] does the Kubernetes I/O.
+//!
+//! **Why not `kube-lease-manager`** (re-evaluated for issue 32 at 0.13.1, which does
+//! support kube 5 and would add one crate to the build — measured with `cargo tree`):
+//! it decides that a Lease expired from the holder's `renewTime` plus the duration,
+//! compared with this node's wall clock (`SystemTime::now() > expiry`, its
+//! `state.rs`), so two nodes whose clocks differ by more than the grace both act as
+//! leader; this module measures on its own monotonic clock from when it last saw the
+//! Lease change, as client-go does. Its durations are whole seconds, and it has no
+//! renew deadline after which the holder fences itself (here: no device session
+//! after `renewDeadline` without a renewal), which is what keeps two replicas off
+//! one switch.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -28,16 +38,30 @@ use tokio::sync::watch;
 
 use crate::decide::lease::{LeaseStep, Timings, decide};
 
-static DEVICES_ALLOWED: AtomicBool = AtomicBool::new(true);
-
 /// Whether this replica may open device sessions: always without leader election;
 /// with it, only while it holds the Lease and has renewed it within the deadline.
-pub fn may_touch_devices() -> bool {
-    DEVICES_ALLOWED.load(Ordering::SeqCst)
+/// One per operator: the elector sets it, the switch workers check it before every
+/// session. Clones share it.
+#[derive(Debug, Clone)]
+pub struct DeviceGate(Arc<AtomicBool>);
+
+impl Default for DeviceGate {
+    /// Open: no election, devices allowed.
+    fn default() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
 }
 
-fn allow_devices(allowed: bool) {
-    DEVICES_ALLOWED.store(allowed, Ordering::SeqCst);
+impl DeviceGate {
+    /// Whether device sessions may be opened now.
+    pub fn allows(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Opens or closes the gate.
+    pub fn set(&self, allowed: bool) {
+        self.0.store(allowed, Ordering::SeqCst);
+    }
 }
 
 /// What the elector reports.
@@ -55,6 +79,7 @@ pub struct Elector {
     name: String,
     identity: String,
     timings: Timings,
+    devices: DeviceGate,
 }
 
 fn micro_now() -> MicroTime {
@@ -62,19 +87,22 @@ fn micro_now() -> MicroTime {
 }
 
 impl Elector {
-    /// An elector for Lease `namespace/name`, as `identity` (the pod name).
+    /// An elector for Lease `namespace/name`, as `identity` (the pod name), that
+    /// opens and closes `devices`.
     pub fn new(
         client: kube::Client,
         namespace: &str,
         name: &str,
         identity: &str,
         timings: Timings,
+        devices: DeviceGate,
     ) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             name: name.to_owned(),
             identity: identity.to_owned(),
             timings,
+            devices,
         }
     }
 
@@ -84,7 +112,7 @@ impl Elector {
     /// limits at once, and the loop ends: the process should stop). Runs until
     /// `report` has no receiver left.
     pub async fn run(&self, report: watch::Sender<Leadership>) {
-        allow_devices(false);
+        self.devices.set(false);
         let mut seen: Option<(String, Option<String>)> = None;
         let mut seen_at = Instant::now();
         let mut renewed_at: Option<Instant> = None;
@@ -97,7 +125,7 @@ impl Elector {
             match result {
                 Ok(Some(holder)) if holder == self.identity => {
                     renewed_at = Some(now);
-                    allow_devices(true);
+                    self.devices.set(true);
                     report.send_if_modified(|l| {
                         let changed = !l.leading || l.holder != holder;
                         *l = Leadership {
@@ -109,7 +137,7 @@ impl Elector {
                 }
                 Ok(Some(other)) if renewed_at.is_some() && !other.is_empty() => {
                     // Somebody else holds what this replica led with: stop at once.
-                    allow_devices(false);
+                    self.devices.set(false);
                     tracing::error!(holder = %other, "lease: taken over by another replica; this replica stops touching devices");
                     report.send_modify(|l| {
                         l.leading = false;
@@ -130,7 +158,7 @@ impl Elector {
             if let Some(at) = renewed_at
                 && now.duration_since(at) >= self.timings.renew_deadline
             {
-                allow_devices(false);
+                self.devices.set(false);
                 tracing::error!(
                     deadline_seconds = self.timings.renew_deadline.as_secs_f64(),
                     "lease: not renewed within the deadline; this replica stops touching devices"
@@ -234,7 +262,7 @@ impl Elector {
     /// next retry instead of after the lease duration. Devices are off limits from
     /// here on.
     pub async fn release(&self) {
-        allow_devices(false);
+        self.devices.set(false);
         let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
             return;
         };

@@ -1,4 +1,4 @@
-//! The operator's one HTTP server, on hyper: `/metrics` (Prometheus text format,
+//! The operator's one HTTP server, on hyper: `/metrics` (OpenMetrics text format,
 //! [`crate::metrics`]), `/healthz` (the process answers), `/readyz` (the caches are
 //! synced and, with leader election, the leader is known) and `POST /validate` (the
 //! validating admission webhook: an AdmissionReview v1 in, its answer out). One
@@ -42,6 +42,8 @@ pub trait Admit: Send + Sync {
 pub struct Routes {
     /// Whether `/readyz` says ready.
     pub ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// What `/metrics` renders (and where the webhook's timings go).
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// The webhook, when this process serves one (`/validate` is 404 otherwise).
     pub admission: Option<Arc<dyn Admit>>,
 }
@@ -131,18 +133,21 @@ async fn answer(req: Request<Incoming>, routes: &Routes) -> Response<Body> {
         };
         let answer = admission.admit(&review);
         let allowed = answer.pointer("/response/allowed") == Some(&serde_json::Value::Bool(true));
-        crate::metrics::observe(
-            crate::metrics::ADMISSION_SECONDS,
-            &[if allowed { "allowed" } else { "denied" }],
-            started.elapsed().as_secs_f64(),
-        );
+        routes
+            .metrics
+            .admission_seconds
+            .get_or_create(&crate::metrics::AnswerLabel {
+                answer: if allowed { "allowed" } else { "denied" },
+            })
+            .observe(started.elapsed().as_secs_f64());
         return reply(
             200,
             "application/json",
             serde_json::to_vec(&answer).unwrap_or_default(),
         );
     }
-    let (code, content_type, body) = respond(req.method(), &path, (routes.ready)());
+    let (code, content_type, body) =
+        respond(req.method(), &path, (routes.ready)(), &routes.metrics);
     let body = if req.method() == Method::HEAD {
         String::new()
     } else {
@@ -154,15 +159,20 @@ async fn answer(req: Request<Incoming>, routes: &Routes) -> Response<Body> {
 const TEXT: &str = "text/plain; charset=utf-8";
 
 /// The status, content type and body of a GET: metrics and probes.
-pub fn respond(method: &Method, path: &str, ready: bool) -> (u16, &'static str, String) {
+pub fn respond(
+    method: &Method,
+    path: &str,
+    ready: bool,
+    metrics: &crate::metrics::Metrics,
+) -> (u16, &'static str, String) {
     if method != Method::GET && method != Method::HEAD {
         return (405, TEXT, "only GET\n".into());
     }
     match path {
         "/metrics" => (
             200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            crate::metrics::render(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.render(),
         ),
         "/healthz" => (200, TEXT, "ok\n".into()),
         "/readyz" if ready => (200, TEXT, "ok\n".into()),
@@ -306,15 +316,16 @@ mod tests {
     #[test]
     fn each_path_gets_its_answer() {
         let get = Method::GET;
-        assert_eq!(respond(&get, "/healthz", false).0, 200);
-        assert_eq!(respond(&get, "/readyz", false).0, 503);
-        assert_eq!(respond(&get, "/readyz", true).0, 200);
-        let (code, ct, body) = respond(&get, "/metrics", true);
+        let m = crate::metrics::Metrics::new();
+        assert_eq!(respond(&get, "/healthz", false, &m).0, 200);
+        assert_eq!(respond(&get, "/readyz", false, &m).0, 503);
+        assert_eq!(respond(&get, "/readyz", true, &m).0, 200);
+        let (code, ct, body) = respond(&get, "/metrics", true, &m);
         assert_eq!(code, 200);
-        assert!(ct.starts_with("text/plain; version=0.0.4"));
-        assert!(body.contains("# TYPE patchbay_reconciles_total counter"));
-        assert_eq!(respond(&Method::POST, "/metrics", true).0, 405);
-        assert_eq!(respond(&get, "/secrets", true).0, 404);
+        assert!(ct.starts_with("application/openmetrics-text"));
+        assert!(body.contains("# TYPE patchbay_leader gauge"), "{body}");
+        assert_eq!(respond(&Method::POST, "/metrics", true, &m).0, 405);
+        assert_eq!(respond(&get, "/secrets", true, &m).0, 404);
     }
 
     #[test]

@@ -71,7 +71,7 @@ use crate::decide::failure::WorkerError;
 use crate::decide::lobby::{GroupVerdict, group_verdict, missing};
 use crate::decide::reachability::{Admission, Link, Outage, Reachability};
 use crate::decide::state_machine::Backoff;
-use crate::metrics;
+use crate::metrics::{BackendLabel, OperationLabels};
 
 /// Identifies a port object (kind, namespace, name): one worker serves a device's
 /// SwitchPorts and SmartNicPorts alike, and its notices go to the right controller.
@@ -98,6 +98,8 @@ pub struct WorkerConfig {
     pub max_sessions: usize,
     /// How the switch is probed again after a session failure.
     pub backoff: Backoff,
+    /// The metrics and the device gate.
+    pub probes: crate::controllers::Probes,
     /// The backend's name, the `backend` label of the metrics.
     pub backend: &'static str,
     /// The longest a batch may take (with leader election: `leaseDuration −
@@ -230,6 +232,8 @@ struct Shared {
     backend: Mutex<&'static str>,
     /// See [`WorkerConfig::batch_timeout`].
     batch_timeout: Option<Duration>,
+    /// The metrics and the device gate.
+    probes: crate::controllers::Probes,
 }
 
 impl Shared {
@@ -375,6 +379,7 @@ impl SwitchWorker {
             backoff: config.backoff,
             backend: Mutex::new(config.backend),
             batch_timeout: config.batch_timeout,
+            probes: config.probes.clone(),
         });
         let (replace, replacements) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(switch, config, rx, replacements, shared.clone()));
@@ -809,7 +814,7 @@ async fn dispatch(
 /// appears twice), all reads in one `get_ports`. A session failure marks the switch
 /// down (once for the batch) and the operations it hit are answered with the outage.
 /// Refused while this replica may not touch devices (it lost, or never held, the
-/// leader lease): [`crate::lease::may_touch_devices`].
+/// leader lease): [`crate::lease::DeviceGate`].
 fn not_leading() -> WorkerError {
     WorkerError::Device(DeviceError::Protocol {
         during: "opening a device session".into(),
@@ -822,9 +827,12 @@ async fn bounded<T>(
     shared: &Shared,
     f: impl std::future::Future<Output = Result<T, DeviceError>>,
 ) -> Result<T, DeviceError> {
-    metrics::add(metrics::SESSIONS, &[shared.backend()], 1.0);
+    let open = BackendLabel {
+        backend: shared.backend(),
+    };
+    shared.probes.metrics.sessions.get_or_create(&open).inc();
     let result = within_bound(shared, f).await;
-    metrics::add(metrics::SESSIONS, &[shared.backend()], -1.0);
+    shared.probes.metrics.sessions.get_or_create(&open).dec();
     result
 }
 
@@ -847,7 +855,7 @@ async fn within_bound<T>(
 }
 
 async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
-    if !crate::lease::may_touch_devices() {
+    if !shared.probes.devices.allows() {
         for job in batch {
             match job {
                 Job::Apply { reply, .. } => {
@@ -889,14 +897,17 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
         writes = rest;
         let ops: Vec<PortOperation> = round.iter().map(|(_, op, _)| op.clone()).collect();
         let backend = shared.backend();
-        metrics::observe(metrics::BATCH_SIZE, &[backend], ops.len() as f64);
+        let metrics = &shared.probes.metrics;
+        metrics
+            .batch_size
+            .get_or_create(&BackendLabel { backend })
+            .observe(ops.len() as f64);
         let started = std::time::Instant::now();
         let applied = bounded(shared, apply_batch_verified(switch, &ops)).await;
-        metrics::observe(
-            metrics::DEVICE_SECONDS,
-            &[backend],
-            started.elapsed().as_secs_f64(),
-        );
+        metrics
+            .device_seconds
+            .get_or_create(&BackendLabel { backend })
+            .observe(started.elapsed().as_secs_f64());
         match &applied {
             Ok(results) => {
                 for r in results {
@@ -905,14 +916,21 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
                         Ok(PortChange::Unchanged) => "unchanged",
                         Err(e) => e.category(),
                     };
-                    metrics::inc(metrics::DEVICE_OPERATIONS, &[backend, outcome]);
+                    metrics
+                        .device_operations
+                        .get_or_create(&OperationLabels { backend, outcome })
+                        .inc();
                 }
             }
-            Err(e) => metrics::add(
-                metrics::DEVICE_OPERATIONS,
-                &[backend, e.category()],
-                ops.len() as f64,
-            ),
+            Err(e) => {
+                metrics
+                    .device_operations
+                    .get_or_create(&OperationLabels {
+                        backend,
+                        outcome: e.category(),
+                    })
+                    .inc_by(ops.len() as u64);
+            }
         }
         match applied {
             Ok(results) => {
@@ -983,7 +1001,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
 /// probe port when none is tracked). Notifies ports whose drift verdict changed and
 /// records whether the switch answered.
 async fn check(switch: &dyn Device, shared: &Shared) {
-    if !crate::lease::may_touch_devices() {
+    if !shared.probes.devices.allows() {
         shared.health.lock().link.probing = false;
         return;
     }
@@ -1042,7 +1060,14 @@ async fn check(switch: &dyn Device, shared: &Shared) {
             let told = t.pending.get(&key).copied();
             if t.sweep_verdict(&key, drifted) {
                 if drifted && told != Some(true) {
-                    metrics::inc(metrics::DRIFT_FOUND, &[shared.backend()]);
+                    shared
+                        .probes
+                        .metrics
+                        .drift_found
+                        .get_or_create(&BackendLabel {
+                            backend: shared.backend(),
+                        })
+                        .inc();
                 }
                 changed.push(key);
             }
@@ -1084,6 +1109,7 @@ mod tests {
     fn config() -> WorkerConfig {
         WorkerConfig {
             backend: "fixture",
+            probes: crate::controllers::Probes::default(),
             batch_timeout: None,
             group_hold: Duration::from_secs(5),
             group_gather: Duration::from_millis(200),

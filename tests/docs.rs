@@ -110,7 +110,10 @@ fn every_relative_link_resolves() {
                 } else {
                     dir.join(path)
                 };
-                let at = format!("{}:{n}: {target}", page.strip_prefix(root()).unwrap_or(&page).display());
+                let at = format!(
+                    "{}:{n}: {target}",
+                    page.strip_prefix(root()).unwrap_or(&page).display()
+                );
                 if !file.exists() {
                     broken.push(format!("{at}: no such file"));
                     continue;
@@ -124,7 +127,10 @@ fn every_relative_link_resolves() {
             }
         }
     }
-    assert!(checked > 20, "only {checked} links found: is the link parser broken?");
+    assert!(
+        checked > 20,
+        "only {checked} links found: is the link parser broken?"
+    );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
@@ -133,7 +139,11 @@ fn yaml_examples() -> Vec<(String, String, bool)> {
     let mut out = Vec::new();
     for page in pages() {
         let text = std::fs::read_to_string(&page).expect("read page");
-        let name = page.strip_prefix(root()).unwrap_or(&page).display().to_string();
+        let name = page
+            .strip_prefix(root())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
         let lines: Vec<&str> = text.lines().collect();
         let mut i = 0;
         while i < lines.len() {
@@ -144,7 +154,11 @@ fn yaml_examples() -> Vec<(String, String, bool)> {
                 while end < lines.len() && !lines[end].trim_start().starts_with("```") {
                     end += 1;
                 }
-                out.push((format!("{name}:{}", i + 1), lines[start..end].join("\n"), bad));
+                out.push((
+                    format!("{name}:{}", i + 1),
+                    lines[start..end].join("\n"),
+                    bad,
+                ));
                 i = end;
             }
             i += 1;
@@ -168,7 +182,10 @@ fn every_yaml_example_is_accepted_unless_marked_bad() {
             if SKIPPED_KINDS.contains(&kind) {
                 skipped.push(format!("{at}: {}", v.object));
             } else {
-                problems.push(format!("{at}: {} was skipped by validate (not a listed kind)", v.object));
+                problems.push(format!(
+                    "{at}: {} was skipped by validate (not a listed kind)",
+                    v.object
+                ));
             }
         }
         match (bad, report.is_ok()) {
@@ -189,7 +206,11 @@ fn every_yaml_example_is_accepted_unless_marked_bad() {
     eprintln!(
         "{accepted} YAML examples accepted; skipped by validate (kinds {SKIPPED_KINDS:?}): {skipped:?}"
     );
-    assert!(problems.is_empty(), "YAML examples:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "YAML examples:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
@@ -198,7 +219,13 @@ fn the_link_parser_and_slugs_work() {
         link_targets("see [a](docs/x.md#y) and `[b](not-a-link)` or [c](#z)"),
         vec!["docs/x.md#y".to_owned(), "#z".to_owned()]
     );
-    assert_eq!(slug(" Port ACLs and link aggregation"), "port-acls-and-link-aggregation");
-    assert_eq!(slug("devplane: a Kubernetes API server"), "devplane-a-kubernetes-api-server");
+    assert_eq!(
+        slug(" Port ACLs and link aggregation"),
+        "port-acls-and-link-aggregation"
+    );
+    assert_eq!(
+        slug("devplane: a Kubernetes API server"),
+        "devplane-a-kubernetes-api-server"
+    );
     assert!(Path::new(&root()).join("README.md").exists());
 }

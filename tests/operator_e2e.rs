@@ -80,6 +80,7 @@ impl Env {
             self.cluster.client.clone(),
             self.settings.clone(),
             backends,
+            patchbay::controllers::Probes::default(),
             async move {
                 let _ = stopped.await;
             },

@@ -45,8 +45,7 @@ async fn the_operator_configures_and_cleans_a_simulated_cisco_port() {
     cycle::drift_is_undone(&env, "tor1-p1", &device, "FastEthernet0/1", 3).await;
     // The port's VLAN deleted by hand: the port still names it but forwards nothing.
     // The drift sweep reads the VLAN table with the port and makes the VLAN again.
-    use patchbay::metrics::{DRIFT_REPAIRED, value};
-    let repaired = value(DRIFT_REPAIRED, &["SwitchPort"]);
+    let repaired = env.probes.metrics.drift_repaired("SwitchPort");
     let typed = device
         .run_raw(&["configure terminal", "no vlan 300", "exit"])
         .await
@@ -55,7 +54,7 @@ async fn the_operator_configures_and_cleans_a_simulated_cisco_port() {
     support::eventually(60, "VLAN 300 made again", || async {
         let shown = device.run_raw(&["show vlan brief"]).await.ok()?;
         let text = shown.into_iter().next()?.ok()?;
-        (value(DRIFT_REPAIRED, &["SwitchPort"]) > repaired
+        (env.probes.metrics.drift_repaired("SwitchPort") > repaired
             && text.lines().any(|l| l.starts_with("300 ")))
         .then_some(())
     })

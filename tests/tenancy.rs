@@ -235,6 +235,7 @@ async fn webhook(client: kube::Client, t: Tenancy, dir: &Path) -> std::net::Sock
         .unwrap();
     let routes = patchbay::serve::Routes {
         ready: Arc::new(|| true),
+        metrics: Arc::default(),
         admission: Some(hook.clone()),
     };
     tokio::spawn(patchbay::serve::serve(

@@ -442,6 +442,8 @@ pub struct Context {
     pub ports: Store<SwitchPort>,
     /// The caches a reconcile reads what it refers to from (no GET per reconcile).
     pub stores: Stores,
+    /// The metrics and the device gate.
+    pub probes: super::Probes,
     /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
     /// name), whatever uses it (Switches, SmartNicPorts).
     workers: Mutex<HashMap<DeviceKey, Arc<WorkerEntry>>>,
@@ -531,6 +533,7 @@ impl Context {
         stores: Stores,
     ) -> Self {
         Self {
+            probes: super::Probes::default(),
             client,
             settings,
             backends,
@@ -541,6 +544,12 @@ impl Context {
             stores,
             workers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same context reporting through, and fenced by, `probes`.
+    pub fn with_probes(mut self, probes: super::Probes) -> Self {
+        self.probes = probes;
+        self
     }
 
     fn workers(&self) -> parking_lot::MutexGuard<'_, HashMap<DeviceKey, Arc<WorkerEntry>>> {
@@ -593,6 +602,7 @@ impl Context {
                 batch_timeout: self.settings.batch_timeout,
                 group_hold: crate::worker::GROUP_HOLD,
                 group_gather: crate::worker::GROUP_GATHER,
+                probes: self.probes.clone(),
             },
             ports.to_vec(),
             self.notifier(key.clone()),

@@ -49,6 +49,17 @@ use crate::api::configuration_hash;
 use crate::decide::failure::ReconcileRetry;
 use crate::decide::state_machine::Requeue;
 
+/// What the controllers report through and are fenced by, made once by whoever
+/// starts the operator and shared with the switch workers and the HTTP server: the
+/// metrics (and readiness), and the gate leader election closes on devices.
+#[derive(Debug, Clone, Default)]
+pub struct Probes {
+    /// The metrics registry and readiness.
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Whether device sessions may be opened (leader election).
+    pub devices: crate::lease::DeviceGate,
+}
+
 /// Errors of the controllers' Kubernetes I/O (device failures are port conditions,
 /// see [`crate::decide::failure::Failure`]).
 #[derive(Debug, thiserror::Error)]

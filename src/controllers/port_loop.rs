@@ -28,7 +28,7 @@ use crate::decide::state_machine::{
     AppliedChange, Backoff, Health, Outcome, PortFacts, PortTarget, Requeue, Step, decide,
 };
 use crate::decide::status::{Severity, StatusFacts, find_condition, port_status};
-use crate::metrics;
+use crate::metrics::{CategoryLabel, KindLabel, Metrics, TransitionLabels};
 use crate::worker::{PortKey, SwitchWorker};
 
 /// The name a parking VLAN gets when patchbay creates it on a device.
@@ -340,6 +340,7 @@ pub async fn drive_port(
     steps: &impl PortSteps,
     record: &impl PortRecord,
     ledger: &StatusLedger,
+    metrics: &Metrics,
 ) -> Result<Requeue, ControllerError> {
     let DriveInput {
         meta,
@@ -447,7 +448,13 @@ pub async fn drive_port(
         if state != Some(d.state) {
             let from = state.map_or("(none)".to_owned(), |s| s.to_string());
             tracing::info!(from = %from, to = %d.state, kind = meta.kind, "port state");
-            metrics::inc(metrics::TRANSITIONS, &[&from, &d.state.to_string()]);
+            metrics
+                .transitions
+                .get_or_create(&TransitionLabels {
+                    from: from.clone(),
+                    to: d.state.to_string(),
+                })
+                .inc();
             status.state = Some(d.state);
             status.last_transition_time = Some(Time(now));
             state = Some(d.state);
@@ -494,7 +501,10 @@ pub async fn drive_port(
             Ok(o) => {
                 // A drift this reconcile (or an earlier report) found, applied again.
                 if (drifted || drift_reported) && o == Outcome::Applied {
-                    metrics::inc(metrics::DRIFT_REPAIRED, &[meta.kind]);
+                    metrics
+                        .drift_repaired
+                        .get_or_create(&KindLabel { kind: meta.kind })
+                        .inc();
                     drifted = false;
                     let times = steps.repaired();
                     if times >= REPEATED_DRIFT {
@@ -531,7 +541,12 @@ pub async fn drive_port(
                 }
                 outcome = Some(Outcome::Failed(f.kind()));
                 tracing::warn!(category = f.category(), error = %f, "port step failed");
-                metrics::inc(metrics::FAILURES, &[f.category()]);
+                metrics
+                    .failures
+                    .get_or_create(&CategoryLabel {
+                        category: f.category(),
+                    })
+                    .inc();
                 record
                     .publish(Severity::Warning, f.category(), &f.to_string())
                     .await;

@@ -33,7 +33,7 @@ use crate::api::{
 use crate::backends::Backends;
 use crate::decide::failure::ReconcileRetry;
 use crate::decide::triggers;
-use crate::metrics;
+use crate::metrics::{ControllerLabel, Metrics, ReconcileLabels};
 use crate::settings::Settings;
 
 /// SwitchPort reconciles at once (see where it is used for the trade-off).
@@ -209,6 +209,7 @@ fn timed<K, C, F, Fut>(
     controller: &'static str,
     synced: &Synced,
     retries: &Arc<Retries>,
+    metrics: &Arc<Metrics>,
     reconcile: F,
 ) -> impl Fn(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, ControllerError>>
 where
@@ -218,11 +219,13 @@ where
 {
     let synced = synced.clone();
     let retries = retries.clone();
+    let metrics = metrics.clone();
     move |obj, ctx| {
         let key = Retries::key(controller, obj.as_ref());
         let fut = reconcile(obj, ctx);
         let synced = synced.clone();
         let retries = retries.clone();
+        let metrics = metrics.clone();
         async move {
             if !synced.wait().await {
                 // Stopping before the caches were listed: nothing to do.
@@ -230,11 +233,10 @@ where
             }
             let started = std::time::Instant::now();
             let result = fut.await;
-            metrics::observe(
-                metrics::RECONCILE_SECONDS,
-                &[controller],
-                started.elapsed().as_secs_f64(),
-            );
+            metrics
+                .reconcile_seconds
+                .get_or_create(&ControllerLabel { controller })
+                .observe(started.elapsed().as_secs_f64());
             let (outcome, result) = match result {
                 Ok(a) => ("ok", Ok(a)),
                 Err(e) if e.retry() == ReconcileRetry::Waiting => {
@@ -247,7 +249,13 @@ where
                 Ok(_) => retries.clear(&key),
                 Err(_) => retries.bump(&key),
             }
-            metrics::inc(metrics::RECONCILES, &[controller, outcome]);
+            metrics
+                .reconciles
+                .get_or_create(&ReconcileLabels {
+                    controller,
+                    result: outcome,
+                })
+                .inc();
             result
         }
         .boxed()
@@ -259,10 +267,11 @@ where
 async fn port_gauges(
     ports: Store<SwitchPort>,
     smartnics: Store<SmartNicPort>,
+    metrics: Arc<Metrics>,
     ready: impl std::future::Future<Output = ()>,
 ) {
     ready.await;
-    metrics::set_ready(true);
+    metrics.set_ready(true);
     loop {
         let mut counts: std::collections::BTreeMap<(String, String), f64> = Default::default();
         let state = |s: Option<&crate::api::PortStatus>| {
@@ -279,11 +288,7 @@ async fn port_gauges(
                 .entry(("SmartNicPort".into(), state(p.status.as_ref())))
                 .or_default() += 1.0;
         }
-        let values: Vec<(Vec<String>, f64)> = counts
-            .into_iter()
-            .map(|((k, s), n)| (vec![k, s], n))
-            .collect();
-        metrics::set_all(metrics::PORTS, &values);
+        metrics.set_ports(counts);
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
@@ -301,8 +306,10 @@ pub async fn run(
     client: Client,
     settings: Settings,
     backends: Backends,
+    probes: super::Probes,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let metrics = probes.metrics.clone();
     let ns = settings.namespace.clone();
     let settings_namespace = ns.clone();
     let settings_tenancy = settings.tenancy.clone();
@@ -509,26 +516,29 @@ pub async fn run(
             }),
         )
     };
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        settings,
-        backends,
-        EventPublisher::new(client.clone(), reporter()),
-        Notices {
-            ports: port_tx,
-            smartnics: snic_tx,
-            switches: switch_tx,
-        },
-        port_store.clone(),
-        Stores::new(
-            switch_store.clone(),
-            provider_store.clone(),
-            config_store.clone(),
-            snic_store.clone(),
-            pool_store.clone(),
-            server_store.clone(),
-        ),
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            settings,
+            backends,
+            EventPublisher::new(client.clone(), reporter()),
+            Notices {
+                ports: port_tx,
+                smartnics: snic_tx,
+                switches: switch_tx,
+            },
+            port_store.clone(),
+            Stores::new(
+                switch_store.clone(),
+                provider_store.clone(),
+                config_store.clone(),
+                snic_store.clone(),
+                pool_store.clone(),
+                server_store.clone(),
+            ),
+        )
+        .with_probes(probes),
+    );
 
     // SwitchPorts: woken by every input of theirs — configuration, Switch, the
     // Switch's ProviderSwitch, the credentials Secret (metadata only) — so a change
@@ -592,7 +602,13 @@ pub async fn run(
         .with_config(Config::default().concurrency(PORT_RECONCILES))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("SwitchPort", &synced, &retries, switch_port::reconcile),
+            timed(
+                "SwitchPort",
+                &synced,
+                &retries,
+                &metrics,
+                switch_port::reconcile,
+            ),
             error_policy("SwitchPort", retries.clone()),
             ctx.clone(),
         )
@@ -619,7 +635,7 @@ pub async fn run(
         )
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("Switch", &synced, &retries, switch::reconcile),
+            timed("Switch", &synced, &retries, &metrics, switch::reconcile),
             error_policy("Switch", retries.clone()),
             ctx.clone(),
         )
@@ -646,6 +662,7 @@ pub async fn run(
                 "ProviderSwitch",
                 &synced,
                 &retries,
+                &metrics,
                 provider_switch::reconcile,
             ),
             error_policy("ProviderSwitch", retries.clone()),
@@ -688,7 +705,13 @@ pub async fn run(
         .with_config(Config::default().concurrency(64))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("SmartNicPort", &synced, &retries, smartnic_port::reconcile),
+            timed(
+                "SmartNicPort",
+                &synced,
+                &retries,
+                &metrics,
+                smartnic_port::reconcile,
+            ),
             error_policy("SmartNicPort", retries.clone()),
             ctx.clone(),
         )
@@ -803,7 +826,13 @@ pub async fn run(
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("ServerClaim", &synced, &retries, server_claim::reconcile),
+            timed(
+                "ServerClaim",
+                &synced,
+                &retries,
+                &metrics,
+                server_claim::reconcile,
+            ),
             error_policy("ServerClaim", retries.clone()),
             alloc.clone(),
         )
@@ -828,6 +857,7 @@ pub async fn run(
                 "BareMetalHost",
                 &synced,
                 &retries,
+                &metrics,
                 bare_metal_host::reconcile,
             ),
             error_policy("BareMetalHost", retries.clone()),
@@ -861,7 +891,7 @@ pub async fn run(
         .with_config(Config::default().concurrency(8))
         .graceful_shutdown_on(stopped(&stop_tx))
         .run(
-            timed("Server", &synced, &retries, server::reconcile),
+            timed("Server", &synced, &retries, &metrics, server::reconcile),
             error_policy("Server", retries.clone()),
             server_ctx,
         )
@@ -898,13 +928,19 @@ pub async fn run(
             }
         };
         let mut stop = stop_tx.subscribe();
-        let gauges = port_gauges(port_store.clone(), snic_store.clone(), listed);
+        let metrics = metrics.clone();
+        let gauges = port_gauges(
+            port_store.clone(),
+            snic_store.clone(),
+            metrics.clone(),
+            listed,
+        );
         async move {
             tokio::select! {
                 _ = gauges => {}
                 _ = stop.recv() => {}
             }
-            metrics::set_ready(false);
+            metrics.set_ready(false);
         }
     };
     // With tenancy: each pool's Ready condition and each served namespace's

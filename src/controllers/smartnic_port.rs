@@ -574,6 +574,6 @@ async fn reconcile_in(
         config_kind: "SmartNicConfiguration",
         backoff: ctx.settings.backoff,
     };
-    let requeue = drive_port(input, &steps, &record, &ctx.ledger).await?;
+    let requeue = drive_port(input, &steps, &record, &ctx.ledger, &ctx.probes.metrics).await?;
     Ok(requeue_action(requeue))
 }

@@ -435,6 +435,6 @@ async fn reconcile_in(
         world,
         key,
     };
-    let requeue = drive_port(input, &steps, &record, &ctx.ledger).await?;
+    let requeue = drive_port(input, &steps, &record, &ctx.ledger, &ctx.probes.metrics).await?;
     Ok(requeue_action(requeue))
 }

@@ -94,8 +94,7 @@ pub async fn drift_is_undone(
     device_port: &str,
     rounds: u16,
 ) {
-    use patchbay::metrics::{DRIFT_REPAIRED, value};
-    let repaired = || value(DRIFT_REPAIRED, &["SwitchPort"]);
+    let repaired = || env.probes.metrics.drift_repaired("SwitchPort");
     for round in 1..=rounds {
         let before = repaired();
         let mut intruder = DesiredPort::clean(port(device_port));

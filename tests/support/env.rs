@@ -21,6 +21,8 @@ use super::{Cluster, eventually, eventually_seen};
 
 pub struct Env {
     pub cluster: Cluster,
+    /// The in-process operator's metrics and device gate.
+    pub probes: patchbay::controllers::Probes,
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -63,16 +65,19 @@ impl Env {
             ansible_playbook: settings.ansible_playbook.clone(),
             ..Backends::default()
         };
+        let probes = patchbay::controllers::Probes::default();
         tokio::spawn(patchbay::controllers::run(
             cluster.client.clone(),
             settings,
             backends,
+            probes.clone(),
             async move {
                 let _ = stopped.await;
             },
         ));
         Env {
             cluster,
+            probes,
             _stop: Some(stop),
         }
     }
@@ -85,6 +90,7 @@ impl Env {
         }
         Env {
             cluster,
+            probes: patchbay::controllers::Probes::default(),
             _stop: None,
         }
     }

@@ -277,6 +277,9 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
         retry_period: secs(args.retry_period_seconds, "retry-period-seconds")?,
     };
     let (report_tx, report) = tokio::sync::watch::channel(Leadership::default());
+    // The metrics and the device gate of this operator: the elector closes the gate,
+    // the workers check it, the HTTP server renders the metrics.
+    let probes = patchbay::controllers::Probes::default();
     let elector = if args.leader_elect {
         timings
             .check()
@@ -295,6 +298,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
             &args.lease_name,
             &me,
             timings,
+            probes.devices.clone(),
         ));
         let running = elector.clone();
         tokio::spawn(async move { running.run(report_tx).await });
@@ -309,13 +313,15 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
     tracing::info!(?settings, "patchbay operator starting");
     let (stop_serving, serving_stopped) = tokio::sync::watch::channel(false);
     let leadership = report.clone();
+    let metrics = probes.metrics.clone();
     // Ready: the leader is known, and this replica's caches are synced if it leads.
     // The plain listener never answers /validate: only the TLS one does.
     let routes = patchbay::serve::Routes {
         ready: std::sync::Arc::new(move || {
             let l = leadership.borrow();
-            !l.holder.is_empty() && (!l.leading || patchbay::metrics::ready())
+            !l.holder.is_empty() && (!l.leading || metrics.ready())
         }),
+        metrics: probes.metrics.clone(),
         admission: None,
     };
     let stopped = |rx: &tokio::sync::watch::Receiver<bool>| {
@@ -373,7 +379,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
             return Ok(ExitCode::SUCCESS);
         }
     }
-    patchbay::metrics::set(patchbay::metrics::LEADER, &[], 1.0);
+    probes.metrics.leader.set(1);
     tracing::info!("leading: starting the controllers");
     let backends = patchbay::backends::Backends {
         fixture_latency: settings.fixture_latency,
@@ -385,6 +391,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
         client,
         settings,
         backends,
+        probes.clone(),
         async move {
             let _ = stopped.await;
         },
@@ -397,7 +404,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
             anyhow::bail!("the operator stopped on its own");
         }
     };
-    patchbay::metrics::set(patchbay::metrics::LEADER, &[], 0.0);
+    probes.metrics.leader.set(0);
     let timeout = std::time::Duration::from_secs(args.shutdown_timeout_seconds);
     if lost_lease {
         tracing::error!("lost the leader lease: stopping (devices are already off limits)");

@@ -216,7 +216,14 @@ impl Walk {
                 name: "server-7-eth0".into(),
             },
         };
-        drive_port(input, &steps, &self.record, &self.ledger).await?;
+        drive_port(
+            input,
+            &steps,
+            &self.record,
+            &self.ledger,
+            &patchbay::metrics::Metrics::default(),
+        )
+        .await?;
         // A step that changed no state still gets its line.
         if self.record.step.lock().unwrap().is_some() {
             let state = self.record.status.lock().unwrap().state;
@@ -259,6 +266,7 @@ pub async fn run() -> Result<()> {
             batch_quiet: Duration::from_millis(10),
             drift_interval: Duration::from_secs(3600),
             max_sessions: 1,
+            probes: patchbay::controllers::Probes::default(),
             backoff: Backoff::default(),
             backend: "fixture",
             batch_timeout: None,
