@@ -410,6 +410,7 @@ async fn a_refused_status_write_is_not_retried_every_second() {
     }
     tokio::time::sleep(WINDOW).await;
     let forbidden = plane.request_count("patch", "switchports/status") - before;
+    eprintln!("403: {forbidden} status writes for {PORTS} ports in {WINDOW:?}");
     // The flat retry made ~20 per port in this window.
     assert!(
         (PORTS as u64) <= forbidden && forbidden <= 2 * PORTS as u64,
@@ -433,6 +434,7 @@ async fn a_refused_status_write_is_not_retried_every_second() {
     }
     tokio::time::sleep(WINDOW).await;
     let unavailable = plane.request_count("patch", "switchports/status") - before;
+    eprintln!("500: {unavailable} status writes for {PORTS} ports in {WINDOW:?}");
     assert!(
         (2 * PORTS as u64) <= unavailable && unavailable <= 7 * PORTS as u64,
         "{unavailable} status writes answered 500 for {PORTS} ports in {WINDOW:?}"

@@ -75,6 +75,9 @@ pub fn missing(targets: &[DesiredPort], tracked: &[DesiredPort]) -> Vec<PortName
 
 #[cfg(test)]
 mod tests {
+    use patchbay_providers::values::LagGroup;
+    use patchbay_providers::{LagMembership, LagMode};
+
     use super::*;
 
     fn p(n: &str) -> PortName {
@@ -124,6 +127,44 @@ mod tests {
                 want,
                 "row {i}"
             );
+        }
+    }
+
+    fn member(name: &str, group: i64, mode: LagMode, members: &[&str]) -> DesiredPort {
+        let mut d = DesiredPort::clean(p(name));
+        d.lag = Some(LagMembership {
+            group: LagGroup::new(group).unwrap(),
+            mode,
+        });
+        d.lag_members = members.iter().map(|m| p(m)).collect();
+        d
+    }
+
+    #[test]
+    fn the_missing_members_are_those_named_with_neither_a_change_nor_a_tracked_twin() {
+        let a = LagMode::Active;
+        let named = ["Gi0/1", "Gi0/2", "Gi0/3"];
+        let g1 = member("Gi0/1", 1, a, &named);
+        let g2 = member("Gi0/2", 1, a, &named);
+        let tracked_same = member("Gi0/3", 1, a, &named);
+        let tracked_other_mode = member("Gi0/3", 1, LagMode::Passive, &named);
+        let names = |v: Vec<PortName>| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+        // (held changes, tracked, missing)
+        let rows: Vec<(Vec<DesiredPort>, Vec<DesiredPort>, Vec<&str>)> = vec![
+            (vec![], vec![], vec![]),
+            (vec![g1.clone()], vec![], vec!["Gi0/2", "Gi0/3"]),
+            (vec![g1.clone(), g2.clone()], vec![], vec!["Gi0/3"]),
+            // A member already on the device with the same group settings counts.
+            (vec![g1.clone(), g2.clone()], vec![tracked_same], vec![]),
+            // One with other settings (another LACP mode) does not.
+            (
+                vec![g1.clone(), g2.clone()],
+                vec![tracked_other_mode],
+                vec!["Gi0/3"],
+            ),
+        ];
+        for (i, (held, tracked, want)) in rows.into_iter().enumerate() {
+            assert_eq!(names(missing(&held, &tracked)), want, "row {i}");
         }
     }
 }

@@ -1,0 +1,38 @@
+//! Validation of switches: the port map (device names, VLAN ranges, constraints). Pure.
+
+use super::*;
+
+/// Validates a Switch: port keys are object names, device port names follow the
+/// grammar and are not used twice, VLAN ranges parse.
+pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
+    let mut errors = Errors::default();
+    object_name(&mut errors, "spec.provider.name", &spec.provider.name);
+    if spec.ports.len() > 1024 {
+        errors.push(
+            "spec.ports",
+            format!("{} ports; at most 1024 are allowed", spec.ports.len()),
+        );
+    }
+    let mut device_ports: BTreeMap<&str, &str> = BTreeMap::new();
+    for (key, def) in &spec.ports {
+        let path = format!("spec.ports[{:?}]", excerpt(key));
+        object_name(&mut errors, &path, key);
+        if errors
+            .check(format!("{path}.name"), PortName::parse(&def.name))
+            .is_some()
+            && let Some(first) = device_ports.insert(&def.name, key)
+        {
+            errors.push(
+                format!("{path}.name"),
+                format!(
+                    "device port {:?} is already used by spec.ports[{first:?}]",
+                    def.name
+                ),
+            );
+        }
+        if let Some(r) = &def.vlan_range {
+            errors.check(format!("{path}.vlanRange"), VlanSet::parse(r));
+        }
+    }
+    errors.finish(|| ())
+}
