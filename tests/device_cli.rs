@@ -6,7 +6,7 @@
 
 #[path = "support/hostile.rs"]
 mod hostile;
-#[path = "support/ssh_cases.rs"]
+#[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
 
 use std::path::{Path, PathBuf};

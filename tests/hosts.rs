@@ -7,7 +7,7 @@
 
 mod support;
 
-#[path = "support/ssh_cases.rs"]
+#[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
 
 use std::time::Duration;

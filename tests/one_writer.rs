@@ -6,7 +6,7 @@
 
 mod support;
 
-#[path = "support/ssh_cases.rs"]
+#[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
 
 use k8s_openapi::api::core::v1::Secret;

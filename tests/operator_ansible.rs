@@ -5,7 +5,7 @@
 //! ansible-playbook run per batch, the device read back over SSH (another path than
 //! Ansible's).
 
-#[path = "support/ssh_cases.rs"]
+#[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
 mod support;
 

@@ -29,7 +29,7 @@ use serde_json::json;
 use support::env::{Env, condition, find_condition};
 use support::eventually;
 
-#[path = "support/ssh_cases.rs"]
+#[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
 use ssh_cases::{backend, port, vlan};
 

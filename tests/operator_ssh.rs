@@ -3,7 +3,7 @@
 //! cluster with `PATCHBAY_E2E_CLUSTER=kubeconfig`), fake-switches simulators started
 //! and stopped by PID. Device state is read back from the simulator itself.
 
-#[path = "support/ssh_cases.rs"]
+#[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
 mod support;
 

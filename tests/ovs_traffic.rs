@@ -6,7 +6,7 @@
 //! Every step is checked three ways: the objects' status, the device read back
 //! (`ovs-vsctl`, the Cisco's own show output) and ping between the namespaces.
 
-#[path = "support/ssh_cases.rs"]
+#[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
 mod support;
 

@@ -6,7 +6,7 @@
 
 mod support;
 
-#[path = "support/ssh_cases.rs"]
+#[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
 
 use std::io::{Read as _, Write as _};

@@ -7,6 +7,7 @@
 
 pub mod cycle;
 pub mod env;
+#[path = "../../providers/tests/support/netns.rs"]
 pub mod netns;
 
 use std::path::PathBuf;

@@ -21,7 +21,6 @@ mod lag_cases;
 mod ssh_cases;
 
 use lag_cases::sets;
-mod support;
 
 use patchbay_providers::cli::HostKeyPolicy;
 use patchbay_providers::{

@@ -3,7 +3,8 @@
 //! directory, stopped by PID). Everything the backend writes is read back twice: by
 //! the backend itself and independently with `ovs-vsctl`.
 
-mod support;
+#[path = "support/netns.rs"]
+mod netns;
 
 #[path = "support/lag_cases.rs"]
 mod lag_cases;
@@ -12,6 +13,7 @@ use lag_cases::{outcomes, sets};
 
 use std::time::Duration;
 
+use netns::Hosts;
 use patchbay_providers::ovsdb::{Connection, Endpoint, OvsOptions, OvsSwitch, OvsdbError};
 use patchbay_providers::values::{
     Cidr, Description, L4PortRange, LagGroup, MacAddress, Mtu, PortName, VlanId,
@@ -22,7 +24,6 @@ use patchbay_providers::{
 };
 use patchbay_testbed::OvsSim;
 use serde_json::json;
-use support::netns::Hosts;
 
 fn p(name: &str) -> PortName {
     PortName::parse(name).unwrap()

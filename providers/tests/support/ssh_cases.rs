@@ -181,9 +181,14 @@ pub fn backend_speaking(
 /// Golden-file directory of a dialect.
 pub fn golden_dir(os: &str) -> std::path::PathBuf {
     let d = dialect_of(os);
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(&d.name)
+    // Under providers/ whichever crate's tests include this file.
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let providers = if root.ends_with("providers") {
+        root
+    } else {
+        root.join("providers")
+    };
+    providers.join("tests/data").join(&d.name)
 }
 
 /// An access port on `v`.
