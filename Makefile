@@ -8,7 +8,7 @@ ifdef CI
 export CARGO_INCREMENTAL ?= 0
 endif
 
-.PHONY: all demo test fmt-check clippy unit crds build deps kubectl fake-switch ovs netconf ansible bench help
+.PHONY: all demo test fmt-check clippy doc-check unit crds build deps kubectl fake-switch ovs netconf ansible bench help
 
 all: test
 
@@ -92,10 +92,14 @@ clippy: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) clippy --locked --no-default-features --bin patchbay -- -D warnings
 
+# Doc comments that point at a missing or private item fail the build.
+doc-check: deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --lib --locked
+
 unit: deps kubectl fake-switch ovs netconf ansible
 	$(CARGO) test --workspace --locked
 
-test: fmt-check clippy unit
+test: fmt-check clippy doc-check unit
 
 bench: deps fake-switch ovs netconf ansible
 	$(CARGO) bench --locked --bench devplane

@@ -32,7 +32,7 @@
 //! Everything here is pure: [`Dialect::plan`] turns (observed, desired) into the exact
 //! command lines, [`Dialect::parse`] turns show output into an observed port, and
 //! [`Dialect::error_in`] finds an error line in a command's output. Rendered values
-//! come from the validated types of [`crate::values`]; [`render`] still refuses a
+//! come from the validated types of [`crate::values`]; `render` still refuses a
 //! line with a control character, so nothing can smuggle a second command.
 
 mod lag;

@@ -10,7 +10,7 @@
 //! One list of `leaves` serves both directions: [`Model::port_element`] writes the
 //! leaves a desired port needs (the port's subtree is sent with
 //! `operation="replace"`, so nothing of an older configuration survives), and
-//! [`Model::read_ports`] reads the same leaves back into an [`ObservedPort`]. A port
+//! [`Model::read_port`] reads the same leaves back into an [`ObservedPort`]. A port
 //! with no entry in the list is clean; cleaning removes the entry.
 //!
 //! Everything here is pure; values come from the validated types of

@@ -7,7 +7,7 @@
 //! admin state (OpenFlow, per interface) and description (its Interface's
 //! `external_ids:patchbay/description`: the Port is shared).
 //!
-//! Pure: [`plan`] turns the batch's members (what they should be, as read) and the
+//! Pure: `plan` turns the batch's members (what they should be, as read) and the
 //! group's bond as read into the OVSDB operations of one transaction, so a member
 //! moves between its own Port and the bond atomically: joining deletes the member's
 //! Port from the bridge (its Interface lives on in the bond), leaving inserts a Port
