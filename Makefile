@@ -14,7 +14,7 @@ all: test
 
 help:
 	@echo "make demo   - run the demo on the embedded default (fixture switch)"
-	@echo "make test   - formatting, clippy -D warnings, every test"
+	@echo "make test   - formatting, clippy -D warnings, rustdoc -D warnings, every test"
 	@echo "make crds   - regenerate crds/ from the Rust types"
 	@echo "make bench  - benchmarks (print figures, assert nothing)"
 
