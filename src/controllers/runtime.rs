@@ -2,6 +2,13 @@
 //! (through [`crate::decide::triggers`]), the streams the switch workers' notices arrive on,
 //! the error policies, and a graceful shutdown of all of them together. Kubernetes
 //! I/O (watches).
+//!
+//! How to read it: [`run`] builds the `Watches` value once (every kind the
+//! controllers read, one cache each), then one function per controller subscribes
+//! to the watches that wake it (`switch_ports`, `switches`, `provider_switches`,
+//! `smartnic_ports`, `hosts_and_claims`); `Watches::start` then runs every watch
+//! with its deletion hooks, and `Harness::run` runs each controller behind the
+//! cache gate with its timing, counting and error policy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,17 +121,20 @@ where
 /// The cache keeps what the controllers read: server-side bookkeeping
 /// (`managedFields`, `kubectl`'s last-applied annotation) is dropped on arrival.
 #[allow(clippy::type_complexity)]
-fn shared_watch<K>(
+fn shared_watch<K, S>(
     api: kube::Api<K>,
     wc: &watcher::Config,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    stop: S,
 ) -> (
     Store<K>,
     Writer<K>,
-    impl FnOnce(Writer<K>, Box<dyn Fn(&K) + Send>) -> futures::future::BoxFuture<'static, ()>,
+    impl FnOnce(Writer<K>, Box<dyn Fn(&K) + Send>) -> futures::future::BoxFuture<'static, ()>
+    + Send
+    + use<K, S>,
     Listed,
 )
 where
+    S: std::future::Future<Output = ()> + Send + 'static,
     K: kube::Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
@@ -212,6 +222,7 @@ fn timed<K, C, F, Fut>(
     metrics: &Arc<Metrics>,
     reconcile: F,
 ) -> impl Fn(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, ControllerError>>
++ use<K, C, F, Fut>
 where
     K: kube::Resource,
     F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
@@ -301,81 +312,135 @@ fn reporter() -> Reporter {
     }
 }
 
-/// Runs the controllers until `shutdown` completes.
-pub async fn run(
-    client: Client,
-    settings: Settings,
-    backends: Backends,
-    probes: super::Probes,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let metrics = probes.metrics.clone();
-    let ns = settings.namespace.clone();
-    let settings_namespace = ns.clone();
-    let settings_tenancy = settings.tenancy.clone();
-    let ns = ns.as_deref();
-    let (port_tx, port_rx) = mpsc::unbounded_channel();
-    let (snic_tx, snic_rx) = mpsc::unbounded_channel();
-    let (switch_tx, switch_rx) = mpsc::unbounded_channel();
-    let (provider_tx, provider_rx) = mpsc::unbounded_channel::<ObjectRef<ProviderSwitch>>();
-    let wc = watcher::Config::default();
-    // Every reconcile waits for every cache's first list; see `Synced`.
-    let (sync_gate, synced) = Synced::new();
-    let retries = Arc::new(Retries::default());
-    let ports: kube::Api<SwitchPort> = api_for(&client, ns);
-    let switches: kube::Api<Switch> = api_for(&client, ns);
-    let providers: kube::Api<ProviderSwitch> = api_for(&client, ns);
-    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
-    let stopped = |tx: &tokio::sync::broadcast::Sender<()>| {
-        let mut rx = tx.subscribe();
-        async move {
-            let _ = rx.recv().await;
+type Runner<K> = Box<
+    dyn FnOnce(Writer<K>, Box<dyn Fn(&K) + Send>) -> futures::future::BoxFuture<'static, ()> + Send,
+>;
+
+/// One shared watch ([`shared_watch`]): its cache, the writer readers subscribe to
+/// until it starts, whether it has listed, and what runs it.
+struct Watch<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    store: Store<K>,
+    writer: Writer<K>,
+    run: Runner<K>,
+    listed: Listed,
+}
+
+impl<K> Watch<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    fn new(
+        api: kube::Api<K>,
+        wc: &watcher::Config,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        let (store, writer, run, listed) = shared_watch(api, wc, stop);
+        Watch {
+            store,
+            writer,
+            run: Box::new(run),
+            listed,
         }
-    };
-    // Every kind the controllers read is watched once, into one cache, and that
-    // watch wakes every controller that reads it: SwitchPorts (their controller, the
-    // Switches that own them, the SmartNicPorts chained to them, the Servers),
-    // Switches, ProviderSwitches, SwitchPortConfigurations, SmartNicPorts, claims.
-    let (port_store, port_writer, port_run, ports_listed) =
-        shared_watch(ports.clone(), &wc, stopped(&stop_tx));
-    let port_ctl = Controller::for_shared_stream(subscribe(&port_writer), port_store.clone());
-    let ports_for_servers = subscribe(&port_writer);
-    let ports_for_switches = subscribe(&port_writer);
-    let ports_for_smartnics = subscribe(&port_writer);
-    let ports_for_hosts = subscribe(&port_writer);
-    let (switch_store, switch_writer, switch_run, switches_listed) =
-        shared_watch(switches.clone(), &wc, stopped(&stop_tx));
-    let switch_ctl = Controller::for_shared_stream(subscribe(&switch_writer), switch_store.clone());
-    let switches_for_ports = subscribe(&switch_writer);
-    let switches_for_providers = subscribe(&switch_writer);
-    let (provider_store, provider_writer, provider_run, providers_listed) =
-        shared_watch(providers.clone(), &wc, stopped(&stop_tx));
-    let provider_ctl =
-        Controller::for_shared_stream(subscribe(&provider_writer), provider_store.clone());
-    let providers_for_ports = subscribe(&provider_writer);
-    let providers_for_switches = subscribe(&provider_writer);
-    let providers_for_smartnics = subscribe(&provider_writer);
-    let (config_store, config_writer, config_run, configs_listed) = shared_watch(
-        api_for::<SwitchPortConfiguration>(&client, ns),
-        &wc,
-        stopped(&stop_tx),
-    );
-    let configs_for_ports = subscribe(&config_writer);
-    let configs_for_servers = subscribe(&config_writer);
-    let configs_for_hosts = subscribe(&config_writer);
-    let (snic_store, snic_writer, snic_run, snics_listed) =
-        shared_watch(api_for::<SmartNicPort>(&client, ns), &wc, stopped(&stop_tx));
-    let snic_ctl = Controller::for_shared_stream(subscribe(&snic_writer), snic_store.clone());
-    let smartnics_for_servers = subscribe(&snic_writer);
-    let smartnics_for_providers = subscribe(&snic_writer);
-    let smartnics_for_hosts = subscribe(&snic_writer);
-    let snic_watch = snic_run(snic_writer, Box::new(|_| {}));
-    // What a deletion wakes (the shared streams carry none).
-    let port_watch = {
-        let (switch_tx, snic_tx, snics) = (switch_tx.clone(), snic_tx.clone(), snic_store.clone());
-        port_run(
-            port_writer,
-            Box::new(move |p: &SwitchPort| {
+    }
+
+    /// A reader of this watch: it sees an object once the cache holds it. Every
+    /// reader subscribes before the watch starts.
+    fn subscribe(&self) -> ReflectHandle<K> {
+        subscribe(&self.writer)
+    }
+
+    /// The watch, running until the operator stops; `on_delete` is called with each
+    /// deleted object (a shared stream carries no deletions).
+    fn start(
+        self,
+        on_delete: impl Fn(&K) + Send + 'static,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        (self.run)(self.writer, Box::new(on_delete))
+    }
+}
+
+/// Every kind the controllers read, watched once into one cache, built once; each
+/// controller subscribes to the watches that wake it, then [`Watches::start`] runs
+/// them all with the deletion hooks.
+struct Watches {
+    ports: Watch<SwitchPort>,
+    switches: Watch<Switch>,
+    providers: Watch<ProviderSwitch>,
+    configs: Watch<SwitchPortConfiguration>,
+    smartnics: Watch<SmartNicPort>,
+    claims: Watch<ServerClaim>,
+    servers: Watch<Server>,
+    pools: Watch<VLANPool>,
+}
+
+impl Watches {
+    fn new(client: &Client, ns: Option<&str>, wc: &watcher::Config, run: &Harness) -> Self {
+        Watches {
+            ports: Watch::new(api_for(client, ns), wc, run.stopped()),
+            switches: Watch::new(api_for(client, ns), wc, run.stopped()),
+            providers: Watch::new(api_for(client, ns), wc, run.stopped()),
+            configs: Watch::new(api_for(client, ns), wc, run.stopped()),
+            smartnics: Watch::new(api_for(client, ns), wc, run.stopped()),
+            claims: Watch::new(api_for(client, ns), wc, run.stopped()),
+            servers: Watch::new(kube::Api::all(client.clone()), wc, run.stopped()),
+            pools: Watch::new(kube::Api::all(client.clone()), wc, run.stopped()),
+        }
+    }
+
+    /// Whether each cache holds its first list (what [`Synced`] waits for).
+    fn listed(&self) -> Vec<Listed> {
+        vec![
+            self.ports.listed.clone(),
+            self.switches.listed.clone(),
+            self.providers.listed.clone(),
+            self.configs.listed.clone(),
+            self.smartnics.listed.clone(),
+            self.claims.listed.clone(),
+            self.servers.listed.clone(),
+            self.pools.listed.clone(),
+        ]
+    }
+
+    /// The caches a port reconcile reads what it refers to from.
+    fn stores(&self) -> Stores {
+        Stores::new(
+            self.switches.store.clone(),
+            self.providers.store.clone(),
+            self.configs.store.clone(),
+            self.smartnics.store.clone(),
+            self.pools.store.clone(),
+            self.servers.store.clone(),
+        )
+    }
+
+    /// Every watch, running, each with what its deletions wake.
+    fn start(
+        self,
+        wakes: &Wakes,
+        pool_deleted: Arc<tokio::sync::Notify>,
+    ) -> impl std::future::Future<Output = ()> + use<> {
+        let (ports, switches, snics, claims) = (
+            self.ports.store.clone(),
+            self.switches.store.clone(),
+            self.smartnics.store.clone(),
+            self.claims.store.clone(),
+        );
+        let port_watch = {
+            let (switch_tx, snic_tx, snics) = (
+                wakes.switches.clone(),
+                wakes.smartnics.clone(),
+                snics.clone(),
+            );
+            self.ports.start(move |p: &SwitchPort| {
                 if let Some(sw) = switch_port::switch_name(p) {
                     wake(
                         &switch_tx,
@@ -383,15 +448,12 @@ pub async fn run(
                     );
                 }
                 wake(&snic_tx, triggers::smartnics_chained_to(&snics.state(), p));
-            }),
-        )
-    };
-    let switch_watch = {
-        let (port_tx, provider_tx, ports) =
-            (port_tx.clone(), provider_tx.clone(), port_store.clone());
-        switch_run(
-            switch_writer,
-            Box::new(move |sw: &Switch| {
+            })
+        };
+        let switch_watch = {
+            let (port_tx, provider_tx, ports) =
+                (wakes.ports.clone(), wakes.providers.clone(), ports.clone());
+            self.switches.start(move |sw: &Switch| {
                 let ns = sw.namespace();
                 wake(
                     &port_tx,
@@ -402,16 +464,16 @@ pub async fn run(
                     [ObjectRef::new(&sw.spec.provider.name)
                         .within(ns.as_deref().unwrap_or_default())],
                 );
-            }),
-        )
-    };
-    let provider_watch = {
-        let (port_tx, switch_tx, snic_tx) = (port_tx.clone(), switch_tx.clone(), snic_tx.clone());
-        let (ports, switches, snics) =
-            (port_store.clone(), switch_store.clone(), snic_store.clone());
-        provider_run(
-            provider_writer,
-            Box::new(move |pv: &ProviderSwitch| {
+            })
+        };
+        let provider_watch = {
+            let (port_tx, switch_tx, snic_tx) = (
+                wakes.ports.clone(),
+                wakes.switches.clone(),
+                wakes.smartnics.clone(),
+            );
+            let (ports, switches, snics) = (ports.clone(), switches.clone(), snics.clone());
+            self.providers.start(move |pv: &ProviderSwitch| {
                 let ns = pv.namespace();
                 let names = triggers::switches_of_providers(
                     &switches.state(),
@@ -432,14 +494,11 @@ pub async fn run(
                     &snic_tx,
                     triggers::smartnics_of_provider(&snics.state(), ns.as_deref(), &pv.name_any()),
                 );
-            }),
-        )
-    };
-    let config_watch = {
-        let (port_tx, ports) = (port_tx.clone(), port_store.clone());
-        config_run(
-            config_writer,
-            Box::new(move |c: &SwitchPortConfiguration| {
+            })
+        };
+        let config_watch = {
+            let (port_tx, ports) = (wakes.ports.clone(), ports.clone());
+            self.configs.start(move |c: &SwitchPortConfiguration| {
                 wake(
                     &port_tx,
                     triggers::ports_using_configuration(
@@ -448,59 +507,28 @@ pub async fn run(
                         &c.name_any(),
                     ),
                 );
-            }),
-        )
-    };
-    let (claim_store, claim_writer, claim_run, claims_listed) =
-        shared_watch(api_for::<ServerClaim>(&client, ns), &wc, stopped(&stop_tx));
-    let claim_ctl = Controller::for_shared_stream(subscribe(&claim_writer), claim_store.clone());
-    let claims_for_servers = subscribe(&claim_writer);
-    let claim_watch = claim_run(claim_writer, Box::new(|_| {}));
-    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
-    let (server_store, server_writer, server_run, servers_listed) = shared_watch(
-        kube::Api::<Server>::all(client.clone()),
-        &wc,
-        stopped(&stop_tx),
-    );
-    let server_events = subscribe(&server_writer);
-    let servers_for_ports = spec_changes(subscribe(&server_writer));
-    let servers_for_smartnics = spec_changes(subscribe(&server_writer));
-    let c0 = claim_store.clone();
-    let gone = gone_tx.clone();
-    let server_watch = server_run(
-        server_writer,
-        Box::new(move |server: &Server| {
-            for claim in triggers::claims_for_server(&c0.state(), server) {
-                let _ = gone.send(claim);
-            }
-        }),
-    );
-    // VLANPools (cluster-scoped): a grant given or taken wakes every port and claim
-    // (their tenancy check reads the grants); pools change rarely.
-    let (pool_store, pool_writer, pool_run, pools_listed) = shared_watch(
-        kube::Api::<VLANPool>::all(client.clone()),
-        &wc,
-        stopped(&stop_tx),
-    );
-    let pools_for_ports = subscribe(&pool_writer);
-    let pools_for_smartnics = subscribe(&pool_writer);
-    let pools_for_claims = subscribe(&pool_writer);
-    let pools_for_servers = subscribe(&pool_writer);
-    let mut pools_for_summary = subscribe(&pool_writer);
-    let pool_deleted = Arc::new(tokio::sync::Notify::new());
-    let pool_watch = {
-        let deleted = pool_deleted.clone();
-        let (port_tx, snic_tx, ports, snics) = (
-            port_tx.clone(),
-            snic_tx.clone(),
-            port_store.clone(),
-            snic_store.clone(),
-        );
-        let (claim_tx, claims) = (gone_tx.clone(), claim_store.clone());
-        pool_run(
-            pool_writer,
-            Box::new(move |_: &VLANPool| {
-                deleted.notify_one();
+            })
+        };
+        let snic_watch = self.smartnics.start(|_| {});
+        let claim_watch = self.claims.start(|_| {});
+        let server_watch = {
+            let (gone, claims) = (wakes.claims.clone(), claims.clone());
+            self.servers.start(move |server: &Server| {
+                for claim in triggers::claims_for_server(&claims.state(), server) {
+                    let _ = gone.send(claim);
+                }
+            })
+        };
+        // A grant given or taken wakes every port and claim (their tenancy check reads
+        // the grants); pools change rarely.
+        let pool_watch = {
+            let (port_tx, snic_tx, claim_tx) = (
+                wakes.ports.clone(),
+                wakes.smartnics.clone(),
+                wakes.claims.clone(),
+            );
+            self.pools.start(move |_: &VLANPool| {
+                pool_deleted.notify_one();
                 wake(
                     &port_tx,
                     ports.state().iter().map(|p| ObjectRef::from_obj(&**p)),
@@ -513,72 +541,244 @@ pub async fn run(
                     &claim_tx,
                     claims.state().iter().map(|c| ObjectRef::from_obj(&**c)),
                 );
-            }),
-        )
+            })
+        };
+        async move {
+            tokio::join!(
+                port_watch,
+                switch_watch,
+                provider_watch,
+                config_watch,
+                snic_watch,
+                claim_watch,
+                server_watch,
+                pool_watch
+            );
+        }
+    }
+}
+
+/// Where reconciles are asked for besides the watches: the switch workers' notices
+/// (ports, SmartNicPorts, Switches), the deletion hooks (ProviderSwitches, claims).
+struct Wakes {
+    ports: mpsc::UnboundedSender<ObjectRef<SwitchPort>>,
+    smartnics: mpsc::UnboundedSender<ObjectRef<SmartNicPort>>,
+    switches: mpsc::UnboundedSender<ObjectRef<Switch>>,
+    providers: mpsc::UnboundedSender<ObjectRef<ProviderSwitch>>,
+    claims: mpsc::UnboundedSender<ObjectRef<ServerClaim>>,
+}
+
+/// The receiving ends of [`Wakes`], one per controller.
+struct Woken {
+    ports: mpsc::UnboundedReceiver<ObjectRef<SwitchPort>>,
+    smartnics: mpsc::UnboundedReceiver<ObjectRef<SmartNicPort>>,
+    switches: mpsc::UnboundedReceiver<ObjectRef<Switch>>,
+    providers: mpsc::UnboundedReceiver<ObjectRef<ProviderSwitch>>,
+    claims: mpsc::UnboundedReceiver<ObjectRef<ServerClaim>>,
+}
+
+fn wakes() -> (Wakes, Woken) {
+    let (ports, port_rx) = mpsc::unbounded_channel();
+    let (smartnics, snic_rx) = mpsc::unbounded_channel();
+    let (switches, switch_rx) = mpsc::unbounded_channel();
+    let (providers, provider_rx) = mpsc::unbounded_channel();
+    let (claims, claim_rx) = mpsc::unbounded_channel();
+    (
+        Wakes {
+            ports,
+            smartnics,
+            switches,
+            providers,
+            claims,
+        },
+        Woken {
+            ports: port_rx,
+            smartnics: snic_rx,
+            switches: switch_rx,
+            providers: provider_rx,
+            claims: claim_rx,
+        },
+    )
+}
+
+/// What every controller runs with: the gate every reconcile waits at, the retry
+/// counts, the metrics, and the stop signal.
+#[derive(Clone)]
+struct Harness {
+    synced: Synced,
+    retries: Arc<Retries>,
+    metrics: Arc<Metrics>,
+    stop: tokio::sync::broadcast::Sender<()>,
+}
+
+impl Harness {
+    /// Completes when the operator stops.
+    fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + Sync + 'static + use<> {
+        let mut rx = self.stop.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    }
+
+    /// `reconcile` of `controller`, behind the gate, timed and counted, with its
+    /// error policy, on `controller`'s stream until the operator stops.
+    fn run<K, C, F, Fut>(
+        &self,
+        name: &'static str,
+        controller: Controller<K>,
+        reconcile: F,
+        ctx: Arc<C>,
+    ) -> impl std::future::Future<Output = ()> + Send + use<K, C, F, Fut>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+        C: Send + Sync + 'static,
+        F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Action, ControllerError>> + Send + 'static,
+    {
+        controller
+            .graceful_shutdown_on(self.stopped())
+            .run(
+                timed(name, &self.synced, &self.retries, &self.metrics, reconcile),
+                error_policy(name, self.retries.clone()),
+                ctx,
+            )
+            .for_each(log_errors(name))
+    }
+}
+
+/// Runs the controllers until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    backends: Backends,
+    probes: super::Probes,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = settings.namespace.clone();
+    let ns = ns.as_deref();
+    let wc = watcher::Config::default();
+    // Every reconcile waits for every cache's first list; see `Synced`.
+    let (sync_gate, synced) = Synced::new();
+    let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
+    let harness = Harness {
+        synced,
+        retries: Arc::new(Retries::default()),
+        metrics: probes.metrics.clone(),
+        stop,
     };
+    let (wakes, woken) = wakes();
+    let watches = Watches::new(&client, ns, &wc, &harness);
+    let listed = watches.listed();
     let ctx = Arc::new(
         Context::new(
             client.clone(),
-            settings,
+            settings.clone(),
             backends,
             EventPublisher::new(client.clone(), reporter()),
             Notices {
-                ports: port_tx,
-                smartnics: snic_tx,
-                switches: switch_tx,
+                ports: wakes.ports.clone(),
+                smartnics: wakes.smartnics.clone(),
+                switches: wakes.switches.clone(),
             },
-            port_store.clone(),
-            Stores::new(
-                switch_store.clone(),
-                provider_store.clone(),
-                config_store.clone(),
-                snic_store.clone(),
-                pool_store.clone(),
-                server_store.clone(),
-            ),
+            watches.ports.store.clone(),
+            watches.stores(),
         )
         .with_probes(probes),
     );
-
-    // SwitchPorts: woken by every input of theirs — configuration, Switch, the
-    // Switch's ProviderSwitch, the credentials Secret (metadata only) — so a change
-    // starts a new attempt at once whatever the backoff, and by their worker's
-    // notices (drift, the switch answering or not).
-    let (p1, p2, p3, p4) = (
-        port_store.clone(),
-        port_store.clone(),
-        port_store.clone(),
-        port_store.clone(),
-    );
-    let (s1, s2) = (switch_store.clone(), switch_store.clone());
     let secrets = watcher(
         api_for::<PartialObjectMeta<Secret>>(&client, ns),
         wc.clone(),
     )
     .touched_objects();
-    let ps = provider_store.clone();
-    let p5 = port_store.clone();
-    let port_ctl = port_ctl
-        .watches_shared_stream(servers_for_ports, |s| {
+    let snic_configs = api_for::<SmartNicConfiguration>(&client, ns);
+    let port_ctl = switch_ports(&watches, &harness, &ctx, secrets, woken.ports);
+    let switch_ctl = switches(&watches, &harness, &ctx, woken.switches);
+    let provider_ctl = provider_switches(&watches, &harness, &ctx, woken.providers);
+    let snic_ctl = smartnic_ports(&watches, &harness, &ctx, snic_configs, &wc, woken.smartnics);
+    let hosts = hosts_and_claims(
+        &client,
+        &settings,
+        &watches,
+        &harness,
+        &ctx,
+        &wc,
+        woken.claims,
+    );
+    let pools_changed = watches.pools.subscribe();
+    let background = background(&client, &settings, &watches, &harness, pools_changed);
+    let pool_deleted = background.pool_deleted.clone();
+    let watched = watches.start(&wakes, pool_deleted);
+    let stopper = {
+        let stop = harness.stop.clone();
+        async move {
+            shutdown.await;
+            let _ = stop.send(());
+        }
+    };
+    tokio::join!(
+        sync_gate.open_when(listed),
+        port_ctl,
+        switch_ctl,
+        provider_ctl,
+        snic_ctl,
+        hosts,
+        watched,
+        background.run,
+        stopper
+    );
+}
+
+/// SwitchPorts: woken by every input of theirs — configuration, Switch, the
+/// Switch's ProviderSwitch, the credentials Secret (metadata only), the Servers
+/// cabled to them, the VLANPools — so a change starts a new attempt at once whatever
+/// the backoff, and by their worker's notices (drift, the switch answering or not).
+fn switch_ports<S>(
+    w: &Watches,
+    h: &Harness,
+    ctx: &Arc<Context>,
+    secrets: S,
+    notices_rx: mpsc::UnboundedReceiver<ObjectRef<SwitchPort>>,
+) -> impl std::future::Future<Output = ()> + Send + use<S>
+where
+    S: futures::Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static,
+{
+    let ports = &w.ports.store;
+    let (p1, p2, p3, p4, p5) = (
+        ports.clone(),
+        ports.clone(),
+        ports.clone(),
+        ports.clone(),
+        ports.clone(),
+    );
+    let (s1, s2) = (w.switches.store.clone(), w.switches.store.clone());
+    let ps = w.providers.store.clone();
+    let controller = Controller::for_shared_stream(w.ports.subscribe(), ports.clone())
+        .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
             triggers::ports_cabled_to::<SwitchPort>(&s, CabledPortKind::SwitchPort)
         })
-        .watches_shared_stream(pools_for_ports, move |_| {
+        .watches_shared_stream(w.pools.subscribe(), move |_| {
             p5.state()
                 .iter()
                 .map(|p| ObjectRef::from_obj(&**p))
                 .collect::<Vec<_>>()
         })
-        .watches_shared_stream(configs_for_ports, move |c| {
+        .watches_shared_stream(w.configs.subscribe(), move |c| {
             triggers::ports_using_configuration(
                 &p1.state(),
                 &c.namespace().unwrap_or_default(),
                 &c.name_any(),
             )
         })
-        .watches_shared_stream(switches_for_ports, move |sw| {
+        .watches_shared_stream(w.switches.subscribe(), move |sw| {
             triggers::ports_of_switches(&p2.state(), sw.namespace().as_deref(), &[sw.name_any()])
         })
-        .watches_shared_stream(providers_for_ports, move |pv| {
+        .watches_shared_stream(w.providers.subscribe(), move |pv| {
             let ns = pv.namespace();
             let names =
                 triggers::switches_of_providers(&s1.state(), ns.as_deref(), &[pv.name_any()]);
@@ -593,286 +793,202 @@ pub async fn run(
                 &secret.name_any(),
             )
         })
-        .reconcile_on(notices(port_rx))
+        .reconcile_on(notices(notices_rx))
         // A reconcile waiting on its switch's batch holds its slot, so the slots bound
         // how many ports can wait on the workers at once, and with them the batch
         // sizes (measured: 50 switches x 20 ports linked at once, 64 slots: batches
         // of 1.4 ports, 3.5 s; 2048 slots: 8.4 ports, 1.5 s — but 10,000 idle ports
         // then cost 24 % of a core and 155 MiB instead of 0.9 % and 80 MiB).
-        .with_config(Config::default().concurrency(PORT_RECONCILES))
-        .graceful_shutdown_on(stopped(&stop_tx))
-        .run(
-            timed(
-                "SwitchPort",
-                &synced,
-                &retries,
-                &metrics,
-                switch_port::reconcile,
-            ),
-            error_policy("SwitchPort", retries.clone()),
-            ctx.clone(),
-        )
-        .for_each(log_errors("SwitchPort"));
+        .with_config(Config::default().concurrency(PORT_RECONCILES));
+    h.run(
+        "SwitchPort",
+        controller,
+        switch_port::reconcile,
+        ctx.clone(),
+    )
+}
 
-    // Switches: woken by their ports (owns), their ProviderSwitch and their worker's
-    // reachability notices.
-    let s3 = switch_store.clone();
-    let switch_ctl = switch_ctl
-        .owns_shared_stream(ports_for_switches)
-        .watches_shared_stream(providers_for_switches, move |p| {
-            let ns = p.namespace();
-            triggers::switches_of_providers(&s3.state(), ns.as_deref(), &[p.name_any()])
-                .into_iter()
-                .map(|n| ObjectRef::new(&n).within(ns.as_deref().unwrap_or_default()))
-                .collect::<Vec<_>>()
-        })
-        .reconcile_on(notices(switch_rx))
-        // Every port event wakes its Switch (owns); gather them.
-        .with_config(
-            Config::default()
-                .concurrency(8)
-                .debounce(Duration::from_millis(500)),
-        )
-        .graceful_shutdown_on(stopped(&stop_tx))
-        .run(
-            timed("Switch", &synced, &retries, &metrics, switch::reconcile),
-            error_policy("Switch", retries.clone()),
-            ctx.clone(),
-        )
-        .for_each(log_errors("Switch"));
+/// Switches: woken by their ports (owns), their ProviderSwitch and their worker's
+/// reachability notices.
+fn switches(
+    w: &Watches,
+    h: &Harness,
+    ctx: &Arc<Context>,
+    notices_rx: mpsc::UnboundedReceiver<ObjectRef<Switch>>,
+) -> impl std::future::Future<Output = ()> + Send + use<> {
+    let s3 = w.switches.store.clone();
+    let controller =
+        Controller::for_shared_stream(w.switches.subscribe(), w.switches.store.clone())
+            .owns_shared_stream(w.ports.subscribe())
+            .watches_shared_stream(w.providers.subscribe(), move |p| {
+                let ns = p.namespace();
+                triggers::switches_of_providers(&s3.state(), ns.as_deref(), &[p.name_any()])
+                    .into_iter()
+                    .map(|n| ObjectRef::new(&n).within(ns.as_deref().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+            })
+            .reconcile_on(notices(notices_rx))
+            // Every port event wakes its Switch (owns); gather them.
+            .with_config(
+                Config::default()
+                    .concurrency(8)
+                    .debounce(Duration::from_millis(500)),
+            );
+    h.run("Switch", controller, switch::reconcile, ctx.clone())
+}
 
-    // ProviderSwitches: held while a Switch or SmartNicPort uses them.
-    let provider_ctl = provider_ctl
-        .watches_shared_stream(switches_for_providers, |s| {
-            Some(
-                ObjectRef::<ProviderSwitch>::new(&s.spec.provider.name)
-                    .within(&s.namespace().unwrap_or_default()),
-            )
-        })
-        .watches_shared_stream(smartnics_for_providers, |p| {
-            Some(
-                ObjectRef::<ProviderSwitch>::new(&p.spec.provider.name)
-                    .within(&p.namespace().unwrap_or_default()),
-            )
-        })
-        .reconcile_on(notices(provider_rx))
-        .graceful_shutdown_on(stopped(&stop_tx))
-        .run(
-            timed(
-                "ProviderSwitch",
-                &synced,
-                &retries,
-                &metrics,
-                provider_switch::reconcile,
-            ),
-            error_policy("ProviderSwitch", retries.clone()),
-            ctx.clone(),
-        )
-        .for_each(log_errors("ProviderSwitch"));
+/// ProviderSwitches: held while a Switch or SmartNicPort uses them.
+fn provider_switches(
+    w: &Watches,
+    h: &Harness,
+    ctx: &Arc<Context>,
+    deleted_users: mpsc::UnboundedReceiver<ObjectRef<ProviderSwitch>>,
+) -> impl std::future::Future<Output = ()> + Send + use<> {
+    let controller =
+        Controller::for_shared_stream(w.providers.subscribe(), w.providers.store.clone())
+            .watches_shared_stream(w.switches.subscribe(), |s| {
+                Some(
+                    ObjectRef::<ProviderSwitch>::new(&s.spec.provider.name)
+                        .within(&s.namespace().unwrap_or_default()),
+                )
+            })
+            .watches_shared_stream(w.smartnics.subscribe(), |p| {
+                Some(
+                    ObjectRef::<ProviderSwitch>::new(&p.spec.provider.name)
+                        .within(&p.namespace().unwrap_or_default()),
+                )
+            })
+            .reconcile_on(notices(deleted_users));
+    h.run(
+        "ProviderSwitch",
+        controller,
+        provider_switch::reconcile,
+        ctx.clone(),
+    )
+}
 
-    // SmartNicPorts: woken by their configuration, the SwitchPort they chain to (or
-    // claimed), their provider, and the notices of their provider's worker.
-    let (n1, n2, n3) = (snic_store.clone(), snic_store.clone(), snic_store.clone());
-    let n4 = snic_store.clone();
-    let snic_ctl = snic_ctl
-        .watches_shared_stream(servers_for_smartnics, |s| {
+/// SmartNicPorts: woken by their configuration, the SwitchPort they chain to (or
+/// claimed), their provider, the Servers cabled to them, the VLANPools, and the
+/// notices of their provider's worker.
+fn smartnic_ports(
+    w: &Watches,
+    h: &Harness,
+    ctx: &Arc<Context>,
+    configs: kube::Api<SmartNicConfiguration>,
+    wc: &watcher::Config,
+    notices_rx: mpsc::UnboundedReceiver<ObjectRef<SmartNicPort>>,
+) -> impl std::future::Future<Output = ()> + Send + use<> {
+    let snics = &w.smartnics.store;
+    let (n1, n2, n3, n4) = (snics.clone(), snics.clone(), snics.clone(), snics.clone());
+    let controller = Controller::for_shared_stream(w.smartnics.subscribe(), snics.clone())
+        .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
             triggers::ports_cabled_to::<SmartNicPort>(&s, CabledPortKind::SmartNicPort)
         })
-        .watches_shared_stream(pools_for_smartnics, move |_| {
+        .watches_shared_stream(w.pools.subscribe(), move |_| {
             n4.state()
                 .iter()
                 .map(|p| ObjectRef::from_obj(&**p))
                 .collect::<Vec<_>>()
         })
-        .watches(
-            api_for::<SmartNicConfiguration>(&client, ns),
-            wc.clone(),
-            move |c| {
-                triggers::smartnics_using_configuration(
-                    &n1.state(),
-                    &c.namespace().unwrap_or_default(),
-                    &c.name_any(),
-                )
-            },
-        )
-        .watches_shared_stream(ports_for_smartnics, move |sp| {
+        .watches(configs, wc.clone(), move |c| {
+            triggers::smartnics_using_configuration(
+                &n1.state(),
+                &c.namespace().unwrap_or_default(),
+                &c.name_any(),
+            )
+        })
+        .watches_shared_stream(w.ports.subscribe(), move |sp| {
             triggers::smartnics_chained_to(&n2.state(), &sp)
         })
-        .watches_shared_stream(providers_for_smartnics, move |pv| {
+        .watches_shared_stream(w.providers.subscribe(), move |pv| {
             triggers::smartnics_of_provider(&n3.state(), pv.namespace().as_deref(), &pv.name_any())
         })
-        .reconcile_on(notices(snic_rx))
-        .with_config(Config::default().concurrency(64))
-        .graceful_shutdown_on(stopped(&stop_tx))
-        .run(
-            timed(
-                "SmartNicPort",
-                &synced,
-                &retries,
-                &metrics,
-                smartnic_port::reconcile,
-            ),
-            error_policy("SmartNicPort", retries.clone()),
-            ctx.clone(),
-        )
-        .for_each(log_errors("SmartNicPort"));
+        .reconcile_on(notices(notices_rx))
+        .with_config(Config::default().concurrency(64));
+    h.run(
+        "SmartNicPort",
+        controller,
+        smartnic_port::reconcile,
+        ctx.clone(),
+    )
+}
 
-    // Allocation: ServerClaims woken by the Servers (and BareMetalHosts) that may
-    // complete or concern them; Servers by their own changes; the orphan sweep on
-    // start-up, periodically and when a Server names an unknown claim.
-    // One Server watch feeds the cache the allocator plans from and then both
-    // controllers, so a claim is never woken by a Server change its plan cannot see.
-    // A shared stream carries no deletions: a deleted Server wakes the claims it
-    // concerns through `gone`, once the cache no longer has it.
-    let server_ctl = Controller::for_shared_stream(server_events.clone(), server_store.clone());
-    let listed = vec![
-        ports_listed,
-        switches_listed,
-        providers_listed,
-        configs_listed,
-        snics_listed,
-        claims_listed,
-        servers_listed,
-        pools_listed,
-    ];
+/// Allocation and the hosts: ServerClaims woken by the Servers (and BareMetalHosts)
+/// that may complete or concern them; Servers by their own changes, the ports they
+/// drive or are cabled to, their claim, the configurations they provision with, the
+/// pools and their BareMetalHost; BareMetalHosts carrying their own ports likewise;
+/// the Metal3 cache that follows its CRD. One Server watch feeds the cache the
+/// allocator plans from and then both controllers, so a claim is never woken by a
+/// Server change its plan cannot see. A shared stream carries no deletions: a
+/// deleted Server wakes the claims it concerns through `gone`, once the cache no
+/// longer has it. Also the orphan sweep, on start-up, periodically and when a Server
+/// names an unknown claim.
+fn hosts_and_claims(
+    client: &Client,
+    settings: &Settings,
+    w: &Watches,
+    h: &Harness,
+    ctx: &Arc<Context>,
+    wc: &watcher::Config,
+    gone: mpsc::UnboundedReceiver<ObjectRef<ServerClaim>>,
+) -> impl std::future::Future<Output = ()> + Send + use<> {
     // Metal3's hosts: a cache whose watch follows the BareMetalHost CRD (installed
     // before or after patchbay, or removed), with a listed gate of its own — the
     // other caches' gate does not wait for Metal3.
-    let (hosts, host_writer, host_run) = metal3::hosts_cache(&client, &wc, stopped(&stop_tx));
+    let (hosts, host_writer, host_run) = metal3::hosts_cache(client, wc, h.stopped());
     let (hosts_for_claims, hosts_for_servers, hosts_for_hosts) = (
         subscribe(&host_writer),
         subscribe(&host_writer),
         subscribe(&host_writer),
     );
     let host_watch = host_run(host_writer);
+    let (servers, claims) = (w.servers.store.clone(), w.claims.store.clone());
     let alloc = Arc::new(
         Allocator::new(
             client.clone(),
-            settings_namespace,
-            server_store.clone(),
-            claim_store.clone(),
+            settings.namespace.clone(),
+            servers.clone(),
+            claims.clone(),
             hosts,
             EventPublisher::new(client.clone(), reporter()),
         )
-        .with_tenancy(settings_tenancy.clone()),
+        .with_tenancy(settings.tenancy.clone()),
     );
-    let (c1, c2) = (claim_store.clone(), claim_store.clone());
-    let c3 = claim_store.clone();
-    let mut claim_ctl = claim_ctl
-        .watches_shared_stream(server_events, move |s| {
+    let (c1, c2, c3) = (claims.clone(), claims.clone(), claims.clone());
+    let (v4, v1, v2, v3, v6, v7, v5) = (
+        servers.clone(),
+        servers.clone(),
+        servers.clone(),
+        servers.clone(),
+        servers.clone(),
+        servers.clone(),
+        servers.clone(),
+    );
+    let claim_ctl = Controller::for_shared_stream(w.claims.subscribe(), claims.clone())
+        .watches_shared_stream(w.servers.subscribe(), move |s| {
             triggers::claims_for_server(&c1.state(), &s)
         })
-        .watches_shared_stream(pools_for_claims, move |_| {
+        .watches_shared_stream(w.pools.subscribe(), move |_| {
             c3.state()
                 .iter()
                 .map(|c| ObjectRef::from_obj(&**c))
                 .collect::<Vec<_>>()
-        });
-    // Servers: woken by their own changes, the ports they drive or are cabled to,
-    // their claim, the configurations they provision with, and their BareMetalHost.
-    let (v1, v2, v3, v6, v7) = (
-        server_store.clone(),
-        server_store.clone(),
-        server_store.clone(),
-        server_store.clone(),
-        server_store.clone(),
-    );
-    let mut server_ctl = server_ctl
-        .watches_shared_stream(ports_for_servers, move |p| {
-            triggers::servers_of_port(&v1.state(), CabledPortKind::SwitchPort, &p.metadata)
         })
-        .watches_shared_stream(smartnics_for_servers, move |p| {
-            triggers::servers_of_port(&v2.state(), CabledPortKind::SmartNicPort, &p.metadata)
-        })
-        .watches_shared_stream(claims_for_servers, move |c| {
-            triggers::servers_of_claim(&v3.state(), &c)
-        })
-        .watches_shared_stream(configs_for_servers, move |c| {
-            triggers::servers_provisioned_with(&v6.state(), &c)
-        })
-        .watches_shared_stream(pools_for_servers, move |_| {
-            v7.state()
+        .watches_shared_stream(hosts_for_claims, move |host| {
+            triggers::servers_of_host(&v4.state(), &host)
                 .iter()
-                .map(|s| ObjectRef::from_obj(&**s))
+                .filter_map(|r| v4.get(r))
+                .flat_map(|s| triggers::claims_for_server(&c2.state(), &s))
                 .collect::<Vec<_>>()
-        });
-    let (v4, v5) = (server_store.clone(), server_store.clone());
-    claim_ctl = claim_ctl.watches_shared_stream(hosts_for_claims, move |host| {
-        triggers::servers_of_host(&v4.state(), &host)
-            .iter()
-            .filter_map(|r| v4.get(r))
-            .flat_map(|s| triggers::claims_for_server(&c2.state(), &s))
-            .collect::<Vec<_>>()
-    });
-    server_ctl = server_ctl.watches_shared_stream(hosts_for_servers, move |host| {
-        triggers::servers_of_host(&v5.state(), &host)
-    });
-    // BareMetalHosts that carry their own ports: woken by their own changes, the
-    // ports they drive or are cabled to and the configurations they provision with.
-    let store = alloc.hosts.store().clone();
-    let (h1, h2, h3) = (store.clone(), store.clone(), store.clone());
-    let host_ctl = Controller::for_shared_stream(hosts_for_hosts, store)
-        .watches_shared_stream(ports_for_hosts, move |p| {
-            triggers::hosts_of_port(&h1.state(), CabledPortKind::SwitchPort, &p.metadata)
         })
-        .watches_shared_stream(smartnics_for_hosts, move |p| {
-            triggers::hosts_of_port(&h2.state(), CabledPortKind::SmartNicPort, &p.metadata)
-        })
-        .watches_shared_stream(configs_for_hosts, move |c| {
-            triggers::hosts_provisioned_with(&h3.state(), &c)
-        });
-    let claim_ctl = claim_ctl
-        .reconcile_on(notices(gone_rx))
-        .with_config(Config::default().concurrency(8))
-        .graceful_shutdown_on(stopped(&stop_tx))
-        .run(
-            timed(
-                "ServerClaim",
-                &synced,
-                &retries,
-                &metrics,
-                server_claim::reconcile,
-            ),
-            error_policy("ServerClaim", retries.clone()),
-            alloc.clone(),
-        )
-        .for_each(log_errors("ServerClaim"));
-    let server_ctx = Arc::new(server::ServerCtx {
-        alloc: alloc.clone(),
-        world: HostWorld {
-            client: client.clone(),
-            switch_ports: port_store.clone(),
-            smartnic_ports: snic_store.clone(),
-            configurations: config_store.clone(),
-            events: EventPublisher::new(client.clone(), reporter()),
-            stores: ctx.stores.clone(),
-            tenancy: ctx.settings.tenancy.clone(),
-        },
-    });
-    let host_ctl = host_ctl
-        .with_config(Config::default().concurrency(8))
-        .graceful_shutdown_on(stopped(&stop_tx))
-        .run(
-            timed(
-                "BareMetalHost",
-                &synced,
-                &retries,
-                &metrics,
-                bare_metal_host::reconcile,
-            ),
-            error_policy("BareMetalHost", retries.clone()),
-            server_ctx.clone(),
-        )
-        .for_each(log_errors("BareMetalHost"));
+        .reconcile_on(notices(gone))
+        .with_config(Config::default().concurrency(8));
     // Metal3 coming or going changes what every linked Server follows, and a cache
     // that fills or empties wakes nobody by itself.
     let (metal3_tx, metal3_rx) = mpsc::unbounded_channel();
     let metal3_changes = {
-        let (mut hosts, servers, mut stop) = (
-            alloc.hosts.clone(),
-            server_store.clone(),
-            stop_tx.subscribe(),
-        );
+        let (mut hosts, servers, mut stop) =
+            (alloc.hosts.clone(), servers.clone(), h.stop.subscribe());
         async move {
             loop {
                 tokio::select! {
@@ -886,52 +1002,139 @@ pub async fn run(
             }
         }
     };
-    let server_ctl = server_ctl
+    let server_ctl = Controller::for_shared_stream(w.servers.subscribe(), servers.clone())
+        .watches_shared_stream(w.ports.subscribe(), move |p| {
+            triggers::servers_of_port(&v1.state(), CabledPortKind::SwitchPort, &p.metadata)
+        })
+        .watches_shared_stream(w.smartnics.subscribe(), move |p| {
+            triggers::servers_of_port(&v2.state(), CabledPortKind::SmartNicPort, &p.metadata)
+        })
+        .watches_shared_stream(w.claims.subscribe(), move |c| {
+            triggers::servers_of_claim(&v3.state(), &c)
+        })
+        .watches_shared_stream(w.configs.subscribe(), move |c| {
+            triggers::servers_provisioned_with(&v6.state(), &c)
+        })
+        .watches_shared_stream(w.pools.subscribe(), move |_| {
+            v7.state()
+                .iter()
+                .map(|s| ObjectRef::from_obj(&**s))
+                .collect::<Vec<_>>()
+        })
+        .watches_shared_stream(hosts_for_servers, move |host| {
+            triggers::servers_of_host(&v5.state(), &host)
+        })
         .reconcile_on(notices(metal3_rx))
-        .with_config(Config::default().concurrency(8))
-        .graceful_shutdown_on(stopped(&stop_tx))
-        .run(
-            timed("Server", &synced, &retries, &metrics, server::reconcile),
-            error_policy("Server", retries.clone()),
-            server_ctx,
-        )
-        .for_each(log_errors("Server"));
-    let sweeper = {
-        let mut stop = stop_tx.subscribe();
-        let synced = synced.clone();
-        async move {
+        .with_config(Config::default().concurrency(8));
+    // BareMetalHosts that carry their own ports: woken by their own changes, the
+    // ports they drive or are cabled to and the configurations they provision with.
+    let store = alloc.hosts.store().clone();
+    let (h1, h2, h3) = (store.clone(), store.clone(), store.clone());
+    let host_ctl = Controller::for_shared_stream(hosts_for_hosts, store)
+        .watches_shared_stream(w.ports.subscribe(), move |p| {
+            triggers::hosts_of_port(&h1.state(), CabledPortKind::SwitchPort, &p.metadata)
+        })
+        .watches_shared_stream(w.smartnics.subscribe(), move |p| {
+            triggers::hosts_of_port(&h2.state(), CabledPortKind::SmartNicPort, &p.metadata)
+        })
+        .watches_shared_stream(w.configs.subscribe(), move |c| {
+            triggers::hosts_provisioned_with(&h3.state(), &c)
+        })
+        .with_config(Config::default().concurrency(8));
+    let server_ctx = Arc::new(server::ServerCtx {
+        alloc: alloc.clone(),
+        world: HostWorld {
+            client: client.clone(),
+            switch_ports: w.ports.store.clone(),
+            smartnic_ports: w.smartnics.store.clone(),
+            configurations: w.configs.store.clone(),
+            events: EventPublisher::new(client.clone(), reporter()),
+            stores: ctx.stores.clone(),
+            tenancy: ctx.settings.tenancy.clone(),
+        },
+    });
+    let claim_ctl = h.run(
+        "ServerClaim",
+        claim_ctl,
+        server_claim::reconcile,
+        alloc.clone(),
+    );
+    let host_ctl = h.run(
+        "BareMetalHost",
+        host_ctl,
+        bare_metal_host::reconcile,
+        server_ctx.clone(),
+    );
+    let server_ctl = h.run("Server", server_ctl, server::reconcile, server_ctx);
+    let sweeper = orphan_sweeps(alloc, h);
+    async move {
+        tokio::join!(
+            host_watch,
+            metal3_changes,
+            claim_ctl,
+            host_ctl,
+            server_ctl,
+            sweeper
+        );
+    }
+}
+
+/// The orphan sweep: once the caches are listed, then every
+/// [`server_claim::ORPHAN_SWEEP`] and whenever the allocator asks.
+fn orphan_sweeps(
+    alloc: Arc<Allocator>,
+    h: &Harness,
+) -> impl std::future::Future<Output = ()> + Send + use<> {
+    let mut stop = h.stop.subscribe();
+    let synced = h.synced.clone();
+    async move {
+        tokio::select! {
+            listed = synced.wait() => if !listed { return },
+            _ = stop.recv() => return,
+        }
+        loop {
+            match server_claim::sweep_orphans(&alloc).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(released = n, "orphan sweep"),
+                Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
+            }
             tokio::select! {
-                listed = synced.wait() => if !listed { return },
+                _ = tokio::time::sleep(server_claim::ORPHAN_SWEEP) => {}
+                _ = alloc.sweep.notified() => {}
                 _ = stop.recv() => return,
             }
-            loop {
-                match server_claim::sweep_orphans(&alloc).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(released = n, "orphan sweep"),
-                    Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(server_claim::ORPHAN_SWEEP) => {}
-                    _ = alloc.sweep.notified() => {}
-                    _ = stop.recv() => return,
-                }
-            }
         }
-    };
+    }
+}
 
+/// What runs beside the controllers: the port gauges and readiness, and with
+/// tenancy each pool's Ready condition and each served namespace's grants summary.
+struct Background<F> {
+    run: F,
+    /// Told by the pool watch's deletion hook.
+    pool_deleted: Arc<tokio::sync::Notify>,
+}
+
+fn background(
+    client: &Client,
+    settings: &Settings,
+    w: &Watches,
+    h: &Harness,
+    mut pools_changed: ReflectHandle<VLANPool>,
+) -> Background<impl std::future::Future<Output = ()> + Send + use<>> {
     let gauges = {
-        let synced = synced.clone();
+        let synced = h.synced.clone();
         let listed = async move {
             if !synced.wait().await {
                 // Stopping before the first lists: never ready.
                 std::future::pending::<()>().await;
             }
         };
-        let mut stop = stop_tx.subscribe();
-        let metrics = metrics.clone();
+        let mut stop = h.stop.subscribe();
+        let metrics = h.metrics.clone();
         let gauges = port_gauges(
-            port_store.clone(),
-            snic_store.clone(),
+            w.ports.store.clone(),
+            w.smartnics.store.clone(),
             metrics.clone(),
             listed,
         );
@@ -945,10 +1148,15 @@ pub async fn run(
     };
     // With tenancy: each pool's Ready condition and each served namespace's
     // summary of its grants, after any pool change (and once at start).
+    let pool_deleted = Arc::new(tokio::sync::Notify::new());
     let pool_sync = {
-        let (client, pools, tenancy) =
-            (client.clone(), pool_store.clone(), settings_tenancy.clone());
-        let (synced, mut stop) = (synced.clone(), stop_tx.subscribe());
+        let (client, pools, tenancy) = (
+            client.clone(),
+            w.pools.store.clone(),
+            settings.tenancy.clone(),
+        );
+        let (synced, mut stop, deleted) =
+            (h.synced.clone(), h.stop.subscribe(), pool_deleted.clone());
         async move {
             let Some(tenancy) = tenancy else { return };
             tokio::select! {
@@ -963,8 +1171,8 @@ pub async fn run(
                     continue;
                 }
                 tokio::select! {
-                    _ = pools_for_summary.next() => {}
-                    _ = pool_deleted.notified() => {}
+                    _ = pools_changed.next() => {}
+                    _ = deleted.notified() => {}
                     _ = stop.recv() => return,
                 }
                 // Gather a burst of pool changes.
@@ -972,32 +1180,10 @@ pub async fn run(
             }
         }
     };
-    let stopper = async move {
-        shutdown.await;
-        let _ = stop_tx.send(());
-    };
-    tokio::join!(
-        sync_gate.open_when(listed),
-        port_ctl,
-        switch_ctl,
-        provider_ctl,
-        snic_ctl,
-        port_watch,
-        switch_watch,
-        provider_watch,
-        config_watch,
-        snic_watch,
-        claim_watch,
-        server_watch,
-        pool_watch,
-        host_watch,
-        metal3_changes,
-        host_ctl,
-        claim_ctl,
-        server_ctl,
-        sweeper,
-        gauges,
-        pool_sync,
-        stopper
-    );
+    Background {
+        run: async move {
+            tokio::join!(gauges, pool_sync);
+        },
+        pool_deleted,
+    }
 }
