@@ -113,6 +113,30 @@ where
     }
 }
 
+/// A kind the operator caches and runs a controller for: what kube's shared
+/// watches and `Controller` need of it.
+trait Cached:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// One watch shared by several controllers: its cache, a subscription per reader
 /// (each sees an object only once the cache holds it, so a controller woken by it
 /// reads what woke it), whether the cache holds its first list, and the future that
@@ -135,13 +159,7 @@ fn shared_watch<K, S>(
 )
 where
     S: std::future::Future<Output = ()> + Send + 'static,
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Cached,
 {
     let writer = Writer::<K>::new_shared(1024, ());
     let store = writer.as_reader();
@@ -320,7 +338,7 @@ type Runner<K> = Box<
 /// until it starts, whether it has listed, and what runs it.
 struct Watch<K>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: Cached,
 {
     store: Store<K>,
     writer: Writer<K>,
@@ -330,13 +348,7 @@ where
 
 impl<K> Watch<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Cached,
 {
     fn new(
         api: kube::Api<K>,
@@ -630,13 +642,7 @@ impl Harness {
         ctx: Arc<C>,
     ) -> impl std::future::Future<Output = ()> + Send + use<K, C, F, Fut>
     where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Cached,
         C: Send + Sync + 'static,
         F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<Action, ControllerError>> + Send + 'static,
