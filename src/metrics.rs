@@ -132,6 +132,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// How long the admission webhook takes to answer.
     pub admission_seconds: Seconds<AnswerLabel>,
+    /// The port gauge's label sets last set (see [`Metrics::set_ports`]).
+    port_states: parking_lot::Mutex<Vec<PortStateLabels>>,
     ready: AtomicBool,
 }
 
@@ -159,6 +161,7 @@ impl Metrics {
             failures: Family::default(),
             leader: Gauge::default(),
             admission_seconds: Family::new_with_constructor(seconds),
+            port_states: parking_lot::Mutex::default(),
             ready: AtomicBool::new(false),
         };
         let r = &mut m.registry;
@@ -239,19 +242,30 @@ impl Metrics {
         out
     }
 
-    /// Replaces every value of the port gauge (the counts, computed whole).
+    /// Replaces every value of the port gauge (the counts, computed whole): the
+    /// new counts are set first, then the states no port is in any more go, so a
+    /// scrape in between never sees the ports missing.
     pub fn set_ports(&self, counts: impl IntoIterator<Item = ((String, String), f64)>) {
-        self.ports.clear();
-        for ((kind, state), n) in counts {
-            self.ports
-                .get_or_create(&PortStateLabels { kind, state })
-                .set(n);
+        let mut shown = self.port_states.lock();
+        let now: Vec<PortStateLabels> = counts
+            .into_iter()
+            .map(|((kind, state), n)| {
+                let labels = PortStateLabels { kind, state };
+                self.ports.get_or_create(&labels).set(n);
+                labels
+            })
+            .collect();
+        for gone in shown.iter().filter(|l| !now.contains(l)) {
+            self.ports.remove(gone);
         }
+        *shown = now;
     }
 
     /// Drift repairs of ports of `kind` so far (tests).
     pub fn drift_repaired(&self, kind: &'static str) -> u64 {
-        self.drift_repaired.get_or_create(&KindLabel { kind }).get()
+        self.drift_repaired
+            .get(&KindLabel { kind })
+            .map_or(0, |c| c.get())
     }
 
     /// Marks the caches synced (the operator is ready) or not.

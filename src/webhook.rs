@@ -17,7 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use crate::api::{SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
+use crate::api::{Cached, SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
 use crate::decide::admission::{Lookups, answer, review};
 use crate::decide::tenancy::Tenancy;
 use crate::grants::GrantsCache;
@@ -33,16 +33,7 @@ pub struct Webhook {
     grants: GrantsCache,
 }
 
-fn cache<K>(api: Api<K>) -> (Store<K>, futures::future::BoxFuture<'static, ()>)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+fn cache<K: Cached>(api: Api<K>) -> (Store<K>, futures::future::BoxFuture<'static, ()>) {
     let (store, writer) = reflector::store();
     let run = reflector::reflector(writer, watcher(api, watcher::Config::default()))
         .default_backoff()

@@ -62,14 +62,15 @@ struct Shared {
     addr: SocketAddr,
     /// Every (verb, group, resource) asked for, as RBAC would name it.
     audit: Arc<Mutex<BTreeSet<AuditEntry>>>,
-    /// Answers held back on purpose (test faults).
-    delays: Delays,
+    /// Test faults: answers held back or refused on purpose, and request counts.
+    delays: Faults,
 }
 
-/// How long a LIST of a resource (by plural) waits before it is answered, and how
-/// long each of its watch events is held back.
+/// A test's faults: how long a LIST of a resource (by plural) waits before it is
+/// answered, how long each of its watch events is held back, which requests are
+/// refused, and how many of each arrived.
 #[derive(Default)]
-struct DelayTable {
+struct FaultTable {
     lists: BTreeMap<String, Duration>,
     watch_events: BTreeMap<String, Duration>,
     /// (verb, resource) → the status code every such request is answered with.
@@ -78,12 +79,12 @@ struct DelayTable {
     counts: BTreeMap<(String, String), u64>,
 }
 
-type Delays = Arc<Mutex<DelayTable>>;
+type Faults = Arc<Mutex<FaultTable>>;
 
 impl Shared {
     fn delay(
         &self,
-        table: impl Fn(&DelayTable) -> &BTreeMap<String, Duration>,
+        table: impl Fn(&FaultTable) -> &BTreeMap<String, Duration>,
         resource: &str,
     ) -> Option<Duration> {
         table(&self.delays.lock()).get(resource).copied()
@@ -118,7 +119,7 @@ pub struct DevPlane {
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     audit: Arc<Mutex<BTreeSet<AuditEntry>>>,
-    delays: Delays,
+    delays: Faults,
 }
 
 impl DevPlane {
@@ -128,7 +129,7 @@ impl DevPlane {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let audit: Arc<Mutex<BTreeSet<AuditEntry>>> = Arc::default();
         let audit_log = audit.clone();
-        let delays = Delays::default();
+        let delays = Faults::default();
         let shared_delays = delays.clone();
         let thread = std::thread::Builder::new()
             .name("devplane".into())
@@ -199,7 +200,7 @@ impl DevPlane {
 
     fn set_delay(
         &self,
-        table: impl Fn(&mut DelayTable) -> &mut BTreeMap<String, Duration>,
+        table: impl Fn(&mut FaultTable) -> &mut BTreeMap<String, Duration>,
         resource: &str,
         delay: Duration,
     ) {

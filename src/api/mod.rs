@@ -46,6 +46,30 @@ pub use switch::{DriftPolicy, ProviderRef, Switch, SwitchPortDefinition, SwitchS
 pub use switch_port::{SwitchPort, SwitchPortSpec};
 pub use vlan_pool::{VLANPool, VLANPoolSpec};
 
+/// A kind the operator caches (and may run a controller for): what kube's
+/// reflectors, shared watches and `Controller` need of a resource type.
+pub trait Cached:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The API group.
 pub const GROUP: &str = "patchbay.dev";
 /// The API version.

@@ -172,6 +172,13 @@ pub struct CabledPortRef {
     pub namespace: String,
 }
 
+impl CabledPortRef {
+    /// The kind of port referred to (`SwitchPort` when not given).
+    pub fn port_kind(&self) -> CabledPortKind {
+        self.kind.unwrap_or(CabledPortKind::SwitchPort)
+    }
+}
+
 /// Kinds a NIC can be cabled to.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,

@@ -23,6 +23,7 @@ use crate::api::{
 };
 use crate::backends::Backends;
 use crate::decide::failure::BackendError;
+use crate::decide::phases::cabled_nic;
 use crate::decide::tenancy::Grants;
 use crate::grants::GrantsCache;
 use crate::settings::Settings;
@@ -169,7 +170,7 @@ impl Stores {
         for s in self.servers.state() {
             for nic in &s.spec.nics {
                 let Some(p) = &nic.port else { continue };
-                if p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind {
+                if p.port_kind() == kind {
                     out.insert(
                         (p.namespace.clone(), p.name.clone()),
                         (s.name_any(), nic.mac.clone()),
@@ -189,16 +190,10 @@ impl Stores {
         namespace: &str,
         name: &str,
     ) -> Option<String> {
-        self.servers.state().iter().find_map(|s| {
-            s.spec.nics.iter().find_map(|nic| {
-                let p = nic.port.as_ref()?;
-                (p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
-                    && p.namespace == namespace
-                    && p.name == name)
-                    .then(|| nic.mac.clone())
-                    .flatten()
-            })
-        })
+        self.servers
+            .state()
+            .iter()
+            .find_map(|s| cabled_nic(&s.spec.nics, kind, namespace, name)?.mac.clone())
     }
 
     /// What the cached VLANPools grant (recomputed only when a pool changed), with
@@ -292,9 +287,7 @@ impl Stores {
                     .iter()
                     .filter(|n| {
                         n.port.as_ref().is_some_and(|p| {
-                            p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
-                                && p.namespace == ns
-                                && p.name == port_name
+                            p.port_kind() == kind && p.namespace == ns && p.name == port_name
                         })
                     })
                     .filter_map(|n| n.provisioning_configuration.as_ref())

@@ -32,6 +32,7 @@ use super::{
     ControllerError, bare_metal_host, metal3, provider_switch, server, server_claim, smartnic_port,
     switch, switch_port, vlan_pool,
 };
+use crate::api::Cached;
 use crate::api::server::CabledPortKind;
 use crate::api::{
     ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
@@ -70,21 +71,31 @@ fn log_errors<T, E: std::fmt::Display>(
 #[derive(Default)]
 struct Retries(parking_lot::Mutex<std::collections::HashMap<String, u32>>);
 
+/// `namespace/name` of `obj`.
+fn object_key<K: kube::Resource>(obj: &K) -> String {
+    format!(
+        "{}/{}",
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
 impl Retries {
     fn key<K: kube::Resource>(controller: &str, obj: &K) -> String {
-        format!(
-            "{controller}/{}/{}",
-            obj.meta().namespace.as_deref().unwrap_or_default(),
-            obj.meta().name.as_deref().unwrap_or_default()
-        )
+        format!("{controller}/{}", object_key(obj))
     }
 
     fn table(&self) -> parking_lot::MutexGuard<'_, std::collections::HashMap<String, u32>> {
         self.0.lock()
     }
 
-    fn clear(&self, key: &str) {
-        self.table().remove(key);
+    /// Forgets `obj`'s failures; nothing to look up (no key made) while no object
+    /// of any controller is failing, the usual case.
+    fn clear<K: kube::Resource>(&self, controller: &str, obj: &K) {
+        let mut table = self.table();
+        if !table.is_empty() {
+            table.remove(&Self::key(controller, obj));
+        }
     }
 
     fn bump(&self, key: &str) {
@@ -111,30 +122,6 @@ where
         tracing::debug!(error = %e, category = e.category(), ?class, ?after, controller, "reconcile error");
         Action::requeue(after)
     }
-}
-
-/// A kind the operator caches and runs a controller for: what kube's shared
-/// watches and `Controller` need of it.
-trait Cached:
-    kube::Resource<DynamicType = ()>
-    + Clone
-    + serde::de::DeserializeOwned
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> Cached for K where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static
-{
 }
 
 /// One watch shared by several controllers: its cache, a subscription per reader
@@ -203,7 +190,7 @@ where
 {
     let mut seen = std::collections::HashMap::<String, i64>::new();
     stream.filter(move |o| {
-        let key = Retries::key("", o.as_ref());
+        let key = object_key(o.as_ref());
         let generation = o.meta().generation.unwrap_or_default();
         futures::future::ready(seen.insert(key, generation) != Some(generation))
     })
@@ -242,7 +229,7 @@ fn timed<K, C, F, Fut>(
 ) -> impl Fn(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, ControllerError>>
 + use<K, C, F, Fut>
 where
-    K: kube::Resource,
+    K: Cached,
     F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Action, ControllerError>> + Send + 'static,
 {
@@ -250,7 +237,7 @@ where
     let retries = retries.clone();
     let metrics = metrics.clone();
     move |obj, ctx| {
-        let key = Retries::key(controller, obj.as_ref());
+        let me = obj.clone();
         let fut = reconcile(obj, ctx);
         let synced = synced.clone();
         let retries = retries.clone();
@@ -275,8 +262,8 @@ where
                 Err(e) => (e.category(), Err(e)),
             };
             match &result {
-                Ok(_) => retries.clear(&key),
-                Err(_) => retries.bump(&key),
+                Ok(_) => retries.clear(controller, me.as_ref()),
+                Err(_) => retries.bump(&Retries::key(controller, me.as_ref())),
             }
             metrics
                 .reconciles
@@ -395,16 +382,16 @@ struct Watches {
 }
 
 impl Watches {
-    fn new(client: &Client, ns: Option<&str>, wc: &watcher::Config, run: &Harness) -> Self {
+    fn new(client: &Client, ns: Option<&str>, wc: &watcher::Config, h: &Harness) -> Self {
         Watches {
-            ports: Watch::new(api_for(client, ns), wc, run.stopped()),
-            switches: Watch::new(api_for(client, ns), wc, run.stopped()),
-            providers: Watch::new(api_for(client, ns), wc, run.stopped()),
-            configs: Watch::new(api_for(client, ns), wc, run.stopped()),
-            smartnics: Watch::new(api_for(client, ns), wc, run.stopped()),
-            claims: Watch::new(api_for(client, ns), wc, run.stopped()),
-            servers: Watch::new(kube::Api::all(client.clone()), wc, run.stopped()),
-            pools: Watch::new(kube::Api::all(client.clone()), wc, run.stopped()),
+            ports: Watch::new(api_for(client, ns), wc, h.stopped()),
+            switches: Watch::new(api_for(client, ns), wc, h.stopped()),
+            providers: Watch::new(api_for(client, ns), wc, h.stopped()),
+            configs: Watch::new(api_for(client, ns), wc, h.stopped()),
+            smartnics: Watch::new(api_for(client, ns), wc, h.stopped()),
+            claims: Watch::new(api_for(client, ns), wc, h.stopped()),
+            servers: Watch::new(kube::Api::all(client.clone()), wc, h.stopped()),
+            pools: Watch::new(kube::Api::all(client.clone()), wc, h.stopped()),
         }
     }
 

@@ -75,10 +75,7 @@ impl CandidateNic {
     pub fn of(nic: &crate::api::server::ServerNic) -> Self {
         Self {
             name: nic.name.clone(),
-            port: nic
-                .port
-                .as_ref()
-                .map(|p| p.kind.unwrap_or(CabledPortKind::SwitchPort)),
+            port: nic.port.as_ref().map(|p| p.port_kind()),
         }
     }
 }

@@ -254,15 +254,23 @@ pub struct ClaimNetwork<'a> {
     pub namespace: &'a str,
 }
 
+/// The one of `nics` cabled to port `namespace/name` of `kind`, if any.
+pub fn cabled_nic<'n>(
+    nics: &'n [ServerNic],
+    kind: CabledPortKind,
+    namespace: &str,
+    name: &str,
+) -> Option<&'n ServerNic> {
+    nics.iter().find(|n| {
+        n.port
+            .as_ref()
+            .is_some_and(|p| p.port_kind() == kind && p.namespace == namespace && p.name == name)
+    })
+}
+
 /// Whether one of `nics` is cabled to port `namespace/name` of `kind`.
 pub fn cabled_to(nics: &[ServerNic], kind: CabledPortKind, namespace: &str, name: &str) -> bool {
-    nics.iter().any(|n| {
-        n.port.as_ref().is_some_and(|p| {
-            p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind
-                && p.namespace == namespace
-                && p.name == name
-        })
-    })
+    cabled_nic(nics, kind, namespace, name).is_some()
 }
 
 /// A claim's network entries for a Server of `role`: the claim's, then the role's
@@ -346,7 +354,7 @@ pub fn port_targets(
         .filter_map(|(i, nic)| {
             let p = nic.port.as_ref()?;
             let port = PortId {
-                kind: p.kind.unwrap_or(CabledPortKind::SwitchPort),
+                kind: p.port_kind(),
                 namespace: p.namespace.clone(),
                 name: p.name.clone(),
             };

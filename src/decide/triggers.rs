@@ -236,7 +236,7 @@ where
         .nics
         .iter()
         .filter_map(|n| n.port.as_ref())
-        .filter(|p| p.kind.unwrap_or(CabledPortKind::SwitchPort) == kind)
+        .filter(|p| p.port_kind() == kind)
         .map(|p| (p.namespace.clone(), p.name.clone()))
         .collect();
     set.into_iter()
