@@ -153,14 +153,13 @@ impl SettingsArgs {
             path: path.to_owned(),
             source,
         })?;
-        let value: serde_yaml::Value =
-            serde_yaml::from_str(&text).map_err(|source| SettingsError::Parse {
+        let value: serde_json::Value =
+            patchbay_providers::yaml::from_str(&text).map_err(|source| SettingsError::Parse {
                 path: path.to_owned(),
                 source,
             })?;
         let schema = serde_json::to_value(schemars::schema_for!(SettingsArgs)).unwrap_or_default();
-        let json = serde_json::to_value(&value).unwrap_or_default();
-        let errors = crate::decide::validate::unknown_fields::unknown_fields(&schema, &json);
+        let errors = crate::decide::validate::unknown_fields::unknown_fields(&schema, &value);
         if !errors.is_empty() {
             return Err(SettingsError::Unknown {
                 path: path.to_owned(),
@@ -170,7 +169,8 @@ impl SettingsArgs {
         if value.is_null() {
             return Ok(SettingsArgs::default());
         }
-        serde_yaml::from_value(value).map_err(|source| SettingsError::Parse {
+        // Read again into the typed settings so a wrong value's error names its line.
+        patchbay_providers::yaml::from_str(&text).map_err(|source| SettingsError::Parse {
             path: path.to_owned(),
             source,
         })
@@ -196,7 +196,7 @@ pub enum SettingsError {
         path: PathBuf,
         /// Why.
         #[source]
-        source: serde_yaml::Error,
+        source: patchbay_providers::yaml::Error,
     },
     /// The config file has keys no setting has (misspelt).
     #[error("config file {path}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]

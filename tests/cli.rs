@@ -18,11 +18,10 @@ fn crds_prints_every_kind_as_yaml() {
     let out = patchbay(&["crds"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| {
-            let v: serde_yaml::Value = serde::Deserialize::deserialize(d).unwrap();
-            v["spec"]["names"]["kind"].as_str().unwrap().to_owned()
-        })
+    let kinds: Vec<String> = patchbay_providers::yaml::documents(&text)
+        .unwrap()
+        .into_iter()
+        .map(|v| v["spec"]["names"]["kind"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(
         kinds,

@@ -111,9 +111,7 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
     // deploy/tenancy/: the same operator with tenancy and the webhook; its flags
     // are the binary's, and the API server calls it through the Service.
     let rendered = cluster.kubectl_ok(&["kustomize", "deploy/tenancy"]);
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rendered)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect();
+    let docs: Vec<Value> = patchbay_providers::yaml::documents(&rendered).unwrap();
     let of = |kind: &str| {
         docs.iter()
             .find(|d| d["kind"] == kind)
@@ -169,8 +167,7 @@ fn role_rules(name: &str) -> BTreeSet<(String, String, String)> {
     let mut rules = BTreeSet::new();
     for file in ["rbac-operator.yaml", "rbac-personas.yaml"] {
         let text = std::fs::read_to_string(format!("{ROOT}/deploy/base/{file}")).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
+        for doc in patchbay_providers::yaml::documents(&text).unwrap() {
             if doc["kind"] != "ClusterRole"
                 || doc.pointer("/metadata/name") != Some(&Value::from(name))
             {

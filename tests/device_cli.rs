@@ -28,7 +28,7 @@ impl Files {
     }
     fn write(&self, name: &str, value: &serde_json::Value) -> PathBuf {
         let p = self.dir.join(name);
-        std::fs::write(&p, serde_yaml::to_string(value).unwrap()).unwrap();
+        std::fs::write(&p, patchbay_providers::yaml::to_string(value).unwrap()).unwrap();
         p
     }
 }

@@ -429,8 +429,12 @@ fn parse_body(bytes: &[u8], yaml: bool) -> Result<Value, ApiError> {
         return Ok(json!({}));
     }
     if yaml {
-        serde_yaml::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request(format!("invalid YAML body: {e}")))
+        serde_saphyr::from_slice_with_options(
+            bytes,
+            // YAML 1.2 booleans and a one-line error, as patchbay's own reader.
+            serde_saphyr::options! { strict_booleans: true, with_snippet: false },
+        )
+        .map_err(|e| ApiError::bad_request(format!("invalid YAML body: {e}")))
     } else {
         serde_json::from_slice(bytes)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))

@@ -22,6 +22,7 @@ pub mod ovsdb;
 pub mod secret;
 pub mod values;
 pub mod verify;
+pub mod yaml;
 
 #[cfg(any(test, feature = "mocks"))]
 pub use device::MockDevice;

@@ -131,7 +131,7 @@ pub fn crds_kustomization() -> String {
 /// Renders one CRD as the YAML committed in `crds/`.
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
     // Serialising a CRD cannot fail: it is plain data with string keys.
-    serde_yaml::to_string(crd).unwrap_or_default()
+    patchbay_providers::yaml::to_string(crd).unwrap_or_default()
 }
 
 /// SHA-256 (hex) of a configuration spec's canonical JSON. Stored in port status so an

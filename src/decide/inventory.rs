@@ -133,7 +133,7 @@ pub fn render(
     });
     Inventory {
         hosts_ini: ini,
-        hosts_yaml: serde_yaml::to_string(&doc).unwrap_or_default(),
+        hosts_yaml: patchbay_providers::yaml::to_string(&doc).unwrap_or_default(),
         without_address,
     }
 }
@@ -193,7 +193,7 @@ mod tests {
             &default_groups,
             None,
         );
-        let v: serde_json::Value = serde_yaml::from_str(&inv.hosts_yaml).unwrap();
+        let v: serde_json::Value = patchbay_providers::yaml::from_str(&inv.hosts_yaml).unwrap();
         let h = &v["baremetalHosts"][0];
         assert_eq!(h["spec"]["bootMACAddress"], "aa:bb:cc:dd:ee:01");
         assert_eq!(h["spec"]["bmc"]["credentialsName"], "srv-bmc");
@@ -206,7 +206,8 @@ mod tests {
             &default_groups,
             Some("web-bmc"),
         );
-        let v: serde_json::Value = serde_yaml::from_str(&with_copy.hosts_yaml).unwrap();
+        let v: serde_json::Value =
+            patchbay_providers::yaml::from_str(&with_copy.hosts_yaml).unwrap();
         let bmc = &v["baremetalHosts"][0]["spec"]["bmc"];
         assert_eq!(bmc["credentialsName"], "web-bmc");
         assert_eq!(bmc["credentialsKeys"]["password"], "cp1-password");

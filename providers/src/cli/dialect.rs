@@ -418,7 +418,7 @@ fn compile(file: &str, what: &str, pattern: &str) -> Result<Regex, DialectError>
 impl Dialect {
     /// Loads and checks a dialect document.
     pub fn load(file: &str, text: &str) -> Result<Self, DialectError> {
-        let f: DialectFile = serde_yaml::from_str(text).map_err(|e| DialectError {
+        let f: DialectFile = crate::yaml::from_str(text).map_err(|e| DialectError {
             file: file.into(),
             reason: e.to_string(),
         })?;

@@ -288,7 +288,7 @@ impl Model {
             file: file.to_owned(),
             reason,
         };
-        let f: ModelFile = serde_yaml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let f: ModelFile = crate::yaml::from_str(text).map_err(|e| err(e.to_string()))?;
         let port_name = Regex::new(&f.port_name).map_err(|e| err(format!("port_name: {e}")))?;
         if f.ports.len() < 2 || f.vlans.list.len() < 2 {
             return Err(err(

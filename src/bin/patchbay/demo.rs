@@ -24,7 +24,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
-use serde::Deserialize as _;
 
 use patchbay::api::{
     PortStatus, ProviderSwitch, Server, ServerClaim, ServerPhase, SmartNicConfiguration,
@@ -94,11 +93,11 @@ const EXAMPLES: &[(&str, &str)] = &[
 /// The SmartNIC of the examples: its ProviderSwitch, bridge and port.
 const SMARTNIC: (&str, &str, &str) = ("snic-1", "br-snic", "snic0p0");
 
-async fn create<K>(api: Api<K>, doc: serde_yaml::Value, file: &str) -> Result<String>
+async fn create<K>(api: Api<K>, doc: serde_json::Value, file: &str) -> Result<String>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let obj: K = serde_yaml::from_value(doc).with_context(|| format!("{file}: does not parse"))?;
+    let obj: K = serde_json::from_value(doc).with_context(|| format!("{file}: does not parse"))?;
     let created = api
         .create(&PostParams::default(), &obj)
         .await
@@ -122,7 +121,7 @@ const SIMULATED: &[(&str, &str, &str)] = &[
 const OVER_ANSIBLE: &[&str] = &["tor-4"];
 
 /// Points the example ProviderSwitches and Secrets at the simulators.
-fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches, ovs: &OvsSim) {
+fn for_simulators(doc: &mut serde_json::Value, sims: &FakeSwitches, ovs: &OvsSim) {
     let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
     let name = doc["metadata"]["name"]
         .as_str()
@@ -164,8 +163,7 @@ fn for_simulators(doc: &mut serde_yaml::Value, sims: &FakeSwitches, ovs: &OvsSim
 
 async fn apply_examples(client: &Client, sims: &FakeSwitches, ovs: &OvsSim) -> Result<()> {
     for (file, text) in EXAMPLES {
-        for doc in serde_yaml::Deserializer::from_str(text) {
-            let mut doc: serde_yaml::Value = serde::Deserialize::deserialize(doc)?;
+        for mut doc in patchbay_providers::yaml::documents(text)? {
             for_simulators(&mut doc, sims, ovs);
             let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
             let ns = doc["metadata"]["namespace"]
@@ -402,8 +400,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     // SmartNicPort is chained to (created by the Switch controller, not listed).
     let expected: usize = EXAMPLES
         .iter()
-        .flat_map(|(_, t)| serde_yaml::Deserializer::from_str(t))
-        .filter_map(|d| serde_yaml::Value::deserialize(d).ok())
+        .flat_map(|(_, t)| patchbay_providers::yaml::documents(t).unwrap_or_default())
         .map(|d| match d["kind"].as_str() {
             Some("SwitchPort") => 1,
             Some("SmartNicPort") => 2,

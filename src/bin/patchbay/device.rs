@@ -110,7 +110,7 @@ fn refuse_unknown(path: &Path, errors: Vec<FieldError>) -> Result<()> {
 /// values of the wrong type or outside an enum, each named by its path.
 fn load_manifest<T: serde::de::DeserializeOwned>(path: &Path, kind: &str) -> Result<T> {
     let text = read(path)?;
-    let value: serde_json::Value = serde_yaml::from_str(&text)
+    let value: serde_json::Value = patchbay_providers::yaml::from_str(&text)
         .map_err(|e| invalid(format!("{} ({kind}): {e}", path.display())))?;
     if let Some(schema) = patchbay::api::published_schema(kind) {
         refuse_unknown(path, schema_errors(schema, &value))?;
@@ -122,13 +122,11 @@ fn load_manifest<T: serde::de::DeserializeOwned>(path: &Path, kind: &str) -> Res
 /// Reads a Secret manifest, folding `stringData` into `data` as the API server does.
 pub fn load_secret(path: &Path) -> Result<Secret> {
     let text = read(path)?;
-    let raw: serde_yaml::Value = serde_yaml::from_str(&text)
+    let raw: serde_json::Value = patchbay_providers::yaml::from_str(&text)
         .map_err(|e| invalid(format!("{} (Secret): {e}", path.display())))?;
-    if let Ok(json) = serde_json::to_value(&raw) {
-        refuse_unknown(path, unknown_top_level(SECRET_FIELDS, &json))?;
-    }
+    refuse_unknown(path, unknown_top_level(SECRET_FIELDS, &raw))?;
     let string_data: BTreeMap<String, String> = match raw.get("stringData") {
-        Some(v) => serde_yaml::from_value(v.clone()).map_err(|_| {
+        Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
             invalid(format!(
                 "{}: stringData must map keys to strings",
                 path.display()
@@ -136,7 +134,7 @@ pub fn load_secret(path: &Path) -> Result<Secret> {
         })?,
         None => BTreeMap::new(),
     };
-    let mut secret: Secret = serde_yaml::from_value(raw).map_err(|_| {
+    let mut secret: Secret = serde_json::from_value(raw).map_err(|_| {
         invalid(format!(
             "{}: not a Secret (data values must be base64)",
             path.display()
@@ -322,7 +320,9 @@ pub async fn run(
             )));
         }
     }
-    let view = |o: &ObservedPort| serde_yaml::to_string(&PortView::from(o)).unwrap_or_default();
+    let view = |o: &ObservedPort| {
+        patchbay_providers::yaml::to_string(&PortView::from(o)).unwrap_or_default()
+    };
     let changed = |c: PortChange| match c {
         PortChange::Changed => "changed",
         PortChange::Unchanged => "unchanged (the device already matched; nothing was sent)",

@@ -244,10 +244,10 @@ pub async fn run() -> Result<()> {
             crd.metadata.name.unwrap_or_default()
         );
     }
-    let provisioning: SwitchPortConfiguration =
-        serde_yaml::from_str(PROVISIONING).context("examples/configuration-provisioning.yaml")?;
-    let mut tenant: SwitchPortConfiguration =
-        serde_yaml::from_str(TENANT).context("examples/configuration-tenant-web.yaml")?;
+    let provisioning: SwitchPortConfiguration = patchbay_providers::yaml::from_str(PROVISIONING)
+        .context("examples/configuration-provisioning.yaml")?;
+    let mut tenant: SwitchPortConfiguration = patchbay_providers::yaml::from_str(TENANT)
+        .context("examples/configuration-tenant-web.yaml")?;
 
     let definition = SwitchPortDefinition {
         name: "FastEthernet0/7".into(),

@@ -296,7 +296,7 @@ mod tests {
     use super::*;
 
     fn spec(yaml: &str) -> ServerClaimSpec {
-        serde_yaml::from_str(yaml).unwrap()
+        patchbay_providers::yaml::from_str(yaml).unwrap()
     }
 
     fn errors(yaml: &str) -> Vec<String> {
@@ -421,14 +421,15 @@ mod tests {
 
     #[test]
     fn a_configuration_of_an_unknown_kind_is_refused_by_the_type() {
-        let e = serde_yaml::from_str::<ServerClaimSpec>(
+        let e = patchbay_providers::yaml::from_str::<ServerClaimSpec>(
             "site: dc1\nnetworkConfiguration: [{configurationRef: {kind: Secret, name: x}}]",
         )
         .unwrap_err()
         .to_string();
+        // The YAML reader names the place by line and column (`validate` names it by
+        // path, through `decode`).
         assert!(
-            e.contains("networkConfiguration[0].configurationRef.kind")
-                && e.contains("unknown variant `Secret`"),
+            e.contains("unknown variant `Secret`") && e.contains("line 2, column 50"),
             "{e}"
         );
     }

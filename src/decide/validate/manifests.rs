@@ -74,7 +74,7 @@ impl fmt::Display for ValidationReport {
 
 const API_VERSION: &str = "patchbay.dev/v1alpha1";
 
-fn typed<T: DeserializeOwned>(value: &serde_yaml::Value) -> Result<T, Vec<FieldError>> {
+fn typed<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, Vec<FieldError>> {
     decode(value.clone()).map_err(|e| {
         vec![FieldError {
             reason: format!("does not match the schema: {}", e.reason),
@@ -96,24 +96,26 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
     let mut configs: BTreeMap<(String, String), SwitchPortConfigurationSpec> = BTreeMap::new();
 
     for (file, text) in files {
-        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        // A syntax error anywhere makes the whole file one verdict: a YAML parser
+        // cannot say where the next document starts once one is broken.
+        let documents = match patchbay_providers::yaml::documents(text) {
+            Ok(documents) => documents,
+            Err(e) => {
+                report.verdicts.push(ObjectVerdict {
+                    source: file.clone(),
+                    object: "(unparsable YAML)".into(),
+                    errors: vec![FieldError {
+                        path: "(document)".into(),
+                        reason: e.to_string(),
+                    }],
+                    skipped: false,
+                });
+                continue;
+            }
+        };
+        // Numbered among the non-empty documents.
+        for (i, value) in documents.into_iter().enumerate() {
             let source = format!("{file}#{}", i + 1);
-            let value = match serde::Deserialize::deserialize(doc) {
-                Ok(serde_yaml::Value::Null) => continue,
-                Ok(v) => v,
-                Err(e) => {
-                    report.verdicts.push(ObjectVerdict {
-                        source,
-                        object: "(unparsable YAML)".into(),
-                        errors: vec![FieldError {
-                            path: "(document)".into(),
-                            reason: e.to_string(),
-                        }],
-                        skipped: false,
-                    });
-                    continue;
-                }
-            };
             let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
             let api_version = value
                 .get("apiVersion")
