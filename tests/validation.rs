@@ -762,3 +762,36 @@ fn link_aggregation_members_share_a_switch_a_host_and_their_settings() {
         "either acl or linkAggregation",
     );
 }
+
+#[test]
+fn a_yaml_syntax_error_is_one_row_for_the_file_with_its_line() {
+    use patchbay::decide::validate::manifests::validate_manifests;
+    let good = "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+                metadata: {name: ok, namespace: team-web}\nspec: {untaggedVLAN: 10}\n";
+    let broken = format!("{good}---\nkind: SwitchPortConfiguration\nspec: {{vlans: [\n");
+    let report = validate_manifests(&[
+        ("good.yaml".into(), format!("---\n{good}---\n---\n{good}")),
+        ("broken.yaml".into(), broken),
+    ]);
+    let rows: Vec<(&str, &str, usize)> = report
+        .verdicts
+        .iter()
+        .map(|v| (v.source.as_str(), v.object.as_str(), v.errors.len()))
+        .collect();
+    // Empty documents are not counted; the broken file is one row, its documents
+    // before the break included (a parser cannot resynchronise).
+    assert_eq!(
+        rows,
+        [
+            ("good.yaml#1", "SwitchPortConfiguration team-web/ok", 0),
+            ("good.yaml#2", "SwitchPortConfiguration team-web/ok", 0),
+            ("broken.yaml", "(unparsable YAML)", 1),
+        ]
+    );
+    let reason = &report.verdicts[2].errors[0].reason;
+    assert!(
+        reason.contains("line ") && !reason.contains('\n'),
+        "{reason}"
+    );
+    assert_eq!(report.invalid(), 1);
+}
