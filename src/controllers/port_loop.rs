@@ -4,6 +4,12 @@
 //! Configuring and applies again), act, feed the outcome back, until there is
 //! nothing to do; then write the status once, only if it changed.
 //!
+//! A reconcile reads as three stages: **dereference** (the kind's controller reads
+//! what the port refers to from the caches), **validate once** into a
+//! [`ValidatedPort`], **drive** ([`drive_port`]). The steps hold the validated port —
+//! the device handle, the device port name, the desired state — and never validate
+//! again.
+//!
 //! The loop does no I/O of its own. It reaches the device through [`PortSteps`]
 //! (implemented per kind of port over its switch's worker) and the port object
 //! through [`PortRecord`] (the API server for the operator, memory for the walk).
@@ -57,19 +63,65 @@ pub struct DeviceHandle {
     pub capabilities: Capabilities,
 }
 
+/// A port's inputs, validated once per reconcile before the loop runs.
+///
+/// Each part is its own `Result` rather than the whole being one: cleaning needs the
+/// device and the port's name while its configuration is invalid or gone, and an
+/// Idle port with no configuration needs neither. A step takes the part it needs and
+/// fails with that part's error; the errors are the ones the steps reported before
+/// (a device error first, as `apply` checked the device before the configuration).
+#[derive(Clone)]
+pub struct ValidatedPort {
+    /// The port's name on the device.
+    pub device_port: Result<PortName, Failure>,
+    /// The port's switch: its worker and what the backend can configure.
+    pub device: Result<DeviceHandle, Failure>,
+    /// The desired device state of the linked configuration, checked against what
+    /// the device can configure (the device's error when there is no device).
+    pub desired: Result<DesiredPort, Failure>,
+}
+
+impl ValidatedPort {
+    /// Validates the desired state against the device's capabilities: `desired` runs
+    /// only when there is a device.
+    pub fn new(
+        device_port: Result<PortName, Failure>,
+        device: Result<DeviceHandle, Failure>,
+        desired: impl FnOnce(&Capabilities) -> Result<DesiredPort, Failure>,
+    ) -> Self {
+        let desired = match &device {
+            Ok(d) => desired(&d.capabilities),
+            Err(e) => Err(e.clone()),
+        };
+        Self {
+            device_port,
+            device,
+            desired,
+        }
+    }
+}
+
 /// What a kind of port does on its device for the state machine's steps. `apply`,
-/// `clean` and `verify` are provided on top of the four required methods; a kind
+/// `clean` and `verify` are provided on top of the two required methods; a kind
 /// overrides them only where it differs (a SmartNicPort also chains its next port).
 #[allow(async_fn_in_trait)]
 pub trait PortSteps {
-    /// The port's switch, after checking what it needs (provider, backend).
-    fn device(&self) -> Result<DeviceHandle, Failure>;
-    /// The validated desired device state of the linked configuration.
-    fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure>;
-    /// The port's name on the device.
-    fn device_port(&self) -> Result<PortName, Failure>;
+    /// The port's inputs, validated once for this reconcile.
+    fn validated(&self) -> &ValidatedPort;
     /// The key the worker knows the port under (drift sweeps, notices).
     fn key(&self) -> &PortKey;
+
+    /// The port's switch, as validated.
+    fn device(&self) -> Result<DeviceHandle, Failure> {
+        self.validated().device.clone()
+    }
+
+    /// The device and the desired state on it, as validated (the device's error
+    /// first).
+    fn device_and_desired(&self) -> Result<(DeviceHandle, DesiredPort), Failure> {
+        let v = self.validated();
+        Ok((v.device.clone()?, v.desired.clone()?))
+    }
 
     /// The parking VLAN (tenancy on): clean parks the port on it instead of
     /// resetting it to the device default, which is open to every VLAN (an OVS port
@@ -80,8 +132,7 @@ pub trait PortSteps {
 
     /// Validates and applies the desired configuration, verified by read-back.
     async fn apply(&self) -> Result<Outcome, Failure> {
-        let device = self.device()?;
-        let desired = self.desired(&device.capabilities)?;
+        let (device, desired) = self.device_and_desired()?;
         self.set_on_device(&device, desired).await?;
         Ok(Outcome::Applied)
     }
@@ -119,7 +170,7 @@ pub trait PortSteps {
     /// Resets the port through the worker (out of the drift sweep first): to the
     /// device default, or parked ([`parked`]) when a parking VLAN is set.
     async fn reset_on_device(&self) -> Result<(), Failure> {
-        let port = self.device_port()?;
+        let port = self.validated().device_port.clone()?;
         let device = self.device()?;
         device.worker.track(self.key().clone(), None);
         let operation = match self.parking() {
@@ -132,8 +183,7 @@ pub trait PortSteps {
 
     /// Whether the device port reads back as the desired state.
     async fn device_matches(&self) -> Result<bool, Failure> {
-        let device = self.device()?;
-        let desired = self.desired(&device.capabilities)?;
+        let (device, desired) = self.device_and_desired()?;
         let observed = device
             .worker
             .read(Some(self.key()), desired.port.clone())
@@ -154,9 +204,7 @@ pub trait PortSteps {
 
     /// The loop ended in Active: keep the port in its switch's drift sweep.
     fn track_active(&self) {
-        if let Ok(device) = self.device()
-            && let Ok(desired) = self.desired(&device.capabilities)
-        {
+        if let Ok((device, desired)) = self.device_and_desired() {
             device.worker.track(self.key().clone(), Some(desired));
         }
     }

@@ -2,8 +2,9 @@
 //! SmartNIC's Open vSwitch bridge, cabled to a switch port. Kubernetes I/O (reads,
 //! the next SwitchPort's claim) and device I/O through the provider's worker.
 //!
-//! A SmartNicPort runs the same state machine and writes the same status as a
-//! SwitchPort ([`super::port_loop::drive_port`]); what differs is what "apply" and "clean" mean:
+//! A SmartNicPort runs the same stages as a SwitchPort — [`dereference`], [`validate`]
+//! once into a [`ValidatedPort`], drive ([`super::port_loop::drive_port`]) — and writes
+//! the same status; what differs is what "apply" and "clean" mean:
 //!
 //! - **Apply**: the SmartNicConfiguration is validated (and checked against the OVS
 //!   backend's capabilities) before anything is written anywhere. If it names a
@@ -37,13 +38,13 @@ use std::sync::Arc;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
+use patchbay_providers::Capability;
 use patchbay_providers::values::PortName;
-use patchbay_providers::{Capabilities, Capability, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
 use super::context::{Carried, Context, TenancyVerdict, report_forbidden, with_pool_names};
-use super::port_loop::{DeviceHandle, DriveInput, PortSteps, drive_port};
+use super::port_loop::{DriveInput, PortSteps, ValidatedPort, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_action};
 use crate::api::keys::{CHAINED_FROM_ANNOTATION, SKIP_CLEANUP_ANNOTATION};
@@ -226,12 +227,78 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
     })
 }
 
+/// Validates what [`dereference`] read, once per reconcile: the SmartNicPort's own
+/// fields, its ProviderSwitch (an Open vSwitch; its worker is started or found
+/// here), the bridge port's name, and the linked configuration against what the
+/// SmartNIC can configure.
+fn validate(ctx: &Context, port: &SmartNicPort, world: &World) -> ValidatedPort {
+    let device_port =
+        PortName::parse(&port.spec.port_name).map_err(|error| Failure::InvalidPortName {
+            field: Some("spec.portName"),
+            error,
+        });
+    let device = (|| {
+        validate_smartnic_port(&port.spec).map_err(Failure::InvalidSmartNicPort)?;
+        let Some(provider) = &world.provider else {
+            return Err(Failure::ProviderNotFound {
+                name: port.spec.provider.name.clone(),
+                field: "spec.provider",
+            });
+        };
+        if provider.spec.backend != Backend::Ovsdb {
+            return Err(Failure::ProviderNotOvs {
+                name: provider.name_any(),
+            });
+        }
+        validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
+            name: provider.name_any(),
+            errors,
+        })?;
+        let name = device_port.clone()?;
+        Ok(ctx
+            .ensure_worker(provider, None, std::slice::from_ref(&name))?
+            .handle())
+    })();
+    ValidatedPort::new(device_port.clone(), device, |capabilities| {
+        let Some(cfg) = &world.config else {
+            return Err(Failure::configuration_not_found(
+                "SmartNicConfiguration",
+                world.desired.as_ref(),
+            ));
+        };
+        if let Some(refused) = &world.tenancy.refused {
+            return Err(Failure::Forbidden(refused.clone()));
+        }
+        let mut desired = smartnic_configuration_to_desired(&cfg.spec, device_port.clone()?)
+            .and_then(|d| {
+                with_host_mac(
+                    d,
+                    world.host_mac.as_deref(),
+                    capabilities,
+                    "set the SmartNicPort's spec.hostMac, or the `mac` of the Server NIC \
+                     cabled to it",
+                )
+            })
+            .map_err(Failure::InvalidConfiguration)?;
+        let missing = capability_errors(&desired, capabilities, "this SmartNIC", |c| {
+            matches!(c, Capability::Disable | Capability::Acl)
+                .then_some("the ProviderSwitch has no options.openflow")
+        });
+        if !missing.is_empty() {
+            return Err(Failure::InvalidConfiguration(ValidationErrors(missing)));
+        }
+        with_pool_names(&mut desired, &world.tenancy);
+        Ok(desired)
+    })
+}
+
 /// A SmartNicPort's steps: its bridge port through the provider's worker, and the
 /// chain to its next SwitchPort.
 struct SmartNicSteps<'a> {
     ctx: &'a Context,
     port: &'a SmartNicPort,
     world: World,
+    validated: ValidatedPort,
     key: PortKey,
     waiting: Mutex<Option<String>>,
 }
@@ -372,67 +439,8 @@ impl SmartNicSteps<'_> {
 }
 
 impl PortSteps for SmartNicSteps<'_> {
-    fn device(&self) -> Result<DeviceHandle, Failure> {
-        validate_smartnic_port(&self.port.spec).map_err(Failure::InvalidSmartNicPort)?;
-        let Some(provider) = &self.world.provider else {
-            return Err(Failure::ProviderNotFound {
-                name: self.port.spec.provider.name.clone(),
-                field: "spec.provider",
-            });
-        };
-        if provider.spec.backend != Backend::Ovsdb {
-            return Err(Failure::ProviderNotOvs {
-                name: provider.name_any(),
-            });
-        }
-        validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
-            name: provider.name_any(),
-            errors,
-        })?;
-        let port = self.device_port()?;
-        Ok(self
-            .ctx
-            .ensure_worker(provider, None, std::slice::from_ref(&port))?
-            .handle())
-    }
-
-    fn device_port(&self) -> Result<PortName, Failure> {
-        PortName::parse(&self.port.spec.port_name).map_err(|error| Failure::InvalidPortName {
-            field: Some("spec.portName"),
-            error,
-        })
-    }
-
-    fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure> {
-        let Some(cfg) = &self.world.config else {
-            return Err(Failure::configuration_not_found(
-                "SmartNicConfiguration",
-                self.world.desired.as_ref(),
-            ));
-        };
-        if let Some(refused) = &self.world.tenancy.refused {
-            return Err(Failure::Forbidden(refused.clone()));
-        }
-        let mut desired = smartnic_configuration_to_desired(&cfg.spec, self.device_port()?)
-            .and_then(|d| {
-                with_host_mac(
-                    d,
-                    self.world.host_mac.as_deref(),
-                    capabilities,
-                    "set the SmartNicPort's spec.hostMac, or the `mac` of the Server NIC \
-                     cabled to it",
-                )
-            })
-            .map_err(Failure::InvalidConfiguration)?;
-        let missing = capability_errors(&desired, capabilities, "this SmartNIC", |c| {
-            matches!(c, Capability::Disable | Capability::Acl)
-                .then_some("the ProviderSwitch has no options.openflow")
-        });
-        if !missing.is_empty() {
-            return Err(Failure::InvalidConfiguration(ValidationErrors(missing)));
-        }
-        with_pool_names(&mut desired, &self.world.tenancy);
-        Ok(desired)
+    fn validated(&self) -> &ValidatedPort {
+        &self.validated
     }
 
     fn key(&self) -> &PortKey {
@@ -444,8 +452,7 @@ impl PortSteps for SmartNicSteps<'_> {
     }
 
     async fn apply(&self) -> Result<Outcome, Failure> {
-        let device = self.device()?;
-        let desired = self.desired(&device.capabilities)?;
+        let (device, desired) = self.device_and_desired()?;
         // Nothing is written anywhere before both ends are validated.
         let chain = self.world.chain.as_ref();
         let claimed = match chain {
@@ -539,6 +546,7 @@ async fn reconcile_in(
     let steps = SmartNicSteps {
         ctx: &ctx,
         port: &port,
+        validated: validate(&ctx, &port, &world),
         world,
         key,
         waiting: Mutex::new(None),

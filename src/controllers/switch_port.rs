@@ -1,7 +1,8 @@
-//! The SwitchPort controller: reads what a port refers to (its Switch and port entry,
-//! the ProviderSwitch, the credentials Secret, the linked SwitchPortConfiguration),
-//! and runs the shared state-machine loop ([`super::port_loop`]) with steps that go
-//! through its Switch's worker. Kubernetes I/O (reads, through the loop's record
+//! The SwitchPort controller, in three stages: [`dereference`] reads what a port
+//! refers to (its Switch and port entry, the ProviderSwitch, the credentials Secret,
+//! the linked SwitchPortConfiguration) from the caches; [`validate`] checks it once
+//! into a [`ValidatedPort`]; the shared state-machine loop ([`super::port_loop`])
+//! drives it with steps that go through its Switch's worker. Kubernetes I/O (reads, through the loop's record
 //! writes) and device I/O (through the worker).
 //!
 //! Nothing reaches a device before the configuration has been validated against the
@@ -23,7 +24,7 @@ use super::context::{
     Carried, Context, TenancyVerdict, fetch_secret, report_forbidden, switch_device_ports,
     with_pool_names,
 };
-use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, drive_port};
+use super::port_loop::{DriveInput, PortRecord, PortSteps, ValidatedPort, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_action};
 use crate::api::keys::{SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL};
@@ -233,20 +234,16 @@ async fn group_peers(
     Ok((describe(port, spec.clone()), peers))
 }
 
-/// A SwitchPort's steps, through its Switch's worker.
-struct SwitchPortSteps<'a> {
-    ctx: &'a Context,
-    port: &'a SwitchPort,
-    world: PortWorld,
-    key: PortKey,
-}
-
-impl PortSteps for SwitchPortSteps<'_> {
-    fn device(&self) -> Result<DeviceHandle, Failure> {
-        let Some(switch) = &self.world.switch else {
+/// Validates what [`dereference`] read, once per reconcile: the Switch and its
+/// ProviderSwitch (whose worker this starts, or finds), the device port's name, and
+/// the linked configuration against the device's capabilities, the tenancy verdict,
+/// the cabled NIC's MAC and the link-aggregation group.
+fn validate(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> ValidatedPort {
+    let device = (|| {
+        let Some(switch) = &world.switch else {
             return Err(Failure::SwitchNotFound);
         };
-        let Some(provider) = &self.world.provider else {
+        let Some(provider) = &world.provider else {
             return Err(Failure::ProviderNotFound {
                 name: switch.spec.provider.name.clone(),
                 field: "Switch.spec.provider",
@@ -256,71 +253,89 @@ impl PortSteps for SwitchPortSteps<'_> {
             name: provider.name_any(),
             errors,
         })?;
-        let entry = self.ctx.ensure_worker(
+        let entry = ctx.ensure_worker(
             provider,
-            self.world.secret.as_ref(),
+            world.secret.as_ref(),
             &switch_device_ports(switch),
         )?;
         Ok(entry.handle())
-    }
+    })();
+    let device_port = world
+        .device_port
+        .as_deref()
+        .ok_or_else(|| Failure::PortNotDefined {
+            port: port.name_any(),
+        })
+        .and_then(|name| {
+            PortName::parse(name).map_err(|error| Failure::InvalidPortName { field: None, error })
+        });
+    ValidatedPort::new(device_port, device, |capabilities| {
+        desired(port, world, capabilities)
+    })
+}
 
-    fn device_port(&self) -> Result<PortName, Failure> {
-        let name = self
-            .world
-            .device_port
-            .as_deref()
-            .ok_or_else(|| Failure::PortNotDefined {
-                port: self.port.name_any(),
-            })?;
-        PortName::parse(name).map_err(|error| Failure::InvalidPortName { field: None, error })
+/// The desired device state of the linked configuration on this port.
+fn desired(
+    port: &SwitchPort,
+    world: &PortWorld,
+    capabilities: &Capabilities,
+) -> Result<DesiredPort, Failure> {
+    let Some(cfg) = &world.config else {
+        return Err(Failure::configuration_not_found(
+            "SwitchPortConfiguration",
+            world.desired.as_ref(),
+        ));
+    };
+    if let Some(refused) = &world.tenancy.refused {
+        return Err(Failure::Forbidden(refused.clone()));
     }
+    let Some(definition) = &world.definition else {
+        return Err(Failure::PortNotDefined {
+            port: port.name_any(),
+        });
+    };
+    let switch_name = world
+        .switch
+        .as_ref()
+        .map(|s| s.name_any())
+        .unwrap_or_default();
+    let port_key = port.name_any();
+    let desired = desired_for_port(
+        &cfg.spec,
+        &PortContext {
+            switch: &switch_name,
+            port_key: &port_key,
+            definition,
+            capabilities: Some(capabilities),
+        },
+    )
+    .map_err(Failure::InvalidConfiguration)?;
+    let mut desired = with_host_mac(
+        desired,
+        world.host_mac.as_deref(),
+        capabilities,
+        "give the Server NIC cabled to this SwitchPort a `mac`",
+    )
+    .map_err(Failure::InvalidConfiguration)?;
+    if let Some((this, peers)) = &world.lag {
+        let peers: Vec<LagPeer<'_>> = peers.iter().map(GroupPeer::view).collect();
+        desired.lag_members =
+            lag_members(&this.view(), &peers).map_err(Failure::InvalidConfiguration)?;
+    }
+    with_pool_names(&mut desired, &world.tenancy);
+    Ok(desired)
+}
 
-    fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure> {
-        let Some(cfg) = &self.world.config else {
-            return Err(Failure::configuration_not_found(
-                "SwitchPortConfiguration",
-                self.world.desired.as_ref(),
-            ));
-        };
-        if let Some(refused) = &self.world.tenancy.refused {
-            return Err(Failure::Forbidden(refused.clone()));
-        }
-        let Some(definition) = &self.world.definition else {
-            return Err(Failure::PortNotDefined {
-                port: self.port.name_any(),
-            });
-        };
-        let switch_name = self
-            .world
-            .switch
-            .as_ref()
-            .map(|s| s.name_any())
-            .unwrap_or_default();
-        let port_key = self.port.name_any();
-        let desired = desired_for_port(
-            &cfg.spec,
-            &PortContext {
-                switch: &switch_name,
-                port_key: &port_key,
-                definition,
-                capabilities: Some(capabilities),
-            },
-        )
-        .map_err(Failure::InvalidConfiguration)?;
-        let mut desired = with_host_mac(
-            desired,
-            self.world.host_mac.as_deref(),
-            capabilities,
-            "give the Server NIC cabled to this SwitchPort a `mac`",
-        )
-        .map_err(Failure::InvalidConfiguration)?;
-        if let Some((this, peers)) = &self.world.lag {
-            let peers: Vec<LagPeer<'_>> = peers.iter().map(GroupPeer::view).collect();
-            desired.lag_members =
-                lag_members(&this.view(), &peers).map_err(Failure::InvalidConfiguration)?;
-        }
-        with_pool_names(&mut desired, &self.world.tenancy);
-        Ok(desired)
+/// A SwitchPort's steps, through its Switch's worker.
+struct SwitchPortSteps<'a> {
+    ctx: &'a Context,
+    validated: ValidatedPort,
+    key: PortKey,
+}
+
+impl PortSteps for SwitchPortSteps<'_> {
+    fn validated(&self) -> &ValidatedPort {
+        &self.validated
     }
 
     fn key(&self) -> &PortKey {
@@ -431,8 +446,7 @@ async fn reconcile_in(
     };
     let steps = SwitchPortSteps {
         ctx: &ctx,
-        port: &port,
-        world,
+        validated: validate(&ctx, &port, &world),
         key,
     };
     let requeue = drive_port(input, &steps, &record, &ctx.ledger, &ctx.probes.metrics).await?;

@@ -15,7 +15,7 @@ use crate::decide::state_machine::{Backoff, FailureKind, PortTarget};
 use crate::decide::validate::ValidationErrors;
 
 /// Why a step, or a check of a Switch or ProviderSwitch, failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Failure {
     /// The device failed the step for this port (a rejected command, a read-back
     /// that differs, an unknown port).
@@ -123,7 +123,7 @@ pub enum Failure {
     Forbidden(Vec<String>),
     /// The API server refused or failed a request made on the port's behalf.
     #[error("{0}")]
-    Kubernetes(#[source] kube::Error),
+    Kubernetes(#[source] std::sync::Arc<kube::Error>),
 }
 
 impl Failure {
@@ -223,7 +223,7 @@ impl From<BackendError> for Failure {
 
 impl From<kube::Error> for Failure {
     fn from(e: kube::Error) -> Self {
-        Failure::Kubernetes(e)
+        Failure::Kubernetes(std::sync::Arc::new(e))
     }
 }
 

@@ -19,7 +19,8 @@ use patchbay::api::{
 };
 use patchbay::controllers::ControllerError;
 use patchbay::controllers::port_loop::{
-    DeviceHandle, DriveInput, PortMeta, PortRecord, PortSteps, StatusLedger, drive_port,
+    DeviceHandle, DriveInput, PortMeta, PortRecord, PortSteps, StatusLedger, ValidatedPort,
+    drive_port,
 };
 use patchbay::decide::failure::Failure;
 use patchbay::decide::state_machine::{Backoff, PortTarget};
@@ -28,7 +29,7 @@ use patchbay::decide::validate::{PortContext, desired_for_port};
 use patchbay::worker::{PortKey, SwitchWorker, WorkerConfig};
 use patchbay_providers::fixture::FixtureSwitch;
 use patchbay_providers::values::PortName;
-use patchbay_providers::{AdminState, Capabilities, DesiredPort, ObservedPort, VlanMode, diff};
+use patchbay_providers::{AdminState, ObservedPort, VlanMode, diff};
 
 const PROVISIONING: &str = include_str!("../../../examples/configuration-provisioning.yaml");
 const TENANT: &str = include_str!("../../../examples/configuration-tenant-web.yaml");
@@ -124,37 +125,43 @@ impl PortRecord for MemoryRecord {
 /// The port's steps on the fixture switch, through a switch worker as the operator
 /// runs them.
 struct WalkSteps {
-    device: DeviceHandle,
-    definition: SwitchPortDefinition,
-    config: Option<SwitchPortConfiguration>,
+    validated: ValidatedPort,
     key: PortKey,
 }
 
+impl WalkSteps {
+    /// Validates the walk's port once, as a controller does per reconcile.
+    fn new(
+        device: DeviceHandle,
+        definition: &SwitchPortDefinition,
+        config: Option<&SwitchPortConfiguration>,
+        key: PortKey,
+    ) -> Self {
+        let device_port = PortName::parse(&definition.name)
+            .map_err(|error| Failure::InvalidPortName { field: None, error });
+        let validated = ValidatedPort::new(device_port, Ok(device), |capabilities| {
+            let config = config.ok_or(Failure::ConfigurationNotFound {
+                kind: "SwitchPortConfiguration",
+                name: "(none)".into(),
+            })?;
+            desired_for_port(
+                &config.spec,
+                &PortContext {
+                    switch: "tor-1",
+                    port_key: "server-7-eth0",
+                    definition,
+                    capabilities: Some(capabilities),
+                },
+            )
+            .map_err(Failure::InvalidConfiguration)
+        });
+        Self { validated, key }
+    }
+}
+
 impl PortSteps for WalkSteps {
-    fn device(&self) -> Result<DeviceHandle, Failure> {
-        Ok(self.device.clone())
-    }
-
-    fn desired(&self, capabilities: &Capabilities) -> Result<DesiredPort, Failure> {
-        let config = self.config.as_ref().ok_or(Failure::ConfigurationNotFound {
-            kind: "SwitchPortConfiguration",
-            name: "(none)".into(),
-        })?;
-        desired_for_port(
-            &config.spec,
-            &PortContext {
-                switch: "tor-1",
-                port_key: "server-7-eth0",
-                definition: &self.definition,
-                capabilities: Some(capabilities),
-            },
-        )
-        .map_err(Failure::InvalidConfiguration)
-    }
-
-    fn device_port(&self) -> Result<PortName, Failure> {
-        PortName::parse(&self.definition.name)
-            .map_err(|error| Failure::InvalidPortName { field: None, error })
+    fn validated(&self) -> &ValidatedPort {
+        &self.validated
     }
 
     fn key(&self) -> &PortKey {
@@ -206,16 +213,16 @@ impl Walk {
             config_kind: "SwitchPortConfiguration",
             backoff: Backoff::default(),
         };
-        let steps = WalkSteps {
-            device: self.device.clone(),
-            definition: self.definition.clone(),
-            config: config.cloned(),
-            key: PortKey {
+        let steps = WalkSteps::new(
+            self.device.clone(),
+            &self.definition,
+            config,
+            PortKey {
                 kind: patchbay::api::CabledPortKind::SwitchPort,
                 namespace: "network-infra".into(),
                 name: "server-7-eth0".into(),
             },
-        };
+        );
         drive_port(
             input,
             &steps,
