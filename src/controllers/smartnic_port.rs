@@ -2,7 +2,7 @@
 //! SmartNIC's Open vSwitch bridge, cabled to a switch port. Kubernetes I/O (reads,
 //! the next SwitchPort's claim) and device I/O through the provider's worker.
 //!
-//! A SmartNicPort runs the same stages as a SwitchPort — [`dereference`], [`validate`]
+//! A SmartNicPort runs the same stages as a SwitchPort — `dereference`, `validate`
 //! once into a [`ValidatedPort`], drive ([`super::port_loop::drive_port`]) — and writes
 //! the same status; what differs is what "apply" and "clean" mean:
 //!

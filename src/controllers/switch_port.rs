@@ -1,6 +1,6 @@
-//! The SwitchPort controller, in three stages: [`dereference`] reads what a port
+//! The SwitchPort controller, in three stages: `dereference` reads what a port
 //! refers to (its Switch and port entry, the ProviderSwitch, the credentials Secret,
-//! the linked SwitchPortConfiguration) from the caches; [`validate`] checks it once
+//! the linked SwitchPortConfiguration) from the caches; `validate` checks it once
 //! into a [`ValidatedPort`]; the shared state-machine loop ([`super::port_loop`])
 //! drives it with steps that go through its Switch's worker. Kubernetes I/O (reads, through the loop's record
 //! writes) and device I/O (through the worker).
