@@ -42,8 +42,15 @@ pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, Error> {
 }
 
 /// Writes one YAML document.
+///
+/// Long one-line strings stay on one line (no folded `>` block wrapped at 80
+/// columns): a CRD's descriptions and patterns read as written, and a diff of them
+/// shows the change. Multi-line strings are literal blocks (`|`).
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
-    serde_saphyr::to_string(value)
+    let options = serde_saphyr::ser_options! {
+        folded_wrap_chars: usize::MAX,
+    };
+    serde_saphyr::to_string_with_options(value, options)
 }
 
 #[cfg(test)]
@@ -89,5 +96,8 @@ mod tests {
     fn writes_what_it_reads() {
         let v = json!({"a": {"b": [1, "yes", "1", "x: y", null, true, "two\nlines\n"]}});
         assert_eq!(from_str::<Value>(&to_string(&v).unwrap()).unwrap(), v);
+        let long = "word ".repeat(40);
+        let text = to_string(&json!({ "description": long.trim() })).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
     }
 }
