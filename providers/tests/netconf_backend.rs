@@ -294,6 +294,28 @@ async fn netconfd_with_the_candidate_holds_every_port_state() {
         ],
         "the candidate transaction"
     );
+    // A verified batch, as the operator's worker sends it: the read-back goes over
+    // the session that committed (one login, one close).
+    sw.clear_journal();
+    d.vlans = VlanMode::Access { vlan: vlan(43) };
+    let results = patchbay_providers::verify::apply_batch_verified(
+        &sw,
+        &[patchbay_providers::PortOperation::Set(d.clone())],
+    )
+    .await
+    .unwrap();
+    assert!(results.iter().all(|r| r.outcome.is_ok()), "{results:?}");
+    let journal = sw.journal();
+    assert_eq!(
+        journal.iter().filter(|r| *r == "close-session").count(),
+        1,
+        "one session for edit, commit and read-back: {journal:?}"
+    );
+    assert_eq!(
+        journal[journal.len() - 3..],
+        ["unlock", "get-config", "close-session"],
+        "{journal:?}"
+    );
 }
 
 #[tokio::test]

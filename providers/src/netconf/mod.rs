@@ -2,7 +2,10 @@
 //! on the SSH `netconf` subsystem (RFC 6242), with the device's YANG shape taken
 //! from a [`model::Model`] (data, under `providers/models/`).
 //!
-//! One session per call. `apply_batch` reads every port and VLAN of the device with
+//! One session per call — a verified batch included: `apply_and_read` reads the
+//! batch back over the session that committed it (edit, commit, confirm where a
+//! confirmed commit is used, read-back: one login), and opens a second only when the
+//! device dropped the first. `apply_batch` reads every port and VLAN of the device with
 //! one `get-config` of running, plans each port (nothing for a port that already
 //! matches: re-applying sends no edit-config and takes no lock), refuses ports the
 //! device does not have (the model's inventory RPC, one per batch that changes
@@ -225,6 +228,16 @@ impl NetconfSwitch {
                 during: format!("reading port {port}"),
                 cause: Cause::msg(e),
             })
+    }
+
+    /// Reads `ports` from one get-config's `data`.
+    fn read_all(&self, data: &Element, ports: &[PortName]) -> PortReads {
+        let entries = self.model.entries(data);
+        let vlans = self.model.read_vlans(data);
+        ports
+            .iter()
+            .map(|p| (p.clone(), self.read_one(&entries, &vlans, p)))
+            .collect()
     }
 
     /// Plans `ops` against what `data` says: outcomes decided already (unchanged,
@@ -552,7 +565,12 @@ impl NetconfSwitch {
         Ok(())
     }
 
-    async fn apply(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
+    /// Applies `ops` (see the module header) and hands back the session when it is
+    /// still usable, for the read-back ([`Device::apply_and_read`]) to use.
+    async fn apply(
+        &self,
+        ops: &[PortOperation],
+    ) -> Result<(Vec<PortResult>, Option<Session>), DeviceError> {
         let mut s = self.session().await?;
         let steps = match transaction::steps(&s.capabilities, self.model.validate()) {
             Ok(steps) => steps,
@@ -638,10 +656,7 @@ impl NetconfSwitch {
                 }
             }
         }
-        if let Some(s) = session {
-            s.close().await;
-        }
-        Ok(batch_results(ops, outcomes))
+        Ok((batch_results(ops, outcomes), session))
     }
 
     /// Reads the ports and returns the RPCs one transaction would send for `ops`
@@ -718,7 +733,38 @@ impl Device for NetconfSwitch {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        self.apply(ops).await
+        let (results, session) = self.apply(ops).await?;
+        if let Some(s) = session {
+            s.close().await;
+        }
+        Ok(results)
+    }
+
+    /// One session for the change and its read-back: the get-config that verifies
+    /// the batch goes over the session that committed it (a second login only when
+    /// the device dropped that one).
+    async fn apply_and_read(
+        &self,
+        ops: &[PortOperation],
+    ) -> Result<(Vec<PortResult>, PortReads), DeviceError> {
+        if ops.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let (results, session) = self.apply(ops).await?;
+        let applied = crate::device::applied_ports(&results);
+        if applied.is_empty() {
+            if let Some(s) = session {
+                s.close().await;
+            }
+            return Ok((results, Vec::new()));
+        }
+        let mut s = match session {
+            Some(s) => s,
+            None => self.session().await?,
+        };
+        let data = self.read_running(&mut s).await;
+        s.close().await;
+        Ok((results, self.read_all(&data?, &applied)))
     }
 
     /// One get-config for all the ports.
@@ -726,12 +772,6 @@ impl Device for NetconfSwitch {
         let mut s = self.session().await?;
         let data = self.read_running(&mut s).await;
         s.close().await;
-        let data = data?;
-        let entries = self.model.entries(&data);
-        let vlans = self.model.read_vlans(&data);
-        Ok(ports
-            .iter()
-            .map(|p| (p.clone(), self.read_one(&entries, &vlans, p)))
-            .collect())
+        Ok(self.read_all(&data?, ports))
     }
 }
