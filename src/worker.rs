@@ -40,6 +40,22 @@
 //! Port reconciles talk to it through [`SwitchWorker`]. Reads requested within the
 //! same window are served by one `get_ports` call.
 //!
+//! **Hand-offs.** A port's change does not hold its reconcile while the batch runs
+//! on the device ([`SwitchWorker::hand_off`]): the reconcile hands the operation
+//! over and returns; when the batch answers, the result waits here under the port's
+//! key and the port is woken ([`Notice::Port`]); its next reconcile takes the result
+//! (the same operation handed off again finds it). So the controller's reconcile
+//! slots are never spent waiting for a device, and every port of a fleet reaches its
+//! worker within the batch window — batches as large as the fleet's changes allow.
+//! A result belongs to the operation that asked for it: a port whose desired state
+//! changed meanwhile hands off the new operation (sent after the old one: one
+//! writer, in order) and the old result is dropped; a port entering a new state
+//! drops whatever it handed off before ([`SwitchWorker::forget_hand_off`]). Results
+//! live in memory only: an operator that stops between hand-off and result leaves
+//! the port in Configuring or Cleaning, which the next one applies again.
+//! [`SwitchWorker::hand_offs_settled`] waits for every hand-off to be answered
+//! (graceful shutdown).
+//!
 //! **Reachability.** A failure of the whole session (unreachable, timeout,
 //! authentication, host key: [`DeviceError::is_session_failure`]) puts the switch
 //! [`Reachability::Down`]: from then on the worker refuses every operation at once,
@@ -220,9 +236,39 @@ struct HealthState {
     probe_ports: Vec<PortName>,
 }
 
+/// Operations handed off by ports (see "Hand-offs" above), by port.
+#[derive(Default)]
+struct HandOffs {
+    by_port: HashMap<PortKey, HandedOff>,
+    /// Numbers hand-offs, so a late answer to a replaced one is recognised.
+    next: u64,
+    /// Hand-offs not answered yet.
+    in_flight: usize,
+}
+
+struct HandedOff {
+    op: PortOperation,
+    id: u64,
+    /// The worker's answer, once it came.
+    result: Option<Result<PortChange, WorkerError>>,
+}
+
+/// Where a handed-off operation is.
+#[derive(Debug)]
+pub enum HandOff {
+    /// Handed to the worker, not answered yet: the answer wakes the port.
+    InFlight,
+    /// The worker's answer (taken: the next hand-off of the operation sends it
+    /// again).
+    Done(Result<PortChange, WorkerError>),
+}
+
 /// What the worker's task and its spawned batches share.
 struct Shared {
     tracking: Mutex<Tracking>,
+    hand_offs: Mutex<HandOffs>,
+    /// Signalled whenever the last in-flight hand-off is answered.
+    settled: Notify,
     health: Mutex<HealthState>,
     /// Wakes the worker loop when the probe schedule changed.
     changed: Notify,
@@ -324,6 +370,23 @@ impl Shared {
         }
     }
 
+    /// The worker answered hand-off `id` of port `key`: keep the result for the
+    /// port and wake it, unless the port has handed off something else since.
+    fn answer(&self, key: &PortKey, id: u64, result: Result<PortChange, WorkerError>) {
+        let mut h = self.hand_offs.lock();
+        let Some(entry) = h.by_port.get_mut(key).filter(|e| e.id == id) else {
+            return;
+        };
+        entry.result = Some(result);
+        h.in_flight -= 1;
+        let settled = h.in_flight == 0;
+        drop(h);
+        if settled {
+            self.settled.notify_waiters();
+        }
+        (self.notify)(Notice::Port(key.clone()));
+    }
+
     fn wait_for_switch(&self, key: Option<&PortKey>) {
         if let Some(k) = key {
             self.health.lock().waiting.insert(k.clone());
@@ -370,6 +433,8 @@ impl SwitchWorker {
         let (jobs, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             tracking: Mutex::new(Tracking::default()),
+            hand_offs: Mutex::new(HandOffs::default()),
+            settled: Notify::new(),
             health: Mutex::new(HealthState {
                 probe_ports,
                 ..Default::default()
@@ -428,6 +493,81 @@ impl SwitchWorker {
     ) -> Result<PortChange, WorkerError> {
         let key = key.cloned();
         self.ask(|reply| Job::Apply { key, op, reply }).await
+    }
+
+    /// Hands `op` for port `key` to the worker without waiting for the device (see
+    /// "Hand-offs" above). The first call sends it and answers
+    /// [`HandOff::InFlight`]; the worker's answer wakes the port, and the call with
+    /// the same operation then answers [`HandOff::Done`] with it. A different
+    /// operation replaces the one in flight (which still runs first; its answer is
+    /// dropped).
+    pub fn hand_off(&self, key: &PortKey, op: PortOperation) -> HandOff {
+        let mut h = self.shared.hand_offs.lock();
+        if let Some(entry) = h.by_port.get(key)
+            && entry.op == op
+        {
+            if entry.result.is_none() {
+                return HandOff::InFlight;
+            }
+            let result = h.by_port.remove(key).and_then(|e| e.result);
+            return HandOff::Done(result.unwrap_or_else(|| Err(closed())));
+        }
+        let id = h.next;
+        h.next += 1;
+        if h.by_port.get(key).is_none_or(|e| e.result.is_some()) {
+            h.in_flight += 1;
+        }
+        h.by_port.insert(
+            key.clone(),
+            HandedOff {
+                op: op.clone(),
+                id,
+                result: None,
+            },
+        );
+        drop(h);
+        let (reply, answer) = oneshot::channel();
+        let job = Job::Apply {
+            key: Some(key.clone()),
+            op,
+            reply,
+        };
+        if self.jobs.send(job).is_err() {
+            self.shared.answer(key, id, Err(closed()));
+            return HandOff::InFlight;
+        }
+        let shared = self.shared.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let result = answer.await.unwrap_or_else(|_| Err(closed()));
+            shared.answer(&key, id, result);
+        });
+        HandOff::InFlight
+    }
+
+    /// Drops what port `key` handed off (it entered a new state, or is gone): an
+    /// answer still to come is not kept.
+    pub fn forget_hand_off(&self, key: &PortKey) {
+        let mut h = self.shared.hand_offs.lock();
+        if let Some(entry) = h.by_port.remove(key)
+            && entry.result.is_none()
+        {
+            h.in_flight -= 1;
+            if h.in_flight == 0 {
+                self.shared.settled.notify_waiters();
+            }
+        }
+    }
+
+    /// Waits until every hand-off of this worker has been answered (or forgotten).
+    pub async fn hand_offs_settled(&self) {
+        loop {
+            let settled = self.shared.settled.notified();
+            if self.shared.hand_offs.lock().in_flight == 0 {
+                return;
+            }
+            settled.await;
+        }
     }
 
     /// Reads one port (reads in the same window share one device read).
@@ -1196,6 +1336,77 @@ mod tests {
         assert_eq!(sizes.len(), 4, "{sizes:?}");
         assert_eq!(sizes[2] + sizes[3], 150);
         assert!((95..=105).contains(&sizes[2]), "{sizes:?}");
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_is_answered_once_for_its_own_operation_and_wakes_the_port() {
+        let fixture = FixtureSwitch::new("tor", vec![p("Gi0/1"), p("Gi0/2")]);
+        fixture.set_latency(Duration::from_millis(200));
+        let (notify, seen) = recorder();
+        let worker = SwitchWorker::spawn(Arc::new(fixture.clone()), config(), Vec::new(), notify);
+        let woken = |seen: &Mutex<Vec<Notice>>| {
+            seen.lock()
+                .iter()
+                .filter(|n| **n == Notice::Port(key("a")))
+                .count()
+        };
+        let first = PortOperation::Set(access("Gi0/1", 10));
+        let second = PortOperation::Set(access("Gi0/1", 20));
+        // Handed off: in flight until the worker answers (the caller does not wait).
+        assert!(matches!(
+            worker.hand_off(&key("a"), first.clone()),
+            HandOff::InFlight
+        ));
+        assert!(matches!(
+            worker.hand_off(&key("a"), first.clone()),
+            HandOff::InFlight
+        ));
+        // The port changes its mind while the first is on the device.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(matches!(
+            worker.hand_off(&key("a"), second.clone()),
+            HandOff::InFlight
+        ));
+        worker.hand_offs_settled().await;
+        // The first one's answer was dropped (no wake for it); the second's wakes.
+        assert_eq!(woken(&seen), 1);
+        assert!(matches!(
+            worker.hand_off(&key("a"), first.clone()),
+            HandOff::InFlight
+        ));
+        worker.hand_offs_settled().await;
+        // ... and a third for `first` again, which replaced `second`: only the
+        // latest operation's answer is taken, once.
+        match worker.hand_off(&key("a"), first.clone()) {
+            HandOff::Done(r) => assert!(r.is_ok(), "{r:?}"),
+            other => panic!("answered: {other:?}"),
+        }
+        assert!(matches!(
+            worker.hand_off(&key("b"), PortOperation::Reset(p("Gi0/2"))),
+            HandOff::InFlight
+        ));
+        // Forgotten (the port entered a new state): the answer is not kept.
+        worker.forget_hand_off(&key("b"));
+        worker.hand_offs_settled().await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(matches!(
+            worker.hand_off(&key("b"), PortOperation::Reset(p("Gi0/2"))),
+            HandOff::InFlight
+        ));
+        worker.hand_offs_settled().await;
+        // Every operation handed off reached the device, in order.
+        let sets: Vec<u16> = fixture
+            .operations()
+            .iter()
+            .filter_map(|o| match o {
+                LoggedOperation::Set { desired, .. } => match desired.vlans {
+                    VlanMode::Access { vlan } => Some(vlan.get()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sets, [10, 20, 10]);
     }
 
     #[tokio::test]

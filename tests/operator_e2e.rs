@@ -978,3 +978,86 @@ async fn a_switch_and_its_provider_switch_may_have_different_names() {
     );
     env.finish().await;
 }
+
+/// The change a reconcile handed to the worker is answered after its spec changed:
+/// the late answer is not taken for the new configuration, which is sent after the
+/// old one (one writer, in order) and is what the port ends Active with.
+#[tokio::test]
+async fn a_result_for_a_port_whose_configuration_changed_meanwhile_is_not_taken() {
+    let env = Env::start("handoff-change").await;
+    env.switch("tor-1", &[("p", "Gi0/1", None)], "Reconcile")
+        .await;
+    env.configuration("first", json!({"untaggedVLAN": 71}))
+        .await;
+    env.configuration("second", json!({"untaggedVLAN": 72}))
+        .await;
+    let device = env.device("tor-1");
+    device.set_latency(Duration::from_millis(1500));
+    device.clear_log();
+    env.link("p", Some("first")).await;
+    env.wait_state("p", PortState::Configuring).await;
+    // The first change is on its way to the device; the port changes its mind.
+    env.link("p", Some("second")).await;
+    let port = env
+        .wait_for("p", "Active with the second configuration", |p| {
+            let s = p.status.clone().unwrap_or_default();
+            s.state == Some(PortState::Active)
+                && s.configuration_ref.is_some_and(|r| r.name == "second")
+        })
+        .await;
+    assert!(port.status.is_some());
+    let sets: Vec<Option<VlanMode>> = device
+        .operations()
+        .iter()
+        .filter_map(|o| match o {
+            LoggedOperation::Set { desired, .. } => Some(Some(desired.vlans.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        sets.last(),
+        Some(&Some(VlanMode::Access { vlan: vlan(72) })),
+        "the last change sent is the second configuration: {sets:?}"
+    );
+    assert_eq!(
+        device.port_state(&p("Gi0/1")).unwrap().vlans,
+        Some(VlanMode::Access { vlan: vlan(72) })
+    );
+    // Nothing is sent once the port is Active (no late re-apply of either).
+    let count = device.write_count();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(device.write_count(), count, "{:?}", device.operations());
+    env.finish().await;
+}
+
+/// A graceful stop while changes are handed off: the controllers stop, the
+/// batches in flight finish on the device before `run` returns.
+#[tokio::test]
+async fn a_graceful_stop_lets_handed_off_changes_finish() {
+    let mut env = Env::start("handoff-stop").await;
+    env.switch("tor-1", &[("p", "Gi0/1", None)], "Reconcile")
+        .await;
+    env.configuration("cfg", json!({"untaggedVLAN": 73})).await;
+    let device = env.device("tor-1");
+    device.set_latency(Duration::from_millis(2000));
+    env.link("p", Some("cfg")).await;
+    env.wait_state("p", PortState::Configuring).await;
+    // Give the reconcile time to hand the change off (it returns at once).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (handle, stop) = env.operator.take().expect("the operator runs");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(20), handle)
+        .await
+        .expect("run returns once the hand-off is answered")
+        .unwrap();
+    // The change reached the device before run returned.
+    assert_eq!(
+        device.port_state(&p("Gi0/1")).unwrap().vlans,
+        Some(VlanMode::Access { vlan: vlan(73) })
+    );
+    // The next operator finds the port Configuring and finishes it.
+    device.set_latency(Duration::from_millis(2));
+    env.start_operator();
+    env.wait_state("p", PortState::Active).await;
+    env.finish().await;
+}

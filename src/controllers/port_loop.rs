@@ -35,7 +35,7 @@ use crate::decide::state_machine::{
 };
 use crate::decide::status::{Severity, StatusFacts, find_condition, port_status};
 use crate::metrics::{CategoryLabel, KindLabel, Metrics, TransitionLabels};
-use crate::worker::{PortKey, SwitchWorker};
+use crate::worker::{HandOff, PortKey, SwitchWorker};
 
 /// The name a parking VLAN gets when patchbay creates it on a device.
 pub const PARKING_VLAN_NAME: &str = "patchbay-parking";
@@ -101,6 +101,15 @@ impl ValidatedPort {
     }
 }
 
+/// Whether a change handed to the switch's worker has been answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The worker answered: the change is on the device, read back.
+    Done,
+    /// Handed off; the worker's answer wakes the port.
+    HandedOff,
+}
+
 /// What a kind of port does on its device for the state machine's steps. `apply`,
 /// `clean` and `verify` are provided on top of the two required methods; a kind
 /// overrides them only where it differs (a SmartNicPort also chains its next port).
@@ -130,17 +139,22 @@ pub trait PortSteps {
         None
     }
 
-    /// Validates and applies the desired configuration, verified by read-back.
+    /// Applies the desired configuration, verified by read-back: handed to the
+    /// switch's worker ([`Outcome::HandedOff`] until its answer wakes the port).
     async fn apply(&self) -> Result<Outcome, Failure> {
         let (device, desired) = self.device_and_desired()?;
-        self.set_on_device(&device, desired).await?;
-        Ok(Outcome::Applied)
+        Ok(match self.set_on_device(&device, desired)? {
+            Progress::Done => Outcome::Applied,
+            Progress::HandedOff => Outcome::HandedOff,
+        })
     }
 
-    /// Returns the port to clean, verified by read-back.
+    /// Returns the port to clean, verified by read-back (handed off as `apply`).
     async fn clean(&self) -> Result<Outcome, Failure> {
-        self.reset_on_device().await?;
-        Ok(Outcome::Cleaned)
+        Ok(match self.reset_on_device()? {
+            Progress::Done => Outcome::Cleaned,
+            Progress::HandedOff => Outcome::HandedOff,
+        })
     }
 
     /// Reads the port back and compares it with the applied configuration.
@@ -152,24 +166,28 @@ pub trait PortSteps {
         })
     }
 
-    /// Applies `desired` through the worker and keeps the port in the drift sweep.
-    async fn set_on_device(
+    /// Hands `desired` to the worker; once it is answered, keeps the port in the
+    /// drift sweep.
+    fn set_on_device(
         &self,
         device: &DeviceHandle,
         desired: DesiredPort,
-    ) -> Result<(), Failure> {
-        device
-            .worker
-            .apply(Some(self.key()), PortOperation::Set(desired.clone()))
-            .await?;
-        device.worker.track(self.key().clone(), Some(desired));
-        device.worker.settle(self.key(), false);
-        Ok(())
+    ) -> Result<Progress, Failure> {
+        let op = PortOperation::Set(desired.clone());
+        match device.worker.hand_off(self.key(), op) {
+            HandOff::InFlight => Ok(Progress::HandedOff),
+            HandOff::Done(result) => {
+                result?;
+                device.worker.track(self.key().clone(), Some(desired));
+                device.worker.settle(self.key(), false);
+                Ok(Progress::Done)
+            }
+        }
     }
 
-    /// Resets the port through the worker (out of the drift sweep first): to the
+    /// Hands the port's reset to the worker (out of the drift sweep first): to the
     /// device default, or parked ([`parked`]) when a parking VLAN is set.
-    async fn reset_on_device(&self) -> Result<(), Failure> {
+    fn reset_on_device(&self) -> Result<Progress, Failure> {
         let port = self.validated().device_port.clone()?;
         let device = self.device()?;
         device.worker.track(self.key().clone(), None);
@@ -177,8 +195,21 @@ pub trait PortSteps {
             Some(vlan) => PortOperation::Set(parked(port, vlan)),
             None => PortOperation::Reset(port),
         };
-        device.worker.apply(Some(self.key()), operation).await?;
-        Ok(())
+        match device.worker.hand_off(self.key(), operation) {
+            HandOff::InFlight => Ok(Progress::HandedOff),
+            HandOff::Done(result) => {
+                result?;
+                Ok(Progress::Done)
+            }
+        }
+    }
+
+    /// The port entered a new state: what it handed off in the last one is not
+    /// its answer any more.
+    fn new_state(&self) {
+        if let Ok(device) = &self.validated().device {
+            device.worker.forget_hand_off(self.key());
+        }
     }
 
     /// Whether the device port reads back as the desired state.
@@ -245,6 +276,7 @@ pub struct PortMeta {
 }
 
 /// One run of the loop for one port.
+#[derive(Clone)]
 pub struct DriveInput {
     /// The port object.
     pub meta: PortMeta,
@@ -506,6 +538,7 @@ pub async fn drive_port(
             status.state = Some(d.state);
             status.last_transition_time = Some(Time(now));
             state = Some(d.state);
+            steps.new_state();
             fill_status!(d.health, now);
             // Write the state before acting: a restarted operator resumes from it.
             if d.step != Step::RemoveFinalizer {

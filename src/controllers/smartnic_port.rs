@@ -44,7 +44,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::context::{Carried, Context, TenancyVerdict, report_forbidden, with_pool_names};
-use super::port_loop::{DriveInput, PortSteps, ValidatedPort, drive_port};
+use super::port_loop::{DriveInput, PortSteps, Progress, ValidatedPort, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_action};
 use crate::api::keys::{CHAINED_FROM_ANNOTATION, SKIP_CLEANUP_ANNOTATION};
@@ -461,12 +461,14 @@ impl PortSteps for SmartNicSteps<'_> {
         };
         let keep = chain.map(|c| (c.port_ns.as_str(), c.port_name.as_str()));
         self.release(keep).await?;
-        self.set_on_device(&device, desired).await?;
+        let progress = self.set_on_device(&device, desired)?;
         match chain {
             Some(c) if claimed => self.wait(format!(
                 "waiting for SwitchPort {}/{} (nextPortRef) to carry SwitchPortConfiguration {}",
                 c.port_ns, c.port_name, c.config.name
             )),
+            // The bridge port's change is with the worker; its answer wakes the port.
+            _ if progress == Progress::HandedOff => Ok(Outcome::HandedOff),
             Some(c) => match self.next_not_ready(c) {
                 Some(why) => self.wait(why),
                 None => Ok(Outcome::Applied),
@@ -476,7 +478,9 @@ impl PortSteps for SmartNicSteps<'_> {
     }
 
     async fn clean(&self) -> Result<Outcome, Failure> {
-        self.reset_on_device().await?;
+        if self.reset_on_device()? == Progress::HandedOff {
+            return Ok(Outcome::HandedOff);
+        }
         let pending = self.release(None).await?;
         if pending.is_empty() {
             Ok(Outcome::Cleaned)

@@ -73,6 +73,11 @@ pub enum Outcome {
     /// stay in the state without counting a failure; that object's watch brings the
     /// port back.
     Waiting,
+    /// The step was handed to the switch's worker, which answers later and wakes
+    /// the port (`worker`'s "Hand-offs"): stay in the state and keep the attempt's
+    /// failure record — the attempt is still going — and look again after the cap
+    /// should the wake be lost.
+    HandedOff,
     /// The step failed.
     Failed(FailureKind),
 }
@@ -519,6 +524,23 @@ fn after(facts: &PortFacts<'_>, outcome: Outcome) -> Decision {
             );
             d.attempt = attempt_key(state, facts);
             d
+        }
+        Outcome::HandedOff => {
+            let d = carry_failures(
+                Decision::new(
+                    state,
+                    Step::None,
+                    Requeue::After(facts.backoff.cap),
+                    Health::Progressing,
+                ),
+                facts,
+            );
+            let health = if d.failures > 0 {
+                Health::BackingOff
+            } else {
+                Health::Progressing
+            };
+            Decision { health, ..d }
         }
         Outcome::Cleaned => {
             if facts.deletion_requested {
@@ -1340,6 +1362,37 @@ mod tests {
             assert_eq!(d.failures, 0);
             assert_eq!(d.applied, AppliedChange::Keep);
             assert!(matches!(d.requeue, Requeue::After(_)));
+        }
+    }
+
+    #[test]
+    fn a_handed_off_step_stays_put_and_keeps_its_attempts_failures() {
+        let a = target("handed", "h");
+        let at = Timestamp::from_second(1_800_000_000).unwrap();
+        // (state, failures of this attempt, attempt key, expected failures, health)
+        let cases = [
+            (Configuring, 0, Some("apply/i"), 0, Health::Progressing),
+            (Configuring, 3, Some("apply/i"), 3, Health::BackingOff),
+            (Cleaning, 2, Some("clean/i"), 2, Health::BackingOff),
+            // Failures of another attempt (other inputs) are not this one's.
+            (Configuring, 3, Some("apply/old"), 0, Health::Progressing),
+        ];
+        for (state, failures, attempt, want, health) in cases {
+            let mut f = facts(Some(state));
+            f.desired = Some(&a);
+            f.failures = failures;
+            f.last_attempt = attempt;
+            f.last_failure = Some(at);
+            f.outcome = Some(Outcome::HandedOff);
+            let d = decide(&f);
+            let case = format!("{state:?} {failures} {attempt:?}");
+            assert_eq!(d.state, state, "{case}");
+            assert_eq!(d.step, Step::None, "{case}");
+            assert_eq!(d.failures, want, "{case}");
+            assert_eq!(d.health, health, "{case}");
+            assert_eq!(d.last_failure, (want > 0).then_some(at), "{case}");
+            assert_eq!(d.applied, AppliedChange::Keep, "{case}");
+            assert_eq!(d.requeue, Requeue::After(f.backoff.cap), "{case}");
         }
     }
 

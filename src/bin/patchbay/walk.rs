@@ -223,14 +223,33 @@ impl Walk {
                 name: "server-7-eth0".into(),
             },
         );
-        drive_port(
-            input,
-            &steps,
-            &self.record,
-            &self.ledger,
-            &patchbay::metrics::Metrics::default(),
-        )
-        .await?;
+        let metrics = patchbay::metrics::Metrics::default();
+        drive_port(input.clone(), &steps, &self.record, &self.ledger, &metrics).await?;
+        // A change handed to the worker: its answer wakes the port, as in the
+        // operator — here, the walk reconciles again once the worker answered.
+        for _ in 0..4 {
+            let before = self.record.status.lock().unwrap().clone();
+            if before.state != Some(patchbay::api::PortState::Configuring)
+                && before.state != Some(patchbay::api::PortState::Cleaning)
+            {
+                break;
+            }
+            self.device.worker.hand_offs_settled().await;
+            let input = DriveInput {
+                meta: PortMeta {
+                    has_finalizer: *self.record.finalizer.lock().unwrap(),
+                    ..input.meta.clone()
+                },
+                old_status: before.clone(),
+                status: before.clone(),
+                drift_check_due: false,
+                ..input.clone()
+            };
+            drive_port(input, &steps, &self.record, &self.ledger, &metrics).await?;
+            if *self.record.status.lock().unwrap() == before {
+                break;
+            }
+        }
         // A step that changed no state still gets its line.
         if self.record.step.lock().unwrap().is_some() {
             let state = self.record.status.lock().unwrap().state;
