@@ -438,6 +438,14 @@ impl SmartNicSteps<'_> {
     }
 }
 
+/// The bridge port's outcome once the chain is ready.
+fn applied(progress: Progress) -> Outcome {
+    match progress {
+        Progress::Done => Outcome::Applied,
+        Progress::HandedOff => Outcome::HandedOff,
+    }
+}
+
 impl PortSteps for SmartNicSteps<'_> {
     fn validated(&self) -> &ValidatedPort {
         &self.validated
@@ -467,13 +475,13 @@ impl PortSteps for SmartNicSteps<'_> {
                 "waiting for SwitchPort {}/{} (nextPortRef) to carry SwitchPortConfiguration {}",
                 c.port_ns, c.port_name, c.config.name
             )),
-            // The bridge port's change is with the worker; its answer wakes the port.
-            _ if progress == Progress::HandedOff => Ok(Outcome::HandedOff),
+            // What the chain waits for is said first; then the bridge port's change,
+            // with the worker until its answer wakes the port.
             Some(c) => match self.next_not_ready(c) {
                 Some(why) => self.wait(why),
-                None => Ok(Outcome::Applied),
+                None => Ok(applied(progress)),
             },
-            None => Ok(Outcome::Applied),
+            None => Ok(applied(progress)),
         }
     }
 
