@@ -631,6 +631,18 @@ impl SwitchWorker {
         t.pending.remove(key);
     }
 
+    /// Whether the port last established its device port as drifted (and has not
+    /// applied it since): an apply now repairs a drift.
+    pub fn known_drifted(&self, key: &PortKey) -> bool {
+        self.shared
+            .tracking
+            .lock()
+            .known
+            .get(key)
+            .copied()
+            .unwrap_or(false)
+    }
+
     /// Whether a drift check of this port is due: a sweep found its device port
     /// other than the port last established, or the switch answers again after an
     /// outage. It stays due until the port settles it ([`SwitchWorker::settle`]).

@@ -204,6 +204,13 @@ pub trait PortSteps {
         }
     }
 
+    /// Whether the port's last drift check found its device port drifted (an apply
+    /// now is a repair, also when the check was an earlier reconcile's).
+    fn known_drifted(&self) -> bool {
+        self.device()
+            .is_ok_and(|d| d.worker.known_drifted(self.key()))
+    }
+
     /// The port entered a new state: what it handed off in the last one is not
     /// its answer any more.
     fn new_state(&self) {
@@ -573,7 +580,12 @@ pub async fn drive_port(
                 record.set_finalizer(false).await?;
                 Ok(Outcome::FinalizerRemoved)
             }
-            Step::Apply => steps.apply().await,
+            Step::Apply => {
+                // The drift this apply repairs may have been found by an earlier
+                // reconcile (the apply was handed off in between).
+                drifted |= steps.known_drifted();
+                steps.apply().await
+            }
             Step::Clean => steps.clean().await,
             Step::Verify => steps.verify().await,
         };
