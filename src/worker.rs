@@ -53,8 +53,10 @@
 //! drops whatever it handed off before ([`SwitchWorker::forget_hand_off`]). Results
 //! live in memory only: an operator that stops between hand-off and result leaves
 //! the port in Configuring or Cleaning, which the next one applies again.
-//! [`SwitchWorker::hand_offs_settled`] waits for every hand-off to be answered
-//! (graceful shutdown).
+//! A graceful stop closes the hand-offs ([`SwitchWorker::close_hand_offs`]: nothing
+//! new is sent), waits for those in flight to be answered
+//! ([`SwitchWorker::hand_offs_settled`]) and, bounded, for their ports to take the
+//! answers ([`SwitchWorker::hand_offs_taken`]).
 //!
 //! **Reachability.** A failure of the whole session (unreachable, timeout,
 //! authentication, host key: [`DeviceError::is_session_failure`]) puts the switch
@@ -244,6 +246,9 @@ struct HandOffs {
     next: u64,
     /// Hand-offs not answered yet.
     in_flight: usize,
+    /// The operator is stopping: nothing new is sent (see
+    /// [`SwitchWorker::close_hand_offs`]).
+    closed: bool,
 }
 
 struct HandedOff {
@@ -510,7 +515,15 @@ impl SwitchWorker {
                 return HandOff::InFlight;
             }
             let result = h.by_port.remove(key).and_then(|e| e.result);
+            if h.by_port.is_empty() {
+                self.shared.settled.notify_waiters();
+            }
             return HandOff::Done(result.unwrap_or_else(|| Err(closed())));
+        }
+        if h.closed {
+            // Stopping: nothing new reaches the device; the port stays in the state
+            // it wrote before acting, for the next operator.
+            return HandOff::InFlight;
         }
         let id = h.next;
         h.next += 1;
@@ -553,9 +566,27 @@ impl SwitchWorker {
             && entry.result.is_none()
         {
             h.in_flight -= 1;
-            if h.in_flight == 0 {
-                self.shared.settled.notify_waiters();
+        }
+        if h.in_flight == 0 || h.by_port.is_empty() {
+            self.shared.settled.notify_waiters();
+        }
+    }
+
+    /// The operator is stopping: operations not handed off yet are not sent (the
+    /// ports stay in the state they wrote before acting, which the next operator
+    /// applies); those in flight finish and can still be taken.
+    pub fn close_hand_offs(&self) {
+        self.shared.hand_offs.lock().closed = true;
+    }
+
+    /// Waits until every answer has been taken by its port (or forgotten).
+    pub async fn hand_offs_taken(&self) {
+        loop {
+            let settled = self.shared.settled.notified();
+            if self.shared.hand_offs.lock().by_port.is_empty() {
+                return;
             }
+            settled.await;
         }
     }
 
@@ -1419,6 +1450,23 @@ mod tests {
             })
             .collect();
         assert_eq!(sets, [10, 20, 10]);
+        // Stopping: nothing new is sent.
+        worker.close_hand_offs();
+        let before = fixture.operations().len();
+        assert!(matches!(
+            worker.hand_off(&key("a"), second.clone()),
+            HandOff::InFlight
+        ));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(fixture.operations().len(), before);
+        // Stopping waits for answers to be taken: `b`'s is still there.
+        let taken = tokio::time::timeout(Duration::from_millis(100), worker.hand_offs_taken());
+        assert!(taken.await.is_err());
+        assert!(matches!(
+            worker.hand_off(&key("b"), PortOperation::Reset(p("Gi0/2"))),
+            HandOff::Done(Ok(_))
+        ));
+        worker.hand_offs_taken().await;
     }
 
     #[tokio::test]

@@ -1030,8 +1030,9 @@ async fn a_result_for_a_port_whose_configuration_changed_meanwhile_is_not_taken(
     env.finish().await;
 }
 
-/// A graceful stop while changes are handed off: the controllers stop, the
-/// batches in flight finish on the device before `run` returns.
+/// A graceful stop while changes are handed off: nothing new is sent, the batches
+/// in flight finish on the device and their ports record the answers before the
+/// controllers stop.
 #[tokio::test]
 async fn a_graceful_stop_lets_handed_off_changes_finish() {
     let mut env = Env::start("handoff-stop").await;
@@ -1050,14 +1051,20 @@ async fn a_graceful_stop_lets_handed_off_changes_finish() {
         .await
         .expect("run returns once the hand-off is answered")
         .unwrap();
-    // The change reached the device before run returned.
+    // The change reached the device before run returned, and the port took the
+    // answer and recorded it before the controllers stopped.
     assert_eq!(
         device.port_state(&p("Gi0/1")).unwrap().vlans,
         Some(VlanMode::Access { vlan: vlan(73) })
     );
-    // The next operator finds the port Configuring and finishes it.
+    let port: SwitchPort = env.api().get("p").await.unwrap();
+    assert_eq!(port.status.unwrap().state, Some(PortState::Active));
+    // Nothing new was sent while stopping; the next operator has nothing to do.
+    let writes = device.write_count();
     device.set_latency(Duration::from_millis(2));
     env.start_operator();
     env.wait_state("p", PortState::Active).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(device.write_count(), writes, "{:?}", device.operations());
     env.finish().await;
 }

@@ -611,6 +611,27 @@ impl Context {
         Ok(entry)
     }
 
+    /// The first part of a graceful stop, while the controllers still run: nothing
+    /// new is handed to a worker; the changes in flight finish on the device; and
+    /// their ports take the answers and record them (Active, Idle), for at most
+    /// `take_within` — a port that does not come back in time stays in the state it
+    /// wrote before acting, which the next operator applies again.
+    pub async fn finish_hand_offs(&self, take_within: std::time::Duration) {
+        let workers: Vec<_> = self.workers().values().map(|e| e.worker.clone()).collect();
+        for worker in &workers {
+            worker.close_hand_offs();
+        }
+        for worker in &workers {
+            worker.hand_offs_settled().await;
+        }
+        let taken = async {
+            for worker in &workers {
+                worker.hand_offs_taken().await;
+            }
+        };
+        let _ = tokio::time::timeout(take_within, taken).await;
+    }
+
     /// Waits until every worker has answered what ports handed it (a graceful stop:
     /// the batches in flight finish; see `worker`'s "Hand-offs").
     pub async fn hand_offs_settled(&self) {

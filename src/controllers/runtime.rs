@@ -47,6 +47,10 @@ use crate::settings::Settings;
 /// SwitchPort reconciles at once (see where it is used for the trade-off).
 const PORT_RECONCILES: u16 = 64;
 
+/// On a graceful stop, how long the ports whose changes were in flight get to take
+/// the answers and record them before the controllers stop.
+const HAND_OFF_TAKE: Duration = Duration::from_secs(5);
+
 /// A stream of what arrives on `rx`.
 fn notices<T: Send + 'static>(
     mut rx: mpsc::UnboundedReceiver<T>,
@@ -709,8 +713,12 @@ pub async fn run(
     let watched = watches.start(&wakes, pool_deleted);
     let stopper = {
         let stop = harness.stop.clone();
+        let ctx = ctx.clone();
         async move {
             shutdown.await;
+            // Changes already with a worker finish and their ports record the
+            // answers before the controllers stop.
+            ctx.finish_hand_offs(HAND_OFF_TAKE).await;
             let _ = stop.send(());
         }
     };
