@@ -632,15 +632,6 @@ impl Context {
         let _ = tokio::time::timeout(take_within, taken).await;
     }
 
-    /// Waits until every worker has answered what ports handed it (a graceful stop:
-    /// the batches in flight finish; see `worker`'s "Hand-offs").
-    pub async fn hand_offs_settled(&self) {
-        let workers: Vec<_> = self.workers().values().map(|e| e.worker.clone()).collect();
-        for worker in workers {
-            worker.hand_offs_settled().await;
-        }
-    }
-
     /// At most this many sessions to the device: the ProviderSwitch's
     /// `options.maxSessions` (1–16), else the operator's setting.
     fn max_sessions(&self, provider: &ProviderSwitch) -> usize {

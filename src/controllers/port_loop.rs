@@ -110,6 +110,28 @@ pub enum Progress {
     HandedOff,
 }
 
+impl Progress {
+    /// The step's outcome: `done` once answered, [`Outcome::HandedOff`] before.
+    pub fn outcome(self, done: Outcome) -> Outcome {
+        match self {
+            Progress::Done => done,
+            Progress::HandedOff => Outcome::HandedOff,
+        }
+    }
+}
+
+/// Hands `op` to the port's worker: done (the answer's failure is the step's), or
+/// still with the worker.
+fn hand_off(device: &DeviceHandle, key: &PortKey, op: PortOperation) -> Result<Progress, Failure> {
+    match device.worker.hand_off(key, op) {
+        HandOff::InFlight => Ok(Progress::HandedOff),
+        HandOff::Done(result) => {
+            result?;
+            Ok(Progress::Done)
+        }
+    }
+}
+
 /// What a kind of port does on its device for the state machine's steps. `apply`,
 /// `clean` and `verify` are provided on top of the two required methods; a kind
 /// overrides them only where it differs (a SmartNicPort also chains its next port).
@@ -143,18 +165,14 @@ pub trait PortSteps {
     /// switch's worker ([`Outcome::HandedOff`] until its answer wakes the port).
     async fn apply(&self) -> Result<Outcome, Failure> {
         let (device, desired) = self.device_and_desired()?;
-        Ok(match self.set_on_device(&device, desired)? {
-            Progress::Done => Outcome::Applied,
-            Progress::HandedOff => Outcome::HandedOff,
-        })
+        Ok(self
+            .set_on_device(&device, desired)?
+            .outcome(Outcome::Applied))
     }
 
     /// Returns the port to clean, verified by read-back (handed off as `apply`).
     async fn clean(&self) -> Result<Outcome, Failure> {
-        Ok(match self.reset_on_device()? {
-            Progress::Done => Outcome::Cleaned,
-            Progress::HandedOff => Outcome::HandedOff,
-        })
+        Ok(self.reset_on_device()?.outcome(Outcome::Cleaned))
     }
 
     /// Reads the port back and compares it with the applied configuration.
@@ -173,16 +191,12 @@ pub trait PortSteps {
         device: &DeviceHandle,
         desired: DesiredPort,
     ) -> Result<Progress, Failure> {
-        let op = PortOperation::Set(desired.clone());
-        match device.worker.hand_off(self.key(), op) {
-            HandOff::InFlight => Ok(Progress::HandedOff),
-            HandOff::Done(result) => {
-                result?;
-                device.worker.track(self.key().clone(), Some(desired));
-                device.worker.settle(self.key(), false);
-                Ok(Progress::Done)
-            }
+        let progress = hand_off(device, self.key(), PortOperation::Set(desired.clone()))?;
+        if progress == Progress::Done {
+            device.worker.track(self.key().clone(), Some(desired));
+            device.worker.settle(self.key(), false);
         }
+        Ok(progress)
     }
 
     /// Hands the port's reset to the worker (out of the drift sweep first): to the
@@ -195,13 +209,7 @@ pub trait PortSteps {
             Some(vlan) => PortOperation::Set(parked(port, vlan)),
             None => PortOperation::Reset(port),
         };
-        match device.worker.hand_off(self.key(), operation) {
-            HandOff::InFlight => Ok(Progress::HandedOff),
-            HandOff::Done(result) => {
-                result?;
-                Ok(Progress::Done)
-            }
-        }
+        hand_off(&device, self.key(), operation)
     }
 
     /// Whether the port's last drift check found its device port drifted (an apply

@@ -733,9 +733,6 @@ pub async fn run(
         background.run,
         stopper
     );
-    // The controllers have stopped; changes handed to the workers finish on the
-    // device (bounded by the caller's shutdown timeout).
-    ctx.hand_offs_settled().await;
 }
 
 /// SwitchPorts: woken by every input of theirs — configuration, Switch, the

@@ -438,14 +438,6 @@ impl SmartNicSteps<'_> {
     }
 }
 
-/// The bridge port's outcome once the chain is ready.
-fn applied(progress: Progress) -> Outcome {
-    match progress {
-        Progress::Done => Outcome::Applied,
-        Progress::HandedOff => Outcome::HandedOff,
-    }
-}
-
 impl PortSteps for SmartNicSteps<'_> {
     fn validated(&self) -> &ValidatedPort {
         &self.validated
@@ -479,9 +471,9 @@ impl PortSteps for SmartNicSteps<'_> {
             // with the worker until its answer wakes the port.
             Some(c) => match self.next_not_ready(c) {
                 Some(why) => self.wait(why),
-                None => Ok(applied(progress)),
+                None => Ok(progress.outcome(Outcome::Applied)),
             },
-            None => Ok(applied(progress)),
+            None => Ok(progress.outcome(Outcome::Applied)),
         }
     }
 
