@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster::{BenchCluster, proc_cpu_ticks, proc_kib};
+use cluster::{BenchCluster, proc_cpu_ticks, proc_kib, request_diff};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
@@ -83,12 +83,47 @@ impl StateCounter {
     }
 }
 
+/// Where a phase's work went: the API requests it made (all clients: the operator's,
+/// and this benchmark's own edits and watch) and the CPU of the operator and of this
+/// process (devplane and the benchmark's clients).
+struct Phase {
+    requests: BTreeMap<(String, String), u64>,
+    operator_ticks: u64,
+    own_ticks: u64,
+}
+
+impl Phase {
+    fn start(cluster: &BenchCluster, operator: u32) -> Self {
+        Phase {
+            requests: cluster.server.request_counts(),
+            operator_ticks: proc_cpu_ticks(operator),
+            own_ticks: proc_cpu_ticks(std::process::id()),
+        }
+    }
+
+    /// Prints the phase's CPU seconds and its largest request counts.
+    fn report(&self, cluster: &BenchCluster, operator: u32, what: &str) {
+        let (op, own) = (
+            proc_cpu_ticks(operator) - self.operator_ticks,
+            proc_cpu_ticks(std::process::id()) - self.own_ticks,
+        );
+        println!(
+            "    {what}: CPU {:.1} s operator, {:.1} s devplane + benchmark; requests: {}",
+            op as f64 / 100.0,
+            own as f64 / 100.0,
+            request_diff(&self.requests, &cluster.server.request_counts(), 8).join(", ")
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let switches_n = env_or("BENCH_SWITCHES", 200);
     let ports_n = env_or("BENCH_PORTS", 50);
     let idle_secs = env_or("BENCH_IDLE_SECONDS", 60) as u64;
     let tenancy = env_or("BENCH_TENANCY", 0) == 1;
+    // `BENCH_OPERATOR_LOG=<file>`: the operator's debug log goes there.
+    let log = std::env::var_os("BENCH_OPERATOR_LOG");
     let cluster = BenchCluster::start("opbench").await;
     let (client, kubeconfig) = (cluster.client.clone(), cluster.kubeconfig.clone());
     cluster
@@ -154,7 +189,18 @@ async fn main() {
     } else {
         &[]
     };
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+    // `BENCH_HEAPTRACK=<file prefix>`: the operator runs under heaptrack (Debian
+    // `heaptrack`), which writes its allocations there (`heaptrack_print` reads them).
+    let heaptrack = std::env::var_os("BENCH_HEAPTRACK");
+    let mut operator = match &heaptrack {
+        Some(out) => {
+            let mut c = Command::new("heaptrack");
+            c.arg("-o").arg(out).arg(env!("CARGO_BIN_EXE_patchbay"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_patchbay")),
+    };
+    let mut operator = operator
         .args(["run", "--kubeconfig"])
         .arg(&kubeconfig)
         .args(tenancy_args)
@@ -164,12 +210,23 @@ async fn main() {
             "--drift-interval-seconds",
             "300",
         ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
+        .env(
+            "RUST_LOG",
+            if log.is_some() {
+                "patchbay=debug,warn"
+            } else {
+                "warn"
+            },
+        )
+        .stdout(match &log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("BENCH_OPERATOR_LOG")),
+            None => Stdio::null(),
+        })
         .stderr(Stdio::null())
         .spawn()
         .expect("patchbay run starts");
     let pid = operator.id();
+    let phase = Phase::start(&cluster, pid);
     let ports: Api<SwitchPort> = Api::namespaced(client.clone(), NS);
     let total = switches_n * ports_n;
     let created = Instant::now();
@@ -189,7 +246,9 @@ async fn main() {
         "  SwitchPorts created by the Switch controller and Idle after {:.1} s",
         created.elapsed().as_secs_f64()
     );
+    phase.report(&cluster, pid, "creating");
 
+    let phase = Phase::start(&cluster, pid);
     let started = Instant::now();
     futures::stream::iter(0..total)
         .map(|i| {
@@ -225,6 +284,8 @@ async fn main() {
         linked.as_secs_f64(),
         to_active.as_secs_f64()
     );
+    phase.report(&cluster, pid, "linking");
+    let phase = Phase::start(&cluster, pid);
     let busy_rss = proc_kib(pid, "VmRSS:");
     let ticks_per_s = 100.0; // USER_HZ on Linux
     let cpu0 = proc_cpu_ticks(pid);
@@ -245,8 +306,21 @@ async fn main() {
         100.0 * (cpu1 - cpu0) as f64 / ticks_per_s / idle,
         idle
     );
+    phase.report(&cluster, pid, "idle");
     println!("  targets: <= 10 s to all Active, idle RSS <= 48 MiB, idle CPU <= 0.5 %");
-    let _ = operator.kill();
+    if heaptrack.is_some() {
+        // The operator under heaptrack is a child of its script: stop it gracefully
+        // so heaptrack writes its file, then wait for the script.
+        let _ = Command::new("pkill")
+            .args(["-TERM", "-f"])
+            .arg(format!(
+                "patchbay run --kubeconfig {}",
+                kubeconfig.display()
+            ))
+            .status();
+    } else {
+        let _ = operator.kill();
+    }
     let _ = operator.wait();
     drop(cluster);
 }

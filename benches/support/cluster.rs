@@ -15,7 +15,8 @@ use patchbay::api::{PortStatus, SwitchPort};
 /// devplane in this process, with every patchbay CRD.
 pub struct BenchCluster {
     /// The server: it serves until this is dropped.
-    _server: patchbay_devplane::DevPlane,
+    #[allow(dead_code)]
+    pub server: patchbay_devplane::DevPlane,
     /// A scratch directory holding the kubeconfig.
     pub dir: PathBuf,
     /// The kubeconfig for `patchbay run`.
@@ -49,7 +50,7 @@ impl BenchCluster {
             crd_api.create(&PostParams::default(), &crd).await.unwrap();
         }
         Self {
-            _server: server,
+            server,
             dir,
             kubeconfig,
             client,
@@ -90,6 +91,31 @@ impl BenchCluster {
             .await
             .unwrap();
     }
+}
+
+/// Requests per (verb, resource) between two [`patchbay_devplane::DevPlane::request_counts`]
+/// readings, largest first, as `verb resource: n` (at most `top`).
+#[allow(dead_code)]
+pub fn request_diff(
+    before: &BTreeMap<(String, String), u64>,
+    after: &BTreeMap<(String, String), u64>,
+    top: usize,
+) -> Vec<String> {
+    let mut rows: Vec<(u64, String)> = after
+        .iter()
+        .map(|(k, n)| {
+            (
+                n - before.get(k).copied().unwrap_or(0),
+                format!("{} {}", k.0, k.1),
+            )
+        })
+        .filter(|(n, _)| *n > 0)
+        .collect();
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    rows.into_iter()
+        .take(top)
+        .map(|(n, k)| format!("{k}: {n}"))
+        .collect()
 }
 
 impl Drop for BenchCluster {

@@ -235,6 +235,12 @@ impl DevPlane {
             .unwrap_or(0)
     }
 
+    /// How many requests of each (verb, resource) arrived so far: what a benchmark
+    /// divides by the objects it drove.
+    pub fn request_counts(&self) -> BTreeMap<(String, String), u64> {
+        self.delays.lock().counts.clone()
+    }
+
     /// Every kind of request served so far (verb, group, resource), as an RBAC rule
     /// names it: tests check a role covers what a client actually asked.
     pub fn requests(&self) -> BTreeSet<AuditEntry> {
