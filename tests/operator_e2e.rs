@@ -74,6 +74,7 @@ impl Env {
         let backends = Backends {
             fixtures: self.fixtures.clone(),
             fixture_latency: self.settings.fixture_latency,
+            fixture_log_limit: None,
             ansible_playbook: self.settings.ansible_playbook.clone(),
         };
         let handle = tokio::spawn(patchbay::controllers::run(

@@ -80,6 +80,22 @@ impl LoggedOperation {
     }
 }
 
+impl FixtureState {
+    /// Logs `op`, dropping the oldest entries beyond the limit.
+    fn record(&mut self, op: LoggedOperation) {
+        self.log.push_back(op);
+        self.trim_log();
+    }
+
+    fn trim_log(&mut self) {
+        if let Some(limit) = self.log_limit {
+            while self.log.len() > limit {
+                self.log.pop_front();
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct FixtureState {
     ports: BTreeMap<PortName, ObservedPort>,
@@ -88,7 +104,9 @@ struct FixtureState {
     unreachable: bool,
     next_failures: VecDeque<FixtureFailure>,
     port_failures: BTreeMap<PortName, FixtureFailure>,
-    log: Vec<LoggedOperation>,
+    log: VecDeque<LoggedOperation>,
+    /// At most this many entries are kept (the oldest go first); `None`: all.
+    log_limit: Option<usize>,
     sessions_open: usize,
     max_sessions_seen: usize,
 }
@@ -122,7 +140,8 @@ impl FixtureSwitch {
                 unreachable: false,
                 next_failures: VecDeque::new(),
                 port_failures: BTreeMap::new(),
-                log: Vec::new(),
+                log: VecDeque::new(),
+                log_limit: None,
                 sessions_open: 0,
                 max_sessions_seen: 0,
             })),
@@ -192,7 +211,16 @@ impl FixtureSwitch {
 
     /// Every operation so far, in order.
     pub fn operations(&self) -> Vec<LoggedOperation> {
-        self.lock().log.clone()
+        self.lock().log.iter().cloned().collect()
+    }
+
+    /// Keeps only the last `limit` operations from now on (`None`: every one, the
+    /// default that tests read). A long-running operator on fixture devices (demos,
+    /// benchmarks) bounds it: every batch and read adds entries.
+    pub fn set_log_limit(&self, limit: Option<usize>) {
+        let mut st = self.lock();
+        st.log_limit = limit;
+        st.trim_log();
     }
 
     /// Number of operations that changed configuration.
@@ -238,7 +266,7 @@ impl FixtureSwitch {
         };
         // SilentlyIgnored is not an error of the operation itself.
         if let Some(f) = failure.filter(|f| *f != FixtureFailure::SilentlyIgnored) {
-            st.log.push(LoggedOperation::Failed { failure: f });
+            st.record(LoggedOperation::Failed { failure: f });
         }
         failure
     }
@@ -304,7 +332,7 @@ impl FixtureSwitch {
                 changed,
             }
         };
-        st.log.push(entry);
+        st.record(entry);
         Ok(if changed {
             PortChange::Changed
         } else {
@@ -336,7 +364,7 @@ impl Device for FixtureSwitch {
             return Err(self.error_for(f, &format!("reading {port}")));
         }
         let mut st = self.lock();
-        st.log.push(LoggedOperation::Get { port: port.clone() });
+        st.record(LoggedOperation::Get { port: port.clone() });
         st.ports
             .get(port)
             .cloned()
@@ -361,12 +389,11 @@ impl Device for FixtureSwitch {
             // An unreachable device fails the session once, not each port of it.
             self.delay().await;
             let f = FixtureFailure::Unreachable;
-            self.lock().log.push(LoggedOperation::Failed { failure: f });
+            self.lock().record(LoggedOperation::Failed { failure: f });
             return Err(self.error_for(f, "opening a session"));
         }
         self.lock()
-            .log
-            .push(LoggedOperation::Batch { size: ops.len() });
+            .record(LoggedOperation::Batch { size: ops.len() });
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
             let outcome = self
@@ -402,7 +429,7 @@ impl Device for FixtureSwitch {
             })
             .collect();
         for p in ports {
-            st.log.push(LoggedOperation::Get { port: p.clone() });
+            st.record(LoggedOperation::Get { port: p.clone() });
         }
         Ok(out)
     }

@@ -383,6 +383,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
     tracing::info!("leading: starting the controllers");
     let backends = patchbay::backends::Backends {
         fixture_latency: settings.fixture_latency,
+        fixture_log_limit: Some(patchbay::backends::FIXTURE_LOG_LIMIT),
         ansible_playbook: settings.ansible_playbook.clone(),
         ..Default::default()
     };
