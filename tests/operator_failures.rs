@@ -365,6 +365,29 @@ async fn a_corrected_password_in_the_secret_is_used_at_once() {
         "{:?}",
         fixed.elapsed()
     );
+    // While the Secret's version stands, reconciles read it from the operator's
+    // cache: three more applies (each several reconciles of the port and its
+    // Switch) read it from the API server not once.
+    if let Some(plane) = env.cluster.devplane() {
+        env.configuration("access-41", json!({"untaggedVLAN": 41}))
+            .await;
+        let before = plane.request_count("get", "secrets");
+        for c in ["access-41", "access", "access-41"] {
+            env.link("p1", Some(c)).await;
+            env.wait_for("p1", &format!("Active on {c}"), |p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.state == Some(PortState::Active)
+                        && s.configuration_ref.as_ref().map(|r| r.name.as_str()) == Some(c)
+                })
+            })
+            .await;
+        }
+        assert_eq!(
+            plane.request_count("get", "secrets") - before,
+            0,
+            "Secret reads while it did not change"
+        );
+    }
     env.cluster.finish().await;
 }
 

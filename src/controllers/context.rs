@@ -323,17 +323,13 @@ impl Stores {
     }
 
     /// Switch `name` of namespace `ns`.
-    pub fn switch(&self, ns: &str, name: &str) -> Option<Switch> {
-        self.switches
-            .get(&ObjectRef::new(name).within(ns))
-            .map(|s| (*s).clone())
+    pub fn switch(&self, ns: &str, name: &str) -> Option<Arc<Switch>> {
+        self.switches.get(&ObjectRef::new(name).within(ns))
     }
 
     /// ProviderSwitch `name` of namespace `ns`.
-    pub fn provider(&self, ns: &str, name: &str) -> Option<ProviderSwitch> {
-        self.providers
-            .get(&ObjectRef::new(name).within(ns))
-            .map(|p| (*p).clone())
+    pub fn provider(&self, ns: &str, name: &str) -> Option<Arc<ProviderSwitch>> {
+        self.providers.get(&ObjectRef::new(name).within(ns))
     }
 
     /// SwitchPortConfiguration `name` of namespace `ns`.
@@ -437,6 +433,8 @@ pub struct Context {
     pub stores: Stores,
     /// The metrics and the device gate.
     pub probes: super::Probes,
+    /// The credentials Secrets, cached by version.
+    pub secrets: Arc<super::secrets::SecretCache>,
     /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
     /// name), whatever uses it (Switches, SmartNicPorts).
     workers: Mutex<HashMap<DeviceKey, Arc<WorkerEntry>>>,
@@ -483,25 +481,6 @@ pub fn switch_device_ports(switch: &Switch) -> Vec<PortName> {
         .collect()
 }
 
-/// The credentials Secret of `provider`, if it names one (its namespace defaults to
-/// the provider's). The one place the controllers read Secrets.
-pub async fn fetch_secret(
-    client: &Client,
-    provider: &ProviderSwitch,
-) -> Result<Option<Secret>, kube::Error> {
-    let Some(r) = &provider.spec.credentials_secret_ref else {
-        return Ok(None);
-    };
-    let ns = r
-        .namespace
-        .clone()
-        .or_else(|| provider.namespace())
-        .unwrap_or_default();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .get_opt(&r.name)
-        .await
-}
-
 /// An API for kind `K` in `namespace`, or in all namespaces.
 pub fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -535,6 +514,7 @@ impl Context {
             notices,
             ports,
             stores,
+            secrets: Arc::default(),
             workers: Mutex::new(HashMap::new()),
         }
     }
@@ -547,6 +527,30 @@ impl Context {
 
     fn workers(&self) -> parking_lot::MutexGuard<'_, HashMap<DeviceKey, Arc<WorkerEntry>>> {
         self.workers.lock()
+    }
+
+    /// The worker of `provider`'s device for one port's reconcile: the running
+    /// worker when its device is current — the Switch controller keeps the device's
+    /// port list current, so a port adds only its own (to a fixture device) — else
+    /// as [`Context::ensure_worker`] with `ports()`. Nothing per reconcile grows
+    /// with the switch's size.
+    pub fn port_worker(
+        &self,
+        provider: &ProviderSwitch,
+        secret: Option<&Secret>,
+        own: Option<&PortName>,
+        ports: impl FnOnce() -> Vec<PortName>,
+    ) -> Result<Arc<WorkerEntry>, BackendError> {
+        let running = self.workers().get(&device_key(provider)).cloned();
+        if let Some(entry) = running
+            && entry.built().fingerprint == worker_fingerprint(provider, secret)
+        {
+            if let Some(own) = own {
+                self.backends.add_ports(provider, std::slice::from_ref(own));
+            }
+            return Ok(entry);
+        }
+        self.ensure_worker(provider, secret, &ports())
     }
 
     /// The worker of `provider`'s device, started if none runs, its device replaced

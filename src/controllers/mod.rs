@@ -34,6 +34,7 @@ pub mod port_loop;
 pub mod port_record;
 pub mod provider_switch;
 pub mod runtime;
+pub mod secrets;
 pub mod server;
 pub mod server_claim;
 pub mod smartnic_port;

@@ -425,8 +425,10 @@ impl StatusLedger {
 pub const REPEATED_DRIFT: usize = 3;
 
 /// When to look again at a port whose cached copy is behind this process's own write
-/// (the write's watch event normally comes first).
-const STALE_READ_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// (the write's watch event normally comes first, and wakes the port: this is only a
+/// safety net; a 200 ms retry turned a busy operator's lagging cache into a loop of
+/// reconciles at 10,000 ports).
+const STALE_READ_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs the state machine for one port until there is nothing left to do. Returns
 /// when to come back.
@@ -555,8 +557,10 @@ pub async fn drive_port(
             state = Some(d.state);
             steps.new_state();
             fill_status!(d.health, now);
-            // Write the state before acting: a restarted operator resumes from it.
-            if d.step != Step::RemoveFinalizer {
+            // Write the state before changing the device: a restarted operator
+            // resumes from it. Other transitions are written once, at the end of the
+            // reconcile (at 10,000 ports, one status write per port saved).
+            if matches!(d.step, Step::Apply | Step::Clean) {
                 record.write_status(&old_status, &status).await?;
                 ledger.record(&meta.uid, Written::of(&status));
             }

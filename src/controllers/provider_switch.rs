@@ -10,7 +10,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 
-use super::context::{Context, device_key, fetch_secret};
+use super::context::{Context, device_key};
 use super::{ControllerError, write_status};
 use crate::api::keys::FINALIZER;
 use crate::api::{ProviderSwitch, SmartNicPort, Switch};
@@ -75,13 +75,13 @@ async fn apply_provider(
     let ns = provider.namespace().unwrap_or_default();
     let old = provider.status.clone().unwrap_or_default();
     let mut status = old.clone();
-    let secret = fetch_secret(&ctx.client, provider).await?;
+    let secret = ctx.secrets.of_provider(&ctx.client, provider).await?;
     let verdict = validate_provider(&provider.spec)
         .map_err(|errors| Failure::InvalidProvider {
             name: provider.name_any(),
             errors,
         })
-        .and_then(|()| Ok(check_credentials(provider, secret.as_ref())?));
+        .and_then(|()| Ok(check_credentials(provider, secret.as_deref())?));
     provider_status(
         &mut status,
         &verdict,

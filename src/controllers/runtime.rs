@@ -688,10 +688,18 @@ pub async fn run(
         )
         .with_probes(probes),
     );
+    // The Secret metadata watch wakes the ports a credentials change concerns and
+    // tells the Secret cache which versions are current.
+    let secret_versions = ctx.secrets.clone();
     let secrets = watcher(
         api_for::<PartialObjectMeta<Secret>>(&client, ns),
         wc.clone(),
     )
+    .inspect(move |e| {
+        if let Ok(e) = e {
+            secret_versions.observe(e);
+        }
+    })
     .touched_objects();
     let snic_configs = api_for::<SmartNicConfiguration>(&client, ns);
     let port_ctl = switch_ports(&watches, &harness, &ctx, secrets, woken.ports);
@@ -795,11 +803,9 @@ where
             )
         })
         .reconcile_on(notices(notices_rx))
-        // A reconcile waiting on its switch's batch holds its slot, so the slots bound
-        // how many ports can wait on the workers at once, and with them the batch
-        // sizes (measured: 50 switches x 20 ports linked at once, 64 slots: batches
-        // of 1.4 ports, 3.5 s; 2048 slots: 8.4 ports, 1.5 s — but 10,000 idle ports
-        // then cost 24 % of a core and 155 MiB instead of 0.9 % and 80 MiB).
+        // A reconcile hands its device change to the switch's worker and returns
+        // (hand-offs), so the slots no longer bound the batch sizes; they bound the
+        // reconciles computing at once.
         .with_config(Config::default().concurrency(PORT_RECONCILES));
     h.run(
         "SwitchPort",
@@ -820,7 +826,16 @@ fn switches(
     let s3 = w.switches.store.clone();
     let controller =
         Controller::for_shared_stream(w.switches.subscribe(), w.switches.store.clone())
-            .owns_shared_stream(w.ports.subscribe())
+            // A port's first events (no status yet: just created, by this controller
+            // or ahead of it by a user) are what the Switch keeps its ports by; its
+            // deletion wakes the Switch through the deletion hook. A port's status
+            // changes say nothing the Switch shows, and at 10,000 ports they woke every
+            // Switch on every transition (measured: most of the operator's CPU).
+            .owns_shared_stream(
+                w.ports
+                    .subscribe()
+                    .filter(|p| futures::future::ready(p.status.is_none())),
+            )
             .watches_shared_stream(w.providers.subscribe(), move |p| {
                 let ns = p.namespace();
                 triggers::switches_of_providers(&s3.state(), ns.as_deref(), &[p.name_any()])

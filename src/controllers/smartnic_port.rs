@@ -71,7 +71,7 @@ struct Chain {
 }
 
 struct World {
-    provider: Option<ProviderSwitch>,
+    provider: Option<Arc<ProviderSwitch>>,
     config: Option<SmartNicConfiguration>,
     desired: Option<PortTarget>,
     chain: Option<Chain>,
@@ -544,7 +544,7 @@ async fn reconcile_in(
     status.provider = Some(port.spec.provider.name.clone());
     status.device_port = Some(port.spec.port_name.clone());
     report_forbidden(&mut status, &world.tenancy, port.metadata.generation);
-    let worker = ctx.running_worker(world.provider.as_ref(), None);
+    let worker = ctx.running_worker(world.provider.as_deref(), None);
     let drift_notice = worker.as_ref().and_then(|e| e.worker.drift_notice(&key));
     let outage = worker.as_ref().and_then(|e| e.worker.outage());
     let steps = SmartNicSteps {

@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use serde_json::json;
 
-use super::context::{Context, device_key, fetch_secret, switch_device_ports};
+use super::context::{Context, device_key, switch_device_ports};
 use super::{ControllerError, write_status};
 use crate::api::keys::{FINALIZER, SWITCH_LABEL};
 use crate::api::{Switch, SwitchPort, SwitchPortSpec};
@@ -57,9 +57,9 @@ async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> 
         name: provider.name_any(),
         errors,
     })?;
-    let secret = fetch_secret(&ctx.client, &provider).await?;
-    check_credentials(&provider, secret.as_ref())?;
-    let entry = ctx.ensure_worker(&provider, secret.as_ref(), &switch_device_ports(switch))?;
+    let secret = ctx.secrets.of_provider(&ctx.client, &provider).await?;
+    check_credentials(&provider, secret.as_deref())?;
+    let entry = ctx.ensure_worker(&provider, secret.as_deref(), &switch_device_ports(switch))?;
     Ok(entry.worker.reachability())
 }
 
@@ -116,7 +116,7 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
         .state()
         .into_iter()
         .filter(|p| {
-            p.namespace().as_deref() == Some(ns.as_str())
+            p.metadata.namespace.as_deref() == Some(ns.as_str())
                 && p.labels().get(SWITCH_LABEL) == Some(&name)
         })
         .collect();

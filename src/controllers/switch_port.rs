@@ -21,8 +21,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::context::{
-    Carried, Context, TenancyVerdict, fetch_secret, report_forbidden, switch_device_ports,
-    with_pool_names,
+    Carried, Context, TenancyVerdict, report_forbidden, switch_device_ports, with_pool_names,
 };
 use super::port_loop::{DriveInput, PortRecord, PortSteps, ValidatedPort, drive_port};
 use super::port_record::KubeRecord;
@@ -43,10 +42,10 @@ use crate::worker::PortKey;
 
 /// What a SwitchPort refers to, read once per reconcile.
 struct PortWorld {
-    switch: Option<Switch>,
+    switch: Option<Arc<Switch>>,
     definition: Option<SwitchPortDefinition>,
-    provider: Option<ProviderSwitch>,
-    secret: Option<Secret>,
+    provider: Option<Arc<ProviderSwitch>>,
+    secret: Option<Arc<Secret>>,
     desired: Option<PortTarget>,
     config: Option<SwitchPortConfiguration>,
     device_port: Option<String>,
@@ -83,7 +82,7 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         .as_ref()
         .and_then(|s| stores.provider(&ns, &s.spec.provider.name));
     let secret = match &provider {
-        Some(p) => fetch_secret(client, p).await?,
+        Some(p) => ctx.secrets.of_provider(client, p).await?,
         None => None,
     };
     let (desired, config) = match &port.spec.configuration {
@@ -239,6 +238,15 @@ async fn group_peers(
 /// the linked configuration against the device's capabilities, the tenancy verdict,
 /// the cabled NIC's MAC and the link-aggregation group.
 fn validate(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> ValidatedPort {
+    let device_port = world
+        .device_port
+        .as_deref()
+        .ok_or_else(|| Failure::PortNotDefined {
+            port: port.name_any(),
+        })
+        .and_then(|name| {
+            PortName::parse(name).map_err(|error| Failure::InvalidPortName { field: None, error })
+        });
     let device = (|| {
         let Some(switch) = &world.switch else {
             return Err(Failure::SwitchNotFound);
@@ -253,22 +261,14 @@ fn validate(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> ValidatedPor
             name: provider.name_any(),
             errors,
         })?;
-        let entry = ctx.ensure_worker(
+        let entry = ctx.port_worker(
             provider,
-            world.secret.as_ref(),
-            &switch_device_ports(switch),
+            world.secret.as_deref(),
+            device_port.as_ref().ok(),
+            || switch_device_ports(switch),
         )?;
         Ok(entry.handle())
     })();
-    let device_port = world
-        .device_port
-        .as_deref()
-        .ok_or_else(|| Failure::PortNotDefined {
-            port: port.name_any(),
-        })
-        .and_then(|name| {
-            PortName::parse(name).map_err(|error| Failure::InvalidPortName { field: None, error })
-        });
     ValidatedPort::new(device_port, device, |capabilities| {
         desired(port, world, capabilities)
     })
@@ -428,7 +428,7 @@ async fn reconcile_in(
         namespace: ns.clone(),
         name,
     };
-    let worker = ctx.running_worker(world.provider.as_ref(), world.secret.as_ref());
+    let worker = ctx.running_worker(world.provider.as_deref(), world.secret.as_deref());
     let drift_notice = worker.as_ref().and_then(|e| e.worker.drift_notice(&key));
     let outage = worker.as_ref().and_then(|e| e.worker.outage());
     let input = DriveInput {

@@ -30,7 +30,7 @@ use patchbay::api::{
     SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration, crds,
 };
 use patchbay::backends::Backends;
-use patchbay::controllers::context::fetch_secret;
+use patchbay::controllers::secrets::fetch_secret;
 use patchbay::settings::Settings;
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 
