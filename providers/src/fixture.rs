@@ -80,6 +80,21 @@ impl LoggedOperation {
     }
 }
 
+#[derive(Debug)]
+struct FixtureState {
+    ports: BTreeMap<PortName, ObservedPort>,
+    capabilities: Capabilities,
+    latency: Duration,
+    unreachable: bool,
+    next_failures: VecDeque<FixtureFailure>,
+    port_failures: BTreeMap<PortName, FixtureFailure>,
+    log: VecDeque<LoggedOperation>,
+    /// At most this many entries are kept (the oldest go first); `None`: all.
+    log_limit: Option<usize>,
+    sessions_open: usize,
+    max_sessions_seen: usize,
+}
+
 impl FixtureState {
     /// Logs `op`, dropping the oldest entries beyond the limit.
     fn record(&mut self, op: LoggedOperation) {
@@ -94,21 +109,6 @@ impl FixtureState {
             }
         }
     }
-}
-
-#[derive(Debug)]
-struct FixtureState {
-    ports: BTreeMap<PortName, ObservedPort>,
-    capabilities: Capabilities,
-    latency: Duration,
-    unreachable: bool,
-    next_failures: VecDeque<FixtureFailure>,
-    port_failures: BTreeMap<PortName, FixtureFailure>,
-    log: VecDeque<LoggedOperation>,
-    /// At most this many entries are kept (the oldest go first); `None`: all.
-    log_limit: Option<usize>,
-    sessions_open: usize,
-    max_sessions_seen: usize,
 }
 
 /// An in-memory switch. See the module documentation.

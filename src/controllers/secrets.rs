@@ -61,11 +61,16 @@ pub async fn fetch_secret(
     client: &Client,
     provider: &ProviderSwitch,
 ) -> Result<Option<Secret>, kube::Error> {
-    let Some((ns, name)) = credentials_key(provider) else {
-        return Ok(None);
-    };
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .get_opt(&name)
+    match credentials_key(provider) {
+        Some(key) => get(client, &key).await,
+        None => Ok(None),
+    }
+}
+
+/// Secret `key` as the API server has it now.
+async fn get(client: &Client, (ns, name): &Key) -> Result<Option<Secret>, kube::Error> {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
         .await
 }
 
@@ -85,7 +90,12 @@ impl SecretCache {
         match event {
             watcher::Event::Apply(o) => {
                 if let Some((k, rv)) = key_of(o) {
-                    if inner.held.get(&k).and_then(|s| s.resource_version()) != Some(rv.clone()) {
+                    // A held copy of another version is never served again.
+                    if inner
+                        .held
+                        .get(&k)
+                        .is_some_and(|s| s.metadata.resource_version.as_ref() != Some(&rv))
+                    {
                         inner.held.remove(&k);
                     }
                     inner.versions.insert(k, rv);
@@ -140,10 +150,7 @@ impl SecretCache {
         if let Some(s) = self.current(&key) {
             return Ok(Some(s));
         }
-        let read = Api::<Secret>::namespaced(client.clone(), &key.0)
-            .get_opt(&key.1)
-            .await?
-            .map(Arc::new);
+        let read = get(client, &key).await?.map(Arc::new);
         let mut inner = self.inner.lock();
         match &read {
             Some(s) => {
@@ -156,8 +163,9 @@ impl SecretCache {
         Ok(read)
     }
 
-    /// How many Secrets' data it holds (for tests).
-    pub fn held(&self) -> usize {
+    /// How many Secrets' data it holds.
+    #[cfg(test)]
+    fn held(&self) -> usize {
         self.inner.lock().held.len()
     }
 }
