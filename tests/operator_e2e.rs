@@ -1069,3 +1069,74 @@ async fn a_graceful_stop_lets_handed_off_changes_finish() {
     assert_eq!(device.write_count(), writes, "{:?}", device.operations());
     env.finish().await;
 }
+
+/// A Switch keeps exactly one SwitchPort per `spec.ports` entry: it creates each
+/// missing one once (counted at the API server: however many times the Switch is
+/// reconciled before the creates' watch events arrive, here held back 2 s), adopts
+/// one a user created ahead of its entry, and deletes one whose entry is removed.
+#[tokio::test]
+async fn a_switch_creates_each_port_once_adopts_one_made_ahead_and_deletes_a_removed_one() {
+    let env = Env::start("switch-ports").await;
+    let creates = |env: &Env| {
+        env.cluster
+            .devplane()
+            .map(|plane| plane.request_count("create", "switchports"))
+    };
+    let before = creates(&env);
+    // The port cache lags the creates by 2 s: the Switch's own status write wakes it
+    // again before its ports' first events arrive.
+    if let Some(plane) = env.cluster.devplane() {
+        plane.delay_watch_events("switchports", Duration::from_secs(2));
+    }
+    env.switch(
+        "tor-1",
+        &[
+            ("p1", "Gi0/1", None),
+            ("p2", "Gi0/2", None),
+            ("p3", "Gi0/3", None),
+        ],
+        "Reconcile",
+    )
+    .await;
+    // Let the Switch's later reconciles (its ports' first events) run.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    if let (Some(before), Some(after)) = (before, creates(&env)) {
+        assert_eq!(after - before, 3, "SwitchPort creates");
+    }
+    if let Some(plane) = env.cluster.devplane() {
+        plane.delay_watch_events("switchports", Duration::ZERO);
+    }
+    let ahead: SwitchPort = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPort",
+        "metadata": {"name": "ahead"}, "spec": {}
+    }))
+    .unwrap();
+    env.api::<SwitchPort>()
+        .create(&PostParams::default(), &ahead)
+        .await
+        .unwrap();
+    env.api::<Switch>()
+        .patch(
+            "tor-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ports": {"p3": null, "ahead": {"name": "Gi0/4"}}}})),
+        )
+        .await
+        .unwrap();
+    let adopted = env
+        .wait_for("ahead", "adopted by its Switch", |p| {
+            p.labels().get("patchbay.dev/switch").map(String::as_str) == Some("tor-1")
+        })
+        .await;
+    assert_eq!(adopted.owner_references()[0].kind, "Switch");
+    assert_eq!(adopted.owner_references()[0].name, "tor-1");
+    let api = env.api::<SwitchPort>();
+    eventually(20, "p3 deleted", || async {
+        api.get_opt("p3").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    for kept in ["p1", "p2", "ahead"] {
+        assert!(api.get_opt(kept).await.unwrap().is_some(), "{kept} kept");
+    }
+    env.finish().await;
+}

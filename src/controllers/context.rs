@@ -24,6 +24,7 @@ use crate::api::{
 use crate::backends::Backends;
 use crate::decide::failure::BackendError;
 use crate::decide::phases::cabled_nic;
+use crate::decide::port_index::PortIndex;
 use crate::decide::tenancy::Grants;
 use crate::grants::GrantsCache;
 use crate::settings::Settings;
@@ -435,10 +436,16 @@ pub struct Context {
     pub probes: super::Probes,
     /// The credentials Secrets, cached by version.
     pub secrets: Arc<super::secrets::SecretCache>,
+    /// The SwitchPorts of each Switch, kept from the port watch's events.
+    pub port_index: SharedPortIndex,
     /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
     /// name), whatever uses it (Switches, SmartNicPorts).
     workers: Mutex<HashMap<DeviceKey, Arc<WorkerEntry>>>,
 }
+
+/// The port index ([`PortIndex`]) the port watch keeps and the Switch controller and
+/// the wakes read.
+pub type SharedPortIndex = Arc<parking_lot::RwLock<PortIndex>>;
 
 /// A device as the workers know it: its ProviderSwitch's namespace and name. One
 /// ProviderSwitch is one device, so every Switch and SmartNicPort naming it shares
@@ -515,6 +522,7 @@ impl Context {
             ports,
             stores,
             secrets: Arc::default(),
+            port_index: Arc::default(),
             workers: Mutex::new(HashMap::new()),
         }
     }

@@ -13,6 +13,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::context::{Context, device_key, switch_device_ports};
@@ -99,6 +100,11 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
     }))
 }
 
+/// Keeps one SwitchPort per `spec.ports` entry. The Switch's ports come from the port
+/// index, not a scan of the cache; a port missing there is created (one request;
+/// a 409 means it exists: read it and adopt it unless another controller owns it)
+/// and recorded in the index at once, so a reconcile that runs before the create's
+/// watch event does not create or read it again.
 async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerError> {
     let ns = switch.namespace().unwrap_or_default();
     let name = switch.name_any();
@@ -111,70 +117,75 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
         controller: Some(true),
         block_owner_deletion: Some(true),
     };
-    let ours: Vec<Arc<SwitchPort>> = ctx
-        .ports
-        .state()
+    let known: std::collections::BTreeSet<Arc<str>> = ctx
+        .port_index
+        .read()
+        .of_switch(&ns, &name)
         .into_iter()
-        .filter(|p| {
-            p.metadata.namespace.as_deref() == Some(ns.as_str())
-                && p.labels().get(SWITCH_LABEL) == Some(&name)
-        })
         .collect();
-    let known: std::collections::HashSet<String> = ours.iter().map(|p| p.name_any()).collect();
     for key in switch.spec.ports.keys() {
-        if known.contains(key) {
+        if known.contains(key.as_str()) {
             continue;
         }
-        match api.get_opt(key).await? {
-            None => {
-                let port = SwitchPort {
-                    metadata: ObjectMeta {
-                        name: Some(key.clone()),
-                        namespace: Some(ns.clone()),
-                        labels: Some([(SWITCH_LABEL.to_string(), name.clone())].into()),
-                        owner_references: Some(vec![owner.clone()]),
-                        ..Default::default()
-                    },
-                    spec: SwitchPortSpec::default(),
-                    status: None,
-                };
-                match api.create(&PostParams::default(), &port).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
+        let port = SwitchPort {
+            metadata: ObjectMeta {
+                name: Some(key.clone()),
+                namespace: Some(ns.clone()),
+                labels: Some([(SWITCH_LABEL.to_string(), name.clone())].into()),
+                owner_references: Some(vec![owner.clone()]),
+                ..Default::default()
+            },
+            spec: SwitchPortSpec::default(),
+            status: None,
+        };
+        match api.create(&PostParams::default(), &port).await {
+            Ok(_) => {
+                ctx.port_index.write().apply(&ns, key, Some(&name));
+                continue;
             }
-            Some(p) => {
-                // Created ahead of time by a user: adopt it, unless another controller
-                // owns it.
-                let foreign = p
-                    .owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && o.uid != owner.uid);
-                let owned = p.owner_references().iter().any(|o| o.uid == owner.uid);
-                let labelled = p.labels().get(SWITCH_LABEL) == Some(&name);
-                if !(foreign || owned && labelled) {
-                    let mut refs = p.owner_references().to_vec();
-                    if !owned {
-                        refs.push(owner.clone());
-                    }
-                    api.patch(
-                        key,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"metadata": {
-                            "labels": {SWITCH_LABEL: name},
-                            "ownerReferences": refs,
-                        }})),
-                    )
-                    .await?;
-                }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Created ahead of time by a user: adopt it, unless another controller owns
+        // it. (Gone again since the 409: the next reconcile creates it.)
+        let Some(p) = api.get_opt(key).await? else {
+            continue;
+        };
+        let foreign = p
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && o.uid != owner.uid);
+        let owned = p.owner_references().iter().any(|o| o.uid == owner.uid);
+        let labelled = p.labels().get(SWITCH_LABEL) == Some(&name);
+        if !(foreign || owned && labelled) {
+            let mut refs = p.owner_references().to_vec();
+            if !owned {
+                refs.push(owner.clone());
             }
+            api.patch(
+                key,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {
+                    "labels": {SWITCH_LABEL: name},
+                    "ownerReferences": refs,
+                }})),
+            )
+            .await?;
+            ctx.port_index.write().apply(&ns, key, Some(&name));
         }
     }
-    for p in &ours {
-        if !switch.spec.ports.contains_key(&p.name_any()) && p.metadata.deletion_timestamp.is_none()
-        {
-            api.delete(&p.name_any(), &DeleteParams::default()).await?;
+    // Labelled for this Switch but not in its spec: deleted (as the cache shows it,
+    // still labelled for this Switch; a port only this process's create recorded is
+    // one of the spec's).
+    for port in known {
+        if switch.spec.ports.contains_key(&*port) {
+            continue;
+        }
+        let Some(p) = ctx.ports.get(&ObjectRef::new(&port).within(&ns)) else {
+            continue;
+        };
+        if p.labels().get(SWITCH_LABEL) == Some(&name) && p.metadata.deletion_timestamp.is_none() {
+            api.delete(&port, &DeleteParams::default()).await?;
         }
     }
     Ok(())

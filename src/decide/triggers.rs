@@ -13,7 +13,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION, SWITCH_LABEL};
+use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION};
 use crate::api::metal3::BareMetalHost;
 use crate::api::server::{CabledPortKind, ServerNic};
 use crate::api::{
@@ -21,6 +21,7 @@ use crate::api::{
     SwitchPortConfiguration,
 };
 use crate::decide::phases::{bare_metal_host_nics, cabled_to};
+use crate::decide::port_index::PortIndex;
 
 /// Whether `reference`, held by an object of namespace `holder_ns`, names object
 /// `name` of namespace `ns` (a reference without namespace means the holder's).
@@ -54,24 +55,18 @@ pub fn ports_using_configuration(
     linked_to(ports, ns, name, |p| p.spec.configuration.as_ref())
 }
 
-/// Ports of the Switches named `switches` in namespace `ns`.
+/// Ports of the Switches named `switches` in namespace `ns` (by their Switch label,
+/// looked up in the index rather than scanned).
 pub fn ports_of_switches(
-    ports: &[Arc<SwitchPort>],
+    index: &PortIndex,
     ns: Option<&str>,
     switches: &[String],
 ) -> Vec<ObjectRef<SwitchPort>> {
-    if switches.is_empty() {
-        return Vec::new();
-    }
-    ports
+    let ns = ns.unwrap_or_default();
+    switches
         .iter()
-        .filter(|p| {
-            p.namespace().as_deref() == ns
-                && p.labels()
-                    .get(SWITCH_LABEL)
-                    .is_some_and(|s| switches.contains(s))
-        })
-        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .flat_map(|s| index.of_switch(ns, s))
+        .map(|name| ObjectRef::new(&name).within(ns))
         .collect()
 }
 
@@ -90,7 +85,7 @@ pub fn switches_of_providers(
 
 /// Ports whose Switch's ProviderSwitch reads the Secret `ns/name`.
 pub fn ports_using_secret(
-    ports: &[Arc<SwitchPort>],
+    ports: &PortIndex,
     switches: &[Arc<Switch>],
     providers: &[Arc<ProviderSwitch>],
     ns: Option<&str>,
@@ -397,6 +392,7 @@ pub fn hosts_provisioned_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::keys::SWITCH_LABEL;
     use serde_json::json;
 
     fn obj<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<K> {
@@ -409,6 +405,14 @@ mod tests {
             "metadata": {"name": name, "namespace": ns, "labels": {SWITCH_LABEL: switch}},
             "spec": {"configuration": cfg}
         }))
+    }
+
+    fn index_of(ports: &[Arc<SwitchPort>]) -> PortIndex {
+        let mut index = PortIndex::default();
+        for p in ports {
+            index.put(p);
+        }
+        index
     }
 
     fn names_of<K: kube::Resource>(refs: Vec<ObjectRef<K>>) -> Vec<String> {
@@ -480,10 +484,14 @@ mod tests {
         );
         // A Switch: its ports in its namespace only.
         assert_eq!(
-            names_of(ports_of_switches(&ports, Some("infra"), &["tor-1".into()])),
+            names_of(ports_of_switches(
+                &index_of(&ports),
+                Some("infra"),
+                &["tor-1".into()]
+            )),
             ["p1", "p2"]
         );
-        assert!(ports_of_switches(&ports, Some("infra"), &[]).is_empty());
+        assert!(ports_of_switches(&index_of(&ports), Some("infra"), &[]).is_empty());
         // A ProviderSwitch whose name is not its Switch's.
         assert_eq!(
             switches_of_providers(&switches, Some("infra"), &["tor-2-ssh".into()]),
@@ -492,7 +500,7 @@ mod tests {
         // A Secret: through the providers that read it, wherever it lives.
         assert_eq!(
             names_of(ports_using_secret(
-                &ports,
+                &index_of(&ports),
                 &switches,
                 &providers,
                 Some("infra"),
@@ -502,7 +510,7 @@ mod tests {
         );
         assert_eq!(
             names_of(ports_using_secret(
-                &ports,
+                &index_of(&ports),
                 &switches,
                 &providers,
                 Some("vault"),
@@ -510,7 +518,10 @@ mod tests {
             )),
             ["p3"]
         );
-        assert!(ports_using_secret(&ports, &switches, &providers, Some("infra"), "x").is_empty());
+        assert!(
+            ports_using_secret(&index_of(&ports), &switches, &providers, Some("infra"), "x")
+                .is_empty()
+        );
     }
 
     #[test]
