@@ -142,6 +142,10 @@ pub struct Backends {
     pub fixture_log_limit: Option<usize>,
     /// The `ansible-playbook` the Ansible backend runs.
     pub ansible_playbook: std::path::PathBuf,
+    /// How long a NETCONF session is kept for the next batch
+    /// ([`NetconfOptions::keep_session`]); the controllers set it to the batch
+    /// window.
+    pub netconf_keep_session: Duration,
 }
 
 impl Default for Backends {
@@ -151,6 +155,7 @@ impl Default for Backends {
             fixture_latency: Duration::ZERO,
             fixture_log_limit: None,
             ansible_playbook: "ansible-playbook".into(),
+            netconf_keep_session: Duration::ZERO,
         }
     }
 }
@@ -185,7 +190,11 @@ impl Backends {
                 self.fixture_log_limit,
             ))),
             Backend::Ssh => Ok(Arc::new(cli_switch(provider, secret)?)),
-            Backend::Netconf => Ok(Arc::new(netconf_switch(provider, secret)?)),
+            Backend::Netconf => Ok(Arc::new(netconf_switch(
+                provider,
+                secret,
+                self.netconf_keep_session,
+            )?)),
             Backend::Ansible => Ok(Arc::new(ansible_switch(
                 provider,
                 secret,
@@ -455,11 +464,12 @@ pub fn ansible_switch(
     ))
 }
 
-/// Builds the NETCONF backend for `provider` from its Secret. Reads no value into an
-/// error message.
+/// Builds the NETCONF backend for `provider` from its Secret, keeping a session
+/// `keep_session` for the next call. Reads no value into an error message.
 pub fn netconf_switch(
     provider: &ProviderSwitch,
     secret: Option<&Secret>,
+    keep_session: Duration,
 ) -> Result<NetconfSwitch, BackendError> {
     check_credentials(provider, secret)?;
     let os = os_word(provider);
@@ -477,6 +487,7 @@ pub fn netconf_switch(
         NetconfOptions {
             command_timeout,
             confirm_timeout: command_timeout * 2,
+            keep_session,
         },
     ))
 }

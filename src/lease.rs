@@ -28,7 +28,6 @@
 //! one switch.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -41,26 +40,33 @@ use crate::decide::lease::{LeaseStep, Timings, decide};
 /// Whether this replica may open device sessions: always without leader election;
 /// with it, only while it holds the Lease and has renewed it within the deadline.
 /// One per operator: the elector sets it, the switch workers check it before every
-/// session. Clones share it.
+/// session and close a session kept for the next batch as soon as it closes
+/// ([`DeviceGate::subscribe`]). Clones share it.
 #[derive(Debug, Clone)]
-pub struct DeviceGate(Arc<AtomicBool>);
+pub struct DeviceGate(Arc<watch::Sender<bool>>);
 
 impl Default for DeviceGate {
     /// Open: no election, devices allowed.
     fn default() -> Self {
-        Self(Arc::new(AtomicBool::new(true)))
+        Self(Arc::new(watch::Sender::new(true)))
     }
 }
 
 impl DeviceGate {
     /// Whether device sessions may be opened now.
     pub fn allows(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        *self.0.borrow()
     }
 
     /// Opens or closes the gate.
     pub fn set(&self, allowed: bool) {
-        self.0.store(allowed, Ordering::SeqCst);
+        self.0
+            .send_if_modified(|now| std::mem::replace(now, allowed) != allowed);
+    }
+
+    /// Follows the gate: each change is seen once (`changed`).
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.0.subscribe()
     }
 }
 

@@ -866,6 +866,7 @@ async fn run(
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_arrival: Option<tokio::time::Instant> = None;
     let mut lobby = Lobby::default();
+    let mut gate = shared.probes.devices.subscribe();
     loop {
         let probe_in = shared.probe_wait();
         let group_due = lobby.next_deadline(&config);
@@ -873,13 +874,20 @@ async fn run(
             biased;
             replacement = replacements.recv() => {
                 let Some(r) = replacement else { return };
-                // One writer: every session of the old device ends before the
-                // first one of the new opens.
+                // One writer: every session of the old device ends (a kept one
+                // too) before the first one of the new opens.
                 driver.drain().await;
+                driver.device.close_idle().await;
                 driver = Driver::new(r.device, r.max_sessions);
                 *shared.backend.lock() = r.backend;
                 shared.restart();
                 sweep.reset_immediately();
+            }
+            Ok(()) = gate.changed() => {
+                // The lease is lost: a session kept for the next batch ends now.
+                if !*gate.borrow_and_update() {
+                    driver.device.close_idle().await;
+                }
             }
             job = rx.recv() => {
                 let Some(first) = job else { return };
@@ -920,6 +928,7 @@ async fn run(
                 let (device, shared) = (driver.device.clone(), shared.clone());
                 tokio::spawn(async move {
                     check(device.as_ref(), &shared).await;
+                    close_idle_if_not_leading(device.as_ref(), &shared).await;
                     drop(permit);
                 });
             }
@@ -936,6 +945,7 @@ async fn run(
                 let (device, shared) = (driver.device.clone(), shared.clone());
                 tokio::spawn(async move {
                     check(device.as_ref(), &shared).await;
+                    close_idle_if_not_leading(device.as_ref(), &shared).await;
                     shared.health.lock().sweeping = false;
                     drop(permit);
                 });
@@ -986,6 +996,7 @@ async fn dispatch(
             let (device, shared) = (driver.device.clone(), shared.clone());
             tokio::spawn(async move {
                 run_batch(device.as_ref(), &shared, batch).await;
+                close_idle_if_not_leading(device.as_ref(), &shared).await;
                 drop(permit);
             });
             true
@@ -1003,6 +1014,14 @@ fn not_leading() -> WorkerError {
         during: "opening a device session".into(),
         cause: Cause::msg("this replica does not hold the leader lease"),
     })
+}
+
+/// Closes the session a backend kept for the next batch when the lease was lost
+/// while the session ran (the gate's change found nothing kept then).
+async fn close_idle_if_not_leading(device: &dyn Device, shared: &Shared) {
+    if !shared.probes.devices.allows() {
+        device.close_idle().await;
+    }
 }
 
 /// `f` within the batch bound, if there is one, counted as an open session.
@@ -1330,6 +1349,44 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// A session a backend keeps for the next batch (NETCONF) is closed the moment
+    /// the replica loses the lease (each loss once), not when its time is up.
+    #[tokio::test]
+    async fn losing_the_lease_closes_a_session_kept_for_the_next_batch_at_once() {
+        let mut device = patchbay_providers::MockDevice::new();
+        device
+            .expect_capabilities()
+            .returning(patchbay_providers::Capabilities::all);
+        device.expect_get_ports().returning(|_| Ok(Vec::new()));
+        let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = closed.clone();
+        device.expect_close_idle().returning(move || {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        let probes = crate::controllers::Probes::default();
+        let _worker = SwitchWorker::spawn(
+            Arc::new(device),
+            WorkerConfig {
+                probes: probes.clone(),
+                ..config()
+            },
+            vec![p("Gi0/1")],
+            Arc::new(|_| {}),
+        );
+        let count = || closed.load(std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(count(), 0, "nothing closed while leading");
+        for (losses, gate) in [(1, false), (1, false), (1, true), (2, false)] {
+            probes.devices.set(gate);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            while count() < losses && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(count(), losses, "after the gate was set {gate}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -76,6 +76,7 @@ impl Env {
             fixture_latency: self.settings.fixture_latency,
             fixture_log_limit: None,
             ansible_playbook: self.settings.ansible_playbook.clone(),
+            ..Backends::default()
         };
         let handle = tokio::spawn(patchbay::controllers::run(
             self.cluster.client.clone(),

@@ -127,6 +127,12 @@ pub trait Device: Send + Sync {
     /// Reads many ports, with one read of the whole switch where the backend can.
     /// Drift checks use this.
     async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError>;
+
+    /// Closes a session the backend kept open for the next batch, if it keeps one
+    /// (NETCONF, [`crate::netconf::NetconfOptions::keep_session`]): the worker calls
+    /// it when this replica loses the leader lease and before a replacement device
+    /// opens its first session. The default keeps none.
+    async fn close_idle(&self) {}
 }
 
 /// The ports of `results` that were applied (outcome `Ok`), in order: what

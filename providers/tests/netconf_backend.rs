@@ -73,6 +73,7 @@ fn options() -> NetconfOptions {
     NetconfOptions {
         command_timeout: Duration::from_secs(10),
         confirm_timeout: Duration::from_secs(30),
+        keep_session: Duration::ZERO,
     }
 }
 
@@ -1000,4 +1001,66 @@ async fn a_netconf_connection_cut_while_logging_in_is_never_refused_credentials(
             );
         }
     }
+}
+
+/// A session kept for the next call (the operator keeps it for its batch window):
+/// a verified batch, a drift read and a second batch within the window share one
+/// login and send no close-session; the device holds what each committed; the
+/// session is closed at once on `close_idle` (the worker's call on losing the
+/// lease), and by itself when the window passes with no call.
+#[tokio::test]
+async fn a_session_is_kept_for_the_next_call_within_the_window_and_closed_after() {
+    let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
+    let target = netconfd_target(
+        &nc,
+        key(&nc.client_key),
+        HostKeyPolicy::Fingerprint(nc.host_key_fingerprint.clone()),
+    );
+    let sw = NetconfSwitch::new(
+        target.clone(),
+        model::for_os("yang", None).unwrap(),
+        NetconfOptions {
+            keep_session: Duration::from_secs(2),
+            ..options()
+        },
+    )
+    .with_journal();
+    let set = |v: u16| {
+        let mut d = DesiredPort::clean(port("eth1"));
+        d.vlans = VlanMode::Access { vlan: vlan(v) };
+        [patchbay_providers::PortOperation::Set(d)]
+    };
+    let closes = |sw: &NetconfSwitch| {
+        sw.journal()
+            .iter()
+            .filter(|r| *r == "close-session")
+            .count()
+    };
+    for (v, read) in [(51, true), (52, false)] {
+        let results = patchbay_providers::verify::apply_batch_verified(&sw, &set(v))
+            .await
+            .unwrap();
+        assert!(results.iter().all(|r| r.outcome.is_ok()), "{results:?}");
+        if read {
+            sw.get_ports(&[port("eth1")]).await.unwrap();
+        }
+    }
+    assert_eq!(sw.logins(), 1, "{:?}", sw.journal());
+    assert_eq!(closes(&sw), 0, "{:?}", sw.journal());
+    let running = running_xml(&target, sw.model()).await;
+    assert!(
+        running.contains("<access-vlan>52</access-vlan>"),
+        "{running}"
+    );
+    // Closed at once when asked.
+    sw.close_idle().await;
+    assert_eq!(closes(&sw), 1);
+    // The next call logs in again; with no call after it, its session is closed
+    // when the window has passed.
+    sw.get_ports(&[port("eth1")]).await.unwrap();
+    assert_eq!(sw.logins(), 2);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(closes(&sw), 1, "kept within the window");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(closes(&sw), 2, "closed after it: {:?}", sw.journal());
 }

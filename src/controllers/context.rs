@@ -514,8 +514,12 @@ impl Context {
         Self {
             probes: super::Probes::default(),
             client,
+            // A NETCONF session is kept for a batch that follows within the window.
+            backends: Backends {
+                netconf_keep_session: settings.batch_window,
+                ..backends
+            },
             settings,
-            backends,
             events,
             ledger: StatusLedger::default(),
             notices,

@@ -5,7 +5,18 @@
 //! One session per call — a verified batch included: `apply_and_read` reads the
 //! batch back over the session that committed it (edit, commit, confirm where a
 //! confirmed commit is used, read-back: one login), and opens a second only when the
-//! device dropped the first. `apply_batch` reads every port and VLAN of the device with
+//! device dropped the first.
+//!
+//! **A session kept for the next batch.** With [`NetconfOptions::keep_session`]
+//! (the operator sets it to its batch window), the session that ended a call is
+//! kept open that long, idle — no lock held, every commit confirmed — and the next
+//! call within it (a batch, a drift sweep, a probe) uses it instead of logging in
+//! again; it is closed (close-session) when the time is up, when another call's
+//! session is already kept, and at once by [`Device::close_idle`], which the worker
+//! calls when the replica loses the leader lease and before a replaced device
+//! opens its first session. A kept session the device has dropped meanwhile is
+//! noticed by the call's first RPC (the read of running, which changes nothing),
+//! and the call logs in again. `apply_batch` reads every port and VLAN of the device with
 //! one `get-config` of running, plans each port (nothing for a port that already
 //! matches: re-applying sends no edit-config and takes no lock), refuses ports the
 //! device does not have (the model's inventory RPC, one per batch that changes
@@ -68,6 +79,9 @@ pub struct NetconfOptions {
     /// The confirm timeout of a confirmed commit: the device rolls the commit back
     /// when it is not confirmed in time (and at once when the session ends).
     pub confirm_timeout: Duration,
+    /// How long the session that ended a call is kept for the next one (zero:
+    /// closed at once). See the module docs.
+    pub keep_session: Duration,
 }
 
 impl Default for NetconfOptions {
@@ -75,8 +89,24 @@ impl Default for NetconfOptions {
         Self {
             command_timeout: Duration::from_secs(30),
             confirm_timeout: Duration::from_secs(60),
+            keep_session: Duration::ZERO,
         }
     }
+}
+
+/// The session kept for the next call, until `until`; `id` tells a timer whether
+/// the session it was set for is still the one kept.
+struct Kept {
+    session: Session,
+    until: tokio::time::Instant,
+    id: u64,
+}
+
+/// Where a switch's kept session waits (shared by the clones of one switch).
+#[derive(Default)]
+struct KeptSlot {
+    kept: Option<Kept>,
+    next_id: u64,
 }
 
 /// A fault to inject, for tests that prove what the device does when patchbay dies
@@ -96,6 +126,8 @@ pub struct NetconfSwitch {
     options: NetconfOptions,
     journal: Option<Journal>,
     fault: Option<Fault>,
+    kept: Arc<Mutex<KeptSlot>>,
+    logins: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for NetconfSwitch {
@@ -143,6 +175,8 @@ impl NetconfSwitch {
             options,
             journal: None,
             fault: None,
+            kept: Arc::default(),
+            logins: Arc::default(),
         }
     }
 
@@ -178,13 +212,98 @@ impl NetconfSwitch {
         &self.model
     }
 
+    /// How many sessions this switch (and its clones) opened.
+    pub fn logins(&self) -> u64 {
+        self.logins.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     async fn session(&self) -> Result<Session, DeviceError> {
+        self.logins
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Session::open(
             &self.target,
             self.options.command_timeout,
             self.journal.clone(),
         )
         .await
+    }
+
+    /// The kept session, if one is kept and its time is not up.
+    fn take_kept(&self) -> Option<Session> {
+        let kept = self.kept.lock().kept.take()?;
+        if kept.until > tokio::time::Instant::now() {
+            return Some(kept.session);
+        }
+        tokio::spawn(kept.session.close());
+        None
+    }
+
+    /// Ends a call's session: kept for the next call (see the module docs), or
+    /// closed.
+    async fn release(&self, s: Session) {
+        if self.options.keep_session.is_zero() {
+            return s.close().await;
+        }
+        let kept = {
+            let mut slot = self.kept.lock();
+            if slot.kept.is_some() {
+                Err(s)
+            } else {
+                slot.next_id += 1;
+                let (id, until) = (
+                    slot.next_id,
+                    tokio::time::Instant::now() + self.options.keep_session,
+                );
+                slot.kept = Some(Kept {
+                    session: s,
+                    until,
+                    id,
+                });
+                Ok((id, until))
+            }
+        };
+        // Another call's session is kept already: this one is closed.
+        let (id, until) = match kept {
+            Ok(kept) => kept,
+            Err(s) => return s.close().await,
+        };
+        let slot = self.kept.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(until).await;
+            let expired = {
+                let mut slot = slot.lock();
+                match &slot.kept {
+                    Some(k) if k.id == id => slot.kept.take(),
+                    _ => None,
+                }
+            };
+            if let Some(k) = expired {
+                k.session.close().await;
+            }
+        });
+    }
+
+    /// A session and running's `<data>` (the first RPC of every call that
+    /// reads): over the kept session when there is one and it still answers,
+    /// else over a new one.
+    async fn session_and_running(&self) -> Result<(Session, Element), DeviceError> {
+        if let Some(mut s) = self.take_kept() {
+            match self.read_running(&mut s).await {
+                Ok(data) => return Ok((s, data)),
+                Err(e) => {
+                    debug!(error = %e, "the kept NETCONF session no longer answers; logging in again");
+                    s.abandon();
+                }
+            }
+        }
+        let mut s = self.session().await?;
+        match self.read_running(&mut s).await {
+            Ok(data) => Ok((s, data)),
+            Err(e) => {
+                s.close().await;
+                Err(e)
+            }
+        }
     }
 
     /// Opens a session and returns what the device announced (capability URIs).
@@ -571,7 +690,7 @@ impl NetconfSwitch {
         &self,
         ops: &[PortOperation],
     ) -> Result<(Vec<PortResult>, Option<Session>), DeviceError> {
-        let mut s = self.session().await?;
+        let (mut s, data) = self.session_and_running().await?;
         let steps = match transaction::steps(&s.capabilities, self.model.validate()) {
             Ok(steps) => steps,
             Err(why) => {
@@ -580,13 +699,6 @@ impl NetconfSwitch {
                     during: "reading the device's capabilities".into(),
                     cause: Cause::msg(why),
                 });
-            }
-        };
-        let data = match self.read_running(&mut s).await {
-            Ok(d) => d,
-            Err(e) => {
-                s.close().await;
-                return Err(e);
             }
         };
         let (mut outcomes, mut pending) = self.plan(&data, ops);
@@ -735,7 +847,7 @@ impl Device for NetconfSwitch {
         }
         let (results, session) = self.apply(ops).await?;
         if let Some(s) = session {
-            s.close().await;
+            self.release(s).await;
         }
         Ok(results)
     }
@@ -754,7 +866,7 @@ impl Device for NetconfSwitch {
         let applied = crate::device::applied_ports(&results);
         if applied.is_empty() {
             if let Some(s) = session {
-                s.close().await;
+                self.release(s).await;
             }
             return Ok((results, Vec::new()));
         }
@@ -762,16 +874,29 @@ impl Device for NetconfSwitch {
             Some(s) => s,
             None => self.session().await?,
         };
-        let data = self.read_running(&mut s).await;
-        s.close().await;
-        Ok((results, self.read_all(&data?, &applied)))
+        match self.read_running(&mut s).await {
+            Ok(data) => {
+                self.release(s).await;
+                Ok((results, self.read_all(&data, &applied)))
+            }
+            Err(e) => {
+                s.close().await;
+                Err(e)
+            }
+        }
     }
 
     /// One get-config for all the ports.
     async fn get_ports(&self, ports: &[PortName]) -> Result<PortReads, DeviceError> {
-        let mut s = self.session().await?;
-        let data = self.read_running(&mut s).await;
-        s.close().await;
-        Ok(self.read_all(&data?, ports))
+        let (s, data) = self.session_and_running().await?;
+        self.release(s).await;
+        Ok(self.read_all(&data, ports))
+    }
+
+    async fn close_idle(&self) {
+        let kept = self.kept.lock().kept.take();
+        if let Some(k) = kept {
+            k.session.close().await;
+        }
     }
 }

@@ -200,7 +200,8 @@ pub fn device(provider: &Path, secret: Option<&Path>) -> Result<(ProviderSwitch,
             cli_switch(&provider, secret.as_ref()).map_err(|e| invalid(e.to_string()))?,
         ),
         Backend::Netconf => DeviceBackend::Netconf(
-            netconf_switch(&provider, secret.as_ref()).map_err(|e| invalid(e.to_string()))?,
+            netconf_switch(&provider, secret.as_ref(), std::time::Duration::ZERO)
+                .map_err(|e| invalid(e.to_string()))?,
         ),
         Backend::Ansible => {
             let playbook = std::env::var_os("PATCHBAY_ANSIBLE_PLAYBOOK")
