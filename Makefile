@@ -101,19 +101,23 @@ unit: deps kubectl fake-switch ovs netconf ansible
 
 test: fmt-check clippy doc-check unit
 
+# Each run's output is kept in target/bench-out/ (bench/run.sh) and the figures
+# table of docs/benchmarks.md is written from it (bench/table.py).
 bench: deps fake-switch ovs netconf ansible
-	$(CARGO) bench --locked --bench devplane
-	$(CARGO) bench --locked --bench operator
-	$(CARGO) bench --locked --bench ssh
-	$(CARGO) bench --locked --bench ovsdb
-	$(CARGO) bench --locked --bench failures
-	$(CARGO) bench --locked --bench claims
-	$(CARGO) bench --locked --bench hosts
-	$(CARGO) bench --locked --bench netconf
-	$(CARGO) bench --locked --bench ansible
-	$(CARGO) bench --locked --bench fleet
-	$(CARGO) bench --locked --bench tenancy
-	BENCH_TENANCY=1 $(CARGO) bench --locked --bench operator
+	bench/run.sh devplane -- devplane
+	bench/run.sh operator -- operator
+	bench/run.sh ssh -- ssh
+	bench/run.sh ovsdb -- ovsdb
+	bench/run.sh failures -- failures
+	bench/run.sh claims -- claims
+	bench/run.sh hosts -- hosts
+	bench/run.sh netconf -- netconf
+	bench/run.sh ansible -- ansible
+	bench/run.sh fleet -- fleet
+	bench/run.sh tenancy -- tenancy
+	bench/run.sh operator-tenancy BENCH_TENANCY=1 -- operator
+	bench/run.sh operator-100k BENCH_SWITCHES=2000 BENCH_PORTS=50 BENCH_IDLE_SECONDS=30 -- operator
+	python3 bench/table.py target/bench-out docs/benchmarks.md
 
 crds: deps
 	$(CARGO) run --quiet --locked -- crds --out crds

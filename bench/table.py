@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Writes the figures table of docs/benchmarks.md from the benchmarks' own output.
+
+bench/run.sh keeps what each benchmark printed in target/bench-out/<name>.txt, headed
+by the commit, the time and the command. This script puts every kept run into the
+table between the `figures:start` and `figures:end` markers, the printed lines as
+they were printed (cargo's own lines left out), so no figure in that table is typed
+by hand. A benchmark with no kept run keeps its row from the last time.
+
+    python3 bench/table.py [target/bench-out] [docs/benchmarks.md]
+"""
+
+import pathlib
+import re
+import sys
+
+ORDER = [
+    "devplane", "operator", "operator-tenancy", "operator-100k", "ssh", "ovsdb",
+    "failures", "claims", "hosts", "netconf", "ansible", "fleet", "tenancy",
+]
+START = "<!-- figures:start (bench/table.py writes this table from target/bench-out; do not edit) -->"
+END = "<!-- figures:end -->"
+CARGO = re.compile(r"^\s*(Compiling|Finished|Running|Blocking|Updating|Downloaded|Downloading|warning)\b")
+
+
+def row(text: str) -> tuple[str, str]:
+    head = {}
+    printed = []
+    for line in text.splitlines():
+        m = re.match(r"^# (commit|date|command) (.*)$", line)
+        if m and not printed:
+            head[m.group(1)] = m.group(2)
+        elif line.strip() and not CARGO.match(line):
+            printed.append(line.rstrip())
+    cell = "<br>".join(
+        l.replace("|", "\\|").replace("  ", "&nbsp;&nbsp;", 1) if l.startswith("  ") else l.replace("|", "\\|")
+        for l in printed
+    )
+    run = f"{head.get('date', '?')}, `{head.get('commit', '?')}`"
+    return f"| `{head.get('command', '?')}` | {run} | {cell} |", head.get("command", "")
+
+
+def main() -> None:
+    out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/bench-out")
+    doc = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "docs/benchmarks.md")
+    text = doc.read_text()
+    if START not in text or END not in text:
+        sys.exit(f"{doc}: no {START!r} … {END!r} markers")
+    before, rest = text.split(START, 1)
+    old, after = rest.split(END, 1)
+    # Rows of the last time, by name (the first cell's command), kept for benchmarks
+    # that did not run now.
+    kept = {}
+    for line in old.splitlines():
+        m = re.match(r"^\| `[^`]*` \| .*<!-- (\S+) -->$", line)
+        if m:
+            kept[m.group(1)] = line
+    runs = {p.stem: p.read_text() for p in out.glob("*.txt")}
+    rows = []
+    for name in ORDER + sorted(set(runs) - set(ORDER)):
+        if name in runs:
+            line, _ = row(runs[name])
+            rows.append(f"{line} <!-- {name} -->")
+        elif name in kept:
+            rows.append(kept[name])
+    table = "\n".join(
+        ["", "| command | run | what it printed |", "|---|---|---|", *rows, ""]
+    )
+    doc.write_text(before + START + table + END + after)
+    print(f"{doc}: {len(rows)} rows ({len(runs)} from {out})")
+
+
+if __name__ == "__main__":
+    main()
