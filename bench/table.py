@@ -23,6 +23,12 @@ END = "<!-- figures:end -->"
 CARGO = re.compile(r"^\s*(Compiling|Finished|Running|Blocking|Updating|Downloaded|Downloading|warning)\b")
 
 
+def indent(line: str) -> str:
+    """The line with its leading spaces kept (markdown drops them)."""
+    body = line.lstrip(" ")
+    return "&nbsp;" * (len(line) - len(body)) + body
+
+
 def row(text: str) -> tuple[str, str]:
     head = {}
     printed = []
@@ -32,10 +38,7 @@ def row(text: str) -> tuple[str, str]:
             head[m.group(1)] = m.group(2)
         elif line.strip() and not CARGO.match(line):
             printed.append(line.rstrip())
-    cell = "<br>".join(
-        l.replace("|", "\\|").replace("  ", "&nbsp;&nbsp;", 1) if l.startswith("  ") else l.replace("|", "\\|")
-        for l in printed
-    )
+    cell = "<br>".join(indent(l).replace("|", "\\|") for l in printed)
     run = f"{head.get('date', '?')}, `{head.get('commit', '?')}`"
     return f"| `{head.get('command', '?')}` | {run} | {cell} |", head.get("command", "")
 
