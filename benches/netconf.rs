@@ -16,14 +16,14 @@
 //! Targets (issue 15): the 48-port batch <= 2x the single port; >= 5x faster than the
 //! per-port ncclient baseline. Env: BENCH_ROUNDS (default 7).
 
+#[path = "../providers/tests/support/netconfd.rs"]
+mod netconfd;
 mod support;
 
 use std::time::Duration;
 
 use patchbay_providers::Device as _;
-use patchbay_providers::cli::{Auth, HostKeyPolicy, SshTarget};
 use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
-use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 use patchbay_testbed::{NetconfTarget, Netconfd};
 use support::{baseline, median, ops, timed};
@@ -34,17 +34,7 @@ fn main() {
     let ports: Vec<PortName> = (1..=48)
         .map(|i| PortName::parse(&format!("eth{i}")).unwrap())
         .collect();
-    let target = SshTarget {
-        address: nc.address.clone(),
-        port: nc.port,
-        username: nc.username.clone(),
-        auth: Auth::PrivateKey {
-            pem: SecretString::new(nc.client_key.clone()),
-            passphrase: None,
-        },
-        host_key: HostKeyPolicy::Fingerprint(nc.host_key_fingerprint.clone()),
-        connect_timeout: Duration::from_secs(10),
-    };
+    let target = netconfd::login(&nc);
     let sw = NetconfSwitch::new(
         target.clone(),
         model::for_os("yang", None).unwrap(),

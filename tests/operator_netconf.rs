@@ -9,15 +9,17 @@
 
 mod support;
 
+/// How the test logs in to the device itself (another NETCONF client).
+#[path = "../providers/tests/support/netconfd.rs"]
+mod netconfd;
+
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
 use patchbay::api::{PortState, SwitchPortConfiguration};
-use patchbay_providers::cli::{Auth, HostKeyPolicy, SshTarget};
 use patchbay_providers::netconf::rpc::{Datastore, Operation};
 use patchbay_providers::netconf::session::Session;
 use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
-use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::{PortName, VlanId};
 use patchbay_providers::{Device as _, VlanMode};
 use patchbay_testbed::{NetconfTarget, Netconfd};
@@ -34,25 +36,10 @@ fn vlan(n: u16) -> VlanId {
     VlanId::new(n).unwrap()
 }
 
-/// How the test logs in to the device itself (another NETCONF client).
-fn login(nc: &Netconfd) -> SshTarget {
-    SshTarget {
-        address: nc.address.clone(),
-        port: nc.port,
-        username: nc.username.clone(),
-        auth: Auth::PrivateKey {
-            pem: SecretString::new(nc.client_key.clone()),
-            passphrase: None,
-        },
-        host_key: HostKeyPolicy::Fingerprint(nc.host_key_fingerprint.clone()),
-        connect_timeout: Duration::from_secs(10),
-    }
-}
-
 /// The test's own view of the device.
 fn own_session(nc: &Netconfd) -> NetconfSwitch {
     NetconfSwitch::new(
-        login(nc),
+        netconfd::login(nc),
         model::for_os("yang", None).unwrap(),
         NetconfOptions::default(),
     )
@@ -78,7 +65,7 @@ async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
 
     // Another client holds the candidate lock for a while: the port says who, keeps
     // its old configuration on the device, and is applied once the lock is gone.
-    let mut holder = Session::open(&login(&nc), Duration::from_secs(10), None)
+    let mut holder = Session::open(&netconfd::login(&nc), Duration::from_secs(10), None)
         .await
         .unwrap();
     assert!(

@@ -14,6 +14,8 @@
 
 #[path = "support/lag_cases.rs"]
 mod lag_cases;
+#[path = "support/netconfd.rs"]
+mod netconfd;
 
 use lag_cases::{outcomes, sets};
 
@@ -61,12 +63,12 @@ fn key(pem: &str) -> Auth {
 }
 
 fn on_netconfd(nc: &Netconfd) -> NetconfSwitch {
-    let target = netconfd_target(
-        nc,
-        key(&nc.client_key),
-        HostKeyPolicy::Fingerprint(nc.host_key_fingerprint.clone()),
-    );
-    NetconfSwitch::new(target, model::for_os("yang", None).unwrap(), options()).with_journal()
+    NetconfSwitch::new(
+        netconfd::login(nc),
+        model::for_os("yang", None).unwrap(),
+        options(),
+    )
+    .with_journal()
 }
 
 fn options() -> NetconfOptions {
@@ -1011,11 +1013,7 @@ async fn a_netconf_connection_cut_while_logging_in_is_never_refused_credentials(
 #[tokio::test]
 async fn a_session_is_kept_for_the_next_call_within_the_window_and_closed_after() {
     let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
-    let target = netconfd_target(
-        &nc,
-        key(&nc.client_key),
-        HostKeyPolicy::Fingerprint(nc.host_key_fingerprint.clone()),
-    );
+    let target = netconfd::login(&nc);
     let sw = NetconfSwitch::new(
         target.clone(),
         model::for_os("yang", None).unwrap(),

@@ -125,21 +125,17 @@ impl PortIndex {
             .map(|names| names.iter().cloned().collect())
             .unwrap_or_default()
     }
-
-    /// How many ports are indexed.
-    pub fn len(&self) -> usize {
-        self.current.of_port.len()
-    }
-
-    /// Whether no port is indexed.
-    pub fn is_empty(&self) -> bool {
-        self.current.of_port.is_empty()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl PortIndex {
+        fn len(&self) -> usize {
+            self.current.of_port.len()
+        }
+    }
 
     fn names(index: &PortIndex, ns: &str, switch: &str) -> Vec<String> {
         index
