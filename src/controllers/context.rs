@@ -23,6 +23,7 @@ use crate::api::{
 };
 use crate::backends::Backends;
 use crate::decide::failure::BackendError;
+use crate::decide::own_writes::OwnWrites;
 use crate::decide::phases::cabled_nic;
 use crate::decide::port_index::PortIndex;
 use crate::decide::tenancy::Grants;
@@ -438,6 +439,8 @@ pub struct Context {
     pub secrets: Arc<super::secrets::SecretCache>,
     /// The SwitchPorts of each Switch, kept from the port watch's events.
     pub port_index: SharedPortIndex,
+    /// The port writes whose watch events are only their echo.
+    pub own_writes: SharedOwnWrites,
     /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
     /// name), whatever uses it (Switches, SmartNicPorts).
     workers: Mutex<HashMap<DeviceKey, Arc<WorkerEntry>>>,
@@ -446,6 +449,10 @@ pub struct Context {
 /// The port index ([`PortIndex`]) the port watch keeps and the Switch controller and
 /// the wakes read.
 pub type SharedPortIndex = Arc<parking_lot::RwLock<PortIndex>>;
+
+/// The port writes awaiting their watch events ([`OwnWrites`]): noted by the port
+/// records, read by the port controllers' own trigger streams.
+pub type SharedOwnWrites = Arc<parking_lot::Mutex<OwnWrites>>;
 
 /// A device as the workers know it: its ProviderSwitch's namespace and name. One
 /// ProviderSwitch is one device, so every Switch and SmartNicPort naming it shares
@@ -527,6 +534,7 @@ impl Context {
             stores,
             secrets: Arc::default(),
             port_index: Arc::default(),
+            own_writes: Arc::default(),
             workers: Mutex::new(HashMap::new()),
         }
     }

@@ -142,19 +142,20 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     S: serde::Serialize + PartialEq,
 {
-    write_status_at(api, name, None, old, new).await
+    write_status_at(api, name, None, old, new).await.map(drop)
 }
 
 /// [`write_status`] guarded by `resource_version`: when the object changed since it
 /// was read, nothing is written and the API server answers 409 (a status that is a
-/// state machine's memory must never be written from a stale read).
+/// state machine's memory must never be written from a stale read). Returns the
+/// resourceVersion the write produced (none when nothing was written).
 async fn write_status_at<K, S>(
     api: &kube::Api<K>,
     name: &str,
     resource_version: Option<String>,
     old: &S,
     new: &S,
-) -> Result<(), kube::Error>
+) -> Result<Option<String>, kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     S: serde::Serialize + PartialEq,
@@ -164,14 +165,16 @@ where
         if let Some(rv) = resource_version {
             patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
         }
-        api.patch_status(
-            name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(patch),
-        )
-        .await?;
+        let written = api
+            .patch_status(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(patch),
+            )
+            .await?;
+        return Ok(written.meta().resource_version.clone());
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The controller action for the state machine's requeue.

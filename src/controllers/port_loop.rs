@@ -418,6 +418,15 @@ impl StatusLedger {
             .insert(key.to_owned(), (written, std::time::Instant::now()));
     }
 
+    /// The port's watch brought `read`, the echo of this process's own write, which
+    /// wakes no reconcile ([`crate::decide::own_writes`]): the entry it shows goes
+    /// here instead of at that reconcile.
+    pub fn seen(&self, key: &str, read: Option<&PortStatus>) {
+        if let Some(read) = read {
+            self.is_ahead_of(key, &Written::of(read));
+        }
+    }
+
     /// The port is gone: nothing to wait for.
     fn forget(&self, key: &str) {
         self.map().remove(key);
@@ -467,6 +476,10 @@ pub async fn drive_port(
             _ => None,
         };
     let mut has_finalizer = meta.has_finalizer;
+    // What the object holds as far as this reconcile knows: the status read, then
+    // each status it wrote (the last write compares with it, so a transition
+    // written before its step is not written again unchanged).
+    let mut written = old_status.clone();
     if ledger.is_ahead_of(&meta.uid, &Written::of(&status)) {
         tracing::debug!(
             "the cached port is behind this process's last status write; waiting for it"
@@ -565,8 +578,9 @@ pub async fn drive_port(
             // resumes from it. Other transitions are written once, at the end of the
             // reconcile (at 10,000 ports, one status write per port saved).
             if matches!(d.step, Step::Apply | Step::Clean) {
-                record.write_status(&old_status, &status).await?;
+                record.write_status(&written, &status).await?;
                 ledger.record(&meta.uid, Written::of(&status));
+                written = status.clone();
             }
             record
                 .publish(
@@ -691,8 +705,8 @@ pub async fn drive_port(
             .await;
     }
     fill_status!(d.health, jiff::Timestamp::now());
-    record.write_status(&old_status, &status).await?;
-    if status != old_status {
+    if status != written {
+        record.write_status(&written, &status).await?;
         ledger.record(&meta.uid, Written::of(&status));
     }
     Ok(d.requeue)

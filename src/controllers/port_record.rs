@@ -1,6 +1,7 @@
 //! A port object in the API server as the state-machine loop records on it: status
 //! written as a merge patch (only when it changed), the cleanup finalizer added with
-//! the object's resourceVersion as precondition and removed, Events published.
+//! the object's resourceVersion as precondition and removed, Events published. Each
+//! write's resourceVersion is noted so its watch event does not wake the port again.
 //! Kubernetes I/O.
 
 use kube::api::{Api, Patch, PatchParams};
@@ -8,6 +9,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::ControllerError;
+use super::context::SharedOwnWrites;
 use super::events::EventPublisher;
 use super::port_loop::{PortMeta, PortRecord};
 use crate::api::PortStatus;
@@ -22,12 +24,22 @@ pub struct KubeRecord<'a, K> {
     pub obj: &'a K,
     /// Where Events go.
     pub events: &'a EventPublisher,
+    /// Where each write's resourceVersion is noted, so that its watch event does
+    /// not wake the port again ([`crate::decide::own_writes`]).
+    pub own_writes: &'a SharedOwnWrites,
 }
 
 impl<K> KubeRecord<'_, K>
 where
     K: Resource<DynamicType = ()> + ResourceExt,
 {
+    /// Notes the resourceVersion a write of this reconcile produced.
+    fn note_write(&self, resource_version: Option<&str>) {
+        if let (Some(uid), Some(rv)) = (self.obj.meta().uid.as_deref(), resource_version) {
+            self.own_writes.lock().record(uid, rv);
+        }
+    }
+
     /// What the loop needs to know about the object.
     pub fn meta(&self) -> PortMeta {
         PortMeta {
@@ -57,7 +69,10 @@ where
         old: &PortStatus,
         new: &PortStatus,
     ) -> Result<(), ControllerError> {
-        Ok(super::write_status(&self.api, &self.obj.name_any(), old, new).await?)
+        let written =
+            super::write_status_at(&self.api, &self.obj.name_any(), None, old, new).await?;
+        self.note_write(written.as_deref());
+        Ok(())
     }
 
     async fn set_finalizer(&self, present: bool) -> Result<(), ControllerError> {
@@ -79,13 +94,15 @@ where
         } else {
             json!({"metadata": {"finalizers": finalizers}})
         };
-        self.api
+        let written = self
+            .api
             .patch(
                 &self.obj.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(patch),
             )
             .await?;
+        self.note_write(written.meta().resource_version.as_deref());
         Ok(())
     }
 

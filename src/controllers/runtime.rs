@@ -24,7 +24,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
-use super::context::{Context, Listed, Notices, SharedPortIndex, Stores, Synced, api_for};
+use super::context::{
+    Context, Listed, Notices, SharedOwnWrites, SharedPortIndex, Stores, Synced, api_for,
+};
 use super::events::EventPublisher;
 use super::host::HostWorld;
 use super::server_claim::Allocator;
@@ -458,6 +460,7 @@ impl Watches {
         wakes: &Wakes,
         pool_deleted: Arc<tokio::sync::Notify>,
         port_index: &SharedPortIndex,
+        own_writes: &SharedOwnWrites,
     ) -> impl std::future::Future<Output = ()> + use<> {
         let (ports, switches, snics, claims) = (
             self.ports.store.clone(),
@@ -472,9 +475,11 @@ impl Watches {
                 snics.clone(),
             );
             let index = port_index.clone();
+            let own1 = own_writes.clone();
             self.ports
                 .start_observed(move |e: &watcher::Event<SwitchPort>| {
                     index_port(&index, e);
+                    note_relist_or_delete(&own1, e);
                     if let watcher::Event::Delete(p) = e {
                         if let Some(sw) = switch_port::switch_name(p) {
                             wake(
@@ -548,7 +553,13 @@ impl Watches {
                 );
             })
         };
-        let snic_watch = self.smartnics.start(|_| {});
+        let snic_watch = {
+            let own = own_writes.clone();
+            self.smartnics
+                .start_observed(move |e: &watcher::Event<SmartNicPort>| {
+                    note_relist_or_delete(&own, e);
+                })
+        };
         let claim_watch = self.claims.start(|_| {});
         let server_watch = {
             let (gone, claims) = (wakes.claims.clone(), claims.clone());
@@ -598,6 +609,44 @@ impl Watches {
 }
 
 /// Keeps the port index ([`crate::decide::port_index::PortIndex`]) from the port watch's events.
+/// A relist makes no event an echo any more; a deleted port's writes are forgotten
+/// ([`crate::decide::own_writes`]).
+fn note_relist_or_delete<K: kube::Resource>(own: &SharedOwnWrites, event: &watcher::Event<K>) {
+    match event {
+        watcher::Event::Init => own.lock().clear(),
+        watcher::Event::Delete(p) => own
+            .lock()
+            .forget(p.meta().uid.as_deref().unwrap_or_default()),
+        _ => {}
+    }
+}
+
+/// A port kind's own trigger stream without the events that only echo this
+/// process's own writes ([`crate::decide::own_writes`]): the reconcile they would
+/// wake finds what the write left. Wakes from anything else are not filtered.
+/// `on_echo` is called with each event dropped (the status ledger's entry it shows
+/// goes).
+fn without_own_echoes<K>(
+    stream: impl futures::Stream<Item = Arc<K>> + Send + 'static,
+    own: SharedOwnWrites,
+    on_echo: impl Fn(&str, &K) + Send + 'static,
+) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
+where
+    K: kube::Resource + Send + Sync + 'static,
+{
+    stream.filter(move |o| {
+        let meta = o.meta();
+        let echo = match (meta.uid.as_deref(), meta.resource_version.as_deref()) {
+            (Some(uid), Some(rv)) if own.lock().take_echo(uid, rv) => {
+                on_echo(uid, o);
+                true
+            }
+            _ => false,
+        };
+        futures::future::ready(!echo)
+    })
+}
+
 fn index_port(index: &SharedPortIndex, event: &watcher::Event<SwitchPort>) {
     let mut index = index.write();
     match event {
@@ -768,7 +817,7 @@ pub async fn run(
     let pools_changed = watches.pools.subscribe();
     let background = background(&client, &settings, &watches, &harness, pools_changed);
     let pool_deleted = background.pool_deleted.clone();
-    let watched = watches.start(&wakes, pool_deleted, &ctx.port_index);
+    let watched = watches.start(&wakes, pool_deleted, &ctx.port_index, &ctx.own_writes);
     let stopper = {
         let stop = harness.stop.clone();
         let ctx = ctx.clone();
@@ -816,7 +865,15 @@ where
     );
     let (s1, s2) = (w.switches.store.clone(), w.switches.store.clone());
     let ps = w.providers.store.clone();
-    let controller = Controller::for_shared_stream(w.ports.subscribe(), ports.clone())
+    let c = ctx.clone();
+    let own = without_own_echoes(
+        w.ports.subscribe(),
+        ctx.own_writes.clone(),
+        move |uid, p| {
+            c.ledger.seen(uid, p.status.as_ref());
+        },
+    );
+    let controller = Controller::for_shared_stream(own, ports.clone())
         .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
             triggers::ports_cabled_to::<SwitchPort>(&s, CabledPortKind::SwitchPort)
         })
@@ -945,7 +1002,15 @@ fn smartnic_ports(
 ) -> impl std::future::Future<Output = ()> + Send + use<> {
     let snics = &w.smartnics.store;
     let (n1, n2, n3, n4) = (snics.clone(), snics.clone(), snics.clone(), snics.clone());
-    let controller = Controller::for_shared_stream(w.smartnics.subscribe(), snics.clone())
+    let c = ctx.clone();
+    let own = without_own_echoes(
+        w.smartnics.subscribe(),
+        ctx.own_writes.clone(),
+        move |uid, p| {
+            c.ledger.seen(uid, p.status.as_ref());
+        },
+    );
+    let controller = Controller::for_shared_stream(own, snics.clone())
         .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
             triggers::ports_cabled_to::<SmartNicPort>(&s, CabledPortKind::SmartNicPort)
         })
@@ -1250,5 +1315,65 @@ fn background(
             tokio::join!(gauges, pool_sync);
         },
         pool_deleted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(uid: &str, rv: &str) -> Arc<SwitchPort> {
+        let mut p = SwitchPort::new("p", Default::default());
+        p.metadata.namespace = Some("infra".into());
+        p.metadata.uid = Some(uid.into());
+        p.metadata.resource_version = Some(rv.into());
+        Arc::new(p)
+    }
+
+    #[tokio::test]
+    async fn a_port_is_not_woken_by_the_echo_of_its_own_write_but_by_anything_else() {
+        let own = SharedOwnWrites::default();
+        own.lock().record("u1", "11");
+        own.lock().record("u1", "13");
+        let echoes = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen = echoes.clone();
+        let events = [
+            port("u1", "10"), // before the write: wakes
+            port("u1", "11"), // the write's own event: dropped
+            port("u1", "12"), // somebody else's change after it: wakes
+            port("u2", "13"), // another port at a written version: wakes
+            port("u1", "13"), // the second write: dropped
+            port("u1", "11"), // the same version again (a relist's copy): wakes
+        ];
+        let woken: Vec<String> =
+            without_own_echoes(futures::stream::iter(events), own.clone(), move |uid, p| {
+                seen.lock().push(format!(
+                    "{uid}@{}",
+                    p.metadata.resource_version.as_deref().unwrap_or_default()
+                ))
+            })
+            .map(|p| {
+                format!(
+                    "{}@{}",
+                    p.metadata.uid.as_deref().unwrap_or_default(),
+                    p.metadata.resource_version.as_deref().unwrap_or_default()
+                )
+            })
+            .collect()
+            .await;
+        assert_eq!(woken, ["u1@10", "u1@12", "u2@13", "u1@11"]);
+        assert_eq!(*echoes.lock(), ["u1@11", "u1@13"]);
+        assert!(own.lock().is_empty());
+    }
+
+    #[test]
+    fn a_relist_or_a_deletion_forgets_the_writes() {
+        let own = SharedOwnWrites::default();
+        own.lock().record("u1", "11");
+        own.lock().record("u2", "12");
+        note_relist_or_delete(&own, &watcher::Event::Delete((*port("u1", "11")).clone()));
+        assert_eq!(own.lock().len(), 1);
+        note_relist_or_delete(&own, &watcher::Event::<SwitchPort>::Init);
+        assert!(own.lock().is_empty());
     }
 }

@@ -572,6 +572,7 @@ async fn reconcile_in(
         api: Api::namespaced(ctx.client.clone(), &ns),
         obj: port.as_ref(),
         events: &ctx.events,
+        own_writes: &ctx.own_writes,
     };
     let input = DriveInput {
         meta: record.meta(),

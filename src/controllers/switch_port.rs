@@ -379,6 +379,7 @@ async fn reconcile_in(
         api,
         obj: port.as_ref(),
         events: &ctx.events,
+        own_writes: &ctx.own_writes,
     };
     let old_status = port.status.clone().unwrap_or_default();
     let mut status = old_status.clone();

@@ -22,6 +22,7 @@
 //! | [`failure`] | what can go wrong: one type, a bounded category, the retry policy |
 //! | [`triggers`] | which objects an event wakes |
 //! | [`port_index`] | which SwitchPorts each Switch has (kept from the watch's events) |
+//! | [`own_writes`] | which port events are only the echo of this process's own write |
 //! | [`lease`] | what a replica does with the Lease it sees |
 //! | [`reachability`] | whether a switch answers: the worker's down/probe/up transitions |
 //! | [`lobby`] | when a link-aggregation group's held changes go as one batch |
@@ -32,6 +33,7 @@ pub mod failure;
 pub mod inventory;
 pub mod lease;
 pub mod lobby;
+pub mod own_writes;
 pub mod phases;
 pub mod port_index;
 pub mod reachability;
