@@ -376,7 +376,15 @@ impl Written {
 /// nothing and waits for the fresh object (its own write's watch event brings it).
 /// An entry goes once a read shows it.
 #[derive(Default)]
-pub struct StatusLedger(Mutex<HashMap<String, (Written, std::time::Instant)>>);
+pub struct StatusLedger(Mutex<HashMap<String, Entry>>);
+
+/// What the ledger holds per port: the status written, when, and whether a
+/// reconcile found the cache behind it (and waits for the write's watch event).
+struct Entry {
+    written: Written,
+    at: std::time::Instant,
+    waited: bool,
+}
 
 /// A cache is never this far behind; an older ledger entry is not trusted (someone
 /// may have edited the status by hand). Not shorter: at 100,000 ports a saturated
@@ -392,7 +400,7 @@ fn stored(t: Option<jiff::Timestamp>) -> Option<i64> {
 }
 
 impl StatusLedger {
-    fn map(&self) -> parking_lot::MutexGuard<'_, HashMap<String, (Written, std::time::Instant)>> {
+    fn map(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Entry>> {
         self.0.lock()
     }
 
@@ -400,30 +408,46 @@ impl StatusLedger {
     /// show yet (it was read from a cache that is behind).
     fn is_ahead_of(&self, key: &str, read: &Written) -> bool {
         let mut map = self.map();
-        let Some((mine, at)) = map.get(key) else {
+        let Some(entry) = map.get_mut(key) else {
             return false;
         };
-        if mine.shown_by(read) || at.elapsed() >= LEDGER_TRUST {
+        let mine = &entry.written;
+        if mine.shown_by(read) || entry.at.elapsed() >= LEDGER_TRUST {
             map.remove(key);
             return false;
         }
         // A status newer than this process's write is somebody else's: not behind.
-        mine.since >= read.since
-            && stored(mine.failures.last_failure) >= stored(read.failures.last_failure)
+        let behind = mine.since >= read.since
+            && stored(mine.failures.last_failure) >= stored(read.failures.last_failure);
+        entry.waited |= behind;
+        behind
     }
 
     /// Notes that `written` was written for `key`.
     fn record(&self, key: &str, written: Written) {
-        self.map()
-            .insert(key.to_owned(), (written, std::time::Instant::now()));
+        let entry = Entry {
+            written,
+            at: std::time::Instant::now(),
+            waited: false,
+        };
+        self.map().insert(key.to_owned(), entry);
     }
 
     /// The port's watch brought `read`, the echo of this process's own write, which
-    /// wakes no reconcile ([`crate::decide::own_writes`]): the entry it shows goes
-    /// here instead of at that reconcile.
-    pub fn seen(&self, key: &str, read: Option<&PortStatus>) {
-        if let Some(read) = read {
-            self.is_ahead_of(key, &Written::of(read));
+    /// wakes no reconcile ([`crate::decide::own_writes`]). The entry it shows goes
+    /// here instead of at that reconcile. Returns whether a reconcile found the cache
+    /// behind that write and waits for it: then the echo must wake the port after all
+    /// (else it would wait for [`STALE_READ_RETRY`]).
+    pub fn seen(&self, key: &str, read: Option<&PortStatus>) -> bool {
+        let Some(read) = read else {
+            return false;
+        };
+        let mut map = self.map();
+        match map.get(key) {
+            Some(entry) if entry.written.shown_by(&Written::of(read)) => {
+                map.remove(key).is_some_and(|e| e.waited)
+            }
+            _ => false,
         }
     }
 
@@ -757,6 +781,35 @@ mod tests {
         assert!(!ledger.is_ahead_of("uid-1", &Written::default()));
         // Another port: nothing recorded.
         assert!(!ledger.is_ahead_of("uid-2", &Written::default()));
+    }
+
+    #[test]
+    fn the_echo_of_a_write_wakes_the_port_only_when_a_reconcile_waits_for_it() {
+        let ledger = StatusLedger::default();
+        let second = 1_800_000_000_000_000_000;
+        let status = |state, nanos| PortStatus {
+            state: Some(state),
+            last_transition_time: Some(Time(at(nanos))),
+            ..Default::default()
+        };
+        ledger.record("uid-1", Written::of(&status(PortState::Active, second)));
+        // Nobody waited: the echo wakes nothing, and the entry goes.
+        assert!(!ledger.seen("uid-1", Some(&status(PortState::Active, second))));
+        assert!(!ledger.is_ahead_of("uid-1", &Written::default()));
+        // A reconcile read a copy from before the write, and waits.
+        ledger.record(
+            "uid-1",
+            Written::of(&status(PortState::Configuring, second)),
+        );
+        assert!(ledger.is_ahead_of("uid-1", &in_state(PortState::Idle, second - 5_000_000_000)));
+        // An older write's echo does not show it; the write's own echo wakes the port.
+        assert!(!ledger.seen(
+            "uid-1",
+            Some(&status(PortState::Idle, second - 5_000_000_000))
+        ));
+        assert!(ledger.seen("uid-1", Some(&status(PortState::Configuring, second))));
+        assert!(!ledger.seen("uid-1", Some(&status(PortState::Configuring, second))));
+        assert!(!ledger.seen("uid-1", None));
     }
 
     #[test]

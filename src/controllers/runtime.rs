@@ -624,26 +624,23 @@ fn note_relist_or_delete<K: kube::Resource>(own: &SharedOwnWrites, event: &watch
 /// A port kind's own trigger stream without the events that only echo this
 /// process's own writes ([`crate::decide::own_writes`]): the reconcile they would
 /// wake finds what the write left. Wakes from anything else are not filtered.
-/// `on_echo` is called with each event dropped (the status ledger's entry it shows
-/// goes).
+/// `on_echo` is called with each echo (the status ledger's entry it shows goes) and
+/// says whether it must wake the port after all (a reconcile waits for it).
 fn without_own_echoes<K>(
     stream: impl futures::Stream<Item = Arc<K>> + Send + 'static,
     own: SharedOwnWrites,
-    on_echo: impl Fn(&str, &K) + Send + 'static,
+    on_echo: impl Fn(&str, &K) -> bool + Send + 'static,
 ) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
 where
     K: kube::Resource + Send + Sync + 'static,
 {
     stream.filter(move |o| {
         let meta = o.meta();
-        let echo = match (meta.uid.as_deref(), meta.resource_version.as_deref()) {
-            (Some(uid), Some(rv)) if own.lock().take_echo(uid, rv) => {
-                on_echo(uid, o);
-                true
-            }
+        let dropped = match (meta.uid.as_deref(), meta.resource_version.as_deref()) {
+            (Some(uid), Some(rv)) if own.lock().take_echo(uid, rv) => !on_echo(uid, o),
             _ => false,
         };
-        futures::future::ready(!echo)
+        futures::future::ready(!dropped)
     })
 }
 
@@ -869,9 +866,7 @@ where
     let own = without_own_echoes(
         w.ports.subscribe(),
         ctx.own_writes.clone(),
-        move |uid, p| {
-            c.ledger.seen(uid, p.status.as_ref());
-        },
+        move |uid, p| c.ledger.seen(uid, p.status.as_ref()),
     );
     let controller = Controller::for_shared_stream(own, ports.clone())
         .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
@@ -1006,9 +1001,7 @@ fn smartnic_ports(
     let own = without_own_echoes(
         w.smartnics.subscribe(),
         ctx.own_writes.clone(),
-        move |uid, p| {
-            c.ledger.seen(uid, p.status.as_ref());
-        },
+        move |uid, p| c.ledger.seen(uid, p.status.as_ref()),
     );
     let controller = Controller::for_shared_stream(own, snics.clone())
         .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
@@ -1342,15 +1335,15 @@ mod tests {
             port("u1", "11"), // the write's own event: dropped
             port("u1", "12"), // somebody else's change after it: wakes
             port("u2", "13"), // another port at a written version: wakes
-            port("u1", "13"), // the second write: dropped
+            port("u1", "13"), // the second write, waited for: wakes
             port("u1", "11"), // the same version again (a relist's copy): wakes
         ];
         let woken: Vec<String> =
             without_own_echoes(futures::stream::iter(events), own.clone(), move |uid, p| {
-                seen.lock().push(format!(
-                    "{uid}@{}",
-                    p.metadata.resource_version.as_deref().unwrap_or_default()
-                ))
+                let rv = p.metadata.resource_version.as_deref().unwrap_or_default();
+                seen.lock().push(format!("{uid}@{rv}"));
+                // A reconcile waits for the write of version 13: it wakes the port.
+                rv == "13"
             })
             .map(|p| {
                 format!(
@@ -1361,7 +1354,7 @@ mod tests {
             })
             .collect()
             .await;
-        assert_eq!(woken, ["u1@10", "u1@12", "u2@13", "u1@11"]);
+        assert_eq!(woken, ["u1@10", "u1@12", "u2@13", "u1@13", "u1@11"]);
         assert_eq!(*echoes.lock(), ["u1@11", "u1@13"]);
         assert!(own.lock().is_empty());
     }
