@@ -27,6 +27,26 @@ use serde_json::json;
 
 const NS: &str = "bench";
 
+/// The operator's drift interval in this benchmark.
+const DRIFT_INTERVAL_SECONDS: u64 = 300;
+
+/// The drift sweeps the operator counted (`patchbay_drift_sweeps_total`, summed
+/// over backends), read from its metrics endpoint.
+fn drift_sweeps(at: std::net::SocketAddr) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(at).ok()?;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body).ok()?;
+    Some(
+        body.lines()
+            .filter(|l| l.starts_with("patchbay_drift_sweeps_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
 /// `BENCH_SWITCHES` / `BENCH_PORTS` / `BENCH_IDLE_SECONDS` shrink the run for a quick look.
 fn env_or(key: &str, default: usize) -> usize {
     std::env::var(key)
@@ -200,15 +220,21 @@ async fn main() {
         }
         None => Command::new(env!("CARGO_BIN_EXE_patchbay")),
     };
+    // The operator's metrics, for the drift sweeps while idle.
+    let metrics_at = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port");
     let mut operator = operator
         .args(["run", "--kubeconfig"])
         .arg(&kubeconfig)
+        .arg("--metrics-address")
+        .arg(metrics_at.to_string())
         .args(tenancy_args)
         .args([
             "--fixture-latency-ms",
             "1",
             "--drift-interval-seconds",
-            "300",
+            &*DRIFT_INTERVAL_SECONDS.to_string(),
         ])
         .env(
             "RUST_LOG",
@@ -290,9 +316,11 @@ async fn main() {
     let busy_rss = proc_kib(pid, "VmRSS:");
     let ticks_per_s = 100.0; // USER_HZ on Linux
     let cpu0 = proc_cpu_ticks(pid);
+    let sweeps0 = drift_sweeps(metrics_at);
     let idle_from = Instant::now();
     tokio::time::sleep(Duration::from_secs(idle_secs)).await;
     let cpu1 = proc_cpu_ticks(pid);
+    let sweeps1 = drift_sweeps(metrics_at);
     let idle = idle_from.elapsed().as_secs_f64();
     let rss = proc_kib(pid, "VmRSS:");
     let hwm = proc_kib(pid, "VmHWM:");
@@ -307,6 +335,15 @@ async fn main() {
         100.0 * (cpu1 - cpu0) as f64 / ticks_per_s / idle,
         idle
     );
+    if let (Some(a), Some(b)) = (sweeps0, sweeps1) {
+        println!(
+            "  drift sweeps while idle: {:.0} in {:.0} s = {:.2} device sessions/s ({switches_n} switches, one sweep each per {DRIFT_INTERVAL_SECONDS} s: {:.2}/s due)",
+            b - a,
+            idle,
+            (b - a) / idle,
+            switches_n as f64 / DRIFT_INTERVAL_SECONDS as f64
+        );
+    }
     phase.report(&cluster, pid, "idle");
     // The same binary watching a namespace with nothing in it: what the process
     // holds with no port, so the rest is per port.

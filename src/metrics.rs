@@ -122,6 +122,8 @@ pub struct Metrics {
     pub batch_size: Family<BackendLabel, Histogram, fn() -> Histogram>,
     /// Device sessions open now.
     pub sessions: Family<BackendLabel, Gauge>,
+    /// Drift sweeps that read their switch (one device session each).
+    pub drift_sweeps: Family<BackendLabel, Counter>,
     /// Drift found by sweeps.
     pub drift_found: Family<BackendLabel, Counter>,
     /// Drift repaired.
@@ -156,6 +158,7 @@ impl Metrics {
             device_seconds: Family::new_with_constructor(seconds),
             batch_size: Family::new_with_constructor(sizes),
             sessions: Family::default(),
+            drift_sweeps: Family::default(),
             drift_found: Family::default(),
             drift_repaired: Family::default(),
             failures: Family::default(),
@@ -204,6 +207,11 @@ impl Metrics {
             "patchbay_device_sessions_open",
             "Device sessions (batches or drift sweeps) running now, by backend",
             m.sessions.clone(),
+        );
+        r.register(
+            "patchbay_drift_sweeps",
+            "Drift sweeps (and reachability checks) that read their switch, one device session each, by backend",
+            m.drift_sweeps.clone(),
         );
         r.register(
             "patchbay_drift_found",

@@ -1245,6 +1245,14 @@ async fn check(switch: &dyn Device, shared: &Shared) {
         shared.fail(e.clone(), true);
         return;
     }
+    shared
+        .probes
+        .metrics
+        .drift_sweeps
+        .get_or_create(&BackendLabel {
+            backend: shared.backend(),
+        })
+        .inc();
     let observed: HashMap<PortName, ObservedPort> = observed
         .into_iter()
         .filter_map(|(p, r)| r.ok().map(|o| (p, o)))
