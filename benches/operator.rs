@@ -252,6 +252,7 @@ async fn main() {
         .spawn()
         .expect("patchbay run starts");
     let pid = operator.id();
+    let operator_started = Instant::now();
     let phase = Phase::start(&cluster, pid);
     let ports: Api<SwitchPort> = Api::namespaced(client.clone(), NS);
     let total = switches_n * ports_n;
@@ -336,12 +337,16 @@ async fn main() {
         idle
     );
     if let (Some(a), Some(b)) = (sweeps0, sweeps1) {
+        // A switch's first check is at its worker's start and the next one drift
+        // interval later, so switches whose workers started together sweep together:
+        // an idle window shorter than the interval may hold none.
         println!(
-            "  drift sweeps while idle: {:.0} in {:.0} s = {:.2} device sessions/s ({switches_n} switches, one sweep each per {DRIFT_INTERVAL_SECONDS} s: {:.2}/s due)",
+            "  drift sweeps while idle: {:.0} in {:.0} s = {:.2} device sessions/s ({switches_n} switches, one sweep each per {DRIFT_INTERVAL_SECONDS} s: {:.2}/s due); {b:.0} since the operator started {:.0} s ago",
             b - a,
             idle,
             (b - a) / idle,
-            switches_n as f64 / DRIFT_INTERVAL_SECONDS as f64
+            switches_n as f64 / DRIFT_INTERVAL_SECONDS as f64,
+            operator_started.elapsed().as_secs_f64()
         );
     }
     phase.report(&cluster, pid, "idle");
