@@ -437,7 +437,7 @@ impl StatusLedger {
     /// wakes no reconcile ([`crate::decide::own_writes`]). The entry it shows goes
     /// here instead of at that reconcile. Returns whether a reconcile found the cache
     /// behind that write and waits for it: then the echo must wake the port after all
-    /// (else it would wait for [`STALE_READ_RETRY`]).
+    /// (else it would wait for the stale-read retry, 2 s).
     pub fn seen(&self, key: &str, read: Option<&PortStatus>) -> bool {
         let Some(read) = read else {
             return false;
