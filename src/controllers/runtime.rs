@@ -630,6 +630,23 @@ fn note_relist_or_delete<K: kube::Resource>(own: &SharedOwnWrites, event: &watch
 /// A port kind's own trigger stream without the events that only echo this
 /// process's own writes ([`crate::decide::own_writes`]): the reconcile they would
 /// wake finds what the write left. Wakes from anything else are not filtered.
+/// A port kind's own trigger stream for its controller: [`without_own_echoes`] with
+/// the operator's notes of its writes, each echo settling the status ledger's entry
+/// (and waking the port when a reconcile waits for it).
+fn own_triggers<K>(
+    stream: impl futures::Stream<Item = Arc<K>> + Send + 'static,
+    ctx: &Arc<Context>,
+    status: fn(&K) -> Option<&crate::api::PortStatus>,
+) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
+where
+    K: kube::Resource + Send + Sync + 'static,
+{
+    let c = ctx.clone();
+    without_own_echoes(stream, ctx.own_writes.clone(), move |uid, p| {
+        c.ledger.seen(uid, status(p))
+    })
+}
+
 /// `on_echo` is called with each echo (the status ledger's entry it shows goes) and
 /// says whether it must wake the port after all (a reconcile waits for it).
 fn without_own_echoes<K>(
@@ -868,12 +885,7 @@ where
     );
     let (s1, s2) = (w.switches.store.clone(), w.switches.store.clone());
     let ps = w.providers.store.clone();
-    let c = ctx.clone();
-    let own = without_own_echoes(
-        w.ports.subscribe(),
-        ctx.own_writes.clone(),
-        move |uid, p| c.ledger.seen(uid, p.status.as_ref()),
-    );
+    let own = own_triggers(w.ports.subscribe(), ctx, |p| p.status.as_ref());
     let controller = Controller::for_shared_stream(own, ports.clone())
         .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
             triggers::ports_cabled_to::<SwitchPort>(&s, CabledPortKind::SwitchPort)
@@ -1003,12 +1015,7 @@ fn smartnic_ports(
 ) -> impl std::future::Future<Output = ()> + Send + use<> {
     let snics = &w.smartnics.store;
     let (n1, n2, n3, n4) = (snics.clone(), snics.clone(), snics.clone(), snics.clone());
-    let c = ctx.clone();
-    let own = without_own_echoes(
-        w.smartnics.subscribe(),
-        ctx.own_writes.clone(),
-        move |uid, p| c.ledger.seen(uid, p.status.as_ref()),
-    );
+    let own = own_triggers(w.smartnics.subscribe(), ctx, |p| p.status.as_ref());
     let controller = Controller::for_shared_stream(own, snics.clone())
         .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
             triggers::ports_cabled_to::<SmartNicPort>(&s, CabledPortKind::SmartNicPort)

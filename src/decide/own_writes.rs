@@ -69,11 +69,13 @@ impl OwnWrites {
     }
 
     /// How many objects have a write awaiting its event.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.by_uid.len()
     }
 
     /// Whether no write awaits its event.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.by_uid.is_empty()
     }
