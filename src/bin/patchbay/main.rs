@@ -436,8 +436,9 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
     }
 }
 
-/// jemalloc instead of glibc's malloc: see the README's "Memory and CPU" (at
-/// 10,000 ports a third of the operator's CPU was glibc's malloc and free).
+/// jemalloc instead of glibc's malloc (at 10,000 ports a third of the operator's
+/// CPU was glibc's malloc and free): see docs/benchmarks.md, "Where the operator's
+/// time and memory went".
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
