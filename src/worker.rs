@@ -88,6 +88,7 @@ use crate::api::CabledPortKind;
 use crate::decide::failure::WorkerError;
 use crate::decide::lobby::{GroupVerdict, group_verdict, missing};
 use crate::decide::reachability::{Admission, Link, Outage, Reachability};
+use crate::decide::slack;
 use crate::decide::state_machine::Backoff;
 use crate::metrics::{BackendLabel, OperationLabels};
 
@@ -223,6 +224,9 @@ impl Tracking {
         self.known.remove(key);
         self.pending.remove(key);
         self.repairs.remove(key);
+        slack::release(&mut self.known);
+        slack::release(&mut self.pending);
+        slack::release(&mut self.repairs);
     }
 }
 
@@ -515,6 +519,7 @@ impl SwitchWorker {
                 return HandOff::InFlight;
             }
             let result = h.by_port.remove(key).and_then(|e| e.result);
+            slack::release(&mut h.by_port);
             if h.by_port.is_empty() {
                 self.shared.settled.notify_waiters();
             }
@@ -567,6 +572,7 @@ impl SwitchWorker {
         {
             h.in_flight -= 1;
         }
+        slack::release(&mut h.by_port);
         if h.in_flight == 0 || h.by_port.is_empty() {
             self.shared.settled.notify_waiters();
         }

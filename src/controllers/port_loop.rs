@@ -30,6 +30,7 @@ use super::ControllerError;
 use crate::api::{DriftPolicy, PortState, PortStatus};
 use crate::decide::failure::Failure;
 use crate::decide::reachability::Outage;
+use crate::decide::slack;
 use crate::decide::state_machine::{
     AppliedChange, Backoff, Health, Outcome, PortFacts, PortTarget, Requeue, Step, decide,
 };
@@ -414,6 +415,7 @@ impl StatusLedger {
         let mine = &entry.written;
         if mine.shown_by(read) || entry.at.elapsed() >= LEDGER_TRUST {
             map.remove(key);
+            slack::release(&mut map);
             return false;
         }
         // A status newer than this process's write is somebody else's: not behind.
@@ -445,7 +447,9 @@ impl StatusLedger {
         let mut map = self.map();
         match map.get(key) {
             Some(entry) if entry.written.shown_by(&Written::of(read)) => {
-                map.remove(key).is_some_and(|e| e.waited)
+                let waited = map.remove(key).is_some_and(|e| e.waited);
+                slack::release(&mut map);
+                waited
             }
             _ => false,
         }
@@ -453,7 +457,9 @@ impl StatusLedger {
 
     /// The port is gone: nothing to wait for.
     fn forget(&self, key: &str) {
-        self.map().remove(key);
+        let mut map = self.map();
+        map.remove(key);
+        slack::release(&mut map);
     }
 }
 

@@ -26,6 +26,7 @@
 //! | [`lease`] | what a replica does with the Lease it sees |
 //! | [`reachability`] | whether a switch answers: the worker's down/probe/up transitions |
 //! | [`lobby`] | when a link-aggregation group's held changes go as one batch |
+//! | [`slack`] | when a bookkeeping map gives back the table a burst grew |
 
 pub mod admission;
 pub mod allocation;
@@ -37,6 +38,7 @@ pub mod own_writes;
 pub mod phases;
 pub mod port_index;
 pub mod reachability;
+pub mod slack;
 pub mod state_machine;
 pub mod status;
 pub mod tenancy;

@@ -54,6 +54,7 @@ impl OwnWrites {
         versions.remove(at);
         if versions.is_empty() {
             self.by_uid.remove(uid);
+            super::slack::release(&mut self.by_uid);
         }
         true
     }
@@ -61,11 +62,13 @@ impl OwnWrites {
     /// The object is gone.
     pub fn forget(&mut self, uid: &str) {
         self.by_uid.remove(uid);
+        super::slack::release(&mut self.by_uid);
     }
 
     /// The watch relisted: no event is known to be an echo any more.
     pub fn clear(&mut self) {
         self.by_uid.clear();
+        super::slack::release(&mut self.by_uid);
     }
 
     /// How many objects have a write awaiting its event.

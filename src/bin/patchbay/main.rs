@@ -439,12 +439,17 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
 /// jemalloc instead of glibc's malloc (at 10,000 ports a third of the operator's
 /// CPU was glibc's malloc and free): see docs/benchmarks.md, "Where the operator's
 /// time and memory went".
+/// Built with `--features system-alloc`, the binary keeps glibc's malloc instead, so
+/// that heaptrack (which intercepts malloc) sees every allocation: see
+/// `BENCH_HEAPTRACK` in docs/benchmarks.md.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's settings, read when it starts: two arenas (the operator runs a few
 /// threads; more arenas hold more idle pages), freed pages returned to the system
 /// within a second by a background thread rather than on a later allocation.
+#[cfg(not(feature = "system-alloc"))]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static MALLOC_CONF: &[u8] =
     b"narenas:2,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
