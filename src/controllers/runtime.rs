@@ -1362,8 +1362,13 @@ mod tests {
             ..Default::default()
         };
         let mut labelled = SwitchPort::new("p", Default::default());
-        labelled.metadata.labels =
-            Some([(crate::api::keys::SWITCH_LABEL.to_owned(), "leaf1".to_owned())].into());
+        labelled.metadata.labels = Some(
+            [(
+                crate::api::keys::SWITCH_LABEL.to_owned(),
+                "leaf1".to_owned(),
+            )]
+            .into(),
+        );
         labelled.metadata.owner_references = Some(vec![owner.clone()]);
         let mut unlabelled = labelled.clone();
         unlabelled.metadata.labels = None;
@@ -1372,8 +1377,14 @@ mod tests {
         assert_eq!(labelled.metadata.owner_references, None);
         assert_eq!(unlabelled.metadata.owner_references, Some(vec![owner]));
         // Either way the port's Switch is still known.
-        assert_eq!(switch_port::switch_name(&labelled).as_deref(), Some("leaf1"));
-        assert_eq!(switch_port::switch_name(&unlabelled).as_deref(), Some("leaf1"));
+        assert_eq!(
+            switch_port::switch_name(&labelled).as_deref(),
+            Some("leaf1")
+        );
+        assert_eq!(
+            switch_port::switch_name(&unlabelled).as_deref(),
+            Some("leaf1")
+        );
     }
 
     #[tokio::test]
