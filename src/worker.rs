@@ -212,7 +212,7 @@ impl Tracking {
     /// already — a port that could not act yet is told again at every sweep).
     fn sweep_verdict(&mut self, key: &PortKey, drifted: bool) -> bool {
         if self.known.get(key).copied().unwrap_or(false) == drifted {
-            self.pending.remove(key);
+            slack::remove(&mut self.pending, key);
             return false;
         }
         self.pending.insert(key.clone(), drifted);
@@ -221,12 +221,9 @@ impl Tracking {
 
     fn forget(&mut self, key: &PortKey) {
         self.desired.remove(key);
-        self.known.remove(key);
-        self.pending.remove(key);
-        self.repairs.remove(key);
-        slack::release(&mut self.known);
-        slack::release(&mut self.pending);
-        slack::release(&mut self.repairs);
+        slack::remove(&mut self.known, key);
+        slack::remove(&mut self.pending, key);
+        slack::remove(&mut self.repairs, key);
     }
 }
 
@@ -518,8 +515,7 @@ impl SwitchWorker {
             if entry.result.is_none() {
                 return HandOff::InFlight;
             }
-            let result = h.by_port.remove(key).and_then(|e| e.result);
-            slack::release(&mut h.by_port);
+            let result = slack::remove(&mut h.by_port, key).and_then(|e| e.result);
             if h.by_port.is_empty() {
                 self.shared.settled.notify_waiters();
             }
@@ -567,12 +563,11 @@ impl SwitchWorker {
     /// answer still to come is not kept.
     pub fn forget_hand_off(&self, key: &PortKey) {
         let mut h = self.shared.hand_offs.lock();
-        if let Some(entry) = h.by_port.remove(key)
+        if let Some(entry) = slack::remove(&mut h.by_port, key)
             && entry.result.is_none()
         {
             h.in_flight -= 1;
         }
-        slack::release(&mut h.by_port);
         if h.in_flight == 0 || h.by_port.is_empty() {
             self.shared.settled.notify_waiters();
         }

@@ -414,8 +414,7 @@ impl StatusLedger {
         };
         let mine = &entry.written;
         if mine.shown_by(read) || entry.at.elapsed() >= LEDGER_TRUST {
-            map.remove(key);
-            slack::release(&mut map);
+            slack::remove(&mut map, key);
             return false;
         }
         // A status newer than this process's write is somebody else's: not behind.
@@ -447,9 +446,7 @@ impl StatusLedger {
         let mut map = self.map();
         match map.get(key) {
             Some(entry) if entry.written.shown_by(&Written::of(read)) => {
-                let waited = map.remove(key).is_some_and(|e| e.waited);
-                slack::release(&mut map);
-                waited
+                slack::remove(&mut map, key).is_some_and(|e| e.waited)
             }
             _ => false,
         }
@@ -457,9 +454,7 @@ impl StatusLedger {
 
     /// The port is gone: nothing to wait for.
     fn forget(&self, key: &str) {
-        let mut map = self.map();
-        map.remove(key);
-        slack::release(&mut map);
+        slack::remove(&mut self.map(), key);
     }
 }
 

@@ -53,16 +53,14 @@ impl OwnWrites {
         };
         versions.remove(at);
         if versions.is_empty() {
-            self.by_uid.remove(uid);
-            super::slack::release(&mut self.by_uid);
+            super::slack::remove(&mut self.by_uid, uid);
         }
         true
     }
 
     /// The object is gone.
     pub fn forget(&mut self, uid: &str) {
-        self.by_uid.remove(uid);
-        super::slack::release(&mut self.by_uid);
+        super::slack::remove(&mut self.by_uid, uid);
     }
 
     /// The watch relisted: no event is known to be an echo any more.
