@@ -8,7 +8,7 @@ ifdef CI
 export CARGO_INCREMENTAL ?= 0
 endif
 
-.PHONY: all demo test fmt-check clippy doc-check unit crds build deps kubectl fake-switch ovs netconf ansible bench help
+.PHONY: all demo test fmt-check clippy doc-check unit crds build deps kubectl fake-switch ovs netconf lldp ansible bench help
 
 all: test
 
@@ -66,6 +66,15 @@ netconf:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			netconfd openssh-server openssh-client openssl; }
 
+# LLDP peers for the cabling tests: Debian's lldpd (one per network namespace, each
+# with its own control socket, started by the test bed, never through systemd; the
+# package's own service is stopped and disabled so it does not speak on the host).
+lldp:
+	@command -v lldpd >/dev/null 2>&1 && command -v lldpcli >/dev/null 2>&1 || { \
+		echo "installing lldpd"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lldpd; \
+		{ systemctl disable --now lldpd >/dev/null 2>&1 || service lldpd stop >/dev/null 2>&1 || true; }; }
+
 # Ansible (pinned, playbooks/requirements.txt) in its own venv for the Ansible
 # backend's tests, benchmark and demo; patchbay runs .venv/ansible/bin/ansible-playbook.
 ANSIBLE_VENV := .venv/ansible
@@ -96,7 +105,7 @@ clippy: deps
 doc-check: deps
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --lib --locked
 
-unit: deps kubectl fake-switch ovs netconf ansible
+unit: deps kubectl fake-switch ovs netconf lldp ansible
 	$(CARGO) test --workspace --locked
 
 test: fmt-check clippy doc-check unit

@@ -135,6 +135,15 @@ pub trait Device: Send + Sync {
     async fn close_idle(&self) {}
 }
 
+/// A device that reports what its ports see (LLDP neighbours, learned MACs): read
+/// only, one session per read.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait NeighborSource: Send + Sync {
+    /// Reads the device's chassis id and what each port sees, in one session.
+    async fn neighbors(&self) -> Result<crate::neighbors::Neighbors, DeviceError>;
+}
+
 /// The ports of `results` that were applied (outcome `Ok`), in order: what
 /// [`Device::apply_and_read`] reads back.
 pub fn applied_ports(results: &[PortResult]) -> Vec<PortName> {

@@ -9,14 +9,17 @@
 //! Backends: [`fixture`] (in memory, for tests and the demo), [`cli`] (vendor
 //! CLIs over SSH, dialects as data), [`netconf`] (NETCONF over SSH, device models as
 //! data, every change one transaction), [`ansible`] (ansible-playbook, one run per
-//! batch) and [`ovsdb`] (Open vSwitch bridges over OVSDB).
+//! batch) and [`ovsdb`] (Open vSwitch bridges over OVSDB). What ports see (LLDP
+//! neighbours) is read through a [`NeighborSource`]: [`linux`] (lldpd over SSH).
 
 pub mod ansible;
 pub mod cli;
 pub mod device;
 pub mod error;
 pub mod fixture;
+pub mod linux;
 pub mod model;
+pub mod neighbors;
 pub mod netconf;
 pub mod ovsdb;
 pub mod secret;
@@ -24,9 +27,9 @@ pub mod values;
 pub mod verify;
 pub mod yaml;
 
+pub use device::{Device, NeighborSource, PortChange, PortOperation, PortReads, PortResult};
 #[cfg(any(test, feature = "mocks"))]
-pub use device::MockDevice;
-pub use device::{Device, PortChange, PortOperation, PortReads, PortResult};
+pub use device::{MockDevice, MockNeighborSource};
 pub use error::{Cause, DeviceError, RpcError};
 pub use model::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capabilities, Capability,

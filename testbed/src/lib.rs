@@ -12,6 +12,10 @@
 //! - [`OvsSim`]: a private Open vSwitch (`fake-switch/ovs.py`).
 //! - [`Netconfd`]: a real NETCONF server (Debian netconfd) with patchbay's YANG module
 //!   behind a private sshd.
+//! - [`lldp::LldpFabric`]: a switch and hosts in network namespaces speaking real LLDP
+//!   (Debian lldpd), the switch's lldpd readable over a private sshd.
+
+pub mod lldp;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -483,6 +483,70 @@ impl Shell {
     }
 }
 
+/// What one command run on an exec channel printed, and how it exited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+    /// The exit status (`None` when the device sent none).
+    pub status: Option<u32>,
+}
+
+/// Runs each of `commands` on its own exec channel (no pty) of one login, in order,
+/// each within `timeout`, and closes the connection: for devices with a POSIX shell
+/// (Linux-based switches reading lldpd), where answers are whole programs' outputs
+/// rather than prompts to wait for. Switch CLIs (and the simulators) refuse exec
+/// channels; they use [`Shell`].
+pub async fn exec(
+    target: &SshTarget,
+    commands: &[String],
+    timeout: Duration,
+) -> Result<Vec<ExecOutput>, DeviceError> {
+    let (handle, endpoint) = login(target).await?;
+    let mut outputs = Vec::with_capacity(commands.len());
+    let mut last = None;
+    for command in commands {
+        let mut channel = session_channel(&handle, &endpoint).await?;
+        channel
+            .exec(true, command.as_bytes())
+            .await
+            .map_err(|e| unreachable(&endpoint, Cause::during("starting a command", e)))?;
+        let deadline = Instant::now() + timeout;
+        let (mut stdout, mut stderr, mut status) = (Vec::new(), Vec::new(), None);
+        loop {
+            match tokio::time::timeout_at(deadline, channel.wait()).await {
+                Err(_) => {
+                    close_all(handle, channel).await;
+                    return Err(DeviceError::Timeout {
+                        during: format!("running `{command}`"),
+                        after: timeout,
+                    });
+                }
+                Ok(Some(ChannelMsg::Data { data })) => stdout.extend_from_slice(&data),
+                Ok(Some(ChannelMsg::ExtendedData { data, .. })) => stderr.extend_from_slice(&data),
+                Ok(Some(ChannelMsg::ExitStatus { exit_status })) => status = Some(exit_status),
+                Ok(Some(ChannelMsg::Close)) | Ok(None) => break,
+                Ok(Some(_)) => {}
+            }
+        }
+        outputs.push(ExecOutput {
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            status,
+        });
+        last = Some(channel);
+    }
+    match last {
+        Some(channel) => close_all(handle, channel).await,
+        None => {
+            let _ = handle.disconnect(Disconnect::ByApplication, "", "en").await;
+        }
+    }
+    Ok(outputs)
+}
+
 /// An SSH subsystem channel (NETCONF's `netconf`): raw bytes both ways, no pty.
 pub struct Subsystem {
     handle: Handle<Verifier>,

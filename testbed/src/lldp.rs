@@ -1,0 +1,270 @@
+//! A cabled fabric that speaks real LLDP: a "switch" network namespace running lldpd
+//! (Debian `lldpd`, its own control socket), hosts in namespaces of their own each
+//! running lldpd, joined to the switch by veth pairs whose switch ends are named like
+//! switch ports, and a private sshd on 127.0.0.1 through which patchbay reads the
+//! switch's lldpd (`lldpcli -u SOCKET`), as it would a Linux-based switch. Starts
+//! processes and namespaces (I/O); dropping it stops every lldpd and the sshd by the
+//! PIDs started here and deletes only the namespaces it created.
+//!
+//! LLDP runs with a 1 s transmit interval (TTL 4 s), so a neighbour appears within
+//! about a second and a moved cable's old neighbour is gone within ~4 s.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{
+    Result, TestbedError, current_user, free_port, io, rand_u32, ssh_keygen, start_sshd, terminate,
+};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// One host of the fabric.
+#[derive(Debug, Clone)]
+pub struct LldpHost {
+    /// Its network namespace.
+    pub netns: String,
+    /// The MAC address of its `eth0`.
+    pub mac: String,
+    /// The LLDP system name it sends.
+    pub name: String,
+    /// The switch port its cable is in.
+    pub port: String,
+}
+
+/// The fabric: see the module docs.
+pub struct LldpFabric {
+    dir: PathBuf,
+    tag: String,
+    daemons: Vec<Child>,
+    sshd: Option<Child>,
+    /// The switch's network namespace.
+    pub switch_netns: String,
+    /// The switch lldpd's control socket (what `lldpSocket` names).
+    pub switch_socket: String,
+    /// The hosts, in the order added.
+    pub hosts: Vec<LldpHost>,
+    /// sshd's port on 127.0.0.1.
+    pub ssh_port: u16,
+    /// The login.
+    pub username: String,
+    /// The private key that logs in (OpenSSH PEM).
+    pub client_key: String,
+    /// sshd's host key fingerprint (`SHA256:…`).
+    pub host_key_fingerprint: String,
+}
+
+fn run(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(io(format!("running {}", args[0])))?;
+    if !out.status.success() {
+        return Err(TestbedError::Failed(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl LldpFabric {
+    /// Starts the switch's namespace and lldpd (system name `switch_name`) and the
+    /// sshd; waits until both answer.
+    pub fn start(switch_name: &str) -> Result<Self> {
+        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}{seq}", std::process::id() % 100_000);
+        let dir = std::env::temp_dir().join(format!("patchbay-lldp-{tag}-{:x}", rand_u32()));
+        std::fs::create_dir_all(&dir).map_err(io("creating the fabric's directory"))?;
+        let mut me = Self {
+            switch_netns: format!("pbl{tag}s"),
+            switch_socket: dir.join("switch.sock").display().to_string(),
+            dir,
+            tag,
+            daemons: Vec::new(),
+            sshd: None,
+            hosts: Vec::new(),
+            ssh_port: 0,
+            username: current_user()?,
+            client_key: String::new(),
+            host_key_fingerprint: String::new(),
+        };
+        run(&["ip", "netns", "add", &me.switch_netns])?;
+        run(&["ip", "-n", &me.switch_netns, "link", "set", "lo", "up"])?;
+        let (netns, socket) = (me.switch_netns.clone(), me.switch_socket.clone());
+        me.lldpd(&netns, &socket, switch_name)?;
+        for name in ["hostkey", "client"] {
+            ssh_keygen(&me.dir.join(name))?;
+        }
+        std::fs::copy(me.dir.join("client.pub"), me.dir.join("authorized_keys"))
+            .map_err(io("writing authorized_keys"))?;
+        me.client_key =
+            std::fs::read_to_string(me.dir.join("client")).map_err(io("reading the client key"))?;
+        me.ssh_port = free_port()?;
+        let (sshd, fingerprint) = start_sshd(&me.dir, me.ssh_port, "")?;
+        me.sshd = Some(sshd);
+        me.host_key_fingerprint = fingerprint;
+        Ok(me)
+    }
+
+    /// Starts lldpd in `netns` with control socket `socket`, sending `name` as its
+    /// system name every second; waits until it answers.
+    fn lldpd(&mut self, netns: &str, socket: &str, name: &str) -> Result<()> {
+        let log = format!("{socket}.log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", netns, "lldpd", "-d", "-u", socket])
+            .args(["-p", &format!("{socket}.pid")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(&log).map_err(io("creating lldpd's log"))?,
+            ))
+            .spawn()
+            .map_err(io("starting lldpd (apt-get install lldpd)"))?;
+        self.daemons.push(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = Command::new("lldpcli")
+                .args(["-u", socket, "configure", "lldp", "tx-interval", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(TestbedError::Failed(format!(
+                    "lldpd in {netns} did not answer within 10 s: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        run(&[
+            "lldpcli",
+            "-u",
+            socket,
+            "configure",
+            "system",
+            "hostname",
+            name,
+        ])?;
+        Ok(())
+    }
+
+    /// Adds a host sending LLDP as `name` from an `eth0` with MAC `mac`, cabled to
+    /// switch port `port`. Returns its index.
+    pub fn add_host(&mut self, name: &str, mac: &str, port: &str) -> Result<usize> {
+        let i = self.hosts.len();
+        let netns = format!("pbl{}h{i}", self.tag);
+        run(&["ip", "netns", "add", &netns])?;
+        let host = LldpHost {
+            netns: netns.clone(),
+            mac: mac.to_owned(),
+            name: name.to_owned(),
+            port: port.to_owned(),
+        };
+        self.hosts.push(host);
+        run(&["ip", "-n", &netns, "link", "set", "lo", "up"])?;
+        self.cable(i, port)?;
+        let socket = self.dir.join(format!("h{i}.sock")).display().to_string();
+        self.lldpd(&netns, &socket, name)?;
+        Ok(i)
+    }
+
+    /// Plugs host `i`'s cable into switch port `port` (a new veth pair).
+    fn cable(&mut self, i: usize, port: &str) -> Result<()> {
+        let host = &self.hosts[i];
+        run(&[
+            "ip",
+            "-n",
+            &self.switch_netns,
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &host.netns,
+        ])?;
+        run(&[
+            "ip",
+            "-n",
+            &host.netns,
+            "link",
+            "set",
+            "eth0",
+            "address",
+            &host.mac,
+        ])?;
+        run(&["ip", "-n", &host.netns, "link", "set", "eth0", "up"])?;
+        run(&["ip", "-n", &self.switch_netns, "link", "set", port, "up"])?;
+        self.hosts[i].port = port.to_owned();
+        Ok(())
+    }
+
+    /// Moves host `i`'s cable to switch port `port` (the old port disappears).
+    pub fn move_cable(&mut self, i: usize, port: &str) -> Result<()> {
+        let old = self.hosts[i].port.clone();
+        run(&["ip", "-n", &self.switch_netns, "link", "del", &old])?;
+        self.cable(i, port)
+    }
+
+    /// Swaps the cables of hosts `a` and `b`.
+    pub fn swap_cables(&mut self, a: usize, b: usize) -> Result<()> {
+        let (pa, pb) = (self.hosts[a].port.clone(), self.hosts[b].port.clone());
+        for p in [&pa, &pb] {
+            run(&["ip", "-n", &self.switch_netns, "link", "del", p])?;
+        }
+        self.cable(a, &pb)?;
+        self.cable(b, &pa)
+    }
+
+    /// `lldpcli -f json0 show neighbors details` on the switch, as the test sees it.
+    pub fn switch_neighbors_json(&self) -> Result<String> {
+        run(&[
+            "lldpcli",
+            "-u",
+            &self.switch_socket,
+            "-f",
+            "json0",
+            "show",
+            "neighbors",
+            "details",
+        ])
+    }
+
+    /// Stops every lldpd and the sshd (by the PIDs started here), deletes the
+    /// namespaces created here and the directory.
+    pub fn stop(&mut self) {
+        for mut d in self.daemons.drain(..) {
+            terminate(d.id());
+            let _ = d.wait();
+        }
+        if let Some(mut sshd) = self.sshd.take() {
+            terminate(sshd.id());
+            let _ = sshd.wait();
+        }
+        let namespaces = std::iter::once(self.switch_netns.clone())
+            .chain(self.hosts.iter().map(|h| h.netns.clone()));
+        for ns in namespaces {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for LldpFabric {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
