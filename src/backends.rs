@@ -33,6 +33,10 @@
 //! the Secret's `knownHosts`, else the key the device presents, checked against
 //! `spec.hostKey.fingerprint` before each run (or, labs only, accepted). The hard
 //! timeout of a run is `options.commandTimeoutSeconds` (default 300).
+//!
+//! A neighbour source ([`neighbor_source`], a Switch's `spec.neighbors`) is built for
+//! `os: linux` over `ssh`: a [`LinuxLldp`] with the same login and host-key pin as
+//! `ssh`, reading lldpd through `spec.options.lldpSocket` when given.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -47,13 +51,14 @@ use patchbay_providers::ansible::{
 use patchbay_providers::cli::transport::check_private_key;
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::fixture::FixtureSwitch;
+use patchbay_providers::linux::{LinuxLldp, LldpSocket};
 use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
 use patchbay_providers::ovsdb::{Endpoint, OvsOptions, OvsSwitch};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
-use patchbay_providers::{Cause, Device};
+use patchbay_providers::{Cause, Device, NeighborSource};
 
-use crate::api::{Backend, ProviderSwitch};
+use crate::api::{Backend, DeviceOs, ProviderSwitch};
 
 /// The in-memory fixture devices of this process.
 #[derive(Clone, Default)]
@@ -385,6 +390,35 @@ pub fn cli_switch(
             command_timeout: seconds(options.command_timeout_seconds, 30),
         },
     ))
+}
+
+/// Builds the neighbour source of `provider` (validated) from its Secret: `Ok(None)`
+/// when its OS is not one patchbay reads neighbours from (today `linux` over `ssh`).
+/// Reads no value into an error message.
+pub fn neighbor_source(
+    provider: &ProviderSwitch,
+    secret: Option<&Secret>,
+) -> Result<Option<Arc<dyn NeighborSource>>, BackendError> {
+    if (provider.spec.backend, provider.spec.os) != (Backend::Ssh, DeviceOs::Linux) {
+        return Ok(None);
+    }
+    check_credentials(provider, secret)?;
+    let target = ssh_target(provider, secret, 22)?;
+    let options = provider.spec.options.clone().unwrap_or_default();
+    let socket = options
+        .lldp_socket
+        .as_deref()
+        .map(LldpSocket::parse)
+        .transpose()
+        .map_err(|reason| BackendError::BadOption {
+            field: "spec.options.lldpSocket",
+            reason,
+        })?;
+    Ok(Some(Arc::new(LinuxLldp::new(
+        target,
+        socket,
+        seconds(options.command_timeout_seconds, 30),
+    ))))
 }
 
 /// Builds the Ansible backend for `provider` from its Secret, running

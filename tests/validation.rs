@@ -363,6 +363,27 @@ fn switch_port_names_and_vlan_ranges_are_checked() {
         ))
         .is_ok()
     );
+    let with_neighbors = |n: Value| -> SwitchSpec {
+        serde_json::from_value(json!({"provider": {"name": "tor-1"}, "neighbors": n})).unwrap()
+    };
+    expect_error(
+        validate_switch(&with_neighbors(json!({"provider": {"name": "Bad_Name"}}))),
+        "spec.neighbors.provider.name",
+        "not a valid object name",
+    );
+    expect_error(
+        validate_switch(&with_neighbors(
+            json!({"provider": {"name": "lldp"}, "intervalSeconds": 1}),
+        )),
+        "spec.neighbors.intervalSeconds",
+        "outside 5-3600",
+    );
+    assert!(
+        validate_switch(&with_neighbors(
+            json!({"provider": {"name": "lldp"}, "intervalSeconds": 10})
+        ))
+        .is_ok()
+    );
 }
 
 #[test]
@@ -479,6 +500,26 @@ fn provider_switch_rules() {
             "spec.options.playbooks",
             "no '..'",
         ),
+        (
+            json!({"options": {"lldpSocket": "/run/lldpd.socket"}}),
+            "spec.options.lldpSocket",
+            "only os linux",
+        ),
+        (
+            json!({"os": "linux", "options": {"lldpSocket": "/run/lldpd.socket; reboot"}}),
+            "spec.options.lldpSocket",
+            "must not contain ';'",
+        ),
+        (
+            json!({"os": "linux", "options": {"lldpSocket": "run/lldpd.socket"}}),
+            "spec.options.lldpSocket",
+            "absolute",
+        ),
+        (
+            json!({"os": "linux", "backend": "netconf"}),
+            "spec.os",
+            "os linux cannot be driven by backend netconf",
+        ),
     ];
     for (extra, path, reason) in cases {
         expect_error(validate_provider(&with(extra)), path, reason);
@@ -493,6 +534,8 @@ fn provider_switch_rules() {
         let spec = with(json!({"backend": "netconf", "os": os, "options": {"model": model}}));
         assert!(validate_provider(&spec).is_ok(), "{os} {model:?}");
     }
+    let linux = with(json!({"os": "linux", "options": {"lldpSocket": "/run/lldpd.socket"}}));
+    assert!(validate_provider(&linux).is_ok());
     let ansible =
         with(json!({"backend": "ansible", "options": {"playbooks": "/etc/patchbay/playbooks"}}));
     assert!(validate_provider(&ansible).is_ok());

@@ -78,12 +78,7 @@ async fn each_port_shows_the_host_cabled_to_it_and_a_swap_shows_up_swapped() {
     assert_eq!(n.ports.len(), 2, "only ports that see something: {n:#?}");
     // The switch's own chassis id is what its lldpd sends: the hosts see it as that.
     let chassis = n.chassis_id.clone().expect("the switch has a chassis id");
-    let host_view = std::process::Command::new("lldpcli")
-        .args(["-u", &format!("{}.sock", fabric_host_socket(&fabric, 0))])
-        .args(["-f", "json0", "show", "neighbors"])
-        .output()
-        .unwrap();
-    let host_view = String::from_utf8_lossy(&host_view.stdout).into_owned();
+    let host_view = fabric.host_neighbors_json(0).unwrap();
     assert!(host_view.contains(&chassis), "{chassis} not in {host_view}");
 
     fabric.swap_cables(0, 1).unwrap();
@@ -95,14 +90,6 @@ async fn each_port_shows_the_host_cabled_to_it_and_a_swap_shows_up_swapped() {
         n.port("swp1").unwrap().lldp[0].system_name.as_deref(),
         Some("server-b")
     );
-}
-
-/// Host `i`'s lldpd socket path without its `.sock` suffix (the fabric's layout).
-fn fabric_host_socket(fabric: &LldpFabric, i: usize) -> String {
-    let dir = std::path::Path::new(&fabric.switch_socket)
-        .parent()
-        .unwrap();
-    dir.join(format!("h{i}")).display().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,7 +42,10 @@ pub use server::{
 pub use smartnic::{
     SmartNicConfiguration, SmartNicConfigurationSpec, SmartNicPort, SmartNicPortSpec,
 };
-pub use switch::{DriftPolicy, ProviderRef, Switch, SwitchPortDefinition, SwitchSpec};
+pub use switch::{
+    DriftPolicy, LldpNeighborStatus, NeighborsSpec, PortNeighborsStatus, ProviderRef, Switch,
+    SwitchPortDefinition, SwitchSpec, SwitchStatus,
+};
 pub use switch_port::{SwitchPort, SwitchPortSpec};
 pub use vlan_pool::{VLANPool, VLANPoolSpec};
 

@@ -136,6 +136,10 @@ pub enum DeviceOs {
     Ovs,
     /// The in-memory fixture device.
     Fixture,
+    /// A Linux-based switch (Cumulus, SONiC, any open NOS running lldpd), over `ssh`
+    /// with a POSIX shell: a neighbour source only (a Switch's `spec.neighbors`), it
+    /// configures no port.
+    Linux,
 }
 
 /// A pinned host key: an OpenSSH SHA256 fingerprint or a known_hosts line.
@@ -195,6 +199,11 @@ pub struct BackendOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 255), pattern(pattern::ABSOLUTE_PATH))]
     pub playbooks: Option<String>,
+    /// lldpd's control socket on the device (linux only), when not the default
+    /// `/run/lldpd.socket`: an absolute path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 255), pattern(pattern::ABSOLUTE_PATH))]
+    pub lldp_socket: Option<String>,
     /// Most sessions open to this device at once (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]

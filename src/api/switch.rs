@@ -3,11 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{ConditionsStatus, pattern};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::common::pattern;
 
 /// A network device and the ports patchbay may configure on it. The Switch controller
 /// keeps one SwitchPort per entry of `ports`, owned by this Switch.
@@ -17,12 +19,13 @@ use super::common::{ConditionsStatus, pattern};
     version = "v1alpha1",
     kind = "Switch",
     namespaced,
-    status = "ConditionsStatus",
+    status = "SwitchStatus",
     shortname = "sw",
     category = "patchbay",
     doc = "A network device and the ports patchbay may configure on it, with each port's constraints.",
     printcolumn(name = "Provider", type_ = "string", json_path = ".spec.provider.name"),
     printcolumn(name = "Drift", type_ = "string", json_path = ".spec.driftPolicy"),
+    printcolumn(name = "Chassis", type_ = "string", json_path = ".status.chassisId"),
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -48,6 +51,105 @@ pub struct SwitchSpec {
     /// leaves the device alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_policy: Option<DriftPolicy>,
+    /// Where patchbay reads what each device port sees (LLDP neighbours), into
+    /// `status.neighbors`. Absent: nothing is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbors: Option<NeighborsSpec>,
+}
+
+/// Where and how often a Switch's neighbours are read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NeighborsSpec {
+    /// The ProviderSwitch (same namespace) to read through: an `os: linux` device
+    /// running lldpd (read only; the Switch's ports stay with `spec.provider`).
+    pub provider: ProviderRef,
+    /// Seconds between reads (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 5, max = 3600))]
+    pub interval_seconds: Option<i64>,
+}
+
+/// A Switch's status: its conditions, and what its ports see.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchStatus {
+    /// The metadata.generation the controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions (Kubernetes conventions): `Ready`, `DeviceReachable`, and
+    /// `NeighborsRead` when `spec.neighbors` is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// The switch's own LLDP chassis id (what hosts' LLDP agents name it by), as
+    /// its neighbour source last read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chassis_id: Option<String>,
+    /// When the neighbours were last read and found changed, or last refreshed (see
+    /// the README's cabling section: a steady fabric is written every few minutes,
+    /// a change at the read that sees it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbors_read_at: Option<String>,
+    /// What each device port sees, from the last successful read: only ports that
+    /// see something, sorted by device port, at most 512 ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 512))]
+    pub neighbors: Vec<PortNeighborsStatus>,
+    /// Whether ports beyond the 512 listed see something too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub neighbors_truncated: bool,
+}
+
+/// What one device port sees.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortNeighborsStatus {
+    /// The device port.
+    pub port: String,
+    /// The SwitchPort managing it, when `spec.ports` lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_port: Option<String>,
+    /// LLDP neighbours (at most 4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub lldp: Vec<LldpNeighborStatus>,
+    /// Whether more LLDP neighbours were seen than are listed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lldp_truncated: bool,
+    /// MAC addresses learned on the port, lowercase and colon-separated (at most 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub macs: Vec<String>,
+    /// Whether more MAC addresses were learned than are listed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub macs_truncated: bool,
+}
+
+/// One LLDP neighbour of a port.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LldpNeighborStatus {
+    /// The neighbour's chassis id (a MAC is lowercase, colon-separated).
+    pub chassis_id: String,
+    /// What the chassis id is: `mac`, `interfaceName`, `interfaceAlias`,
+    /// `networkAddress`, `local` or `other`.
+    pub chassis_id_subtype: String,
+    /// The neighbour's port id (a MAC is lowercase, colon-separated).
+    pub port_id: String,
+    /// What the port id is (as for the chassis id).
+    pub port_id_subtype: String,
+    /// The neighbour's port description, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_description: Option<String>,
+    /// The neighbour's system name, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_name: Option<String>,
+    /// The neighbour's management address, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub management_address: Option<String>,
+    /// When a read last saw it (RFC 3339; refreshed with `neighborsReadAt`).
+    pub last_seen: String,
 }
 
 /// A reference to the ProviderSwitch of a Switch.

@@ -441,6 +441,8 @@ pub struct Context {
     pub port_index: SharedPortIndex,
     /// The port writes whose watch events are only their echo.
     pub own_writes: SharedOwnWrites,
+    /// When each Switch's neighbour source was last read.
+    pub neighbor_reads: super::neighbors::ReadTimes,
     /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
     /// name), whatever uses it (Switches, SmartNicPorts).
     workers: Mutex<HashMap<DeviceKey, Arc<WorkerEntry>>>,
@@ -535,6 +537,7 @@ impl Context {
             secrets: Arc::default(),
             port_index: Arc::default(),
             own_writes: Arc::default(),
+            neighbor_reads: Default::default(),
             workers: Mutex::new(HashMap::new()),
         }
     }

@@ -5,6 +5,7 @@
 //! | [`runtime`] | the wiring: a kube-rs `Controller` per kind, watches, notice streams, shutdown ([`run`]) | watches |
 //! | [`switch_port`] | the SwitchPort controller: what a port refers to, its steps over its Switch's worker | Kubernetes, device (via the worker) |
 //! | [`switch`] | the Switch controller: checks, reachability, one SwitchPort per `spec.ports` entry, ordered deletion | Kubernetes |
+//! | [`neighbors`] | a Switch's neighbour reads (`spec.neighbors`, LLDP through an `os: linux` source) into its status; decisions: [`crate::decide::neighbors`] | device (the source's own session) |
 //! | [`provider_switch`] | the ProviderSwitch controller: validity, held while used | Kubernetes |
 //! | [`server_claim`] | the ServerClaim controller (the allocator): binds Servers to claims through [`crate::decide::allocation::plan`], the claim's status, inventory and credentials copy, release on deletion, the orphan sweep | Kubernetes |
 //! | [`server`] | the Server controller, the one writer of Server status (mirrors `spec.claimRef`) | Kubernetes |
@@ -30,6 +31,7 @@ pub mod context;
 pub mod events;
 pub mod host;
 pub mod metal3;
+pub mod neighbors;
 pub mod port_loop;
 pub mod port_record;
 pub mod provider_switch;

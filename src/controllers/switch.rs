@@ -3,8 +3,10 @@
 //! found (`DeviceReachable`, one Warning when it stops answering, one Normal when it
 //! answers again); keeps exactly one SwitchPort per `spec.ports` entry (owned,
 //! labelled, adopted when created ahead); on deletion, deletes its ports (each
-//! cleaned on the device first) and goes when none is left. Kubernetes I/O; no
-//! device I/O of its own (the worker probes).
+//! cleaned on the device first) and goes when none is left; reads the Switch's
+//! neighbour source when one is named and a read is due ([`super::neighbors`]).
+//! Kubernetes I/O; no device I/O of its own (the worker probes; the neighbour
+//! source is read by [`super::neighbors`]).
 
 use std::sync::Arc;
 
@@ -19,7 +21,7 @@ use serde_json::json;
 use super::context::{Context, device_key, switch_device_ports};
 use super::{ControllerError, write_status};
 use crate::api::keys::{FINALIZER, SWITCH_LABEL};
-use crate::api::{Switch, SwitchPort, SwitchPortSpec};
+use crate::api::{DeviceOs, Switch, SwitchPort, SwitchPortSpec};
 use crate::backends::check_credentials;
 use crate::decide::failure::Failure;
 use crate::decide::reachability::Reachability;
@@ -54,6 +56,14 @@ async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> 
             name: switch.spec.provider.name.clone(),
             field: "spec.provider",
         })?;
+    if provider.spec.os == DeviceOs::Linux {
+        return Err(Failure::ProviderRole {
+            field: "spec.provider",
+            name: provider.name_any(),
+            why: "is os linux, a neighbour source that configures no port: name it in \
+                  spec.neighbors.provider",
+        });
+    }
     validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
         name: provider.name_any(),
         errors,
@@ -85,6 +95,7 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
             .await;
     }
     ensure_ports(switch, ctx).await?;
+    let next_read = super::neighbors::refresh(switch, &mut status, ctx).await;
     write_status(
         &Api::<Switch>::namespaced(ctx.client.clone(), &ns),
         &name,
@@ -94,10 +105,11 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
     .await?;
     // The worker tells this controller when reachability changes; a Switch that
     // cannot be used is looked at again after the backoff base.
-    Ok(Action::requeue(match verdict {
+    let again = match verdict {
         Ok(_) => ctx.settings.drift_interval,
         Err(_) => ctx.settings.backoff.base,
-    }))
+    };
+    Ok(Action::requeue(next_read.map_or(again, |n| n.min(again))))
 }
 
 /// Keeps one SwitchPort per `spec.ports` entry. The Switch's ports come from the port
@@ -211,6 +223,8 @@ async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, Contro
         ctx.quiet_worker_if_unused(&device_key(&provider));
     }
     ctx.events.forget(&switch.uid().unwrap_or_default());
+    ctx.neighbor_reads
+        .forget(&format!("{ns}/{}", switch.name_any()));
     ctx.events
         .publish(
             switch,

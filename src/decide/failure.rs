@@ -45,6 +45,18 @@ pub enum Failure {
         /// Its name.
         name: String,
     },
+    /// A Switch names a ProviderSwitch for a role its OS cannot play: an `os: linux`
+    /// neighbour source as the device of its ports, or a device that cannot be read
+    /// for neighbours as its neighbour source.
+    #[error("{field}: ProviderSwitch {name} {why}")]
+    ProviderRole {
+        /// Where it is named.
+        field: &'static str,
+        /// Its name.
+        name: String,
+        /// Why it cannot play the role.
+        why: &'static str,
+    },
     /// The Switch is invalid.
     #[error("{0}")]
     InvalidSwitch(#[source] ValidationErrors),
@@ -146,7 +158,9 @@ impl Failure {
             Failure::SwitchDown(o) => o.error.category(),
             Failure::Backend(e) => e.category(),
             Failure::InvalidConfiguration(_) => "InvalidConfiguration",
-            Failure::InvalidProvider { .. } | Failure::ProviderNotOvs { .. } => "InvalidProvider",
+            Failure::InvalidProvider { .. }
+            | Failure::ProviderNotOvs { .. }
+            | Failure::ProviderRole { .. } => "InvalidProvider",
             Failure::InvalidSwitch(_) => "InvalidSwitch",
             Failure::InvalidSmartNicPort(_) => "InvalidSmartNicPort",
             Failure::InvalidPortName { .. } => "InvalidPortName",
@@ -180,6 +194,7 @@ impl Failure {
             | Failure::InvalidConfiguration(_)
             | Failure::InvalidProvider { .. }
             | Failure::ProviderNotOvs { .. }
+            | Failure::ProviderRole { .. }
             | Failure::InvalidSwitch(_)
             | Failure::InvalidSmartNicPort(_)
             | Failure::InvalidPortName { .. }
@@ -246,6 +261,15 @@ pub enum BackendError {
         /// The os value.
         os: String,
     },
+    /// A backend option cannot be used (the validator refuses it first; this is the
+    /// builder's own check).
+    #[error("{field}: {reason}")]
+    BadOption {
+        /// The option's field path.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// No host key is pinned at all.
     #[error(
         "host key: no host key pinned: set spec.hostKey (fingerprint or knownHostsLine), put \
@@ -270,6 +294,7 @@ impl BackendError {
             BackendError::Credentials(_) => "CredentialsInvalid",
             BackendError::Unsupported(_) | BackendError::NoDialect { .. } => "BackendUnsupported",
             BackendError::HostKeyNotPinned => "HostKeyNotPinned",
+            BackendError::BadOption { .. } => "InvalidProvider",
             BackendError::HostKeyUnusable { .. } => "HostKeyUnusable",
         }
     }

@@ -27,6 +27,7 @@
 //! | [`reachability`] | whether a switch answers: the worker's down/probe/up transitions |
 //! | [`lobby`] | when a link-aggregation group's held changes go as one batch |
 //! | [`slack`] | when a bookkeeping map gives back the table a burst grew |
+//! | [`neighbors`] | what a Switch's status says its ports see (LLDP, MACs), when a read is written |
 
 pub mod admission;
 pub mod allocation;
@@ -34,6 +35,7 @@ pub mod failure;
 pub mod inventory;
 pub mod lease;
 pub mod lobby;
+pub mod neighbors;
 pub mod own_writes;
 pub mod phases;
 pub mod port_index;

@@ -19,7 +19,7 @@ use crate::api::server::ClaimRef;
 use crate::api::server::{LinkedHost, NicPortStatus};
 use crate::api::{
     ConditionsStatus, DriftPolicy, PortState, PortStatus, RoleAllocation, Server, ServerClaim,
-    ServerClaimSpec, ServerClaimStatus, ServerPhase, ServerStatus,
+    ServerClaimSpec, ServerClaimStatus, ServerPhase, ServerStatus, SwitchStatus,
 };
 use crate::decide::allocation::ClaimPlan;
 use crate::decide::phases::{
@@ -284,7 +284,7 @@ pub fn port_status(status: &mut PortStatus, facts: &StatusFacts<'_>) {
 /// Switch, its ProviderSwitch and credentials are usable and the device answers), or
 /// the failure that stops it.
 pub fn switch_status(
-    status: &mut ConditionsStatus,
+    status: &mut SwitchStatus,
     verdict: &Result<Reachability, Failure>,
     ports: usize,
     generation: Option<i64>,
@@ -347,7 +347,7 @@ pub fn switch_status(
 /// stops answering, one Normal when it answers again; nothing while it stays so.
 pub fn reachability_event(
     before: Option<&str>,
-    after: &ConditionsStatus,
+    after: &SwitchStatus,
     verdict: &Result<Reachability, Failure>,
 ) -> Option<EventNote> {
     let now = find_condition(&after.conditions, "DeviceReachable").map(|c| c.status.as_str());

@@ -240,6 +240,12 @@ impl LldpFabric {
         ])
     }
 
+    /// `lldpcli -f json0 show neighbors` on host `i`: what it sees of the switch.
+    pub fn host_neighbors_json(&self, i: usize) -> Result<String> {
+        let socket = self.dir.join(format!("h{i}.sock")).display().to_string();
+        run(&["lldpcli", "-u", &socket, "-f", "json0", "show", "neighbors"])
+    }
+
     /// Stops every lldpd and the sshd (by the PIDs started here), deletes the
     /// namespaces created here and the directory.
     pub fn stop(&mut self) {

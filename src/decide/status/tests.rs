@@ -284,9 +284,9 @@ fn backing_off_leaves_the_failure_as_it_was_and_times_move_only_on_change() {
 fn switch_status_and_its_events() {
     let down: Result<Reachability, Failure> = Ok(Reachability::Down(outage()));
     let up: Result<Reachability, Failure> = Ok(Reachability::Reachable);
-    let mut s = ConditionsStatus::default();
+    let mut s = crate::api::SwitchStatus::default();
     switch_status(&mut s, &up, 3, Some(2), t(0));
-    let c = |s: &ConditionsStatus, ty: &str| {
+    let c = |s: &crate::api::SwitchStatus, ty: &str| {
         let c = find_condition(&s.conditions, ty).unwrap();
         (c.status.clone(), c.reason.clone(), c.message.clone())
     };
@@ -320,7 +320,7 @@ fn switch_status_and_its_events() {
         (Severity::Normal, "Reachable")
     );
     // Not tried yet, and a Switch that cannot be used.
-    let mut fresh = ConditionsStatus::default();
+    let mut fresh = crate::api::SwitchStatus::default();
     switch_status(&mut fresh, &Ok(Reachability::Unknown), 0, None, t(0));
     assert_eq!(c(&fresh, "Ready").0, "Unknown");
     let unusable = Err(Failure::Backend(BackendError::HostKeyNotPinned));

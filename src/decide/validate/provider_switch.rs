@@ -10,7 +10,7 @@ use super::*;
 pub fn backend_supports(backend: Backend, os: DeviceOs) -> bool {
     use DeviceOs::*;
     match backend {
-        Backend::Ssh => matches!(os, Ios | Eos | Powerconnect | Dell10g | Fastiron),
+        Backend::Ssh => matches!(os, Ios | Eos | Powerconnect | Dell10g | Fastiron | Linux),
         Backend::Netconf => matches!(os, Junos | Yang),
         Backend::Ansible => matches!(os, Ios | Junos),
         Backend::Ovsdb => matches!(os, Ovs),
@@ -201,6 +201,19 @@ pub fn validate_provider(spec: &ProviderSwitchSpec) -> Result<(), ValidationErro
                         "{:?} is not an absolute directory path (letters, digits, '/', '.', '_', '-'; no '..')",
                         excerpt(dir)
                     ),
+                );
+            }
+        }
+        if let Some(socket) = &opts.lldp_socket {
+            if spec.os != DeviceOs::Linux {
+                errors.push(
+                    "spec.options.lldpSocket",
+                    "only os linux is read through lldpd's socket",
+                );
+            } else {
+                errors.check(
+                    "spec.options.lldpSocket",
+                    patchbay_providers::linux::LldpSocket::parse(socket).map_err(ValueError),
                 );
             }
         }

@@ -34,5 +34,20 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
             errors.check(format!("{path}.vlanRange"), VlanSet::parse(r));
         }
     }
+    if let Some(n) = &spec.neighbors {
+        object_name(
+            &mut errors,
+            "spec.neighbors.provider.name",
+            &n.provider.name,
+        );
+        if let Some(s) = n.interval_seconds
+            && !(5..=3600).contains(&s)
+        {
+            errors.push(
+                "spec.neighbors.intervalSeconds",
+                format!("{s} is outside 5-3600"),
+            );
+        }
+    }
     errors.finish(|| ())
 }
