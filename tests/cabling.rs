@@ -5,12 +5,21 @@
 //! chassis id — and a swapped pair of cables shows up swapped within one interval
 //! plus LLDP's hold time. A source that is not one, and a neighbour source named as
 //! a Switch's port device, are refused with the field and the reason.
+//!
+//! Verification: a Server whose NIC is where it says moves onto its provisioning
+//! network (read back on the device); one whose declared port sees another host is
+//! not moved, its port stays clean and its phase held, with one Warning; a cable
+//! moved while the port carries its network is reported (Permissive) and parked
+//! under Strict.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use patchbay::api::{ProviderSwitch, Switch, SwitchStatus};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use patchbay::api::{PortState, ProviderSwitch, Server, Switch, SwitchPort, SwitchStatus};
+use patchbay_providers::VlanMode;
+use patchbay_providers::values::{PortName, VlanId};
 use patchbay_testbed::lldp::LldpFabric;
 use serde_json::json;
 use support::env::{Env, find_condition};
@@ -129,10 +138,8 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
     env.api::<Switch>()
         .patch(
             "leaf1",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(
-                json!({"spec": {"neighbors": {"provider": {"name": "not-lldp"}}}}),
-            ),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"neighbors": {"provider": {"name": "not-lldp"}}}})),
         )
         .await
         .unwrap();
@@ -154,5 +161,193 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
     );
     // The last good read stays, with its time.
     assert!(seen(&status(&sw), "swp1").is_some());
+    env.cluster.finish().await;
+}
+
+/// Server `name` (cluster-scoped) with one NIC `eth0` of MAC `mac` declared on
+/// SwitchPort `port` of the test's namespace, provisioned with `provisioning`.
+async fn server(env: &Env, name: &str, mac: &str, port: &str) {
+    let ns = env.cluster.namespace.clone();
+    let server: Server = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+        "metadata": {"name": name},
+        "spec": {
+            "bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": ns}},
+            "bootMac": mac,
+            "site": ns,
+            "nics": [{"name": "eth0", "mac": mac,
+                      "port": {"kind": "SwitchPort", "name": port, "namespace": ns},
+                      "provisioningConfiguration": {"name": "provisioning"}}],
+        }
+    }))
+    .unwrap();
+    Api::<Server>::all(env.cluster.client.clone())
+        .create(&PostParams::default(), &server)
+        .await
+        .unwrap();
+}
+
+async fn wait_server(env: &Env, name: &str, what: &str, check: impl Fn(&Server) -> bool) -> Server {
+    let api = Api::<Server>::all(env.cluster.client.clone());
+    support::eventually_seen(30, what, || async {
+        match api.get_opt(name).await {
+            Ok(Some(s)) if check(&s) => Ok(s),
+            Ok(Some(s)) => Err(format!("{:#?}", s.status)),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+fn cabling(s: &Server) -> Option<(String, String, String)> {
+    find_condition(&s.status.as_ref()?.conditions, "CablingVerified")
+}
+
+/// The VLANs the fixture device has on `port`.
+fn on_device(env: &Env, port: &str) -> VlanMode {
+    let device = env
+        .fixtures
+        .get(&env.cluster.namespace, "leaf1")
+        .expect("the fixture switch exists");
+    device
+        .port_state(&PortName::parse(port).unwrap())
+        .and_then(|o| o.vlans)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
+    const HOST_C: &str = "52:54:00:0c:00:01";
+    let mut fabric = LldpFabric::start("leaf1").expect("the fabric starts");
+    fabric.add_host("server-a", HOST_A, "swp1").unwrap();
+    // swp2 has server-b in it, but the inventory says server-c's NIC is there.
+    fabric.add_host("server-b", HOST_B, "swp2").unwrap();
+    let env = Env::start("cabling-verify").await;
+    env.device(
+        "leaf1-lldp",
+        &[
+            ("username", &fabric.username),
+            ("privateKey", &fabric.client_key),
+        ],
+        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
+               "port": fabric.ssh_port,
+               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
+               "options": {"lldpSocket": fabric.switch_socket}}),
+        &[],
+    )
+    .await;
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "leaf1"},
+        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
+    }))
+    .await;
+    env.create::<Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "leaf1"},
+        "spec": {"provider": {"name": "leaf1"},
+                 "ports": {"leaf1-a": {"name": "swp1"}, "leaf1-b": {"name": "swp2"}},
+                 "neighbors": {"provider": {"name": "leaf1-lldp"}, "intervalSeconds": 5}}
+    }))
+    .await;
+    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
+        .await;
+    // The neighbours are read before the Servers arrive: their ports are judged on
+    // what the wire says from the start.
+    env.wait_obj::<Switch>("leaf1", "both ports' neighbours", |s| {
+        let s = status(s);
+        seen(&s, "swp1").is_some() && seen(&s, "swp2").is_some()
+    })
+    .await;
+    // Servers are cluster-scoped: named after the test's namespace.
+    let ns = env.cluster.namespace.clone();
+    let (sa, sc) = (format!("{ns}-a"), format!("{ns}-c"));
+    server(&env, &sa, HOST_A, "leaf1-a").await;
+    server(&env, &sc, HOST_C, "leaf1-b").await;
+
+    // server-a is where it says: verified, its port carries the provisioning network.
+    let a = wait_server(&env, &sa, "server-a verified and ready", |s| {
+        cabling(s).is_some_and(|(t, r, _)| t == "True" && r == "Verified")
+            && s.status.as_ref().and_then(|s| s.ports_ready.as_deref()) == Some("1/1")
+    })
+    .await;
+    assert_eq!(cabling(&a).unwrap().2, "1 NIC seen where declared");
+    env.wait_state("leaf1-a", PortState::Active).await;
+    let vlan10 = VlanMode::Access {
+        vlan: VlanId::new(10).unwrap(),
+    };
+    assert_eq!(on_device(&env, "swp1"), vlan10);
+
+    // server-c's port sees server-b: not moved, parked (clean), the phase held,
+    // the condition naming the port, what it sees and that the NIC is nowhere.
+    let c = wait_server(&env, &sc, "server-c's mismatch", |s| {
+        cabling(s).is_some_and(|(t, r, _)| t == "False" && r == "CablingMismatch")
+    })
+    .await;
+    let (_, _, message) = cabling(&c).unwrap();
+    assert_eq!(
+        message,
+        format!(
+            "NIC eth0 ({HOST_C}) is declared on SwitchPort {ns}/leaf1-b (Switch leaf1, swp2), \
+             which sees LLDP chassis {HOST_B} (server-b) port {HOST_B}; the NIC is not seen on \
+             any port; the port is parked"
+        )
+    );
+    let held = find_condition(&c.status.as_ref().unwrap().conditions, "PortsReady").unwrap();
+    assert_eq!(
+        (held.0.as_str(), held.1.as_str()),
+        ("False", "CablingMismatch")
+    );
+    // Give the operator several reads to do the wrong thing: nothing reaches swp2.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let port = env.api::<SwitchPort>().get("leaf1-b").await.unwrap();
+    assert_eq!(
+        port.spec.configuration, None,
+        "never linked to the provisioning network"
+    );
+    assert_eq!(on_device(&env, "swp2"), VlanMode::Unconfigured);
+    // (A cluster-scoped object's Events are in `default`.)
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+        env.cluster.client.clone(),
+        "default",
+    );
+    let warnings = support::events_about(&events, &sc).await;
+    let mismatches: Vec<_> = warnings
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("CablingMismatch"))
+        .collect();
+    assert_eq!(mismatches.len(), 1, "one Warning: {warnings:#?}");
+
+    // server-a's cable moves to swp3 while its port carries the provisioning network:
+    // reported (Permissive) within an interval, the port left as it is...
+    let moved_at = Instant::now();
+    fabric.move_cable(0, "swp3").unwrap();
+    let a = wait_server(&env, &sa, "server-a's moved cable reported", |s| {
+        cabling(s).is_some_and(|(t, _, m)| t == "False" && m.contains("the NIC is seen on"))
+    })
+    .await;
+    println!("moved cable reported after {:?}", moved_at.elapsed());
+    let (_, _, message) = cabling(&a).unwrap();
+    assert!(
+        message.contains(&format!("the NIC is seen on Switch {ns}/leaf1 port swp3"))
+            && message.ends_with("the port is left as it is (cablingPolicy Permissive)"),
+        "{message}"
+    );
+    assert_eq!(on_device(&env, "swp1"), vlan10);
+    // ...and under Strict, parked.
+    Api::<Server>::all(env.cluster.client.clone())
+        .patch(
+            &sa,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cablingPolicy": "Strict"}})),
+        )
+        .await
+        .unwrap();
+    env.wait_for("leaf1-a", "server-a's port parked under Strict", |p| {
+        p.spec.configuration.is_none()
+            && p.status.as_ref().and_then(|s| s.state) == Some(PortState::Idle)
+    })
+    .await;
+    assert_eq!(on_device(&env, "swp1"), VlanMode::Unconfigured);
     env.cluster.finish().await;
 }

@@ -162,6 +162,19 @@ pub struct PortStatus {
     pub last_transition_time: Option<Time>,
 }
 
+/// What patchbay does with a port whose cabling it cannot confirm (see the README's
+/// cabling section): `Permissive` (default) moves a port where nothing is seen and
+/// reports a running host's moved cable; `Strict` parks both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum CablingPolicy {
+    /// Refuse only what is proven wrong before a port moves.
+    #[default]
+    Permissive,
+    /// Also park ports where nothing is seen, and a running host's port found
+    /// miscabled.
+    Strict,
+}
+
 /// The status of an object that has only conditions (ProviderSwitch, Switch).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]

@@ -26,7 +26,9 @@ pub use claim::{
     ClaimRole, ConfigurationKind, InventorySpec, NetworkConfiguration, NicHint, RoleAllocation,
     RoleRequirements, ServerClaim, ServerClaimSpec, ServerClaimStatus, TypedConfigurationRef,
 };
-pub use common::{ConditionsStatus, ConfigurationRef, PortState, PortStatus, SecretRef};
+pub use common::{
+    CablingPolicy, ConditionsStatus, ConfigurationRef, PortState, PortStatus, SecretRef,
+};
 pub use configuration::{
     AclActionSpec, AclDirectionSpec, AclProtocolSpec, AclRuleSpec, AclType, LagModeSpec,
     LinkAggregationSpec, PortSettingsSpec, SwitchPortConfiguration, SwitchPortConfigurationSpec,

@@ -77,6 +77,10 @@ pub struct ProviderSwitchSpec {
     /// Backend tuning; every field has a safe default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<BackendOptions>,
+    /// What happens to this device's ports when the cabling cannot be confirmed
+    /// (`Permissive` by default; `Strict` on the Server or here wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cabling_policy: Option<super::common::CablingPolicy>,
 }
 
 /// The protocol patchbay uses to reach the device.

@@ -29,6 +29,11 @@ use super::common::{ConfigurationRef, pattern};
     printcolumn(name = "Claim", type_ = "string", json_path = ".status.claim.name"),
     printcolumn(name = "Ports", type_ = "string", json_path = ".status.portsReady"),
     printcolumn(
+        name = "Cabling",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"CablingVerified\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -61,6 +66,10 @@ pub struct ServerSpec {
     /// True: never allocated. An allocated Server keeps its claim, which reports it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub maintenance: bool,
+    /// What happens to this Server's ports when their cabling cannot be confirmed
+    /// (`Permissive` by default; `Strict` here or on the port's ProviderSwitch wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cabling_policy: Option<super::common::CablingPolicy>,
     /// The Metal3 BareMetalHost that is this machine, if any (hardware and address
     /// are read from its status).
     #[serde(default, skip_serializing_if = "Option::is_none")]

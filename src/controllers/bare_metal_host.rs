@@ -109,6 +109,7 @@ pub(super) async fn reconcile(
         deleting: host.meta().deletion_timestamp.is_some(),
         phase,
         bare_metal_host: Some(host.clone()),
+        cabling_policy: crate::api::CablingPolicy::Permissive,
     };
     let facts = drive_host(&ctx.world, &view).await?;
     let ready = facts.ports.iter().filter(|(_, v, _)| v.settled()).count();

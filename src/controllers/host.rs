@@ -18,13 +18,14 @@ use serde_json::json;
 
 use super::ControllerError;
 use super::events::EventPublisher;
-use crate::api::ServerPhase;
 use crate::api::keys::{
     CHAINED_FROM_ANNOTATION, HOST_ANNOTATION, PAUSED_ANNOTATION, PAUSED_BY_PATCHBAY,
 };
 use crate::api::metal3::BareMetalHost;
 use crate::api::server::{CabledPortKind, LinkedHost, ServerNic};
+use crate::api::{CablingPolicy, ServerPhase};
 use crate::api::{ConfigurationRef, PortStatus, SmartNicPort, SwitchPort, SwitchPortConfiguration};
+use crate::decide::cabling::{self, Action, NicCabling};
 use crate::decide::phases::{
     CachedPort, ClaimNetwork, Driver, Gate, NicTarget, PortId, PortWrite, Source, metal3_gate,
     metal3_goal, next_phase, port_step, port_targets, refuse_grouped_provisioning,
@@ -69,6 +70,8 @@ pub struct HostView<'a> {
     pub phase: Option<ServerPhase>,
     /// The linked (or own) BareMetalHost, to gate.
     pub bare_metal_host: Option<Arc<BareMetalHost>>,
+    /// The host's own `cablingPolicy` (a port's ProviderSwitch may make it Strict).
+    pub cabling_policy: CablingPolicy,
 }
 
 fn observed(
@@ -217,6 +220,10 @@ struct Targets {
     refused: Vec<String>,
     /// Targets the tenancy check refused (their ports are left as they are).
     forbidden: Vec<String>,
+    /// Each NIC's cabling, checked against what its port sees.
+    cabling: Vec<NicCabling>,
+    /// Ports parked for their cabling, one message each: they hold the phase.
+    miscabled: Vec<String>,
 }
 
 impl Targets {
@@ -224,8 +231,151 @@ impl Targets {
         self.unmatched.is_empty()
             && self.refused.is_empty()
             && self.forbidden.is_empty()
+            && self.miscabled.is_empty()
             && judge(world, me, &self.ports)
     }
+}
+
+/// What the Switch of SwitchPort `port` reads its ports to see: whether it reads at
+/// all (a neighbour source that has been read), what `port`'s device port sees, its
+/// words for messages, and whether its ProviderSwitch says Strict.
+struct PortSight {
+    /// `namespace/name` of the Switch, and the device port.
+    at: (String, String),
+    source: bool,
+    seen: Option<crate::api::PortNeighborsStatus>,
+    words: String,
+    strict: bool,
+}
+
+fn sight(world: &HostWorld, port: &PortId) -> Option<PortSight> {
+    let sp = world
+        .switch_ports
+        .get(&ObjectRef::new(&port.name).within(&port.namespace))?;
+    let switch_name = super::switch_port::switch_name(&sp)?;
+    let switch = world.stores.switch(&port.namespace, &switch_name)?;
+    let device_port = switch.spec.ports.get(&port.name).map(|d| d.name.clone())?;
+    let status = switch.status.clone().unwrap_or_default();
+    let strict = world
+        .stores
+        .provider(&port.namespace, &switch.spec.provider.name)
+        .is_some_and(|p| p.spec.cabling_policy == Some(CablingPolicy::Strict));
+    Some(PortSight {
+        at: (
+            format!("{}/{switch_name}", port.namespace),
+            device_port.clone(),
+        ),
+        source: switch.spec.neighbors.is_some() && status.neighbors_read_at.is_some(),
+        seen: status.neighbors.into_iter().find(|p| p.port == device_port),
+        words: format!(
+            "SwitchPort {}/{} (Switch {switch_name}, {device_port})",
+            port.namespace, port.name
+        ),
+        strict,
+    })
+}
+
+/// Where else `mac` is seen, other than at `except` (Switch `namespace/name`, device
+/// port), from every Switch's status: `Switch ns/name port P (SwitchPort S)`.
+fn seen_elsewhere(world: &HostWorld, mac: &str, except: &(String, String)) -> Vec<String> {
+    let mut found = Vec::new();
+    for sw in world.stores.switches.state() {
+        let Some(status) = &sw.status else { continue };
+        let name = format!("{}/{}", sw.namespace().unwrap_or_default(), sw.name_any());
+        let others = status
+            .neighbors
+            .iter()
+            .filter(|p| (&name, &p.port) != (&except.0, &except.1));
+        for p in others.filter(|p| cabling::sees_mac(p, mac)) {
+            let managed = p
+                .switch_port
+                .as_deref()
+                .map(|s| format!(" (SwitchPort {s})"))
+                .unwrap_or_default();
+            found.push(format!("Switch {name} port {}{managed}", p.port));
+        }
+    }
+    found
+}
+
+/// Checks each SwitchPort target's cabling ([`cabling::check`]) and parks
+/// ([`cabling::action`]) the ports that must not move: their target becomes clean
+/// and a message holds the phase.
+fn check_cabling(
+    world: &HostWorld,
+    view: &HostView<'_>,
+    targets: Vec<NicTarget>,
+) -> (Vec<NicTarget>, Vec<NicCabling>, Vec<String>) {
+    let host_macs: Vec<&str> = view.nics.iter().filter_map(|n| n.mac.as_deref()).collect();
+    let mut report = Vec::new();
+    let mut miscabled = Vec::new();
+    let targets = targets
+        .into_iter()
+        .map(|mut t| {
+            let Some(nic) = view.nics.iter().find(|n| n.name == t.nic) else {
+                return t;
+            };
+            if t.port.kind != CabledPortKind::SwitchPort {
+                return t;
+            }
+            let Some(sight) = sight(world, &t.port) else {
+                return t;
+            };
+            let mac = nic.mac.as_deref();
+            // Where else the NIC is seen matters only when it is not seen here.
+            let here = sight
+                .seen
+                .as_ref()
+                .zip(mac)
+                .is_some_and(|(s, m)| cabling::sees_mac(s, m));
+            let seen_on = match mac {
+                Some(mac) if sight.source && !here => seen_elsewhere(world, mac, &sight.at),
+                _ => Vec::new(),
+            };
+            let verdict = cabling::check(
+                mac,
+                &host_macs,
+                sight.seen.as_ref(),
+                sight.source,
+                !seen_on.is_empty(),
+            );
+            let policy = if sight.strict {
+                CablingPolicy::Strict
+            } else {
+                view.cabling_policy
+            };
+            let on_target = look_up(world, &t.port).is_some_and(|(o, _)| {
+                o.state == Some(crate::api::PortState::Active)
+                    && o.applied.is_some()
+                    && o.applied == t.configuration
+            });
+            let action = if t.configuration.is_some() {
+                cabling::action(&verdict, policy, on_target)
+            } else {
+                // Clean is where a parked port goes anyway.
+                Action::Proceed
+            };
+            let entry = NicCabling {
+                nic: t.nic.clone(),
+                mac: mac.map(str::to_owned),
+                port: sight.words,
+                verdict,
+                action,
+                seen_on,
+            };
+            if action == Action::Park {
+                miscabled.push(format!(
+                    "{} ({}): parked, its cabling is not confirmed (see CablingVerified)",
+                    t.port, t.nic
+                ));
+                t.configuration = None;
+                t.source = Source::Clean;
+            }
+            report.push(entry);
+            t
+        })
+        .collect();
+    (targets, report, miscabled)
 }
 
 /// The claim's targets (and a NIC's default configuration applied under the claim)
@@ -338,7 +488,8 @@ fn targets_of(
         cfg.spec.link_aggregation.as_ref().map(|l| l.group)
     };
     let (targets, refused) = refuse_grouped_provisioning(targets, group_of, view.nic_field);
-    let (mut targets, forbidden) = refuse_ungranted(world, targets, view.network);
+    let (targets, forbidden) = refuse_ungranted(world, targets, view.network);
+    let (mut targets, cabling, miscabled) = check_cabling(world, view, targets);
     for port in marked.difference(&cabled) {
         targets.push(NicTarget {
             nic: "no longer cabled".into(),
@@ -352,6 +503,8 @@ fn targets_of(
         unmatched,
         refused,
         forbidden,
+        cabling,
+        miscabled,
     }
 }
 
@@ -382,6 +535,8 @@ pub async fn drive_host(
         unmatched,
         refused,
         forbidden,
+        cabling,
+        miscabled,
     } = match current {
         Some((p, same)) if p == step.phase => same,
         _ => targets_of(world, view, &marked, step.phase),
@@ -416,6 +571,7 @@ pub async fn drive_host(
             let settled = unmatched.is_empty()
                 && refused.is_empty()
                 && forbidden.is_empty()
+                && miscabled.is_empty()
                 && ports.iter().all(|(_, v, _)| v.settled());
             let paused = bmh.annotations().get(PAUSED_ANNOTATION).map(String::as_str);
             let gate = metal3_gate(goal, settled, paused);
@@ -438,6 +594,8 @@ pub async fn drive_host(
         unmatched,
         refused,
         forbidden,
+        cabling,
+        miscabled,
         host,
         gate,
     })

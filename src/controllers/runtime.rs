@@ -1109,7 +1109,8 @@ fn hosts_and_claims(
         .with_tenancy(settings.tenancy.clone()),
     );
     let (c1, c2, c3) = (claims.clone(), claims.clone(), claims.clone());
-    let (v4, v1, v2, v3, v6, v7, v5) = (
+    let (v4, v1, v2, v3, v6, v7, v5, v8) = (
+        servers.clone(),
         servers.clone(),
         servers.clone(),
         servers.clone(),
@@ -1178,12 +1179,15 @@ fn hosts_and_claims(
         .watches_shared_stream(hosts_for_servers, move |host| {
             triggers::servers_of_host(&v5.state(), &host)
         })
+        .watches_shared_stream(w.switches.subscribe(), move |sw| {
+            triggers::servers_of_switch(&v8.state(), &sw)
+        })
         .reconcile_on(notices(metal3_rx))
         .with_config(Config::default().concurrency(8));
     // BareMetalHosts that carry their own ports: woken by their own changes, the
     // ports they drive or are cabled to and the configurations they provision with.
     let store = alloc.hosts.store().clone();
-    let (h1, h2, h3) = (store.clone(), store.clone(), store.clone());
+    let (h1, h2, h3, h4) = (store.clone(), store.clone(), store.clone(), store.clone());
     let host_ctl = Controller::for_shared_stream(hosts_for_hosts, store)
         .watches_shared_stream(w.ports.subscribe(), move |p| {
             triggers::hosts_of_port(&h1.state(), CabledPortKind::SwitchPort, &p.metadata)
@@ -1193,6 +1197,9 @@ fn hosts_and_claims(
         })
         .watches_shared_stream(w.configs.subscribe(), move |c| {
             triggers::hosts_provisioned_with(&h3.state(), &c)
+        })
+        .watches_shared_stream(w.switches.subscribe(), move |sw| {
+            triggers::hosts_of_switch(&h4.state(), &sw)
         })
         .with_config(Config::default().concurrency(8));
     let server_ctx = Arc::new(server::ServerCtx {

@@ -145,6 +145,7 @@ async fn follow(
         deleting,
         phase: old.phase,
         bare_metal_host: bmh.clone(),
+        cabling_policy: server.spec.cabling_policy.unwrap_or_default(),
     };
     let facts = drive_host(&ctx.world, &view).await?;
     let status = server_status(server, &old, &facts, jiff::Timestamp::now());
@@ -166,6 +167,23 @@ async fn follow(
                 "PhaseChanged",
                 &format!("{from} → {to}"),
             )
+            .await;
+    }
+    // A cabling mismatch is announced once, when it is found (the condition keeps
+    // saying it while it lasts).
+    let cabling = |s: &crate::api::server::ServerStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == "CablingVerified")
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    if let Some((truth, message)) = cabling(&status)
+        && truth == "False"
+        && cabling(&old).is_none_or(|(was, _)| was != "False")
+    {
+        alloc
+            .events
+            .publish(server, Severity::Warning, "CablingMismatch", &message)
             .await;
     }
     // The installer's signal belongs to one installation: consumed on release.

@@ -27,10 +27,12 @@
 //! | [`reachability`] | whether a switch answers: the worker's down/probe/up transitions |
 //! | [`lobby`] | when a link-aggregation group's held changes go as one batch |
 //! | [`slack`] | when a bookkeeping map gives back the table a burst grew |
+//! | [`cabling`] | whether a NIC is plugged where its host says (from what its port sees), and what happens to the port |
 //! | [`neighbors`] | what a Switch's status says its ports see (LLDP, MACs), when a read is written |
 
 pub mod admission;
 pub mod allocation;
+pub mod cabling;
 pub mod failure;
 pub mod inventory;
 pub mod lease;

@@ -586,6 +586,11 @@ pub struct HostFacts {
     /// namespace, a configuration of another namespace), their ports left as they
     /// are, one message each.
     pub forbidden: Vec<String>,
+    /// Each NIC's cabling, checked against what its port sees
+    /// ([`crate::decide::cabling`]).
+    pub cabling: Vec<crate::decide::cabling::NicCabling>,
+    /// Ports parked for their cabling, one message each (they hold the phase).
+    pub miscabled: Vec<String>,
     /// The linked BareMetalHost, if any.
     pub host: Option<LinkedHost>,
     /// The Metal3 gate, when a BareMetalHost is linked.
@@ -599,6 +604,7 @@ impl HostFacts {
         self.unmatched.is_empty()
             && self.refused.is_empty()
             && self.forbidden.is_empty()
+            && self.miscabled.is_empty()
             && self.ports.iter().all(|(_, v, _)| v.settled())
     }
 
@@ -617,13 +623,16 @@ impl HostFacts {
             .chain(self.unmatched.iter().cloned())
             .chain(self.refused.iter().cloned())
             .chain(self.forbidden.iter().cloned())
+            .chain(self.miscabled.iter().cloned())
             .collect()
     }
 
     /// `PortsReady`'s reason: the worst verdict.
     fn ports_reason(&self) -> &'static str {
         let has = |f: fn(&Verdict) -> bool| self.ports.iter().any(|(_, v, _)| f(v));
-        if !self.forbidden.is_empty() {
+        if !self.miscabled.is_empty() {
+            "CablingMismatch"
+        } else if !self.forbidden.is_empty() {
             "Forbidden"
         } else if !self.refused.is_empty() {
             "ConfigurationRefused"
@@ -715,6 +724,10 @@ pub fn host_conditions(
             ),
         ),
     }
+    let cabling = crate::decide::cabling::condition(&facts.cabling);
+    if let Some((truth, reason, message)) = &cabling {
+        set("CablingVerified", *truth, reason, message.clone());
+    }
     let in_use: Vec<String> = facts
         .ports
         .iter()
@@ -759,6 +772,9 @@ pub fn host_conditions(
         Some(Gate::Release | Gate::Open) => {
             set("HostPaused", Truth::False, "NotPaused", String::new())
         }
+    }
+    if cabling.is_none() {
+        conditions.retain(|c| c.type_ != "CablingVerified");
     }
     if facts.forbidden.is_empty() {
         conditions.retain(|c| c.type_ != "Forbidden");

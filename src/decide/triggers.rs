@@ -4,8 +4,9 @@
 //! SmartNicPorts; a Server the claim it is bound to, the claims that list it and
 //! the claims of its site still waiting for Servers (and the claim it is leaving);
 //! a port the Server that drives it or is cabled to it; a claim its Servers; a
-//! BareMetalHost the Servers linked to it. The runtime calls these with its caches'
-//! contents. Pure, no I/O.
+//! BareMetalHost the Servers linked to it; a Switch that reads neighbours the hosts
+//! cabled to its ports (their cabling is checked against what the ports see). The
+//! runtime calls these with its caches' contents. Pure, no I/O.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -217,6 +218,54 @@ pub fn servers_of_port(
         }
     }
     out.into_iter().map(|n| ObjectRef::new(&n)).collect()
+}
+
+/// Whether `switch`'s status speaks of neighbours (it reads them, or did).
+fn reads_neighbors(switch: &Switch) -> bool {
+    switch.spec.neighbors.is_some()
+        || switch
+            .status
+            .as_ref()
+            .is_some_and(|s| s.neighbors_read_at.is_some())
+}
+
+/// Whether one of `nics` is cabled to a SwitchPort of `switch`.
+fn cabled_to_switch(nics: &[ServerNic], switch: &Switch) -> bool {
+    let ns = switch.namespace().unwrap_or_default();
+    switch
+        .spec
+        .ports
+        .keys()
+        .any(|port| cabled_to(nics, CabledPortKind::SwitchPort, &ns, port))
+}
+
+/// Servers a change to a Switch that reads neighbours concerns: those with a NIC
+/// cabled to one of its SwitchPorts (nothing for a Switch that reads none).
+pub fn servers_of_switch(servers: &[Arc<Server>], switch: &Switch) -> Vec<ObjectRef<Server>> {
+    if !reads_neighbors(switch) {
+        return Vec::new();
+    }
+    servers
+        .iter()
+        .filter(|s| cabled_to_switch(&s.spec.nics, switch))
+        .map(|s| ObjectRef::new(&s.name_any()))
+        .collect()
+}
+
+/// BareMetalHosts carrying their own ports a change to a Switch that reads
+/// neighbours concerns (as [`servers_of_switch`]).
+pub fn hosts_of_switch(
+    hosts: &[Arc<BareMetalHost>],
+    switch: &Switch,
+) -> Vec<ObjectRef<BareMetalHost>> {
+    if !reads_neighbors(switch) {
+        return Vec::new();
+    }
+    hosts
+        .iter()
+        .filter(|h| h.spec.ports.is_some() && cabled_to_switch(&bare_metal_host_nics(h).0, switch))
+        .map(|h| ObjectRef::new(&h.name_any()).within(&h.namespace().unwrap_or_default()))
+        .collect()
 }
 
 /// Ports of `kind` a change to a Server's spec concerns: those its NICs are cabled

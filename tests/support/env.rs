@@ -23,6 +23,8 @@ pub struct Env {
     pub cluster: Cluster,
     /// The in-process operator's metrics and device gate.
     pub probes: patchbay::controllers::Probes,
+    /// The in-process operator's fixture devices (read back by tests).
+    pub fixtures: patchbay::backends::FixtureRegistry,
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -66,6 +68,7 @@ impl Env {
             ..Backends::default()
         };
         let probes = patchbay::controllers::Probes::default();
+        let fixtures = backends.fixtures.clone();
         tokio::spawn(patchbay::controllers::run(
             cluster.client.clone(),
             settings,
@@ -78,6 +81,7 @@ impl Env {
         Env {
             cluster,
             probes,
+            fixtures,
             _stop: Some(stop),
         }
     }
@@ -91,6 +95,7 @@ impl Env {
         Env {
             cluster,
             probes: patchbay::controllers::Probes::default(),
+            fixtures: Default::default(),
             _stop: None,
         }
     }

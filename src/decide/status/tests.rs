@@ -543,6 +543,8 @@ fn facts(phase: ServerPhase, hold: Option<Hold>, ports: Vec<(Verdict, Option<&st
         unmatched: vec![],
         refused: vec![],
         forbidden: Vec::new(),
+        cabling: Vec::new(),
+        miscabled: Vec::new(),
         host: None,
         gate: None,
     }

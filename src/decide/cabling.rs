@@ -1,0 +1,440 @@
+//! Whether each NIC of a host is plugged into the port its host says it is, from
+//! what that port's Switch reads on the wire (`Switch.status.neighbors`, see
+//! [`super::neighbors`]), and what the host controller does about it. Pure: table-
+//! tested, no client.
+//!
+//! The verdict for one NIC ([`check`]):
+//!
+//! | the declared port sees | verdict |
+//! |---|---|
+//! | (its Switch reads no neighbours) | [`Cabling::NoSource`]: nothing to check |
+//! | (the NIC declares no MAC) | [`Cabling::NoMac`] |
+//! | nothing, and the NIC is seen on another port | [`Cabling::Mismatch`] ("nothing") |
+//! | nothing | [`Cabling::NotSeen`] (a powered-off host sends nothing) |
+//! | an LLDP neighbour whose port id is the NIC's MAC; one whose port id is not a MAC (an interface name) and whose chassis id is a MAC of this host; or the NIC's MAC among its learned addresses | [`Cabling::Verified`] |
+//! | anything else | [`Cabling::Mismatch`] |
+//!
+//! Two NICs of one host swapped between their ports are caught when the host's
+//! agent sends MACs as port ids (lldpd's default) or the Switch learns MACs; with
+//! interface names as port ids only the host is known, not which NIC.
+//!
+//! What happens to the port ([`action`]), by the policy (`cablingPolicy`, on the
+//! Server or the port's ProviderSwitch; `Strict` when either says so):
+//!
+//! | verdict | Permissive (default) | Strict |
+//! |---|---|---|
+//! | Verified, NoSource | proceed | proceed |
+//! | NotSeen, NoMac | proceed | park, hold the phase |
+//! | Mismatch, the port about to change | park, hold the phase | park, hold the phase |
+//! | Mismatch, the port already on its target | report only | park, hold the phase |
+//!
+//! Parking is the clean target: the tenancy parking VLAN when tenancy is on (a VLAN
+//! no namespace is granted), the device default otherwise. Permissive is the default
+//! because a host that is off, or whose firmware speaks no LLDP while it PXE-boots,
+//! shows nothing, and refusing it would stop every new rack until each host sent
+//! LLDP; what is proven wrong (a neighbour that is not the NIC) is never moved. A
+//! running host whose cable is found moved is reported, not cut off, unless the
+//! policy says Strict: a false alarm (a hub, an agent that changed its ids) would
+//! otherwise take a tenant's production host off the network.
+
+use crate::api::{CablingPolicy, PortNeighborsStatus};
+
+/// The verdict for one NIC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cabling {
+    /// The port's Switch names no neighbour source.
+    NoSource,
+    /// The NIC declares no MAC to compare with.
+    NoMac,
+    /// The declared port sees nothing.
+    NotSeen,
+    /// The declared port sees this NIC.
+    Verified,
+    /// The declared port sees something else: what it sees, in words.
+    Mismatch(String),
+}
+
+/// What the host controller does with the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Drive it as the phase says.
+    Proceed,
+    /// Park it (clean) and hold the phase.
+    Park,
+    /// Leave it as it is and report.
+    ReportOnly,
+}
+
+fn same_mac(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+/// The verdict for a NIC with MAC `mac` (of a host whose MACs are `host_macs`),
+/// declared on a port that sees `seen` (`None`: nothing), on a Switch that reads
+/// neighbours (`source`) or not; `elsewhere`: the NIC's MAC is seen on another port.
+pub fn check(
+    mac: Option<&str>,
+    host_macs: &[&str],
+    seen: Option<&PortNeighborsStatus>,
+    source: bool,
+    elsewhere: bool,
+) -> Cabling {
+    if !source {
+        return Cabling::NoSource;
+    }
+    let Some(mac) = mac else {
+        return Cabling::NoMac;
+    };
+    let Some(seen) = seen.filter(|s| !s.lldp.is_empty() || !s.macs.is_empty()) else {
+        return if elsewhere {
+            Cabling::Mismatch("nothing".into())
+        } else {
+            Cabling::NotSeen
+        };
+    };
+    // A port id that is a MAC names the NIC exactly; one that is not (an interface
+    // name) leaves only the chassis id, which names the host.
+    let this_nic = seen.lldp.iter().any(|n| {
+        if n.port_id_subtype == "mac" {
+            same_mac(&n.port_id, mac)
+        } else {
+            same_mac(&n.chassis_id, mac) || host_macs.iter().any(|m| same_mac(&n.chassis_id, m))
+        }
+    }) || seen.macs.iter().any(|m| same_mac(m, mac));
+    if this_nic {
+        Cabling::Verified
+    } else {
+        Cabling::Mismatch(describe(seen))
+    }
+}
+
+/// What a port sees, in words: its LLDP neighbours, then its learned MACs.
+pub fn describe(seen: &PortNeighborsStatus) -> String {
+    let mut parts: Vec<String> = seen
+        .lldp
+        .iter()
+        .map(|n| {
+            let name = n
+                .system_name
+                .as_deref()
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default();
+            format!("LLDP chassis {}{name} port {}", n.chassis_id, n.port_id)
+        })
+        .collect();
+    if !seen.macs.is_empty() {
+        let more = if seen.macs_truncated { " and more" } else { "" };
+        parts.push(format!("MAC {}{more}", seen.macs.join(", ")));
+    }
+    parts.join("; ")
+}
+
+/// Whether a port that sees `mac` sees it (LLDP ids or learned MACs).
+pub fn sees_mac(seen: &PortNeighborsStatus, mac: &str) -> bool {
+    seen.lldp
+        .iter()
+        .any(|n| same_mac(&n.chassis_id, mac) || same_mac(&n.port_id, mac))
+        || seen.macs.iter().any(|m| same_mac(m, mac))
+}
+
+/// What to do with a port whose NIC's verdict is `verdict`, under `policy`;
+/// `on_target`: the port already carries what the phase wants of it.
+pub fn action(verdict: &Cabling, policy: CablingPolicy, on_target: bool) -> Action {
+    let strict = policy == CablingPolicy::Strict;
+    match verdict {
+        Cabling::NoSource | Cabling::Verified => Action::Proceed,
+        Cabling::NotSeen | Cabling::NoMac if strict => Action::Park,
+        Cabling::NotSeen | Cabling::NoMac => Action::Proceed,
+        Cabling::Mismatch(_) if strict || !on_target => Action::Park,
+        Cabling::Mismatch(_) => Action::ReportOnly,
+    }
+}
+
+/// One NIC's cabling, as the host's status reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicCabling {
+    /// The NIC.
+    pub nic: String,
+    /// Its declared MAC.
+    pub mac: Option<String>,
+    /// The declared port, in words (`SwitchPort ns/name (Switch leaf1, swp1)`).
+    pub port: String,
+    /// The verdict.
+    pub verdict: Cabling,
+    /// What was done.
+    pub action: Action,
+    /// Where else the NIC's MAC is seen (`Switch ns/name port swp2`), when it is
+    /// not verified where declared.
+    pub seen_on: Vec<String>,
+}
+
+impl NicCabling {
+    /// The sentence for this NIC, when it is not simply verified.
+    fn sentence(&self) -> Option<String> {
+        let mac = self.mac.as_deref().unwrap_or("no MAC");
+        let nic = format!("NIC {} ({mac})", self.nic);
+        let elsewhere = if self.seen_on.is_empty() {
+            "the NIC is not seen on any port".to_owned()
+        } else {
+            format!("the NIC is seen on {}", self.seen_on.join(", "))
+        };
+        let done = match self.action {
+            Action::Park => "; the port is parked",
+            Action::ReportOnly => "; the port is left as it is (cablingPolicy Permissive)",
+            Action::Proceed => "",
+        };
+        match &self.verdict {
+            Cabling::NoSource | Cabling::Verified => None,
+            Cabling::NoMac => Some(format!(
+                "{nic} declares no MAC, so {} cannot be checked{done}",
+                self.port
+            )),
+            Cabling::NotSeen => Some(format!(
+                "{nic}: nothing is seen on {}; {elsewhere}{done}",
+                self.port
+            )),
+            Cabling::Mismatch(sees) => Some(format!(
+                "{nic} is declared on {}, which sees {sees}; {elsewhere}{done}",
+                self.port
+            )),
+        }
+    }
+}
+
+/// The host's `CablingVerified` condition: (status, reason, message), or `None`
+/// when no NIC's port is on a Switch that reads neighbours (nothing to say).
+pub fn condition(nics: &[NicCabling]) -> Option<(super::status::Truth, &'static str, String)> {
+    use super::status::Truth;
+    let checked: Vec<&NicCabling> = nics
+        .iter()
+        .filter(|n| n.verdict != Cabling::NoSource)
+        .collect();
+    if checked.is_empty() {
+        return None;
+    }
+    let sentences: Vec<String> = checked.iter().filter_map(|n| n.sentence()).collect();
+    let mismatched = checked
+        .iter()
+        .any(|n| matches!(n.verdict, Cabling::Mismatch(_)));
+    Some(if mismatched {
+        (Truth::False, "CablingMismatch", sentences.join("; "))
+    } else if sentences.is_empty() {
+        let n = checked.len();
+        (
+            Truth::True,
+            "Verified",
+            format!(
+                "{n} NIC{} seen where declared",
+                if n == 1 { "" } else { "s" }
+            ),
+        )
+    } else {
+        (Truth::Unknown, "NotSeen", sentences.join("; "))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::LldpNeighborStatus;
+
+    const A: &str = "52:54:00:0a:00:01";
+    const A2: &str = "52:54:00:0a:00:02";
+    const B: &str = "52:54:00:0b:00:01";
+
+    fn lldp(chassis: &str, subtype: &str, port: &str) -> PortNeighborsStatus {
+        PortNeighborsStatus {
+            port: "swp1".into(),
+            lldp: vec![LldpNeighborStatus {
+                chassis_id: chassis.into(),
+                chassis_id_subtype: "mac".into(),
+                port_id: port.into(),
+                port_id_subtype: subtype.into(),
+                system_name: Some("server-b".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn macs(list: &[&str]) -> PortNeighborsStatus {
+        PortNeighborsStatus {
+            port: "swp1".into(),
+            macs: list.iter().map(|m| (*m).to_owned()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// What, the NIC's MAC, what its port sees, whether the Switch reads, the verdict.
+    type Case = (
+        &'static str,
+        Option<&'static str>,
+        Option<PortNeighborsStatus>,
+        bool,
+        Cabling,
+    );
+
+    #[test]
+    fn verdicts() {
+        let host = [A, A2];
+        let cases: Vec<Case> = vec![
+            ("no source", Some(A), None, false, Cabling::NoSource),
+            (
+                "no MAC",
+                None,
+                Some(lldp(A, "mac", A)),
+                true,
+                Cabling::NoMac,
+            ),
+            ("nothing seen", Some(A), None, true, Cabling::NotSeen),
+            (
+                "an empty entry",
+                Some(A),
+                Some(macs(&[])),
+                true,
+                Cabling::NotSeen,
+            ),
+            (
+                "LLDP port id is the NIC",
+                Some(A2),
+                Some(lldp(A, "mac", A2)),
+                true,
+                Cabling::Verified,
+            ),
+            (
+                "chassis id is the NIC",
+                Some(A),
+                Some(lldp(A, "interfaceName", "eth0")),
+                true,
+                Cabling::Verified,
+            ),
+            (
+                "the MAC is learned there",
+                Some(A),
+                Some(macs(&[B, A])),
+                true,
+                Cabling::Verified,
+            ),
+            (
+                "upper case from the device",
+                Some(A),
+                Some(macs(&["52:54:00:0A:00:01"])),
+                true,
+                Cabling::Verified,
+            ),
+            (
+                "same host, port named not by MAC",
+                Some(A2),
+                Some(lldp(A, "interfaceName", "eth1")),
+                true,
+                Cabling::Verified,
+            ),
+            (
+                "the NIC's MAC as chassis, another NIC's as port id: the other NIC",
+                Some(A),
+                Some(lldp(A, "mac", A2)),
+                true,
+                Cabling::Mismatch(format!("LLDP chassis {A} (server-b) port {A2}")),
+            ),
+            (
+                "same host's chassis but another NIC's MAC as port id",
+                Some(A2),
+                Some(lldp(A, "mac", A)),
+                true,
+                Cabling::Mismatch(format!("LLDP chassis {A} (server-b) port {A}")),
+            ),
+            (
+                "another host",
+                Some(A),
+                Some(lldp(B, "mac", B)),
+                true,
+                Cabling::Mismatch(format!("LLDP chassis {B} (server-b) port {B}")),
+            ),
+            (
+                "another MAC",
+                Some(A),
+                Some(macs(&[B])),
+                true,
+                Cabling::Mismatch(format!("MAC {B}")),
+            ),
+        ];
+        for (what, mac, seen, source, want) in cases {
+            let elsewhere = what == "the NIC is elsewhere";
+            assert_eq!(
+                check(mac, &host, seen.as_ref(), source, elsewhere),
+                want,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn actions_by_policy_and_whether_the_port_moves() {
+        use Action::*;
+        use CablingPolicy::*;
+        let mismatch = Cabling::Mismatch("x".into());
+        let cases = [
+            (Cabling::Verified, Strict, false, Proceed),
+            (Cabling::NoSource, Strict, false, Proceed),
+            (Cabling::NotSeen, Permissive, false, Proceed),
+            (Cabling::NotSeen, Strict, true, Park),
+            (Cabling::NoMac, Strict, false, Park),
+            (mismatch.clone(), Permissive, false, Park),
+            (mismatch.clone(), Permissive, true, ReportOnly),
+            (mismatch, Strict, true, Park),
+        ];
+        for (verdict, policy, on_target, want) in cases {
+            assert_eq!(
+                action(&verdict, policy, on_target),
+                want,
+                "{verdict:?} {policy:?} {on_target}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_condition_names_the_port_what_it_sees_and_where_the_nic_is() {
+        use super::super::status::Truth;
+        let nic = |verdict, action, seen_on: &[&str]| NicCabling {
+            nic: "eth0".into(),
+            mac: Some(A.into()),
+            port: "SwitchPort t/leaf1-a (Switch leaf1, swp1)".into(),
+            verdict,
+            action,
+            seen_on: seen_on.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        assert_eq!(
+            condition(&[nic(Cabling::NoSource, Action::Proceed, &[])]),
+            None
+        );
+        assert_eq!(
+            condition(&[nic(Cabling::Verified, Action::Proceed, &[])]),
+            Some((Truth::True, "Verified", "1 NIC seen where declared".into()))
+        );
+        let (truth, reason, message) = condition(&[
+            nic(Cabling::Verified, Action::Proceed, &[]),
+            nic(
+                Cabling::Mismatch(format!("LLDP chassis {B} (server-b) port {B}")),
+                Action::Park,
+                &["Switch t/leaf1 port swp2 (SwitchPort leaf1-b)"],
+            ),
+        ])
+        .unwrap();
+        assert_eq!((truth, reason), (Truth::False, "CablingMismatch"));
+        assert_eq!(
+            message,
+            format!(
+                "NIC eth0 ({A}) is declared on SwitchPort t/leaf1-a (Switch leaf1, swp1), which \
+                 sees LLDP chassis {B} (server-b) port {B}; the NIC is seen on Switch t/leaf1 \
+                 port swp2 (SwitchPort leaf1-b); the port is parked"
+            )
+        );
+        let (truth, reason, message) =
+            condition(&[nic(Cabling::NotSeen, Action::Proceed, &[])]).unwrap();
+        assert_eq!((truth, reason), (Truth::Unknown, "NotSeen"));
+        assert!(
+            message.contains("nothing is seen on SwitchPort t/leaf1-a"),
+            "{message}"
+        );
+    }
+}
