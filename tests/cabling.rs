@@ -351,3 +351,131 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
     assert_eq!(on_device(&env, "swp1"), VlanMode::Unconfigured);
     env.cluster.finish().await;
 }
+
+/// Server `name` with one NIC `eth0` that declares only its MAC.
+async fn mac_only_server(env: &Env, name: &str, mac: &str) {
+    let ns = env.cluster.namespace.clone();
+    let server: Server = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+        "metadata": {"name": name},
+        "spec": {
+            "bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": ns}},
+            "bootMac": mac,
+            "site": ns,
+            "nics": [{"name": "eth0", "mac": mac,
+                      "provisioningConfiguration": {"name": "provisioning"}}],
+        }
+    }))
+    .unwrap();
+    Api::<Server>::all(env.cluster.client.clone())
+        .create(&PostParams::default(), &server)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one_is_not() {
+    const HOST_D: &str = "52:54:00:0d:00:01";
+    const HOST_E: &str = "52:54:00:0e:00:01";
+    let mut fabric = LldpFabric::start("leaf1").expect("the fabric starts");
+    fabric.add_host("server-d", HOST_D, "swp3").unwrap();
+    // The same MAC behind two ports (a flooding hub, a cloned VM): never guessed.
+    fabric.add_host("clone-1", HOST_E, "swp4").unwrap();
+    fabric.add_host("clone-2", HOST_E, "swp5").unwrap();
+    let env = Env::start("cabling-discover").await;
+    env.device(
+        "leaf1-lldp",
+        &[
+            ("username", &fabric.username),
+            ("privateKey", &fabric.client_key),
+        ],
+        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
+               "port": fabric.ssh_port,
+               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
+               "options": {"lldpSocket": fabric.switch_socket}}),
+        &[],
+    )
+    .await;
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "leaf1"},
+        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
+    }))
+    .await;
+    env.create::<Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "leaf1"},
+        "spec": {"provider": {"name": "leaf1"},
+                 "ports": {"leaf1-c": {"name": "swp3"}, "leaf1-d": {"name": "swp4"},
+                           "leaf1-e": {"name": "swp5"}},
+                 "neighbors": {"provider": {"name": "leaf1-lldp"}, "intervalSeconds": 5}}
+    }))
+    .await;
+    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
+        .await;
+    let ns = env.cluster.namespace.clone();
+    let (sd, se) = (format!("{ns}-d"), format!("{ns}-e"));
+    mac_only_server(&env, &sd, HOST_D).await;
+    mac_only_server(&env, &se, HOST_E).await;
+
+    // server-d: linked to the port its MAC is seen on, then verified there and moved.
+    let d = wait_server(&env, &sd, "server-d discovered, verified, ready", |s| {
+        s.spec.nics[0]
+            .port
+            .as_ref()
+            .is_some_and(|p| p.name == "leaf1-c")
+            && cabling(s).is_some_and(|(t, _, _)| t == "True")
+            && s.status.as_ref().and_then(|s| s.ports_ready.as_deref()) == Some("1/1")
+    })
+    .await;
+    assert_eq!(d.spec.nics[0].port.as_ref().unwrap().namespace, ns);
+    env.wait_state("leaf1-c", PortState::Active).await;
+    assert_eq!(
+        on_device(&env, "swp3"),
+        VlanMode::Access {
+            vlan: VlanId::new(10).unwrap()
+        }
+    );
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+        env.cluster.client.clone(),
+        "default",
+    );
+    let found: Vec<String> = support::events_about(&events, &sd)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CablingDiscovered"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert_eq!(
+        found,
+        [format!(
+            "NIC eth0 ({HOST_D}) linked to SwitchPort {ns}/leaf1-c: its MAC is seen on \
+             Switch {ns}/leaf1 port swp3"
+        )]
+    );
+
+    // server-e: seen on two ports, reported, nothing linked or moved.
+    let e = wait_server(&env, &se, "server-e's ambiguity reported", |s| {
+        cabling(s).is_some_and(|(t, r, _)| t == "Unknown" && r == "NotDiscovered")
+    })
+    .await;
+    let (_, _, message) = cabling(&e).unwrap();
+    assert_eq!(
+        message,
+        format!(
+            "NIC eth0 ({HOST_E}) declares no port: its MAC is seen on 2 ports (Switch \
+             {ns}/leaf1 port swp4, Switch {ns}/leaf1 port swp5): ambiguous, nothing is linked"
+        )
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let e = Api::<Server>::all(env.cluster.client.clone())
+        .get(&se)
+        .await
+        .unwrap();
+    assert!(e.spec.nics[0].port.is_none());
+    for p in ["leaf1-d", "leaf1-e"] {
+        let port = env.api::<SwitchPort>().get(p).await.unwrap();
+        assert_eq!(port.spec.configuration, None, "{p} untouched");
+    }
+    env.cluster.finish().await;
+}

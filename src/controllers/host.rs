@@ -298,6 +298,62 @@ fn seen_elsewhere(world: &HostWorld, mac: &str, except: &(String, String)) -> Ve
     found
 }
 
+/// Every port `mac` is seen on, from every Switch's status, as discovery weighs it
+/// ([`cabling::discover`]): the SwitchPort managing it, and the host that already
+/// has it — a Server of `servers` other than `me` declared on it, or the host whose
+/// mark it carries.
+pub fn sightings(
+    world: &HostWorld,
+    servers: &[Arc<crate::api::Server>],
+    me: &str,
+    mac: &str,
+) -> Vec<cabling::Sighting> {
+    let mut found = Vec::new();
+    for sw in world.stores.switches.state() {
+        let Some(status) = &sw.status else { continue };
+        let ns = sw.namespace().unwrap_or_default();
+        for p in status
+            .neighbors
+            .iter()
+            .filter(|p| cabling::sees_mac(p, mac))
+        {
+            let port = p.switch_port.clone().map(|sp| (ns.clone(), sp));
+            let taken_by = port.as_ref().and_then(|(ns, sp)| {
+                let declared = servers.iter().find(|s| {
+                    format!("Server/{}", s.name_any()) != me
+                        && crate::decide::phases::cabled_to(
+                            &s.spec.nics,
+                            CabledPortKind::SwitchPort,
+                            ns,
+                            sp,
+                        )
+                });
+                if let Some(s) = declared {
+                    return Some((
+                        format!("Server/{}", s.name_any()),
+                        s.spec.claim_ref.is_some(),
+                    ));
+                }
+                let id = PortId {
+                    kind: CabledPortKind::SwitchPort,
+                    namespace: ns.clone(),
+                    name: sp.clone(),
+                };
+                look_up(world, &id)
+                    .and_then(|(o, _)| o.host)
+                    .filter(|h| h != me)
+                    .map(|h| (h, false))
+            });
+            found.push(cabling::Sighting {
+                words: format!("Switch {ns}/{} port {}", sw.name_any(), p.port),
+                port,
+                taken_by,
+            });
+        }
+    }
+    found
+}
+
 /// Checks each SwitchPort target's cabling ([`cabling::check`]) and parks
 /// ([`cabling::action`]) the ports that must not move: their target becomes clean
 /// and a message holds the phase.

@@ -2,7 +2,8 @@
 //! through its phases and its NICs' ports with it ([`super::host::drive_host`]), mirrors
 //! the binding the allocator wrote into `spec.claimRef`, reports the spec's errors,
 //! consumes the installer's signal on release, and wakes the orphan sweep when a
-//! Server names a claim the cache does not know. A finalizer keeps a deleted Server
+//! Server names a claim the cache does not know; links a NIC that declares only its
+//! MAC to the SwitchPort where the MAC is seen (discovery). A finalizer keeps a deleted Server
 //! until its ports are clean and unmarked. Kubernetes I/O; the status is computed by
 //! [`crate::decide::status::server_status`], which is pure.
 
@@ -16,12 +17,14 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::host::{HostView, HostWorld, drive_host};
+use super::host::{HostView, HostWorld, drive_host, sightings};
 use super::metal3::linked_host;
 use super::server_claim::Allocator;
 use super::{ControllerError, write_status_at};
 use crate::api::keys::{FINALIZER, PROVISIONED_ANNOTATION};
-use crate::api::{Server, ServerClaim};
+use crate::api::server::{CabledPortKind, CabledPortRef};
+use crate::api::{Server, ServerClaim, ServerPhase};
+use crate::decide::cabling::{self, NicCabling};
 use crate::decide::phases::{ClaimNetwork, Driver, Verdict, claim_entries};
 use crate::decide::status::{Severity, server_status};
 
@@ -36,6 +39,77 @@ pub struct ServerCtx {
 /// How often a Server is looked at again without a change (a safety net; every
 /// input wakes it).
 const RECHECK: Duration = Duration::from_secs(300);
+
+/// Links each NIC that declares a MAC and no port to the SwitchPort its MAC is seen
+/// on ([`cabling::discover`]), writing the port into the Server's spec (over the
+/// version read: a Server changed meanwhile is read again) with a Normal Event; the
+/// link then stays until the infra team changes it. Returns the NICs left unlinked,
+/// with why, and whether a link was written.
+async fn discover(
+    server: &Server,
+    ctx: &ServerCtx,
+    phase: Option<ServerPhase>,
+    deleting: bool,
+) -> Result<(Vec<NicCabling>, bool), ControllerError> {
+    let may = !deleting
+        && matches!(
+            phase,
+            None | Some(ServerPhase::Available | ServerPhase::Provisioning)
+        );
+    let me = format!("Server/{}", server.name_any());
+    let servers = ctx.alloc.servers.state();
+    let mut nics = server.spec.nics.clone();
+    let mut report = Vec::new();
+    let mut linked = Vec::new();
+    for nic in nics.iter_mut().filter(|n| n.port.is_none()) {
+        let Some(mac) = nic.mac.clone() else { continue };
+        let seen = sightings(&ctx.world, &servers, &me, &mac);
+        match cabling::discover(&seen, may) {
+            Ok((namespace, name)) => {
+                let words = seen[0].words.clone();
+                linked.push(format!(
+                    "NIC {} ({mac}) linked to SwitchPort {namespace}/{name}: its MAC is seen on {words}",
+                    nic.name
+                ));
+                nic.port = Some(CabledPortRef {
+                    kind: Some(CabledPortKind::SwitchPort),
+                    name,
+                    namespace,
+                });
+            }
+            Err(verdict) => report.push(NicCabling {
+                nic: nic.name.clone(),
+                mac: Some(mac),
+                port: "no port".into(),
+                verdict,
+                action: cabling::Action::ReportOnly,
+                seen_on: Vec::new(),
+            }),
+        }
+    }
+    if linked.is_empty() {
+        return Ok((report, false));
+    }
+    let api: Api<Server> = Api::all(ctx.alloc.client.clone());
+    let patch = json!({
+        "metadata": {"resourceVersion": server.resource_version()},
+        "spec": {"nics": nics},
+    });
+    api.patch(
+        &server.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await?;
+    for note in &linked {
+        tracing::info!(server = %server.name_any(), "{note}");
+        ctx.alloc
+            .events
+            .publish(server, Severity::Normal, "CablingDiscovered", note)
+            .await;
+    }
+    Ok((report, true))
+}
 
 /// Reconciles one Server.
 pub(super) async fn reconcile(
@@ -147,7 +221,13 @@ async fn follow(
         bare_metal_host: bmh.clone(),
         cabling_policy: server.spec.cabling_policy.unwrap_or_default(),
     };
-    let facts = drive_host(&ctx.world, &view).await?;
+    let (undiscovered, linked) = discover(server, ctx, old.phase, deleting).await?;
+    if linked {
+        // The spec change brings the Server back with its new port.
+        return Ok(Action::await_change());
+    }
+    let mut facts = drive_host(&ctx.world, &view).await?;
+    facts.cabling.extend(undiscovered);
     let status = server_status(server, &old, &facts, jiff::Timestamp::now());
     let api: Api<Server> = Api::all(alloc.client.clone());
     let name = server.name_any();

@@ -52,6 +52,9 @@ pub enum Cabling {
     Verified,
     /// The declared port sees something else: what it sees, in words.
     Mismatch(String),
+    /// A NIC with a MAC and no declared port, not linked: why, in words (seen
+    /// nowhere, seen on several ports, seen only where it may not be linked from).
+    Undiscovered(String),
 }
 
 /// What the host controller does with the port.
@@ -146,7 +149,7 @@ pub fn action(verdict: &Cabling, policy: CablingPolicy, on_target: bool) -> Acti
         Cabling::NotSeen | Cabling::NoMac if strict => Action::Park,
         Cabling::NotSeen | Cabling::NoMac => Action::Proceed,
         Cabling::Mismatch(_) if strict || !on_target => Action::Park,
-        Cabling::Mismatch(_) => Action::ReportOnly,
+        Cabling::Mismatch(_) | Cabling::Undiscovered(_) => Action::ReportOnly,
     }
 }
 
@@ -197,6 +200,7 @@ impl NicCabling {
                 "{nic} is declared on {}, which sees {sees}; {elsewhere}{done}",
                 self.port
             )),
+            Cabling::Undiscovered(why) => Some(format!("{nic} declares no port: {why}")),
         }
     }
 }
@@ -216,8 +220,13 @@ pub fn condition(nics: &[NicCabling]) -> Option<(super::status::Truth, &'static 
     let mismatched = checked
         .iter()
         .any(|n| matches!(n.verdict, Cabling::Mismatch(_)));
+    let undiscovered = checked
+        .iter()
+        .any(|n| matches!(n.verdict, Cabling::Undiscovered(_)));
     Some(if mismatched {
         (Truth::False, "CablingMismatch", sentences.join("; "))
+    } else if undiscovered {
+        (Truth::Unknown, "NotDiscovered", sentences.join("; "))
     } else if sentences.is_empty() {
         let n = checked.len();
         (
@@ -231,6 +240,64 @@ pub fn condition(nics: &[NicCabling]) -> Option<(super::status::Truth, &'static 
     } else {
         (Truth::Unknown, "NotSeen", sentences.join("; "))
     })
+}
+
+/// A managed port where a MAC is seen, as discovery weighs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sighting {
+    /// `Switch ns/name port P`, for messages.
+    pub words: String,
+    /// The SwitchPort managing the device port (`namespace`, `name`); `None`: no
+    /// SwitchPort manages it.
+    pub port: Option<(String, String)>,
+    /// The host that already has this port (declared on it, or driving it), and
+    /// whether that host is allocated to a claim.
+    pub taken_by: Option<(String, bool)>,
+}
+
+/// Where a NIC that declares only its MAC is plugged in, from every port its MAC is
+/// seen on: the one SwitchPort, when it is seen on exactly one port and that port is
+/// free; otherwise why not ([`Cabling::Undiscovered`]). `may_discover`: the host is
+/// Available or Provisioning (an allocated host runs a tenant's OS, which can send
+/// any MAC or LLDP it likes, so nothing is learnt from it).
+pub fn discover(sightings: &[Sighting], may_discover: bool) -> Result<(String, String), Cabling> {
+    let all = |s: &[Sighting]| {
+        s.iter()
+            .map(|s| s.words.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !may_discover {
+        return Err(Cabling::Undiscovered(
+            "discovery runs only while the host is Available or Provisioning".into(),
+        ));
+    }
+    match sightings {
+        [] => Err(Cabling::Undiscovered(
+            "its MAC is not seen on any port".into(),
+        )),
+        [one] => match (&one.port, &one.taken_by) {
+            (None, _) => Err(Cabling::Undiscovered(format!(
+                "its MAC is seen on {}, which no SwitchPort manages",
+                one.words
+            ))),
+            (Some(_), Some((host, true))) => Err(Cabling::Undiscovered(format!(
+                "its MAC is seen on {}, a port of {host}, which is allocated: a tenant's \
+                 host may send any MAC, so nothing is linked from its ports",
+                one.words
+            ))),
+            (Some(_), Some((host, false))) => Err(Cabling::Undiscovered(format!(
+                "its MAC is seen on {}, which {host} is cabled to",
+                one.words
+            ))),
+            (Some(port), None) => Ok(port.clone()),
+        },
+        several => Err(Cabling::Undiscovered(format!(
+            "its MAC is seen on {} ports ({}): ambiguous, nothing is linked",
+            several.len(),
+            all(several)
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -390,6 +457,52 @@ mod tests {
                 "{verdict:?} {policy:?} {on_target}"
             );
         }
+    }
+
+    #[test]
+    fn discovery_links_only_one_free_port_of_a_host_that_may_be_discovered() {
+        let at = |n: u8, port: Option<&str>, taken: Option<(&str, bool)>| Sighting {
+            words: format!("Switch t/leaf1 port swp{n}"),
+            port: port.map(|p| ("t".to_owned(), p.to_owned())),
+            taken_by: taken.map(|(h, a)| (h.to_owned(), a)),
+        };
+        let free = at(1, Some("leaf1-a"), None);
+        assert_eq!(
+            discover(std::slice::from_ref(&free), true),
+            Ok(("t".into(), "leaf1-a".into()))
+        );
+        let why = |r: Result<(String, String), Cabling>| match r {
+            Err(Cabling::Undiscovered(w)) => w,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            why(discover(std::slice::from_ref(&free), false))
+                .contains("only while the host is Available")
+        );
+        assert_eq!(why(discover(&[], true)), "its MAC is not seen on any port");
+        assert_eq!(
+            why(discover(
+                &[free.clone(), at(2, Some("leaf1-b"), None)],
+                true
+            )),
+            "its MAC is seen on 2 ports (Switch t/leaf1 port swp1, Switch t/leaf1 port swp2): \
+             ambiguous, nothing is linked"
+        );
+        assert!(why(discover(&[at(3, None, None)], true)).contains("no SwitchPort manages"));
+        assert!(
+            why(discover(
+                &[at(1, Some("leaf1-a"), Some(("Server/web-1", true)))],
+                true
+            ))
+            .contains("a port of Server/web-1, which is allocated")
+        );
+        assert!(
+            why(discover(
+                &[at(1, Some("leaf1-a"), Some(("Server/spare", false)))],
+                true
+            ))
+            .contains("which Server/spare is cabled to")
+        );
     }
 
     #[test]

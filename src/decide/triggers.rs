@@ -240,14 +240,17 @@ fn cabled_to_switch(nics: &[ServerNic], switch: &Switch) -> bool {
 }
 
 /// Servers a change to a Switch that reads neighbours concerns: those with a NIC
-/// cabled to one of its SwitchPorts (nothing for a Switch that reads none).
+/// cabled to one of its SwitchPorts, and those with a NIC that declares a MAC and
+/// no port (it may be discovered there); nothing for a Switch that reads none.
 pub fn servers_of_switch(servers: &[Arc<Server>], switch: &Switch) -> Vec<ObjectRef<Server>> {
     if !reads_neighbors(switch) {
         return Vec::new();
     }
+    let undiscovered =
+        |nics: &[ServerNic]| nics.iter().any(|n| n.port.is_none() && n.mac.is_some());
     servers
         .iter()
-        .filter(|s| cabled_to_switch(&s.spec.nics, switch))
+        .filter(|s| cabled_to_switch(&s.spec.nics, switch) || undiscovered(&s.spec.nics))
         .map(|s| ObjectRef::new(&s.name_any()))
         .collect()
 }
