@@ -60,6 +60,7 @@ fn main() {
         openflow: None,
         connect_timeout: Duration::from_secs(10),
         command_timeout: Duration::from_secs(60),
+        control_socket: None,
     });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

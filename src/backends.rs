@@ -36,7 +36,8 @@
 //!
 //! A neighbour source ([`neighbor_source`], a Switch's `spec.neighbors`) is built for
 //! `os: linux` over `ssh`: a [`LinuxLldp`] with the same login and host-key pin as
-//! `ssh`, reading lldpd through `spec.options.lldpSocket` when given.
+//! `ssh`, reading lldpd through `spec.options.lldpSocket` when given; and for an
+//! `ovsdb` provider with `spec.options.controlSocket`: its bridge's learned MACs.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -271,6 +272,7 @@ pub fn ovs_switch(provider: &ProviderSwitch) -> OvsSwitch {
         openflow: options.openflow,
         connect_timeout: seconds(options.connect_timeout_seconds, 10),
         command_timeout: seconds(options.command_timeout_seconds, 30),
+        control_socket: options.control_socket.map(Into::into),
     })
 }
 
@@ -393,13 +395,22 @@ pub fn cli_switch(
 }
 
 /// Builds the neighbour source of `provider` (validated) from its Secret: `Ok(None)`
-/// when its OS is not one patchbay reads neighbours from (today `linux` over `ssh`).
+/// when it is not one patchbay reads neighbours from (`linux` over `ssh`, or `ovsdb`
+/// with a control socket).
 /// Reads no value into an error message.
 pub fn neighbor_source(
     provider: &ProviderSwitch,
     secret: Option<&Secret>,
 ) -> Result<Option<Arc<dyn NeighborSource>>, BackendError> {
-    if (provider.spec.backend, provider.spec.os) != (Backend::Ssh, DeviceOs::Linux) {
+    let spec = &provider.spec;
+    if spec.backend == Backend::Ovsdb {
+        let reads = spec
+            .options
+            .as_ref()
+            .is_some_and(|o| o.control_socket.is_some());
+        return Ok(reads.then(|| Arc::new(ovs_switch(provider)) as Arc<dyn NeighborSource>));
+    }
+    if (spec.backend, spec.os) != (Backend::Ssh, DeviceOs::Linux) {
         return Ok(None);
     }
     check_credentials(provider, secret)?;

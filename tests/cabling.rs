@@ -10,7 +10,10 @@
 //! network (read back on the device); one whose declared port sees another host is
 //! not moved, its port stays clean and its phase held, with one Warning; a cable
 //! moved while the port carries its network is reported (Permissive) and parked
-//! under Strict.
+//! under Strict. Discovery: a NIC that gives only its MAC is linked to the one port
+//! it is seen on; one seen on two ports is reported, not guessed. Open vSwitch's own
+//! MAC learning (read from ovs-vswitchd's control socket) catches two servers swapped
+//! in the inventory and verifies the fix, read back with ovs-vsctl.
 
 mod support;
 
@@ -66,7 +69,7 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
                 truth == "False"
                     && message
                         == "spec.provider: ProviderSwitch leaf1-lldp is os linux, a neighbour \
-                            source that configures no port: name it in spec.neighbors.provider"
+                            source that configures no port: name it in spec.neighbors.providers"
             })
         })
         .await;
@@ -85,7 +88,7 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
         "metadata": {"name": "leaf1"},
         "spec": {"provider": {"name": "leaf1"},
                  "ports": {"leaf1-a": {"name": "swp1"}, "leaf1-b": {"name": "swp2"}},
-                 "neighbors": {"provider": {"name": "leaf1-lldp"},
+                 "neighbors": {"providers": [{"name": "leaf1-lldp"}],
                                "intervalSeconds": interval}}
     }))
     .await;
@@ -139,7 +142,7 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
         .patch(
             "leaf1",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"neighbors": {"provider": {"name": "not-lldp"}}}})),
+            &Patch::Merge(json!({"spec": {"neighbors": {"providers": [{"name": "not-lldp"}]}}})),
         )
         .await
         .unwrap();
@@ -148,7 +151,7 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
             find_condition(&status(s).conditions, "NeighborsRead").is_some_and(|(truth, _, message)| {
                 truth == "False"
                     && message.starts_with(
-                        "spec.neighbors.provider: ProviderSwitch not-lldp cannot be read for neighbours",
+                        "spec.neighbors.providers[0]: ProviderSwitch not-lldp cannot be read for neighbours",
                     )
             })
         })
@@ -247,7 +250,7 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
         "metadata": {"name": "leaf1"},
         "spec": {"provider": {"name": "leaf1"},
                  "ports": {"leaf1-a": {"name": "swp1"}, "leaf1-b": {"name": "swp2"}},
-                 "neighbors": {"provider": {"name": "leaf1-lldp"}, "intervalSeconds": 5}}
+                 "neighbors": {"providers": [{"name": "leaf1-lldp"}], "intervalSeconds": 5}}
     }))
     .await;
     env.configuration("provisioning", json!({"untaggedVLAN": 10}))
@@ -408,7 +411,7 @@ async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one
         "spec": {"provider": {"name": "leaf1"},
                  "ports": {"leaf1-c": {"name": "swp3"}, "leaf1-d": {"name": "swp4"},
                            "leaf1-e": {"name": "swp5"}},
-                 "neighbors": {"provider": {"name": "leaf1-lldp"}, "intervalSeconds": 5}}
+                 "neighbors": {"providers": [{"name": "leaf1-lldp"}], "intervalSeconds": 5}}
     }))
     .await;
     env.configuration("provisioning", json!({"untaggedVLAN": 10}))
@@ -476,6 +479,127 @@ async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one
     for p in ["leaf1-d", "leaf1-e"] {
         let port = env.api::<SwitchPort>().get(p).await.unwrap();
         assert_eq!(port.spec.configuration, None, "{p} untouched");
+    }
+    env.cluster.finish().await;
+}
+
+/// The MAC of `eth0` in network namespace `ns`.
+fn mac_of(ns: &str) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["-n", ns, "-br", "link", "show", "eth0"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .to_owned()
+}
+
+/// Points Server `name`'s one NIC at SwitchPort `port`.
+async fn recable(env: &Env, name: &str, mac: &str, port: &str) {
+    let ns = env.cluster.namespace.clone();
+    let nics = json!([{"name": "eth0", "mac": mac,
+                       "port": {"kind": "SwitchPort", "name": port, "namespace": ns},
+                       "provisioningConfiguration": {"name": "provisioning"}}]);
+    Api::<Server>::all(env.cluster.client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nics": nics}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_fix() {
+    let ovs = patchbay_testbed::OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
+    let (mac0, mac1) = (mac_of(&hosts.namespaces[0]), mac_of(&hosts.namespaces[1]));
+    // Traffic teaches the bridge where each host is (clean ports carry every VLAN).
+    assert_eq!(hosts.loss(0, 1, 2), 0);
+    let env = Env::start("cabling-ovs").await;
+    let control = ovs.info.dir.join("ovs-vswitchd.ctl");
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "tor"},
+        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                 "port": ovs.info.ovsdb_port,
+                 "options": {"bridge": "br0", "controlSocket": control}}
+    }))
+    .await;
+    env.create::<Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "tor"},
+        "spec": {"provider": {"name": "tor"},
+                 "ports": {"tor-a": {"name": hosts.ports[0]}, "tor-b": {"name": hosts.ports[1]}},
+                 "neighbors": {"providers": [{"name": "tor"}], "intervalSeconds": 5}}
+    }))
+    .await;
+    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
+        .await;
+    let sw = env
+        .wait_obj::<Switch>("tor", "the learned MACs in the status", |s| {
+            let s = status(s);
+            let macs = |p: &str| {
+                s.neighbors
+                    .iter()
+                    .find(|n| n.port == p)
+                    .map(|n| n.macs.clone())
+            };
+            macs(&hosts.ports[0]) == Some(vec![mac0.clone()])
+                && macs(&hosts.ports[1]) == Some(vec![mac1.clone()])
+        })
+        .await;
+    assert_eq!(
+        status(&sw).neighbors[0].switch_port.as_deref(),
+        Some("tor-a")
+    );
+
+    // The inventory has the two servers swapped: neither port moves.
+    let ns = env.cluster.namespace.clone();
+    let (sx, sy) = (format!("{ns}-x"), format!("{ns}-y"));
+    server(&env, &sx, &mac0, "tor-b").await;
+    server(&env, &sy, &mac1, "tor-a").await;
+    let x = wait_server(&env, &sx, "x's mismatch", |s| {
+        cabling(s).is_some_and(|(t, _, _)| t == "False")
+    })
+    .await;
+    assert_eq!(
+        cabling(&x).unwrap().2,
+        format!(
+            "NIC eth0 ({mac0}) is declared on SwitchPort {ns}/tor-b (Switch tor, {}), which sees \
+             MAC {mac1}; the NIC is seen on Switch {ns}/tor port {} (SwitchPort tor-a); the \
+             port is parked",
+            hosts.ports[1], hosts.ports[0]
+        )
+    );
+    wait_server(&env, &sy, "y's mismatch", |s| {
+        cabling(s).is_some_and(|(t, _, _)| t == "False")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for p in &hosts.ports {
+        assert_eq!(
+            ovs.vsctl(&["get", "Port", p, "tag"]).unwrap(),
+            "[]",
+            "{p} untouched"
+        );
+    }
+
+    // The inventory fixed: both verified, both ports on the provisioning VLAN.
+    recable(&env, &sx, &mac0, "tor-a").await;
+    recable(&env, &sy, &mac1, "tor-b").await;
+    for s in [&sx, &sy] {
+        wait_server(&env, s, "verified and ready", |s| {
+            cabling(s).is_some_and(|(t, _, _)| t == "True")
+                && s.status.as_ref().and_then(|s| s.ports_ready.as_deref()) == Some("1/1")
+        })
+        .await;
+    }
+    for p in &hosts.ports {
+        assert_eq!(ovs.vsctl(&["get", "Port", p, "tag"]).unwrap(), "10");
     }
     env.cluster.finish().await;
 }

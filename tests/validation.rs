@@ -367,20 +367,27 @@ fn switch_port_names_and_vlan_ranges_are_checked() {
         serde_json::from_value(json!({"provider": {"name": "tor-1"}, "neighbors": n})).unwrap()
     };
     expect_error(
-        validate_switch(&with_neighbors(json!({"provider": {"name": "Bad_Name"}}))),
-        "spec.neighbors.provider.name",
+        validate_switch(&with_neighbors(
+            json!({"providers": [{"name": "Bad_Name"}]}),
+        )),
+        "spec.neighbors.providers[0].name",
         "not a valid object name",
     );
     expect_error(
+        validate_switch(&with_neighbors(json!({"providers": []}))),
+        "spec.neighbors.providers",
+        "name 1 to 4 ProviderSwitches",
+    );
+    expect_error(
         validate_switch(&with_neighbors(
-            json!({"provider": {"name": "lldp"}, "intervalSeconds": 1}),
+            json!({"providers": [{"name": "lldp"}], "intervalSeconds": 1}),
         )),
         "spec.neighbors.intervalSeconds",
         "outside 5-3600",
     );
     assert!(
         validate_switch(&with_neighbors(
-            json!({"provider": {"name": "lldp"}, "intervalSeconds": 10})
+            json!({"providers": [{"name": "lldp"}, {"name": "ovs"}], "intervalSeconds": 10})
         ))
         .is_ok()
     );
@@ -519,6 +526,11 @@ fn provider_switch_rules() {
             json!({"os": "linux", "backend": "netconf"}),
             "spec.os",
             "os linux cannot be driven by backend netconf",
+        ),
+        (
+            json!({"options": {"controlSocket": "/run/openvswitch/ovs-vswitchd.ctl"}}),
+            "spec.options.controlSocket",
+            "only the ovsdb backend",
         ),
     ];
     for (extra, path, reason) in cases {

@@ -40,6 +40,7 @@ fn backend(ovs: &OvsSim, bridge: &str, openflow: bool) -> OvsSwitch {
         openflow: if openflow { ovs.openflow(bridge) } else { None },
         connect_timeout: Duration::from_secs(5),
         command_timeout: Duration::from_secs(10),
+        control_socket: Some(ovs.info.dir.join("ovs-vswitchd.ctl")),
     })
 }
 
@@ -416,6 +417,7 @@ async fn batches_are_one_transaction_with_results_per_port() {
         openflow: None,
         connect_timeout: Duration::from_secs(5),
         command_timeout: Duration::from_secs(1),
+        control_socket: None,
     });
     let pid = ovs.info.ovs_vswitchd_pid.to_string();
     std::process::Command::new("kill")
@@ -744,4 +746,53 @@ async fn bonds_are_formed_changed_and_dissolved_one_transaction_at_a_time() {
         columns(&ovs, &c),
         "tag=[] trunks=[] vlan_mode=[] mtu_request=[] description=- admin=up"
     );
+}
+
+/// The MAC of `eth0` in network namespace `ns`.
+fn mac_of(ns: &str) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["-n", ns, "-br", "link", "show", "eth0"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learned_macs_are_read_per_port_from_the_control_socket() {
+    use patchbay_providers::NeighborSource;
+    let ovs = OvsSim::start(&["br0", "br1"]).unwrap();
+    let hosts = Hosts::create_on(&ovs, &["br0", "br0", "br1"]);
+    // Traffic teaches the bridges where each host is (the third, alone on br1, speaks
+    // to nobody but still sends its ARP requests).
+    assert_eq!(hosts.loss(0, 1, 2), 0);
+    let _ = hosts.loss(2, 0, 1);
+    let n = backend(&ovs, "br0", false).neighbors().await.unwrap();
+    let seen = |port: &str| n.port(port).map(|p| p.macs.clone()).unwrap_or_default();
+    assert_eq!(seen(&hosts.ports[0]), vec![mac_of(&hosts.namespaces[0])]);
+    assert_eq!(seen(&hosts.ports[1]), vec![mac_of(&hosts.namespaces[1])]);
+    assert!(
+        n.port(&hosts.ports[2]).is_none(),
+        "br1's ports are not br0's: {n:#?}"
+    );
+    assert_eq!(n.chassis_id, None, "Open vSwitch sends no LLDP of its own");
+    let br1 = backend(&ovs, "br1", false).neighbors().await.unwrap();
+    assert_eq!(
+        br1.port(&hosts.ports[2]).map(|p| p.macs.clone()),
+        Some(vec![mac_of(&hosts.namespaces[2])])
+    );
+    // Without a control socket there is nothing to read from, and it says so.
+    let blind = OvsSwitch::new(OvsOptions {
+        endpoint: Endpoint::Tcp(ovs.ovsdb_tcp()),
+        bridge: "br0".into(),
+        openflow: None,
+        connect_timeout: Duration::from_secs(5),
+        command_timeout: Duration::from_secs(5),
+        control_socket: None,
+    });
+    let e = blind.neighbors().await.unwrap_err().to_string();
+    assert!(e.contains("options.controlSocket"), "{e}");
 }

@@ -203,6 +203,14 @@ pub struct BackendOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 255), pattern(pattern::ABSOLUTE_PATH))]
     pub playbooks: Option<String>,
+    /// ovs-vswitchd's control socket (ovsdb only; the unixctl socket `ovs-appctl -t`
+    /// names, e.g. `/var/run/openvswitch/ovs-vswitchd.1234.ctl`) on the operator's
+    /// filesystem, when the operator runs beside Open vSwitch: the bridge's learned
+    /// MAC addresses are read there (`fdb/show`) when a Switch names this provider
+    /// in `spec.neighbors.providers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 255), pattern(pattern::ABSOLUTE_PATH))]
+    pub control_socket: Option<String>,
     /// lldpd's control socket on the device (linux only), when not the default
     /// `/run/lldpd.socket`: an absolute path.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -61,9 +61,12 @@ pub struct SwitchSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NeighborsSpec {
-    /// The ProviderSwitch (same namespace) to read through: an `os: linux` device
-    /// running lldpd (read only; the Switch's ports stay with `spec.provider`).
-    pub provider: ProviderRef,
+    /// The ProviderSwitches (same namespace) to read through, their reads merged: an
+    /// `os: linux` device running lldpd (LLDP neighbours, read only), an `ovsdb`
+    /// provider with `options.controlSocket` (learned MACs). The Switch's ports stay
+    /// with `spec.provider`.
+    #[schemars(length(min = 1, max = 4))]
+    pub providers: Vec<ProviderRef>,
     /// Seconds between reads (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 5, max = 3600))]

@@ -1,4 +1,4 @@
-//! Reads a Switch's neighbour source (`spec.neighbors`) when a read is due and takes
+//! Reads a Switch's neighbour sources (`spec.neighbors`) when a read is due and takes
 //! the answer into the Switch's status ([`crate::decide::neighbors`] decides what is
 //! written). Called by the Switch controller within its reconcile; device I/O (one
 //! session per read, through the source's own login) and cache reads.
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 
 use super::context::Context;
-use crate::api::{DeviceOs, Switch, SwitchStatus};
+use crate::api::{Backend, DeviceOs, Switch, SwitchStatus};
 use crate::backends::neighbor_source;
 use crate::decide::failure::Failure;
 use crate::decide::neighbors;
@@ -90,20 +90,50 @@ pub(super) async fn refresh(
     Some(every)
 }
 
-/// One read of the source `switch.spec.neighbors` names.
+/// One read of every source `switch.spec.neighbors` names, merged: the first chassis
+/// id any source reports, every LLDP neighbour and learned MAC. A source that fails
+/// fails the read (what the ports saw at the last good read stays).
 async fn read(
     switch: &Switch,
     ctx: &Context,
 ) -> Result<patchbay_providers::neighbors::Neighbors, Failure> {
-    const FIELD: &str = "spec.neighbors.provider";
     let spec = switch.spec.neighbors.as_ref().expect("checked by refresh");
+    let mut chassis = None;
+    let (mut lldp, mut macs) = (Vec::new(), Vec::new());
+    for (i, reference) in spec.providers.iter().enumerate() {
+        let read = read_one(switch, ctx, i, &reference.name).await?;
+        chassis = chassis.or(read.chassis_id);
+        for p in read.ports {
+            lldp.extend(p.lldp.into_iter().map(|n| (p.port.clone(), n)));
+            macs.extend(p.macs.into_iter().map(|m| (p.port.clone(), m)));
+        }
+    }
+    Ok(patchbay_providers::neighbors::Neighbors::gather(
+        chassis, lldp, macs,
+    ))
+}
+
+/// One read of source `name`, `spec.neighbors.providers[i]`.
+async fn read_one(
+    switch: &Switch,
+    ctx: &Context,
+    i: usize,
+    name: &str,
+) -> Result<patchbay_providers::neighbors::Neighbors, Failure> {
+    const FIELDS: [&str; 4] = [
+        "spec.neighbors.providers[0]",
+        "spec.neighbors.providers[1]",
+        "spec.neighbors.providers[2]",
+        "spec.neighbors.providers[3]",
+    ];
+    let field = FIELDS.get(i).copied().unwrap_or("spec.neighbors.providers");
     let ns = switch.namespace().unwrap_or_default();
     let provider = ctx
         .stores
-        .provider(&ns, &spec.provider.name)
+        .provider(&ns, name)
         .ok_or_else(|| Failure::ProviderNotFound {
-            name: spec.provider.name.clone(),
-            field: FIELD,
+            name: name.to_owned(),
+            field,
         })?;
     validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
         name: provider.name_any(),
@@ -113,13 +143,20 @@ async fn read(
     let source = neighbor_source(&provider, secret.as_deref())
         .map_err(Failure::Backend)?
         .ok_or_else(|| Failure::ProviderRole {
-            field: FIELD,
+            field,
             name: provider.name_any(),
-            why: if provider.spec.os == DeviceOs::Linux {
-                "is os linux over a backend other than ssh; lldpd is read over ssh"
-            } else {
-                "cannot be read for neighbours: today patchbay reads lldpd on os linux \
-                 (backend ssh)"
+            why: match (provider.spec.backend, provider.spec.os) {
+                (_, DeviceOs::Linux) => {
+                    "is os linux over a backend other than ssh; lldpd is read over ssh"
+                }
+                (Backend::Ovsdb, _) => {
+                    "is an Open vSwitch without options.controlSocket, where its learned \
+                     MAC addresses are read"
+                }
+                _ => {
+                    "cannot be read for neighbours: patchbay reads lldpd on os linux (backend \
+                     ssh) and learned MACs on ovsdb (options.controlSocket)"
+                }
             },
         })?;
     source.neighbors().await.map_err(Failure::Device)

@@ -61,7 +61,7 @@ async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> 
             field: "spec.provider",
             name: provider.name_any(),
             why: "is os linux, a neighbour source that configures no port: name it in \
-                  spec.neighbors.provider",
+                  spec.neighbors.providers",
         });
     }
     validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {

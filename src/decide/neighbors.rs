@@ -304,10 +304,10 @@ mod tests {
     #[test]
     fn the_interval_defaults_and_a_bounded_port_list() {
         let spec = |s| NeighborsSpec {
-            provider: crate::api::ProviderRef {
+            providers: vec![crate::api::ProviderRef {
                 kind: None,
                 name: "lldp".into(),
-            },
+            }],
             interval_seconds: s,
         };
         assert_eq!(interval(&spec(None)), DEFAULT_INTERVAL);

@@ -34,6 +34,7 @@
 
 pub mod acl;
 pub mod bond;
+pub mod fdb;
 pub mod ofwire;
 pub mod openflow;
 mod rows;
@@ -46,7 +47,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
+use crate::device::{Device, NeighborSource, PortChange, PortOperation, PortReads, PortResult};
 use crate::error::Cause;
 use crate::error::DeviceError;
 use crate::model::{
@@ -79,11 +80,51 @@ pub struct OvsOptions {
     pub connect_timeout: Duration,
     /// Timeout of one call, and of waiting for ovs-vswitchd.
     pub command_timeout: Duration,
+    /// ovs-vswitchd's control socket (the unixctl socket `ovs-appctl -t` names), on
+    /// the operator's filesystem: where the learned MAC addresses are read
+    /// ([`fdb`]). Without it the bridge is no neighbour source.
+    pub control_socket: Option<std::path::PathBuf>,
 }
 
 /// An Open vSwitch bridge reached over OVSDB.
 pub struct OvsSwitch {
     opts: OvsOptions,
+}
+
+#[async_trait]
+impl NeighborSource for OvsSwitch {
+    /// The bridge's learned MAC addresses per port: the interface names and
+    /// OpenFlow port numbers of the bridge's ports from OVSDB (one transaction), then
+    /// `fdb/show` on the control socket. Open vSwitch sends no LLDP of its own: an
+    /// lldpd beside it is read through an `os: linux` source.
+    async fn neighbors(&self) -> Result<crate::neighbors::Neighbors, DeviceError> {
+        let Some(socket) = &self.opts.control_socket else {
+            return Err(DeviceError::Protocol {
+                during: "reading learned MAC addresses".into(),
+                cause: Cause::msg("no control socket is configured (options.controlSocket)"),
+            });
+        };
+        let names = self
+            .with_session(async |conn| self.ofport_names(conn).await)
+            .await?;
+        let mut ctl = Connection::connect(
+            &Endpoint::Unix(socket.clone()),
+            self.opts.connect_timeout,
+            self.opts.command_timeout,
+        )
+        .await?;
+        let answer = ctl.call("fdb/show", json!([self.opts.bridge])).await?;
+        let text = answer.as_str().unwrap_or_default();
+        let learned = fdb::parse(text).map_err(|e| DeviceError::Protocol {
+            during: "reading fdb/show".into(),
+            cause: Cause::msg(e),
+        })?;
+        Ok(crate::neighbors::Neighbors::gather(
+            None,
+            [],
+            fdb::by_name(&learned, &names),
+        ))
+    }
 }
 
 /// One port's planned change.
@@ -119,6 +160,44 @@ impl OvsSwitch {
         )
         .await?;
         f(&mut conn).await
+    }
+
+    /// The bridge's interfaces by OpenFlow port number, in one transaction.
+    async fn ofport_names(
+        &self,
+        conn: &mut Connection,
+    ) -> Result<BTreeMap<i64, String>, DeviceError> {
+        let ops = [
+            json!({"op": "select", "table": "Bridge",
+                   "where": [["name", "==", self.opts.bridge]], "columns": ["ports"]}),
+            json!({"op": "select", "table": "Port", "where": [], "columns": ["_uuid", "interfaces"]}),
+            json!({"op": "select", "table": "Interface", "where": [],
+                   "columns": ["_uuid", "name", "ofport"]}),
+        ];
+        let results = conn.transact(DB, &ops).await?;
+        let Some(bridge) = rows(&results[0]).into_iter().next() else {
+            return Err(DeviceError::CommandRejected {
+                command: format!("select Bridge {}", self.opts.bridge),
+                output: "there is no bridge of that name".into(),
+            });
+        };
+        let uuids = |v: &Value| -> BTreeSet<String> {
+            rpc::atoms(v)
+                .iter()
+                .filter_map(|u| rpc::uuid(u).map(str::to_owned))
+                .collect()
+        };
+        let on_bridge = uuids(&bridge["ports"]);
+        let ifaces: BTreeSet<String> = rows(&results[1])
+            .iter()
+            .filter(|p| rpc::uuid(&p["_uuid"]).is_some_and(|u| on_bridge.contains(u)))
+            .flat_map(|p| uuids(&p["interfaces"]))
+            .collect();
+        Ok(rows(&results[2])
+            .iter()
+            .filter(|i| rpc::uuid(&i["_uuid"]).is_some_and(|u| ifaces.contains(u)))
+            .filter_map(|i| Some((i["ofport"].as_i64()?, i["name"].as_str()?.to_owned())))
+            .collect())
     }
 
     /// Reads `ports` of the bridge in one transaction; a second one finds the

@@ -204,6 +204,19 @@ pub fn validate_provider(spec: &ProviderSwitchSpec) -> Result<(), ValidationErro
                 );
             }
         }
+        if let Some(socket) = &opts.control_socket {
+            if spec.backend != Backend::Ovsdb {
+                errors.push(
+                    "spec.options.controlSocket",
+                    "only the ovsdb backend has ovs-vswitchd's control socket",
+                );
+            } else {
+                errors.check(
+                    "spec.options.controlSocket",
+                    patchbay_providers::linux::LldpSocket::parse(socket).map_err(ValueError),
+                );
+            }
+        }
         if let Some(socket) = &opts.lldp_socket {
             if spec.os != DeviceOs::Linux {
                 errors.push(

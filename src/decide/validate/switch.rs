@@ -35,11 +35,16 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
         }
     }
     if let Some(n) = &spec.neighbors {
-        object_name(
-            &mut errors,
-            "spec.neighbors.provider.name",
-            &n.provider.name,
-        );
+        if n.providers.is_empty() || n.providers.len() > 4 {
+            errors.push("spec.neighbors.providers", "name 1 to 4 ProviderSwitches");
+        }
+        for (i, p) in n.providers.iter().enumerate() {
+            object_name(
+                &mut errors,
+                &format!("spec.neighbors.providers[{i}].name"),
+                &p.name,
+            );
+        }
         if let Some(s) = n.interval_seconds
             && !(5..=3600).contains(&s)
         {
