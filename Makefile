@@ -91,7 +91,7 @@ $(ANSIBLE_VENV)/.installed: playbooks/requirements.txt
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
 
-demo: deps fake-switch ovs ansible
+demo: deps fake-switch ovs lldp ansible
 	$(CARGO) run --quiet --locked -- demo $(DEMO_ARGS)
 
 fmt-check: deps

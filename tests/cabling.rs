@@ -20,7 +20,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use patchbay::api::{PortState, ProviderSwitch, Server, Switch, SwitchPort, SwitchStatus};
+use patchbay::api::{
+    PortState, ProviderSwitch, Server, ServerClaim, ServerPhase, Switch, SwitchPort, SwitchStatus,
+};
 use patchbay_providers::VlanMode;
 use patchbay_providers::values::{PortName, VlanId};
 use patchbay_testbed::lldp::LldpFabric;
@@ -45,6 +47,7 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
     let mut fabric = LldpFabric::start("leaf1").expect("the fabric starts");
     fabric.add_host("server-a", HOST_A, "swp1").unwrap();
     fabric.add_host("server-b", HOST_B, "swp2").unwrap();
+    fabric.wait_until_switch_sees_all().unwrap();
     let env = Env::start("cabling").await;
 
     // The Linux side of the switch, read only: a key login and a pinned host key.
@@ -167,9 +170,10 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
     env.cluster.finish().await;
 }
 
-/// Server `name` (cluster-scoped) with one NIC `eth0` of MAC `mac` declared on
-/// SwitchPort `port` of the test's namespace, provisioned with `provisioning`.
-async fn server(env: &Env, name: &str, mac: &str, port: &str) {
+/// Server `name` (cluster-scoped, of site `site`) with one NIC `eth0` of MAC `mac`
+/// declared on SwitchPort `port` of the test's namespace, provisioned with
+/// `provisioning`.
+async fn server_at(env: &Env, site: &str, name: &str, mac: &str, port: &str) {
     let ns = env.cluster.namespace.clone();
     let server: Server = serde_json::from_value(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
@@ -177,7 +181,7 @@ async fn server(env: &Env, name: &str, mac: &str, port: &str) {
         "spec": {
             "bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": ns}},
             "bootMac": mac,
-            "site": ns,
+            "site": site,
             "nics": [{"name": "eth0", "mac": mac,
                       "port": {"kind": "SwitchPort", "name": port, "namespace": ns},
                       "provisioningConfiguration": {"name": "provisioning"}}],
@@ -188,6 +192,11 @@ async fn server(env: &Env, name: &str, mac: &str, port: &str) {
         .create(&PostParams::default(), &server)
         .await
         .unwrap();
+}
+
+/// [`server_at`] of the test's own site.
+async fn server(env: &Env, name: &str, mac: &str, port: &str) {
+    server_at(env, &env.cluster.namespace.clone(), name, mac, port).await;
 }
 
 async fn wait_server(env: &Env, name: &str, what: &str, check: impl Fn(&Server) -> bool) -> Server {
@@ -225,6 +234,7 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
     fabric.add_host("server-a", HOST_A, "swp1").unwrap();
     // swp2 has server-b in it, but the inventory says server-c's NIC is there.
     fabric.add_host("server-b", HOST_B, "swp2").unwrap();
+    fabric.wait_until_switch_sees_all().unwrap();
     let env = Env::start("cabling-verify").await;
     env.device(
         "leaf1-lldp",
@@ -266,7 +276,8 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
     let ns = env.cluster.namespace.clone();
     let (sa, sc) = (format!("{ns}-a"), format!("{ns}-c"));
     server(&env, &sa, HOST_A, "leaf1-a").await;
-    server(&env, &sc, HOST_C, "leaf1-b").await;
+    // (Of another site: the claim below is for server-a.)
+    server_at(&env, "elsewhere", &sc, HOST_C, "leaf1-b").await;
 
     // server-a is where it says: verified, its port carries the provisioning network.
     let a = wait_server(&env, &sa, "server-a verified and ready", |s| {
@@ -321,8 +332,50 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
         .collect();
     assert_eq!(mismatches.len(), 1, "one Warning: {warnings:#?}");
 
-    // server-a's cable moves to swp3 while its port carries the provisioning network:
-    // reported (Permissive) within an interval, the port left as it is...
+    // server-a is allocated and installed: its port carries the tenant's network.
+    env.configuration("tenant", json!({"untaggedVLAN": 20}))
+        .await;
+    let claim: ServerClaim = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+        "metadata": {"name": "tenant", "namespace": ns},
+        "spec": {"site": ns, "roles": [{"name": "worker", "count": 1}],
+                 "networkConfiguration": [{"configurationRef":
+                     {"kind": "SwitchPortConfiguration", "name": "tenant"}}]}
+    }))
+    .unwrap();
+    env.api::<ServerClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    wait_server(&env, &sa, "server-a bound", |s| s.spec.claim_ref.is_some()).await;
+    Api::<Server>::all(env.cluster.client.clone())
+        .patch(
+            &sa,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"patchbay.dev/provisioned": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let vlan20 = VlanMode::Access {
+        vlan: VlanId::new(20).unwrap(),
+    };
+    wait_server(
+        &env,
+        &sa,
+        "server-a Provisioned on the tenant network",
+        |s| {
+            s.status.as_ref().and_then(|s| s.phase) == Some(ServerPhase::Provisioned)
+                && s.status.as_ref().and_then(|s| s.ports_ready.as_deref()) == Some("1/1")
+                && cabling(s).is_some_and(|(t, _, _)| t == "True")
+        },
+    )
+    .await;
+    assert_eq!(on_device(&env, "swp1"), vlan20);
+
+    // Its cable moves to swp3 while it runs: reported (Permissive) within an
+    // interval, the running host's port left as it is...
     let moved_at = Instant::now();
     fabric.move_cable(0, "swp3").unwrap();
     let a = wait_server(&env, &sa, "server-a's moved cable reported", |s| {
@@ -331,12 +384,15 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
     .await;
     println!("moved cable reported after {:?}", moved_at.elapsed());
     let (_, _, message) = cabling(&a).unwrap();
-    assert!(
-        message.contains(&format!("the NIC is seen on Switch {ns}/leaf1 port swp3"))
-            && message.ends_with("the port is left as it is (cablingPolicy Permissive)"),
-        "{message}"
+    assert_eq!(
+        message,
+        format!(
+            "NIC eth0 ({HOST_A}) is declared on SwitchPort {ns}/leaf1-a (Switch leaf1, swp1), \
+             which sees nothing; the NIC is seen on Switch {ns}/leaf1 port swp3; the port is \
+             left as it is (cablingPolicy Permissive)"
+        )
     );
-    assert_eq!(on_device(&env, "swp1"), vlan10);
+    assert_eq!(on_device(&env, "swp1"), vlan20);
     // ...and under Strict, parked.
     Api::<Server>::all(env.cluster.client.clone())
         .patch(
@@ -385,6 +441,7 @@ async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one
     // The same MAC behind two ports (a flooding hub, a cloned VM): never guessed.
     fabric.add_host("clone-1", HOST_E, "swp4").unwrap();
     fabric.add_host("clone-2", HOST_E, "swp5").unwrap();
+    fabric.wait_until_switch_sees_all().unwrap();
     let env = Env::start("cabling-discover").await;
     env.device(
         "leaf1-lldp",

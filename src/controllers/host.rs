@@ -242,7 +242,7 @@ impl Targets {
 struct PortSight {
     /// `namespace/name` of the Switch, and the device port.
     at: (String, String),
-    source: bool,
+    reading: cabling::Reading,
     seen: Option<crate::api::PortNeighborsStatus>,
     words: String,
     strict: bool,
@@ -265,7 +265,21 @@ fn sight(world: &HostWorld, port: &PortId) -> Option<PortSight> {
             format!("{}/{switch_name}", port.namespace),
             device_port.clone(),
         ),
-        source: switch.spec.neighbors.is_some() && status.neighbors_read_at.is_some(),
+        reading: match (&switch.spec.neighbors, &status.neighbors_read_at) {
+            (None, _) => cabling::Reading::None,
+            (Some(_), Some(_)) => cabling::Reading::Read,
+            (Some(_), None) => {
+                let failed = status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == crate::decide::neighbors::CONDITION && c.status == "False");
+                if failed {
+                    cabling::Reading::Failed
+                } else {
+                    cabling::Reading::NotYet
+                }
+            }
+        },
         seen: status.neighbors.into_iter().find(|p| p.port == device_port),
         words: format!(
             "SwitchPort {}/{} (Switch {switch_name}, {device_port})",
@@ -360,6 +374,7 @@ pub fn sightings(
 fn check_cabling(
     world: &HostWorld,
     view: &HostView<'_>,
+    phase: ServerPhase,
     targets: Vec<NicTarget>,
 ) -> (Vec<NicTarget>, Vec<NicCabling>, Vec<String>) {
     let host_macs: Vec<&str> = view.nics.iter().filter_map(|n| n.mac.as_deref()).collect();
@@ -385,14 +400,16 @@ fn check_cabling(
                 .zip(mac)
                 .is_some_and(|(s, m)| cabling::sees_mac(s, m));
             let seen_on = match mac {
-                Some(mac) if sight.source && !here => seen_elsewhere(world, mac, &sight.at),
+                Some(mac) if sight.reading == cabling::Reading::Read && !here => {
+                    seen_elsewhere(world, mac, &sight.at)
+                }
                 _ => Vec::new(),
             };
             let verdict = cabling::check(
                 mac,
                 &host_macs,
                 sight.seen.as_ref(),
-                sight.source,
+                sight.reading,
                 !seen_on.is_empty(),
             );
             let policy = if sight.strict {
@@ -400,13 +417,15 @@ fn check_cabling(
             } else {
                 view.cabling_policy
             };
-            let on_target = look_up(world, &t.port).is_some_and(|(o, _)| {
-                o.state == Some(crate::api::PortState::Active)
-                    && o.applied.is_some()
-                    && o.applied == t.configuration
-            });
+            let observed = look_up(world, &t.port).map(|(o, _)| o);
+            let running = phase == ServerPhase::Provisioned
+                && observed.as_ref().is_some_and(|o| {
+                    o.state == Some(crate::api::PortState::Active)
+                        && o.applied.is_some()
+                        && o.applied == t.configuration
+                });
             let action = if t.configuration.is_some() {
-                cabling::action(&verdict, policy, on_target)
+                cabling::action(&verdict, policy, running)
             } else {
                 // Clean is where a parked port goes anyway.
                 Action::Proceed
@@ -419,13 +438,29 @@ fn check_cabling(
                 action,
                 seen_on,
             };
-            if action == Action::Park {
-                miscabled.push(format!(
-                    "{} ({}): parked, its cabling is not confirmed (see CablingVerified)",
-                    t.port, t.nic
-                ));
-                t.configuration = None;
-                t.source = Source::Clean;
+            match action {
+                Action::Park => {
+                    miscabled.push(format!(
+                        "{} ({}): parked, its cabling is not confirmed (see CablingVerified)",
+                        t.port, t.nic
+                    ));
+                    t.configuration = None;
+                    t.source = Source::Clean;
+                }
+                Action::Wait => {
+                    miscabled.push(format!(
+                        "{} ({}): left as it is until its Switch's neighbours are read",
+                        t.port, t.nic
+                    ));
+                    // What the port carries now, if this host set it: nothing is written.
+                    t.configuration = observed
+                        .filter(|o| o.host.as_deref() == Some(view.me.as_str()))
+                        .and_then(|o| o.configuration);
+                    if t.configuration.is_none() {
+                        t.source = Source::Clean;
+                    }
+                }
+                Action::Proceed | Action::ReportOnly => {}
             }
             report.push(entry);
             t
@@ -545,7 +580,7 @@ fn targets_of(
     };
     let (targets, refused) = refuse_grouped_provisioning(targets, group_of, view.nic_field);
     let (targets, forbidden) = refuse_ungranted(world, targets, view.network);
-    let (mut targets, cabling, miscabled) = check_cabling(world, view, targets);
+    let (mut targets, cabling, miscabled) = check_cabling(world, view, phase, targets);
     for port in marked.difference(&cabled) {
         targets.push(NicTarget {
             nic: "no longer cabled".into(),

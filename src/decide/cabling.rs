@@ -8,6 +8,8 @@
 //! | the declared port sees | verdict |
 //! |---|---|
 //! | (its Switch reads no neighbours) | [`Cabling::NoSource`]: nothing to check |
+//! | (its Switch names sources, not read yet) | [`Cabling::NotYetRead`] |
+//! | (its Switch's sources were never read successfully) | [`Cabling::Unreadable`] |
 //! | (the NIC declares no MAC) | [`Cabling::NoMac`] |
 //! | nothing, and the NIC is seen on another port | [`Cabling::Mismatch`] ("nothing") |
 //! | nothing | [`Cabling::NotSeen`] (a powered-off host sends nothing) |
@@ -24,9 +26,11 @@
 //! | verdict | Permissive (default) | Strict |
 //! |---|---|---|
 //! | Verified, NoSource | proceed | proceed |
+//! | NotYetRead | wait: the port is left as it is, the phase held | wait |
+//! | Unreadable | proceed | park, hold the phase |
 //! | NotSeen, NoMac | proceed | park, hold the phase |
-//! | Mismatch, the port about to change | park, hold the phase | park, hold the phase |
-//! | Mismatch, the port already on its target | report only | park, hold the phase |
+//! | Mismatch, the port about to change, or the host not Provisioned | park, hold the phase | park, hold the phase |
+//! | Mismatch, a Provisioned host's port already on its target | report only | park, hold the phase |
 //!
 //! Parking is the clean target: the tenancy parking VLAN when tenancy is on (a VLAN
 //! no namespace is granted), the device default otherwise. Permissive is the default
@@ -44,6 +48,11 @@ use crate::api::{CablingPolicy, PortNeighborsStatus};
 pub enum Cabling {
     /// The port's Switch names no neighbour source.
     NoSource,
+    /// The port's Switch names sources that have not been read yet (the operator
+    /// just started, the Switch is new): nothing moves until they are.
+    NotYetRead,
+    /// The port's Switch names sources that were never read successfully.
+    Unreadable,
     /// The NIC declares no MAC to compare with.
     NoMac,
     /// The declared port sees nothing.
@@ -66,6 +75,21 @@ pub enum Action {
     Park,
     /// Leave it as it is and report.
     ReportOnly,
+    /// Leave it as it is and hold the phase until the neighbours are read.
+    Wait,
+}
+
+/// Whether the Switch of a port reads its neighbours, and how far it got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// It names no source.
+    None,
+    /// It names sources, not read yet.
+    NotYet,
+    /// It names sources; none was read successfully yet, and the last read failed.
+    Failed,
+    /// Its status holds a successful read.
+    Read,
 }
 
 fn same_mac(a: &str, b: &str) -> bool {
@@ -73,17 +97,20 @@ fn same_mac(a: &str, b: &str) -> bool {
 }
 
 /// The verdict for a NIC with MAC `mac` (of a host whose MACs are `host_macs`),
-/// declared on a port that sees `seen` (`None`: nothing), on a Switch that reads
-/// neighbours (`source`) or not; `elsewhere`: the NIC's MAC is seen on another port.
+/// declared on a port that sees `seen` (`None`: nothing), on a Switch whose reading
+/// stands as `reading`; `elsewhere`: the NIC's MAC is seen on another port.
 pub fn check(
     mac: Option<&str>,
     host_macs: &[&str],
     seen: Option<&PortNeighborsStatus>,
-    source: bool,
+    reading: Reading,
     elsewhere: bool,
 ) -> Cabling {
-    if !source {
-        return Cabling::NoSource;
+    match reading {
+        Reading::None => return Cabling::NoSource,
+        Reading::NotYet => return Cabling::NotYetRead,
+        Reading::Failed => return Cabling::Unreadable,
+        Reading::Read => {}
     }
     let Some(mac) = mac else {
         return Cabling::NoMac;
@@ -141,14 +168,18 @@ pub fn sees_mac(seen: &PortNeighborsStatus, mac: &str) -> bool {
 }
 
 /// What to do with a port whose NIC's verdict is `verdict`, under `policy`;
-/// `on_target`: the port already carries what the phase wants of it.
-pub fn action(verdict: &Cabling, policy: CablingPolicy, on_target: bool) -> Action {
+/// `running`: the host is Provisioned (a tenant's workload runs on it) and the port
+/// already carries what the phase wants of it. Whatever is plugged into a mismatched
+/// port must not land on the provisioning network, so only a running host's port is
+/// ever left as it is.
+pub fn action(verdict: &Cabling, policy: CablingPolicy, running: bool) -> Action {
     let strict = policy == CablingPolicy::Strict;
     match verdict {
         Cabling::NoSource | Cabling::Verified => Action::Proceed,
-        Cabling::NotSeen | Cabling::NoMac if strict => Action::Park,
-        Cabling::NotSeen | Cabling::NoMac => Action::Proceed,
-        Cabling::Mismatch(_) if strict || !on_target => Action::Park,
+        Cabling::NotYetRead => Action::Wait,
+        Cabling::NotSeen | Cabling::NoMac | Cabling::Unreadable if strict => Action::Park,
+        Cabling::NotSeen | Cabling::NoMac | Cabling::Unreadable => Action::Proceed,
+        Cabling::Mismatch(_) if strict || !running => Action::Park,
         Cabling::Mismatch(_) | Cabling::Undiscovered(_) => Action::ReportOnly,
     }
 }
@@ -184,10 +215,19 @@ impl NicCabling {
         let done = match self.action {
             Action::Park => "; the port is parked",
             Action::ReportOnly => "; the port is left as it is (cablingPolicy Permissive)",
+            Action::Wait => "; the port is left as it is until then",
             Action::Proceed => "",
         };
         match &self.verdict {
             Cabling::NoSource | Cabling::Verified => None,
+            Cabling::NotYetRead => Some(format!(
+                "{nic}: waiting for the first read of what {} sees{done}",
+                self.port
+            )),
+            Cabling::Unreadable => Some(format!(
+                "{nic}: what {} sees could not be read (the Switch's NeighborsRead says why){done}",
+                self.port
+            )),
             Cabling::NoMac => Some(format!(
                 "{nic} declares no MAC, so {} cannot be checked{done}",
                 self.port
@@ -223,8 +263,13 @@ pub fn condition(nics: &[NicCabling]) -> Option<(super::status::Truth, &'static 
     let undiscovered = checked
         .iter()
         .any(|n| matches!(n.verdict, Cabling::Undiscovered(_)));
+    let unread = checked
+        .iter()
+        .any(|n| matches!(n.verdict, Cabling::NotYetRead | Cabling::Unreadable));
     Some(if mismatched {
         (Truth::False, "CablingMismatch", sentences.join("; "))
+    } else if unread {
+        (Truth::Unknown, "NotRead", sentences.join("; "))
     } else if undiscovered {
         (Truth::Unknown, "NotDiscovered", sentences.join("; "))
     } else if sentences.is_empty() {
@@ -332,12 +377,12 @@ mod tests {
         }
     }
 
-    /// What, the NIC's MAC, what its port sees, whether the Switch reads, the verdict.
+    /// What, the NIC's MAC, what its port sees, how the Switch reads, the verdict.
     type Case = (
         &'static str,
         Option<&'static str>,
         Option<PortNeighborsStatus>,
-        bool,
+        Reading,
         Cabling,
     );
 
@@ -345,83 +390,103 @@ mod tests {
     fn verdicts() {
         let host = [A, A2];
         let cases: Vec<Case> = vec![
-            ("no source", Some(A), None, false, Cabling::NoSource),
+            ("no source", Some(A), None, Reading::None, Cabling::NoSource),
+            (
+                "not read yet",
+                Some(A),
+                None,
+                Reading::NotYet,
+                Cabling::NotYetRead,
+            ),
+            (
+                "never read",
+                Some(A),
+                None,
+                Reading::Failed,
+                Cabling::Unreadable,
+            ),
             (
                 "no MAC",
                 None,
                 Some(lldp(A, "mac", A)),
-                true,
+                Reading::Read,
                 Cabling::NoMac,
             ),
-            ("nothing seen", Some(A), None, true, Cabling::NotSeen),
+            (
+                "nothing seen",
+                Some(A),
+                None,
+                Reading::Read,
+                Cabling::NotSeen,
+            ),
             (
                 "an empty entry",
                 Some(A),
                 Some(macs(&[])),
-                true,
+                Reading::Read,
                 Cabling::NotSeen,
             ),
             (
                 "LLDP port id is the NIC",
                 Some(A2),
                 Some(lldp(A, "mac", A2)),
-                true,
+                Reading::Read,
                 Cabling::Verified,
             ),
             (
                 "chassis id is the NIC",
                 Some(A),
                 Some(lldp(A, "interfaceName", "eth0")),
-                true,
+                Reading::Read,
                 Cabling::Verified,
             ),
             (
                 "the MAC is learned there",
                 Some(A),
                 Some(macs(&[B, A])),
-                true,
+                Reading::Read,
                 Cabling::Verified,
             ),
             (
                 "upper case from the device",
                 Some(A),
                 Some(macs(&["52:54:00:0A:00:01"])),
-                true,
+                Reading::Read,
                 Cabling::Verified,
             ),
             (
                 "same host, port named not by MAC",
                 Some(A2),
                 Some(lldp(A, "interfaceName", "eth1")),
-                true,
+                Reading::Read,
                 Cabling::Verified,
             ),
             (
                 "the NIC's MAC as chassis, another NIC's as port id: the other NIC",
                 Some(A),
                 Some(lldp(A, "mac", A2)),
-                true,
+                Reading::Read,
                 Cabling::Mismatch(format!("LLDP chassis {A} (server-b) port {A2}")),
             ),
             (
                 "same host's chassis but another NIC's MAC as port id",
                 Some(A2),
                 Some(lldp(A, "mac", A)),
-                true,
+                Reading::Read,
                 Cabling::Mismatch(format!("LLDP chassis {A} (server-b) port {A}")),
             ),
             (
                 "another host",
                 Some(A),
                 Some(lldp(B, "mac", B)),
-                true,
+                Reading::Read,
                 Cabling::Mismatch(format!("LLDP chassis {B} (server-b) port {B}")),
             ),
             (
                 "another MAC",
                 Some(A),
                 Some(macs(&[B])),
-                true,
+                Reading::Read,
                 Cabling::Mismatch(format!("MAC {B}")),
             ),
         ];
@@ -436,13 +501,16 @@ mod tests {
     }
 
     #[test]
-    fn actions_by_policy_and_whether_the_port_moves() {
+    fn actions_by_policy_and_whether_the_host_runs() {
         use Action::*;
         use CablingPolicy::*;
         let mismatch = Cabling::Mismatch("x".into());
         let cases = [
             (Cabling::Verified, Strict, false, Proceed),
             (Cabling::NoSource, Strict, false, Proceed),
+            (Cabling::NotYetRead, Permissive, false, Wait),
+            (Cabling::Unreadable, Permissive, false, Proceed),
+            (Cabling::Unreadable, Strict, false, Park),
             (Cabling::NotSeen, Permissive, false, Proceed),
             (Cabling::NotSeen, Strict, true, Park),
             (Cabling::NoMac, Strict, false, Park),

@@ -206,7 +206,25 @@ impl LldpFabric {
         run(&["ip", "-n", &host.netns, "link", "set", "eth0", "up"])?;
         run(&["ip", "-n", &self.switch_netns, "link", "set", port, "up"])?;
         self.hosts[i].port = port.to_owned();
+        self.poke();
         Ok(())
+    }
+
+    /// Asks every running lldpd to look at its interfaces again and send at once
+    /// (`lldpcli update`): a new veth end is then seen without waiting for lldpd's
+    /// own rescan (which a busy machine can delay).
+    fn poke(&self) {
+        let sockets = std::iter::once(self.switch_socket.clone()).chain(
+            (0..self.hosts.len())
+                .map(|i| self.dir.join(format!("h{i}.sock")).display().to_string()),
+        );
+        for s in sockets.filter(|s| std::path::Path::new(s).exists()) {
+            let _ = Command::new("lldpcli")
+                .args(["-u", &s, "update"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 
     /// Moves host `i`'s cable to switch port `port` (the old port disappears).
@@ -238,6 +256,42 @@ impl LldpFabric {
             "neighbors",
             "details",
         ])
+    }
+
+    /// Waits (up to 20 s) until the switch's lldpd sees every host on its port;
+    /// every 2 s it asks every lldpd to look at its interfaces again and send
+    /// (`lldpcli update`), in case one missed a new interface on a busy machine.
+    pub fn wait_until_switch_sees_all(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut poke = Instant::now() + Duration::from_secs(2);
+        loop {
+            if Instant::now() > poke {
+                self.poke();
+                poke = Instant::now() + Duration::from_secs(2);
+            }
+            let seen = self.switch_neighbors_json()?;
+            let json: serde_json::Value =
+                serde_json::from_str(&seen).map_err(|source| TestbedError::Description {
+                    what: "lldpcli's neighbours",
+                    source,
+                })?;
+            let ports: Vec<&str> = json["lldp"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s["interface"].as_array().into_iter().flatten())
+                .filter_map(|i| i["name"].as_str())
+                .collect();
+            if self.hosts.iter().all(|h| ports.contains(&h.port.as_str())) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TestbedError::Failed(format!(
+                    "the switch's lldpd sees {ports:?} after 20 s"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// `lldpcli -f json0 show neighbors` on host `i`: what it sees of the switch.

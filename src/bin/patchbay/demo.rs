@@ -10,7 +10,11 @@
 //! claim's `hosts.ini`. Then it walks server-7 through every phase: it gives the
 //! installer's signal (server-7 goes Provisioned, its port onto the claim's
 //! network), deletes the claim (Deprovisioning, the port back on the provisioning
-//! network, Available), showing the port as the switch reports it at each step;
+//! network, Available), showing the port as the switch reports it at each step.
+//! Beside them, a Linux switch with four hosts speaking real LLDP in network
+//! namespaces ([`LldpFabric`], `examples/12-cabling.yaml`): one Server verified and
+//! moved, one whose declared port sees another machine (parked, held), one found by
+//! its MAC;
 //! until Ctrl-C (or, with `--exit-when-settled`, until the walk is done). Talks only to its own devplane, the simulators on
 //! 127.0.0.1 and its own Open vSwitch.
 
@@ -29,9 +33,10 @@ use patchbay::api::{
     PortStatus, ProviderSwitch, Server, ServerClaim, ServerPhase, SmartNicConfiguration,
     SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration, crds,
 };
-use patchbay::backends::Backends;
+use patchbay::backends::{Backends, FixtureRegistry};
 use patchbay::controllers::secrets::fetch_secret;
 use patchbay::settings::Settings;
+use patchbay_testbed::lldp::LldpFabric;
 use patchbay_testbed::{FakeSwitches, OvsSim, SimSpec};
 
 /// The example manifests, in the order a user applies them.
@@ -88,6 +93,29 @@ const EXAMPLES: &[(&str, &str)] = &[
         "10-ansible-switch.yaml",
         include_str!("../../../examples/10-ansible-switch.yaml"),
     ),
+    (
+        "12-cabling.yaml",
+        include_str!("../../../examples/12-cabling.yaml"),
+    ),
+];
+
+/// The LLDP fabric of `12-cabling.yaml`: the switch, and each host's name, MAC and
+/// the port its cable is really in.
+const FABRIC: (&str, [(&str, &str, &str); 4]) = (
+    "leaf-7",
+    [
+        ("rack-1-a", "52:54:00:0a:00:01", "swp1"),
+        ("unknown-host", "52:54:00:ee:00:01", "swp2"),
+        ("rack-1-b", "52:54:00:0b:00:01", "swp3"),
+        ("rack-1-c", "52:54:00:0c:00:01", "swp4"),
+    ],
+);
+
+/// The Servers of the fabric and the `CablingVerified` reason each ends with.
+const CABLED: [(&str, &str); 3] = [
+    ("rack-1-a", "Verified"),
+    ("rack-1-b", "CablingMismatch"),
+    ("rack-1-c", "Verified"),
 ];
 
 /// The SmartNIC of the examples: its ProviderSwitch, bridge and port.
@@ -120,8 +148,14 @@ const SIMULATED: &[(&str, &str, &str)] = &[
 /// cisco.ios needs.
 const OVER_ANSIBLE: &[&str] = &["tor-4"];
 
-/// Points the example ProviderSwitches and Secrets at the simulators.
-fn for_simulators(doc: &mut serde_json::Value, sims: &FakeSwitches, ovs: &OvsSim) {
+/// Points the example ProviderSwitches and Secrets at the simulators and the LLDP
+/// fabric.
+fn for_simulators(
+    doc: &mut serde_json::Value,
+    sims: &FakeSwitches,
+    ovs: &OvsSim,
+    fabric: &LldpFabric,
+) {
     let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
     let name = doc["metadata"]["name"]
         .as_str()
@@ -132,6 +166,16 @@ fn for_simulators(doc: &mut serde_json::Value, sims: &FakeSwitches, ovs: &OvsSim
         .find(|(provider, _, _)| *provider == name)
         .and_then(|(_, host, _)| sims.switches.iter().find(|s| s.name == *host));
     match kind.as_str() {
+        "ProviderSwitch" if name == format!("{}-lldp", FABRIC.0) => {
+            doc["spec"]["address"] = "127.0.0.1".into();
+            doc["spec"]["port"] = u64::from(fabric.ssh_port).into();
+            doc["spec"]["hostKey"]["fingerprint"] = fabric.host_key_fingerprint.clone().into();
+            doc["spec"]["options"]["lldpSocket"] = fabric.switch_socket.clone().into();
+        }
+        "Secret" if name == format!("{}-lldp-login", FABRIC.0) => {
+            doc["stringData"]["username"] = fabric.username.clone().into();
+            doc["stringData"]["privateKey"] = fabric.client_key.clone().into();
+        }
         "ProviderSwitch" if name == SMARTNIC.0 => {
             doc["spec"]["address"] = ovs.info.ovsdb_address.clone().into();
             doc["spec"]["port"] = u64::from(ovs.info.ovsdb_port).into();
@@ -161,10 +205,15 @@ fn for_simulators(doc: &mut serde_json::Value, sims: &FakeSwitches, ovs: &OvsSim
     }
 }
 
-async fn apply_examples(client: &Client, sims: &FakeSwitches, ovs: &OvsSim) -> Result<()> {
+async fn apply_examples(
+    client: &Client,
+    sims: &FakeSwitches,
+    ovs: &OvsSim,
+    fabric: &LldpFabric,
+) -> Result<()> {
     for (file, text) in EXAMPLES {
         for mut doc in patchbay_providers::yaml::documents(text)? {
-            for_simulators(&mut doc, sims, ovs);
+            for_simulators(&mut doc, sims, ovs, fabric);
             let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
             let ns = doc["metadata"]["namespace"]
                 .as_str()
@@ -266,8 +315,8 @@ fn table(ports: &[Row]) -> String {
 /// holds the phase back.
 fn server_table(servers: &[Server]) -> String {
     let mut out = format!(
-        "{:<10}  {:<14}  {:<5}  {:<24}  {}\n",
-        "SERVER", "PHASE", "PORTS", "CLAIM", "HELD"
+        "{:<10}  {:<14}  {:<5}  {:<24}  {:<16}  {}\n",
+        "SERVER", "PHASE", "PORTS", "CLAIM", "CABLING", "HELD"
     );
     for s in servers {
         let st = s.status.clone().unwrap_or_default();
@@ -278,13 +327,15 @@ fn server_table(servers: &[Server]) -> String {
             .map(|c| c.reason.clone())
             .unwrap_or_default();
         out.push_str(&format!(
-            "{:<10}  {:<14}  {:<5}  {:<24}  {}\n",
+            "{:<10}  {:<14}  {:<5}  {:<24}  {:<16}  {}\n",
             s.name_any(),
             st.phase.map(|p| p.to_string()).unwrap_or_default(),
-            st.ports_ready.unwrap_or_default(),
+            st.ports_ready.clone().unwrap_or_default(),
             st.claim
+                .clone()
                 .map(|c| format!("{}/{}", c.namespace, c.name))
                 .unwrap_or_default(),
+            cabling_of(s).map(|(r, _)| r).unwrap_or_default(),
             held
         ));
     }
@@ -346,6 +397,18 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         ovs.info.ovsdb_server_pid,
         ovs.info.ovs_vswitchd_pid
     );
+    let mut fabric = LldpFabric::start(FABRIC.0)
+        .context("starting the LLDP fabric (make lldp installs lldpd; needs root for netns)")?;
+    for (host, mac, port) in FABRIC.1 {
+        fabric.add_host(host, mac, port)?;
+    }
+    // Every host speaks LLDP before patchbay looks: with nothing seen on a port, the
+    // default (Permissive) policy would move it.
+    fabric.wait_until_switch_sees_all()?;
+    println!(
+        "  {:<6} Linux switch, lldpd in netns {} with hosts on swp1-swp4, ssh 127.0.0.1:{}",
+        FABRIC.0, fabric.switch_netns, fabric.ssh_port
+    );
     let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config::default())
         .context("starting devplane")?;
     let dir = std::env::temp_dir().join(format!("patchbay-demo-{}", std::process::id()));
@@ -368,7 +431,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         crd_api.create(&PostParams::default(), &crd).await?;
     }
     println!("installed {} CRDs from crds/", crds().len());
-    apply_examples(&client, &sims, &ovs).await?;
+    apply_examples(&client, &sims, &ovs, &fabric).await?;
 
     let settings = Settings {
         batch_window: Duration::from_millis(100),
@@ -383,6 +446,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         ansible_playbook: settings.ansible_playbook.clone(),
         ..Default::default()
     };
+    let fixtures = backends.fixtures.clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let operator = tokio::spawn(patchbay::controllers::run(
         client.clone(),
@@ -471,10 +535,20 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
                 .and_then(|c| c.status.as_ref())
                 .is_some_and(|s| condition_true(&s.conditions, t))
         };
+        // The cabling example's ports are judged by their cabling, not by being Active.
+        let fabric_port = format!("SwitchPort/{}-", FABRIC.0);
         let ports_active = states.len() >= expected
             && states
-                .values()
-                .all(|s| *s == Some(patchbay::api::PortState::Active));
+                .iter()
+                .filter(|(k, _)| !k.starts_with(&fabric_port))
+                .all(|(_, s)| *s == Some(patchbay::api::PortState::Active));
+        let cabling_done = CABLED.iter().all(|(name, want)| {
+            servers
+                .iter()
+                .find(|s| s.name_any() == *name)
+                .and_then(cabling_of)
+                .is_some_and(|(reason, _)| reason == *want)
+        });
         let show = |what: &str| {
             rows.iter()
                 .filter(|r| r.name.starts_with(what))
@@ -484,16 +558,19 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         match stage {
             // Every example port Active, the claim allocated, server-7 installing.
             0 if ports_active
+                && cabling_done
                 && claim_has("Allocated")
                 && phase == Some(ServerPhase::Provisioning)
                 && ports_ready =>
             {
                 println!(
-                    "all {} example ports are Active after {:.2}s; the devices say:",
-                    states.len(),
+                    "the example ports are Active after {:.2}s (leaf-7's as their cabling \
+                     allows); what leaf-7's ports see on the wire, and each Server's cabling:",
                     started.elapsed().as_secs_f64()
                 );
-                print!("{}", device_view(&client, &rows).await);
+                print!("{}", cabling_view(&client, &servers).await?);
+                println!("\nthe devices say:");
+                print!("{}", device_view(&client, &fixtures, &rows).await);
                 println!("\nthe Servers and the claims that hold them:");
                 print!("{}", allocation_view(&client, &claims).await?);
                 let held: Vec<String> = claim
@@ -516,7 +593,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
                     "{walked} is Provisioned and claim {walked_claim} is Ready; its port carries \
                      the claim's network:"
                 );
-                print!("{}", device_view(&client, &show(walked)).await);
+                print!("{}", device_view(&client, &fixtures, &show(walked)).await);
                 println!("\nreleasing: deleting ServerClaim {walked_ns}/{walked_claim}\n");
                 Api::<ServerClaim>::namespaced(client.clone(), walked_ns)
                     .delete(walked_claim, &Default::default())
@@ -529,7 +606,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
                     "{walked} is Available again and the claim is gone; its port is back on \
                      the provisioning network:"
                 );
-                print!("{}", device_view(&client, &show(walked)).await);
+                print!("{}", device_view(&client, &fixtures, &show(walked)).await);
                 println!(
                     "\n{walked} went Available → Provisioning → Provisioned → Deprovisioning → \
                      Available after {:.2}s",
@@ -563,7 +640,60 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     drop(sims);
     drop(ovs);
+    fabric.stop();
     result
+}
+
+/// `CablingVerified`'s reason and message on `s`.
+fn cabling_of(s: &Server) -> Option<(String, String)> {
+    s.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "CablingVerified")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+/// What leaf-7's ports see (its status), and each cabled Server's verdict.
+async fn cabling_view(client: &Client, servers: &[Server]) -> Result<String> {
+    let switch = Api::<Switch>::namespaced(client.clone(), "network-infra")
+        .get(FABRIC.0)
+        .await?;
+    let status = switch.status.unwrap_or_default();
+    let mut out = format!(
+        "  Switch {} (chassis {}):\n",
+        FABRIC.0,
+        status.chassis_id.as_deref().unwrap_or("?")
+    );
+    for p in &status.neighbors {
+        let sees = p
+            .lldp
+            .iter()
+            .map(|n| {
+                format!(
+                    "{} ({})",
+                    n.chassis_id,
+                    n.system_name.as_deref().unwrap_or("no name")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push_str(&format!(
+            "    {:<5} {:<12} sees {sees}\n",
+            p.port,
+            p.switch_port.as_deref().unwrap_or("-")
+        ));
+    }
+    for (name, _) in CABLED {
+        if let Some((reason, message)) = servers
+            .iter()
+            .find(|s| s.name_any() == name)
+            .and_then(cabling_of)
+        {
+            out.push_str(&format!("  {name}: {reason}: {message}\n"));
+        }
+    }
+    Ok(out)
 }
 
 /// The installer's signal on a Server.
@@ -622,8 +752,9 @@ async fn allocation_view(client: &Client, claims: &[ServerClaim]) -> Result<Stri
 
 /// Each port as its device reports it: the port's ProviderSwitch (`status.provider`)
 /// and its Secret, a backend built the way the operator builds it
-/// ([`Backends::build`]; Ansible from the test bed's venv), one read.
-async fn device_view(client: &Client, ports: &[Row]) -> String {
+/// ([`Backends::build`]; Ansible from the test bed's venv; fixture devices the
+/// operator's own, in `fixtures`), one read.
+async fn device_view(client: &Client, fixtures: &FixtureRegistry, ports: &[Row]) -> String {
     let mut out = String::new();
     for p in ports {
         let status = p.status.clone().unwrap_or_default();
@@ -641,6 +772,7 @@ async fn device_view(client: &Client, ports: &[Row]) -> String {
             let backends = Backends {
                 ansible_playbook: patchbay_testbed::ansible_playbook()
                     .unwrap_or_else(|_| "ansible-playbook".into()),
+                fixtures: fixtures.clone(),
                 ..Backends::default()
             };
             let backend = backends
