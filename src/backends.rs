@@ -37,7 +37,9 @@
 //! A neighbour source ([`neighbor_source`], a Switch's `spec.neighbors`) is built for
 //! `os: linux` over `ssh`: a [`LinuxLldp`] with the same login and host-key pin as
 //! `ssh`, reading lldpd through `spec.options.lldpSocket` when given; and for an
-//! `ovsdb` provider with `spec.options.controlSocket`: its bridge's learned MACs.
+//! `ovsdb` provider with `spec.options.controlSocket`: its bridge's learned MACs; and
+//! for an `ssh` provider whose dialect has a `neighbors:` section (ios, eos): the
+//! device's own `show lldp neighbors detail` and MAC table, in a session of its own.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -409,6 +411,14 @@ pub fn neighbor_source(
             .as_ref()
             .is_some_and(|o| o.control_socket.is_some());
         return Ok(reads.then(|| Arc::new(ovs_switch(provider)) as Arc<dyn NeighborSource>));
+    }
+    if spec.backend == Backend::Ssh && spec.os != DeviceOs::Linux {
+        let reads = dialect::for_os(&os_word(provider)).is_some_and(|d| d.neighbors.is_some());
+        return Ok(if reads {
+            Some(Arc::new(cli_switch(provider, secret)?) as Arc<dyn NeighborSource>)
+        } else {
+            None
+        });
     }
     if (spec.backend, spec.os) != (Backend::Ssh, DeviceOs::Linux) {
         return Ok(None);

@@ -783,3 +783,35 @@ async fn a_connection_cut_while_logging_in_is_never_refused_credentials() {
         Err(DeviceError::AuthenticationFailed { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_switch_cli_neighbour_read_is_one_session_of_show_commands() {
+    // The dialects' neighbour rules come from vendor documentation (the parsers are
+    // proven on documented output only); the simulator has no LLDP and answers both
+    // commands with nothing. What this proves on the real peer: the read is one
+    // login running the dialect's two show commands, nothing configures, an empty
+    // answer is "nothing seen", and the switch is usable after.
+    use patchbay_providers::NeighborSource;
+    let sims = FakeSwitches::start(&[SimSpec::new("sw1", "cisco_generic")]).unwrap();
+    let sw = backend("ios", sims.get("sw1")).with_journal();
+    let n = sw.neighbors().await.unwrap();
+    assert!(n.ports.is_empty(), "{n:?}");
+    let journal = sw.journal();
+    let shows: Vec<&str> = journal
+        .iter()
+        .filter(|s| s.line.starts_with("show "))
+        .map(|s| s.line.as_str())
+        .collect();
+    assert_eq!(
+        shows,
+        [
+            "show lldp neighbors detail",
+            "show mac address-table dynamic"
+        ]
+    );
+    assert!(
+        !journal.iter().any(|s| s.configures),
+        "a read configures nothing: {journal:?}"
+    );
+    assert!(sw.get_port(&port("FastEthernet0/1")).await.is_ok());
+}

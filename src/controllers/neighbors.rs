@@ -155,7 +155,8 @@ async fn read_one(
                 }
                 _ => {
                     "cannot be read for neighbours: patchbay reads lldpd on os linux (backend \
-                     ssh) and learned MACs on ovsdb (options.controlSocket)"
+                     ssh), learned MACs on ovsdb (options.controlSocket), and LLDP and MAC \
+                     tables on ssh os ios and eos"
                 }
             },
         })?;

@@ -21,6 +21,9 @@
 //! `interface range` block, [`Dialect::interface_body`] / [`Dialect::range_enter`]).
 //! A dialect declares them only where a device here shows they work.
 //!
+//! An optional `neighbors:` section reads what the ports see (LLDP neighbours, the
+//! MAC table; the `neighbors` submodule).
+//!
 //! An optional `lag:` section gives link aggregation (aggregate interface name,
 //! member line per LACP mode, leave and removal lines): how a member reads and what
 //! a group's plan sends are in the `lag` submodule.
@@ -36,6 +39,7 @@
 //! line with a control character, so nothing can smuggle a second command.
 
 mod lag;
+pub mod neighbors;
 mod plan;
 mod read;
 
@@ -126,6 +130,8 @@ struct DialectFile {
     lag: Option<lag::LagFile>,
     #[serde(default)]
     save: Vec<SaveStep>,
+    #[serde(default)]
+    neighbors: Option<neighbors::NeighborsFile>,
 }
 
 /// One configuration block for many ports with identical lines (`interface range`).
@@ -406,6 +412,9 @@ pub struct Dialect {
     lag: Option<lag::LagSpec>,
     /// Steps that save the configuration, with compiled confirmation regexes.
     pub save: Vec<(SaveStep, Option<Regex>)>,
+    /// How to read what the ports see (LLDP neighbours, learned MACs), where the
+    /// dialect says.
+    pub neighbors: Option<neighbors::NeighborSpec>,
 }
 
 fn compile(file: &str, what: &str, pattern: &str) -> Result<Regex, DialectError> {
@@ -456,6 +465,10 @@ impl Dialect {
             false,
             "templates for it (not supported by the CLI engine)",
         )?;
+        let neighbors = match f.neighbors {
+            Some(n) => Some(neighbors::NeighborSpec::load(file, n)?),
+            None => None,
+        };
         let lag = match f.lag {
             Some(l) => Some(lag::LagSpec::load(file, l)?),
             None => None,
@@ -618,6 +631,7 @@ impl Dialect {
             rules,
             lag,
             save,
+            neighbors,
         })
     }
 

@@ -1005,6 +1005,35 @@ struct SendReport {
     failed_groups: BTreeSet<LagGroup>,
 }
 
+/// What the ports see, through the dialect's `neighbors:` section: one session, the
+/// LLDP command then the MAC table command. The session is its own (not a batch's,
+/// not a drift sweep's): a Switch reads it only when it names this device in
+/// `spec.neighbors.providers`. The device's own chassis id is not read.
+#[async_trait]
+impl crate::device::NeighborSource for CliSwitch {
+    async fn neighbors(&self) -> Result<crate::neighbors::Neighbors, DeviceError> {
+        let Some(spec) = &self.dialect.neighbors else {
+            return Err(DeviceError::Protocol {
+                during: "reading neighbours".into(),
+                cause: Cause::msg(format!(
+                    "dialect {} has no neighbors section",
+                    self.dialect.name
+                )),
+            });
+        };
+        let mut s = self.session().await?;
+        let lldp = s.run(&spec.lldp_command, false).await;
+        let macs = match (&lldp, &spec.macs_command) {
+            (Ok(_), Some(c)) => Some(s.run(c, false).await),
+            _ => None,
+        };
+        s.close().await;
+        let lldp = spec.lldp(&lldp?);
+        let macs = macs.transpose()?.map(|t| spec.macs(&t)).unwrap_or_default();
+        Ok(crate::neighbors::Neighbors::gather(None, lldp, macs))
+    }
+}
+
 #[async_trait]
 impl Device for CliSwitch {
     fn capabilities(&self) -> Capabilities {
