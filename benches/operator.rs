@@ -11,6 +11,10 @@
 //! in a tenant namespace (their ports serve it), the infra namespace elsewhere, a
 //! VLANPool granting the configurations' VLANs, so every apply of every port passes
 //! the grant check (from the caches) and every port is parked when first seen.
+//!
+//! `BENCH_NEIGHBOR_SECONDS=N` (issue 34) has every Switch read its neighbours every N
+//! s (its own fixture device as the source: one made-up LLDP host per port), and
+//! prints the reads, the Switch status writes and the idle cost they add.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -33,6 +37,11 @@ const DRIFT_INTERVAL_SECONDS: u64 = 300;
 /// The drift sweeps the operator counted (`patchbay_drift_sweeps_total`, summed
 /// over backends), read from its metrics endpoint.
 fn drift_sweeps(at: std::net::SocketAddr) -> Option<f64> {
+    metric_sum(at, "patchbay_drift_sweeps_total")
+}
+
+/// The sum of every series of counter `name` on the operator's metrics endpoint.
+fn metric_sum(at: std::net::SocketAddr, name: &str) -> Option<f64> {
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(at).ok()?;
     conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
@@ -41,10 +50,21 @@ fn drift_sweeps(at: std::net::SocketAddr) -> Option<f64> {
     conn.read_to_string(&mut body).ok()?;
     Some(
         body.lines()
-            .filter(|l| l.starts_with("patchbay_drift_sweeps_total"))
+            .filter(|l| l.starts_with(name))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum(),
     )
+}
+
+/// Writes of Switch status (`switches/status`, any verb but reads) served so far.
+fn switch_status_writes(cluster: &BenchCluster) -> u64 {
+    cluster
+        .server
+        .request_counts()
+        .iter()
+        .filter(|((verb, res), _)| res == "switches/status" && verb != "get")
+        .map(|(_, n)| n)
+        .sum()
 }
 
 /// `BENCH_SWITCHES` / `BENCH_PORTS` / `BENCH_IDLE_SECONDS` shrink the run for a quick look.
@@ -142,6 +162,7 @@ async fn main() {
     let ports_n = env_or("BENCH_PORTS", 50);
     let idle_secs = env_or("BENCH_IDLE_SECONDS", 60) as u64;
     let tenancy = env_or("BENCH_TENANCY", 0) == 1;
+    let neighbor_seconds = env_or("BENCH_NEIGHBOR_SECONDS", 0);
     // `BENCH_OPERATOR_LOG=<file>`: the operator's debug log goes there.
     let log = std::env::var_os("BENCH_OPERATOR_LOG");
     let cluster = BenchCluster::start("opbench").await;
@@ -171,9 +192,14 @@ async fn main() {
                 )
             })
             .collect();
+        let mut spec = json!({"provider": {"name": name}, "ports": ports});
+        if neighbor_seconds > 0 {
+            spec["neighbors"] = json!({"providers": [{"name": name}],
+                                       "intervalSeconds": neighbor_seconds});
+        }
         let switch: Switch = serde_json::from_value(json!({
             "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch", "metadata": {"name": name},
-            "spec": {"provider": {"name": name}, "ports": ports}
+            "spec": spec
         }))
         .unwrap();
         switches
@@ -318,10 +344,14 @@ async fn main() {
     let ticks_per_s = 100.0; // USER_HZ on Linux
     let cpu0 = proc_cpu_ticks(pid);
     let sweeps0 = drift_sweeps(metrics_at);
+    let reads0 = metric_sum(metrics_at, "patchbay_neighbor_reads_total");
+    let writes0 = switch_status_writes(&cluster);
     let idle_from = Instant::now();
     tokio::time::sleep(Duration::from_secs(idle_secs)).await;
     let cpu1 = proc_cpu_ticks(pid);
     let sweeps1 = drift_sweeps(metrics_at);
+    let reads1 = metric_sum(metrics_at, "patchbay_neighbor_reads_total");
+    let writes1 = switch_status_writes(&cluster);
     let idle = idle_from.elapsed().as_secs_f64();
     let rss = proc_kib(pid, "VmRSS:");
     let hwm = proc_kib(pid, "VmHWM:");
@@ -347,6 +377,18 @@ async fn main() {
             (b - a) / idle,
             switches_n as f64 / DRIFT_INTERVAL_SECONDS as f64,
             operator_started.elapsed().as_secs_f64()
+        );
+    }
+    if neighbor_seconds > 0
+        && let (Some(a), Some(b)) = (reads0, reads1)
+    {
+        println!(
+            "  neighbour reads while idle: {:.0} in {:.0} s = {:.1} per minute ({switches_n} switches every {neighbor_seconds} s: {:.1}/min due), one session of the switch's source each; Switch status writes: {}",
+            b - a,
+            idle,
+            60.0 * (b - a) / idle,
+            60.0 * switches_n as f64 / neighbor_seconds as f64,
+            writes1.saturating_sub(writes0)
         );
     }
     phase.report(&cluster, pid, "idle");

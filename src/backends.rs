@@ -34,7 +34,7 @@
 //! `spec.hostKey.fingerprint` before each run (or, labs only, accepted). The hard
 //! timeout of a run is `options.commandTimeoutSeconds` (default 300).
 //!
-//! A neighbour source ([`neighbor_source`], a Switch's `spec.neighbors`) is built for
+//! A neighbour source ([`Backends::neighbor_source`], a Switch's `spec.neighbors`) is built for
 //! `os: linux` over `ssh`: a [`LinuxLldp`] with the same login and host-key pin as
 //! `ssh`, reading lldpd through `spec.options.lldpSocket` when given; and for an
 //! `ovsdb` provider with `spec.options.controlSocket`: its bridge's learned MACs; and
@@ -180,6 +180,62 @@ impl Backends {
                 self.fixture_log_limit,
             );
         }
+    }
+
+    /// Builds the neighbour source of `provider` (validated) from its Secret: `Ok(None)`
+    /// when it is not one patchbay reads neighbours from (`linux` over `ssh`, `ovsdb` with
+    /// a control socket, `ssh` with a dialect that reads them, or a fixture device).
+    /// Reads no value into an error message.
+    pub fn neighbor_source(
+        &self,
+        provider: &ProviderSwitch,
+        secret: Option<&Secret>,
+    ) -> Result<Option<Arc<dyn NeighborSource>>, BackendError> {
+        let spec = &provider.spec;
+        if spec.backend == Backend::Fixture {
+            let device = self.fixtures.get_or_create(
+                fixture_key(provider),
+                &[],
+                self.fixture_latency,
+                self.fixture_log_limit,
+            );
+            return Ok(Some(Arc::new(device)));
+        }
+        if spec.backend == Backend::Ovsdb {
+            let reads = spec
+                .options
+                .as_ref()
+                .is_some_and(|o| o.control_socket.is_some());
+            return Ok(reads.then(|| Arc::new(ovs_switch(provider)) as Arc<dyn NeighborSource>));
+        }
+        if spec.backend == Backend::Ssh && spec.os != DeviceOs::Linux {
+            let reads = dialect::for_os(&os_word(provider)).is_some_and(|d| d.neighbors.is_some());
+            return Ok(if reads {
+                Some(Arc::new(cli_switch(provider, secret)?) as Arc<dyn NeighborSource>)
+            } else {
+                None
+            });
+        }
+        if (spec.backend, spec.os) != (Backend::Ssh, DeviceOs::Linux) {
+            return Ok(None);
+        }
+        check_credentials(provider, secret)?;
+        let target = ssh_target(provider, secret, 22)?;
+        let options = provider.spec.options.clone().unwrap_or_default();
+        let socket = options
+            .lldp_socket
+            .as_deref()
+            .map(LldpSocket::parse)
+            .transpose()
+            .map_err(|reason| BackendError::BadOption {
+                field: "spec.options.lldpSocket",
+                reason,
+            })?;
+        Ok(Some(Arc::new(LinuxLldp::new(
+            target,
+            socket,
+            seconds(options.command_timeout_seconds, 30),
+        ))))
     }
 
     /// The backend for `provider`, serving `ports`.
@@ -394,52 +450,6 @@ pub fn cli_switch(
             command_timeout: seconds(options.command_timeout_seconds, 30),
         },
     ))
-}
-
-/// Builds the neighbour source of `provider` (validated) from its Secret: `Ok(None)`
-/// when it is not one patchbay reads neighbours from (`linux` over `ssh`, or `ovsdb`
-/// with a control socket).
-/// Reads no value into an error message.
-pub fn neighbor_source(
-    provider: &ProviderSwitch,
-    secret: Option<&Secret>,
-) -> Result<Option<Arc<dyn NeighborSource>>, BackendError> {
-    let spec = &provider.spec;
-    if spec.backend == Backend::Ovsdb {
-        let reads = spec
-            .options
-            .as_ref()
-            .is_some_and(|o| o.control_socket.is_some());
-        return Ok(reads.then(|| Arc::new(ovs_switch(provider)) as Arc<dyn NeighborSource>));
-    }
-    if spec.backend == Backend::Ssh && spec.os != DeviceOs::Linux {
-        let reads = dialect::for_os(&os_word(provider)).is_some_and(|d| d.neighbors.is_some());
-        return Ok(if reads {
-            Some(Arc::new(cli_switch(provider, secret)?) as Arc<dyn NeighborSource>)
-        } else {
-            None
-        });
-    }
-    if (spec.backend, spec.os) != (Backend::Ssh, DeviceOs::Linux) {
-        return Ok(None);
-    }
-    check_credentials(provider, secret)?;
-    let target = ssh_target(provider, secret, 22)?;
-    let options = provider.spec.options.clone().unwrap_or_default();
-    let socket = options
-        .lldp_socket
-        .as_deref()
-        .map(LldpSocket::parse)
-        .transpose()
-        .map_err(|reason| BackendError::BadOption {
-            field: "spec.options.lldpSocket",
-            reason,
-        })?;
-    Ok(Some(Arc::new(LinuxLldp::new(
-        target,
-        socket,
-        seconds(options.command_timeout_seconds, 30),
-    ))))
 }
 
 /// Builds the Ansible backend for `provider` from its Secret, running

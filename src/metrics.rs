@@ -70,6 +70,13 @@ pub struct BackendLabel {
     pub backend: &'static str,
 }
 
+/// `outcome`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// `ok` or a failure category.
+    pub outcome: &'static str,
+}
+
 /// `kind`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
@@ -126,6 +133,8 @@ pub struct Metrics {
     pub drift_sweeps: Family<BackendLabel, Counter>,
     /// Drift found by sweeps.
     pub drift_found: Family<BackendLabel, Counter>,
+    /// Neighbour reads of Switches (one session of each source), by result.
+    pub neighbor_reads: Family<OutcomeLabel, Counter>,
     /// Drift repaired.
     pub drift_repaired: Family<KindLabel, Counter>,
     /// Failed port steps, by category.
@@ -159,6 +168,7 @@ impl Metrics {
             batch_size: Family::new_with_constructor(sizes),
             sessions: Family::default(),
             drift_sweeps: Family::default(),
+            neighbor_reads: Family::default(),
             drift_found: Family::default(),
             drift_repaired: Family::default(),
             failures: Family::default(),
@@ -212,6 +222,11 @@ impl Metrics {
             "patchbay_drift_sweeps",
             "Drift sweeps (and reachability checks) that read their switch, one device session each, by backend",
             m.drift_sweeps.clone(),
+        );
+        r.register(
+            "patchbay_neighbor_reads",
+            "Reads of a Switch's neighbour sources (spec.neighbors), one session of each source, by outcome (ok or a failure category)",
+            m.neighbor_reads.clone(),
         );
         r.register(
             "patchbay_drift_found",

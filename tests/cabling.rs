@@ -138,7 +138,8 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
     env.create::<ProviderSwitch>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
         "metadata": {"name": "not-lldp"},
-        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
+        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                 "options": {"bridge": "br0"}}
     }))
     .await;
     env.api::<Switch>()
@@ -151,12 +152,15 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
         .unwrap();
     let sw = env
         .wait_obj::<Switch>("leaf1", "the wrong source refused", |s| {
-            find_condition(&status(s).conditions, "NeighborsRead").is_some_and(|(truth, _, message)| {
-                truth == "False"
+            find_condition(&status(s).conditions, "NeighborsRead").is_some_and(
+                |(truth, _, message)| {
+                    truth == "False"
                     && message.starts_with(
-                        "spec.neighbors.providers[0]: ProviderSwitch not-lldp cannot be read for neighbours",
+                        "spec.neighbors.providers[0]: ProviderSwitch not-lldp is an Open vSwitch \
+                         without options.controlSocket",
                     )
-            })
+                },
+            )
         })
         .await;
     assert_eq!(

@@ -93,6 +93,9 @@ struct FixtureState {
     log_limit: Option<usize>,
     sessions_open: usize,
     max_sessions_seen: usize,
+    /// What the ports see, when a test set it; `None`: one made-up host per port.
+    wire: Option<crate::neighbors::Neighbors>,
+    neighbor_reads: usize,
 }
 
 impl FixtureState {
@@ -144,6 +147,8 @@ impl FixtureSwitch {
                 log_limit: None,
                 sessions_open: 0,
                 max_sessions_seen: 0,
+                wire: None,
+                neighbor_reads: 0,
             })),
         }
     }
@@ -151,6 +156,17 @@ impl FixtureSwitch {
     fn lock(&self) -> MutexGuard<'_, FixtureState> {
         // A panic while holding the lock only happens in a failing test; keep going.
         self.state.lock()
+    }
+
+    /// Sets what the ports see (`None`: one made-up host per port, see
+    /// [`NeighborSource`](crate::device::NeighborSource) below).
+    pub fn set_neighbors(&self, wire: Option<crate::neighbors::Neighbors>) {
+        self.lock().wire = wire;
+    }
+
+    /// How many neighbour reads the device answered.
+    pub fn neighbor_reads(&self) -> usize {
+        self.lock().neighbor_reads
     }
 
     /// Adds ports (clean) that the device does not have yet.
@@ -432,6 +448,61 @@ impl Device for FixtureSwitch {
             st.record(LoggedOperation::Get { port: p.clone() });
         }
         Ok(out)
+    }
+}
+
+/// What a fixture device's ports see: what [`FixtureSwitch::set_neighbors`] set, else
+/// on every port one LLDP neighbour with a locally administered MAC made from the
+/// device's and the port's names (a plausible fabric for benchmarks and demos). A
+/// read is a session (counted with the device's sessions), takes the device's
+/// latency, and fails while the device is unreachable.
+#[async_trait::async_trait]
+impl crate::device::NeighborSource for FixtureSwitch {
+    async fn neighbors(&self) -> Result<crate::neighbors::Neighbors, DeviceError> {
+        let latency = {
+            let mut st = self.lock();
+            if st.unreachable {
+                return Err(DeviceError::Unreachable {
+                    address: self.name.clone(),
+                    cause: crate::error::Cause::msg("fixture device set unreachable"),
+                });
+            }
+            st.sessions_open += 1;
+            st.max_sessions_seen = st.max_sessions_seen.max(st.sessions_open);
+            st.latency
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let mut st = self.lock();
+        st.sessions_open -= 1;
+        st.neighbor_reads += 1;
+        if let Some(w) = &st.wire {
+            return Ok(w.clone());
+        }
+        let made_up = st.ports.keys().map(|p| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (&self.name, p.as_str()).hash(&mut h);
+            let b = h.finish().to_be_bytes();
+            let mac = format!(
+                "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                b[0], b[1], b[2], b[3], b[4]
+            );
+            (
+                p.as_str().to_owned(),
+                crate::neighbors::LldpNeighbor {
+                    chassis_id: mac.clone(),
+                    chassis_id_subtype: crate::neighbors::IdSubtype::Mac,
+                    port_id: mac,
+                    port_id_subtype: crate::neighbors::IdSubtype::Mac,
+                    port_description: Some("eth0".into()),
+                    system_name: Some(format!("host-{}", p.as_str())),
+                    management_address: None,
+                },
+            )
+        });
+        Ok(crate::neighbors::Neighbors::gather(None, made_up, []))
     }
 }
 

@@ -18,7 +18,6 @@ use kube::ResourceExt;
 
 use super::context::Context;
 use crate::api::{Backend, DeviceOs, Switch, SwitchStatus};
-use crate::backends::neighbor_source;
 use crate::decide::failure::Failure;
 use crate::decide::neighbors;
 use crate::decide::validate::validate_provider;
@@ -72,7 +71,17 @@ pub(super) async fn refresh(
         .iter()
         .map(|(sp, def)| (def.name.clone(), sp.clone()))
         .collect();
-    match read(switch, ctx).await {
+    let result = read(switch, ctx).await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(f) => f.category(),
+    };
+    ctx.probes
+        .metrics
+        .neighbor_reads
+        .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+        .inc();
+    match result {
         Ok(read) => {
             neighbors::record(status, &read, &managed, generation, jiff::Timestamp::now());
         }
@@ -140,7 +149,9 @@ async fn read_one(
         errors,
     })?;
     let secret = ctx.secrets.of_provider(&ctx.client, &provider).await?;
-    let source = neighbor_source(&provider, secret.as_deref())
+    let source = ctx
+        .backends
+        .neighbor_source(&provider, secret.as_deref())
         .map_err(Failure::Backend)?
         .ok_or_else(|| Failure::ProviderRole {
             field,
