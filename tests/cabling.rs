@@ -664,3 +664,118 @@ async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_f
     }
     env.cluster.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metal3_inspection_places_a_nic_the_wire_does_not_show() {
+    if !support::on_devplane() {
+        return; // the test plays Metal3; on a real cluster Metal3 plays itself
+    }
+    const HOST_M: &str = "52:54:00:0f:00:01";
+    // The host is powered off: it sends nothing, so the wire shows it nowhere.
+    let fabric = LldpFabric::start("leaf1").expect("the fabric starts");
+    let cluster = support::Cluster::start("cabling-metal3").await;
+    cluster
+        .install_crd(support::bare_metal_host_crd(false))
+        .await;
+    let env = Env::start_on(cluster, |_| {}).await;
+    env.device(
+        "leaf1-lldp",
+        &[
+            ("username", &fabric.username),
+            ("privateKey", &fabric.client_key),
+        ],
+        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
+               "port": fabric.ssh_port,
+               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
+               "options": {"lldpSocket": fabric.switch_socket}}),
+        &[],
+    )
+    .await;
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "leaf1"},
+        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
+    }))
+    .await;
+    env.create::<Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "leaf1"},
+        "spec": {"provider": {"name": "leaf1"},
+                 "ports": {"leaf1-a": {"name": "swp1"}, "leaf1-b": {"name": "swp2"}},
+                 "neighbors": {"providers": [{"name": "leaf1-lldp"}], "intervalSeconds": 5}}
+    }))
+    .await;
+    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
+        .await;
+    let sw = env
+        .wait_obj::<Switch>("leaf1", "a first read", |s| {
+            status(s).neighbors_read_at.is_some() && status(s).chassis_id.is_some()
+        })
+        .await;
+    let chassis = status(&sw).chassis_id.unwrap();
+
+    // Metal3 inspected the host when it was last on: its NIC was on swp2.
+    let ns = env.cluster.namespace.clone();
+    let bmh: patchbay::api::metal3::BareMetalHost = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "bmh-m", "namespace": ns},
+        "spec": {"bootMACAddress": HOST_M}
+    }))
+    .unwrap();
+    let hosts: Api<patchbay::api::metal3::BareMetalHost> = env.api();
+    hosts.create(&PostParams::default(), &bmh).await.unwrap();
+    hosts
+        .patch_status(
+            "bmh-m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "provisioning": {"state": "available"},
+                "hardware": {"nics": [{"name": "eth0", "mac": HOST_M,
+                    "lldp": {"switchID": chassis, "portID": "swp2", "switchSystemName": "leaf1"}}]}
+            }})),
+        )
+        .await
+        .unwrap();
+    // The inventory says swp1.
+    let sm = format!("{ns}-m");
+    server(&env, &sm, HOST_M, "leaf1-a").await;
+    Api::<Server>::all(env.cluster.client.clone())
+        .patch(
+            &sm,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"bareMetalHostRef": {"name": "bmh-m", "namespace": ns}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let m = wait_server(&env, &sm, "the inspection's mismatch", |s| {
+        cabling(s).is_some_and(|(t, _, _)| t == "False")
+    })
+    .await;
+    assert_eq!(
+        cabling(&m).unwrap().2,
+        format!(
+            "NIC eth0 ({HOST_M}) is declared on SwitchPort {ns}/leaf1-a (Switch leaf1, swp1), \
+             which sees nothing now, and Metal3's inspection found the NIC on switch {chassis} \
+             (leaf1) port swp2; the NIC is not seen on any port; the port is parked"
+        )
+    );
+    let port = env.api::<SwitchPort>().get("leaf1-a").await.unwrap();
+    assert_eq!(port.spec.configuration, None, "never moved");
+
+    // The inventory corrected: the inspection now agrees, the port moves.
+    recable(&env, &sm, HOST_M, "leaf1-b").await;
+    wait_server(&env, &sm, "verified by the inspection", |s| {
+        cabling(s).is_some_and(|(t, _, _)| t == "True")
+    })
+    .await;
+    env.wait_state("leaf1-b", PortState::Active).await;
+    assert_eq!(
+        on_device(&env, "swp2"),
+        VlanMode::Access {
+            vlan: VlanId::new(10).unwrap()
+        }
+    );
+    env.cluster.finish().await;
+}

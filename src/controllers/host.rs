@@ -242,6 +242,8 @@ impl Targets {
 struct PortSight {
     /// `namespace/name` of the Switch, and the device port.
     at: (String, String),
+    /// The Switch's own chassis id, as its sources read it.
+    chassis: Option<String>,
     reading: cabling::Reading,
     seen: Option<crate::api::PortNeighborsStatus>,
     words: String,
@@ -265,6 +267,7 @@ fn sight(world: &HostWorld, port: &PortId) -> Option<PortSight> {
             format!("{}/{switch_name}", port.namespace),
             device_port.clone(),
         ),
+        chassis: status.chassis_id.clone(),
         reading: match (&switch.spec.neighbors, &status.neighbors_read_at) {
             (None, _) => cabling::Reading::None,
             (Some(_), Some(_)) => cabling::Reading::Read,
@@ -405,13 +408,30 @@ fn check_cabling(
                 }
                 _ => Vec::new(),
             };
-            let verdict = cabling::check(
+            let mut verdict = cabling::check(
                 mac,
                 &host_macs,
                 sight.seen.as_ref(),
                 sight.reading,
                 !seen_on.is_empty(),
             );
+            // Seen nowhere on the wire: a Metal3 inspection of the host may say where.
+            if verdict == cabling::Cabling::NotSeen
+                && let Some(mac) = mac
+            {
+                let hardware = view
+                    .bare_metal_host
+                    .as_ref()
+                    .and_then(|h| h.status.hardware.as_ref());
+                let inspected = hardware.and_then(|hw| cabling::inspected(hw, mac));
+                if let Some(v) = cabling::by_inspection(
+                    inspected.as_ref(),
+                    sight.chassis.as_deref(),
+                    &sight.at.1,
+                ) {
+                    verdict = v;
+                }
+            }
             let policy = if sight.strict {
                 CablingPolicy::Strict
             } else {

@@ -20,6 +20,9 @@
 //! agent sends MACs as port ids (lldpd's default) or the Switch learns MACs; with
 //! interface names as port ids only the host is known, not which NIC.
 //!
+//! A NIC seen nowhere on the wire may still be placed by a Metal3 inspection
+//! ([`inspected`], [`by_inspection`]); the switch side wins whenever it saw something.
+//!
 //! What happens to the port ([`action`]), by the policy (`cablingPolicy`, on the
 //! Server or the port's ProviderSwitch; `Strict` when either says so):
 //!
@@ -287,6 +290,54 @@ pub fn condition(nics: &[NicCabling]) -> Option<(super::status::Truth, &'static 
     })
 }
 
+/// What a Metal3 inspection recorded of the NIC with MAC `mac` in a BareMetalHost's
+/// `status.hardware` (`nics[].lldp`: `switchID`, `portID`, `switchSystemName`): the
+/// switch's chassis id (normalised when a MAC), the port id, the switch's name.
+pub fn inspected(
+    hardware: &serde_json::Value,
+    mac: &str,
+) -> Option<(String, String, Option<String>)> {
+    let nic = hardware["nics"]
+        .as_array()?
+        .iter()
+        .find(|n| n["mac"].as_str().is_some_and(|m| same_mac(m, mac)))?;
+    let lldp = &nic["lldp"];
+    let switch = lldp["switchID"].as_str()?.trim();
+    let port = lldp["portID"].as_str()?.trim();
+    if switch.is_empty() || port.is_empty() {
+        return None;
+    }
+    let switch =
+        patchbay_providers::neighbors::normalise_mac(switch).unwrap_or_else(|| switch.to_owned());
+    let name = lldp["switchSystemName"].as_str().map(str::to_owned);
+    Some((switch, port.to_owned(), name))
+}
+
+/// The verdict Metal3's inspection gives a NIC the switch side saw nowhere: the
+/// inspection's switch and port (`inspected`) against the declared port's Switch
+/// (its chassis id, as its own source read it) and device port. `None` when it
+/// cannot say (no inspection data, the Switch's chassis id unknown). The switch side
+/// wins whenever it has seen something (it is read continuously; an inspection is a
+/// snapshot of the day the host was inspected), so this is asked only then.
+pub fn by_inspection(
+    inspected: Option<&(String, String, Option<String>)>,
+    chassis: Option<&str>,
+    device_port: &str,
+) -> Option<Cabling> {
+    let (switch, port, name) = inspected?;
+    let chassis = chassis?;
+    if same_mac(switch, chassis) && port == device_port {
+        return Some(Cabling::Verified);
+    }
+    let name = name
+        .as_deref()
+        .map(|n| format!(" ({n})"))
+        .unwrap_or_default();
+    Some(Cabling::Mismatch(format!(
+        "nothing now, and Metal3's inspection found the NIC on switch {switch}{name} port {port}"
+    )))
+}
+
 /// A managed port where a MAC is seen, as discovery weighs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sighting {
@@ -525,6 +576,45 @@ mod tests {
                 "{verdict:?} {policy:?} {on_target}"
             );
         }
+    }
+
+    #[test]
+    fn metal3_inspection_speaks_only_when_the_switch_saw_nothing() {
+        let hw = serde_json::json!({"nics": [
+            {"mac": "52:54:00:0A:00:01", "lldp": {"switchID": "82:4A:B3:C4:7F:77",
+                                                   "portID": "swp1", "switchSystemName": "leaf-7"}},
+            {"mac": "52:54:00:0a:00:02"},
+        ]});
+        let seen = inspected(&hw, A).unwrap();
+        assert_eq!(
+            seen,
+            (
+                "82:4a:b3:c4:7f:77".into(),
+                "swp1".into(),
+                Some("leaf-7".into())
+            )
+        );
+        assert_eq!(inspected(&hw, A2), None, "no LLDP recorded for it");
+        assert_eq!(inspected(&serde_json::json!({}), A), None);
+        let chassis = Some("82:4a:b3:c4:7f:77");
+        assert_eq!(
+            by_inspection(Some(&seen), chassis, "swp1"),
+            Some(Cabling::Verified)
+        );
+        assert_eq!(
+            by_inspection(Some(&seen), chassis, "swp2"),
+            Some(Cabling::Mismatch(
+                "nothing now, and Metal3's inspection found the NIC on switch \
+                 82:4a:b3:c4:7f:77 (leaf-7) port swp1"
+                    .into()
+            ))
+        );
+        assert_eq!(
+            by_inspection(Some(&seen), None, "swp1"),
+            None,
+            "the chassis is unknown"
+        );
+        assert_eq!(by_inspection(None, chassis, "swp1"), None);
     }
 
     #[test]
