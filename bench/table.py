@@ -15,7 +15,8 @@ import re
 import sys
 
 ORDER = [
-    "devplane", "operator", "operator-tenancy", "operator-100k", "ssh", "ovsdb",
+    "devplane", "operator", "operator-tenancy", "operator-100k", "operator-neighbors",
+    "operator-neighbors-off", "ssh", "ovsdb",
     "failures", "claims", "hosts", "netconf", "ansible", "fleet", "tenancy",
 ]
 START = "<!-- figures:start (bench/table.py writes this table from target/bench-out; do not edit) -->"
