@@ -595,10 +595,14 @@ async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_f
         "metadata": {"name": "tor"},
         "spec": {"provider": {"name": "tor"},
                  "ports": {"tor-a": {"name": hosts.ports[0]}, "tor-b": {"name": hosts.ports[1]}},
-                 "neighbors": {"providers": [{"name": "tor"}], "intervalSeconds": 5}}
+                 // Clean on Open vSwitch carries every VLAN: park on a quarantine VLAN.
+                 "neighbors": {"providers": [{"name": "tor"}], "intervalSeconds": 5,
+                               "parkingConfiguration": "quarantine"}}
     }))
     .await;
     env.configuration("provisioning", json!({"untaggedVLAN": 10}))
+        .await;
+    env.configuration("quarantine", json!({"untaggedVLAN": 999}))
         .await;
     let sw = env
         .wait_obj::<Switch>("tor", "the learned MACs in the status", |s| {
@@ -618,7 +622,8 @@ async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_f
         Some("tor-a")
     );
 
-    // The inventory has the two servers swapped: neither port moves.
+    // The inventory has the two servers swapped: neither port gets the provisioning
+    // network; both are parked.
     let ns = env.cluster.namespace.clone();
     let (sx, sy) = (format!("{ns}-x"), format!("{ns}-y"));
     server(&env, &sx, &mac0, "tor-b").await;
@@ -640,12 +645,22 @@ async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_f
         cabling(s).is_some_and(|(t, _, _)| t == "False")
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Both ports parked on the Switch's quarantine VLAN, never the provisioning one.
+    for p in ["tor-a", "tor-b"] {
+        env.wait_for(p, "parked on the quarantine configuration", |sp| {
+            let st = sp.status.as_ref();
+            st.and_then(|s| s.state) == Some(PortState::Active)
+                && st
+                    .and_then(|s| s.configuration_ref.as_ref())
+                    .is_some_and(|c| c.name == "quarantine")
+        })
+        .await;
+    }
     for p in &hosts.ports {
         assert_eq!(
             ovs.vsctl(&["get", "Port", p, "tag"]).unwrap(),
-            "[]",
-            "{p} untouched"
+            "999",
+            "{p} parked"
         );
     }
 

@@ -374,6 +374,13 @@ fn switch_port_names_and_vlan_ranges_are_checked() {
         "not a valid object name",
     );
     expect_error(
+        validate_switch(&with_neighbors(
+            json!({"providers": [{"name": "lldp"}], "parkingConfiguration": "Not_A_Name"}),
+        )),
+        "spec.neighbors.parkingConfiguration",
+        "not a valid object name",
+    );
+    expect_error(
         validate_switch(&with_neighbors(json!({"providers": []}))),
         "spec.neighbors.providers",
         "name 1 to 4 ProviderSwitches",

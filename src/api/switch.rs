@@ -71,6 +71,13 @@ pub struct NeighborsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 5, max = 3600))]
     pub interval_seconds: Option<i64>,
+    /// The SwitchPortConfiguration (this namespace) a port carries while its cabling
+    /// is not confirmed (parked), e.g. `disabled: true` or a quarantine VLAN. Absent:
+    /// clean, which with tenancy on is the parking VLAN and without it the device
+    /// default (on most switches VLAN 1, on Open vSwitch every VLAN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(pattern::OBJECT_NAME))]
+    pub parking_configuration: Option<String>,
 }
 
 /// A Switch's status: its conditions, and what its ports see.

@@ -248,6 +248,9 @@ struct PortSight {
     seen: Option<crate::api::PortNeighborsStatus>,
     words: String,
     strict: bool,
+    /// What a parked port carries (`spec.neighbors.parkingConfiguration`); `None`:
+    /// clean.
+    parking: Option<ConfigurationRef>,
 }
 
 fn sight(world: &HostWorld, port: &PortId) -> Option<PortSight> {
@@ -268,6 +271,15 @@ fn sight(world: &HostWorld, port: &PortId) -> Option<PortSight> {
             device_port.clone(),
         ),
         chassis: status.chassis_id.clone(),
+        parking: switch
+            .spec
+            .neighbors
+            .as_ref()
+            .and_then(|n| n.parking_configuration.clone())
+            .map(|name| ConfigurationRef {
+                name,
+                namespace: Some(port.namespace.clone()),
+            }),
         reading: match (&switch.spec.neighbors, &status.neighbors_read_at) {
             (None, _) => cabling::Reading::None,
             (Some(_), Some(_)) => cabling::Reading::Read,
@@ -444,10 +456,12 @@ fn check_cabling(
                         && o.applied.is_some()
                         && o.applied == t.configuration
                 });
-            let action = if t.configuration.is_some() {
+            // A port headed for clean needs no parking unless the Switch parks
+            // elsewhere; a host going away gets its ports clean whatever they see.
+            let parks_elsewhere = sight.parking.is_some() && phase != ServerPhase::Deleting;
+            let action = if t.configuration.is_some() || parks_elsewhere {
                 cabling::action(&verdict, policy, running)
             } else {
-                // Clean is where a parked port goes anyway.
                 Action::Proceed
             };
             let entry = NicCabling {
@@ -464,8 +478,12 @@ fn check_cabling(
                         "{} ({}): parked, its cabling is not confirmed (see CablingVerified)",
                         t.port, t.nic
                     ));
-                    t.configuration = None;
-                    t.source = Source::Clean;
+                    t.source = if sight.parking.is_some() {
+                        Source::Parked
+                    } else {
+                        Source::Clean
+                    };
+                    t.configuration = sight.parking.clone();
                 }
                 Action::Wait => {
                     miscabled.push(format!(

@@ -308,6 +308,7 @@ mod tests {
                 kind: None,
                 name: "lldp".into(),
             }],
+            parking_configuration: None,
             interval_seconds: s,
         };
         assert_eq!(interval(&spec(None)), DEFAULT_INTERVAL);

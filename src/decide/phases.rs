@@ -217,6 +217,8 @@ pub enum Source {
     Nic,
     /// Nothing: clean.
     Clean,
+    /// The Switch's parking configuration: the NIC's cabling is not confirmed.
+    Parked,
 }
 
 impl Source {
@@ -227,6 +229,7 @@ impl Source {
             Source::Claim => "claim",
             Source::Nic => "nic",
             Source::Clean => "clean",
+            Source::Parked => "parked",
         }
     }
 }

@@ -45,6 +45,9 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
                 &p.name,
             );
         }
+        if let Some(c) = &n.parking_configuration {
+            object_name(&mut errors, "spec.neighbors.parkingConfiguration", c);
+        }
         if let Some(s) = n.interval_seconds
             && !(5..=3600).contains(&s)
         {
