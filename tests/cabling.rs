@@ -42,15 +42,13 @@ fn status(sw: &Switch) -> SwitchStatus {
     sw.status.clone().unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
-    let mut fabric = LldpFabric::start("leaf1").expect("the fabric starts");
-    fabric.add_host("server-a", HOST_A, "swp1").unwrap();
-    fabric.add_host("server-b", HOST_B, "swp2").unwrap();
-    fabric.wait_until_switch_sees_all().unwrap();
-    let env = Env::start("cabling").await;
+/// Seconds between neighbour reads of the tests' Switches.
+const INTERVAL: u64 = 5;
 
-    // The Linux side of the switch, read only: a key login and a pinned host key.
+/// The Linux side of switch leaf1, read only: ProviderSwitch `leaf1-lldp` (and the
+/// Switch of that name [`Env::device`] makes with it) with a key login and a pinned
+/// host key, reading the fabric's switch lldpd.
+async fn lldp_source(env: &Env, fabric: &LldpFabric) {
     env.device(
         "leaf1-lldp",
         &[
@@ -64,6 +62,44 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
         &[],
     )
     .await;
+}
+
+/// The fixture switch leaf1 managing `ports` (SwitchPort, device port), reading its
+/// neighbours through `leaf1-lldp` every [`INTERVAL`] s, and the provisioning
+/// configuration (access VLAN 10).
+async fn leaf1(env: &Env, ports: &[(&str, &str)]) {
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "leaf1"},
+        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
+    }))
+    .await;
+    let ports: serde_json::Map<String, serde_json::Value> = ports
+        .iter()
+        .map(|(name, device)| ((*name).to_owned(), json!({"name": device})))
+        .collect();
+    env.create::<Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "leaf1"},
+        "spec": {"provider": {"name": "leaf1"}, "ports": ports,
+                 "neighbors": {"providers": [{"name": "leaf1-lldp"}],
+                               "intervalSeconds": INTERVAL}}
+    }))
+    .await;
+    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
+    let mut fabric = LldpFabric::start("leaf1").expect("the fabric starts");
+    fabric.add_host("server-a", HOST_A, "swp1").unwrap();
+    fabric.add_host("server-b", HOST_B, "swp2").unwrap();
+    fabric.wait_until_switch_sees_all().unwrap();
+    let env = Env::start("cabling").await;
+
+    // The Linux side of the switch, read only: a key login and a pinned host key.
+    lldp_source(&env, &fabric).await;
     // The Switch a linux source was created with above has it as its port device:
     // refused, naming the field.
     let refused = env
@@ -79,22 +115,8 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
     assert!(status(&refused).neighbors.is_empty());
 
     // The fixture switch whose ports are managed, reading its neighbours through it.
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
-    }))
-    .await;
-    let interval = 5;
-    env.create::<Switch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"provider": {"name": "leaf1"},
-                 "ports": {"leaf1-a": {"name": "swp1"}, "leaf1-b": {"name": "swp2"}},
-                 "neighbors": {"providers": [{"name": "leaf1-lldp"}],
-                               "intervalSeconds": interval}}
-    }))
-    .await;
+    let interval = INTERVAL;
+    leaf1(&env, &[("leaf1-a", "swp1"), ("leaf1-b", "swp2")]).await;
     let sw = env
         .wait_obj::<Switch>("leaf1", "each port's neighbour in the status", |s| {
             let s = status(s);
@@ -240,35 +262,8 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
     fabric.add_host("server-b", HOST_B, "swp2").unwrap();
     fabric.wait_until_switch_sees_all().unwrap();
     let env = Env::start("cabling-verify").await;
-    env.device(
-        "leaf1-lldp",
-        &[
-            ("username", &fabric.username),
-            ("privateKey", &fabric.client_key),
-        ],
-        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
-               "port": fabric.ssh_port,
-               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
-               "options": {"lldpSocket": fabric.switch_socket}}),
-        &[],
-    )
-    .await;
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
-    }))
-    .await;
-    env.create::<Switch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"provider": {"name": "leaf1"},
-                 "ports": {"leaf1-a": {"name": "swp1"}, "leaf1-b": {"name": "swp2"}},
-                 "neighbors": {"providers": [{"name": "leaf1-lldp"}], "intervalSeconds": 5}}
-    }))
-    .await;
-    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
-        .await;
+    lldp_source(&env, &fabric).await;
+    leaf1(&env, &[("leaf1-a", "swp1"), ("leaf1-b", "swp2")]).await;
     // The neighbours are read before the Servers arrive: their ports are judged on
     // what the wire says from the start.
     env.wait_obj::<Switch>("leaf1", "both ports' neighbours", |s| {
@@ -447,36 +442,16 @@ async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one
     fabric.add_host("clone-2", HOST_E, "swp5").unwrap();
     fabric.wait_until_switch_sees_all().unwrap();
     let env = Env::start("cabling-discover").await;
-    env.device(
-        "leaf1-lldp",
+    lldp_source(&env, &fabric).await;
+    leaf1(
+        &env,
         &[
-            ("username", &fabric.username),
-            ("privateKey", &fabric.client_key),
+            ("leaf1-c", "swp3"),
+            ("leaf1-d", "swp4"),
+            ("leaf1-e", "swp5"),
         ],
-        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
-               "port": fabric.ssh_port,
-               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
-               "options": {"lldpSocket": fabric.switch_socket}}),
-        &[],
     )
     .await;
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
-    }))
-    .await;
-    env.create::<Switch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"provider": {"name": "leaf1"},
-                 "ports": {"leaf1-c": {"name": "swp3"}, "leaf1-d": {"name": "swp4"},
-                           "leaf1-e": {"name": "swp5"}},
-                 "neighbors": {"providers": [{"name": "leaf1-lldp"}], "intervalSeconds": 5}}
-    }))
-    .await;
-    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
-        .await;
     let ns = env.cluster.namespace.clone();
     let (sd, se) = (format!("{ns}-d"), format!("{ns}-e"));
     mac_only_server(&env, &sd, HOST_D).await;
@@ -544,19 +519,6 @@ async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one
     env.cluster.finish().await;
 }
 
-/// The MAC of `eth0` in network namespace `ns`.
-fn mac_of(ns: &str) -> String {
-    let out = std::process::Command::new("ip")
-        .args(["-n", ns, "-br", "link", "show", "eth0"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .nth(2)
-        .unwrap()
-        .to_owned()
-}
-
 /// Points Server `name`'s one NIC at SwitchPort `port`.
 async fn recable(env: &Env, name: &str, mac: &str, port: &str) {
     let ns = env.cluster.namespace.clone();
@@ -577,7 +539,7 @@ async fn recable(env: &Env, name: &str, mac: &str, port: &str) {
 async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_fix() {
     let ovs = patchbay_testbed::OvsSim::start(&["br0"]).expect("Open vSwitch starts");
     let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
-    let (mac0, mac1) = (mac_of(&hosts.namespaces[0]), mac_of(&hosts.namespaces[1]));
+    let (mac0, mac1) = (hosts.mac(0), hosts.mac(1));
     // Traffic teaches the bridge where each host is (clean ports carry every VLAN).
     assert_eq!(hosts.loss(0, 1, 2), 0);
     let env = Env::start("cabling-ovs").await;
@@ -693,35 +655,8 @@ async fn metal3_inspection_places_a_nic_the_wire_does_not_show() {
         .install_crd(support::bare_metal_host_crd(false))
         .await;
     let env = Env::start_on(cluster, |_| {}).await;
-    env.device(
-        "leaf1-lldp",
-        &[
-            ("username", &fabric.username),
-            ("privateKey", &fabric.client_key),
-        ],
-        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
-               "port": fabric.ssh_port,
-               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
-               "options": {"lldpSocket": fabric.switch_socket}}),
-        &[],
-    )
-    .await;
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}
-    }))
-    .await;
-    env.create::<Switch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": "leaf1"},
-        "spec": {"provider": {"name": "leaf1"},
-                 "ports": {"leaf1-a": {"name": "swp1"}, "leaf1-b": {"name": "swp2"}},
-                 "neighbors": {"providers": [{"name": "leaf1-lldp"}], "intervalSeconds": 5}}
-    }))
-    .await;
-    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
-        .await;
+    lldp_source(&env, &fabric).await;
+    leaf1(&env, &[("leaf1-a", "swp1"), ("leaf1-b", "swp2")]).await;
     let sw = env
         .wait_obj::<Switch>("leaf1", "a first read", |s| {
             status(s).neighbors_read_at.is_some() && status(s).chassis_id.is_some()

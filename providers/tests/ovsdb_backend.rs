@@ -748,19 +748,6 @@ async fn bonds_are_formed_changed_and_dissolved_one_transaction_at_a_time() {
     );
 }
 
-/// The MAC of `eth0` in network namespace `ns`.
-fn mac_of(ns: &str) -> String {
-    let out = std::process::Command::new("ip")
-        .args(["-n", ns, "-br", "link", "show", "eth0"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .nth(2)
-        .unwrap()
-        .to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn learned_macs_are_read_per_port_from_the_control_socket() {
     use patchbay_providers::NeighborSource;
@@ -772,8 +759,8 @@ async fn learned_macs_are_read_per_port_from_the_control_socket() {
     let _ = hosts.loss(2, 0, 1);
     let n = backend(&ovs, "br0", false).neighbors().await.unwrap();
     let seen = |port: &str| n.port(port).map(|p| p.macs.clone()).unwrap_or_default();
-    assert_eq!(seen(&hosts.ports[0]), vec![mac_of(&hosts.namespaces[0])]);
-    assert_eq!(seen(&hosts.ports[1]), vec![mac_of(&hosts.namespaces[1])]);
+    assert_eq!(seen(&hosts.ports[0]), vec![hosts.mac(0)]);
+    assert_eq!(seen(&hosts.ports[1]), vec![hosts.mac(1)]);
     assert!(
         n.port(&hosts.ports[2]).is_none(),
         "br1's ports are not br0's: {n:#?}"
@@ -782,7 +769,7 @@ async fn learned_macs_are_read_per_port_from_the_control_socket() {
     let br1 = backend(&ovs, "br1", false).neighbors().await.unwrap();
     assert_eq!(
         br1.port(&hosts.ports[2]).map(|p| p.macs.clone()),
-        Some(vec![mac_of(&hosts.namespaces[2])])
+        Some(vec![hosts.mac(2)])
     );
     // Without a control socket there is nothing to read from, and it says so.
     let blind = OvsSwitch::new(OvsOptions {

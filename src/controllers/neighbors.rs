@@ -28,9 +28,23 @@ use crate::decide::validate::validate_provider;
 pub struct ReadTimes(parking_lot::Mutex<std::collections::HashMap<String, Instant>>);
 
 impl ReadTimes {
-    /// Forgets `key` (its Switch is gone).
-    pub fn forget(&self, key: &str) {
-        crate::decide::slack::remove(&mut self.0.lock(), key);
+    /// Forgets `switch` (it is gone, or reads no neighbours any more).
+    pub fn forget(&self, switch: &Switch) {
+        crate::decide::slack::remove(&mut self.0.lock(), &key(switch));
+    }
+
+    /// How long until `switch`'s next read, reading `every`; `None`: a read is due
+    /// now, and it is recorded as started.
+    fn wait_or_start(&self, switch: &Switch, every: Duration) -> Option<Duration> {
+        let mut times = self.0.lock();
+        let key = key(switch);
+        if let Some(since) = times.get(&key).map(Instant::elapsed)
+            && since < every
+        {
+            return Some(every - since);
+        }
+        times.insert(key, Instant::now());
+        None
     }
 }
 
@@ -52,18 +66,13 @@ pub(super) async fn refresh(
 ) -> Option<Duration> {
     let Some(spec) = &switch.spec.neighbors else {
         neighbors::forget(status);
-        ctx.neighbor_reads.forget(&key(switch));
+        ctx.neighbor_reads.forget(switch);
         return None;
     };
     let every = neighbors::interval(spec);
-    let key = key(switch);
-    if let Some(last) = ctx.neighbor_reads.0.lock().get(&key).copied() {
-        let since = last.elapsed();
-        if since < every {
-            return Some(every - since);
-        }
+    if let Some(wait) = ctx.neighbor_reads.wait_or_start(switch, every) {
+        return Some(wait);
     }
-    ctx.neighbor_reads.0.lock().insert(key, Instant::now());
     let generation = switch.metadata.generation;
     let managed: BTreeMap<String, String> = switch
         .spec

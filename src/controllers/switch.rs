@@ -223,8 +223,7 @@ async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, Contro
         ctx.quiet_worker_if_unused(&device_key(&provider));
     }
     ctx.events.forget(&switch.uid().unwrap_or_default());
-    ctx.neighbor_reads
-        .forget(&format!("{ns}/{}", switch.name_any()));
+    ctx.neighbor_reads.forget(switch);
     ctx.events
         .publish(
             switch,

@@ -204,32 +204,29 @@ pub fn validate_provider(spec: &ProviderSwitchSpec) -> Result<(), ValidationErro
                 );
             }
         }
-        if let Some(socket) = &opts.control_socket {
-            if spec.backend != Backend::Ovsdb {
-                errors.push(
-                    "spec.options.controlSocket",
-                    "only the ovsdb backend has ovs-vswitchd's control socket",
-                );
-            } else {
+        // A socket path, where this provider has that socket (else why not).
+        let mut socket = |field: &str, path: &Option<String>, applies: bool, why: &str| match path {
+            Some(_) if !applies => errors.push(field, why),
+            Some(p) => {
                 errors.check(
-                    "spec.options.controlSocket",
-                    patchbay_providers::linux::LldpSocket::parse(socket).map_err(ValueError),
+                    field,
+                    patchbay_providers::linux::LldpSocket::parse(p).map_err(ValueError),
                 );
             }
-        }
-        if let Some(socket) = &opts.lldp_socket {
-            if spec.os != DeviceOs::Linux {
-                errors.push(
-                    "spec.options.lldpSocket",
-                    "only os linux is read through lldpd's socket",
-                );
-            } else {
-                errors.check(
-                    "spec.options.lldpSocket",
-                    patchbay_providers::linux::LldpSocket::parse(socket).map_err(ValueError),
-                );
-            }
-        }
+            None => {}
+        };
+        socket(
+            "spec.options.controlSocket",
+            &opts.control_socket,
+            spec.backend == Backend::Ovsdb,
+            "only the ovsdb backend has ovs-vswitchd's control socket",
+        );
+        socket(
+            "spec.options.lldpSocket",
+            &opts.lldp_socket,
+            spec.os == DeviceOs::Linux,
+            "only os linux is read through lldpd's socket",
+        );
         if let Some(target) = &opts.openflow {
             if spec.backend != Backend::Ovsdb {
                 errors.push(
