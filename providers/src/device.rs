@@ -144,6 +144,23 @@ pub trait NeighborSource: Send + Sync {
     async fn neighbors(&self) -> Result<crate::neighbors::Neighbors, DeviceError>;
 }
 
+/// A BGP speaker (a ToR's routing daemon) whose neighbours patchbay keeps: read and
+/// change in one session each.
+#[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
+#[async_trait]
+pub trait BgpSpeaker: Send + Sync {
+    /// Reads the speaker's BGP instance and every neighbour it has.
+    async fn bgp_state(&self) -> Result<crate::bgp::SpeakerState, DeviceError>;
+
+    /// Sends `changes` under `router` (created when absent) and reads the speaker
+    /// back, in one session. An error never carries a password.
+    async fn bgp_apply(
+        &self,
+        router: &crate::bgp::Router,
+        changes: &[crate::bgp::Change],
+    ) -> Result<crate::bgp::SpeakerState, DeviceError>;
+}
+
 /// The ports of `results` that were applied (outcome `Ok`), in order: what
 /// [`Device::apply_and_read`] reads back.
 pub fn applied_ports(results: &[PortResult]) -> Vec<PortName> {

@@ -10,9 +10,12 @@
 //! CLIs over SSH, dialects as data), [`netconf`] (NETCONF over SSH, device models as
 //! data, every change one transaction), [`ansible`] (ansible-playbook, one run per
 //! batch) and [`ovsdb`] (Open vSwitch bridges over OVSDB). What ports see (LLDP
-//! neighbours) is read through a [`NeighborSource`]: [`linux`] (lldpd over SSH).
+//! neighbours) is read through a [`NeighborSource`]: [`linux`] (lldpd over SSH). A
+//! ToR's BGP neighbours are kept through a [`BgpSpeaker`] ([`bgp`]: the model; the
+//! SSH CLI backend with a dialect's `bgp` section: FRR's vtysh).
 
 pub mod ansible;
+pub mod bgp;
 pub mod cli;
 pub mod device;
 pub mod error;
@@ -27,9 +30,11 @@ pub mod values;
 pub mod verify;
 pub mod yaml;
 
-pub use device::{Device, NeighborSource, PortChange, PortOperation, PortReads, PortResult};
+pub use device::{
+    BgpSpeaker, Device, NeighborSource, PortChange, PortOperation, PortReads, PortResult,
+};
 #[cfg(any(test, feature = "mocks"))]
-pub use device::{MockDevice, MockNeighborSource};
+pub use device::{MockBgpSpeaker, MockDevice, MockNeighborSource};
 pub use error::{Cause, DeviceError, RpcError};
 pub use model::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capabilities, Capability,

@@ -14,7 +14,10 @@
 //!   behind a private sshd.
 //! - [`lldp::LldpFabric`]: a switch and hosts in network namespaces speaking real LLDP
 //!   (Debian lldpd), the switch's lldpd readable over a private sshd.
+//! - [`bgp::Frr`] and [`bgp::Gobgp`]: real BGP speakers (Debian frr, gobgpd) in network
+//!   namespaces, FRR's vtysh behind a private sshd.
 
+pub mod bgp;
 pub mod lldp;
 
 use std::path::{Path, PathBuf};

@@ -38,6 +38,7 @@
 //! come from the validated types of [`crate::values`]; `render` still refuses a
 //! line with a control character, so nothing can smuggle a second command.
 
+pub mod bgp;
 mod lag;
 pub mod neighbors;
 mod plan;
@@ -59,7 +60,7 @@ pub use lag::{Aggregates, Reading, aggregates_to_remove};
 pub use plan::Plan;
 
 /// The dialect files, embedded: (file name, text).
-pub const DIALECT_FILES: [(&str, &str); 5] = [
+pub const DIALECT_FILES: [(&str, &str); 6] = [
     (
         "cisco_ios.yaml",
         include_str!("../../dialects/cisco_ios.yaml"),
@@ -77,6 +78,7 @@ pub const DIALECT_FILES: [(&str, &str); 5] = [
         "arista_eos.yaml",
         include_str!("../../dialects/arista_eos.yaml"),
     ),
+    ("frr.yaml", include_str!("../../dialects/frr.yaml")),
 ];
 
 /// A dialect file that does not load: names the file and the problem.
@@ -118,20 +120,30 @@ struct DialectFile {
     capabilities: Vec<Capability>,
     session: SessionSpec,
     errors: Vec<String>,
+    // The port sections: all required unless the dialect configures no port
+    // (`capabilities: []`, a BGP speaker such as FRR), which has none of them.
+    #[serde(default)]
     vlan_create: Vec<String>,
+    #[serde(default)]
     vlan_create_named: Vec<String>,
+    #[serde(default)]
     interface_enter: String,
     #[serde(default)]
     interface_range: Option<InterfaceRange>,
+    #[serde(default)]
     port: PortTemplates,
-    vlans: VlanTemplates,
-    read: ReadFile,
+    #[serde(default)]
+    vlans: Option<VlanTemplates>,
+    #[serde(default)]
+    read: Option<ReadFile>,
     #[serde(default)]
     lag: Option<lag::LagFile>,
     #[serde(default)]
     save: Vec<SaveStep>,
     #[serde(default)]
     neighbors: Option<neighbors::NeighborsFile>,
+    #[serde(default)]
+    bgp: Option<bgp::BgpSpec>,
 }
 
 /// One configuration block for many ports with identical lines (`interface range`).
@@ -244,14 +256,15 @@ enum VlanTemplates {
     Vlan(VlanCentric),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum WithoutAllowed {
     All,
+    #[default]
     None,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct InterfaceVlans {
     native_in_allowed: bool,
@@ -415,6 +428,8 @@ pub struct Dialect {
     /// How to read what the ports see (LLDP neighbours, learned MACs), where the
     /// dialect says.
     pub neighbors: Option<neighbors::NeighborSpec>,
+    /// How to keep BGP neighbours, where the dialect is a BGP speaker's.
+    pub bgp: Option<bgp::BgpSpec>,
 }
 
 fn compile(file: &str, what: &str, pattern: &str) -> Result<Regex, DialectError> {
@@ -436,6 +451,31 @@ impl Dialect {
             reason,
         };
         let caps = Capabilities::new(f.capabilities.iter().copied());
+        let (vlans, read) = match (f.vlans, f.read) {
+            (Some(v), Some(r)) => (v, r),
+            (None, None) if f.capabilities.is_empty() => (
+                VlanTemplates::Interface(Box::default()),
+                ReadFile {
+                    commands: Vec::new(),
+                    running_config: None,
+                    batch: None,
+                    vlan_table: None,
+                    admin_default: AdminWord::Up,
+                    rules: Vec::new(),
+                },
+            ),
+            _ => {
+                return Err(err(
+                    "a dialect that configures ports needs both vlans and read; one that \
+                     configures none (capabilities: []) has neither"
+                        .into(),
+                ));
+            }
+        };
+        let bgp = match f.bgp {
+            Some(b) => Some(bgp::BgpSpec::load(file, b)?),
+            None => None,
+        };
         // Every declared capability needs its templates.
         let p = &f.port;
         let need = |cap: Capability, ok: bool, what: &str| {
@@ -490,13 +530,13 @@ impl Dialect {
             "lag.join.static",
         )?;
         if lag.is_some()
-            && (!matches!(f.vlans, VlanTemplates::Interface(_)) || f.read.running_config.is_none())
+            && (!matches!(vlans, VlanTemplates::Interface(_)) || read.running_config.is_none())
         {
             return Err(err(
                 "lag needs vlans.style interface and read.running_config".into(),
             ));
         }
-        if let VlanTemplates::Interface(iv) = &f.vlans {
+        if let VlanTemplates::Interface(iv) = &vlans {
             need(
                 Capability::AccessVlan,
                 iv.access.as_ref().is_some_and(|a| a.set.is_some()),
@@ -525,13 +565,12 @@ impl Dialect {
             .iter()
             .map(|e| compile(file, "error pattern", e))
             .collect::<Result<Vec<_>, _>>()?;
-        let rules = f
-            .read
+        let rules = read
             .rules
             .iter()
             .map(|r| Ok((compile(file, "read rule", &r.pattern)?, r.field)))
             .collect::<Result<Vec<_>, DialectError>>()?;
-        let batch_read = match &f.read.batch {
+        let batch_read = match &read.batch {
             Some(b) => {
                 if !b.start.contains("{port}") {
                     return Err(DialectError {
@@ -548,8 +587,8 @@ impl Dialect {
             }
             None => None,
         };
-        let vlan_table = match &f.read.vlan_table {
-            Some(_) if !matches!(f.vlans, VlanTemplates::Interface(_)) => {
+        let vlan_table = match &read.vlan_table {
+            Some(_) if !matches!(vlans, VlanTemplates::Interface(_)) => {
                 return Err(err(
                     "read.vlan_table is for vlans.style interface (a vlan-style port's \
                      membership is inside its VLAN)"
@@ -619,12 +658,12 @@ impl Dialect {
                 other => other,
             },
             port: f.port,
-            vlans: f.vlans,
-            read_commands: f.read.commands,
+            vlans,
+            read_commands: read.commands,
             batch_read,
             vlan_table,
-            running_config: f.read.running_config,
-            admin_default: match f.read.admin_default {
+            running_config: read.running_config,
+            admin_default: match read.admin_default {
                 AdminWord::Up => AdminState::Up,
                 AdminWord::Down => AdminState::Down,
             },
@@ -632,6 +671,7 @@ impl Dialect {
             lag,
             save,
             neighbors,
+            bgp,
         })
     }
 

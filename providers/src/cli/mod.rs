@@ -250,6 +250,16 @@ struct Session<'a> {
     /// configuration mode.
     ctx: Option<String>,
     privileged: bool,
+    /// Values replaced by `***` wherever this session records or reports a line
+    /// (a BGP password).
+    hide: Vec<String>,
+}
+
+/// `text` with every value of `hide` replaced by `***`.
+fn redact(text: &str, hide: &[String]) -> String {
+    hide.iter()
+        .filter(|h| !h.is_empty())
+        .fold(text.to_owned(), |t, h| t.replace(h.as_str(), "***"))
 }
 
 impl<'a> Session<'a> {
@@ -287,6 +297,7 @@ impl<'a> Session<'a> {
             prompt_body,
             ctx: None,
             privileged: &caps["level"] == "#",
+            hide: Vec::new(),
         };
         if !s.privileged {
             s.enable().await?;
@@ -300,7 +311,7 @@ impl<'a> Session<'a> {
     fn record(&self, line: &str, configures: bool) {
         if let Some(j) = &self.sw.journal {
             j.lock().push(Sent {
-                line: line.to_owned(),
+                line: redact(line, &self.hide),
                 configures,
             });
         }
@@ -440,8 +451,8 @@ impl<'a> Session<'a> {
                 let output = text[start..end].to_owned();
                 match self.sw.dialect.error_in(&output) {
                     Some(line) => Err(DeviceError::CommandRejected {
-                        command: l.clone(),
-                        output: line,
+                        command: redact(l, &self.hide),
+                        output: redact(&line, &self.hide),
                     }),
                     None => Ok(output),
                 }
@@ -1009,6 +1020,89 @@ struct SendReport {
 /// LLDP command then the MAC table command. The session is its own (not a batch's,
 /// not a drift sweep's): a Switch reads it only when it names this device in
 /// `spec.neighbors.providers`. The device's own chassis id is not read.
+impl CliSwitch {
+    fn bgp_spec(&self) -> Result<&crate::cli::dialect::bgp::BgpSpec, DeviceError> {
+        self.dialect
+            .bgp
+            .as_ref()
+            .ok_or_else(|| DeviceError::Protocol {
+                during: "configuring BGP".into(),
+                cause: Cause::msg(format!("dialect {} has no bgp section", self.dialect.name)),
+            })
+    }
+
+    /// Reads the speaker in session `s`.
+    async fn bgp_read(&self, s: &mut Session<'_>) -> Result<crate::bgp::SpeakerState, DeviceError> {
+        let spec = self.bgp_spec()?;
+        let neighbors = s.run(&spec.read.neighbors, false).await?;
+        let lists = s.run(&spec.read.prefix_lists, false).await?;
+        spec.parse(&neighbors, &lists)
+            .map_err(|why| DeviceError::Protocol {
+                during: "reading the BGP neighbours".into(),
+                cause: Cause::msg(why),
+            })
+    }
+
+    async fn bgp_apply_in(
+        &self,
+        s: &mut Session<'_>,
+        router: &crate::bgp::Router,
+        changes: &[crate::bgp::Change],
+    ) -> Result<crate::bgp::SpeakerState, DeviceError> {
+        let spec = self.bgp_spec()?;
+        let lines = spec.render(router, changes);
+        if !lines.is_empty() {
+            s.hide = changes
+                .iter()
+                .filter_map(|c| match c {
+                    crate::bgp::Change::Put { neighbor, .. } => neighbor.password.as_ref(),
+                    crate::bgp::Change::Remove { .. } => None,
+                })
+                .map(|p| p.expose().to_owned())
+                .collect();
+            let configure = self.dialect.session.configure.clone();
+            s.run(&configure, true).await?;
+            let text: Vec<String> = lines.into_iter().map(|l| l.text).collect();
+            let answers = s.run_many(&text, true).await?;
+            // Back to privileged mode whatever level a failed line left.
+            let exit = self.dialect.session.exit.clone();
+            for _ in 0..4 {
+                if s.ctx.is_none() {
+                    break;
+                }
+                s.run(&exit, true).await?;
+            }
+            if let Some(e) = answers.into_iter().find_map(Result::err) {
+                return Err(e);
+            }
+        }
+        self.bgp_read(s).await
+    }
+}
+
+#[async_trait]
+impl crate::device::BgpSpeaker for CliSwitch {
+    async fn bgp_state(&self) -> Result<crate::bgp::SpeakerState, DeviceError> {
+        self.bgp_spec()?;
+        let mut s = self.session().await?;
+        let r = self.bgp_read(&mut s).await;
+        s.close().await;
+        r
+    }
+
+    async fn bgp_apply(
+        &self,
+        router: &crate::bgp::Router,
+        changes: &[crate::bgp::Change],
+    ) -> Result<crate::bgp::SpeakerState, DeviceError> {
+        self.bgp_spec()?;
+        let mut s = self.session().await?;
+        let r = self.bgp_apply_in(&mut s, router, changes).await;
+        s.close().await;
+        r
+    }
+}
+
 #[async_trait]
 impl crate::device::NeighborSource for CliSwitch {
     async fn neighbors(&self) -> Result<crate::neighbors::Neighbors, DeviceError> {
