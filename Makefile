@@ -8,7 +8,7 @@ ifdef CI
 export CARGO_INCREMENTAL ?= 0
 endif
 
-.PHONY: all demo test fmt-check clippy doc-check unit crds build deps kubectl fake-switch ovs netconf lldp ansible bench help
+.PHONY: all demo test fmt-check clippy doc-check unit crds build deps kubectl fake-switch ovs netconf lldp bgp ansible bench help
 
 all: test
 
@@ -75,6 +75,16 @@ lldp:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lldpd; \
 		{ systemctl disable --now lldpd >/dev/null 2>&1 || service lldpd stop >/dev/null 2>&1 || true; }; }
 
+# BGP peers for the BGP tests: FRRouting (zebra + bgpd + vtysh, the ToR) and GoBGP
+# (the node), both started by the test bed in network namespaces with their own
+# directories, never through systemd (the frr service is stopped and disabled).
+bgp:
+	@test -x /usr/lib/frr/bgpd && command -v vtysh >/dev/null 2>&1 \
+		&& command -v gobgpd >/dev/null 2>&1 && command -v gobgp >/dev/null 2>&1 || { \
+		echo "installing frr, gobgpd"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq frr gobgpd; \
+		{ systemctl disable --now frr >/dev/null 2>&1 || service frr stop >/dev/null 2>&1 || true; }; }
+
 # Ansible (pinned, playbooks/requirements.txt) in its own venv for the Ansible
 # backend's tests, benchmark and demo; patchbay runs .venv/ansible/bin/ansible-playbook.
 ANSIBLE_VENV := .venv/ansible
@@ -91,7 +101,7 @@ $(ANSIBLE_VENV)/.installed: playbooks/requirements.txt
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
 
-demo: deps fake-switch ovs lldp ansible
+demo: deps fake-switch ovs lldp bgp ansible
 	$(CARGO) run --quiet --locked -- demo $(DEMO_ARGS)
 
 fmt-check: deps
@@ -105,7 +115,7 @@ clippy: deps
 doc-check: deps
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --lib --locked
 
-unit: deps kubectl fake-switch ovs netconf lldp ansible
+unit: deps kubectl fake-switch ovs netconf lldp bgp ansible
 	$(CARGO) test --workspace --locked
 
 test: fmt-check clippy doc-check unit

@@ -40,6 +40,10 @@
 //! `ovsdb` provider with `spec.options.controlSocket`: its bridge's learned MACs; and
 //! for an `ssh` provider whose dialect has a `neighbors:` section (ios, eos): the
 //! device's own `show lldp neighbors detail` and MAC table, in a session of its own.
+//!
+//! A BGP speaker ([`Backends::bgp_speaker`], a Switch's `spec.bgp.speaker`) is an
+//! `ssh` provider whose dialect has a `bgp:` section (`os: frr`): the same login and
+//! host-key pin as `ssh`, one session per read or change.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -59,7 +63,7 @@ use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
 use patchbay_providers::ovsdb::{Endpoint, OvsOptions, OvsSwitch};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
-use patchbay_providers::{Cause, Device, NeighborSource};
+use patchbay_providers::{BgpSpeaker, Cause, Device, NeighborSource};
 
 use crate::api::{Backend, DeviceOs, ProviderSwitch};
 
@@ -236,6 +240,23 @@ impl Backends {
             socket,
             seconds(options.command_timeout_seconds, 30),
         ))))
+    }
+
+    /// Builds the BGP speaker of `provider` (validated) from its Secret: `Ok(None)` when
+    /// it is not one (an `ssh` provider whose dialect keeps BGP neighbours: `frr`).
+    /// Reads no value into an error message.
+    pub fn bgp_speaker(
+        &self,
+        provider: &ProviderSwitch,
+        secret: Option<&Secret>,
+    ) -> Result<Option<Arc<dyn BgpSpeaker>>, BackendError> {
+        let spec = &provider.spec;
+        let speaks = spec.backend == Backend::Ssh
+            && dialect::for_os(&os_word(provider)).is_some_and(|d| d.bgp.is_some());
+        if !speaks {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(cli_switch(provider, secret)?)))
     }
 
     /// The backend for `provider`, serving `ports`.

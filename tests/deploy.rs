@@ -248,7 +248,9 @@ kind: Switch
 metadata: {{name: sw, namespace: {ns}}}
 spec:
   provider: {{name: sw}}
-  ports: {{p1: {{name: Gi0/1}}, p2: {{name: Gi0/2}}}}
+  ports: {{p1: {{name: Gi0/1, bgpAddress: 10.99.0.0/31}}, p2: {{name: Gi0/2}}}}
+  # BGP to the bound host: its password Secret is created (the speaker is absent).
+  bgp: {{speaker: {{name: frr}}, asn: 65000, routerId: 10.255.0.1}}
 ---
 apiVersion: patchbay.dev/v1alpha1
 kind: SwitchPortConfiguration
@@ -314,7 +316,7 @@ kind: ServerClaim
 metadata: {{name: claim, namespace: {ns}}}
 spec:
   site: {ns}
-  roles: [{{name: worker, count: 1}}]
+  roles: [{{name: worker, count: 1, bgp: {{asn: 65101, prefixes: [192.0.2.0/28]}}}}]
   networkConfiguration: [{{configurationRef: {{kind: SwitchPortConfiguration, name: web}}}}]
   inventory: {{includeBmcCredentials: true}}
 ---
@@ -376,6 +378,12 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
         &["get", "secret", "claim-bmc", "-n", &ns],
         "{.metadata.name}",
         |s| s == "claim-bmc",
+    );
+    wait_jsonpath(
+        &cluster,
+        &["get", "secret", &format!("claim-bgp-{ns}-srv-0"), "-n", &ns],
+        "{.type}",
+        |s| s == "kubernetes.io/basic-auth",
     );
     wait_jsonpath(
         &cluster,

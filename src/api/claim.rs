@@ -75,6 +75,27 @@ pub struct ClaimRole {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub network_configuration: Vec<NetworkConfiguration>,
+    /// BGP between this role's Servers and their ToRs (Switches with `spec.bgp`),
+    /// once the Servers carry the claim's network. Absent: no BGP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<RoleBgp>,
+}
+
+/// A role's BGP: the hosts' ASN and what they may announce (see docs/bgp.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleBgp {
+    /// The hosts' ASN; absent: the first ASN granted to the namespace (with tenancy)
+    /// and refused without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4294967294_i64))]
+    pub asn: Option<i64>,
+    /// The IPv4 prefixes the hosts may announce (each, and anything more specific
+    /// inside it, e.g. a MetalLB pool): inside the namespace's granted prefixes, never
+    /// a default route, never overlapping another claim's or the ToR's own subnets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub prefixes: Vec<String>,
 }
 
 /// Requirements of a role (seed 001's rules: pinned MACs must get the role and, with

@@ -24,7 +24,8 @@ use sha2::{Digest, Sha256};
 
 pub use claim::{
     ClaimRole, ConfigurationKind, InventorySpec, NetworkConfiguration, NicHint, RoleAllocation,
-    RoleRequirements, ServerClaim, ServerClaimSpec, ServerClaimStatus, TypedConfigurationRef,
+    RoleBgp, RoleRequirements, ServerClaim, ServerClaimSpec, ServerClaimStatus,
+    TypedConfigurationRef,
 };
 pub use common::{
     CablingPolicy, ConditionsStatus, ConfigurationRef, PortState, PortStatus, SecretRef,
@@ -38,15 +39,16 @@ pub use provider_switch::{
     Backend, BackendOptions, DeviceOs, HostKeyPin, ProviderSwitch, ProviderSwitchSpec,
 };
 pub use server::{
-    CabledPortKind, HardwareSpec, NamespacedObjectRef, Server, ServerClaimBinding, ServerPhase,
-    ServerSpec, ServerStatus,
+    BgpPeer, CabledPortKind, HardwareSpec, NamespacedObjectRef, Server, ServerClaimBinding,
+    ServerPhase, ServerSpec, ServerStatus,
 };
 pub use smartnic::{
     SmartNicConfiguration, SmartNicConfigurationSpec, SmartNicPort, SmartNicPortSpec,
 };
 pub use switch::{
-    DriftPolicy, LldpNeighborStatus, NeighborsSpec, PortNeighborsStatus, ProviderRef, Switch,
-    SwitchPortDefinition, SwitchSpec, SwitchStatus,
+    BgpNeighborStatus, BgpOutbound, DriftPolicy, LldpNeighborStatus, NeighborsSpec,
+    PortNeighborsStatus, ProviderRef, Switch, SwitchBgpSpec, SwitchBgpStatus, SwitchPortDefinition,
+    SwitchSpec, SwitchStatus,
 };
 pub use switch_port::{SwitchPort, SwitchPortSpec};
 pub use vlan_pool::{VLANPool, VLANPoolSpec};

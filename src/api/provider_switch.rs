@@ -144,6 +144,9 @@ pub enum DeviceOs {
     /// with a POSIX shell: a neighbour source only (a Switch's `spec.neighbors`), it
     /// configures no port.
     Linux,
+    /// FRRouting's vtysh (SONiC, Cumulus, most open switches), over `ssh`: a BGP
+    /// speaker only (a Switch's `spec.bgp.speaker`), it configures no port.
+    Frr,
 }
 
 /// A pinned host key: an OpenSSH SHA256 fingerprint or a known_hosts line.

@@ -33,6 +33,7 @@ use super::common::{ConfigurationRef, pattern};
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"CablingVerified\")].reason"
     ),
+    printcolumn(name = "BGP", type_ = "string", json_path = ".status.bgp"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -252,6 +253,14 @@ pub struct ServerStatus {
     /// MAC) and its `status.provisioning.state`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bare_metal_host: Option<LinkedHost>,
+    /// Established BGP sessions / BGP peers, e.g. `1/1` (absent: no BGP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<String>,
+    /// The host's BGP peers (one per NIC cabled to a ToR with BGP), while its claim's
+    /// role has BGP and the ports carry the claim's network: what the host
+    /// configures, as in the `patchbay.dev/bgp-peers-{n}-*` annotations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bgp_peers: Vec<BgpPeer>,
     /// Errors found while reconciling (never contains credentials).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
@@ -262,6 +271,28 @@ pub struct ServerStatus {
     /// (with tenancy: claim targets refused by the grants, their ports left as they are).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// One BGP peer of a host: what it needs to peer back, and the session's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BgpPeer {
+    /// The Switch (ToR), `<namespace>/<name>`.
+    pub switch: String,
+    /// The host's ASN.
+    pub node_asn: i64,
+    /// The ToR's ASN.
+    pub peer_asn: i64,
+    /// The ToR's address.
+    pub peer_ip: String,
+    /// The host's address (the session's source).
+    pub src_ip: String,
+    /// The Secret in the claim's namespace holding the MD5 password (key
+    /// `password`, MetalLB's `passwordSecret` shape).
+    pub password_secret: String,
+    /// The session state on the ToR, as last read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// One NIC's port as the host controller drives it.

@@ -55,6 +55,92 @@ pub struct SwitchSpec {
     /// `status.neighbors`. Absent: nothing is read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub neighbors: Option<NeighborsSpec>,
+    /// The ToR's BGP speaker, which peers with the allocated hosts cabled to this
+    /// Switch's ports that have a `bgpAddress` (see docs/bgp.md). Absent: no BGP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<SwitchBgpSpec>,
+}
+
+/// The ToR's BGP speaker and its defaults for every host neighbour (infra's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchBgpSpec {
+    /// The ProviderSwitch (same namespace) of the routing daemon: `os: frr` over
+    /// `ssh`. The Switch's ports stay with `spec.provider`.
+    pub speaker: ProviderRef,
+    /// The ToR's ASN (1-4294967294, not a reserved one).
+    #[schemars(range(min = 1, max = 4294967294_i64))]
+    pub asn: i64,
+    /// The speaker's router id (an IPv4 address).
+    #[schemars(length(min = 7, max = 15))]
+    pub router_id: String,
+    /// Keepalive interval in seconds (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub keepalive_seconds: Option<i64>,
+    /// Hold time in seconds (default 90; at least three keepalives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 3, max = 65535))]
+    pub hold_seconds: Option<i64>,
+    /// Seconds between connection attempts (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub connect_retry_seconds: Option<i64>,
+    /// Accepted prefixes per host beyond which its session is torn down (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_prefixes: Option<i64>,
+    /// What each host is sent: `Nothing` (default) or `DefaultRoute` only. No host
+    /// is ever sent another host's routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbound: Option<BgpOutbound>,
+    /// Seconds between reads of the speaker (drift, session state; default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 2, max = 3600))]
+    pub interval_seconds: Option<i64>,
+}
+
+/// What a host neighbour is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum BgpOutbound {
+    /// No route.
+    #[default]
+    Nothing,
+    /// A default route only.
+    DefaultRoute,
+}
+
+/// What the speaker has for this Switch's hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchBgpStatus {
+    /// When the speaker was last read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_at: Option<String>,
+    /// The host neighbours on the speaker, by address (always written, empty too: a
+    /// status merge patch replaces the list whole).
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub neighbors: Vec<BgpNeighborStatus>,
+}
+
+/// One host neighbour on the speaker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BgpNeighborStatus {
+    /// The host's address.
+    pub address: String,
+    /// The SwitchPort it is reached through.
+    pub switch_port: String,
+    /// The Server it belongs to (empty: a left-over patchbay is removing).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub server: String,
+    /// The host's ASN.
+    pub asn: i64,
+    /// The session state (`Established`, `Active`, `Idle`, …).
+    pub state: String,
+    /// Prefixes accepted from it.
+    pub accepted_prefixes: i64,
 }
 
 /// Where and how often a Switch's neighbours are read.
@@ -87,8 +173,9 @@ pub struct SwitchStatus {
     /// The metadata.generation the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Conditions (Kubernetes conventions): `Ready`, `DeviceReachable`, and
-    /// `NeighborsRead` when `spec.neighbors` is set.
+    /// Conditions (Kubernetes conventions): `Ready`, `DeviceReachable`,
+    /// `NeighborsRead` when `spec.neighbors` is set and `BgpConfigured` when
+    /// `spec.bgp` is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -109,6 +196,9 @@ pub struct SwitchStatus {
     /// Whether ports beyond the 512 listed see something too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub neighbors_truncated: bool,
+    /// The BGP neighbours on the speaker, when `spec.bgp` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<SwitchBgpStatus>,
 }
 
 /// What one device port sees.
@@ -210,4 +300,11 @@ pub struct SwitchPortDefinition {
     /// refused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trunk_disable: bool,
+    /// The BGP speaker's address facing this port's host, with its point-to-point
+    /// subnet (`10.0.1.0/31` or `10.0.1.1/30`): the host's address is the subnet's
+    /// other one, so no host can take another's session. Needs `spec.bgp`; the
+    /// address must exist on the speaker, on the tenant network the port carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 9, max = 18))]
+    pub bgp_address: Option<String>,
 }

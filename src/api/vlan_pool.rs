@@ -69,4 +69,15 @@ pub struct VLANPoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 32), pattern(pattern::VLAN_NAME))]
     pub vlan_name: Option<String>,
+    /// BGP ASNs granted with the VLANs, as ranges (`65100-65199, 4200000000`): a
+    /// claim of a granted namespace gives its hosts only these (the first is the
+    /// default). Granted to one namespace only (shared pools grant none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub asns: Option<String>,
+    /// IPv4 prefixes granted for BGP announcements (`192.0.2.0/26`): a claim's hosts
+    /// may announce only prefixes inside them. Granted to one namespace only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub prefixes: Vec<String>,
 }

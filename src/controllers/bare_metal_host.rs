@@ -110,6 +110,8 @@ pub(super) async fn reconcile(
         phase,
         bare_metal_host: Some(host.clone()),
         cabling_policy: crate::api::CablingPolicy::Permissive,
+        // A BareMetalHost carrying its own ports has no claim, so no BGP.
+        bgp_peered: false,
     };
     let facts = drive_host(&ctx.world, &view).await?;
     let ready = facts.ports.iter().filter(|(_, v, _)| v.settled()).count();

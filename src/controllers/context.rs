@@ -18,7 +18,7 @@ use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
 use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION};
 use crate::api::{
-    CabledPortKind, ProviderSwitch, Server, SmartNicPort, Switch, SwitchPort,
+    CabledPortKind, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
@@ -137,6 +137,8 @@ pub struct Stores {
     pub pools: Store<VLANPool>,
     /// Servers (cluster-scoped): whom a port they drive serves.
     pub servers: Store<Server>,
+    /// ServerClaims: what a Server's role asks of BGP.
+    pub claims: Store<ServerClaim>,
     grants: Arc<GrantsCache>,
 }
 
@@ -149,6 +151,7 @@ impl Stores {
         smartnics: Store<SmartNicPort>,
         pools: Store<VLANPool>,
         servers: Store<Server>,
+        claims: Store<ServerClaim>,
     ) -> Self {
         Stores {
             switches,
@@ -157,6 +160,7 @@ impl Stores {
             smartnics,
             pools,
             servers,
+            claims,
             grants: Arc::default(),
         }
     }
@@ -838,6 +842,7 @@ mod tests {
             },
             kube::runtime::reflector::store().0,
             super::Stores::new(
+                kube::runtime::reflector::store().0,
                 kube::runtime::reflector::store().0,
                 kube::runtime::reflector::store().0,
                 kube::runtime::reflector::store().0,

@@ -27,8 +27,9 @@ use crate::api::{CablingPolicy, ServerPhase};
 use crate::api::{ConfigurationRef, PortStatus, SmartNicPort, SwitchPort, SwitchPortConfiguration};
 use crate::decide::cabling::{self, Action, NicCabling};
 use crate::decide::phases::{
-    CachedPort, ClaimNetwork, Driver, Gate, NicTarget, PortId, PortWrite, Source, metal3_gate,
-    metal3_goal, next_phase, port_step, port_targets, refuse_grouped_provisioning,
+    CachedPort, ClaimNetwork, Driver, Gate, Hold, NicTarget, PortId, PortWrite, Source,
+    hold_for_bgp, metal3_gate, metal3_goal, next_phase, port_step, port_targets,
+    refuse_grouped_provisioning,
 };
 use crate::decide::status::{HostFacts, Severity};
 
@@ -72,6 +73,9 @@ pub struct HostView<'a> {
     pub bare_metal_host: Option<Arc<BareMetalHost>>,
     /// The host's own `cablingPolicy` (a port's ProviderSwitch may make it Strict).
     pub cabling_policy: CablingPolicy,
+    /// Whether a ToR still has a BGP neighbour of this host (it may not leave
+    /// `Provisioned` until none does).
+    pub bgp_peered: bool,
 }
 
 fn observed(
@@ -658,7 +662,11 @@ pub async fn drive_host(
     let settled_now = current
         .as_ref()
         .is_some_and(|(_, targets)| targets.settled(world, &view.me));
-    let step = next_phase(view.phase, view.driver, view.deleting, settled_now);
+    let step = hold_for_bgp(
+        next_phase(view.phase, view.driver, view.deleting, settled_now),
+        view.phase,
+        view.bgp_peered,
+    );
     let Targets {
         ports: targets,
         unmatched,
@@ -679,6 +687,9 @@ pub async fn drive_host(
             None => (None, None),
         };
         let (write, verdict) = port_step(t.configuration.as_ref(), o.as_ref(), &view.me);
+        // Held for its BGP neighbours: the ports keep what they carry (the claim's
+        // network, whose binding is already gone) until the neighbours are off.
+        let write = write.filter(|_| step.hold != Some(Hold::BgpPeers));
         if let Some(w) = &write {
             match write_port(world, &t.port, version, &view.me, w).await {
                 Ok(()) => {}

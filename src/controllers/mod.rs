@@ -27,6 +27,7 @@
 //! `patchbay_providers::cli::dialect` (the `Dialect::configuration_lines` builder).
 
 pub mod bare_metal_host;
+pub mod bgp;
 pub mod context;
 pub mod events;
 pub mod host;

@@ -475,6 +475,7 @@ impl Watches {
             self.smartnics.store.clone(),
             self.pools.store.clone(),
             self.servers.store.clone(),
+            self.claims.store.clone(),
         )
     }
 
@@ -961,6 +962,7 @@ fn switches(
     notices_rx: mpsc::UnboundedReceiver<ObjectRef<Switch>>,
 ) -> impl std::future::Future<Output = ()> + Send + use<> {
     let s3 = w.switches.store.clone();
+    let (s4, s5) = (w.switches.store.clone(), w.switches.store.clone());
     let controller =
         Controller::for_shared_stream(w.switches.subscribe(), w.switches.store.clone())
             // A port's first events (no status yet: just created, by this controller
@@ -979,6 +981,14 @@ fn switches(
                     .into_iter()
                     .map(|n| ObjectRef::new(&n).within(ns.as_deref().unwrap_or_default()))
                     .collect::<Vec<_>>()
+            })
+            // A host's binding and phase move its BGP neighbours; a claim's change
+            // what they may announce.
+            .watches_shared_stream(w.servers.subscribe(), move |s| {
+                triggers::bgp_switches_of_server(&s4.state(), &s)
+            })
+            .watches_shared_stream(w.claims.subscribe(), move |_| {
+                triggers::bgp_switches(&s5.state())
             })
             .reconcile_on(notices(notices_rx))
             // Every port event wakes its Switch (owns); gather them.
@@ -1106,7 +1116,8 @@ fn hosts_and_claims(
             hosts,
             EventPublisher::new(client.clone(), reporter()),
         )
-        .with_tenancy(settings.tenancy.clone()),
+        .with_tenancy(settings.tenancy.clone())
+        .with_bgp(ctx.stores.clone()),
     );
     let (c1, c2, c3) = (claims.clone(), claims.clone(), claims.clone());
     let (v4, v1, v2, v3, v6, v7, v5, v8) = (

@@ -220,6 +220,10 @@ async fn follow(
         phase: old.phase,
         bare_metal_host: bmh.clone(),
         cabling_policy: server.spec.cabling_policy.unwrap_or_default(),
+        bgp_peered: crate::decide::bgp::still_peered(
+            &server.name_any(),
+            &ctx.world.stores.switches.state(),
+        ),
     };
     let (undiscovered, linked) = discover(server, ctx, old.phase, deleting).await?;
     if linked {
@@ -228,7 +232,15 @@ async fn follow(
     }
     let mut facts = drive_host(&ctx.world, &view).await?;
     facts.cabling.extend(undiscovered);
-    let status = server_status(server, &old, &facts, jiff::Timestamp::now());
+    let mut status = server_status(server, &old, &facts, jiff::Timestamp::now());
+    status.bgp_peers = super::bgp::publish(
+        server,
+        &ctx.world.stores,
+        ctx.world.tenancy.as_ref(),
+        &alloc.client,
+    )
+    .await?;
+    status.bgp = crate::decide::bgp::summary(&status.bgp_peers);
     let api: Api<Server> = Api::all(alloc.client.clone());
     let name = server.name_any();
     // The phase is this controller's memory: written only over the version it was

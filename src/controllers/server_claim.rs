@@ -68,6 +68,8 @@ pub struct Allocator {
     applied: Mutex<HashMap<String, String>>,
     /// Tenancy, when on (the BMC copy of tenant claims).
     tenancy: Option<crate::decide::tenancy::Tenancy>,
+    /// The caches a claim's BGP is decided against (Switches, pools, claims).
+    bgp: Option<super::context::Stores>,
 }
 
 impl Allocator {
@@ -91,7 +93,14 @@ impl Allocator {
             lock: tokio::sync::Mutex::new(()),
             applied: Mutex::new(HashMap::new()),
             tenancy: None,
+            bgp: None,
         }
+    }
+
+    /// With the caches a claim's BGP roles are checked against (`BgpAccepted`).
+    pub fn with_bgp(mut self, stores: super::context::Stores) -> Self {
+        self.bgp = Some(stores);
+        self
     }
 
     /// With tenancy: a tenant claim's BMC copy is refused unless the settings allow it.
@@ -377,6 +386,9 @@ async fn apply_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, C
         claim.metadata.generation,
         now,
     );
+    if let Some(stores) = &alloc.bgp {
+        bgp_accepted(claim, stores, alloc.tenancy.as_ref(), &mut status, now);
+    }
     if let Some(note) = claim_forbidden(&mut status, &servers, claim.metadata.generation, now) {
         alloc
             .events
@@ -389,6 +401,49 @@ async fn apply_claim(claim: &ServerClaim, alloc: &Allocator) -> Result<Action, C
     );
     write_status(&api, &claim.name_any(), &old, &status).await?;
     Ok(Action::await_change())
+}
+
+/// The claim's `BgpAccepted` condition, when a role asks for BGP: False naming each
+/// refused field and why (nothing of a refused claim reaches a ToR), True otherwise.
+fn bgp_accepted(
+    claim: &ServerClaim,
+    stores: &super::context::Stores,
+    tenancy: Option<&crate::decide::tenancy::Tenancy>,
+    status: &mut crate::api::ServerClaimStatus,
+    now: jiff::Timestamp,
+) {
+    if claim.spec.roles.iter().all(|r| r.bgp.is_none()) {
+        status.conditions.retain(|c| c.type_ != "BgpAccepted");
+        return;
+    }
+    let tors: Vec<_> = super::bgp::bgp_switches(stores)
+        .into_iter()
+        .map(|(_, b)| b)
+        .collect();
+    let (truth, reason, message) = match super::bgp::claim_verdict(stores, tenancy, claim, &tors) {
+        Ok(_) => (true, "Accepted", String::new()),
+        Err(errors) => (
+            false,
+            "Refused",
+            format!(
+                "{}; no host of this claim gets a BGP neighbour until it is fixed",
+                errors
+                    .iter()
+                    .map(|(f, w)| format!("{f}: {w}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ),
+    };
+    set_condition(
+        &mut status.conditions,
+        "BgpAccepted",
+        truth,
+        reason,
+        message,
+        claim.metadata.generation,
+        now,
+    );
 }
 
 /// The claim's `Forbidden` condition: True while a held Server's ports are refused
@@ -506,6 +561,14 @@ async fn write_inventory(
                         s.spec.bmc.credentials_secret_ref.namespace.clone(),
                         s.spec.bmc.credentials_secret_ref.name.clone(),
                     ),
+                    // What the host configures; the session's state is not the
+                    // installer's business (and would rewrite the inventory).
+                    bgp_peers: s
+                        .status
+                        .iter()
+                        .flat_map(|st| st.bgp_peers.iter().cloned())
+                        .map(|p| crate::api::BgpPeer { state: None, ..p })
+                        .collect(),
                 })
             })
             .collect();

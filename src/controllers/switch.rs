@@ -4,11 +4,13 @@
 //! answers again); keeps exactly one SwitchPort per `spec.ports` entry (owned,
 //! labelled, adopted when created ahead); on deletion, deletes its ports (each
 //! cleaned on the device first) and goes when none is left; reads the Switch's
-//! neighbour source when one is named and a read is due ([`super::neighbors`]).
+//! neighbour source when one is named and a read is due ([`super::neighbors`]); keeps
+//! its BGP speaker's host neighbours when `spec.bgp` is set ([`super::bgp`]).
 //! Kubernetes I/O; no device I/O of its own (the worker probes; the neighbour
 //! source is read by [`super::neighbors`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
@@ -64,6 +66,14 @@ async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> 
                   spec.neighbors.providers",
         });
     }
+    if provider.spec.os == DeviceOs::Frr {
+        return Err(Failure::ProviderRole {
+            field: "spec.provider",
+            name: provider.name_any(),
+            why: "is os frr, a BGP speaker that configures no port: name it in \
+                  spec.bgp.speaker",
+        });
+    }
     validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
         name: provider.name_any(),
         errors,
@@ -96,6 +106,11 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
     }
     ensure_ports(switch, ctx).await?;
     let next_read = super::neighbors::refresh(switch, &mut status, ctx).await;
+    let next_bgp = if verdict.is_ok() {
+        super::bgp::sync(switch, &mut status, ctx).await
+    } else {
+        None
+    };
     write_status(
         &Api::<Switch>::namespaced(ctx.client.clone(), &ns),
         &name,
@@ -109,7 +124,11 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
         Ok(_) => ctx.settings.drift_interval,
         Err(_) => ctx.settings.backoff.base,
     };
-    Ok(Action::requeue(next_read.map_or(again, |n| n.min(again))))
+    let next = [next_read, next_bgp]
+        .into_iter()
+        .flatten()
+        .fold(again, Duration::min);
+    Ok(Action::requeue(next))
 }
 
 /// Keeps one SwitchPort per `spec.ports` entry. The Switch's ports come from the port

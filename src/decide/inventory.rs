@@ -24,6 +24,26 @@ pub struct InventoryHost {
     pub bmc_address: String,
     /// The BMC credentials Secret (namespace, name) on the Server.
     pub bmc_secret: (String, String),
+    /// Its BGP peers (what the host configures to peer with its ToRs), as the Server's
+    /// status lists them.
+    pub bgp_peers: Vec<crate::api::BgpPeer>,
+}
+
+/// A host's BGP peers as `hosts.ini` variables: `bgp_peer_{n}_node_asn`, `_peer_asn`,
+/// `_peer_ip`, `_src_ip`, `_password_secret` (numbers, addresses and an object name:
+/// nothing that can end the line).
+fn bgp_vars(peers: &[crate::api::BgpPeer]) -> String {
+    peers
+        .iter()
+        .enumerate()
+        .map(|(n, p)| {
+            format!(
+                " bgp_peer_{n}_node_asn={} bgp_peer_{n}_peer_asn={} bgp_peer_{n}_peer_ip={} \
+                 bgp_peer_{n}_src_ip={} bgp_peer_{n}_password_secret={}",
+                p.node_asn, p.peer_asn, p.peer_ip, p.src_ip, p.password_secret
+            )
+        })
+        .collect()
 }
 
 /// The rendered inventory.
@@ -62,13 +82,18 @@ pub fn render(
     for h in &hosts {
         match &h.address {
             Some(a) => ini.push_str(&format!(
-                "{} ansible_host={a} boot_mac={}\n",
-                h.name, h.boot_mac
+                "{} ansible_host={a} boot_mac={}{}\n",
+                h.name,
+                h.boot_mac,
+                bgp_vars(&h.bgp_peers)
             )),
             None => {
                 ini.push_str(&format!(
-                    "# {}: no address known (set spec.hostAddress on the Server)\n{} boot_mac={}\n",
-                    h.name, h.name, h.boot_mac
+                    "# {}: no address known (set spec.hostAddress on the Server)\n{} boot_mac={}{}\n",
+                    h.name,
+                    h.name,
+                    h.boot_mac,
+                    bgp_vars(&h.bgp_peers)
                 ));
                 without_address.push(h.name.clone());
             }
@@ -124,6 +149,20 @@ pub fn render(
             if let Some(a) = &h.address {
                 v["hostAddress"] = json!(a);
             }
+            if !h.bgp_peers.is_empty() {
+                v["bgpPeers"] = json!(
+                    h.bgp_peers
+                        .iter()
+                        .map(|p| json!({
+                            "nodeASN": p.node_asn,
+                            "peerASN": p.peer_asn,
+                            "peerAddress": p.peer_ip,
+                            "sourceAddress": p.src_ip,
+                            "passwordSecret": p.password_secret,
+                        }))
+                        .collect::<Vec<_>>()
+                );
+            }
             v
         })
         .collect();
@@ -151,7 +190,42 @@ mod tests {
             address: address.map(Into::into),
             bmc_address: "redfish://10.0.0.5/redfish/v1/Systems/1".into(),
             bmc_secret: ("infra".into(), "srv-bmc".into()),
+            bgp_peers: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_hosts_bgp_peers_are_host_variables_in_both_files() {
+        let mut h = host("n1", "worker", Some("10.0.0.21"));
+        h.bgp_peers = vec![crate::api::BgpPeer {
+            switch: "infra/leaf-1".into(),
+            node_asn: 65101,
+            peer_asn: 65000,
+            peer_ip: "10.0.1.1".into(),
+            src_ip: "10.0.1.2".into(),
+            password_secret: "web-bgp-n1-0".into(),
+            state: None,
+        }];
+        let inv = render("team", "web", &[h], &default_groups, None);
+        assert!(
+            inv.hosts_ini.contains(
+                "n1 ansible_host=10.0.0.21 boot_mac=aa:bb:cc:dd:ee:01 bgp_peer_0_node_asn=65101 \
+                 bgp_peer_0_peer_asn=65000 bgp_peer_0_peer_ip=10.0.1.1 bgp_peer_0_src_ip=10.0.1.2 \
+                 bgp_peer_0_password_secret=web-bgp-n1-0\n"
+            ),
+            "{}",
+            inv.hosts_ini
+        );
+        assert!(
+            inv.hosts_yaml.contains("peerASN: 65000"),
+            "{}",
+            inv.hosts_yaml
+        );
+        assert!(
+            inv.hosts_yaml.contains("passwordSecret: web-bgp-n1-0"),
+            "{}",
+            inv.hosts_yaml
+        );
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub enum Hold {
     /// The linked BareMetalHost (`namespace/name`) has no state yet (created a moment
     /// ago, or restored after Metal3 came back) while the host is past `Available`.
     StateNotReported(String),
+    /// Leaving `Provisioned`, its BGP neighbours are still on a ToR: the ports keep
+    /// the tenant's network until they are gone.
+    BgpPeers,
 }
 
 /// One step of the phase machine.
@@ -186,6 +189,20 @@ pub fn next_phase(
             phase: current,
             hold: Some(Hold::Ports),
         }
+    }
+}
+
+/// `step`, held in `Provisioned` while the host's BGP neighbours are still on a ToR
+/// (`peered`): a neighbour comes off before the ports leave the tenant's network.
+pub fn hold_for_bgp(step: PhaseStep, current: Option<ServerPhase>, peered: bool) -> PhaseStep {
+    if peered && current == Some(ServerPhase::Provisioned) && step.phase != ServerPhase::Provisioned
+    {
+        PhaseStep {
+            phase: ServerPhase::Provisioned,
+            hold: Some(Hold::BgpPeers),
+        }
+    } else {
+        step
     }
 }
 

@@ -715,6 +715,15 @@ pub fn host_conditions(
                  {phase} with its ports as they are until Metal3 reports one"
             ),
         ),
+        Some(Hold::BgpPeers) => set(
+            "Held",
+            Truth::True,
+            "BgpPeersRemaining",
+            format!(
+                "leaving {phase}: the host's BGP neighbours come off its ToRs first; the \
+                 ports keep the tenant's network until they are gone"
+            ),
+        ),
         Some(Hold::UnknownState(s)) => set(
             "Held",
             Truth::True,

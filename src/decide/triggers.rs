@@ -239,11 +239,43 @@ fn cabled_to_switch(nics: &[ServerNic], switch: &Switch) -> bool {
         .any(|port| cabled_to(nics, CabledPortKind::SwitchPort, &ns, port))
 }
 
-/// Servers a change to a Switch that reads neighbours concerns: those with a NIC
-/// cabled to one of its SwitchPorts, and those with a NIC that declares a MAC and
-/// no port (it may be discovered there); nothing for a Switch that reads none.
+/// Whether a Switch keeps BGP neighbours (or did: its status still lists some).
+fn keeps_bgp(switch: &Switch) -> bool {
+    switch.spec.bgp.is_some() || switch.status.as_ref().is_some_and(|s| s.bgp.is_some())
+}
+
+/// Switches with BGP a change to `server` concerns: those with a SwitchPort its
+/// NICs are cabled to (the host's neighbours follow its binding and phase).
+pub fn bgp_switches_of_server(switches: &[Arc<Switch>], server: &Server) -> Vec<ObjectRef<Switch>> {
+    switches
+        .iter()
+        .filter(|s| keeps_bgp(s) && cabled_to_switch(&server.spec.nics, s))
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
+/// Every Switch with BGP (a claim's change may change what its hosts announce).
+pub fn bgp_switches(switches: &[Arc<Switch>]) -> Vec<ObjectRef<Switch>> {
+    switches
+        .iter()
+        .filter(|s| s.spec.bgp.is_some())
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
+/// Servers a change to a Switch that reads neighbours or keeps BGP neighbours
+/// concerns: those with a NIC cabled to one of its SwitchPorts, and (reading
+/// neighbours) those with a NIC that declares a MAC and no port (it may be
+/// discovered there); nothing for a Switch that does neither.
 pub fn servers_of_switch(servers: &[Arc<Server>], switch: &Switch) -> Vec<ObjectRef<Server>> {
     if !reads_neighbors(switch) {
+        if keeps_bgp(switch) {
+            return servers
+                .iter()
+                .filter(|s| cabled_to_switch(&s.spec.nics, switch))
+                .map(|s| ObjectRef::new(&s.name_any()))
+                .collect();
+        }
         return Vec::new();
     }
     let undiscovered =

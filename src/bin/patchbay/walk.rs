@@ -280,6 +280,7 @@ pub async fn run() -> Result<()> {
         disabled: false,
         vlan_range: Some("10, 100-199".into()),
         trunk_disable: false,
+        bgp_address: None,
     };
     let port = PortName::parse(&definition.name)?;
     let switch = FixtureSwitch::new("tor-1", [port.clone()]);

@@ -157,6 +157,11 @@ pub fn claim_request(
                 ),
             );
         }
+        if let Some(b) = &r.bgp {
+            for (field, why) in crate::decide::bgp::role_fields(&format!("{path}.bgp"), b) {
+                errors.push(field, why);
+            }
+        }
         let mut nics = shared.clone();
         nic_needs(
             &mut errors,

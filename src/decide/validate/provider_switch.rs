@@ -10,7 +10,10 @@ use super::*;
 pub fn backend_supports(backend: Backend, os: DeviceOs) -> bool {
     use DeviceOs::*;
     match backend {
-        Backend::Ssh => matches!(os, Ios | Eos | Powerconnect | Dell10g | Fastiron | Linux),
+        Backend::Ssh => matches!(
+            os,
+            Ios | Eos | Powerconnect | Dell10g | Fastiron | Linux | Frr
+        ),
         Backend::Netconf => matches!(os, Junos | Yang),
         Backend::Ansible => matches!(os, Ios | Junos),
         Backend::Ovsdb => matches!(os, Ovs),

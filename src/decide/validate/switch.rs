@@ -34,6 +34,14 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
             errors.check(format!("{path}.vlanRange"), VlanSet::parse(r));
         }
     }
+    if let Err(bgp) = crate::decide::bgp::switch_bgp(spec) {
+        for (field, why) in bgp {
+            errors.push(field, why);
+        }
+    }
+    if let Some(b) = &spec.bgp {
+        object_name(&mut errors, "spec.bgp.speaker.name", &b.speaker.name);
+    }
     if let Some(n) = &spec.neighbors {
         if n.providers.is_empty() || n.providers.len() > 4 {
             errors.push("spec.neighbors.providers", "name 1 to 4 ProviderSwitches");

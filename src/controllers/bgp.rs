@@ -1,0 +1,469 @@
+//! BGP to allocated hosts, the I/O side ([`crate::decide::bgp`] decides): a Switch's
+//! speaker kept to the neighbours its hosts should have (called by the Switch
+//! controller within its reconcile: one session to read, and when something differs
+//! one more to change and read back), and each Server's peers published (called by
+//! the Server controller: annotations, status, the per-peer password Secrets in the
+//! claim's namespace). Kubernetes and device I/O.
+//!
+//! When the speaker is touched: at every reconcile of a Switch with `spec.bgp`, and
+//! the Switch is reconciled when a Server or claim changes and every
+//! `spec.bgp.intervalSeconds` (default 30) — so drift (a neighbour removed by hand,
+//! a speaker restarted empty) is repaired within one interval. A speaker that is
+//! down costs one login attempt per reconcile.
+//!
+//! Passwords: generated (24 letters and digits, from the system's random source)
+//! into Secret `<claim>-bgp-<server>-<n>` (key `password`, type
+//! `kubernetes.io/basic-auth`, MetalLB's `passwordSecret` shape) when a Server is
+//! bound to a role with BGP; read from there only when a neighbour is sent; never
+//! logged, never in status, Events or errors. A Secret is created once and never
+//! rewritten (a changed password would break the session on one side); released
+//! Servers' Secrets are deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Resource as _, ResourceExt};
+use patchbay_providers::bgp::{Change, Router, plan};
+use patchbay_providers::secret::SecretString;
+use serde_json::json;
+
+use super::ControllerError;
+use super::context::{Context, Stores};
+use crate::api::{BgpNeighborStatus, Server, ServerClaim, Switch, SwitchBgpStatus, SwitchStatus};
+use crate::decide::bgp::{
+    self, Allowed, BgpGrants, Peer, SwitchBgp, Wanted, peering, peers_of, switch_bgp,
+};
+use crate::decide::failure::Failure;
+use crate::decide::status::set_condition;
+use crate::decide::tenancy::Tenancy;
+use crate::decide::validate::validate_provider;
+
+/// The label on a password Secret naming its Server.
+const SERVER_LABEL: &str = "patchbay.dev/bgp-server";
+
+/// Every Switch with valid BGP settings, with them.
+pub(super) fn bgp_switches(stores: &Stores) -> Vec<(Arc<Switch>, SwitchBgp)> {
+    stores
+        .switches
+        .state()
+        .into_iter()
+        .filter_map(|s| match switch_bgp(&s.spec) {
+            Ok(Some(b)) => Some((s, b)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What `claim`'s roles may do with BGP (grants apply to a tenant's claim under
+/// tenancy).
+pub(super) fn claim_verdict(
+    stores: &Stores,
+    tenancy: Option<&Tenancy>,
+    claim: &ServerClaim,
+    tors: &[SwitchBgp],
+) -> bgp::ClaimBgp {
+    let ns = claim.namespace().unwrap_or_default();
+    let grants = tenancy
+        .filter(|t| !t.is_infra(&ns))
+        .map(|_| BgpGrants::new(stores.pools.state().iter().map(|p| &**p)).of(&ns));
+    bgp::claim_bgp(claim, grants.as_ref(), tors, &stores.claims.state())
+}
+
+/// `server`'s claim, its role's allowed BGP and its peers, when it is bound to a
+/// role with BGP that is allowed.
+pub(super) fn node_peers(
+    stores: &Stores,
+    tenancy: Option<&Tenancy>,
+    server: &Server,
+    switches: &[(Arc<Switch>, SwitchBgp)],
+) -> Option<(Arc<ServerClaim>, Allowed, Vec<Peer>)> {
+    let b = server.spec.claim_ref.as_ref()?;
+    let claim = stores
+        .claims
+        .get(&kube::runtime::reflector::ObjectRef::new(&b.name).within(&b.namespace))
+        .filter(|c| c.uid().as_deref() == Some(b.uid.as_str()))?;
+    let tors: Vec<SwitchBgp> = switches.iter().map(|(_, t)| t.clone()).collect();
+    let allowed = claim_verdict(stores, tenancy, &claim, &tors)
+        .ok()?
+        .remove(&b.role)?;
+    let peers = peers_of(server, &claim.name_any(), allowed.asn, switches);
+    Some((claim, allowed, peers))
+}
+
+/// The neighbours `switch`'s speaker must have now.
+fn wanted(ctx: &Context, switch: &Switch, b: &SwitchBgp) -> Vec<Wanted> {
+    let switches = bgp_switches(&ctx.stores);
+    let ns = switch.namespace().unwrap_or_default();
+    let name = switch.name_any();
+    let tenancy = ctx.settings.tenancy.as_ref();
+    let mut out = Vec::new();
+    for server in ctx.stores.servers.state() {
+        if !peering(&server) {
+            continue;
+        }
+        let Some((claim, allowed, peers)) = node_peers(&ctx.stores, tenancy, &server, &switches)
+        else {
+            continue;
+        };
+        let claim_ns = claim.namespace().unwrap_or_default();
+        for p in peers
+            .iter()
+            .filter(|p| p.switch == name && p.switch_namespace == ns)
+        {
+            out.push(bgp::neighbor(
+                b,
+                p,
+                &allowed,
+                &server.name_any(),
+                &claim_ns,
+                &claim.name_any(),
+            ));
+        }
+    }
+    out
+}
+
+/// Keeps `switch`'s speaker to the neighbours its hosts should have and writes what
+/// the speaker has into `status` (`bgp`, condition `BgpConfigured`). Returns when to
+/// look again (`None`: the Switch has no BGP).
+pub(super) async fn sync(
+    switch: &Switch,
+    status: &mut SwitchStatus,
+    ctx: &Context,
+) -> Option<Duration> {
+    let Some(spec) = &switch.spec.bgp else {
+        status.bgp = None;
+        status.conditions.retain(|c| c.type_ != "BgpConfigured");
+        return None;
+    };
+    let every = Duration::from_secs(spec.interval_seconds.unwrap_or(30).clamp(2, 3600) as u64);
+    let generation = switch.metadata.generation;
+    let now = jiff::Timestamp::now();
+    let Ok(Some(b)) = switch_bgp(&switch.spec) else {
+        // The Switch's own validation reports the fields (Ready=False).
+        return Some(every);
+    };
+    let result = keep(switch, &b, status, ctx).await;
+    let (truth, reason, message) = match &result {
+        Ok(waiting) if waiting.is_empty() => (true, "Configured", String::new()),
+        Ok(waiting) => (
+            false,
+            "PasswordMissing",
+            format!(
+                "no password Secret yet for {}; their neighbours wait",
+                waiting.join(", ")
+            ),
+        ),
+        Err(f) => {
+            tracing::warn!(switch = %switch.name_any(), error = %f, "BGP speaker not kept");
+            (false, f.category(), f.to_string())
+        }
+    };
+    set_condition(
+        &mut status.conditions,
+        "BgpConfigured",
+        truth,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    Some(every)
+}
+
+/// One read, and when needed one change. Returns the neighbours left out for want of
+/// their password Secret.
+async fn keep(
+    switch: &Switch,
+    b: &SwitchBgp,
+    status: &mut SwitchStatus,
+    ctx: &Context,
+) -> Result<Vec<String>, Failure> {
+    let spec = switch.spec.bgp.as_ref().expect("checked by sync");
+    let ns = switch.namespace().unwrap_or_default();
+    let field = "spec.bgp.speaker";
+    let provider = ctx
+        .stores
+        .provider(&ns, &spec.speaker.name)
+        .ok_or_else(|| Failure::ProviderNotFound {
+            name: spec.speaker.name.clone(),
+            field,
+        })?;
+    validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
+        name: provider.name_any(),
+        errors,
+    })?;
+    let secret = ctx.secrets.of_provider(&ctx.client, &provider).await?;
+    let speaker = ctx
+        .backends
+        .bgp_speaker(&provider, secret.as_deref())
+        .map_err(Failure::Backend)?
+        .ok_or_else(|| Failure::ProviderRole {
+            field,
+            name: provider.name_any(),
+            why: "is not a BGP speaker: patchbay keeps BGP neighbours on os frr over ssh",
+        })?;
+    let router = Router {
+        asn: b.asn,
+        router_id: b.router_id,
+    };
+    let managed = b.managed();
+    let wanted = wanted(ctx, switch, b);
+    let desired: Vec<_> = wanted.iter().map(|w| w.neighbor.clone()).collect();
+    let mut state = speaker.bgp_state().await.map_err(Failure::Device)?;
+    let mut changes = plan(&desired, &state, &managed);
+    let mut waiting = Vec::new();
+    if !changes.is_empty() {
+        // The passwords, read only for the neighbours being sent.
+        let mut ready = Vec::with_capacity(changes.len());
+        for mut c in changes {
+            if let Change::Put { neighbor, .. } = &mut c {
+                let w = wanted
+                    .iter()
+                    .find(|w| w.neighbor.address == neighbor.address)
+                    .expect("a put comes from a wanted neighbour");
+                match password(ctx, &w.namespace, &w.password_secret).await? {
+                    Some(p) => neighbor.password = Some(p),
+                    None => {
+                        waiting.push(w.server.clone());
+                        continue;
+                    }
+                }
+            }
+            ready.push(c);
+        }
+        changes = ready;
+    }
+    if !changes.is_empty() {
+        let n = changes.len();
+        state = speaker
+            .bgp_apply(&router, &changes)
+            .await
+            .map_err(Failure::Device)?;
+        let what: Vec<String> = changes
+            .iter()
+            .map(|c| match c {
+                Change::Put { neighbor, .. } => format!("put {}", neighbor.address),
+                Change::Remove { address, .. } => format!("remove {address}"),
+            })
+            .collect();
+        tracing::info!(switch = %switch.name_any(), changes = n, what = %what.join(", "), "BGP neighbours changed");
+        let sent: BTreeSet<_> = changes.iter().map(Change::address).collect();
+        let left: Vec<String> = desired
+            .iter()
+            .filter(|d| sent.contains(&d.address))
+            .filter_map(|d| {
+                let differs = state
+                    .neighbors
+                    .get(&d.address)
+                    .map_or(vec!["missing"], |seen| {
+                        patchbay_providers::bgp::differences(d, seen)
+                    });
+                (!differs.is_empty()).then(|| format!("{} ({})", d.address, differs.join(", ")))
+            })
+            .collect();
+        if !left.is_empty() {
+            return Err(Failure::Device(patchbay_providers::DeviceError::Protocol {
+                during: "reading the BGP neighbours back".into(),
+                cause: patchbay_providers::Cause::msg(format!(
+                    "the speaker does not have what was sent: {}",
+                    left.join("; ")
+                )),
+            }));
+        }
+    }
+    record(status, b, &wanted, &state);
+    Ok(waiting)
+}
+
+/// Writes the managed neighbours the speaker has into `status.bgp`; `readAt` moves
+/// only when what is listed changed.
+fn record(
+    status: &mut SwitchStatus,
+    b: &SwitchBgp,
+    wanted: &[Wanted],
+    state: &patchbay_providers::bgp::SpeakerState,
+) {
+    let ports: BTreeMap<_, _> = b.links.iter().map(|(k, l)| (l.node(), k.clone())).collect();
+    let neighbors: Vec<BgpNeighborStatus> = state
+        .neighbors
+        .iter()
+        .filter_map(|(a, seen)| {
+            Some(BgpNeighborStatus {
+                address: a.to_string(),
+                switch_port: ports.get(a)?.clone(),
+                server: wanted
+                    .iter()
+                    .find(|w| w.neighbor.address == *a)
+                    .map(|w| w.server.clone())
+                    .unwrap_or_default(),
+                asn: i64::from(seen.remote_asn),
+                state: seen.state.clone(),
+                accepted_prefixes: i64::from(seen.accepted),
+            })
+        })
+        .collect();
+    let old = status.bgp.take().unwrap_or_default();
+    let read_at = if old.neighbors == neighbors && old.read_at.is_some() {
+        old.read_at
+    } else {
+        Some(jiff::Timestamp::now().to_string())
+    };
+    status.bgp = Some(SwitchBgpStatus { read_at, neighbors });
+}
+
+/// The password in Secret `name` of `namespace`, when it exists.
+async fn password(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<SecretString>, Failure> {
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| Failure::Kubernetes(Arc::new(e)))?;
+    Ok(secret
+        .and_then(|s| s.data)
+        .and_then(|d| d.get("password").cloned())
+        .and_then(|v| String::from_utf8(v.0).ok())
+        .filter(|p| !p.is_empty())
+        .map(SecretString::new))
+}
+
+/// A new password: 24 letters and digits (no character a CLI would read specially).
+fn generate_password() -> String {
+    use ring::rand::SecureRandom;
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let rng = ring::rand::SystemRandom::new();
+    let mut out = String::with_capacity(24);
+    while out.len() < 24 {
+        let mut b = [0u8; 32];
+        rng.fill(&mut b).expect("the system's random source");
+        // Rejection sampling keeps every letter equally likely.
+        let limit = 256 - 256 % ALPHABET.len();
+        for x in b {
+            if (x as usize) < limit && out.len() < 24 {
+                out.push(ALPHABET[x as usize % ALPHABET.len()] as char);
+            }
+        }
+    }
+    out
+}
+
+/// The Server's side: its peers (annotations, and the status the caller writes) and
+/// their password Secrets; a Server without peers has its annotations and Secrets
+/// removed. Returns the peers for the status.
+pub(super) async fn publish(
+    server: &Server,
+    stores: &Stores,
+    tenancy: Option<&Tenancy>,
+    client: &kube::Client,
+) -> Result<Vec<crate::api::BgpPeer>, ControllerError> {
+    let switches = bgp_switches(stores);
+    let found = if server.metadata.deletion_timestamp.is_some() {
+        None
+    } else {
+        node_peers(stores, tenancy, server, &switches)
+    };
+    let name = server.name_any();
+    let (peers, claim) = match &found {
+        Some((claim, _, peers)) => (peers.clone(), Some(claim.clone())),
+        None => (Vec::new(), None),
+    };
+    let want = bgp::annotations(&peers);
+    let have: BTreeMap<String, String> = server
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with(bgp::ANNOTATION_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if want == have {
+        // Published as they should be (Secrets are written with the annotations).
+        return Ok(bgp::peer_status(&peers, &switches));
+    }
+    // Secrets first: a host told its peers finds their passwords.
+    if let Some(claim) = &claim {
+        let ns = claim.namespace().unwrap_or_default();
+        let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+        for p in &peers {
+            if secrets.get_opt(&p.password_secret).await?.is_some() {
+                continue;
+            }
+            let s = Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(p.password_secret.clone()),
+                    namespace: Some(ns.clone()),
+                    labels: Some(
+                        [
+                            ("patchbay.dev/claim".to_owned(), claim.name_any()),
+                            (SERVER_LABEL.to_owned(), name.clone()),
+                        ]
+                        .into(),
+                    ),
+                    owner_references: Some(vec![claim.controller_owner_ref(&()).expect("named")]),
+                    ..Default::default()
+                },
+                type_: Some("kubernetes.io/basic-auth".into()),
+                data: Some(
+                    [(
+                        "password".to_owned(),
+                        ByteString(generate_password().into_bytes()),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            };
+            match secrets.create(&PostParams::default(), &s).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    // Secrets of this Server no peer names any more (released, re-cabled), in any
+    // namespace.
+    let keep: BTreeSet<(String, String)> = match &claim {
+        Some(c) => peers
+            .iter()
+            .map(|p| (c.namespace().unwrap_or_default(), p.password_secret.clone()))
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    let all = Api::<Secret>::all(client.clone());
+    let listed = all
+        .list_metadata(&ListParams::default().labels(&format!("{SERVER_LABEL}={name}")))
+        .await?;
+    for s in listed {
+        let key = (s.namespace().unwrap_or_default(), s.name_any());
+        if !keep.contains(&key) {
+            match Api::<Secret>::namespaced(client.clone(), &key.0)
+                .delete(&key.1, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    // Annotations: the seed's pattern, replaced whole.
+    let mut patch = serde_json::Map::new();
+    for k in have.keys() {
+        patch.insert(k.clone(), serde_json::Value::Null);
+    }
+    for (k, v) in &want {
+        patch.insert(k.clone(), json!(v));
+    }
+    Api::<Server>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": patch}})),
+        )
+        .await?;
+    Ok(bgp::peer_status(&peers, &switches))
+}

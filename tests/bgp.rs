@@ -1,0 +1,468 @@
+//! BGP to an allocated host, end to end with real speakers: an Open vSwitch bridge
+//! whose host port patchbay configures; FRRouting (zebra + bgpd) in one network
+//! namespace as the ToR's speaker on the tenant VLAN, reached over SSH with vtysh as
+//! patchbay reaches any switch; GoBGP in another namespace as the node's speaker
+//! (what MetalLB or kube-vip would run), configured only from what patchbay
+//! published — the Server's `patchbay.dev/bgp-peers-0-*` annotations and the password
+//! Secret in the claim's namespace.
+//!
+//! Proven: a claim allocated and its host provisioned → the neighbour on FRR (read
+//! with `show bgp summary json`) and on GoBGP Established; the node's /32 inside the
+//! claim's prefixes installed on the ToR, one outside them not; the Server's status,
+//! the Switch's status and the claim's inventory say so; the password nowhere but its
+//! Secret; FRR restarted empty → the neighbour put back within an interval (drift);
+//! release → the neighbour gone before the port leaves the tenant VLAN, annotations
+//! and Secret gone. A claim that announces a ToR's own subnet or uses the ToR's ASN
+//! is refused, naming the field, and nothing reaches FRR.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use patchbay::api::{ProviderSwitch, Server, ServerClaim, ServerPhase, Switch};
+use patchbay_testbed::OvsSim;
+use patchbay_testbed::bgp::{Frr, Gobgp, GobgpPeer};
+use serde_json::json;
+use support::env::{Env, find_condition};
+use support::netns::Hosts;
+
+/// The tenant's VLAN (the claim's network, and the speaker's uplink).
+const TENANT_VLAN: &str = "100";
+/// The speaker's address facing the host's port.
+const TOR_ADDRESS: &str = "10.99.0.1/30";
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Blocks (off the runtime) until `ok`, at most `secs`; returns how long it took.
+fn until(what: &str, secs: u64, mut ok: impl FnMut() -> bool) -> Duration {
+    tokio::task::block_in_place(|| {
+        let start = Instant::now();
+        while !ok() {
+            assert!(
+                start.elapsed() < Duration::from_secs(secs),
+                "{what} within {secs} s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        start.elapsed()
+    })
+}
+
+/// The world of one test: the bridge, the two namespaces, FRR, the operator.
+struct Bed {
+    ovs: OvsSim,
+    hosts: Hosts,
+    frr: Frr,
+    env: Env,
+}
+
+impl Bed {
+    /// Host 0 is the ToR's routing daemon (its bridge port an infra uplink on the
+    /// tenant VLAN, address [`TOR_ADDRESS`]); host 1 the server. Switch `tor` manages
+    /// the server's port `tor-n1` with BGP through ProviderSwitch `tor-frr`.
+    async fn start(test: &str) -> Bed {
+        let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+        let hosts = Hosts::create(&ovs, "br0", 2);
+        ovs.vsctl(&[
+            "set",
+            "Port",
+            &hosts.ports[0],
+            &format!("tag={TENANT_VLAN}"),
+        ])
+        .unwrap();
+        ip(&[
+            "-n",
+            &hosts.namespaces[0],
+            "addr",
+            "add",
+            TOR_ADDRESS,
+            "dev",
+            "eth0",
+        ]);
+        let frr = Frr::start(&hosts.namespaces[0], "tor").expect("FRR starts");
+        let env = Env::start(test).await;
+        env.api::<Secret>()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "tor-frr-login"},
+                    "stringData": {"username": frr.username, "privateKey": frr.client_key}
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        env.create::<ProviderSwitch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": "tor-frr"},
+            "spec": {"backend": "ssh", "os": "frr", "address": "127.0.0.1", "port": frr.ssh_port,
+                     "hostKey": {"fingerprint": frr.host_key_fingerprint},
+                     "credentialsSecretRef": {"name": "tor-frr-login"}}
+        }))
+        .await;
+        env.create::<ProviderSwitch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": "tor"},
+            "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                     "port": ovs.info.ovsdb_port, "options": {"bridge": "br0"}}
+        }))
+        .await;
+        env.create::<Switch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": "tor"},
+            "spec": {"provider": {"name": "tor"},
+                     "ports": {"tor-n1": {"name": hosts.ports[1], "bgpAddress": TOR_ADDRESS}},
+                     "bgp": {"speaker": {"name": "tor-frr"}, "asn": 65000,
+                             "routerId": "10.255.0.1", "keepaliveSeconds": 1,
+                             "holdSeconds": 3, "connectRetrySeconds": 1,
+                             "intervalSeconds": 2}}
+        }))
+        .await;
+        env.configuration("provisioning", json!({"untaggedVLAN": 10}))
+            .await;
+        env.configuration("tenant", json!({"untaggedVLAN": 100}))
+            .await;
+        let ns = env.cluster.namespace.clone();
+        let server: Server = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+            "metadata": {"name": format!("{ns}-n1")},
+            "spec": {
+                "bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": ns}},
+                "bootMac": hosts.mac(1),
+                "site": ns,
+                "nics": [{"name": "eth0", "mac": hosts.mac(1),
+                          "port": {"kind": "SwitchPort", "name": "tor-n1", "namespace": ns},
+                          "provisioningConfiguration": {"name": "provisioning"}}],
+            }
+        }))
+        .unwrap();
+        Api::<Server>::all(env.cluster.client.clone())
+            .create(&PostParams::default(), &server)
+            .await
+            .unwrap();
+        Bed {
+            ovs,
+            hosts,
+            frr,
+            env,
+        }
+    }
+
+    fn server_name(&self) -> String {
+        format!("{}-n1", self.env.cluster.namespace)
+    }
+
+    async fn claim(&self, name: &str, bgp: serde_json::Value) {
+        let ns = self.env.cluster.namespace.clone();
+        self.env
+            .create::<ServerClaim>(json!({
+                "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+                "metadata": {"name": name},
+                "spec": {"site": ns,
+                         "roles": [{"name": "worker", "count": 1, "bgp": bgp}],
+                         "networkConfiguration": [{"configurationRef":
+                             {"kind": "SwitchPortConfiguration", "name": "tenant"}}]}
+            }))
+            .await;
+    }
+
+    async fn server(&self, what: &str, check: impl Fn(&Server) -> bool) -> Server {
+        let api = Api::<Server>::all(self.env.cluster.client.clone());
+        let name = self.server_name();
+        support::eventually_seen(60, what, || async {
+            match api.get_opt(&name).await {
+                Ok(Some(s)) if check(&s) => Ok(s),
+                Ok(Some(s)) => Err(format!("{:#?} {:#?}", s.annotations(), s.status)),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+
+    /// Binds the claim's Server and says it is installed: Provisioned.
+    async fn provision(&self) {
+        self.server("bound", |s| s.spec.claim_ref.is_some()).await;
+        Api::<Server>::all(self.env.cluster.client.clone())
+            .patch(
+                &self.server_name(),
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"patchbay.dev/provisioned": "true"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+
+    fn tag(&self) -> String {
+        self.ovs
+            .vsctl(&["get", "Port", &self.hosts.ports[1], "tag"])
+            .unwrap()
+    }
+}
+
+fn annotation(s: &Server, key: &str) -> String {
+    s.annotations()
+        .get(&format!("patchbay.dev/bgp-peers-0-{key}"))
+        .cloned()
+        .unwrap_or_else(|| panic!("annotation {key} on {:?}", s.annotations()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is_removed_on_release()
+ {
+    let mut bed = Bed::start("bgp").await;
+    let ns = bed.env.cluster.namespace.clone();
+    let created = Instant::now();
+    bed.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
+        .await;
+    bed.provision().await;
+
+    // What patchbay published is all the node gets.
+    let s = bed
+        .server("its peer published", |s| {
+            s.annotations()
+                .contains_key("patchbay.dev/bgp-peers-0-src-ip")
+        })
+        .await;
+    assert_eq!(annotation(&s, "node-asn"), "65101");
+    assert_eq!(annotation(&s, "peer-asn"), "65000");
+    assert_eq!(annotation(&s, "peer-ip"), "10.99.0.1");
+    assert_eq!(annotation(&s, "src-ip"), "10.99.0.2");
+    let secret_name = annotation(&s, "password-secret");
+    assert_eq!(secret_name, format!("web-bgp-{}-0", bed.server_name()));
+    let secret = bed.env.api::<Secret>().get(&secret_name).await.unwrap();
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/basic-auth"));
+    let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    assert_eq!(password.len(), 24);
+
+    // The node configures its speaker from that: its address and a route to the
+    // ToR on its NIC, GoBGP with the peer and the password.
+    let node_ns = &bed.hosts.namespaces[1];
+    let (src, peer) = (annotation(&s, "src-ip"), annotation(&s, "peer-ip"));
+    ip(&[
+        "-n",
+        node_ns,
+        "addr",
+        "add",
+        &format!("{src}/32"),
+        "dev",
+        "eth0",
+    ]);
+    ip(&[
+        "-n",
+        node_ns,
+        "route",
+        "add",
+        &format!("{peer}/32"),
+        "dev",
+        "eth0",
+    ]);
+    let node = Gobgp::start(
+        node_ns,
+        annotation(&s, "node-asn").parse().unwrap(),
+        &src,
+        &[GobgpPeer {
+            address: peer.clone(),
+            asn: annotation(&s, "peer-asn").parse().unwrap(),
+            local_address: src.clone(),
+            password: Some(password.clone()),
+        }],
+    )
+    .expect("GoBGP starts");
+    node.announce("192.0.2.5/32").unwrap();
+    node.announce("203.0.113.7/32").unwrap();
+
+    let configured = until("the neighbour on FRR", 60, || {
+        bed.frr
+            .peer_states()
+            .unwrap()
+            .iter()
+            .any(|(a, _)| a == &src)
+    });
+    let established = until("Established on FRR", 60, || {
+        bed.frr.peer_states().unwrap() == vec![(src.clone(), "Established".to_owned())]
+    });
+    eprintln!(
+        "claim created → neighbour configured on FRR {:?} (from the check), Established {:?} \
+         later; {:?} after the claim",
+        configured,
+        established,
+        created.elapsed()
+    );
+    assert!(node.established(&peer), "{}", node.log());
+    until("only the claim's prefix accepted", 30, || {
+        bed.frr.routes().unwrap() == ["192.0.2.5/32"]
+    });
+    assert_eq!(bed.tag(), TENANT_VLAN, "the port carries the tenant's VLAN");
+
+    // Status: the Switch lists the neighbour, the Server its peer, the inventory the
+    // host variables; the password is nowhere but its Secret.
+    let sw = bed
+        .env
+        .wait_obj::<Switch>("tor", "the neighbour Established in the status", |sw| {
+            sw.status
+                .as_ref()
+                .and_then(|s| s.bgp.as_ref())
+                .is_some_and(|b| {
+                    b.neighbors.len() == 1
+                        && b.neighbors[0].state == "Established"
+                        && b.neighbors[0].accepted_prefixes == 1
+                })
+        })
+        .await;
+    let st = sw.status.clone().unwrap();
+    assert_eq!(
+        find_condition(&st.conditions, "BgpConfigured").unwrap().0,
+        "True"
+    );
+    let n = &st.bgp.as_ref().unwrap().neighbors[0];
+    assert_eq!(
+        (n.address.as_str(), n.switch_port.as_str()),
+        ("10.99.0.2", "tor-n1")
+    );
+    assert_eq!(n.server, bed.server_name());
+    let s = bed
+        .server("its peer Established", |s| {
+            s.status.as_ref().and_then(|st| st.bgp.as_deref()) == Some("1/1")
+        })
+        .await;
+    let peers = &s.status.as_ref().unwrap().bgp_peers;
+    assert_eq!(peers[0].switch, format!("{ns}/tor"));
+    assert_eq!(peers[0].state.as_deref(), Some("Established"));
+    let inventory = bed
+        .env
+        .api::<ConfigMap>()
+        .get("web-inventory")
+        .await
+        .unwrap();
+    let ini = &inventory.data.as_ref().unwrap()["hosts.ini"];
+    assert!(
+        ini.contains("bgp_peer_0_src_ip=10.99.0.2") && ini.contains("bgp_peer_0_peer_asn=65000"),
+        "{ini}"
+    );
+    let everywhere = format!(
+        "{:?} {:?} {:?} {:?} {:?}",
+        s.annotations(),
+        s.status,
+        st,
+        inventory.data,
+        bed.env
+            .api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|e| e.message.clone())
+            .collect::<Vec<_>>()
+    );
+    assert!(!everywhere.contains(&password), "the password leaked");
+
+    // FRR restarted without its configuration: put back within an interval.
+    bed.frr.restart_empty().expect("FRR restarts");
+    let repaired = until("the neighbour put back by drift", 30, || {
+        bed.frr
+            .peer_states()
+            .unwrap()
+            .iter()
+            .any(|(a, _)| a == &src)
+    });
+    until("Established again", 60, || {
+        bed.frr.peer_states().unwrap() == vec![(src.clone(), "Established".to_owned())]
+    });
+    eprintln!("FRR restarted empty → neighbour back after {repaired:?}");
+
+    // Release: the neighbour goes first, then the port leaves the tenant VLAN.
+    bed.env
+        .api::<ServerClaim>()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut tag_when_gone = String::new();
+    until("the neighbour off FRR", 60, || {
+        let gone = bed.frr.peer_states().unwrap().is_empty();
+        if gone {
+            tag_when_gone = bed.tag();
+        }
+        gone
+    });
+    assert_eq!(
+        tag_when_gone, TENANT_VLAN,
+        "the neighbour came off while the port still carried the tenant VLAN"
+    );
+    until("the port back on the provisioning VLAN", 60, || {
+        bed.tag() == "10"
+    });
+    until("the session down on the node", 30, || {
+        !node.established(&peer)
+    });
+    let s = bed
+        .server("annotations gone", |s| {
+            !s.annotations()
+                .keys()
+                .any(|k| k.starts_with("patchbay.dev/bgp-peers-"))
+                && s.status.as_ref().is_some_and(|st| st.bgp_peers.is_empty())
+        })
+        .await;
+    assert_eq!(s.status.unwrap().phase, Some(ServerPhase::Available));
+    assert!(
+        bed.env
+            .api::<Secret>()
+            .get_opt(&secret_name)
+            .await
+            .unwrap()
+            .is_none(),
+        "the password Secret is deleted"
+    );
+    bed.env.cluster.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_announcing_the_tors_subnet_or_using_its_asn_is_refused_and_nothing_reaches_frr() {
+    let bed = Bed::start("bgp-refused").await;
+    bed.claim("bad", json!({"asn": 65000, "prefixes": ["10.99.0.0/24"]}))
+        .await;
+    let claim = bed
+        .env
+        .wait_obj::<ServerClaim>("bad", "BGP refused", |c| {
+            c.status
+                .as_ref()
+                .and_then(|s| find_condition(&s.conditions, "BgpAccepted"))
+                .is_some_and(|c| c.0 == "False")
+        })
+        .await;
+    let (_, reason, message) =
+        find_condition(&claim.status.unwrap().conditions, "BgpAccepted").unwrap();
+    assert_eq!(reason, "Refused");
+    assert!(
+        message.contains("spec.roles[0].bgp.asn: 65000 is a ToR's own ASN"),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec.roles[0].bgp.prefixes[0]: 10.99.0.0/24 overlaps a ToR's own"),
+        "{message}"
+    );
+    bed.provision().await;
+    bed.server("provisioned", |s| {
+        s.status.as_ref().and_then(|st| st.phase) == Some(ServerPhase::Provisioned)
+    })
+    .await;
+    // Several of the Switch's intervals pass: FRR never gets a neighbour.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(bed.frr.peer_states().unwrap().is_empty());
+    let s = bed.server("no peers", |_| true).await;
+    assert!(s.status.unwrap().bgp_peers.is_empty());
+    bed.env.cluster.finish().await;
+}
