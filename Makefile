@@ -122,7 +122,7 @@ test: fmt-check clippy doc-check unit
 
 # Each run's output is kept in target/bench-out/ (bench/run.sh) and the figures
 # table of docs/benchmarks.md is written from it (bench/table.py).
-bench: deps fake-switch ovs netconf ansible
+bench: deps fake-switch ovs netconf lldp bgp ansible
 	bench/run.sh devplane -- devplane
 	bench/run.sh operator -- operator
 	bench/run.sh ssh -- ssh
@@ -134,6 +134,7 @@ bench: deps fake-switch ovs netconf ansible
 	bench/run.sh ansible -- ansible
 	bench/run.sh fleet -- fleet
 	bench/run.sh tenancy -- tenancy
+	bench/run.sh bgp -- bgp
 	bench/run.sh operator-tenancy BENCH_TENANCY=1 -- operator
 	bench/run.sh operator-100k BENCH_SWITCHES=2000 BENCH_PORTS=50 BENCH_IDLE_SECONDS=30 -- operator
 	bench/run.sh operator-neighbors BENCH_SWITCHES=50 BENCH_PORTS=48 BENCH_NEIGHBOR_SECONDS=10 BENCH_IDLE_SECONDS=60 -- operator

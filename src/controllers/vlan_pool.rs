@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::api::VLANPool;
 use crate::api::common::ConditionsStatus;
 use crate::api::keys::{GRANTS_CONFIGMAP, MANAGER};
+use crate::decide::bgp::BgpGrants;
 use crate::decide::status::{Truth, set_condition};
 use crate::decide::tenancy::{Grants, Tenancy};
 
@@ -26,8 +27,13 @@ pub struct Written {
 }
 
 /// One namespace's summary: `vlans` (every VLAN it may carry, as a range), `shared`
-/// (those of shared pools, with their names).
-pub fn summary(grants: &Grants, pools: &[VLANPool], namespace: &str) -> BTreeMap<String, String> {
+/// (those of shared pools, with their names), and for BGP `asns` and `prefixes`.
+pub fn summary(
+    grants: &Grants,
+    bgp: &BgpGrants,
+    pools: &[VLANPool],
+    namespace: &str,
+) -> BTreeMap<String, String> {
     let vlans = grants.granted_to(namespace);
     let shared: Vec<String> = pools
         .iter()
@@ -41,9 +47,24 @@ pub fn summary(grants: &Grants, pools: &[VLANPool], namespace: &str) -> BTreeMap
             )
         })
         .collect();
+    let b = bgp.of(namespace);
+    let asns: Vec<String> = b
+        .asns
+        .iter()
+        .map(|(a, z)| {
+            if a == z {
+                a.to_string()
+            } else {
+                format!("{a}-{z}")
+            }
+        })
+        .collect();
+    let prefixes: Vec<String> = b.prefixes.iter().map(ToString::to_string).collect();
     BTreeMap::from([
         ("vlans".to_owned(), vlans.to_range_string()),
         ("shared".to_owned(), shared.join(", ")),
+        ("asns".to_owned(), asns.join(", ")),
+        ("prefixes".to_owned(), prefixes.join(", ")),
     ])
 }
 
@@ -57,10 +78,16 @@ pub async fn sync(
 ) -> Result<(), kube::Error> {
     let all: Vec<VLANPool> = pools.state().iter().map(|p| (**p).clone()).collect();
     let grants = Grants::new(&all, Some(tenancy.parking_vlan));
+    let bgp = BgpGrants::new(&all);
     let api: Api<VLANPool> = Api::all(client.clone());
     let now = jiff::Timestamp::now();
     for pool in &all {
-        let problems = grants.problems(&pool.name_any());
+        let problems: Vec<String> = grants
+            .problems(&pool.name_any())
+            .iter()
+            .chain(bgp.problems(&pool.name_any()))
+            .cloned()
+            .collect();
         let old = pool.status.clone().unwrap_or_default();
         let mut new = ConditionsStatus {
             observed_generation: pool.metadata.generation,
@@ -93,7 +120,7 @@ pub async fn sync(
         .chain(written.summaries.keys().cloned())
         .collect();
     for ns in served {
-        let data = summary(&grants, &all, &ns);
+        let data = summary(&grants, &bgp, &all, &ns);
         if written.summaries.get(&ns) == Some(&data) {
             continue;
         }
@@ -128,20 +155,25 @@ mod tests {
     #[test]
     fn a_namespace_reads_its_own_grants_and_nobody_else_s() {
         let pools: Vec<VLANPool> = serde_json::from_value(json!([
-            {"metadata": {"name": "a"}, "spec": {"vlans": "200-209, 220", "namespaces": ["tenant-a"]}},
-            {"metadata": {"name": "b"}, "spec": {"vlans": "300-309", "namespaces": ["tenant-b"]}},
+            {"metadata": {"name": "a"}, "spec": {"vlans": "200-209, 220", "namespaces": ["tenant-a"],
+                                                 "asns": "65100-65109", "prefixes": ["192.0.2.0/26"]}},
+            {"metadata": {"name": "b"}, "spec": {"vlans": "300-309", "namespaces": ["tenant-b"],
+                                                 "asns": "65300", "prefixes": ["198.51.100.0/24"]}},
             {"metadata": {"name": "svc"}, "spec": {"vlans": "42", "namespaces": ["tenant-a", "tenant-b"],
                                                    "shared": true, "vlanName": "services"}},
         ]))
         .unwrap();
         let grants = Grants::new(&pools, None);
-        let a = summary(&grants, &pools, "tenant-a");
+        let bgp = BgpGrants::new(&pools);
+        let a = summary(&grants, &bgp, &pools, "tenant-a");
         assert_eq!(a["vlans"], "42,200-209,220");
         assert_eq!(a["shared"], "42 (services)");
+        assert_eq!(a["asns"], "65100-65109");
+        assert_eq!(a["prefixes"], "192.0.2.0/26");
         assert!(
             !a.values()
-                .any(|v| v.contains("300") || v.contains("tenant-b"))
+                .any(|v| v.contains("300") || v.contains("tenant-b") || v.contains("198.51"))
         );
-        assert_eq!(summary(&grants, &pools, "tenant-c")["vlans"], "");
+        assert_eq!(summary(&grants, &bgp, &pools, "tenant-c")["vlans"], "");
     }
 }

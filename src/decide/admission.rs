@@ -164,6 +164,19 @@ fn review_claim(
             }
         }
     }
+    // BGP: the checks that need nothing but the claim (the grants, the ToRs' own
+    // addresses and other claims' prefixes are checked by the claim controller).
+    for (j, role) in list(object.pointer("/spec/roles")).iter().enumerate() {
+        let Some(b) = role.get("bgp") else { continue };
+        match serde_json::from_value::<crate::api::RoleBgp>(b.clone()) {
+            Ok(b) => refused.extend(
+                crate::decide::bgp::role_fields(&format!("spec.roles[{j}].bgp"), &b)
+                    .into_iter()
+                    .map(|(f, why)| format!("{f}: {why}")),
+            ),
+            Err(e) => refused.push(format!("spec.roles[{j}].bgp: {e}")),
+        }
+    }
     for (field, r) in entries {
         let kind = r
             .get("kind")

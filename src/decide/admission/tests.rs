@@ -165,6 +165,24 @@ fn claims_name_their_own_or_shared_infra_configurations_with_granted_vlans() {
         bmc.len() == 1 && bmc[0].starts_with("spec.inventory.includeBmcCredentials: "),
         "{bmc:?}"
     );
+    let bgp = run(
+        "ServerClaim",
+        "tenant-a",
+        json!({"metadata": {"name": "c"}, "spec": {"site": "s", "roles": [{"name": "w",
+            "count": 1, "bgp": {"asn": 23456, "prefixes": ["0.0.0.0/0", "192.0.2.1/24"]}}]}}),
+    );
+    assert_eq!(
+        bgp,
+        vec![
+            "spec.roles[0].bgp.asn: 23456 is AS_TRANS (RFC 6793)".to_owned(),
+            "spec.roles[0].bgp.prefixes[0]: 0.0.0.0/0 is the default route: a host may not \
+             announce it"
+                .to_owned(),
+            "spec.roles[0].bgp.prefixes[1]: 192.0.2.1/24 has host bits set (the network is \
+             192.0.2.0)"
+                .to_owned(),
+        ]
+    );
 }
 
 #[test]
