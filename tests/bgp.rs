@@ -384,24 +384,34 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     });
     eprintln!("FRR restarted empty → neighbour back after {repaired:?}");
 
-    // Release: the neighbour goes first, then the port leaves the tenant VLAN.
+    // Release with the ToR's bgpd stuck: the host is held, its port keeps the tenant
+    // VLAN, for as long as the neighbour cannot be taken off.
+    bed.frr.pause();
     bed.env
         .api::<ServerClaim>()
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    let mut tag_when_gone = String::new();
-    until("the neighbour off FRR", 60, || {
-        let gone = bed.frr.peer_states().unwrap().is_empty();
-        if gone {
-            tag_when_gone = bed.tag();
-        }
-        gone
-    });
+    let held = |s: &Server| {
+        s.status
+            .as_ref()
+            .and_then(|st| find_condition(&st.conditions, "Held"))
+            .is_some_and(|(t, r, _)| t == "True" && r == "BgpPeersRemaining")
+    };
+    bed.server("held for its BGP neighbour", held).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let s = bed.server("still held", held).await;
+    assert_eq!(s.status.unwrap().phase, Some(ServerPhase::Provisioned));
     assert_eq!(
-        tag_when_gone, TENANT_VLAN,
-        "the neighbour came off while the port still carried the tenant VLAN"
+        bed.tag(),
+        TENANT_VLAN,
+        "the port keeps the tenant VLAN meanwhile"
     );
+    // bgpd goes on: the neighbour comes off, then the port leaves the tenant VLAN.
+    bed.frr.resume();
+    until("the neighbour off FRR", 60, || {
+        bed.frr.peer_states().unwrap().is_empty()
+    });
     until("the port back on the provisioning VLAN", 60, || {
         bed.tag() == "10"
     });
@@ -464,5 +474,31 @@ async fn a_claim_announcing_the_tors_subnet_or_using_its_asn_is_refused_and_noth
     assert!(bed.frr.peer_states().unwrap().is_empty());
     let s = bed.server("no peers", |_| true).await;
     assert!(s.status.unwrap().bgp_peers.is_empty());
+    bed.env.cluster.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_switch_takes_its_hosts_neighbours_off_the_speaker() {
+    let bed = Bed::start("bgp-switch-gone").await;
+    bed.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
+        .await;
+    bed.provision().await;
+    until("the neighbour on FRR", 60, || {
+        bed.frr
+            .peer_states()
+            .unwrap()
+            .iter()
+            .any(|(a, _)| a == "10.99.0.2")
+    });
+    bed.env
+        .api::<Switch>()
+        .delete("tor", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("the neighbour off FRR", 60, || {
+        bed.frr.peer_states().unwrap().is_empty()
+    });
+    let lists = bed.frr.vtysh(&["show ip prefix-list json"]).unwrap();
+    assert!(!lists.contains("PB-IN-10-99-0-2"), "{lists}");
     bed.env.cluster.finish().await;
 }

@@ -183,30 +183,7 @@ async fn keep(
     status: &mut SwitchStatus,
     ctx: &Context,
 ) -> Result<Vec<String>, Failure> {
-    let spec = switch.spec.bgp.as_ref().expect("checked by sync");
-    let ns = switch.namespace().unwrap_or_default();
-    let field = "spec.bgp.speaker";
-    let provider = ctx
-        .stores
-        .provider(&ns, &spec.speaker.name)
-        .ok_or_else(|| Failure::ProviderNotFound {
-            name: spec.speaker.name.clone(),
-            field,
-        })?;
-    validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
-        name: provider.name_any(),
-        errors,
-    })?;
-    let secret = ctx.secrets.of_provider(&ctx.client, &provider).await?;
-    let speaker = ctx
-        .backends
-        .bgp_speaker(&provider, secret.as_deref())
-        .map_err(Failure::Backend)?
-        .ok_or_else(|| Failure::ProviderRole {
-            field,
-            name: provider.name_any(),
-            why: "is not a BGP speaker: patchbay keeps BGP neighbours on os frr over ssh",
-        })?;
+    let speaker = speaker_of(switch, ctx).await?;
     let router = Router {
         asn: b.asn,
         router_id: b.router_id,
@@ -278,6 +255,72 @@ async fn keep(
     }
     record(status, b, &wanted, &state);
     Ok(waiting)
+}
+
+/// A Switch being deleted: its hosts' neighbours come off its speaker first. Best
+/// effort: a speaker that cannot be reached or changed is logged and left (the
+/// Switch's deletion does not wait on it).
+pub(super) async fn withdraw(switch: &Switch, ctx: &Context) {
+    let Ok(Some(b)) = switch_bgp(&switch.spec) else {
+        return;
+    };
+    let result = async {
+        let speaker = speaker_of(switch, ctx).await?;
+        let state = speaker.bgp_state().await.map_err(Failure::Device)?;
+        let changes = plan(&[], &state, &b.managed());
+        if !changes.is_empty() {
+            let router = Router {
+                asn: b.asn,
+                router_id: b.router_id,
+            };
+            speaker
+                .bgp_apply(&router, &changes)
+                .await
+                .map_err(Failure::Device)?;
+        }
+        Ok::<usize, Failure>(changes.len())
+    }
+    .await;
+    match result {
+        Ok(n) => {
+            tracing::info!(switch = %switch.name_any(), removed = n, "BGP neighbours withdrawn")
+        }
+        Err(f) => tracing::warn!(
+            switch = %switch.name_any(),
+            error = %f,
+            "BGP neighbours not withdrawn; they stay on the speaker"
+        ),
+    }
+}
+
+/// The BGP speaker `switch.spec.bgp.speaker` names.
+async fn speaker_of(
+    switch: &Switch,
+    ctx: &Context,
+) -> Result<Arc<dyn patchbay_providers::BgpSpeaker>, Failure> {
+    let spec = switch.spec.bgp.as_ref().expect("a Switch with spec.bgp");
+    let ns = switch.namespace().unwrap_or_default();
+    let field = "spec.bgp.speaker";
+    let provider = ctx
+        .stores
+        .provider(&ns, &spec.speaker.name)
+        .ok_or_else(|| Failure::ProviderNotFound {
+            name: spec.speaker.name.clone(),
+            field,
+        })?;
+    validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
+        name: provider.name_any(),
+        errors,
+    })?;
+    let secret = ctx.secrets.of_provider(&ctx.client, &provider).await?;
+    ctx.backends
+        .bgp_speaker(&provider, secret.as_deref())
+        .map_err(Failure::Backend)?
+        .ok_or_else(|| Failure::ProviderRole {
+            field,
+            name: provider.name_any(),
+            why: "is not a BGP speaker: patchbay keeps BGP neighbours on os frr over ssh",
+        })
 }
 
 /// Writes the managed neighbours the speaker has into `status.bgp`; `readAt` moves

@@ -2,8 +2,9 @@
 //! starts the switch's worker and shows whether the device answers as the worker last
 //! found (`DeviceReachable`, one Warning when it stops answering, one Normal when it
 //! answers again); keeps exactly one SwitchPort per `spec.ports` entry (owned,
-//! labelled, adopted when created ahead); on deletion, deletes its ports (each
-//! cleaned on the device first) and goes when none is left; reads the Switch's
+//! labelled, adopted when created ahead); on deletion, withdraws its hosts' BGP
+//! neighbours (best effort), deletes its ports (each cleaned on the device first)
+//! and goes when none is left; reads the Switch's
 //! neighbour source when one is named and a read is due ([`super::neighbors`]); keeps
 //! its BGP speaker's host neighbours when `spec.bgp` is set ([`super::bgp`]).
 //! Kubernetes I/O; no device I/O of its own (the worker probes; the neighbour
@@ -225,6 +226,8 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
 async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, ControllerError> {
     let ns = switch.namespace().unwrap_or_default();
     let name = switch.name_any();
+    // Its hosts' BGP neighbours go before the ports leave their networks.
+    super::bgp::withdraw(switch, ctx).await;
     let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
     let ours: Vec<SwitchPort> = api
         .list(&ListParams::default().labels(&format!("{SWITCH_LABEL}={name}")))

@@ -615,11 +615,22 @@ pub fn summary(peers: &[BgpPeer]) -> Option<String> {
 }
 
 /// Whether `server`'s neighbours belong on its ToRs now: bound, `Provisioned`, not
-/// being deleted.
+/// being deleted (a host held for its neighbours is not allocated again, see
+/// [`held_for_peers`], so a `Provisioned` bound host carries its claim's network).
 pub fn peering(server: &Server) -> bool {
     server.metadata.deletion_timestamp.is_none()
         && server.spec.claim_ref.is_some()
         && server.status.as_ref().and_then(|s| s.phase) == Some(ServerPhase::Provisioned)
+}
+
+/// Whether `server` is held in `Provisioned` for its BGP neighbours (released, its
+/// ports still on the last claim's network): not allocated again until it moves on.
+pub fn held_for_peers(server: &Server) -> bool {
+    server.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Held" && c.status == "True" && c.reason == "BgpPeersRemaining")
+    })
 }
 
 /// Whether a Switch status still lists a neighbour of `server` (its phase may not
@@ -685,6 +696,49 @@ mod tests {
     use crate::api::{
         ClaimRole, ProviderRef, ServerClaimSpec, SwitchPortDefinition, SwitchSpec, VLANPoolSpec,
     };
+
+    #[test]
+    fn a_host_leaves_provisioned_only_once_its_neighbours_are_off() {
+        use crate::decide::phases::{Hold, PhaseStep, hold_for_bgp};
+        let leaving = PhaseStep {
+            phase: ServerPhase::Deprovisioning,
+            hold: None,
+        };
+        let held = hold_for_bgp(leaving.clone(), Some(ServerPhase::Provisioned), true);
+        assert_eq!(
+            (held.phase, held.hold),
+            (ServerPhase::Provisioned, Some(Hold::BgpPeers))
+        );
+        assert_eq!(
+            hold_for_bgp(leaving.clone(), Some(ServerPhase::Provisioned), false),
+            leaving
+        );
+        // Only leaving Provisioned is held.
+        let installing = PhaseStep {
+            phase: ServerPhase::Provisioned,
+            hold: None,
+        };
+        assert_eq!(
+            hold_for_bgp(installing.clone(), Some(ServerPhase::Provisioning), true),
+            installing
+        );
+        // A held host is not allocated again.
+        let mut s: Server = serde_json::from_value(serde_json::json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+            "metadata": {"name": "n1"},
+            "spec": {"bmc": {"address": "10.0.0.1",
+                             "credentialsSecretRef": {"name": "b", "namespace": "i"}},
+                     "bootMac": "52:54:00:00:00:01", "site": "s"},
+            "status": {"phase": "Provisioned", "conditions": [{"type": "Held",
+                "status": "True", "reason": "BgpPeersRemaining", "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap();
+        assert!(held_for_peers(&s));
+        assert!(crate::decide::validate::claim::candidate(&s, Default::default()).maintenance);
+        s.status.as_mut().unwrap().conditions[0].reason = "Ports".into();
+        assert!(!held_for_peers(&s));
+    }
 
     #[test]
     fn asns_refused_by_rule() {

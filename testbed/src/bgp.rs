@@ -211,6 +211,25 @@ impl Frr {
             .unwrap_or_default())
     }
 
+    /// Stops bgpd (SIGSTOP): the speaker hangs, as a ToR whose routing daemon is
+    /// stuck; vtysh (the test's too) waits until [`Frr::resume`].
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused bgpd go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        if let Some(bgpd) = self.daemons.get(1) {
+            let _ = Command::new("kill")
+                .args([&format!("-{which}"), &bgpd.id().to_string()])
+                .status();
+        }
+    }
+
     /// Kills both daemons and starts them again with the empty configuration they
     /// began with (a ToR that rebooted without saving).
     pub fn restart_empty(&mut self) -> Result<()> {
@@ -223,6 +242,7 @@ impl Frr {
 
     /// Stops the daemons and the sshd, removes the directory.
     pub fn stop(&mut self) {
+        self.resume();
         stop_all(&mut self.daemons);
         if let Some(s) = self.sshd.take() {
             stop_all(&mut vec![s]);

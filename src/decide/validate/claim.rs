@@ -283,7 +283,8 @@ pub fn candidate(server: &Server, inspected: InspectedHardware) -> Candidate {
             .or(inspected.memory),
         macs,
         nics: server.spec.nics.iter().map(CandidateNic::of).collect(),
-        maintenance: server.spec.maintenance,
+        // A host held for its BGP neighbours still carries its last claim's network.
+        maintenance: server.spec.maintenance || crate::decide::bgp::held_for_peers(server),
         binding: server.spec.claim_ref.as_ref().map(|b| Binding {
             claim: ClaimKey {
                 namespace: b.namespace.clone(),
