@@ -16,23 +16,13 @@
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use patchbay_providers::BgpSpeaker;
 use patchbay_providers::bgp::{Change, Neighbor, Outbound, Router, Timers, plan};
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::secret::SecretString;
-use patchbay_testbed::bgp::{Frr, Gobgp, GobgpPeer};
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use patchbay_testbed::bgp::{Frr, Gobgp, GobgpPeer, Link};
 
 fn tor(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 98, i as u8, 0)
@@ -99,37 +89,13 @@ async fn main() {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(48)
         .clamp(1, 250);
-    let tag = std::process::id() % 100_000;
-    let (tns, nns) = (format!("pbbt{tag}"), format!("pbbn{tag}"));
-    for ns in [&tns, &nns] {
-        ip(&["netns", "add", ns]);
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-    }
-    ip(&[
-        "-n", &tns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &nns,
-    ]);
+    let link = Link::new().expect("namespaces");
+    let (tns, nns) = (link.tor.clone(), link.node.clone());
     for i in 0..n {
-        ip(&[
-            "-n",
-            &tns,
-            "addr",
-            "add",
-            &format!("{}/31", tor(i)),
-            "dev",
-            "eth0",
-        ]);
-        ip(&[
-            "-n",
-            &nns,
-            "addr",
-            "add",
-            &format!("{}/31", node(i)),
-            "dev",
-            "eth0",
-        ]);
-    }
-    for ns in [&tns, &nns] {
-        ip(&["-n", ns, "link", "set", "eth0", "up"]);
+        link.address(&tns, &format!("{}/31", tor(i)))
+            .expect("address");
+        link.address(&nns, &format!("{}/31", node(i)))
+            .expect("address");
     }
     let frr = Frr::start(&tns, "bench-tor").expect("FRR (make bgp)");
     let peers: Vec<GobgpPeer> = (0..n)
@@ -238,7 +204,5 @@ async fn main() {
     clear(&speaker, &router, &managed, &frr).await;
     drop(gobgp);
     drop(frr);
-    for ns in [&tns, &nns] {
-        let _ = Command::new("ip").args(["netns", "del", ns]).status();
-    }
+    drop(link);
 }

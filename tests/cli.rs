@@ -171,6 +171,17 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
     ] {
         assert!(text.contains(expected), "{expected}\nnot in\n{text}");
     }
+    // The BGP host: its peer published, the session Established on FRR, only the
+    // claim's prefix accepted.
+    for expected in [
+        "rack-2-a is Provisioned; patchbay published its BGP peer: node ASN 65101, peer \
+         10.99.0.0 AS 65000, source 10.99.0.1, password in Secret \
+         network-infra/lb-cluster-bgp-rack-2-a-0",
+        "  neighbour 10.99.0.1: Established",
+        "  routes learned: 192.0.2.17/32 (of 192.0.2.17/32, 203.0.113.9/32 announced",
+    ] {
+        assert!(text.contains(expected), "{expected}\nnot in\n{text}");
+    }
     // The SmartNicPort waited for the switch port it is chained to.
     assert!(text.contains("WaitingForNextPort"), "{text}");
     // The live table showed the ports moving through Configuring.

@@ -6,78 +6,24 @@
 //! password never establishing, a removed neighbour gone with its filters, passwords
 //! absent from the journal and from error text.
 
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use patchbay_providers::bgp::{Change, Neighbor, Outbound, Router, Timers, plan};
 use patchbay_providers::cli::{Auth, CliOptions, CliSwitch, HostKeyPolicy, SshTarget, dialect};
 use patchbay_providers::secret::SecretString;
 use patchbay_providers::{BgpSpeaker, DeviceError};
-use patchbay_testbed::bgp::{Frr, Gobgp, GobgpPeer};
+use patchbay_testbed::bgp::{Frr, Gobgp, GobgpPeer, Link};
 
 const TOR: &str = "10.0.1.1";
 const NODE: &str = "10.0.1.2";
 const PASSWORD: &str = "Xk3cret77abc";
 
-fn run(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Two namespaces and a veth between them; deleted on drop.
-struct Link {
-    tor: String,
-    node: String,
-}
-
-impl Link {
-    fn new() -> Self {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let tag = format!(
-            "{}{}",
-            std::process::id() % 100_000,
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        );
-        let me = Link {
-            tor: format!("pbb{tag}t"),
-            node: format!("pbb{tag}n"),
-        };
-        for ns in [&me.tor, &me.node] {
-            run(&["ip", "netns", "add", ns]);
-            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
-        run(&[
-            "ip", "-n", &me.tor, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0",
-            "netns", &me.node,
-        ]);
-        for (ns, addr) in [(&me.tor, TOR), (&me.node, NODE)] {
-            run(&[
-                "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{addr}/30"),
-                "dev",
-                "eth0",
-            ]);
-            run(&["ip", "-n", ns, "link", "set", "eth0", "up"]);
-        }
-        me
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        for ns in [&self.tor, &self.node] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
+/// The pair, the ToR at [`TOR`], the node at [`NODE`], on a /30.
+fn link() -> Link {
+    let link = Link::new().unwrap();
+    link.address(&link.tor, &format!("{TOR}/30")).unwrap();
+    link.address(&link.node, &format!("{NODE}/30")).unwrap();
+    link
 }
 
 fn speaker(frr: &Frr) -> CliSwitch {
@@ -142,7 +88,7 @@ fn until(what: &str, secs: u64, mut ok: impl FnMut() -> bool) -> Duration {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn frr_takes_a_filtered_md5_neighbour_and_a_node_peers_with_it() {
-    let link = Link::new();
+    let link = link();
     let frr = Frr::start(&link.tor, "tor1").unwrap();
     let node = Gobgp::start(
         &link.node,
@@ -209,7 +155,7 @@ async fn frr_takes_a_filtered_md5_neighbour_and_a_node_peers_with_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_password_never_establishes_and_never_shows() {
-    let link = Link::new();
+    let link = link();
     let frr = Frr::start(&link.tor, "tor2").unwrap();
     let node = Gobgp::start(
         &link.node,

@@ -46,6 +46,78 @@ fn stop_all(children: &mut Vec<Child>) {
     }
 }
 
+/// Two network namespaces, a ToR's and a node's, joined by a veth pair (`eth0` on
+/// each side, up, no address); deleted on drop.
+pub struct Link {
+    /// The ToR's namespace.
+    pub tor: String,
+    /// The node's namespace.
+    pub node: String,
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(io("running ip"))?;
+    if !out.status.success() {
+        return Err(TestbedError::Failed(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+impl Link {
+    /// Creates the pair (names `pbb<pid><seq>t` and `…n`).
+    pub fn new() -> Result<Self> {
+        let tag = format!(
+            "{}{}",
+            std::process::id() % 100_000,
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let me = Link {
+            tor: format!("pbb{tag}t"),
+            node: format!("pbb{tag}n"),
+        };
+        for ns in [&me.tor, &me.node] {
+            ip(&["netns", "add", ns])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        ip(&[
+            "-n", &me.tor, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns",
+            &me.node,
+        ])?;
+        for ns in [&me.tor, &me.node] {
+            ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+        }
+        Ok(me)
+    }
+
+    /// Adds `cidr` to `eth0` in namespace `ns`.
+    pub fn address(&self, ns: &str, cidr: &str) -> Result<()> {
+        ip(&["-n", ns, "addr", "add", cidr, "dev", "eth0"])
+    }
+
+    /// Adds a route to `destination` through `eth0` in namespace `ns`.
+    pub fn route(&self, ns: &str, destination: &str) -> Result<()> {
+        ip(&["-n", ns, "route", "add", destination, "dev", "eth0"])
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for ns in [&self.tor, &self.node] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 /// FRRouting as a ToR: see the module docs.
 pub struct Frr {
     dir: PathBuf,

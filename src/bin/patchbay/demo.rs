@@ -14,9 +14,12 @@
 //! Beside them, a Linux switch with four hosts speaking real LLDP in network
 //! namespaces ([`LldpFabric`], `examples/12-cabling.yaml`): one Server verified and
 //! moved, one whose declared port sees another machine (parked, held), one found by
-//! its MAC;
+//! its MAC; and a host peering over BGP with FRR as its ToR (`demo/bgp.rs`: the
+//! session as FRR reports it, only the claim's prefix accepted);
 //! until Ctrl-C (or, with `--exit-when-settled`, until the walk is done). Talks only to its own devplane, the simulators on
 //! 127.0.0.1 and its own Open vSwitch.
+
+mod bgp;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -315,8 +318,8 @@ fn table(ports: &[Row]) -> String {
 /// holds the phase back.
 fn server_table(servers: &[Server]) -> String {
     let mut out = format!(
-        "{:<10}  {:<14}  {:<5}  {:<24}  {:<16}  {}\n",
-        "SERVER", "PHASE", "PORTS", "CLAIM", "CABLING", "HELD"
+        "{:<10}  {:<14}  {:<5}  {:<24}  {:<16}  {:<4}  {}\n",
+        "SERVER", "PHASE", "PORTS", "CLAIM", "CABLING", "BGP", "HELD"
     );
     for s in servers {
         let st = s.status.clone().unwrap_or_default();
@@ -327,7 +330,7 @@ fn server_table(servers: &[Server]) -> String {
             .map(|c| c.reason.clone())
             .unwrap_or_default();
         out.push_str(&format!(
-            "{:<10}  {:<14}  {:<5}  {:<24}  {:<16}  {}\n",
+            "{:<10}  {:<14}  {:<5}  {:<24}  {:<16}  {:<4}  {}\n",
             s.name_any(),
             st.phase.map(|p| p.to_string()).unwrap_or_default(),
             st.ports_ready.clone().unwrap_or_default(),
@@ -336,6 +339,7 @@ fn server_table(servers: &[Server]) -> String {
                 .map(|c| format!("{}/{}", c.namespace, c.name))
                 .unwrap_or_default(),
             cabling_of(s).map(|(r, _)| r).unwrap_or_default(),
+            st.bgp.clone().unwrap_or_default(),
             held
         ));
     }
@@ -409,6 +413,8 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         "  {:<6} Linux switch, lldpd in netns {} with hosts on swp1-swp4, ssh 127.0.0.1:{}",
         FABRIC.0, fabric.switch_netns, fabric.ssh_port
     );
+    let mut bgp_host = bgp::BgpHost::start()?;
+    println!("{}", bgp_host.describe());
     let server = patchbay_devplane::DevPlane::start(patchbay_devplane::Config::default())
         .context("starting devplane")?;
     let dir = std::env::temp_dir().join(format!("patchbay-demo-{}", std::process::id()));
@@ -432,6 +438,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     }
     println!("installed {} CRDs from crds/", crds().len());
     apply_examples(&client, &sims, &ovs, &fabric).await?;
+    bgp_host.apply(&client).await?;
 
     let settings = Settings {
         batch_window: Duration::from_millis(100),
@@ -503,6 +510,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
             .await?
             .items;
         servers.sort_by_key(|s| s.name_any());
+        bgp_host.step(&client, &servers).await?;
         let rendered = format!("{}\n\n{}", table(&rows), server_table(&servers));
         if rendered != last {
             println!("[{:>6.2}s]\n{rendered}\n", started.elapsed().as_secs_f64());
@@ -537,10 +545,12 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         };
         // The cabling example's ports are judged by their cabling, not by being Active.
         let fabric_port = format!("SwitchPort/{}-", FABRIC.0);
+        // The BGP host's port moves with its own claim, apart from the walk.
+        let bgp_port = "SwitchPort/leaf-8-";
         let ports_active = states.len() >= expected
             && states
                 .iter()
-                .filter(|(k, _)| !k.starts_with(&fabric_port))
+                .filter(|(k, _)| !k.starts_with(&fabric_port) && !k.starts_with(bgp_port))
                 .all(|(_, s)| *s == Some(patchbay::api::PortState::Active));
         let cabling_done = CABLED.iter().all(|(name, want)| {
             servers
@@ -616,13 +626,13 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
             }
             _ => {}
         }
-        let settled = stage == 3;
+        let settled = stage == 3 && bgp_host.done();
         if exit_when_settled && settled {
             break Ok(());
         }
         if exit_when_settled && started.elapsed() > timeout {
             break Err(anyhow::anyhow!(
-                "the example ports and server-7 did not settle within {}s",
+                "the example ports, server-7 and the BGP host did not settle within {}s",
                 timeout.as_secs()
             ));
         }
@@ -641,6 +651,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
     drop(sims);
     drop(ovs);
     fabric.stop();
+    drop(bgp_host);
     result
 }
 
