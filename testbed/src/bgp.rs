@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{
-    Result, TestbedError, current_user, free_port, io, rand_u32, ssh_keygen, start_sshd, terminate,
-    write_private,
+    Result, TestbedError, current_user, free_port, io, rand_u32, run, ssh_keygen, start_sshd,
+    terminate, write_private,
 };
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -56,18 +56,9 @@ pub struct Link {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(io("running ip"))?;
-    if !out.status.success() {
-        return Err(TestbedError::Failed(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
+    let mut all = vec!["ip"];
+    all.extend_from_slice(args);
+    run(&all).map(drop)
 }
 
 impl Link {

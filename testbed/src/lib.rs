@@ -713,6 +713,22 @@ pub struct Netconfd {
     pub host_key_fingerprint: String,
 }
 
+/// Runs `args[0]` with the rest; its stdout, or what it said on stderr when it failed.
+pub(crate) fn run(args: &[&str]) -> Result<String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(io(format!("running {}", args[0])))?;
+    if !out.status.success() {
+        return Err(TestbedError::Failed(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 fn ssh_keygen(path: &Path) -> Result<()> {
     let out = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])

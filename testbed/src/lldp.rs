@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{
-    Result, TestbedError, current_user, free_port, io, rand_u32, ssh_keygen, start_sshd, terminate,
+    Result, TestbedError, current_user, free_port, io, rand_u32, run, ssh_keygen, start_sshd,
+    terminate,
 };
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -53,21 +54,6 @@ pub struct LldpFabric {
     pub client_key: String,
     /// sshd's host key fingerprint (`SHA256:…`).
     pub host_key_fingerprint: String,
-}
-
-fn run(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(io(format!("running {}", args[0])))?;
-    if !out.status.success() {
-        return Err(TestbedError::Failed(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 impl LldpFabric {
