@@ -464,6 +464,36 @@ async fn a_claim_announcing_the_tors_subnet_or_using_its_asn_is_refused_and_noth
         message.contains("spec.roles[0].bgp.prefixes[0]: 10.99.0.0/24 overlaps a ToR's own"),
         "{message}"
     );
+    // A second Switch handing out an address of the first one's port: refused,
+    // naming the port.
+    bed.env
+        .create::<Switch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": "tor2"},
+            "spec": {"provider": {"name": "tor"},
+                     "ports": {"tor2-n1": {"name": "pbnone0", "bgpAddress": "10.99.0.2/31"}},
+                     "bgp": {"speaker": {"name": "tor-frr"}, "asn": 65000,
+                             "routerId": "10.255.0.2", "intervalSeconds": 2}}
+        }))
+        .await;
+    let tor2 = bed
+        .env
+        .wait_obj::<Switch>("tor2", "tor2's overlap refused", |s| {
+            s.status
+                .as_ref()
+                .and_then(|st| find_condition(&st.conditions, "BgpConfigured"))
+                .is_some_and(|c| c.0 == "False")
+        })
+        .await;
+    let (_, reason, message) =
+        find_condition(&tor2.status.unwrap().conditions, "BgpConfigured").unwrap();
+    assert_eq!(reason, "AddressOverlap");
+    assert!(
+        message.starts_with(
+            "spec.ports[\"tor2-n1\"].bgpAddress: 10.99.0.2/31 overlaps a port of Switch tor"
+        ),
+        "{message}"
+    );
     bed.provision().await;
     bed.server("provisioned", |s| {
         s.status.as_ref().and_then(|st| st.phase) == Some(ServerPhase::Provisioned)

@@ -45,9 +45,10 @@ use crate::decide::validate::validate_provider;
 /// The label on a password Secret naming its Server.
 const SERVER_LABEL: &str = "patchbay.dev/bgp-server";
 
-/// Every Switch with valid BGP settings, with them.
+/// Every Switch with valid BGP settings, with them, oldest first; a Switch whose
+/// ports' subnets overlap an older one's is left out (see [`refused_overlaps`]).
 pub(super) fn bgp_switches(stores: &Stores) -> Vec<(Arc<Switch>, SwitchBgp)> {
-    stores
+    let mut all: Vec<(Arc<Switch>, SwitchBgp)> = stores
         .switches
         .state()
         .into_iter()
@@ -55,7 +56,43 @@ pub(super) fn bgp_switches(stores: &Stores) -> Vec<(Arc<Switch>, SwitchBgp)> {
             Ok(Some(b)) => Some((s, b)),
             _ => None,
         })
-        .collect()
+        .collect();
+    all.sort_by_key(|(s, _)| {
+        (
+            s.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            s.namespace(),
+            s.name_any(),
+        )
+    });
+    let mut kept: Vec<(Arc<Switch>, SwitchBgp)> = Vec::with_capacity(all.len());
+    for (s, b) in all {
+        let older: Vec<(String, SwitchBgp)> = kept
+            .iter()
+            .map(|(o, ob)| (o.name_any(), ob.clone()))
+            .collect();
+        if bgp::overlaps_elsewhere(&b, &older).is_empty() {
+            kept.push((s, b));
+        }
+    }
+    kept
+}
+
+/// Why `switch`'s BGP is refused for overlapping an older Switch's subnets (empty:
+/// it is not).
+fn refused_overlaps(stores: &Stores, switch: &Switch, b: &SwitchBgp) -> Vec<(String, String)> {
+    let me = (switch.namespace(), switch.name_any());
+    let kept = bgp_switches(stores);
+    if kept
+        .iter()
+        .any(|(s, _)| (s.namespace(), s.name_any()) == me)
+    {
+        return Vec::new();
+    }
+    let others: Vec<(String, SwitchBgp)> = kept
+        .iter()
+        .map(|(s, ob)| (s.name_any(), ob.clone()))
+        .collect();
+    bgp::overlaps_elsewhere(b, &others)
 }
 
 /// What `claim`'s roles may do with BGP (grants apply to a tenant's claim under
@@ -147,6 +184,24 @@ pub(super) async fn sync(
         // The Switch's own validation reports the fields (Ready=False).
         return Some(every);
     };
+    let overlaps = refused_overlaps(&ctx.stores, switch, &b);
+    if !overlaps.is_empty() {
+        let message = overlaps
+            .iter()
+            .map(|(f, w)| format!("{f}: {w}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        set_condition(
+            &mut status.conditions,
+            "BgpConfigured",
+            false,
+            "AddressOverlap",
+            format!("{message}; nothing is sent to the speaker"),
+            generation,
+            now,
+        );
+        return Some(every);
+    }
     let result = keep(switch, &b, status, ctx).await;
     let (truth, reason, message) = match &result {
         Ok(waiting) if waiting.is_empty() => (true, "Configured", String::new()),

@@ -110,6 +110,25 @@ impl SwitchBgp {
     }
 }
 
+/// The ports of `me` whose point-to-point subnet overlaps one of `others`' (the
+/// Switches that keep theirs: older ones), as (field, reason): two ToRs handing out
+/// the same node address would give two hosts one identity.
+pub fn overlaps_elsewhere(me: &SwitchBgp, others: &[(String, SwitchBgp)]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (key, link) in &me.links {
+        if let Some((name, _)) = others
+            .iter()
+            .find(|(_, o)| o.links.values().any(|l| l.subnet.overlaps(&link.subnet)))
+        {
+            out.push((
+                format!("spec.ports[{key:?}].bgpAddress"),
+                format!("{} overlaps a port of Switch {name}", link.subnet),
+            ));
+        }
+    }
+    out
+}
+
 /// Checks `switch`'s BGP settings (its `spec.bgp` and the ports' `bgpAddress`).
 /// `Ok(None)`: the Switch has no BGP. Errors name the field.
 pub fn switch_bgp(
@@ -848,6 +867,27 @@ mod tests {
                 .1
                 .contains("needs spec.bgp")
         );
+    }
+
+    #[test]
+    fn a_switch_overlapping_an_older_switchs_subnets_is_refused_naming_the_port() {
+        let older = switch_bgp(&switch(65000, &[("p1", "10.0.1.1/30")]))
+            .unwrap()
+            .unwrap();
+        let me = switch_bgp(&switch(
+            65000,
+            &[("q1", "10.0.1.2/31"), ("q2", "10.0.2.0/31")],
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            overlaps_elsewhere(&me, &[("leaf-1".into(), older)]),
+            vec![(
+                "spec.ports[\"q1\"].bgpAddress".to_owned(),
+                "10.0.1.2/31 overlaps a port of Switch leaf-1".to_owned()
+            )]
+        );
+        assert!(overlaps_elsewhere(&me, &[]).is_empty());
     }
 
     fn pool(name: &str, ns: &str, asns: Option<&str>, prefixes: &[&str]) -> VLANPool {
