@@ -301,7 +301,7 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
         established,
         created.elapsed()
     );
-    assert!(node.established(&peer), "{}", node.log());
+    until("Established on GoBGP", 30, || node.established(&peer));
     until("only the claim's prefix accepted", 30, || {
         bed.frr.routes().unwrap() == ["192.0.2.5/32"]
     });
@@ -418,15 +418,15 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     until("the session down on the node", 30, || {
         !node.established(&peer)
     });
-    let s = bed
-        .server("annotations gone", |s| {
-            !s.annotations()
-                .keys()
-                .any(|k| k.starts_with("patchbay.dev/bgp-peers-"))
-                && s.status.as_ref().is_some_and(|st| st.bgp_peers.is_empty())
-        })
-        .await;
-    assert_eq!(s.status.unwrap().phase, Some(ServerPhase::Available));
+    bed.server("annotations gone, Available", |s| {
+        !s.annotations()
+            .keys()
+            .any(|k| k.starts_with("patchbay.dev/bgp-peers-"))
+            && s.status.as_ref().is_some_and(|st| {
+                st.bgp_peers.is_empty() && st.phase == Some(ServerPhase::Available)
+            })
+    })
+    .await;
     assert!(
         bed.env
             .api::<Secret>()
