@@ -256,13 +256,10 @@ pub fn filter_name(address: Ipv4Addr) -> String {
     format!("PB-IN-{}", address.to_string().replace('.', "-"))
 }
 
-/// The outbound route-map for `outbound`.
-pub fn outbound_map(outbound: Outbound) -> &'static str {
-    match outbound {
-        Outbound::Nothing => "PB-OUT-NOTHING",
-        Outbound::DefaultRoute => "PB-OUT-DEFAULT",
-    }
-}
+/// The outbound route-map every neighbour has: it sends nothing. A default route,
+/// where one is wanted, goes by `default-originate`, which the route-map does not
+/// filter (and which FRR's JSON does not report: not compared).
+pub const OUTBOUND_MAP: &str = "PB-OUT-NOTHING";
 
 /// One change to the speaker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -334,7 +331,7 @@ pub fn differences(want: &Neighbor, seen: &Observed) -> Vec<&'static str> {
     if seen.route_map_in.as_deref() != Some(filter_name(want.address).as_str()) {
         d.push("inbound policy");
     }
-    if seen.route_map_out.as_deref() != Some(outbound_map(want.outbound)) {
+    if seen.route_map_out.as_deref() != Some(OUTBOUND_MAP) {
         d.push("outbound policy");
     }
     d
@@ -468,7 +465,7 @@ mod tests {
             timers: Some(n.timers),
             authenticated: n.password.is_some(),
             route_map_in: Some(filter_name(n.address)),
-            route_map_out: Some(outbound_map(n.outbound).into()),
+            route_map_out: Some(OUTBOUND_MAP.into()),
             state: "Established".into(),
             accepted: 1,
             description: None,

@@ -107,7 +107,11 @@ async fn frr_takes_a_filtered_md5_neighbour_and_a_node_peers_with_it() {
     }
     let sw = speaker(&frr);
     let managed = [NODE.parse().unwrap()].into();
-    let want = [neighbor(PASSWORD)];
+    // This neighbour is sent a default route (and nothing else).
+    let want = [Neighbor {
+        outbound: Outbound::DefaultRoute,
+        ..neighbor(PASSWORD)
+    }];
 
     // Empty speaker: one Put; applied and read back in one session.
     let before = sw.bgp_state().await.unwrap();
@@ -138,6 +142,13 @@ async fn frr_takes_a_filtered_md5_neighbour_and_a_node_peers_with_it() {
         })
     });
     assert!(node.established(TOR));
+    // The node got the default route, and no other route, from the ToR.
+    tokio::task::block_in_place(|| {
+        until("the default route on the node", 15, || {
+            let rib = node.gobgp(&["neighbor", TOR, "adj-in"]).unwrap_or_default();
+            rib.contains("0.0.0.0/0") && rib.lines().filter(|l| l.contains('/')).count() == 1
+        })
+    });
     let seen = sw.bgp_state().await.unwrap();
     assert_eq!(seen.neighbors[&NODE.parse().unwrap()].accepted, 2);
 

@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use super::DialectError;
 use crate::bgp::{
-    Change, Neighbor, Observed, Outbound, Prefix, Router, SpeakerState, Timers, entries,
-    filter_name, outbound_map,
+    Change, Neighbor, OUTBOUND_MAP, Observed, Outbound, Prefix, Router, SpeakerState, Timers,
+    entries, filter_name,
 };
 
 /// The file format of `bgp:` (see the module docs for the placeholders).
@@ -227,7 +227,7 @@ fn vars(router: &Router, n: &Neighbor) -> Vec<(&'static str, String)> {
         ("{max_prefix}", n.max_prefix.to_string()),
         ("{description}", n.description.clone()),
         ("{list}", filter_name(n.address)),
-        ("{out_map}", outbound_map(Outbound::Nothing).to_owned()),
+        ("{out_map}", OUTBOUND_MAP.to_owned()),
     ]
 }
 
