@@ -26,6 +26,22 @@ fn link() -> Link {
     link
 }
 
+/// GoBGP as the node (AS 65101) peering with the ToR with `password`.
+fn node(link: &Link, password: &str) -> Gobgp {
+    Gobgp::start(
+        &link.node,
+        65101,
+        NODE,
+        &[GobgpPeer {
+            address: TOR.into(),
+            asn: 65000,
+            local_address: NODE.into(),
+            password: Some(password.into()),
+        }],
+    )
+    .unwrap()
+}
+
 fn speaker(frr: &Frr) -> CliSwitch {
     CliSwitch::new(
         SshTarget {
@@ -90,18 +106,7 @@ fn until(what: &str, secs: u64, mut ok: impl FnMut() -> bool) -> Duration {
 async fn frr_takes_a_filtered_md5_neighbour_and_a_node_peers_with_it() {
     let link = link();
     let frr = Frr::start(&link.tor, "tor1").unwrap();
-    let node = Gobgp::start(
-        &link.node,
-        65101,
-        NODE,
-        &[GobgpPeer {
-            address: TOR.into(),
-            asn: 65000,
-            local_address: NODE.into(),
-            password: Some(PASSWORD.into()),
-        }],
-    )
-    .unwrap();
+    let node = node(&link, PASSWORD);
     for p in ["192.0.2.10/32", "198.51.100.4/32", "203.0.113.0/24"] {
         node.announce(p).unwrap();
     }
@@ -168,18 +173,7 @@ async fn frr_takes_a_filtered_md5_neighbour_and_a_node_peers_with_it() {
 async fn a_wrong_password_never_establishes_and_never_shows() {
     let link = link();
     let frr = Frr::start(&link.tor, "tor2").unwrap();
-    let node = Gobgp::start(
-        &link.node,
-        65101,
-        NODE,
-        &[GobgpPeer {
-            address: TOR.into(),
-            asn: 65000,
-            local_address: NODE.into(),
-            password: Some("not-the-password".into()),
-        }],
-    )
-    .unwrap();
+    let node = node(&link, "not-the-password");
     let sw = speaker(&frr);
     let managed = [NODE.parse().unwrap()].into();
     let want = [neighbor(PASSWORD)];

@@ -40,7 +40,6 @@ use crate::decide::bgp::{
 use crate::decide::failure::Failure;
 use crate::decide::status::set_condition;
 use crate::decide::tenancy::Tenancy;
-use crate::decide::validate::validate_provider;
 
 /// The label on a password Secret naming its Server.
 const SERVER_LABEL: &str = "patchbay.dev/bgp-server";
@@ -356,18 +355,7 @@ async fn speaker_of(
     let spec = switch.spec.bgp.as_ref().expect("a Switch with spec.bgp");
     let ns = switch.namespace().unwrap_or_default();
     let field = "spec.bgp.speaker";
-    let provider = ctx
-        .stores
-        .provider(&ns, &spec.speaker.name)
-        .ok_or_else(|| Failure::ProviderNotFound {
-            name: spec.speaker.name.clone(),
-            field,
-        })?;
-    validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
-        name: provider.name_any(),
-        errors,
-    })?;
-    let secret = ctx.secrets.of_provider(&ctx.client, &provider).await?;
+    let (provider, secret) = ctx.checked_provider(&ns, &spec.speaker.name, field).await?;
     ctx.backends
         .bgp_speaker(&provider, secret.as_deref())
         .map_err(Failure::Backend)?

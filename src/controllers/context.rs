@@ -22,7 +22,7 @@ use crate::api::{
     SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
-use crate::decide::failure::BackendError;
+use crate::decide::failure::{BackendError, Failure};
 use crate::decide::own_writes::OwnWrites;
 use crate::decide::phases::cabled_nic;
 use crate::decide::port_index::PortIndex;
@@ -514,6 +514,37 @@ where
 }
 
 impl Context {
+    /// ProviderSwitch `name` of `namespace` (named by `field`), checked, with its
+    /// credentials Secret: what a neighbour source or a BGP speaker is built from.
+    pub async fn checked_provider(
+        &self,
+        namespace: &str,
+        name: &str,
+        field: &'static str,
+    ) -> Result<
+        (
+            Arc<ProviderSwitch>,
+            Option<Arc<k8s_openapi::api::core::v1::Secret>>,
+        ),
+        Failure,
+    > {
+        let provider =
+            self.stores
+                .provider(namespace, name)
+                .ok_or_else(|| Failure::ProviderNotFound {
+                    name: name.to_owned(),
+                    field,
+                })?;
+        crate::decide::validate::validate_provider(&provider.spec).map_err(|errors| {
+            Failure::InvalidProvider {
+                name: provider.name_any(),
+                errors,
+            }
+        })?;
+        let secret = self.secrets.of_provider(&self.client, &provider).await?;
+        Ok((provider, secret))
+    }
+
     /// The shared state; workers are spawned on first use.
     pub fn new(
         client: Client,

@@ -20,7 +20,6 @@ use super::context::Context;
 use crate::api::{Backend, DeviceOs, Switch, SwitchStatus};
 use crate::decide::failure::Failure;
 use crate::decide::neighbors;
-use crate::decide::validate::validate_provider;
 
 /// When each Switch (`namespace/name`) was last read: reads follow this, not the
 /// status (which is written only when something changed).
@@ -146,18 +145,7 @@ async fn read_one(
     ];
     let field = FIELDS.get(i).copied().unwrap_or("spec.neighbors.providers");
     let ns = switch.namespace().unwrap_or_default();
-    let provider = ctx
-        .stores
-        .provider(&ns, name)
-        .ok_or_else(|| Failure::ProviderNotFound {
-            name: name.to_owned(),
-            field,
-        })?;
-    validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
-        name: provider.name_any(),
-        errors,
-    })?;
-    let secret = ctx.secrets.of_provider(&ctx.client, &provider).await?;
+    let (provider, secret) = ctx.checked_provider(&ns, name, field).await?;
     let source = ctx
         .backends
         .neighbor_source(&provider, secret.as_deref())
