@@ -95,7 +95,6 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
     let mut fabric = LldpFabric::start("leaf1").expect("the fabric starts");
     fabric.add_host("server-a", HOST_A, "swp1").unwrap();
     fabric.add_host("server-b", HOST_B, "swp2").unwrap();
-    fabric.wait_until_switch_sees_all().unwrap();
     let env = Env::start("cabling").await;
 
     // The Linux side of the switch, read only: a key login and a pinned host key.
@@ -260,7 +259,6 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
     fabric.add_host("server-a", HOST_A, "swp1").unwrap();
     // swp2 has server-b in it, but the inventory says server-c's NIC is there.
     fabric.add_host("server-b", HOST_B, "swp2").unwrap();
-    fabric.wait_until_switch_sees_all().unwrap();
     let env = Env::start("cabling-verify").await;
     lldp_source(&env, &fabric).await;
     leaf1(&env, &[("leaf1-a", "swp1"), ("leaf1-b", "swp2")]).await;
@@ -440,7 +438,6 @@ async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one
     // The same MAC behind two ports (a flooding hub, a cloned VM): never guessed.
     fabric.add_host("clone-1", HOST_E, "swp4").unwrap();
     fabric.add_host("clone-2", HOST_E, "swp5").unwrap();
-    fabric.wait_until_switch_sees_all().unwrap();
     let env = Env::start("cabling-discover").await;
     lldp_source(&env, &fabric).await;
     leaf1(

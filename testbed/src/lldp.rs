@@ -142,7 +142,8 @@ impl LldpFabric {
     }
 
     /// Adds a host sending LLDP as `name` from an `eth0` with MAC `mac`, cabled to
-    /// switch port `port`. Returns its index.
+    /// switch port `port`. Returns its index once the switch's lldpd sees every host
+    /// on its port (so a test never races a busy machine's first LLDP frames).
     pub fn add_host(&mut self, name: &str, mac: &str, port: &str) -> Result<usize> {
         let i = self.hosts.len();
         let netns = format!("pbl{}h{i}", self.tag);
@@ -158,6 +159,7 @@ impl LldpFabric {
         self.cable(i, port)?;
         let socket = self.dir.join(format!("h{i}.sock")).display().to_string();
         self.lldpd(&netns, &socket, name)?;
+        self.wait_until_switch_sees_all()?;
         Ok(i)
     }
 
@@ -213,21 +215,25 @@ impl LldpFabric {
         }
     }
 
-    /// Moves host `i`'s cable to switch port `port` (the old port disappears).
+    /// Moves host `i`'s cable to switch port `port` (the old port disappears); returns
+    /// once the switch's lldpd sees it there.
     pub fn move_cable(&mut self, i: usize, port: &str) -> Result<()> {
         let old = self.hosts[i].port.clone();
         run(&["ip", "-n", &self.switch_netns, "link", "del", &old])?;
-        self.cable(i, port)
+        self.cable(i, port)?;
+        self.wait_until_switch_sees_all()
     }
 
-    /// Swaps the cables of hosts `a` and `b`.
+    /// Swaps the cables of hosts `a` and `b`; returns once the switch's lldpd sees
+    /// both on their new ports.
     pub fn swap_cables(&mut self, a: usize, b: usize) -> Result<()> {
         let (pa, pb) = (self.hosts[a].port.clone(), self.hosts[b].port.clone());
         for p in [&pa, &pb] {
             run(&["ip", "-n", &self.switch_netns, "link", "del", p])?;
         }
         self.cable(a, &pb)?;
-        self.cable(b, &pa)
+        self.cable(b, &pa)?;
+        self.wait_until_switch_sees_all()
     }
 
     /// `lldpcli -f json0 show neighbors details` on the switch, as the test sees it.
@@ -247,7 +253,7 @@ impl LldpFabric {
     /// Waits (up to 20 s) until the switch's lldpd sees every host on its port;
     /// every 2 s it asks every lldpd to look at its interfaces again and send
     /// (`lldpcli update`), in case one missed a new interface on a busy machine.
-    pub fn wait_until_switch_sees_all(&self) -> Result<()> {
+    fn wait_until_switch_sees_all(&self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut poke = Instant::now() + Duration::from_secs(2);
         loop {
