@@ -37,6 +37,9 @@ pub struct Settings {
     /// Tenancy (VLANPool grants checked, ports parked); `None` without
     /// `--infra-namespace`: one tenant, nothing checked.
     pub tenancy: Option<crate::decide::tenancy::Tenancy>,
+    /// Kubernetes Nodes (and MetalLB `BGPPeer`s) given their Server's BGP peers;
+    /// `None` without `--bgp-node-selector`: no Node is touched.
+    pub bgp_nodes: Option<crate::decide::bgp_nodes::BgpNodes>,
 }
 
 impl Default for Settings {
@@ -52,6 +55,7 @@ impl Default for Settings {
             batch_timeout: None,
             ansible_playbook: PathBuf::from("ansible-playbook"),
             tenancy: None,
+            bgp_nodes: None,
         }
     }
 }
@@ -132,6 +136,18 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_ALLOW_BMC_CREDENTIALS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_bmc_credentials: Option<bool>,
+    /// Give the Kubernetes Nodes this label selector selects (`key=value,…`; empty:
+    /// every Node) their Server's BGP peers as `patchbay.dev/bgp-peers-*`
+    /// annotations; a Node is a Server's by its label patchbay.dev/server or its
+    /// providerID patchbay://SERVER [default: none, no Node touched].
+    #[arg(long, env = "PATCHBAY_BGP_NODE_SELECTOR")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp_node_selector: Option<String>,
+    /// Also write a MetalLB BGPPeer per peer (and a copy of its password Secret) in
+    /// this namespace, for the selected Nodes; needs bgpNodeSelector [default: none].
+    #[arg(long, env = "PATCHBAY_METALLB_NAMESPACE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metallb_namespace: Option<String>,
 }
 
 impl SettingsArgs {
@@ -310,6 +326,24 @@ impl Settings {
                 allow_bmc_credentials: args.allow_bmc_credentials.unwrap_or(false),
             }),
         };
+        let bgp_nodes = match (&args.bgp_node_selector, &args.metallb_namespace) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(SettingsError::Invalid {
+                    field: "metallbNamespace",
+                    reason: "needs bgpNodeSelector (no Node is touched without it)".into(),
+                });
+            }
+            (Some(selector), metallb) => Some(crate::decide::bgp_nodes::BgpNodes {
+                selector: crate::decide::bgp_nodes::check_selector(selector).map_err(|reason| {
+                    SettingsError::Invalid {
+                        field: "bgpNodeSelector",
+                        reason,
+                    }
+                })?,
+                metallb_namespace: metallb.clone().filter(|n| !n.is_empty()),
+            }),
+        };
         Ok(Settings {
             namespace: args.namespace.clone(),
             batch_window: Duration::from_millis(window),
@@ -324,6 +358,7 @@ impl Settings {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("ansible-playbook")),
             tenancy,
+            bgp_nodes,
         })
     }
 }
@@ -424,6 +459,42 @@ mod tests {
                 err.starts_with("parkingVlan: ") && err.contains(word),
                 "{err}"
             );
+        }
+    }
+
+    #[test]
+    fn nodes_are_touched_only_with_a_valid_node_selector() {
+        let off = Settings::resolve(&SettingsArgs::default(), None).unwrap();
+        assert_eq!(off.bgp_nodes, None);
+        let on = SettingsArgs {
+            bgp_node_selector: Some("patchbay.dev/bgp = on".into()),
+            metallb_namespace: Some("metallb-system".into()),
+            ..Default::default()
+        };
+        let b = Settings::resolve(&on, None).unwrap().bgp_nodes.unwrap();
+        assert_eq!(b.selector, "patchbay.dev/bgp=on");
+        assert_eq!(b.metallb_namespace.as_deref(), Some("metallb-system"));
+        let every = SettingsArgs {
+            bgp_node_selector: Some(String::new()),
+            ..Default::default()
+        };
+        let b = Settings::resolve(&every, None).unwrap().bgp_nodes.unwrap();
+        assert_eq!((b.selector.as_str(), b.metallb_namespace), ("", None));
+        for (selector, metallb, says) in [
+            (
+                None,
+                Some("metallb-system"),
+                "metallbNamespace: needs bgpNodeSelector",
+            ),
+            (Some("zone in (a)"), None, "bgpNodeSelector: "),
+        ] {
+            let args = SettingsArgs {
+                bgp_node_selector: selector.map(Into::into),
+                metallb_namespace: metallb.map(Into::into),
+                ..Default::default()
+            };
+            let err = Settings::resolve(&args, None).unwrap_err().to_string();
+            assert!(err.starts_with(says), "{err}");
         }
     }
 }

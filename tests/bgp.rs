@@ -12,7 +12,9 @@
 //! the Switch's status and the claim's inventory say so; the password nowhere but its
 //! Secret; FRR restarted empty → the neighbour put back within an interval (drift);
 //! release → the neighbour gone before the port leaves the tenant VLAN, annotations
-//! and Secret gone. A claim that announces a ToR's own subnet or uses the ToR's ASN
+//! and Secret gone. Opted in (`--bgp-node-selector`, `--metallb-namespace`): the
+//! selected Node that is the Server gets its annotations and MetalLB a `BGPPeer` with
+//! a copy of the password, an unselected one nothing, and release removes them. A claim that announces a ToR's own subnet or uses the ToR's ASN
 //! is refused, naming the field, and nothing reaches FRR.
 
 mod support;
@@ -20,10 +22,14 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use patchbay::api::{ProviderSwitch, Server, ServerClaim, ServerPhase, Switch};
+use patchbay::decide::bgp_nodes::BgpNodes;
 use patchbay_testbed::OvsSim;
 use patchbay_testbed::bgp::{Frr, Gobgp, GobgpPeer};
 use serde_json::json;
@@ -72,6 +78,13 @@ impl Bed {
     /// tenant VLAN, address [`TOR_ADDRESS`]); host 1 the server. Switch `tor` manages
     /// the server's port `tor-n1` with BGP through ProviderSwitch `tor-frr`.
     async fn start(test: &str) -> Bed {
+        Self::start_with(test, false).await
+    }
+
+    /// Like [`Bed::start`]; with `nodes`, the operator is opted in to Nodes and
+    /// MetalLB (`--bgp-node-selector patchbay.dev/bgp=on`, MetalLB's namespace the
+    /// test's own, MetalLB's BGPPeer CRD installed).
+    async fn start_with(test: &str, nodes: bool) -> Bed {
         let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
         let hosts = Hosts::create(&ovs, "br0", 2);
         ovs.vsctl(&[
@@ -91,7 +104,18 @@ impl Bed {
             "eth0",
         ]);
         let frr = Frr::start(&hosts.namespaces[0], "tor").expect("FRR starts");
-        let env = Env::start(test).await;
+        let cluster = support::Cluster::start(test).await;
+        cluster.install_crd(support::metallb_bgp_peer_crd()).await;
+        let metallb = cluster.namespace.clone();
+        let env = Env::start_on(cluster, |s| {
+            if nodes {
+                s.bgp_nodes = Some(BgpNodes {
+                    selector: "patchbay.dev/bgp=on".into(),
+                    metallb_namespace: Some(metallb),
+                });
+            }
+        })
+        .await;
         env.api::<Secret>()
             .create(
                 &PostParams::default(),
@@ -222,7 +246,7 @@ fn annotation(s: &Server, key: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is_removed_on_release()
  {
-    let mut bed = Bed::start("bgp").await;
+    let mut bed = Bed::start_with("bgp", true).await;
     let ns = bed.env.cluster.namespace.clone();
     let created = Instant::now();
     bed.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
@@ -370,6 +394,91 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     );
     assert!(!everywhere.contains(&password), "the password leaked");
 
+    // Opted in: the node joins the cluster as a Kubernetes Node that is this Server
+    // (providerID patchbay://<server>) and the selector selects; it gets the same
+    // annotations, and MetalLB a BGPPeer for it with a copy of the password where
+    // MetalLB reads it. A Node the selector does not select is never touched.
+    let nodes = Api::<Node>::all(bed.env.cluster.client.clone());
+    let (selected, unselected) = (format!("{ns}-node-1"), format!("{ns}-node-2"));
+    for (name, labels) in [
+        (
+            &selected,
+            json!({"patchbay.dev/bgp": "on", "kubernetes.io/hostname": selected}),
+        ),
+        (&unselected, json!({"kubernetes.io/hostname": unselected})),
+    ] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"providerID": format!("patchbay://{}", bed.server_name())}
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let bgp_peers: Api<DynamicObject> = Api::namespaced_with(
+        bed.env.cluster.client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("metallb.io", "v1beta2", "BGPPeer"),
+            "bgppeers",
+        ),
+    );
+    let metallb_name = format!("patchbay-{}-0", bed.server_name());
+    let peer_object = support::eventually_seen(30, "the BGPPeer", || async {
+        bgp_peers
+            .get_opt(&metallb_name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "none yet".to_owned())
+    })
+    .await;
+    assert_eq!(
+        peer_object.data["spec"],
+        json!({"myASN": 65101, "peerASN": 65000, "peerAddress": "10.99.0.1",
+               "sourceAddress": "10.99.0.2", "holdTime": "3s", "keepaliveTime": "1s",
+               "passwordSecret": {"name": metallb_name, "namespace": ns},
+               "nodeSelectors": [{"matchLabels": {"kubernetes.io/hostname": selected}}]})
+    );
+    let node_annotations = |n: &Node| -> Vec<(String, String)> {
+        n.annotations()
+            .iter()
+            .filter(|(k, _)| k.starts_with("patchbay.dev/bgp-peers-"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let server_annotations: Vec<(String, String)> = s
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with("patchbay.dev/bgp-peers-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(server_annotations.len(), 5);
+    let joined = support::eventually_seen(30, "the Node's annotations", || async {
+        let n = nodes.get(&selected).await.map_err(|e| e.to_string())?;
+        if node_annotations(&n) == server_annotations {
+            Ok(n)
+        } else {
+            Err(format!("{:?}", n.annotations()))
+        }
+    })
+    .await;
+    let copy = bed.env.api::<Secret>().get(&metallb_name).await.unwrap();
+    assert_eq!(
+        String::from_utf8(copy.data.unwrap()["password"].0.clone()).unwrap(),
+        password,
+        "MetalLB's copy holds the same password"
+    );
+    assert!(
+        node_annotations(&nodes.get(&unselected).await.unwrap()).is_empty(),
+        "a Node the selector does not select is not touched"
+    );
+    let seen = format!("{:?} {:?}", joined.metadata, peer_object.data);
+    assert!(!seen.contains(&password), "the password leaked: {seen}");
+
     // FRR restarted without its configuration: put back within an interval.
     bed.frr.restart_empty().expect("FRR restarts");
     let repaired = until("the neighbour put back by drift", 30, || {
@@ -436,6 +545,29 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
             .is_none(),
         "the password Secret is deleted"
     );
+    // Released: the Node's annotations, the BGPPeer and MetalLB's copy go too.
+    support::eventually_seen(30, "the Node, BGPPeer and copy cleared", || async {
+        let n = nodes.get(&selected).await.map_err(|e| e.to_string())?;
+        let peer = bgp_peers
+            .get_opt(&metallb_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let copy = bed
+            .env
+            .api::<Secret>()
+            .get_opt(&metallb_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        if node_annotations(&n).is_empty() && peer.is_none() && copy.is_none() {
+            Ok(())
+        } else {
+            Err(format!("{:?} {peer:?} {}", n.annotations(), copy.is_some()))
+        }
+    })
+    .await;
+    for name in [&selected, &unselected] {
+        nodes.delete(name, &DeleteParams::default()).await.unwrap();
+    }
     bed.env.cluster.finish().await;
 }
 

@@ -137,6 +137,35 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
             "{flag}: {tenancy_args:?}"
         );
     }
+    // deploy/bgp-nodes/: the same operator opted in to Nodes and MetalLB, with
+    // the ClusterRole for it bound to its ServiceAccount.
+    let rendered = cluster.kubectl_ok(&["kustomize", "deploy/bgp-nodes"]);
+    let bgp_docs: Vec<Value> = patchbay_providers::yaml::documents(&rendered).unwrap();
+    let bgp_args: Vec<&str> = bgp_docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .and_then(|d| d.pointer("/spec/template/spec/containers/0/args"))
+        .and_then(Value::as_array)
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for flag in ["--bgp-node-selector", "--metallb-namespace"] {
+        assert!(
+            bgp_args.iter().any(|a| a.starts_with(flag)) && help.contains(flag),
+            "{flag}: {bgp_args:?}"
+        );
+    }
+    let bgp_binding = bgp_docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRoleBinding" && d["metadata"]["name"] == "patchbay-bgp-nodes"
+        })
+        .expect("the opt-in's binding");
+    assert_eq!(
+        bgp_binding.pointer("/subjects/0/namespace"),
+        Some(&Value::from("patchbay-system"))
+    );
     let hook = of("ValidatingWebhookConfiguration");
     assert_eq!(
         hook.pointer("/webhooks/0/failurePolicy"),
@@ -161,12 +190,16 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
     cluster.finish().await;
 }
 
-/// The rules of ClusterRole `name` in `deploy/rbac-*.yaml`, as (group, resource,
+/// The rules of ClusterRole `name` in `deploy/`'s RBAC files, as (group, resource,
 /// verb) triples.
 fn role_rules(name: &str) -> BTreeSet<(String, String, String)> {
     let mut rules = BTreeSet::new();
-    for file in ["rbac-operator.yaml", "rbac-personas.yaml"] {
-        let text = std::fs::read_to_string(format!("{ROOT}/deploy/base/{file}")).unwrap();
+    for file in [
+        "base/rbac-operator.yaml",
+        "base/rbac-personas.yaml",
+        "bgp-nodes/rbac-bgp-nodes.yaml",
+    ] {
+        let text = std::fs::read_to_string(format!("{ROOT}/deploy/{file}")).unwrap();
         for doc in patchbay_providers::yaml::documents(&text).unwrap() {
             if doc["kind"] != "ClusterRole"
                 || doc.pointer("/metadata/name") != Some(&Value::from(name))
@@ -223,6 +256,7 @@ async fn the_operator_s_cluster_role_is_exactly_what_the_operator_calls() {
     cluster
         .install_crd(support::bare_metal_host_crd(false))
         .await;
+    cluster.install_crd(support::metallb_bgp_peer_crd()).await;
     for (_, crd) in patchbay::api::crds() {
         cluster.install_crd(crd).await;
     }
@@ -320,6 +354,13 @@ spec:
   networkConfiguration: [{{configurationRef: {{kind: SwitchPortConfiguration, name: web}}}}]
   inventory: {{includeBmcCredentials: true}}
 ---
+# The bound Server joined as a Node the BGP opt-in selects: annotated, and a
+# MetalLB BGPPeer for it.
+apiVersion: v1
+kind: Node
+metadata: {{name: {ns}-node, labels: {{patchbay.dev/bgp: "on"}}}}
+spec: {{providerID: "patchbay://{ns}-srv"}}
+---
 # Tenancy: a pool for a tenant namespace (its Ready condition, the namespace's
 # patchbay-grants).
 apiVersion: v1
@@ -350,6 +391,8 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
         .args(["--infra-namespace", &ns, "--parking-vlan", "4000"])
         .args(["--webhook-address", "127.0.0.1:0", "--webhook-cert-dir"])
         .arg(&certs)
+        .args(["--bgp-node-selector", "patchbay.dev/bgp=on"])
+        .args(["--metallb-namespace", &ns])
         .args([
             "--backoff-base-seconds",
             "0.2",
@@ -384,6 +427,24 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
         &["get", "secret", &format!("claim-bgp-{ns}-srv-0"), "-n", &ns],
         "{.type}",
         |s| s == "kubernetes.io/basic-auth",
+    );
+    wait_jsonpath(
+        &cluster,
+        &[
+            "get",
+            "bgppeers.metallb.io",
+            &format!("patchbay-{ns}-srv-0"),
+            "-n",
+            &ns,
+        ],
+        "{.spec.sourceAddress}",
+        |s| s == "10.99.0.1",
+    );
+    wait_jsonpath(
+        &cluster,
+        &["get", "node", &format!("{ns}-node")],
+        "{.metadata.annotations}",
+        |s| s.contains("patchbay.dev/bgp-peers-0-node-asn"),
     );
     wait_jsonpath(
         &cluster,
@@ -456,6 +517,13 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
         "{.spec.claimRef}",
         |s| s.is_empty(),
     );
+    // Released: the BGPPeer goes.
+    wait_jsonpath(
+        &cluster,
+        &["get", "bgppeers.metallb.io", "-n", &ns],
+        "{.items[*].metadata.name}",
+        |s| s.is_empty(),
+    );
     cluster.kubectl_ok(&["delete", "switch", "sw", "-n", &ns, "--wait=false"]);
     wait_jsonpath(
         &cluster,
@@ -476,7 +544,19 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
         .filter(|e| e.client != "kubectl")
         .map(|e| (e.group, e.resource, e.verb))
         .collect();
-    let granted = role_rules("patchbay-operator");
+    // The base role plus the opt-in's (which holds only nodes and bgppeers, so the
+    // base alone covers everything else).
+    let opt_in = role_rules("patchbay-bgp-nodes");
+    assert!(
+        opt_in
+            .iter()
+            .all(|(_, r, _)| r == "nodes" || r == "bgppeers"),
+        "{opt_in:?}"
+    );
+    let granted: BTreeSet<_> = role_rules("patchbay-operator")
+        .union(&opt_in)
+        .cloned()
+        .collect();
     let missing: Vec<_> = asked.difference(&granted).collect();
     assert!(
         missing.is_empty(),

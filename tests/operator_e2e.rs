@@ -49,6 +49,7 @@ fn test_settings(namespace: &str) -> Settings {
         batch_timeout: None,
         ansible_playbook: "ansible-playbook".into(),
         tenancy: None,
+        bgp_nodes: None,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The kinds the server serves: the built-in ones (Namespace, Secret, ConfigMap,
 //! Event in core/v1 and events.k8s.io/v1, Lease, CustomResourceDefinition, and —
-//! stored and served only — ServiceAccount, Deployment and the RBAC kinds) and those
+//! stored and served only — ServiceAccount, Node, Deployment and the RBAC kinds) and those
 //! installed through CRDs. Pure data, no I/O.
 
 use std::collections::BTreeMap;
@@ -134,6 +134,8 @@ impl Resource {
         vec![
             Self::builtin("", "v1", "namespaces", "Namespace", false, true, &["ns"]),
             Self::builtin("", "v1", "secrets", "Secret", true, false, &[]),
+            // Stored for the BGP opt-in (patchbay annotates Nodes); no kubelet.
+            Self::builtin("", "v1", "nodes", "Node", false, true, &["no"]),
             Self::builtin("", "v1", "configmaps", "ConfigMap", true, false, &["cm"]),
             Self::builtin("", "v1", "events", "Event", true, false, &["ev"]),
             Self::builtin(

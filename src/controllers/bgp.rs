@@ -29,7 +29,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource as _, ResourceExt};
 use patchbay_providers::bgp::{Change, Router, plan};
 use patchbay_providers::secret::SecretString;
-use serde_json::json;
 
 use super::ControllerError;
 use super::context::{Context, Stores};
@@ -37,6 +36,7 @@ use crate::api::{BgpNeighborStatus, Server, ServerClaim, Switch, SwitchBgpStatus
 use crate::decide::bgp::{
     self, Allowed, BgpGrants, Peer, SwitchBgp, Wanted, peering, peers_of, switch_bgp,
 };
+use crate::decide::bgp_nodes;
 use crate::decide::failure::Failure;
 use crate::decide::status::set_condition;
 use crate::decide::tenancy::Tenancy;
@@ -408,16 +408,27 @@ async fn password(
     namespace: &str,
     name: &str,
 ) -> Result<Option<SecretString>, Failure> {
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), namespace)
-        .get_opt(name)
+    Ok(password_bytes(&ctx.client, namespace, name)
         .await
-        .map_err(|e| Failure::Kubernetes(Arc::new(e)))?;
+        .map_err(|e| Failure::Kubernetes(Arc::new(e)))?
+        .and_then(|v| String::from_utf8(v.0).ok())
+        .map(SecretString::new))
+}
+
+/// The `password` key of Secret `name` of `namespace`, when it exists and is not
+/// empty.
+pub(super) async fn password_bytes(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<ByteString>, kube::Error> {
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?;
     Ok(secret
         .and_then(|s| s.data)
-        .and_then(|d| d.get("password").cloned())
-        .and_then(|v| String::from_utf8(v.0).ok())
-        .filter(|p| !p.is_empty())
-        .map(SecretString::new))
+        .and_then(|mut d| d.remove("password"))
+        .filter(|p| !p.0.is_empty()))
 }
 
 /// A new password: 24 letters and digits (no character a CLI would read specially).
@@ -440,15 +451,28 @@ fn generate_password() -> String {
     out
 }
 
+/// What [`publish`] published for one Server: its peers (for the Nodes, when opted
+/// in), their status form, and the claim's namespace (where the passwords are).
+pub(super) struct Published {
+    /// The peers.
+    pub peers: Vec<Peer>,
+    /// Their status form, each with its session's state.
+    pub status: Vec<crate::api::BgpPeer>,
+    /// The bound claim's namespace (`None`: no peers).
+    pub claim_namespace: Option<String>,
+    /// Each peer's Switch's timers.
+    pub timers: Vec<Option<patchbay_providers::bgp::Timers>>,
+}
+
 /// The Server's side: its peers (annotations, and the status the caller writes) and
 /// their password Secrets; a Server without peers has its annotations and Secrets
-/// removed. Returns the peers for the status.
+/// removed.
 pub(super) async fn publish(
     server: &Server,
     stores: &Stores,
     tenancy: Option<&Tenancy>,
     client: &kube::Client,
-) -> Result<Vec<crate::api::BgpPeer>, ControllerError> {
+) -> Result<Published, ControllerError> {
     let switches = bgp_switches(stores);
     let found = if server.metadata.deletion_timestamp.is_some() {
         None
@@ -460,22 +484,35 @@ pub(super) async fn publish(
         Some((claim, _, peers)) => (peers.clone(), Some(claim.clone())),
         None => (Vec::new(), None),
     };
-    let want = bgp::annotations(&peers);
-    let have: BTreeMap<String, String> = server
-        .annotations()
+    let timers = peers
         .iter()
-        .filter(|(k, _)| k.starts_with(bgp::ANNOTATION_PREFIX))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|p| {
+            switches
+                .iter()
+                .find(|(s, _)| {
+                    s.name_any() == p.switch
+                        && s.namespace().as_deref() == Some(p.switch_namespace.as_str())
+                })
+                .map(|(_, b)| b.timers)
+        })
         .collect();
-    if want == have {
-        // Published as they should be (Secrets are written with the annotations).
-        return Ok(bgp::peer_status(&peers, &switches));
-    }
+    let published = Published {
+        status: bgp::peer_status(&peers, &switches),
+        claim_namespace: claim.as_ref().and_then(|c| c.namespace()),
+        timers,
+        peers,
+    };
+    let peers = &published.peers;
+    // Published as they should be (Secrets are written with the annotations).
+    let Some(patch) = bgp_nodes::annotation_patch(server.annotations(), &bgp::annotations(peers))
+    else {
+        return Ok(published);
+    };
     // Secrets first: a host told its peers finds their passwords.
     if let Some(claim) = &claim {
         let ns = claim.namespace().unwrap_or_default();
         let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
-        for p in &peers {
+        for p in peers {
             if secrets.get_opt(&p.password_secret).await?.is_some() {
                 continue;
             }
@@ -537,19 +574,8 @@ pub(super) async fn publish(
         }
     }
     // Annotations: the seed's pattern, replaced whole.
-    let mut patch = serde_json::Map::new();
-    for k in have.keys() {
-        patch.insert(k.clone(), serde_json::Value::Null);
-    }
-    for (k, v) in &want {
-        patch.insert(k.clone(), json!(v));
-    }
     Api::<Server>::all(client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": patch}})),
-        )
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
         .await?;
-    Ok(bgp::peer_status(&peers, &switches))
+    Ok(published)
 }

@@ -50,6 +50,8 @@ pub struct HostWorld {
     pub stores: super::context::Stores,
     /// Tenancy; `None`: nothing checked.
     pub tenancy: Option<crate::decide::tenancy::Tenancy>,
+    /// The Nodes (and MetalLB) a Server's BGP peers go to; `None`: none.
+    pub bgp_nodes: Option<crate::decide::bgp_nodes::BgpNodes>,
 }
 
 /// One host as the controller sees it.

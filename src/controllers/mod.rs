@@ -12,6 +12,8 @@
 //! | [`metal3`] | Metal3's BareMetalHosts: a cache whose watch follows the CRD, with a listed gate of its own | watches |
 //! | [`host`] | drives one host's ports through its phases (a Server, or a BareMetalHost carrying `spec.ports`), the Metal3 pause gate; decisions: [`crate::decide::phases`] | Kubernetes |
 //! | [`server`], [`bare_metal_host`] | the host controllers over [`host`] | Kubernetes |
+//! | [`bgp`] | a Switch's BGP speaker kept to its hosts' neighbours; each Server's peers published (annotations, password Secrets); decisions: [`crate::decide::bgp`] | Kubernetes, device (the speaker's own session) |
+//! | [`bgp_nodes`] | opted in: a Server's peers on its Kubernetes Nodes and MetalLB `BGPPeer`s; decisions: [`crate::decide::bgp_nodes`] | Kubernetes |
 //! | [`vlan_pool`] | VLANPool conditions and each namespace's grants ConfigMap | Kubernetes |
 //! | [`smartnic_port`] | the SmartNicPort controller: a bridge port chained to its SwitchPort | Kubernetes, device (via the worker) |
 //! | [`port_loop`] | the state-machine loop every port runs (and `demo --walk`), over two traits | none of its own |
@@ -28,6 +30,7 @@
 
 pub mod bare_metal_host;
 pub mod bgp;
+pub mod bgp_nodes;
 pub mod context;
 pub mod events;
 pub mod host;

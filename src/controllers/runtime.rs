@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::Reporter;
@@ -1195,6 +1195,25 @@ fn hosts_and_claims(
         })
         .reconcile_on(notices(metal3_rx))
         .with_config(Config::default().concurrency(8));
+    // Opted in (--bgp-node-selector): a selected Node that appears, changes or goes
+    // wakes the Server it is.
+    let server_ctl = match &settings.bgp_nodes {
+        Some(b) => {
+            let cfg = if b.selector.is_empty() {
+                wc.clone()
+            } else {
+                wc.clone().labels(&b.selector)
+            };
+            server_ctl.watches(kube::Api::<Node>::all(client.clone()), cfg, |node: Node| {
+                crate::decide::bgp_nodes::server_of_node(
+                    node.labels(),
+                    node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+                )
+                .map(ObjectRef::<Server>::new)
+            })
+        }
+        None => server_ctl,
+    };
     // BareMetalHosts that carry their own ports: woken by their own changes, the
     // ports they drive or are cabled to and the configurations they provision with.
     let store = alloc.hosts.store().clone();
@@ -1223,6 +1242,7 @@ fn hosts_and_claims(
             events: EventPublisher::new(client.clone(), reporter()),
             stores: ctx.stores.clone(),
             tenancy: ctx.settings.tenancy.clone(),
+            bgp_nodes: ctx.settings.bgp_nodes.clone(),
         },
     });
     let claim_ctl = h.run(

@@ -233,13 +233,14 @@ async fn follow(
     let mut facts = drive_host(&ctx.world, &view).await?;
     facts.cabling.extend(undiscovered);
     let mut status = server_status(server, &old, &facts, jiff::Timestamp::now());
-    status.bgp_peers = super::bgp::publish(
+    let published = super::bgp::publish(
         server,
         &ctx.world.stores,
         ctx.world.tenancy.as_ref(),
         &alloc.client,
     )
     .await?;
+    status.bgp_peers = published.status.clone();
     status.bgp = crate::decide::bgp::summary(&status.bgp_peers);
     let api: Api<Server> = Api::all(alloc.client.clone());
     let name = server.name_any();
@@ -286,6 +287,23 @@ async fn follow(
         let patch = json!({"metadata": {"annotations": {PROVISIONED_ANNOTATION: null}}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
+    }
+    // Opted in: the Nodes that are this Server (and MetalLB) carry its peers; a
+    // failure (MetalLB not installed, say) is announced and retried, after the
+    // status above is written.
+    if let Some(nodes) = &ctx.world.bgp_nodes
+        && let Err(e) = super::bgp_nodes::sync(&alloc.client, nodes, &name, &published).await
+    {
+        alloc
+            .events
+            .publish(
+                server,
+                Severity::Warning,
+                "BgpNodesFailed",
+                &format!("putting its BGP peers on its Nodes: {e}"),
+            )
+            .await;
+        return Err(e);
     }
     // Deleted: done once no port carries what this host set (ports that do not
     // exist, or that are somebody else's, carry nothing of it).

@@ -30,10 +30,12 @@
 //! | [`cabling`] | whether a NIC is plugged where its host says (from what its port sees), and what happens to the port |
 //! | [`neighbors`] | what a Switch's status says its ports see (LLDP, MACs), when a read is written |
 //! | [`bgp`] | BGP to allocated hosts: grants, what a claim may announce, each host's peers, a ToR's neighbours |
+//! | [`bgp_nodes`] | which Kubernetes Nodes and MetalLB `BGPPeer`s carry a Server's peers (opt-in) |
 
 pub mod admission;
 pub mod allocation;
 pub mod bgp;
+pub mod bgp_nodes;
 pub mod cabling;
 pub mod failure;
 pub mod inventory;

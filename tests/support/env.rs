@@ -60,6 +60,7 @@ impl Env {
             ansible_playbook: patchbay_testbed::ansible_playbook()
                 .unwrap_or_else(|_| "ansible-playbook".into()),
             tenancy: None,
+            bgp_nodes: None,
         };
         edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -282,3 +282,41 @@ pub fn bare_metal_host_crd(with_ports: bool) -> CustomResourceDefinition {
     }))
     .unwrap()
 }
+
+/// MetalLB's BGPPeer CRD (`metallb.io/v1beta2`), shaped like upstream's for the
+/// fields patchbay writes: a structural schema, so an API server prunes and types
+/// them as MetalLB's own CRD would.
+pub fn metallb_bgp_peer_crd() -> CustomResourceDefinition {
+    let selector = json!({"type": "object", "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {"type": "array", "items":
+            {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}});
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "bgppeers.metallb.io"},
+        "spec": {"group": "metallb.io", "scope": "Namespaced",
+            "names": {"plural": "bgppeers", "singular": "bgppeer", "kind": "BGPPeer"},
+            "versions": [{"name": "v1beta2", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                    "metadata": {"type": "object"},
+                    "spec": {"type": "object", "required": ["myASN", "peerASN", "peerAddress"],
+                        "properties": {
+                            "myASN": {"type": "integer", "format": "int32"},
+                            "peerASN": {"type": "integer", "format": "int32"},
+                            "peerAddress": {"type": "string"},
+                            "sourceAddress": {"type": "string"},
+                            "peerPort": {"type": "integer"},
+                            "holdTime": {"type": "string"},
+                            "keepaliveTime": {"type": "string"},
+                            "routerID": {"type": "string"},
+                            "password": {"type": "string"},
+                            "passwordSecret": {"type": "object", "properties": {
+                                "name": {"type": "string"},
+                                "namespace": {"type": "string"}}},
+                            "ebgpMultiHop": {"type": "boolean"},
+                            "nodeSelectors": {"type": "array", "items": selector}}},
+                    "status": {"type": "object"}}}}}]}
+    }))
+    .unwrap()
+}
