@@ -42,7 +42,8 @@
 //! device's own `show lldp neighbors detail` and MAC table, in a session of its own.
 //!
 //! A BGP speaker ([`Backends::bgp_speaker`], a Switch's `spec.bgp.speaker`) is an
-//! `ssh` provider whose dialect has a `bgp:` section (`os: frr`): the same login and
+//! `ssh` provider whose dialect has a `bgp:` section (`os: frr`, and `ios`, whose form
+//! is proven only on vtysh and documented output): the same login and
 //! host-key pin as `ssh`, one session per read or change.
 
 use parking_lot::Mutex;
@@ -243,7 +244,8 @@ impl Backends {
     }
 
     /// Builds the BGP speaker of `provider` (validated) from its Secret: `Ok(None)` when
-    /// it is not one (an `ssh` provider whose dialect keeps BGP neighbours: `frr`).
+    /// it is not one (an `ssh` provider whose dialect keeps BGP neighbours: `frr`,
+    /// `ios`).
     /// Reads no value into an error message.
     pub fn bgp_speaker(
         &self,

@@ -176,7 +176,7 @@ pub enum Outbound {
 }
 
 /// BGP timers, in seconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Timers {
     /// Keepalive interval.
     pub keepalive: u16,
@@ -237,6 +237,19 @@ pub struct Observed {
     pub accepted: u32,
     /// The description.
     pub description: Option<String>,
+    /// What this speaker's read cannot show (its dialect configures no such thing),
+    /// so [`differences`] does not compare it.
+    pub unseen: Unseen,
+}
+
+/// Settings a dialect neither configures nor reads (IOS sets no source address and
+/// no connect-retry timer per neighbour: the connected interface is the source).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unseen {
+    /// The source address.
+    pub source_address: bool,
+    /// The connect-retry timer (keepalive and hold are still compared).
+    pub connect_retry: bool,
 }
 
 /// What the speaker reports.
@@ -313,7 +326,7 @@ pub fn differences(want: &Neighbor, seen: &Observed) -> Vec<&'static str> {
     if seen.remote_asn != want.remote_asn {
         d.push("remote ASN");
     }
-    if seen.local_address != Some(want.local_address) {
+    if !seen.unseen.source_address && seen.local_address != Some(want.local_address) {
         d.push("source address");
     }
     if seen.prefixes != entries(want) {
@@ -322,7 +335,14 @@ pub fn differences(want: &Neighbor, seen: &Observed) -> Vec<&'static str> {
     if seen.max_prefix != Some(want.max_prefix) {
         d.push("maximum prefixes");
     }
-    if seen.timers.is_some_and(|t| t != want.timers) {
+    let timers_differ = |t: Timers| {
+        if seen.unseen.connect_retry {
+            (t.keepalive, t.hold) != (want.timers.keepalive, want.timers.hold)
+        } else {
+            t != want.timers
+        }
+    };
+    if seen.timers.is_some_and(timers_differ) {
         d.push("timers");
     }
     if seen.authenticated != want.password.is_some() {
@@ -469,6 +489,7 @@ mod tests {
             state: "Established".into(),
             accepted: 1,
             description: None,
+            unseen: Unseen::default(),
         }
     }
 

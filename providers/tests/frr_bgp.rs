@@ -4,7 +4,10 @@
 //! joined by a veth pair on a /30. Proven: neighbours put in one session and read back
 //! (FRR's JSON), the session Established, only the allowed prefixes accepted, a wrong
 //! password never establishing, a removed neighbour gone with its filters, passwords
-//! absent from the journal and from error text.
+//! absent from the journal and from error text. And the IOS form (`cisco_ios.yaml`'s
+//! `bgp:` section, its lines and its text read) on vtysh, whose CLI and `show
+//! running-config` / `show ip bgp summary` layouts are IOS's: the nearest thing to
+//! a Cisco device here (none runs BGP).
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +46,10 @@ fn node(link: &Link, password: &str) -> Gobgp {
 }
 
 fn speaker(frr: &Frr) -> CliSwitch {
+    speaker_with(frr, dialect::for_os("frr").unwrap())
+}
+
+fn speaker_with(frr: &Frr, dialect: std::sync::Arc<dialect::Dialect>) -> CliSwitch {
     CliSwitch::new(
         SshTarget {
             address: "127.0.0.1".into(),
@@ -56,7 +63,7 @@ fn speaker(frr: &Frr) -> CliSwitch {
             connect_timeout: Duration::from_secs(10),
         },
         None,
-        dialect::for_os("frr").unwrap(),
+        dialect,
         CliOptions::default(),
     )
     .with_journal()
@@ -206,4 +213,92 @@ async fn a_wrong_password_never_establishes_and_never_shows() {
     let text = format!("{e} {e:?}");
     assert!(text.contains("already running"), "{text}");
     assert!(!text.contains(PASSWORD), "{text}");
+}
+
+/// The `bgp:` section of `cisco_ios.yaml` on FRR's session settings, reading the
+/// whole `show running-config` (vtysh has no `| section` or `| include`).
+fn ios_form_on_vtysh() -> std::sync::Arc<dialect::Dialect> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/dialects/");
+    let frr = std::fs::read_to_string(format!("{dir}frr.yaml")).unwrap();
+    let ios = std::fs::read_to_string(format!("{dir}cisco_ios.yaml")).unwrap();
+    let head = &frr[..frr.find("\nbgp:\n").unwrap()];
+    let bgp = &ios[ios.find("\nbgp:\n").unwrap()..]
+        .replace(
+            "show running-config | section router bgp",
+            "show running-config",
+        )
+        .replace(
+            "show running-config | include ^ip prefix-list",
+            "show running-config",
+        );
+    let text = format!("{head}{bgp}").replace("name: frr", "name: ios_form_on_vtysh");
+    std::sync::Arc::new(dialect::Dialect::load("ios_form_on_vtysh", &text).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ios_form_runs_on_vtysh_and_reads_back_from_its_text() {
+    let link = link();
+    let frr = Frr::start(&link.tor, "tor3").unwrap();
+    let node = node(&link, PASSWORD);
+    for p in ["192.0.2.10/32", "203.0.113.0/24"] {
+        node.announce(p).unwrap();
+    }
+    let sw = speaker_with(&frr, ios_form_on_vtysh());
+    let managed = [NODE.parse().unwrap()].into();
+    let want = [neighbor(PASSWORD)];
+    let changes = plan(&want, &sw.bgp_state().await.unwrap(), &managed);
+    assert_eq!(changes.len(), 1);
+    let after = sw.bgp_apply(&router(), &changes).await.unwrap();
+    assert!(
+        plan(&want, &after, &managed).is_empty(),
+        "read back from the configuration text as applied: {after:?}"
+    );
+    let journal: String = sw.journal().iter().map(|s| s.line.clone() + "\n").collect();
+    assert!(!journal.contains("update-source"), "{journal}");
+    assert!(journal.contains("password ***") && !journal.contains(PASSWORD));
+    tokio::task::block_in_place(|| {
+        until("Established", 30, || {
+            frr.peer_states().unwrap() == vec![(NODE.to_owned(), "Established".to_owned())]
+        })
+    });
+    // The session state and the accepted count come from `show ip bgp summary`;
+    // the configuration text shows the password in clear, the read keeps none.
+    let seen = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            let s = sw.bgp_state().await.unwrap();
+            let n = &s.neighbors[&NODE.parse().unwrap()];
+            if n.state == "Established" && n.accepted == 1 {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .expect("Established with one accepted prefix, read from the text");
+    assert!(
+        frr.vtysh(&["show running-config"])
+            .unwrap()
+            .contains(PASSWORD)
+    );
+    assert!(!format!("{seen:?}").contains(PASSWORD));
+    assert!(seen.neighbors[&NODE.parse().unwrap()].authenticated);
+    assert_eq!(frr.routes().unwrap(), ["192.0.2.10/32"]);
+
+    // Drift, then removal, in the same form.
+    frr.vtysh(&[
+        "configure terminal",
+        "no ip prefix-list PB-IN-10-0-1-2 seq 10",
+    ])
+    .unwrap();
+    let drifted = sw.bgp_state().await.unwrap();
+    let fix = plan(&want, &drifted, &managed);
+    assert_eq!(fix.len(), 1, "the missing entry is seen: {drifted:?}");
+    let fixed = sw.bgp_apply(&router(), &fix).await.unwrap();
+    assert!(plan(&want, &fixed, &managed).is_empty());
+    let gone = sw
+        .bgp_apply(&router(), &plan(&[], &fixed, &managed))
+        .await
+        .unwrap();
+    assert!(gone.neighbors.is_empty(), "{gone:?}");
+    tokio::task::block_in_place(|| until("down on the node", 15, || !node.established(TOR)));
 }

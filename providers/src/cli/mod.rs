@@ -1036,7 +1036,11 @@ impl CliSwitch {
         let spec = self.bgp_spec()?;
         let neighbors = s.run(&spec.read.neighbors, false).await?;
         let lists = s.run(&spec.read.prefix_lists, false).await?;
-        spec.parse(&neighbors, &lists)
+        let sessions = match spec.state_command(&neighbors) {
+            Some(command) => Some(s.run(command, false).await?),
+            None => None,
+        };
+        spec.parse(&neighbors, &lists, sessions.as_deref())
             .map_err(|why| DeviceError::Protocol {
                 during: "reading the BGP neighbours".into(),
                 cause: Cause::msg(why),

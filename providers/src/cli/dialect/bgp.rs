@@ -1,7 +1,8 @@
 //! A dialect's `bgp:` section: the configuration lines that put and remove a BGP
 //! neighbour with its inbound prefix filter and outbound policy, and the show commands
-//! whose answers say what the speaker has (FRR's JSON). Pure: templates in, lines
-//! out; JSON in, [`SpeakerState`] out.
+//! whose answers say what the speaker has (FRR's JSON, or IOS-style configuration
+//! text and the `show ip bgp summary` table). Pure: templates in, lines out; answers
+//! in, [`SpeakerState`] out.
 //!
 //! Placeholders: `{asn}`, `{router_id}` (the speaker), `{peer}`, `{remote_asn}`,
 //! `{local}`, `{keepalive}`, `{hold}`, `{connect_retry}`, `{max_prefix}`,
@@ -21,7 +22,7 @@ use serde_json::Value;
 use super::DialectError;
 use crate::bgp::{
     Change, Neighbor, OUTBOUND_MAP, Observed, Outbound, Prefix, Router, SpeakerState, Timers,
-    entries, filter_name,
+    Unseen, entries, filter_name,
 };
 
 /// The file format of `bgp:` (see the module docs for the placeholders).
@@ -74,12 +75,20 @@ pub struct BgpSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BgpRead {
-    /// The answers' format: only `frr_json` exists.
+    /// The answers' format.
     pub format: BgpReadFormat,
-    /// Every neighbour, with its configuration and state.
+    /// Every neighbour, with its configuration (and, for `frr_json`, its state).
     pub neighbors: String,
     /// Every prefix-list.
     pub prefix_lists: String,
+    /// The sessions' states (`ios_config`: `show ip bgp summary`); without it
+    /// every state reads `Unknown`.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// What this dialect neither configures nor can read (`source_address`,
+    /// `connect_retry`): not compared, so never "repaired" in a loop.
+    #[serde(default)]
+    pub unseen: Vec<UnseenField>,
 }
 
 /// Formats a speaker's answers come in.
@@ -88,6 +97,19 @@ pub struct BgpRead {
 pub enum BgpReadFormat {
     /// FRR's `show … json`.
     FrrJson,
+    /// IOS-style configuration text (`router bgp` section, `ip prefix-list` lines)
+    /// and the `show ip bgp summary` table.
+    IosConfig,
+}
+
+/// A setting a dialect cannot see ([`Unseen`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnseenField {
+    /// The neighbour's source address.
+    SourceAddress,
+    /// Its connect-retry timer.
+    ConnectRetry,
 }
 
 /// One line to send; `secret` when it carries the password.
@@ -206,11 +228,38 @@ impl BgpSpec {
         lines
     }
 
-    /// Reads the answers to `read.neighbors` and `read.prefix_lists`.
-    pub fn parse(&self, neighbors: &str, prefix_lists: &str) -> Result<SpeakerState, String> {
-        match self.read.format {
-            BgpReadFormat::FrrJson => frr::state(neighbors, prefix_lists),
+    /// The command that reads the sessions' states, when the dialect has one and
+    /// `neighbors` (the answer to `read.neighbors`) shows a neighbour: without one
+    /// a speaker may answer it with an error (IOS `% BGP not active`, FRR `% No BGP
+    /// neighbors found`).
+    pub fn state_command(&self, neighbors: &str) -> Option<&str> {
+        let command = self.read.state.as_deref()?;
+        neighbors
+            .lines()
+            .any(|l| l.trim_start().starts_with("neighbor ") && l.contains(" remote-as "))
+            .then_some(command)
+    }
+
+    /// Reads the answers to `read.neighbors`, `read.prefix_lists` and (when the
+    /// dialect has one) `read.state`.
+    pub fn parse(
+        &self,
+        neighbors: &str,
+        prefix_lists: &str,
+        state: Option<&str>,
+    ) -> Result<SpeakerState, String> {
+        let mut read = match self.read.format {
+            BgpReadFormat::FrrJson => frr::state(neighbors, prefix_lists)?,
+            BgpReadFormat::IosConfig => ios::state(neighbors, prefix_lists, state)?,
+        };
+        let unseen = Unseen {
+            source_address: self.read.unseen.contains(&UnseenField::SourceAddress),
+            connect_retry: self.read.unseen.contains(&UnseenField::ConnectRetry),
+        };
+        for n in read.neighbors.values_mut() {
+            n.unseen = unseen;
         }
+        Ok(read)
     }
 }
 
@@ -367,8 +416,144 @@ mod frr {
                     .and_then(|f| u32_of(f, "acceptedPrefixCounter"))
                     .unwrap_or(0),
                 description: n.get("nbrDesc").and_then(Value::as_str).map(str::to_owned),
+                unseen: Unseen::default(),
             };
             state.neighbors.insert(address, observed);
+        }
+        Ok(state)
+    }
+}
+
+/// IOS-style answers: the running configuration's `router bgp` section and
+/// `ip prefix-list` lines (any other text around them is skipped, so a whole
+/// `show running-config` reads too), and the `show ip bgp summary` table. A
+/// password is only noted as present: its text (clear or type 7) is never kept.
+mod ios {
+    use super::*;
+
+    /// `ip prefix-list NAME seq N permit PREFIX [le 32]` lines, by name.
+    fn prefix_lists(text: &str) -> BTreeMap<String, Vec<(u32, Prefix)>> {
+        let mut out: BTreeMap<String, Vec<(u32, Prefix)>> = BTreeMap::new();
+        for line in text.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if let ["ip", "prefix-list", name, "seq", seq, "permit", prefix, ..] = w[..]
+                && let (Ok(seq), Ok(prefix)) = (seq.parse(), prefix.parse::<Prefix>())
+            {
+                out.entry(name.to_owned()).or_default().push((seq, prefix));
+            }
+        }
+        out
+    }
+
+    /// The sessions in a `show ip bgp summary` table: address → (state, accepted).
+    fn summary(text: &str) -> BTreeMap<Ipv4Addr, (String, u32)> {
+        let mut out = BTreeMap::new();
+        let mut in_table = false;
+        for line in text.lines() {
+            if line.starts_with("Neighbor") && line.contains("State/PfxRcd") {
+                in_table = true;
+                continue;
+            }
+            if !in_table {
+                continue;
+            }
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let (Some(address), Some(state)) =
+                (w.first().and_then(|a| a.parse::<Ipv4Addr>().ok()), w.get(9))
+            else {
+                continue;
+            };
+            let read = match state.parse::<u32>() {
+                Ok(n) => ("Established".to_owned(), n),
+                Err(_) => ((*state).to_owned(), 0),
+            };
+            out.insert(address, read);
+        }
+        out
+    }
+
+    pub(super) fn state(
+        config: &str,
+        lists: &str,
+        sessions: Option<&str>,
+    ) -> Result<SpeakerState, String> {
+        if config.lines().any(|l| l.starts_with("% ")) {
+            return Err(format!(
+                "the configuration read failed: {}",
+                config.lines().find(|l| l.starts_with("% ")).unwrap_or("")
+            ));
+        }
+        let mut all_lists = prefix_lists(config);
+        all_lists.extend(prefix_lists(lists));
+        let sessions = sessions.map(summary).unwrap_or_default();
+        let mut state = SpeakerState::default();
+        let mut in_bgp = false;
+        for line in config.lines() {
+            if !line.starts_with(' ') {
+                in_bgp = false;
+                if let Some(asn) = line.trim_end().strip_prefix("router bgp ") {
+                    // `router bgp N` (a `vrf` instance is not the default one).
+                    if let Ok(asn) = asn.trim().parse() {
+                        in_bgp = true;
+                        state.asn = Some(asn);
+                    }
+                }
+                continue;
+            }
+            if !in_bgp {
+                continue;
+            }
+            let w: Vec<&str> = line.split_whitespace().collect();
+            match w[..] {
+                ["bgp", "router-id", id] => state.router_id = id.parse().ok(),
+                ["neighbor", address, ref rest @ ..] => {
+                    let Ok(address) = address.parse::<Ipv4Addr>() else {
+                        continue; // a peer-group, an interface or IPv6: not ours
+                    };
+                    let n = state.neighbors.entry(address).or_insert_with(|| Observed {
+                        address: Some(address),
+                        state: "Unknown".into(),
+                        ..Default::default()
+                    });
+                    match rest {
+                        ["remote-as", asn] => n.remote_asn = asn.parse().unwrap_or(0),
+                        ["description", ..] => {
+                            n.description = Some(rest[1..].join(" "));
+                        }
+                        ["password", ..] => n.authenticated = true,
+                        ["update-source", source] => n.local_address = source.parse().ok(),
+                        ["timers", "connect", secs] => {
+                            let t = n.timers.get_or_insert_with(Timers::default);
+                            t.connect_retry = secs.parse().unwrap_or(0);
+                        }
+                        ["timers", keepalive, hold, ..] => {
+                            let t = n.timers.get_or_insert_with(Timers::default);
+                            t.keepalive = keepalive.parse().unwrap_or(0);
+                            t.hold = hold.parse().unwrap_or(0);
+                        }
+                        ["route-map", map, "in"] => n.route_map_in = Some((*map).to_owned()),
+                        ["route-map", map, "out"] => n.route_map_out = Some((*map).to_owned()),
+                        ["maximum-prefix", max, ..] => n.max_prefix = max.parse().ok(),
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        // A neighbour line without `remote-as` is not a neighbour (a stray
+        // family line); each one's prefixes are those of its inbound route-map's list.
+        state.neighbors.retain(|_, n| n.remote_asn != 0);
+        for (address, n) in state.neighbors.iter_mut() {
+            n.prefixes = n
+                .route_map_in
+                .as_ref()
+                .and_then(|m| all_lists.get(m))
+                .cloned()
+                .unwrap_or_default();
+            if let Some((s, accepted)) = sessions.get(address) {
+                n.state = s.clone();
+                n.accepted = *accepted;
+            }
         }
         Ok(state)
     }
@@ -481,7 +666,7 @@ mod tests {
 
     #[test]
     fn frr_answers_read_back_into_what_was_rendered() {
-        let state = spec().parse(NEIGHBORS, LISTS).unwrap();
+        let state = spec().parse(NEIGHBORS, LISTS, None).unwrap();
         assert_eq!(state.asn, Some(65000));
         assert_eq!(
             state.neighbors.len(),
@@ -497,7 +682,123 @@ mod tests {
         );
         let managed = ["10.0.1.2".parse().unwrap()].into();
         assert!(plan(&[neighbor()], &state, &managed).is_empty());
-        assert_eq!(spec().parse("{}", "").unwrap(), SpeakerState::default());
-        assert!(spec().parse("% BGP instance not found", "").is_err());
+        assert_eq!(
+            spec().parse("{}", "", None).unwrap(),
+            SpeakerState::default()
+        );
+        assert!(spec().parse("% BGP instance not found", "", None).is_err());
+    }
+
+    const DOCS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/documented/");
+
+    fn doc(name: &str) -> String {
+        std::fs::read_to_string(format!("{DOCS}{name}")).unwrap()
+    }
+
+    fn ios() -> BgpSpec {
+        for_os("ios")
+            .unwrap()
+            .bgp
+            .clone()
+            .expect("ios keeps BGP neighbours")
+    }
+
+    #[test]
+    fn the_ios_form_sets_no_source_address_or_connect_timer_and_activates_the_family() {
+        let lines = ios().render(
+            &router(),
+            &[Change::Put {
+                neighbor: neighbor(),
+                stale: vec![],
+            }],
+        );
+        let text: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+        assert!(
+            !text.iter().any(|l| l.contains("update-source")),
+            "{text:#?}"
+        );
+        assert!(
+            !text.iter().any(|l| l.contains("timers connect")),
+            "{text:#?}"
+        );
+        for want in [
+            "neighbor 10.0.1.2 timers 3 9",
+            "neighbor 10.0.1.2 activate",
+            "neighbor 10.0.1.2 ttl-security hops 1",
+            "ip prefix-list PB-IN-10-0-1-2 seq 20 permit 198.51.100.0/28 le 32",
+        ] {
+            assert!(text.contains(&want), "{want:?} not in {text:#?}");
+        }
+        assert_eq!(lines.iter().filter(|l| l.secret).count(), 1);
+    }
+
+    #[test]
+    fn documented_ios_text_reads_back_into_what_the_ios_form_renders() {
+        let state = ios()
+            .parse(
+                &doc("cisco_ios_running_config_router_bgp.txt"),
+                &doc("cisco_ios_running_config_prefix_lists.txt"),
+                Some(&doc("cisco_ios_show_ip_bgp_summary.txt")),
+            )
+            .unwrap();
+        assert_eq!(state.asn, Some(65000));
+        assert_eq!(state.router_id, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(
+            ios().state_command(&doc("cisco_ios_running_config_router_bgp.txt")),
+            Some("show ip bgp summary")
+        );
+        assert_eq!(
+            ios().state_command("router bgp 65000\n bgp router-id 10.0.0.1\n"),
+            None,
+            "no neighbour: the summary is not asked for (IOS answers % BGP not active)"
+        );
+        let addresses: Vec<String> = state.neighbors.keys().map(|a| a.to_string()).collect();
+        assert_eq!(
+            addresses,
+            ["10.0.1.2", "10.0.1.6", "172.16.0.1"],
+            "peer-groups and IPv6 neighbours are skipped"
+        );
+        let a = &state.neighbors[&"10.0.1.2".parse().unwrap()];
+        assert_eq!((a.state.as_str(), a.accepted), ("Established", 1));
+        assert!(a.authenticated, "a type-7 password counts as set");
+        assert_eq!(a.description.as_deref(), Some("patchbay/tenant-a/rack-1-a"));
+        assert!(a.unseen.source_address && a.unseen.connect_retry);
+        // What the IOS form renders for neighbor() reads back the same: nothing to do.
+        assert_eq!(
+            crate::bgp::differences(&neighbor(), a),
+            Vec::<&str>::new(),
+            "{a:#?}"
+        );
+        let managed = ["10.0.1.2".parse().unwrap()].into();
+        assert!(plan(&[neighbor()], &state, &managed).is_empty());
+        let b = &state.neighbors[&"10.0.1.6".parse().unwrap()];
+        assert_eq!((b.state.as_str(), b.accepted), ("Active", 0));
+        assert!(!b.authenticated);
+        assert_eq!(b.max_prefix, Some(16));
+        assert_eq!(b.prefixes, vec![(10, "203.0.113.0/29".parse().unwrap())]);
+        // Drift is seen: other timers, another list entry.
+        let mut other = neighbor();
+        other.timers.hold = 30;
+        other.prefixes.push("192.0.2.99/32".parse().unwrap());
+        assert_eq!(
+            crate::bgp::differences(&other, a),
+            ["inbound prefixes", "timers"]
+        );
+        // A read the device refused is an error, not an empty speaker.
+        let e = ios()
+            .parse("% Invalid input detected at '^' marker.", "", None)
+            .unwrap_err();
+        assert!(e.contains("Invalid input"), "{e}");
+        assert_eq!(ios().parse("", "", None).unwrap(), SpeakerState::default());
+    }
+
+    #[test]
+    fn the_ios_read_never_keeps_a_password() {
+        let config = "router bgp 65000\n neighbor 10.0.1.2 remote-as 65101\n \
+                      neighbor 10.0.1.2 password Cl34rT3xt\n";
+        let state = ios().parse(config, "", None).unwrap();
+        let n = &state.neighbors[&"10.0.1.2".parse().unwrap()];
+        assert!(n.authenticated);
+        assert!(!format!("{state:?}").contains("Cl34rT3xt"));
     }
 }
