@@ -22,7 +22,7 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Secret};
 use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
@@ -30,6 +30,8 @@ use kube::api::{
 };
 use patchbay::api::{ProviderSwitch, Server, ServerClaim, ServerPhase, Switch};
 use patchbay::decide::bgp_nodes::BgpNodes;
+use patchbay::decide::tenancy::Tenancy;
+use patchbay_providers::values::VlanId;
 use patchbay_testbed::OvsSim;
 use patchbay_testbed::bgp::{Frr, Gobgp, GobgpPeer};
 use serde_json::json;
@@ -78,13 +80,15 @@ impl Bed {
     /// tenant VLAN, address [`TOR_ADDRESS`]); host 1 the server. Switch `tor` manages
     /// the server's port `tor-n1` with BGP through ProviderSwitch `tor-frr`.
     async fn start(test: &str) -> Bed {
-        Self::start_with(test, false).await
+        Self::start_with(test, false, false).await
     }
 
     /// Like [`Bed::start`]; with `nodes`, the operator is opted in to Nodes and
     /// MetalLB (`--bgp-node-selector patchbay.dev/bgp=on`, MetalLB's namespace the
-    /// test's own, MetalLB's BGPPeer CRD installed).
-    async fn start_with(test: &str, nodes: bool) -> Bed {
+    /// test's own, MetalLB's BGPPeer CRD installed); with `tenants`, tenancy is on
+    /// (the test's namespace is the infra one, tenants `<ns>-a` and `<ns>-b` exist,
+    /// the operator watches every namespace).
+    async fn start_with(test: &str, nodes: bool, tenants: bool) -> Bed {
         let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
         let hosts = Hosts::create(&ovs, "br0", 2);
         ovs.vsctl(&[
@@ -107,7 +111,31 @@ impl Bed {
         let cluster = support::Cluster::start(test).await;
         cluster.install_crd(support::metallb_bgp_peer_crd()).await;
         let metallb = cluster.namespace.clone();
+        if tenants {
+            for t in ["a", "b"] {
+                Api::<Namespace>::all(cluster.client.clone())
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(
+                            json!({"metadata": {"name": format!("{}-{t}", cluster.namespace)}}),
+                        )
+                        .unwrap(),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        let infra = cluster.namespace.clone();
         let env = Env::start_on(cluster, |s| {
+            if tenants {
+                s.namespace = None;
+                s.tenancy = Some(Tenancy {
+                    infra_namespace: infra,
+                    parking_vlan: VlanId::new(999).unwrap(),
+                    trusted_host_namespaces: Default::default(),
+                    allow_bmc_credentials: false,
+                });
+            }
             if nodes {
                 s.bgp_nodes = Some(BgpNodes {
                     selector: "patchbay.dev/bgp=on".into(),
@@ -188,17 +216,27 @@ impl Bed {
     }
 
     async fn claim(&self, name: &str, bgp: serde_json::Value) {
-        let ns = self.env.cluster.namespace.clone();
-        self.env
-            .create::<ServerClaim>(json!({
-                "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
-                "metadata": {"name": name},
-                "spec": {"site": ns,
-                         "roles": [{"name": "worker", "count": 1, "bgp": bgp}],
-                         "networkConfiguration": [{"configurationRef":
-                             {"kind": "SwitchPortConfiguration", "name": "tenant"}}]}
-            }))
+        let site = self.env.cluster.namespace.clone();
+        self.claim_in(&self.env.cluster.namespace, &site, name, bgp)
             .await;
+    }
+
+    /// A claim in namespace `ns` at `site` (the test's namespace is the Server's),
+    /// with configuration `tenant` of `ns`.
+    async fn claim_in(&self, ns: &str, site: &str, name: &str, bgp: serde_json::Value) {
+        let claim: ServerClaim = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+            "metadata": {"name": name},
+            "spec": {"site": site,
+                     "roles": [{"name": "worker", "count": 1, "bgp": bgp}],
+                     "networkConfiguration": [{"configurationRef":
+                         {"kind": "SwitchPortConfiguration", "name": "tenant"}}]}
+        }))
+        .unwrap();
+        Api::<ServerClaim>::namespaced(self.env.cluster.client.clone(), ns)
+            .create(&PostParams::default(), &claim)
+            .await
+            .unwrap();
     }
 
     async fn server(&self, what: &str, check: impl Fn(&Server) -> bool) -> Server {
@@ -246,7 +284,7 @@ fn annotation(s: &Server, key: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is_removed_on_release()
  {
-    let mut bed = Bed::start_with("bgp", true).await;
+    let mut bed = Bed::start_with("bgp", true, false).await;
     let ns = bed.env.cluster.namespace.clone();
     let created = Instant::now();
     bed.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
@@ -662,5 +700,167 @@ async fn a_deleted_switch_takes_its_hosts_neighbours_off_the_speaker() {
     });
     let lists = bed.frr.vtysh(&["show ip prefix-list json"]).unwrap();
     assert!(!lists.contains("PB-IN-10-99-0-2"), "{lists}");
+    bed.env.cluster.finish().await;
+}
+
+/// The message of the claim's `BgpAccepted` condition once its status is `truth`.
+async fn bgp_accepted(env: &Env, ns: &str, name: &str, truth: &str) -> String {
+    let api = Api::<ServerClaim>::namespaced(env.cluster.client.clone(), ns);
+    support::eventually_seen(60, &format!("{ns}/{name} BgpAccepted={truth}"), || async {
+        let c = api
+            .get_opt(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no claim")?;
+        match c
+            .status
+            .as_ref()
+            .and_then(|st| find_condition(&st.conditions, "BgpAccepted"))
+        {
+            Some((t, _, m)) if t == truth => Ok(m),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_tenancy_a_tenant_peers_only_within_its_grants_and_never_with_anothers() {
+    let bed = Bed::start_with("bgp-tenants", false, true).await;
+    let infra = bed.env.cluster.namespace.clone();
+    let (a, b) = (format!("{infra}-a"), format!("{infra}-b"));
+    let client = bed.env.cluster.client.clone();
+    for (t, vlan, asns, prefix) in [
+        (&a, 100, "65101-65102", "192.0.2.0/28"),
+        (&b, 200, "65201", "198.51.100.0/28"),
+    ] {
+        let pool: patchbay::api::VLANPool = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "VLANPool",
+            "metadata": {"name": t},
+            "spec": {"vlans": vlan.to_string(), "namespaces": [t], "asns": asns,
+                     "prefixes": [prefix]}
+        }))
+        .unwrap();
+        Api::<patchbay::api::VLANPool>::all(client.clone())
+            .create(&PostParams::default(), &pool)
+            .await
+            .unwrap();
+        let config: patchbay::api::SwitchPortConfiguration = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+            "metadata": {"name": "tenant"}, "spec": {"untaggedVLAN": vlan}
+        }))
+        .unwrap();
+        Api::<patchbay::api::SwitchPortConfiguration>::namespaced(client.clone(), t)
+            .create(&PostParams::default(), &config)
+            .await
+            .unwrap();
+    }
+
+    // Tenant B, hostile, first: claims for A's prefix and for a default route (at a
+    // site with no Server, so they bind nothing). Refused naming the field; being
+    // older, they still hold nothing A could be refused for.
+    let refused =
+        |bgp: serde_json::Value, field: &'static str, reason: &'static str| (bgp, field, reason);
+    let hostile_first = [
+        (
+            "take-prefix",
+            refused(
+                json!({"prefixes": ["192.0.2.0/28"]}),
+                "prefixes[0]",
+                "192.0.2.0/28",
+            ),
+        ),
+        (
+            "default",
+            refused(
+                json!({"prefixes": ["0.0.0.0/0"]}),
+                "prefixes[0]",
+                "default route",
+            ),
+        ),
+    ];
+    let hostile_then = [
+        (
+            "take-asn",
+            refused(
+                json!({"asn": 65101, "prefixes": ["198.51.100.16/28"]}),
+                "asn",
+                "65101",
+            ),
+        ),
+        (
+            "ungranted",
+            refused(
+                json!({"prefixes": ["203.0.113.0/24"]}),
+                "prefixes[0]",
+                "203.0.113.0/24",
+            ),
+        ),
+    ];
+    let refuse =
+        |name: &'static str,
+         (bgp, field, reason): (serde_json::Value, &'static str, &'static str)| {
+            let (bed, b, a) = (&bed, &b, &a);
+            async move {
+                bed.claim_in(b, "nowhere", name, bgp).await;
+                let message = bgp_accepted(&bed.env, b, name, "False").await;
+                assert!(
+                    message.contains(field) && message.contains(reason),
+                    "{name}: {message}"
+                );
+                assert!(
+                    !message.contains(a.as_str()),
+                    "never names the other tenant: {message}"
+                );
+            }
+        };
+    for (name, case) in hostile_first {
+        refuse(name, case).await;
+    }
+    // Creation times have a second's resolution: B's claims are strictly older.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    // Tenant A, within its grants (its first ASN by default): accepted, peered,
+    // filtered to exactly its prefix.
+    bed.claim_in(&a, &infra, "web", json!({"prefixes": ["192.0.2.0/28"]}))
+        .await;
+    bgp_accepted(&bed.env, &a, "web", "True").await;
+    bed.provision().await;
+    let s = bed
+        .server("its peer published", |s| {
+            s.annotations()
+                .contains_key("patchbay.dev/bgp-peers-0-src-ip")
+        })
+        .await;
+    assert_eq!(annotation(&s, "node-asn"), "65101", "A's first granted ASN");
+    until("A's neighbour on FRR", 60, || {
+        bed.frr.peer_states().unwrap().len() == 1
+    });
+    let lists = |frr: &Frr| frr.vtysh(&["show ip prefix-list json"]).unwrap();
+    let a_lists = lists(&bed.frr);
+    assert!(a_lists.contains("192.0.2.0/28"), "{a_lists}");
+
+    // B again: A's ASN, space nobody granted. Refused; then B within its own grants:
+    // accepted (it waits for a Server). FRR keeps only A's neighbour and A's filter,
+    // over several of the Switch's intervals.
+    for (name, case) in hostile_then {
+        refuse(name, case).await;
+    }
+    bed.claim_in(
+        &b,
+        "nowhere",
+        "own",
+        json!({"prefixes": ["198.51.100.0/28"]}),
+    )
+    .await;
+    bgp_accepted(&bed.env, &b, "own", "True").await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        bed.frr.peer_states().unwrap().len(),
+        1,
+        "only A's neighbour"
+    );
+    assert_eq!(lists(&bed.frr), a_lists, "A's filter unchanged, no other");
+    assert_eq!(bed.tag(), "100", "the host's port still carries A's VLAN");
     bed.env.cluster.finish().await;
 }

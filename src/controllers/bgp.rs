@@ -102,11 +102,12 @@ pub(super) fn claim_verdict(
     claim: &ServerClaim,
     tors: &[SwitchBgp],
 ) -> bgp::ClaimBgp {
-    let ns = claim.namespace().unwrap_or_default();
-    let grants = tenancy
-        .filter(|t| !t.is_infra(&ns))
-        .map(|_| BgpGrants::new(stores.pools.state().iter().map(|p| &**p)).of(&ns));
-    bgp::claim_bgp(claim, grants.as_ref(), tors, &stores.claims.state())
+    let all = tenancy.map(|_| BgpGrants::new(stores.pools.state().iter().map(|p| &**p)));
+    let grants_of = |ns: &str| match (tenancy, &all) {
+        (Some(t), Some(g)) if !t.is_infra(ns) => Some(g.of(ns)),
+        _ => None,
+    };
+    bgp::claim_bgp(claim, &grants_of, tors, &stores.claims.state())
 }
 
 /// `server`'s claim, its role's allowed BGP and its peers, when it is bound to a

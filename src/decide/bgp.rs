@@ -411,15 +411,23 @@ pub struct Allowed {
 /// What a claim's roles may do, role by role (`None`: no BGP), or why not.
 pub type ClaimBgp = Result<BTreeMap<String, Allowed>, Vec<(String, String)>>;
 
-/// Decides `claim`'s BGP against the grants (`Some` with tenancy when the claim is a
-/// tenant's), every ToR's own addresses, and the older claims' prefixes
-/// (`others`: every claim; older ones win, by creation time then namespace/name).
+/// Decides `claim`'s BGP against the grants (`grants_of(namespace)`: `Some` with
+/// tenancy for a tenant's namespace, `None` where nothing is checked), every ToR's
+/// own addresses, and the older claims' prefixes (`others`: every claim; older ones
+/// win, by creation time then namespace/name).
+///
+/// An older claim holds only the prefixes it could be given: inside its own
+/// namespace's grants, not a default route, not a ToR's. So a tenant's claim that
+/// asks for another tenant's space (refused) never keeps that tenant from it, and
+/// one asking for `0.0.0.0/0` never blocks everyone.
 pub fn claim_bgp(
     claim: &ServerClaim,
-    grants: Option<&Granted>,
+    grants_of: &dyn Fn(&str) -> Option<Granted>,
     tors: &[SwitchBgp],
     others: &[Arc<ServerClaim>],
 ) -> ClaimBgp {
+    let grants = grants_of(&claim.namespace().unwrap_or_default());
+    let grants = grants.as_ref();
     let mut errors = Vec::new();
     let mut out = BTreeMap::new();
     let older = |o: &ServerClaim| {
@@ -435,9 +443,22 @@ pub fn claim_bgp(
     let taken: Vec<Prefix> = others
         .iter()
         .filter(|o| older(o))
-        .flat_map(|o| o.spec.roles.iter())
-        .filter_map(|r| r.bgp.as_ref())
-        .flat_map(|b| b.prefixes.iter().filter_map(|p| p.parse::<Prefix>().ok()))
+        .flat_map(|o| {
+            let theirs = grants_of(&o.namespace().unwrap_or_default());
+            o.spec
+                .roles
+                .iter()
+                .filter_map(|r| r.bgp.as_ref())
+                .flat_map(|b| b.prefixes.iter().filter_map(|p| p.parse::<Prefix>().ok()))
+                .filter(move |p| {
+                    p.length() > 0
+                        && !tors.iter().any(|t| t.owns(p))
+                        && theirs
+                            .as_ref()
+                            .is_none_or(|g| g.prefixes.iter().any(|x| x.covers(p)))
+                })
+                .collect::<Vec<_>>()
+        })
         .collect();
     for (i, role) in claim.spec.roles.iter().enumerate() {
         let Some(b) = &role.bgp else { continue };
@@ -978,7 +999,7 @@ mod tests {
             ],
         };
         let ok = claim("c", 10, None, &["192.0.2.16/28"]);
-        let allowed = claim_bgp(&ok, Some(&granted), &tors, &[]).unwrap();
+        let allowed = claim_bgp(&ok, &|_| Some(granted.clone()), &tors, &[]).unwrap();
         assert_eq!(allowed["worker"].asn, 65100, "the first granted ASN");
         for (asn, prefixes, field, why) in [
             (Some(65300), vec!["192.0.2.0/28"], "asn", "not granted"),
@@ -996,7 +1017,7 @@ mod tests {
             (None, vec!["192.0.2.1/28"], "prefixes[0]", "host bits"),
         ] {
             let c = claim("d", 20, asn, &prefixes);
-            let e = claim_bgp(&c, Some(&granted), &tors, &[]).unwrap_err();
+            let e = claim_bgp(&c, &|_| Some(granted.clone()), &tors, &[]).unwrap_err();
             let want = format!("spec.roles[0].bgp.{field}");
             assert!(
                 e.iter().any(|(f, w)| *f == want && w.contains(why)),
@@ -1006,7 +1027,7 @@ mod tests {
         // Without tenancy grants, the ToR's ASN is still refused.
         let e = claim_bgp(
             &claim("d", 20, Some(65000), &["192.0.2.0/28"]),
-            None,
+            &|_| None,
             &tors,
             &[],
         )
@@ -1015,12 +1036,45 @@ mod tests {
         // The older claim keeps its prefixes; the younger one is refused, whoever asks.
         let old = Arc::new(claim("old", 5, None, &["192.0.2.0/27"]));
         let young = claim("young", 50, None, &["192.0.2.16/28"]);
-        let e = claim_bgp(&young, Some(&granted), &tors, std::slice::from_ref(&old)).unwrap_err();
+        let e = claim_bgp(
+            &young,
+            &|_| Some(granted.clone()),
+            &tors,
+            std::slice::from_ref(&old),
+        )
+        .unwrap_err();
         assert!(e[0].1.contains("another claim"), "{e:?}");
         assert!(
             !e[0].1.contains("old"),
             "never names the other claim: {e:?}"
         );
-        assert!(claim_bgp(&old, Some(&granted), &tors, &[Arc::new(young)]).is_ok());
+        assert!(
+            claim_bgp(
+                &old,
+                &|_| Some(granted.clone()),
+                &tors,
+                &[Arc::new(young.clone())]
+            )
+            .is_ok()
+        );
+        // An older claim of another tenant asking for this tenant's space (refused
+        // there: not its grant), or for a default route, holds nothing.
+        let mut hostile = claim("hostile", 1, None, &["192.0.2.0/24"]);
+        hostile.metadata.namespace = Some("tenant-b".into());
+        let everything = claim("everything", 2, None, &["0.0.0.0/0"]);
+        let by_namespace = |ns: &str| {
+            Some(if ns == "tenant-b" {
+                Granted {
+                    asns: vec![(65200, 65200)],
+                    prefixes: vec!["198.51.100.0/24".parse().unwrap()],
+                }
+            } else {
+                granted.clone()
+            })
+        };
+        let older = [Arc::new(hostile.clone()), Arc::new(everything)];
+        assert!(claim_bgp(&young, &by_namespace, &tors, &older).is_ok());
+        // Without tenancy (nothing checked), the same older claim does hold it.
+        assert!(claim_bgp(&young, &|_| None, &tors, &[Arc::new(hostile)]).is_err());
     }
 }
