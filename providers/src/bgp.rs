@@ -237,6 +237,9 @@ pub struct Observed {
     pub accepted: u32,
     /// The description.
     pub description: Option<String>,
+    /// Whether it is sent a default route (`default-originate`), when the speaker
+    /// reports it.
+    pub default_originate: Option<bool>,
     /// What this speaker's read cannot show (its dialect configures no such thing),
     /// so [`differences`] does not compare it.
     pub unseen: Unseen,
@@ -353,6 +356,12 @@ pub fn differences(want: &Neighbor, seen: &Observed) -> Vec<&'static str> {
     }
     if seen.route_map_out.as_deref() != Some(OUTBOUND_MAP) {
         d.push("outbound policy");
+    }
+    if seen
+        .default_originate
+        .is_some_and(|sent| sent != (want.outbound == Outbound::DefaultRoute))
+    {
+        d.push("outbound default route");
     }
     d
 }
@@ -489,6 +498,7 @@ mod tests {
             state: "Established".into(),
             accepted: 1,
             description: None,
+            default_originate: Some(n.outbound == Outbound::DefaultRoute),
             unseen: Unseen::default(),
         }
     }

@@ -167,6 +167,23 @@ async fn frr_takes_a_filtered_md5_neighbour_and_a_node_peers_with_it() {
     // Applying again changes nothing.
     assert!(plan(&want, &seen, &managed).is_empty());
 
+    // The outbound policy changed to nothing: seen on the neighbour already there,
+    // put again, and the node's default route withdrawn.
+    let nothing = [neighbor(PASSWORD)];
+    let changes = plan(&nothing, &seen, &managed);
+    assert_eq!(changes.len(), 1, "the default route is seen: {seen:?}");
+    let after = sw.bgp_apply(&router(), &changes).await.unwrap();
+    assert!(plan(&nothing, &after, &managed).is_empty(), "{after:?}");
+    tokio::task::block_in_place(|| {
+        until("the default route withdrawn on the node", 15, || {
+            node.established(TOR)
+                && node
+                    .gobgp(&["neighbor", TOR, "adj-in"])
+                    .is_ok_and(|rib| !rib.contains("0.0.0.0/0"))
+        })
+    });
+    let seen = sw.bgp_state().await.unwrap();
+
     // Removed: neighbour and its filters gone; the node's session goes down.
     let changes = plan(&[], &seen, &managed);
     let gone = sw.bgp_apply(&router(), &changes).await.unwrap();

@@ -416,6 +416,11 @@ mod frr {
                     .and_then(|f| u32_of(f, "acceptedPrefixCounter"))
                     .unwrap_or(0),
                 description: n.get("nbrDesc").and_then(Value::as_str).map(str::to_owned),
+                // FRR names whether the default went only when default-originate is on.
+                default_originate: Some(
+                    family.is_some_and(|f| f.get("defaultSent").is_some())
+                        || family.is_some_and(|f| f.get("defaultNotSent").is_some()),
+                ),
                 unseen: Unseen::default(),
             };
             state.neighbors.insert(address, observed);
@@ -513,6 +518,8 @@ mod ios {
                     let n = state.neighbors.entry(address).or_insert_with(|| Observed {
                         address: Some(address),
                         state: "Unknown".into(),
+                        // The configuration lists default-originate when it is on.
+                        default_originate: Some(false),
                         ..Default::default()
                     });
                     match rest {
@@ -534,6 +541,7 @@ mod ios {
                         ["route-map", map, "in"] => n.route_map_in = Some((*map).to_owned()),
                         ["route-map", map, "out"] => n.route_map_out = Some((*map).to_owned()),
                         ["maximum-prefix", max, ..] => n.max_prefix = max.parse().ok(),
+                        ["default-originate", ..] => n.default_originate = Some(true),
                         _ => {}
                     }
                 }
@@ -682,6 +690,27 @@ mod tests {
         );
         let managed = ["10.0.1.2".parse().unwrap()].into();
         assert!(plan(&[neighbor()], &state, &managed).is_empty());
+        // An outbound changed to a default route after the neighbour was put is seen.
+        assert_eq!(seen.default_originate, Some(false));
+        let wants_default = Neighbor {
+            outbound: Outbound::DefaultRoute,
+            ..neighbor()
+        };
+        assert_eq!(
+            crate::bgp::differences(&wants_default, seen),
+            ["outbound default route"]
+        );
+        let sent = NEIGHBORS.replace(
+            r#""prefixAllowedMax":8"#,
+            r#""prefixAllowedMax":8,"defaultSent":true"#,
+        );
+        let state = spec().parse(&sent, LISTS, None).unwrap();
+        let seen = &state.neighbors[&"10.0.1.2".parse().unwrap()];
+        assert!(crate::bgp::differences(&wants_default, seen).is_empty());
+        assert_eq!(
+            crate::bgp::differences(&neighbor(), seen),
+            ["outbound default route"]
+        );
         assert_eq!(
             spec().parse("{}", "", None).unwrap(),
             SpeakerState::default()
@@ -773,6 +802,10 @@ mod tests {
         assert!(plan(&[neighbor()], &state, &managed).is_empty());
         let b = &state.neighbors[&"10.0.1.6".parse().unwrap()];
         assert_eq!((b.state.as_str(), b.accepted), ("Active", 0));
+        assert_eq!(
+            (a.default_originate, b.default_originate),
+            (Some(false), Some(true))
+        );
         assert!(!b.authenticated);
         assert_eq!(b.max_prefix, Some(16));
         assert_eq!(b.prefixes, vec![(10, "203.0.113.0/29".parse().unwrap())]);
