@@ -15,6 +15,11 @@
 //! `BENCH_NEIGHBOR_SECONDS=N` (issue 34) has every Switch read its neighbours every N
 //! s (its own fixture device as the source: one made-up LLDP host per port), and
 //! prints the reads, the Switch status writes and the idle cost they add.
+//!
+//! `BENCH_BGP=1` (issue 35) turns BGP on at its defaults on every Switch: its own
+//! fixture device as the speaker (in memory), ASN 65000, a `bgpAddress` on every port
+//! (a /31 each), `intervalSeconds` 30; no host is bound, so the cost is keeping the
+//! speakers (one read per Switch per interval) and the claims' and Servers' checks.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -163,6 +168,7 @@ async fn main() {
     let idle_secs = env_or("BENCH_IDLE_SECONDS", 60) as u64;
     let tenancy = env_or("BENCH_TENANCY", 0) == 1;
     let neighbor_seconds = env_or("BENCH_NEIGHBOR_SECONDS", 0);
+    let bgp = env_or("BENCH_BGP", 0) == 1;
     // `BENCH_OPERATOR_LOG=<file>`: the operator's debug log goes there.
     let log = std::env::var_os("BENCH_OPERATOR_LOG");
     let cluster = BenchCluster::start("opbench").await;
@@ -186,13 +192,19 @@ async fn main() {
             .unwrap();
         let ports: serde_json::Map<String, serde_json::Value> = (0..ports_n)
             .map(|i| {
-                (
-                    format!("{name}-p{i:02}"),
-                    json!({"name": format!("Gi0/{i}")}),
-                )
+                let mut port = json!({"name": format!("Gi0/{i}")});
+                if bgp {
+                    // A /24 per Switch, a /31 per port.
+                    port["bgpAddress"] = json!(format!("10.{}.{}.{}/31", s / 256, s % 256, 2 * i));
+                }
+                (format!("{name}-p{i:02}"), port)
             })
             .collect();
         let mut spec = json!({"provider": {"name": name}, "ports": ports});
+        if bgp {
+            spec["bgp"] = json!({"speaker": {"name": name}, "asn": 65000,
+                                 "routerId": format!("10.255.{}.{}", s / 256, s % 256)});
+        }
         if neighbor_seconds > 0 {
             spec["neighbors"] = json!({"providers": [{"name": name}],
                                        "intervalSeconds": neighbor_seconds});
@@ -288,9 +300,14 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "operator benchmark: {switches_n} switches x {ports_n} ports = {total} ports, fixture latency 1 ms{}",
+        "operator benchmark: {switches_n} switches x {ports_n} ports = {total} ports, fixture latency 1 ms{}{}",
         if tenancy {
             ", tenancy on (ports serve a tenant namespace; parked when first seen)"
+        } else {
+            ""
+        },
+        if bgp {
+            ", BGP on at its defaults (each Switch's fixture device its speaker, a bgpAddress per port, read every 30 s)"
         } else {
             ""
         }
@@ -346,12 +363,20 @@ async fn main() {
     let sweeps0 = drift_sweeps(metrics_at);
     let reads0 = metric_sum(metrics_at, "patchbay_neighbor_reads_total");
     let writes0 = switch_status_writes(&cluster);
+    let switch_reconciles = || {
+        metric_sum(
+            metrics_at,
+            "patchbay_reconciles_total{controller=\"Switch\"",
+        )
+    };
+    let switch_reconciles0 = switch_reconciles();
     let idle_from = Instant::now();
     tokio::time::sleep(Duration::from_secs(idle_secs)).await;
     let cpu1 = proc_cpu_ticks(pid);
     let sweeps1 = drift_sweeps(metrics_at);
     let reads1 = metric_sum(metrics_at, "patchbay_neighbor_reads_total");
     let writes1 = switch_status_writes(&cluster);
+    let switch_reconciles1 = switch_reconciles();
     let idle = idle_from.elapsed().as_secs_f64();
     let rss = proc_kib(pid, "VmRSS:");
     let hwm = proc_kib(pid, "VmHWM:");
@@ -388,6 +413,16 @@ async fn main() {
             idle,
             60.0 * (b - a) / idle,
             60.0 * switches_n as f64 / neighbor_seconds as f64,
+            writes1.saturating_sub(writes0)
+        );
+    }
+    if bgp && let (Some(a), Some(b)) = (switch_reconciles0, switch_reconciles1) {
+        println!(
+            "  BGP while idle: {:.0} Switch reconciles in {:.0} s = {:.1}/s, each one speaker read ({switches_n} switches every 30 s: {:.1}/s due); Switch status writes: {}",
+            b - a,
+            idle,
+            (b - a) / idle,
+            switches_n as f64 / 30.0,
             writes1.saturating_sub(writes0)
         );
     }

@@ -43,7 +43,8 @@
 //!
 //! A BGP speaker ([`Backends::bgp_speaker`], a Switch's `spec.bgp.speaker`) is an
 //! `ssh` provider whose dialect has a `bgp:` section (`os: frr`, and `ios`, whose form
-//! is proven only on vtysh and documented output): the same login and
+//! is proven only on vtysh and documented output; or a fixture device, which keeps
+//! what it is told in memory, for benchmarks): the same login and
 //! host-key pin as `ssh`, one session per read or change.
 
 use parking_lot::Mutex;
@@ -245,7 +246,7 @@ impl Backends {
 
     /// Builds the BGP speaker of `provider` (validated) from its Secret: `Ok(None)` when
     /// it is not one (an `ssh` provider whose dialect keeps BGP neighbours: `frr`,
-    /// `ios`).
+    /// `ios`; or a fixture device, in memory, for benchmarks and demos).
     /// Reads no value into an error message.
     pub fn bgp_speaker(
         &self,
@@ -253,6 +254,15 @@ impl Backends {
         secret: Option<&Secret>,
     ) -> Result<Option<Arc<dyn BgpSpeaker>>, BackendError> {
         let spec = &provider.spec;
+        if spec.backend == Backend::Fixture {
+            let device = self.fixtures.get_or_create(
+                fixture_key(provider),
+                &[],
+                self.fixture_latency,
+                self.fixture_log_limit,
+            );
+            return Ok(Some(Arc::new(device)));
+        }
         let speaks = spec.backend == Backend::Ssh
             && dialect::for_os(&os_word(provider)).is_some_and(|d| d.bgp.is_some());
         if !speaks {

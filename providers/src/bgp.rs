@@ -245,6 +245,29 @@ pub struct Observed {
     pub unseen: Unseen,
 }
 
+impl Observed {
+    /// `n` as a speaker that took every line reports it (the session's `state` and
+    /// accepted count aside).
+    pub fn configured(n: &Neighbor, state: &str) -> Self {
+        Self {
+            address: Some(n.address),
+            remote_asn: n.remote_asn,
+            local_address: Some(n.local_address),
+            prefixes: entries(n),
+            max_prefix: Some(n.max_prefix),
+            timers: Some(n.timers),
+            authenticated: n.password.is_some(),
+            route_map_in: Some(filter_name(n.address)),
+            route_map_out: Some(OUTBOUND_MAP.into()),
+            state: state.into(),
+            accepted: 0,
+            description: Some(n.description.clone()),
+            default_originate: Some(n.outbound == Outbound::DefaultRoute),
+            unseen: Unseen::default(),
+        }
+    }
+}
+
 /// Settings a dialect neither configures nor reads (IOS sets no source address and
 /// no connect-retry timer per neighbour: the connected interface is the source).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -486,20 +509,8 @@ mod tests {
 
     fn seen(n: &Neighbor) -> Observed {
         Observed {
-            address: Some(n.address),
-            remote_asn: n.remote_asn,
-            local_address: Some(n.local_address),
-            prefixes: entries(n),
-            max_prefix: Some(n.max_prefix),
-            timers: Some(n.timers),
-            authenticated: n.password.is_some(),
-            route_map_in: Some(filter_name(n.address)),
-            route_map_out: Some(OUTBOUND_MAP.into()),
-            state: "Established".into(),
             accepted: 1,
-            description: None,
-            default_originate: Some(n.outbound == Outbound::DefaultRoute),
-            unseen: Unseen::default(),
+            ..Observed::configured(n, "Established")
         }
     }
 

@@ -96,6 +96,9 @@ struct FixtureState {
     /// What the ports see, when a test set it; `None`: one made-up host per port.
     wire: Option<crate::neighbors::Neighbors>,
     neighbor_reads: usize,
+    /// Its BGP speaker's neighbours, when it is one.
+    bgp: crate::bgp::SpeakerState,
+    bgp_sessions: usize,
 }
 
 impl FixtureState {
@@ -149,6 +152,8 @@ impl FixtureSwitch {
                 max_sessions_seen: 0,
                 wire: None,
                 neighbor_reads: 0,
+                bgp: crate::bgp::SpeakerState::default(),
+                bgp_sessions: 0,
             })),
         }
     }
@@ -451,14 +456,11 @@ impl Device for FixtureSwitch {
     }
 }
 
-/// What a fixture device's ports see: what [`FixtureSwitch::set_neighbors`] set, else
-/// on every port one LLDP neighbour with a locally administered MAC made from the
-/// device's and the port's names (a plausible fabric for benchmarks and demos). A
-/// read is a session (counted with the device's sessions), takes the device's
-/// latency, and fails while the device is unreachable.
-#[async_trait::async_trait]
-impl crate::device::NeighborSource for FixtureSwitch {
-    async fn neighbors(&self) -> Result<crate::neighbors::Neighbors, DeviceError> {
+impl FixtureSwitch {
+    /// A session of its own beside the port batches (a neighbour read, a BGP read or
+    /// change): fails while unreachable, counts with the device's sessions, takes its
+    /// latency; returns the state, locked, at its end.
+    async fn side_session(&self) -> Result<MutexGuard<'_, FixtureState>, DeviceError> {
         let latency = {
             let mut st = self.lock();
             if st.unreachable {
@@ -476,6 +478,59 @@ impl crate::device::NeighborSource for FixtureSwitch {
         }
         let mut st = self.lock();
         st.sessions_open -= 1;
+        Ok(st)
+    }
+
+    /// The BGP sessions (reads and changes) it served.
+    pub fn bgp_sessions(&self) -> usize {
+        self.lock().bgp_sessions
+    }
+}
+
+/// A BGP speaker in memory (benchmarks, demos): what it is told is what it reports,
+/// every neighbour `Established` with nothing accepted. A read or a change is a
+/// session of its own.
+#[async_trait::async_trait]
+impl crate::device::BgpSpeaker for FixtureSwitch {
+    async fn bgp_state(&self) -> Result<crate::bgp::SpeakerState, DeviceError> {
+        let mut st = self.side_session().await?;
+        st.bgp_sessions += 1;
+        Ok(st.bgp.clone())
+    }
+
+    async fn bgp_apply(
+        &self,
+        router: &crate::bgp::Router,
+        changes: &[crate::bgp::Change],
+    ) -> Result<crate::bgp::SpeakerState, DeviceError> {
+        let mut st = self.side_session().await?;
+        st.bgp_sessions += 1;
+        st.bgp.asn = Some(router.asn);
+        st.bgp.router_id = Some(router.router_id);
+        for change in changes {
+            match change {
+                crate::bgp::Change::Put { neighbor, .. } => {
+                    let seen = crate::bgp::Observed::configured(neighbor, "Established");
+                    st.bgp.neighbors.insert(neighbor.address, seen);
+                }
+                crate::bgp::Change::Remove { address, .. } => {
+                    st.bgp.neighbors.remove(address);
+                }
+            }
+        }
+        Ok(st.bgp.clone())
+    }
+}
+
+/// What a fixture device's ports see: what [`FixtureSwitch::set_neighbors`] set, else
+/// on every port one LLDP neighbour with a locally administered MAC made from the
+/// device's and the port's names (a plausible fabric for benchmarks and demos). A
+/// read is a session (counted with the device's sessions), takes the device's
+/// latency, and fails while the device is unreachable.
+#[async_trait::async_trait]
+impl crate::device::NeighborSource for FixtureSwitch {
+    async fn neighbors(&self) -> Result<crate::neighbors::Neighbors, DeviceError> {
+        let mut st = self.side_session().await?;
         st.neighbor_reads += 1;
         if let Some(w) = &st.wire {
             return Ok(w.clone());
@@ -629,5 +684,52 @@ mod tests {
         sw.set_port(&access("Gi0/1", 100)).await.unwrap();
         sw.get_port(&p("Gi0/1")).await.unwrap();
         assert_eq!(start.elapsed(), Duration::from_millis(10));
+    }
+
+    #[tokio::test]
+    async fn as_a_bgp_speaker_it_reports_what_it_was_told_and_the_plan_settles() {
+        use crate::bgp::{Change, Neighbor, Outbound, Router, Timers, plan};
+        use crate::device::BgpSpeaker;
+        let sw = FixtureSwitch::new("tor", Vec::<PortName>::new());
+        let n = Neighbor {
+            address: "10.0.1.2".parse().unwrap(),
+            remote_asn: 65101,
+            local_address: "10.0.1.1".parse().unwrap(),
+            prefixes: vec!["192.0.2.0/28".parse().unwrap()],
+            max_prefix: 8,
+            timers: Timers {
+                keepalive: 30,
+                hold: 90,
+                connect_retry: 10,
+            },
+            outbound: Outbound::Nothing,
+            password: None,
+            description: "patchbay".into(),
+        };
+        let managed = [n.address].into();
+        let router = Router {
+            asn: 65000,
+            router_id: "10.255.0.1".parse().unwrap(),
+        };
+        let empty = sw.bgp_state().await.unwrap();
+        let changes = plan(std::slice::from_ref(&n), &empty, &managed);
+        assert_eq!(changes.len(), 1);
+        let after = sw.bgp_apply(&router, &changes).await.unwrap();
+        assert!(plan(std::slice::from_ref(&n), &after, &managed).is_empty());
+        assert_eq!(after.neighbors[&n.address].state, "Established");
+        let gone = sw
+            .bgp_apply(
+                &router,
+                &[Change::Remove {
+                    address: n.address,
+                    filters: true,
+                }],
+            )
+            .await
+            .unwrap();
+        assert!(gone.neighbors.is_empty());
+        assert_eq!(sw.bgp_sessions(), 3);
+        sw.set_unreachable(true);
+        assert!(sw.bgp_state().await.is_err());
     }
 }

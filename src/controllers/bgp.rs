@@ -363,7 +363,7 @@ async fn speaker_of(
         .ok_or_else(|| Failure::ProviderRole {
             field,
             name: provider.name_any(),
-            why: "is not a BGP speaker: patchbay keeps BGP neighbours on os frr or ios over ssh",
+            why: "is not a BGP speaker: patchbay keeps BGP neighbours on os frr or ios over ssh (or a fixture device)",
         })
 }
 
