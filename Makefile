@@ -136,6 +136,7 @@ bench: deps fake-switch ovs netconf lldp bgp ansible
 	bench/run.sh tenancy -- tenancy
 	bench/run.sh bgp -- bgp
 	bench/run.sh operator-tenancy BENCH_TENANCY=1 -- operator
+	bench/run.sh operator-bgp BENCH_BGP=1 -- operator
 	bench/run.sh operator-100k BENCH_SWITCHES=2000 BENCH_PORTS=50 BENCH_IDLE_SECONDS=30 -- operator
 	bench/run.sh operator-neighbors BENCH_SWITCHES=50 BENCH_PORTS=48 BENCH_NEIGHBOR_SECONDS=10 BENCH_IDLE_SECONDS=60 -- operator
 	bench/run.sh operator-neighbors-off BENCH_SWITCHES=50 BENCH_PORTS=48 BENCH_IDLE_SECONDS=60 -- operator

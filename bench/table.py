@@ -15,7 +15,7 @@ import re
 import sys
 
 ORDER = [
-    "devplane", "operator", "operator-tenancy", "operator-100k", "operator-neighbors",
+    "devplane", "operator", "operator-tenancy", "operator-bgp", "operator-100k", "operator-neighbors",
     "operator-neighbors-off", "ssh", "ovsdb",
     "failures", "claims", "hosts", "netconf", "ansible", "fleet", "tenancy", "bgp",
 ]
