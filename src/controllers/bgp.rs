@@ -44,15 +44,57 @@ use crate::decide::tenancy::Tenancy;
 /// The label on a password Secret naming its Server.
 const SERVER_LABEL: &str = "patchbay.dev/bgp-server";
 
+/// The Switches with valid BGP, oldest first, with their settings, and what they
+/// keep for themselves, indexed.
+#[derive(Debug, Default)]
+pub(super) struct BgpFleet {
+    /// The Switches and their settings.
+    pub switches: Vec<(Arc<Switch>, SwitchBgp)>,
+    /// Their ASNs, router ids and subnets.
+    pub tors: bgp::Tors,
+}
+
+/// See [`BgpFleet`].
+pub(super) type BgpSwitches = Arc<BgpFleet>;
+
+/// [`bgp_switches`] last computed, and the key (each Switch with `spec.bgp`: its
+/// namespace, name and resourceVersion) it was computed from: a fleet's reconciles
+/// pay for parsing and checking every Switch once per Switch change, not once each.
+#[derive(Debug, Default)]
+pub(super) struct BgpSwitchesCache(parking_lot::Mutex<Option<(u64, BgpSwitches)>>);
+
 /// Every Switch with valid BGP settings, with them, oldest first; a Switch whose
 /// ports' subnets overlap an older one's is left out (see [`refused_overlaps`]).
-pub(super) fn bgp_switches(stores: &Stores) -> Vec<(Arc<Switch>, SwitchBgp)> {
-    let mut all: Vec<(Arc<Switch>, SwitchBgp)> = stores
-        .switches
-        .state()
+/// Cached until a Switch with `spec.bgp` changes (its status included: the peers'
+/// session states are read from it).
+pub(super) fn bgp_switches(stores: &Stores) -> BgpSwitches {
+    use std::hash::{Hash, Hasher};
+    let state = stores.switches.state();
+    let mut with_bgp: Vec<&Arc<Switch>> = state.iter().filter(|s| s.spec.bgp.is_some()).collect();
+    with_bgp.sort_by(|a, b| {
+        (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
+            .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
+    });
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for s in &with_bgp {
+        (
+            s.metadata.namespace.as_deref(),
+            s.metadata.name.as_deref(),
+            s.metadata.resource_version.as_deref(),
+        )
+            .hash(&mut h);
+    }
+    let key = h.finish();
+    let mut cached = stores.bgp_switches.0.lock();
+    if let Some((k, v)) = cached.as_ref()
+        && *k == key
+    {
+        return v.clone();
+    }
+    let mut all: Vec<(Arc<Switch>, SwitchBgp)> = with_bgp
         .into_iter()
         .filter_map(|s| match switch_bgp(&s.spec) {
-            Ok(Some(b)) => Some((s, b)),
+            Ok(Some(b)) => Some((s.clone(), b)),
             _ => None,
         })
         .collect();
@@ -63,17 +105,20 @@ pub(super) fn bgp_switches(stores: &Stores) -> Vec<(Arc<Switch>, SwitchBgp)> {
             s.name_any(),
         )
     });
+    let mut index = bgp::SubnetIndex::default();
     let mut kept: Vec<(Arc<Switch>, SwitchBgp)> = Vec::with_capacity(all.len());
     for (s, b) in all {
-        let older: Vec<(String, SwitchBgp)> = kept
-            .iter()
-            .map(|(o, ob)| (o.name_any(), ob.clone()))
-            .collect();
-        if bgp::overlaps_elsewhere(&b, &older).is_empty() {
+        if index.overlaps(&b).is_empty() {
+            index.insert(&s.name_any(), &b);
             kept.push((s, b));
         }
     }
-    kept
+    let fleet = Arc::new(BgpFleet {
+        tors: bgp::Tors::new(kept.iter().map(|(_, b)| b)),
+        switches: kept,
+    });
+    *cached = Some((key, fleet.clone()));
+    fleet
 }
 
 /// Why `switch`'s BGP is refused for overlapping an older Switch's subnets (empty:
@@ -82,16 +127,17 @@ fn refused_overlaps(stores: &Stores, switch: &Switch, b: &SwitchBgp) -> Vec<(Str
     let me = (switch.namespace(), switch.name_any());
     let kept = bgp_switches(stores);
     if kept
+        .switches
         .iter()
         .any(|(s, _)| (s.namespace(), s.name_any()) == me)
     {
         return Vec::new();
     }
-    let others: Vec<(String, SwitchBgp)> = kept
-        .iter()
-        .map(|(s, ob)| (s.name_any(), ob.clone()))
-        .collect();
-    bgp::overlaps_elsewhere(b, &others)
+    let mut index = bgp::SubnetIndex::default();
+    for (s, ob) in &kept.switches {
+        index.insert(&s.name_any(), ob);
+    }
+    index.overlaps(b)
 }
 
 /// What `claim`'s roles may do with BGP (grants apply to a tenant's claim under
@@ -100,7 +146,7 @@ pub(super) fn claim_verdict(
     stores: &Stores,
     tenancy: Option<&Tenancy>,
     claim: &ServerClaim,
-    tors: &[SwitchBgp],
+    tors: &bgp::Tors,
 ) -> bgp::ClaimBgp {
     let all = tenancy.map(|_| BgpGrants::new(stores.pools.state().iter().map(|p| &**p)));
     let grants_of = |ns: &str| match (tenancy, &all) {
@@ -116,18 +162,17 @@ pub(super) fn node_peers(
     stores: &Stores,
     tenancy: Option<&Tenancy>,
     server: &Server,
-    switches: &[(Arc<Switch>, SwitchBgp)],
+    fleet: &BgpFleet,
 ) -> Option<(Arc<ServerClaim>, Allowed, Vec<Peer>)> {
     let b = server.spec.claim_ref.as_ref()?;
     let claim = stores
         .claims
         .get(&kube::runtime::reflector::ObjectRef::new(&b.name).within(&b.namespace))
         .filter(|c| c.uid().as_deref() == Some(b.uid.as_str()))?;
-    let tors: Vec<SwitchBgp> = switches.iter().map(|(_, t)| t.clone()).collect();
-    let allowed = claim_verdict(stores, tenancy, &claim, &tors)
+    let allowed = claim_verdict(stores, tenancy, &claim, &fleet.tors)
         .ok()?
         .remove(&b.role)?;
-    let peers = peers_of(server, &claim.name_any(), allowed.asn, switches);
+    let peers = peers_of(server, &claim.name_any(), allowed.asn, &fleet.switches);
     Some((claim, allowed, peers))
 }
 
@@ -139,7 +184,13 @@ fn wanted(ctx: &Context, switch: &Switch, b: &SwitchBgp) -> Vec<Wanted> {
     let tenancy = ctx.settings.tenancy.as_ref();
     let mut out = Vec::new();
     for server in ctx.stores.servers.state() {
-        if !peering(&server) {
+        // Only hosts cabled to one of this Switch's BGP ports are looked at further.
+        let cabled = server.spec.nics.iter().any(|n| {
+            n.port
+                .as_ref()
+                .is_some_and(|p| p.namespace == ns && b.links.contains_key(&p.name))
+        });
+        if !cabled || !peering(&server) {
             continue;
         }
         let Some((claim, allowed, peers)) = node_peers(&ctx.stores, tenancy, &server, &switches)
@@ -489,6 +540,7 @@ pub(super) async fn publish(
         .iter()
         .map(|p| {
             switches
+                .switches
                 .iter()
                 .find(|(s, _)| {
                     s.name_any() == p.switch
@@ -498,7 +550,7 @@ pub(super) async fn publish(
         })
         .collect();
     let published = Published {
-        status: bgp::peer_status(&peers, &switches),
+        status: bgp::peer_status(&peers, &switches.switches),
         claim_namespace: claim.as_ref().and_then(|c| c.namespace()),
         timers,
         peers,

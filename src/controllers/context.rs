@@ -140,6 +140,8 @@ pub struct Stores {
     /// ServerClaims: what a Server's role asks of BGP.
     pub claims: Store<ServerClaim>,
     grants: Arc<GrantsCache>,
+    /// The Switches with valid BGP, last computed ([`super::bgp::bgp_switches`]).
+    pub(super) bgp_switches: Arc<super::bgp::BgpSwitchesCache>,
 }
 
 impl Stores {
@@ -162,6 +164,7 @@ impl Stores {
             servers,
             claims,
             grants: Arc::default(),
+            bgp_switches: Arc::default(),
         }
     }
 

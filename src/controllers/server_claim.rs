@@ -416,25 +416,23 @@ fn bgp_accepted(
         status.conditions.retain(|c| c.type_ != "BgpAccepted");
         return;
     }
-    let tors: Vec<_> = super::bgp::bgp_switches(stores)
-        .into_iter()
-        .map(|(_, b)| b)
-        .collect();
-    let (truth, reason, message) = match super::bgp::claim_verdict(stores, tenancy, claim, &tors) {
-        Ok(_) => (true, "Accepted", String::new()),
-        Err(errors) => (
-            false,
-            "Refused",
-            format!(
-                "{}; no host of this claim gets a BGP neighbour until it is fixed",
-                errors
-                    .iter()
-                    .map(|(f, w)| format!("{f}: {w}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+    let fleet = super::bgp::bgp_switches(stores);
+    let (truth, reason, message) =
+        match super::bgp::claim_verdict(stores, tenancy, claim, &fleet.tors) {
+            Ok(_) => (true, "Accepted", String::new()),
+            Err(errors) => (
+                false,
+                "Refused",
+                format!(
+                    "{}; no host of this claim gets a BGP neighbour until it is fixed",
+                    errors
+                        .iter()
+                        .map(|(f, w)| format!("{f}: {w}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
             ),
-        ),
-    };
+        };
     set_condition(
         &mut status.conditions,
         "BgpAccepted",

@@ -114,19 +114,96 @@ impl SwitchBgp {
 /// Switches that keep theirs: older ones), as (field, reason): two ToRs handing out
 /// the same node address would give two hosts one identity.
 pub fn overlaps_elsewhere(me: &SwitchBgp, others: &[(String, SwitchBgp)]) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for (key, link) in &me.links {
-        if let Some((name, _)) = others
-            .iter()
-            .find(|(_, o)| o.links.values().any(|l| l.subnet.overlaps(&link.subnet)))
-        {
-            out.push((
-                format!("spec.ports[{key:?}].bgpAddress"),
-                format!("{} overlaps a port of Switch {name}", link.subnet),
-            ));
+    let mut index = SubnetIndex::default();
+    for (name, o) in others {
+        index.insert(name, o);
+    }
+    index.overlaps(me)
+}
+
+/// The point-to-point subnets of the Switches kept so far, by first address, for a
+/// check in log time: a fleet's every Switch checked against every older one costs
+/// ports × log(ports), not ports².
+#[derive(Debug, Clone, Default)]
+pub struct SubnetIndex {
+    /// First address → (last address, the Switch's name).
+    by_start: BTreeMap<u32, (u32, String)>,
+}
+
+impl SubnetIndex {
+    fn range(p: &Prefix) -> (u32, u32) {
+        let start = u32::from(p.network());
+        let size = u32::MAX.checked_shr(u32::from(p.length())).unwrap_or(0);
+        (start, start.saturating_add(size))
+    }
+
+    /// The name of a Switch with a subnet overlapping `p`. Kept subnets never overlap
+    /// one another, so only the last one starting at or before `p`'s end can.
+    fn overlapping(&self, p: &Prefix) -> Option<&str> {
+        let (start, end) = Self::range(p);
+        self.by_start
+            .range(..=end)
+            .next_back()
+            .filter(|(_, (last, _))| *last >= start)
+            .map(|(_, (_, name))| name.as_str())
+    }
+
+    /// Adds Switch `name`'s subnets (checked with [`Self::overlaps`] first).
+    pub fn insert(&mut self, name: &str, b: &SwitchBgp) {
+        for l in b.links.values() {
+            let (start, end) = Self::range(&l.subnet);
+            self.by_start.insert(start, (end, name.to_owned()));
         }
     }
-    out
+
+    /// The ports of `me` whose subnet overlaps a kept one, as (field, reason).
+    pub fn overlaps(&self, me: &SwitchBgp) -> Vec<(String, String)> {
+        me.links
+            .iter()
+            .filter_map(|(key, link)| {
+                let name = self.overlapping(&link.subnet)?;
+                Some((
+                    format!("spec.ports[{key:?}].bgpAddress"),
+                    format!("{} overlaps a port of Switch {name}", link.subnet),
+                ))
+            })
+            .collect()
+    }
+}
+
+/// What every ToR keeps for itself, indexed: its ASN, its router id, its ports'
+/// subnets (a claim may use none of them). Built once per set of Switches; each
+/// check is a lookup, not a pass over the fleet.
+#[derive(Debug, Clone, Default)]
+pub struct Tors {
+    asns: BTreeSet<u32>,
+    router_ids: BTreeSet<u32>,
+    links: SubnetIndex,
+}
+
+impl Tors {
+    /// The ToRs `switches` (whose subnets do not overlap one another's).
+    pub fn new<'a>(switches: impl IntoIterator<Item = &'a SwitchBgp>) -> Self {
+        let mut me = Self::default();
+        for b in switches {
+            me.asns.insert(b.asn);
+            me.router_ids.insert(u32::from(b.router_id));
+            me.links.insert("", b);
+        }
+        me
+    }
+
+    /// Whether `asn` is a ToR's own.
+    pub fn has_asn(&self, asn: u32) -> bool {
+        self.asns.contains(&asn)
+    }
+
+    /// Whether `prefix` overlaps a ToR's own addresses.
+    pub fn owns(&self, prefix: &Prefix) -> bool {
+        let (start, end) = SubnetIndex::range(prefix);
+        self.router_ids.range(start..=end).next().is_some()
+            || self.links.overlapping(prefix).is_some()
+    }
 }
 
 /// Checks `switch`'s BGP settings (its `spec.bgp` and the ports' `bgpAddress`).
@@ -423,7 +500,7 @@ pub type ClaimBgp = Result<BTreeMap<String, Allowed>, Vec<(String, String)>>;
 pub fn claim_bgp(
     claim: &ServerClaim,
     grants_of: &dyn Fn(&str) -> Option<Granted>,
-    tors: &[SwitchBgp],
+    tors: &Tors,
     others: &[Arc<ServerClaim>],
 ) -> ClaimBgp {
     let grants = grants_of(&claim.namespace().unwrap_or_default());
@@ -452,7 +529,7 @@ pub fn claim_bgp(
                 .flat_map(|b| b.prefixes.iter().filter_map(|p| p.parse::<Prefix>().ok()))
                 .filter(move |p| {
                     p.length() > 0
-                        && !tors.iter().any(|t| t.owns(p))
+                        && !tors.owns(p)
                         && theirs
                             .as_ref()
                             .is_none_or(|g| g.prefixes.iter().any(|x| x.covers(p)))
@@ -492,14 +569,11 @@ pub fn claim_bgp(
             }
         };
         if let Some(a) = asn
-            && let Some(t) = tors.iter().find(|t| t.asn == a)
+            && tors.has_asn(a)
         {
             errors.push((
                 format!("{path}.asn"),
-                format!(
-                    "{a} is a ToR's own ASN (AS {}); a host peers over eBGP",
-                    t.asn
-                ),
+                format!("{a} is a ToR's own ASN; a host peers over eBGP"),
             ));
         }
         let mut prefixes = Vec::new();
@@ -513,7 +587,7 @@ pub fn claim_bgp(
                     field,
                     format!("{p} is not inside a prefix granted to this namespace"),
                 ));
-            } else if tors.iter().any(|t| t.owns(&p)) {
+            } else if tors.owns(&p) {
                 errors.push((field, format!("{p} overlaps a ToR's own addresses")));
             } else if taken.iter().any(|t| t.overlaps(&p)) {
                 errors.push((
@@ -909,6 +983,39 @@ mod tests {
             )]
         );
         assert!(overlaps_elsewhere(&me, &[]).is_empty());
+        // The index against every neighbour of a kept subnet: before, after, inside,
+        // around, at the address space's ends.
+        let kept = switch_bgp(&switch(
+            65000,
+            &[
+                ("a", "10.0.1.1/30"),
+                ("b", "10.0.1.8/31"),
+                ("c", "0.0.0.0/31"),
+                ("d", "255.255.255.254/31"),
+            ],
+        ))
+        .unwrap()
+        .unwrap();
+        let mut index = SubnetIndex::default();
+        index.insert("leaf-1", &kept);
+        for (probe, overlaps) in [
+            ("10.0.0.254/31", false),
+            ("10.0.1.0/31", true),
+            ("10.0.1.2/31", true),
+            ("10.0.1.4/31", false),
+            ("10.0.1.6/31", false),
+            ("10.0.1.9/31", true),
+            ("10.0.1.10/31", false),
+            ("0.0.0.0/31", true),
+            ("0.0.0.2/31", false),
+            ("255.255.255.254/31", true),
+            ("255.255.255.252/31", false),
+        ] {
+            let me = switch_bgp(&switch(65000, &[("x", probe)]))
+                .unwrap()
+                .unwrap();
+            assert_eq!(!index.overlaps(&me).is_empty(), overlaps, "{probe}");
+        }
     }
 
     fn pool(name: &str, ns: &str, asns: Option<&str>, prefixes: &[&str]) -> VLANPool {
@@ -988,9 +1095,9 @@ mod tests {
 
     #[test]
     fn a_role_announces_only_granted_space_no_default_no_tor_subnet_no_older_claims() {
-        let tors = [switch_bgp(&switch(65000, &[("p1", "10.0.1.1/30")]))
+        let tors = Tors::new(&[switch_bgp(&switch(65000, &[("p1", "10.0.1.1/30")]))
             .unwrap()
-            .unwrap()];
+            .unwrap()]);
         let granted = Granted {
             asns: vec![(65100, 65199)],
             prefixes: vec![
