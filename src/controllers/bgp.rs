@@ -58,15 +58,16 @@ pub(super) struct BgpFleet {
 pub(super) type BgpSwitches = Arc<BgpFleet>;
 
 /// [`bgp_switches`] last computed, and the key (each Switch with `spec.bgp`: its
-/// namespace, name and resourceVersion) it was computed from: a fleet's reconciles
-/// pay for parsing and checking every Switch once per Switch change, not once each.
+/// namespace, name, uid and generation) it was computed from: a fleet's reconciles
+/// pay for parsing and checking every Switch once per spec change, not once each
+/// (a status write does not count; statuses are read from the cache where needed).
 #[derive(Debug, Default)]
 pub(super) struct BgpSwitchesCache(parking_lot::Mutex<Option<(u64, BgpSwitches)>>);
 
 /// Every Switch with valid BGP settings, with them, oldest first; a Switch whose
 /// ports' subnets overlap an older one's is left out (see [`refused_overlaps`]).
-/// Cached until a Switch with `spec.bgp` changes (its status included: the peers'
-/// session states are read from it).
+/// Cached until a Switch with `spec.bgp` comes, goes or changes its spec; the
+/// Switch objects held are as they were then (read statuses from the cache).
 pub(super) fn bgp_switches(stores: &Stores) -> BgpSwitches {
     use std::hash::{Hash, Hasher};
     let state = stores.switches.state();
@@ -80,7 +81,8 @@ pub(super) fn bgp_switches(stores: &Stores) -> BgpSwitches {
         (
             s.metadata.namespace.as_deref(),
             s.metadata.name.as_deref(),
-            s.metadata.resource_version.as_deref(),
+            s.metadata.uid.as_deref(),
+            s.metadata.generation,
         )
             .hash(&mut h);
     }
@@ -550,7 +552,19 @@ pub(super) async fn publish(
         })
         .collect();
     let published = Published {
-        status: bgp::peer_status(&peers, &switches.switches),
+        // The sessions' states from the Switches as the cache has them now.
+        status: bgp::peer_status(
+            &peers,
+            &peers
+                .iter()
+                .filter_map(|p| {
+                    stores.switches.get(
+                        &kube::runtime::reflector::ObjectRef::new(&p.switch)
+                            .within(&p.switch_namespace),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        ),
         claim_namespace: claim.as_ref().and_then(|c| c.namespace()),
         timers,
         peers,

@@ -687,17 +687,17 @@ pub fn annotations(peers: &[Peer]) -> BTreeMap<String, String> {
 }
 
 /// The status form of `peers`, with each session's state from its Switch's status.
-pub fn peer_status(peers: &[Peer], switches: &[(Arc<Switch>, SwitchBgp)]) -> Vec<BgpPeer> {
+pub fn peer_status(peers: &[Peer], switches: &[Arc<Switch>]) -> Vec<BgpPeer> {
     peers
         .iter()
         .map(|p| {
             let state = switches
                 .iter()
-                .find(|(s, _)| {
+                .find(|s| {
                     s.name_any() == p.switch
                         && s.namespace().as_deref() == Some(p.switch_namespace.as_str())
                 })
-                .and_then(|(s, _)| s.status.as_ref()?.bgp.as_ref())
+                .and_then(|s| s.status.as_ref()?.bgp.as_ref())
                 .and_then(|b| {
                     b.neighbors
                         .iter()
