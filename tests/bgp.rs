@@ -481,10 +481,14 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
                "passwordSecret": {"name": metallb_name, "namespace": ns},
                "nodeSelectors": [{"matchLabels": {"kubernetes.io/hostname": selected}}]})
     );
+    // A Node's peers' annotations (the Server's own keys; which Server they are for
+    // is checked apart).
     let node_annotations = |n: &Node| -> Vec<(String, String)> {
         n.annotations()
             .iter()
-            .filter(|(k, _)| k.starts_with("patchbay.dev/bgp-peers-"))
+            .filter(|(k, _)| {
+                k.starts_with("patchbay.dev/bgp-peers-") && *k != "patchbay.dev/bgp-peers-server"
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     };
@@ -514,6 +518,71 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
         node_annotations(&nodes.get(&unselected).await.unwrap()).is_empty(),
         "a Node the selector does not select is not touched"
     );
+    assert_eq!(
+        joined.annotations().get("patchbay.dev/bgp-peers-server"),
+        Some(&bed.server_name())
+    );
+    assert_eq!(
+        joined
+            .labels()
+            .get("patchbay.dev/bgp-annotated")
+            .map(String::as_str),
+        Some("true")
+    );
+    // The Node leaves the selection: its annotations, mark and BGPPeer go; back in
+    // it, they come back.
+    let select = |on: bool| {
+        let nodes = nodes.clone();
+        let name = selected.clone();
+        async move {
+            let value = if on {
+                json!("on")
+            } else {
+                serde_json::Value::Null
+            };
+            nodes
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"patchbay.dev/bgp": value}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    select(false).await;
+    support::eventually_seen(30, "the deselected Node cleared", || async {
+        let n = nodes.get(&selected).await.map_err(|e| e.to_string())?;
+        let peer = bgp_peers
+            .get_opt(&metallb_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let clear = !n
+            .annotations()
+            .keys()
+            .any(|k| k.starts_with("patchbay.dev/bgp-peers-"))
+            && !n.labels().contains_key("patchbay.dev/bgp-annotated");
+        if clear && peer.is_none() {
+            Ok(())
+        } else {
+            Err(format!("{:?} {:?} {peer:?}", n.annotations(), n.labels()))
+        }
+    })
+    .await;
+    select(true).await;
+    support::eventually_seen(30, "the reselected Node annotated again", || async {
+        let n = nodes.get(&selected).await.map_err(|e| e.to_string())?;
+        let peer = bgp_peers
+            .get_opt(&metallb_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        if node_annotations(&n) == server_annotations && peer.is_some() {
+            Ok(())
+        } else {
+            Err(format!("{:?} {peer:?}", n.annotations()))
+        }
+    })
+    .await;
     let seen = format!("{:?} {:?}", joined.metadata, peer_object.data);
     assert!(!seen.contains(&password), "the password leaked: {seen}");
 

@@ -64,6 +64,16 @@ async fn setup(test: &str) -> (Cluster, Api<Widget>) {
     (cluster, api)
 }
 
+/// The collection's resourceVersion now (where a watch starts).
+async fn list_rv(api: &Api<Widget>) -> String {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
 fn rv(obj: &impl Resource) -> u64 {
     obj.meta()
         .resource_version
@@ -108,6 +118,59 @@ async fn watch_sees_create_update_delete_in_order_with_increasing_resource_versi
     assert_eq!(kinds, ["ADDED", "MODIFIED", "DELETED"]);
     assert_eq!(seen[0].1, rv(&created));
     assert!(seen[0].1 < seen[1].1 && seen[1].1 < seen[2].1, "{seen:?}");
+    cluster.finish().await;
+}
+
+/// A watch with a label selector sees an object that starts matching as ADDED and
+/// one that stops matching as DELETED (kube-apiserver's watch cache does; a
+/// controller watching a selection relies on it to notice an object leaving it).
+#[tokio::test]
+async fn a_selector_watch_sees_objects_enter_and_leave_the_selection() {
+    let (cluster, api) = setup("watch_selection").await;
+    let start = list_rv(&api).await;
+    let stream = api
+        .watch(&WatchParams::default().labels("team=a").timeout(10), &start)
+        .await
+        .unwrap();
+    let mut stream = stream.boxed();
+    let label = |team: &str| Patch::Merge(json!({"metadata": {"labels": {"team": team}}}));
+    api.create(&PostParams::default(), &widget("w1", 1))
+        .await
+        .unwrap();
+    for (team, size) in [("a", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)] {
+        api.patch("w1", &PatchParams::default(), &label(team))
+            .await
+            .unwrap();
+        api.patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": size}})),
+        )
+        .await
+        .unwrap();
+    }
+    api.delete("w1", &DeleteParams::default()).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.last() != Some(&("DELETED", 3)) {
+        match stream.try_next().await.unwrap().expect("stream open") {
+            WatchEvent::Added(o) => seen.push(("ADDED", o.spec.size)),
+            WatchEvent::Modified(o) => seen.push(("MODIFIED", o.spec.size)),
+            WatchEvent::Deleted(o) => seen.push(("DELETED", o.spec.size)),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("watch error {e:?}"),
+        }
+    }
+    // Writes that change nothing make no event (as kube-apiserver).
+    assert_eq!(
+        seen,
+        [
+            ("ADDED", 1),    // labelled a: enters the selection
+            ("MODIFIED", 2), // a change inside it
+            ("DELETED", 2),  // labelled b: leaves it (size 3 is not seen)
+            ("ADDED", 3),    // labelled a again
+            ("DELETED", 3),  // deleted
+        ]
+    );
     cluster.finish().await;
 }
 
@@ -566,13 +629,7 @@ async fn an_expired_resource_version_is_gone_and_bookmarks_and_timeouts_work() {
         other => panic!("expected 410 Gone, got {other:?}"),
     }
     // A fresh watch with bookmarks allowed gets one, and ends at its timeout.
-    let now = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let now = list_rv(&api).await;
     let started = std::time::Instant::now();
     let events: Vec<_> = api
         .watch(&WatchParams::default().timeout(1), &now)

@@ -28,8 +28,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::resources::{ResKey, Resource};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{
-    ApiError, DeleteOptions, Event, FieldValidation, PatchType, Propagation, Store, Subresource,
-    WriteOptions,
+    ApiError, DeleteOptions, Event, EventType, FieldValidation, PatchType, Propagation, Store,
+    Subresource, WriteOptions,
 };
 use crate::table;
 
@@ -1041,6 +1041,20 @@ async fn admitted(
 
 /// Starts a watch stream: replay, then live events, bookmarks when allowed, until
 /// `timeoutSeconds` or the client goes away.
+/// How a watch with these selectors sees `e`: as it is when the object matches
+/// before and after; a change that makes it match is ADDED, one that makes it stop
+/// matching is DELETED (kube-apiserver's watch cache); `None` when it matches
+/// neither before nor after.
+fn seen_as(e: &Event, labels: &LabelSelector, fields: &FieldSelector) -> Option<EventType> {
+    let matches = |o: &Value| labels.matches(o) && fields.matches(o);
+    let now = matches(&e.object);
+    match (e.etype, e.prev.as_deref().map(matches)) {
+        (EventType::Modified, Some(false)) => now.then_some(EventType::Added),
+        (EventType::Modified, Some(true)) if !now => Some(EventType::Deleted),
+        (etype, _) => now.then_some(etype),
+    }
+}
+
 fn watch(
     shared: &Arc<Shared>,
     res: &Resource,
@@ -1106,13 +1120,13 @@ fn watch(
                 && e.object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str())
         };
         for e in &start.replay {
-            if !labels.matches(&e.object) || !fields.matches(&e.object) {
+            let Some(etype) = seen_as(e, &labels, &fields) else {
                 continue;
-            }
-            let line = if as_stored(e) {
+            };
+            let line = if etype == e.etype && as_stored(e) {
                 e.line()
             } else {
-                encode(e.etype.as_str(), render(&e.object))
+                encode(etype.as_str(), render(&e.object))
             };
             if tx.send(line).await.is_err() {
                 return;
@@ -1148,13 +1162,13 @@ fn watch(
                         if let Some(ns) = &namespace && res.namespaced && &e.namespace != ns {
                             continue;
                         }
-                        if !labels.matches(&e.object) || !fields.matches(&e.object) {
+                        let Some(etype) = seen_as(&e, &labels, &fields) else {
                             continue;
-                        }
-                        let line = if as_stored(&e) {
+                        };
+                        let line = if etype == e.etype && as_stored(&e) {
                             e.line()
                         } else {
-                            encode(e.etype.as_str(), render(&e.object))
+                            encode(etype.as_str(), render(&e.object))
                         };
                         if tx.send(line).await.is_err() { return; }
                     }

@@ -204,6 +204,10 @@ pub struct Event {
     pub etype: EventType,
     /// The object after the change (before removal for DELETED).
     pub object: Arc<Value>,
+    /// For MODIFIED, the object before it: a watch with a selector sees an object
+    /// that starts matching as ADDED and one that stops matching as DELETED, as
+    /// kube-apiserver's watch cache does.
+    pub prev: Option<Arc<Value>>,
     /// When it happened (a replayed synthetic ADDED: when the replay was made).
     pub at: std::time::Instant,
     /// The watch line (`{"type":…,"object":…}\n`), serialised once for every watcher
@@ -529,6 +533,9 @@ impl Store {
         let obj = Arc::new(obj);
         let namespace = key.namespace.clone();
         let res = key.res.clone();
+        let prev = (etype == EventType::Modified)
+            .then(|| self.objects.get(&key).cloned())
+            .flatten();
         if etype == EventType::Deleted {
             self.objects.remove(&key);
         } else {
@@ -540,6 +547,7 @@ impl Store {
             namespace,
             etype,
             object: obj.clone(),
+            prev,
             at: std::time::Instant::now(),
             encoded: std::sync::OnceLock::new(),
         });
@@ -1502,6 +1510,7 @@ impl Store {
                         namespace: k.namespace.clone(),
                         etype: EventType::Added,
                         object: o.clone(),
+                        prev: None,
                         at: std::time::Instant::now(),
                         encoded: std::sync::OnceLock::new(),
                     })

@@ -5,10 +5,11 @@
 //! namespace). Kubernetes I/O, called from the Server's reconcile after
 //! `super::bgp::publish`, and woken by the selected Nodes' watch.
 //!
-//! Cost per Server reconcile when opted in: one LIST of the selected Nodes and, with
-//! MetalLB, one LIST of `BGPPeer`s and one of Secrets by label; a write only for
-//! what differs. Released (or no longer any Node's): annotations removed, `BGPPeer`s
-//! and copies deleted.
+//! Cost per Server reconcile when opted in: one LIST of the selected Nodes, one of
+//! the Nodes patchbay marked (label `patchbay.dev/bgp-annotated`) and, with MetalLB,
+//! one LIST of `BGPPeer`s and one of Secrets by label; a write only for what
+//! differs. Released: annotations removed, `BGPPeer`s and copies deleted. A Node no
+//! longer selected (or no longer the Server) loses its annotations and mark.
 
 use std::collections::BTreeMap;
 
@@ -24,8 +25,8 @@ use super::ControllerError;
 use super::bgp::{Published, password_bytes};
 use crate::decide::bgp;
 use crate::decide::bgp_nodes::{
-    BgpNodes, METALLB_SERVER_LABEL, annotation_patch, metallb_name, metallb_peer, node_hostname,
-    server_of_node,
+    BgpNodes, METALLB_SERVER_LABEL, NODE_MARK_LABEL, NODE_SERVER_ANNOTATION, metallb_name,
+    metallb_peer, node_hostname, node_patch, server_of_node,
 };
 
 /// The field manager of patchbay's server-side applies here.
@@ -69,14 +70,31 @@ pub(super) async fn sync(
         })
         .collect();
     let want = bgp::annotations(&published.peers);
+    let api = Api::<Node>::all(client.clone());
+    let patch = |node: &Node, want: &BTreeMap<String, String>| {
+        node_patch(node.annotations(), node.labels(), want, server)
+    };
     for node in &nodes {
-        if let Some(patch) = annotation_patch(node.annotations(), &want) {
-            Api::<Node>::all(client.clone())
-                .patch(
-                    &node.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                )
+        if let Some(p) = patch(node, &want) {
+            api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(p))
+                .await?;
+        }
+    }
+    // Nodes annotated for this Server that no longer are it, or are no longer
+    // selected: their annotations and mark go.
+    let marked = api
+        .list(&ListParams::default().labels(&format!("{NODE_MARK_LABEL}=true")))
+        .await?
+        .items;
+    for node in marked.iter().filter(|n| {
+        n.annotations()
+            .get(NODE_SERVER_ANNOTATION)
+            .map(String::as_str)
+            == Some(server)
+            && !nodes.iter().any(|m| m.name_any() == n.name_any())
+    }) {
+        if let Some(p) = patch(node, &BTreeMap::new()) {
+            api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(p))
                 .await?;
         }
     }

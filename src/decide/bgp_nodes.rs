@@ -22,6 +22,12 @@ pub const NODE_SERVER_LABEL: &str = "patchbay.dev/server";
 pub const PROVIDER_ID_PREFIX: &str = "patchbay://";
 /// The label on the `BGPPeer`s and password copies patchbay writes for a Server.
 pub const METALLB_SERVER_LABEL: &str = "patchbay.dev/metallb-server";
+/// The label on a Node patchbay annotated (so it is found again when it stops being
+/// selected or being the Server).
+pub const NODE_MARK_LABEL: &str = "patchbay.dev/bgp-annotated";
+/// The annotation on such a Node naming the Server its peers are (one of patchbay's
+/// `bgp-peers-*` keys, so it comes and goes with them).
+pub const NODE_SERVER_ANNOTATION: &str = "patchbay.dev/bgp-peers-server";
 /// MetalLB's API group and version (0.13.2 and later: the seed's minimum).
 pub const METALLB_API_VERSION: &str = "metallb.io/v1beta2";
 
@@ -156,6 +162,28 @@ pub fn annotation_patch(
         patch.insert(k.clone(), json!(v));
     }
     Some(json!({"metadata": {"annotations": patch}}))
+}
+
+/// The merge patch that gives a Node `server`'s peers' annotations `want` (empty:
+/// none) and the mark that finds it again, or `None` when it has them.
+pub fn node_patch(
+    annotations: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+    want: &BTreeMap<String, String>,
+    server: &str,
+) -> Option<Value> {
+    let mut want = want.clone();
+    if !want.is_empty() {
+        want.insert(NODE_SERVER_ANNOTATION.to_owned(), server.to_owned());
+    }
+    let mut patch = annotation_patch(annotations, &want).unwrap_or_else(|| json!({}));
+    let marked = labels.get(NODE_MARK_LABEL).is_some_and(|v| v == "true");
+    if want.is_empty() == marked {
+        patch["metadata"]["labels"] = json!({
+            NODE_MARK_LABEL: if want.is_empty() { Value::Null } else { json!("true") }
+        });
+    }
+    (patch != json!({})).then_some(patch)
 }
 
 /// The name of `server`'s peer `n`'s `BGPPeer`, and of the copy of its password in
@@ -295,6 +323,34 @@ mod tests {
             annotation_patch(&m(&[("other", "x")]), &BTreeMap::new()),
             None
         );
+    }
+
+    #[test]
+    fn a_node_is_marked_with_its_peers_and_unmarked_without() {
+        let m = |v: &[(&str, &str)]| -> BTreeMap<String, String> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let k0 = format!("{ANNOTATION_PREFIX}0-node-asn");
+        let want = m(&[(&k0, "65101")]);
+        let fresh = node_patch(&m(&[]), &m(&[]), &want, "s1").unwrap();
+        assert_eq!(
+            fresh,
+            json!({"metadata": {
+                "annotations": {k0.clone(): "65101", NODE_SERVER_ANNOTATION: "s1"},
+                "labels": {NODE_MARK_LABEL: "true"}}})
+        );
+        let annotated = m(&[(&k0, "65101"), (NODE_SERVER_ANNOTATION, "s1")]);
+        let marked = m(&[(NODE_MARK_LABEL, "true")]);
+        assert_eq!(node_patch(&annotated, &marked, &want, "s1"), None);
+        assert_eq!(
+            node_patch(&annotated, &marked, &BTreeMap::new(), "s1").unwrap(),
+            json!({"metadata": {
+                "annotations": {k0: null, NODE_SERVER_ANNOTATION: null},
+                "labels": {NODE_MARK_LABEL: null}}})
+        );
+        assert_eq!(node_patch(&m(&[]), &m(&[]), &BTreeMap::new(), "s1"), None);
     }
 
     #[test]
