@@ -188,6 +188,17 @@ impl Backends {
         }
     }
 
+    /// The fixture device of `provider` (created, with no ports, when this process
+    /// has none yet): a neighbour source and a BGP speaker besides its ports.
+    fn fixture_device(&self, provider: &ProviderSwitch) -> FixtureSwitch {
+        self.fixtures.get_or_create(
+            fixture_key(provider),
+            &[],
+            self.fixture_latency,
+            self.fixture_log_limit,
+        )
+    }
+
     /// Builds the neighbour source of `provider` (validated) from its Secret: `Ok(None)`
     /// when it is not one patchbay reads neighbours from (`linux` over `ssh`, `ovsdb` with
     /// a control socket, `ssh` with a dialect that reads them, or a fixture device).
@@ -199,13 +210,7 @@ impl Backends {
     ) -> Result<Option<Arc<dyn NeighborSource>>, BackendError> {
         let spec = &provider.spec;
         if spec.backend == Backend::Fixture {
-            let device = self.fixtures.get_or_create(
-                fixture_key(provider),
-                &[],
-                self.fixture_latency,
-                self.fixture_log_limit,
-            );
-            return Ok(Some(Arc::new(device)));
+            return Ok(Some(Arc::new(self.fixture_device(provider))));
         }
         if spec.backend == Backend::Ovsdb {
             let reads = spec
@@ -255,13 +260,7 @@ impl Backends {
     ) -> Result<Option<Arc<dyn BgpSpeaker>>, BackendError> {
         let spec = &provider.spec;
         if spec.backend == Backend::Fixture {
-            let device = self.fixtures.get_or_create(
-                fixture_key(provider),
-                &[],
-                self.fixture_latency,
-                self.fixture_log_limit,
-            );
-            return Ok(Some(Arc::new(device)));
+            return Ok(Some(Arc::new(self.fixture_device(provider))));
         }
         let speaks = spec.backend == Backend::Ssh
             && dialect::for_os(&os_word(provider)).is_some_and(|d| d.bgp.is_some());

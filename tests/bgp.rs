@@ -683,17 +683,8 @@ async fn a_claim_announcing_the_tors_subnet_or_using_its_asn_is_refused_and_noth
     let bed = Bed::start("bgp-refused").await;
     bed.claim("bad", json!({"asn": 65000, "prefixes": ["10.99.0.0/24"]}))
         .await;
-    let claim = bed
-        .env
-        .wait_obj::<ServerClaim>("bad", "BGP refused", |c| {
-            c.status
-                .as_ref()
-                .and_then(|s| find_condition(&s.conditions, "BgpAccepted"))
-                .is_some_and(|c| c.0 == "False")
-        })
-        .await;
-    let (_, reason, message) =
-        find_condition(&claim.status.unwrap().conditions, "BgpAccepted").unwrap();
+    let (reason, message) =
+        bgp_accepted(&bed.env, &bed.env.cluster.namespace, "bad", "False").await;
     assert_eq!(reason, "Refused");
     assert!(
         message.contains("spec.roles[0].bgp.asn: 65000 is a ToR's own ASN"),
@@ -772,8 +763,9 @@ async fn a_deleted_switch_takes_its_hosts_neighbours_off_the_speaker() {
     bed.env.cluster.finish().await;
 }
 
-/// The message of the claim's `BgpAccepted` condition once its status is `truth`.
-async fn bgp_accepted(env: &Env, ns: &str, name: &str, truth: &str) -> String {
+/// The reason and message of the claim's `BgpAccepted` condition once its status is
+/// `truth`.
+async fn bgp_accepted(env: &Env, ns: &str, name: &str, truth: &str) -> (String, String) {
     let api = Api::<ServerClaim>::namespaced(env.cluster.client.clone(), ns);
     support::eventually_seen(60, &format!("{ns}/{name} BgpAccepted={truth}"), || async {
         let c = api
@@ -786,7 +778,7 @@ async fn bgp_accepted(env: &Env, ns: &str, name: &str, truth: &str) -> String {
             .as_ref()
             .and_then(|st| find_condition(&st.conditions, "BgpAccepted"))
         {
-            Some((t, _, m)) if t == truth => Ok(m),
+            Some((t, r, m)) if t == truth => Ok((r, m)),
             other => Err(format!("{other:?}")),
         }
     })
@@ -872,7 +864,7 @@ async fn under_tenancy_a_tenant_peers_only_within_its_grants_and_never_with_anot
             let (bed, b, a) = (&bed, &b, &a);
             async move {
                 bed.claim_in(b, "nowhere", name, bgp).await;
-                let message = bgp_accepted(&bed.env, b, name, "False").await;
+                let (_, message) = bgp_accepted(&bed.env, b, name, "False").await;
                 assert!(
                     message.contains(field) && message.contains(reason),
                     "{name}: {message}"

@@ -7,8 +7,8 @@
 //!
 //! Cost per Server reconcile when opted in: one LIST of the selected Nodes, one of
 //! the Nodes patchbay marked (label `patchbay.dev/bgp-annotated`) and, with MetalLB,
-//! one LIST of `BGPPeer`s and one of Secrets by label; a write only for what
-//! differs. Released: annotations removed, `BGPPeer`s and copies deleted. A Node no
+//! one LIST of `BGPPeer`s and one of Secrets by label and a GET of each peer's
+//! password Secret (to compare its copy); a write only for what differs. Released: annotations removed, `BGPPeer`s and copies deleted. A Node no
 //! longer selected (or no longer the Server) loses its annotations and mark.
 
 use std::collections::BTreeMap;

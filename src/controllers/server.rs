@@ -233,14 +233,14 @@ async fn follow(
     let mut facts = drive_host(&ctx.world, &view).await?;
     facts.cabling.extend(undiscovered);
     let mut status = server_status(server, &old, &facts, jiff::Timestamp::now());
-    let published = super::bgp::publish(
+    let mut published = super::bgp::publish(
         server,
         &ctx.world.stores,
         ctx.world.tenancy.as_ref(),
         &alloc.client,
     )
     .await?;
-    status.bgp_peers = published.status.clone();
+    status.bgp_peers = std::mem::take(&mut published.status);
     status.bgp = crate::decide::bgp::summary(&status.bgp_peers);
     let api: Api<Server> = Api::all(alloc.client.clone());
     let name = server.name_any();
