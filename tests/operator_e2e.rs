@@ -982,6 +982,63 @@ async fn a_switch_and_its_provider_switch_may_have_different_names() {
     env.finish().await;
 }
 
+/// A Switch's spec is validated once per generation (the periodic reconciles skip
+/// it): an edit that breaks it is still refused at its next reconcile, naming the
+/// field, with nothing sent to the device, and the fix is taken.
+#[tokio::test]
+async fn a_switch_edited_to_an_invalid_spec_is_refused_and_taken_again_once_fixed() {
+    let env = Env::start("switch-edit").await;
+    env.switch_of("tor", 2).await;
+    let switches: Api<Switch> = env.api();
+    let ready = |want: &'static str| {
+        let switches = switches.clone();
+        async move {
+            eventually(20, &format!("Switch tor Ready={want}"), || async {
+                let s = switches.get("tor").await.ok()?;
+                let status = s.status?;
+                let c = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+                (c.status == want && status.observed_generation == s.metadata.generation)
+                    .then(|| (c.reason.clone(), c.message.clone()))
+            })
+            .await
+        }
+    };
+    ready("True").await;
+    let operations = env.device("tor").operations().len();
+    // p2 now names p1's device port.
+    let edit = |device: &str| json!({"spec": {"ports": {"p2": {"name": device}}}});
+    switches
+        .patch("tor", &PatchParams::default(), &Patch::Merge(edit("Gi0/1")))
+        .await
+        .unwrap();
+    let (reason, message) = ready("False").await;
+    assert_eq!(reason, "InvalidSwitch", "{message}");
+    assert!(
+        message.contains("spec.ports[\"p2\"].name") && message.contains("already used"),
+        "{message}"
+    );
+    let writes: Vec<_> = env.device("tor").operations()[operations..]
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                LoggedOperation::Set { .. } | LoggedOperation::Reset { .. }
+            )
+        })
+        .cloned()
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "nothing is sent to the device: {writes:?}"
+    );
+    switches
+        .patch("tor", &PatchParams::default(), &Patch::Merge(edit("Gi0/2")))
+        .await
+        .unwrap();
+    ready("True").await;
+    env.finish().await;
+}
+
 /// The change a reconcile handed to the worker is answered after its spec changed:
 /// the late answer is not taken for the new configuration, which is sent after the
 /// old one (one writer, in order) and is what the port ends Active with.

@@ -486,6 +486,7 @@ impl Watches {
         pool_deleted: Arc<tokio::sync::Notify>,
         port_index: &SharedPortIndex,
         own_writes: &SharedOwnWrites,
+        bgp_switches: Arc<super::bgp::BgpSwitchesCache>,
     ) -> impl std::future::Future<Output = ()> + use<> {
         let (ports, switches, snics, claims) = (
             self.ports.store.clone(),
@@ -522,18 +523,23 @@ impl Watches {
                 wakes.providers.clone(),
                 port_index.clone(),
             );
-            self.switches.start(move |sw: &Switch| {
-                let ns = sw.namespace();
-                wake(
-                    &port_tx,
-                    triggers::ports_of_switches(&index.read(), ns.as_deref(), &[sw.name_any()]),
-                );
-                wake(
-                    &provider_tx,
-                    [ObjectRef::new(&sw.spec.provider.name)
-                        .within(ns.as_deref().unwrap_or_default())],
-                );
-            })
+            self.switches
+                .start_observed(move |e: &watcher::Event<Switch>| {
+                    bgp_switches.switches_changed();
+                    let watcher::Event::Delete(sw) = e else {
+                        return;
+                    };
+                    let ns = sw.namespace();
+                    wake(
+                        &port_tx,
+                        triggers::ports_of_switches(&index.read(), ns.as_deref(), &[sw.name_any()]),
+                    );
+                    wake(
+                        &provider_tx,
+                        [ObjectRef::new(&sw.spec.provider.name)
+                            .within(ns.as_deref().unwrap_or_default())],
+                    );
+                })
         };
         let provider_watch = {
             let (port_tx, switch_tx, snic_tx) = (
@@ -856,7 +862,13 @@ pub async fn run(
     let pools_changed = watches.pools.subscribe();
     let background = background(&client, &settings, &watches, &harness, pools_changed);
     let pool_deleted = background.pool_deleted.clone();
-    let watched = watches.start(&wakes, pool_deleted, &ctx.port_index, &ctx.own_writes);
+    let watched = watches.start(
+        &wakes,
+        pool_deleted,
+        &ctx.port_index,
+        &ctx.own_writes,
+        ctx.stores.bgp_switches.clone(),
+    );
     let stopper = {
         let stop = harness.stop.clone();
         let ctx = ctx.clone();

@@ -31,6 +31,36 @@ use crate::decide::reachability::Reachability;
 use crate::decide::status::{Severity, find_condition, reachability_event, switch_status};
 use crate::decide::validate::{validate_provider, validate_switch};
 
+/// The Switches whose spec passed [`validate_switch`], uid → generation: a
+/// reconcile of a generation already checked (most are the periodic neighbour or
+/// speaker reads) does not check every port again. Measured with BGP on 200
+/// Switches × 50 ports: the check was the largest part of an idle Switch reconcile.
+#[derive(Default)]
+pub struct CheckedSpecs(parking_lot::Mutex<std::collections::HashMap<String, i64>>);
+
+impl CheckedSpecs {
+    /// [`validate_switch`] of `switch`'s spec, skipped when this generation passed
+    /// (an object without a uid or generation is checked every time).
+    fn check(&self, switch: &Switch) -> Result<(), Failure> {
+        let key = switch.uid().zip(switch.metadata.generation);
+        if let Some((uid, generation)) = &key
+            && self.0.lock().get(uid) == Some(generation)
+        {
+            return Ok(());
+        }
+        validate_switch(&switch.spec).map_err(Failure::InvalidSwitch)?;
+        if let Some((uid, generation)) = key {
+            self.0.lock().insert(uid, generation);
+        }
+        Ok(())
+    }
+
+    /// Forgets `switch` (it is gone).
+    fn forget(&self, switch: &Switch) {
+        crate::decide::slack::remove(&mut self.0.lock(), &switch.uid().unwrap_or_default());
+    }
+}
+
 /// Reconciles one Switch.
 pub(super) async fn reconcile(
     switch: Arc<Switch>,
@@ -50,7 +80,7 @@ pub(super) async fn reconcile(
 
 /// Whether the Switch can be used and what its worker found.
 async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> {
-    validate_switch(&switch.spec).map_err(Failure::InvalidSwitch)?;
+    ctx.checked_switches.check(switch)?;
     let ns = switch.namespace().unwrap_or_default();
     let provider = ctx
         .stores
@@ -246,6 +276,7 @@ async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, Contro
     }
     ctx.events.forget(&switch.uid().unwrap_or_default());
     ctx.neighbor_reads.forget(switch);
+    ctx.checked_switches.forget(switch);
     ctx.events
         .publish(
             switch,
