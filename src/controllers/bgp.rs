@@ -35,7 +35,7 @@ use super::ControllerError;
 use super::context::{Context, Stores};
 use crate::api::{BgpNeighborStatus, Server, ServerClaim, Switch, SwitchBgpStatus, SwitchStatus};
 use crate::decide::bgp::{
-    self, Allowed, BgpGrants, Peer, SwitchBgp, Wanted, peering, peers_of, switch_bgp,
+    self, Allowed, BgpGrants, Peer, SwitchBgp, SwitchId, Wanted, peering, peers_of, switch_bgp,
 };
 use crate::decide::bgp_nodes;
 use crate::decide::failure::Failure;
@@ -50,11 +50,9 @@ const SERVER_LABEL: &str = "patchbay.dev/bgp-server";
 #[derive(Debug, Default)]
 pub(super) struct BgpFleet {
     /// The Switches and their settings.
-    pub switches: Vec<(Arc<Switch>, SwitchBgp)>,
+    pub switches: Vec<(SwitchId, SwitchBgp)>,
     /// Their ASNs, router ids and subnets.
     pub tors: bgp::Tors,
-    /// Their subnets, by Switch name (what a refused Switch is told it overlaps).
-    subnets: bgp::SubnetIndex,
     /// Their namespaces and names → their places in `switches`, to find one
     /// without a pass over the fleet.
     kept: std::collections::HashMap<(String, String), usize>,
@@ -68,10 +66,7 @@ impl BgpFleet {
         let i = *self.kept.get(&key)?;
         self.switches
             .get(i)
-            .filter(|(s, _)| {
-                s.metadata.uid == switch.metadata.uid
-                    && s.metadata.generation == switch.metadata.generation
-            })
+            .filter(|(s, _)| s.is_current(switch))
             .map(|(_, b)| b)
     }
 }
@@ -145,36 +140,36 @@ pub(super) fn bgp_switches(stores: &Stores) -> BgpSwitches {
         *e = epoch;
         return v.clone();
     }
-    let mut all: Vec<(Arc<Switch>, SwitchBgp)> = with_bgp
+    let mut all: Vec<(&Arc<Switch>, SwitchBgp)> = with_bgp
         .into_iter()
         .filter_map(|s| match switch_bgp(&s.spec) {
-            Ok(Some(b)) => Some((s.clone(), b)),
+            Ok(Some(b)) => Some((s, b)),
             _ => None,
         })
         .collect();
-    all.sort_by_key(|(s, _)| {
-        (
-            s.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            s.namespace(),
-            s.name_any(),
-        )
+    all.sort_by(|(a, _), (b, _)| {
+        let at = |s: &Switch| s.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        (at(a), &a.metadata.namespace, &a.metadata.name).cmp(&(
+            at(b),
+            &b.metadata.namespace,
+            &b.metadata.name,
+        ))
     });
     let mut subnets = bgp::SubnetIndex::default();
-    let mut kept: Vec<(Arc<Switch>, SwitchBgp)> = Vec::with_capacity(all.len());
+    let mut kept: Vec<(SwitchId, SwitchBgp)> = Vec::with_capacity(all.len());
     for (s, b) in all {
         if subnets.overlaps(&b).is_empty() {
             subnets.insert(&s.name_any(), &b);
-            kept.push((s, b));
+            kept.push((SwitchId::of(s), b));
         }
     }
     let fleet = Arc::new(BgpFleet {
-        tors: bgp::Tors::new(kept.iter().map(|(_, b)| b)),
+        tors: bgp::Tors::new(kept.iter().map(|(s, b)| (s.name.as_str(), b))),
         kept: kept
             .iter()
             .enumerate()
-            .map(|(i, (s, _))| ((s.namespace().unwrap_or_default(), s.name_any()), i))
+            .map(|(i, (s, _))| ((s.namespace.clone(), s.name.clone()), i))
             .collect(),
-        subnets,
         switches: kept,
     });
     *cached = Some((epoch, key, fleet.clone()));
@@ -188,7 +183,7 @@ fn refused_overlaps(fleet: &BgpFleet, switch: &Switch, b: &SwitchBgp) -> Vec<(St
     if fleet.kept.contains_key(&me) {
         return Vec::new();
     }
-    fleet.subnets.overlaps(b)
+    fleet.tors.overlaps(b)
 }
 
 /// What `claim`'s roles may do with BGP (grants apply to a tenant's claim under
@@ -600,13 +595,9 @@ pub(super) async fn publish(
         .iter()
         .map(|p| {
             switches
-                .switches
-                .iter()
-                .find(|(s, _)| {
-                    s.name_any() == p.switch
-                        && s.namespace().as_deref() == Some(p.switch_namespace.as_str())
-                })
-                .map(|(_, b)| b.timers)
+                .kept
+                .get(&(p.switch_namespace.clone(), p.switch.clone()))
+                .map(|&i| switches.switches[i].1.timers)
         })
         .collect();
     let published = Published {

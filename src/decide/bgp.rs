@@ -79,6 +79,38 @@ pub fn parse_asns(text: &str) -> Result<Vec<(u32, u32)>, String> {
     Ok(out)
 }
 
+/// Which Switch a [`SwitchBgp`] belongs to: what a fleet of them keeps of the
+/// object (its spec is parsed into the [`SwitchBgp`]; its status is read from the
+/// cache when needed), so the fleet holds no second copy of each Switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchId {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: Option<String>,
+    /// The generation its settings were parsed from.
+    pub generation: Option<i64>,
+}
+
+impl SwitchId {
+    /// `switch`'s identity.
+    pub fn of(switch: &Switch) -> Self {
+        SwitchId {
+            namespace: switch.namespace().unwrap_or_default(),
+            name: switch.name_any(),
+            uid: switch.metadata.uid.clone(),
+            generation: switch.metadata.generation,
+        }
+    }
+
+    /// Whether it is `switch` as it is now (same object, same generation).
+    pub fn is_current(&self, switch: &Switch) -> bool {
+        self.uid == switch.metadata.uid && self.generation == switch.metadata.generation
+    }
+}
+
 /// A Switch's BGP, checked: the speaker's instance, the neighbour defaults, and the
 /// point-to-point link of each SwitchPort with a `bgpAddress`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,15 +214,21 @@ pub struct Tors {
 }
 
 impl Tors {
-    /// The ToRs `switches` (whose subnets do not overlap one another's).
-    pub fn new<'a>(switches: impl IntoIterator<Item = &'a SwitchBgp>) -> Self {
+    /// The ToRs `switches`, by name (whose subnets do not overlap one another's).
+    pub fn new<'a>(switches: impl IntoIterator<Item = (&'a str, &'a SwitchBgp)>) -> Self {
         let mut me = Self::default();
-        for b in switches {
+        for (name, b) in switches {
             me.asns.insert(b.asn);
             me.router_ids.insert(u32::from(b.router_id));
-            me.links.insert("", b);
+            me.links.insert(name, b);
         }
         me
+    }
+
+    /// The ports of `me` whose subnet overlaps a ToR's, as (field, reason naming
+    /// that ToR).
+    pub fn overlaps(&self, me: &SwitchBgp) -> Vec<(String, String)> {
+        self.links.overlaps(me)
     }
 
     /// Whether `asn` is a ToR's own.
@@ -641,7 +679,7 @@ pub fn peers_of(
     server: &Server,
     claim: &str,
     node_asn: u32,
-    switches: &[(Arc<Switch>, SwitchBgp)],
+    switches: &[(SwitchId, SwitchBgp)],
 ) -> Vec<Peer> {
     let mut out = Vec::new();
     for nic in &server.spec.nics {
@@ -650,7 +688,7 @@ pub fn peers_of(
             continue;
         }
         for (sw, b) in switches {
-            if sw.namespace().as_deref() != Some(port.namespace.as_str()) {
+            if sw.namespace != port.namespace {
                 continue;
             }
             let Some(link) = b.links.get(&port.name) else {
@@ -658,7 +696,7 @@ pub fn peers_of(
             };
             out.push(Peer {
                 switch_namespace: port.namespace.clone(),
-                switch: sw.name_any(),
+                switch: sw.name.clone(),
                 switch_port: port.name.clone(),
                 node_asn,
                 peer_asn: b.asn,
@@ -1095,9 +1133,10 @@ mod tests {
 
     #[test]
     fn a_role_announces_only_granted_space_no_default_no_tor_subnet_no_older_claims() {
-        let tors = Tors::new(&[switch_bgp(&switch(65000, &[("p1", "10.0.1.1/30")]))
+        let tor = switch_bgp(&switch(65000, &[("p1", "10.0.1.1/30")]))
             .unwrap()
-            .unwrap()]);
+            .unwrap();
+        let tors = Tors::new([("tor", &tor)]);
         let granted = Granted {
             asns: vec![(65100, 65199)],
             prefixes: vec![
