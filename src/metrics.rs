@@ -135,6 +135,9 @@ pub struct Metrics {
     pub drift_found: Family<BackendLabel, Counter>,
     /// Neighbour reads of Switches (one session of each source), by result.
     pub neighbor_reads: Family<OutcomeLabel, Counter>,
+    /// Passes over a Switch's BGP speaker (a read, and a change when one is due), by
+    /// result.
+    pub bgp_passes: Family<OutcomeLabel, Counter>,
     /// Drift repaired.
     pub drift_repaired: Family<KindLabel, Counter>,
     /// Failed port steps, by category.
@@ -169,6 +172,7 @@ impl Metrics {
             sessions: Family::default(),
             drift_sweeps: Family::default(),
             neighbor_reads: Family::default(),
+            bgp_passes: Family::default(),
             drift_found: Family::default(),
             drift_repaired: Family::default(),
             failures: Family::default(),
@@ -227,6 +231,11 @@ impl Metrics {
             "patchbay_neighbor_reads",
             "Reads of a Switch's neighbour sources (spec.neighbors), one session of each source, by outcome (ok or a failure category)",
             m.neighbor_reads.clone(),
+        );
+        r.register(
+            "patchbay_bgp_speaker_passes",
+            "Passes over a Switch's BGP speaker (spec.bgp.speaker: one session to read, one more when something changes), by outcome (ok or a failure category); a speaker that failed is tried again after intervalSeconds, whatever wakes its Switch",
+            m.bgp_passes.clone(),
         );
         r.register(
             "patchbay_drift_found",

@@ -1039,6 +1039,112 @@ async fn a_switch_edited_to_an_invalid_spec_is_refused_and_taken_again_once_fixe
     env.finish().await;
 }
 
+/// A BGP speaker that stops answering is asked again one interval after each
+/// failure, not at every wake of its Switch (here a claim with BGP changing every
+/// 700 ms, each change waking every Switch with BGP once the Switch controller's
+/// 500 ms debounce has passed); meanwhile its Switch says why, and it is configured
+/// again once it answers.
+#[tokio::test]
+async fn a_bgp_speaker_that_is_down_is_tried_once_per_interval_however_often_its_switch_wakes() {
+    let env = Env::start("bgp-speaker-down").await;
+    env.switch_of("tor", 1).await;
+    let speaker: ProviderSwitch = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "spk"},
+        "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1",
+                 "credentialsSecretRef": {"name": "tor-login"}}
+    }))
+    .unwrap();
+    env.api::<ProviderSwitch>()
+        .create(&PostParams::default(), &speaker)
+        .await
+        .unwrap();
+    let switches: Api<Switch> = env.api();
+    switches
+        .patch(
+            "tor",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "ports": {"p1": {"name": "Gi0/1", "bgpAddress": "10.0.0.0/31"}},
+                "bgp": {"speaker": {"name": "spk"}, "asn": 65000, "routerId": "10.255.0.1",
+                        "intervalSeconds": 2},
+            }})),
+        )
+        .await
+        .unwrap();
+    let configured = |want: &'static str| {
+        let switches = switches.clone();
+        async move {
+            eventually(20, &format!("BgpConfigured={want}"), || async {
+                let status = switches.get("tor").await.ok()?.status?;
+                let c = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "BgpConfigured")?;
+                (c.status == want).then(|| c.reason.clone())
+            })
+            .await
+        }
+    };
+    configured("True").await;
+    let device = env.fixtures.get(env.ns(), "spk").expect("the speaker");
+
+    device.set_unreachable(true);
+    assert_eq!(configured("False").await, "DeviceUnreachable");
+    // A claim with BGP that changes every 700 ms: each change wakes every Switch
+    // with BGP.
+    let claims: Api<patchbay::api::ServerClaim> = env.api();
+    let claim: patchbay::api::ServerClaim = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+        "metadata": {"name": "waker"},
+        "spec": {"site": "nowhere", "roles": [{"name": "worker", "count": 1,
+                 "bgp": {"asn": 65101, "prefixes": ["192.0.2.0/28"]}}]}
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    let before = device.bgp_attempts();
+    let window = Duration::from_secs(10);
+    let started = std::time::Instant::now();
+    let mut n = 0;
+    while started.elapsed() < window {
+        n += 1;
+        claims
+            .patch(
+                "waker",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"wake": n.to_string()}}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let attempts = device.bgp_attempts() - before;
+    // One per 2 s interval: 5 in 10 s, one more at an edge.
+    assert!(
+        (4..=6).contains(&attempts),
+        "{attempts} attempts on the speaker in 10 s of {n} claim changes (interval 2 s)"
+    );
+    let reason = switches
+        .get("tor")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "BgpConfigured")
+        .map(|c| c.reason)
+        .unwrap_or_default();
+    assert_eq!(
+        reason, "DeviceUnreachable",
+        "the condition says why meanwhile"
+    );
+
+    device.set_unreachable(false);
+    configured("True").await;
+    env.finish().await;
+}
+
 /// The change a reconcile handed to the worker is answered after its spec changed:
 /// the late answer is not taken for the new configuration, which is sent after the
 /// old one (one writer, in order) and is what the port ends Active with.

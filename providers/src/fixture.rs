@@ -99,6 +99,8 @@ struct FixtureState {
     /// Its BGP speaker's neighbours, when it is one.
     bgp: crate::bgp::SpeakerState,
     bgp_sessions: usize,
+    /// BGP sessions asked of it, served or failed.
+    bgp_attempts: usize,
 }
 
 impl FixtureState {
@@ -154,6 +156,7 @@ impl FixtureSwitch {
                 neighbor_reads: 0,
                 bgp: crate::bgp::SpeakerState::default(),
                 bgp_sessions: 0,
+                bgp_attempts: 0,
             })),
         }
     }
@@ -485,6 +488,11 @@ impl FixtureSwitch {
     pub fn bgp_sessions(&self) -> usize {
         self.lock().bgp_sessions
     }
+
+    /// The BGP sessions asked of it, served or failed (unreachable).
+    pub fn bgp_attempts(&self) -> usize {
+        self.lock().bgp_attempts
+    }
 }
 
 /// A BGP speaker in memory (benchmarks, demos): what it is told is what it reports,
@@ -493,6 +501,7 @@ impl FixtureSwitch {
 #[async_trait::async_trait]
 impl crate::device::BgpSpeaker for FixtureSwitch {
     async fn bgp_state(&self) -> Result<crate::bgp::SpeakerState, DeviceError> {
+        self.lock().bgp_attempts += 1;
         let mut st = self.side_session().await?;
         st.bgp_sessions += 1;
         Ok(st.bgp.clone())
@@ -503,6 +512,7 @@ impl crate::device::BgpSpeaker for FixtureSwitch {
         router: &crate::bgp::Router,
         changes: &[crate::bgp::Change],
     ) -> Result<crate::bgp::SpeakerState, DeviceError> {
+        self.lock().bgp_attempts += 1;
         let mut st = self.side_session().await?;
         st.bgp_sessions += 1;
         st.bgp.asn = Some(router.asn);

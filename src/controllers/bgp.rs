@@ -8,9 +8,12 @@
 //! When the speaker is touched: at every reconcile of a Switch with `spec.bgp`, and
 //! the Switch is reconciled when a Server or claim changes and every
 //! `spec.bgp.intervalSeconds` (default 30) — so drift (a neighbour removed by hand,
-//! a speaker restarted empty) is repaired within one interval. A speaker that is
-//! down costs one login attempt per reconcile. Between Switch events a pass looks at
-//! no other Switch ([`BgpSwitchesCache`]).
+//! a speaker restarted empty) is repaired within one interval. A speaker that failed
+//! (unreachable, login refused, an answer it could not parse) is tried again one
+//! interval after the failure, not sooner, whatever wakes its Switch meanwhile
+//! ([`SpeakerFailures`]): a speaker that is down costs one login attempt per
+//! interval, however busy the claims are. Between Switch events a pass looks at no
+//! other Switch ([`BgpSwitchesCache`]).
 //!
 //! Passwords: generated (24 letters and digits, from the system's random source)
 //! into Secret `<claim>-bgp-<server>-<n>` (key `password`, type
@@ -22,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -68,6 +71,44 @@ impl BgpFleet {
             .get(i)
             .filter(|(s, _)| s.is_current(switch))
             .map(|(_, b)| b)
+    }
+}
+
+/// When each Switch's speaker last failed (`namespace/name`), for as long as it
+/// fails: its next pass waits one interval from then.
+#[derive(Default)]
+pub struct SpeakerFailures(parking_lot::Mutex<std::collections::HashMap<String, Instant>>);
+
+impl SpeakerFailures {
+    fn key(switch: &Switch) -> String {
+        format!(
+            "{}/{}",
+            switch.namespace().unwrap_or_default(),
+            switch.name_any()
+        )
+    }
+
+    /// How long `switch`'s speaker must still be left alone (`None`: it may be
+    /// contacted now).
+    fn wait(&self, switch: &Switch, every: Duration) -> Option<Duration> {
+        let since = self.0.lock().get(&Self::key(switch))?.elapsed();
+        (since < every).then(|| every - since)
+    }
+
+    /// Records the outcome of a pass: a device failure starts the wait, anything
+    /// else ends it.
+    fn record(&self, switch: &Switch, failed_on_the_device: bool) {
+        let mut failures = self.0.lock();
+        if failed_on_the_device {
+            failures.insert(Self::key(switch), Instant::now());
+        } else {
+            crate::decide::slack::remove(&mut failures, &Self::key(switch));
+        }
+    }
+
+    /// Forgets `switch` (deleted).
+    pub(super) fn forget(&self, switch: &Switch) {
+        crate::decide::slack::remove(&mut self.0.lock(), &Self::key(switch));
     }
 }
 
@@ -307,7 +348,23 @@ pub(super) async fn sync(
         );
         return Some(every);
     }
+    // A speaker that failed is left alone until an interval after the failure (its
+    // condition stays as that pass wrote it).
+    if let Some(wait) = ctx.bgp_failures.wait(switch, every) {
+        return Some(wait);
+    }
     let result = keep(switch, b, &fleet, status, ctx).await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(f) => f.category(),
+    };
+    ctx.probes
+        .metrics
+        .bgp_passes
+        .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+        .inc();
+    ctx.bgp_failures
+        .record(switch, matches!(result, Err(Failure::Device(_))));
     let (truth, reason, message) = match &result {
         Ok(waiting) if waiting.is_empty() => (true, "Configured", String::new()),
         Ok(waiting) => (

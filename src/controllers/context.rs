@@ -450,6 +450,8 @@ pub struct Context {
     pub own_writes: SharedOwnWrites,
     /// When each Switch's neighbour source was last read.
     pub neighbor_reads: super::neighbors::ReadTimes,
+    /// The BGP speakers that failed, and when.
+    pub bgp_failures: super::bgp::SpeakerFailures,
     /// The Switch generations whose spec checked out.
     pub checked_switches: super::switch::CheckedSpecs,
     /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
@@ -578,6 +580,7 @@ impl Context {
             port_index: Arc::default(),
             own_writes: Arc::default(),
             neighbor_reads: Default::default(),
+            bgp_failures: Default::default(),
             checked_switches: Default::default(),
             workers: Mutex::new(HashMap::new()),
         }

@@ -999,8 +999,8 @@ fn switches(
             .watches_shared_stream(w.servers.subscribe(), move |s| {
                 triggers::bgp_switches_of_server(&s4.state(), &s)
             })
-            .watches_shared_stream(w.claims.subscribe(), move |_| {
-                triggers::bgp_switches(&s5.state())
+            .watches_shared_stream(w.claims.subscribe(), move |c| {
+                triggers::bgp_switches_of_claim(&s5.state(), &c)
             })
             .reconcile_on(notices(notices_rx))
             // Every port event wakes its Switch (owns); gather them.

@@ -277,6 +277,7 @@ async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, Contro
     ctx.events.forget(&switch.uid().unwrap_or_default());
     ctx.neighbor_reads.forget(switch);
     ctx.checked_switches.forget(switch);
+    ctx.bgp_failures.forget(switch);
     ctx.events
         .publish(
             switch,

@@ -254,8 +254,17 @@ pub fn bgp_switches_of_server(switches: &[Arc<Switch>], server: &Server) -> Vec<
         .collect()
 }
 
-/// Every Switch with BGP (a claim's change may change what its hosts announce).
-pub fn bgp_switches(switches: &[Arc<Switch>]) -> Vec<ObjectRef<Switch>> {
+/// Every Switch with BGP, when `claim` has a role with BGP (its change may change
+/// what its hosts, or a newer claim's, announce); none for a claim without BGP. A
+/// claim's every event woke every Switch with BGP before: its status writes while
+/// allocating too, each one a pass over every speaker.
+pub fn bgp_switches_of_claim(
+    switches: &[Arc<Switch>],
+    claim: &ServerClaim,
+) -> Vec<ObjectRef<Switch>> {
+    if !claim.spec.roles.iter().any(|r| r.bgp.is_some()) {
+        return Vec::new();
+    }
     switches
         .iter()
         .filter(|s| s.spec.bgp.is_some())
@@ -906,5 +915,44 @@ mod tests {
         let nics: Vec<ObjectRef<SmartNicPort>> =
             ports_cabled_to(&server, CabledPortKind::SmartNicPort);
         assert_eq!(nics, vec![ObjectRef::new("snic-1").within("tenant")]);
+    }
+
+    #[test]
+    fn only_a_claim_with_bgp_wakes_the_switches_with_bgp() {
+        let switch = |name: &str, bgp: bool| -> Arc<Switch> {
+            let mut spec = json!({"provider": {"name": name}, "ports": {}});
+            if bgp {
+                spec["bgp"] = json!({"speaker": {"name": "frr"}, "asn": 65000,
+                                     "routerId": "10.255.0.1"});
+            }
+            obj(
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+                       "metadata": {"name": name, "namespace": "infra"}, "spec": spec}),
+            )
+        };
+        let switches = vec![
+            switch("leaf-1", true),
+            switch("leaf-2", false),
+            switch("leaf-3", true),
+        ];
+        let claim = |bgp: Option<serde_json::Value>| -> Arc<ServerClaim> {
+            let mut role = json!({"name": "worker", "count": 1});
+            if let Some(b) = bgp {
+                role["bgp"] = b;
+            }
+            obj(
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+                       "metadata": {"name": "c", "namespace": "tenant"},
+                       "spec": {"site": "s", "roles": [role]}}),
+            )
+        };
+        assert!(bgp_switches_of_claim(&switches, &claim(None)).is_empty());
+        assert_eq!(
+            names_of(bgp_switches_of_claim(
+                &switches,
+                &claim(Some(json!({"prefixes": ["192.0.2.0/28"]})))
+            )),
+            vec!["leaf-1", "leaf-3"]
+        );
     }
 }
