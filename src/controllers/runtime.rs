@@ -1003,12 +1003,15 @@ fn switches(
                 triggers::bgp_switches_of_claim(&s5.state(), &c)
             })
             .reconcile_on(notices(notices_rx))
-            // Every port event wakes its Switch (owns); gather them.
-            .with_config(
-                Config::default()
-                    .concurrency(8)
-                    .debounce(Duration::from_millis(500)),
-            );
+            // No debounce: kube's keeps postponing an object's reconcile for as long
+            // as wakes for it come faster than the debounce, and a ToR whose hosts
+            // are provisioned together (each Server's every write wakes its BGP
+            // Switch), or claims with BGP changing often, kept a Switch's speaker
+            // pass and neighbour read waiting for as long as that lasted (found by
+            // the failing-speaker test, with wakes every 200 ms against 500 ms). A
+            // burst still costs at most two reconciles: the scheduler holds one
+            // pending request per Switch while one runs.
+            .with_config(Config::default().concurrency(8));
     h.run("Switch", controller, switch::reconcile, ctx.clone())
 }
 

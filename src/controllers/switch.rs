@@ -22,7 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::context::{Context, device_key, switch_device_ports};
-use super::{ControllerError, write_status};
+use super::{ControllerError, write_status_at};
 use crate::api::keys::{FINALIZER, SWITCH_LABEL};
 use crate::api::{DeviceOs, Switch, SwitchPort, SwitchPortSpec};
 use crate::backends::check_credentials;
@@ -142,9 +142,14 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
     } else {
         None
     };
-    write_status(
+    // Guarded by the resourceVersion read: a reconcile that ran on a cache behind
+    // this controller's own last write would otherwise write its conditions over
+    // that write's (a merge patch replaces the whole list). A 409 is tried again
+    // after the short conflict backoff (50 ms first), from a cache that holds it.
+    write_status_at(
         &Api::<Switch>::namespaced(ctx.client.clone(), &ns),
         &name,
+        switch.resource_version(),
         &old,
         &status,
     )
