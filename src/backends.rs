@@ -93,7 +93,7 @@ impl FixtureRegistry {
             d.set_log_limit(log_limit);
             d
         });
-        device.add_ports(ports.iter().cloned());
+        device.add_ports(ports);
         device.clone()
     }
 }

@@ -626,8 +626,11 @@ impl SwitchWorker {
     }
 
     /// The device ports read to check reachability while no port is tracked.
-    pub fn set_probe_ports(&self, ports: Vec<PortName>) {
-        self.shared.health.lock().probe_ports = ports;
+    pub fn set_probe_ports(&self, ports: &[PortName]) {
+        let mut health = self.shared.health.lock();
+        if health.probe_ports != ports {
+            health.probe_ports = ports.to_vec();
+        }
     }
 
     /// Tracks an Active port for drift sweeps (`None` stops tracking it). A new

@@ -177,13 +177,16 @@ impl FixtureSwitch {
         self.lock().neighbor_reads
     }
 
-    /// Adds ports (clean) that the device does not have yet.
-    pub fn add_ports(&self, ports: impl IntoIterator<Item = PortName>) {
+    /// Adds ports (clean) that the device does not have yet (a port it has is not
+    /// copied: a Switch's every reconcile names all its ports).
+    pub fn add_ports<P: std::borrow::Borrow<PortName>>(&self, ports: impl IntoIterator<Item = P>) {
         let mut st = self.lock();
         for p in ports {
-            st.ports
-                .entry(p.clone())
-                .or_insert_with(|| ObservedPort::from_desired(&DesiredPort::clean(p)));
+            let p = p.borrow();
+            if !st.ports.contains_key(p) {
+                let seen = ObservedPort::from_desired(&DesiredPort::clean(p.clone()));
+                st.ports.insert(p.clone(), seen);
+            }
         }
     }
 

@@ -538,14 +538,20 @@ fn record(
     wanted: &[Wanted],
     state: &patchbay_providers::bgp::SpeakerState,
 ) {
-    let ports: BTreeMap<_, _> = b.links.iter().map(|(k, l)| (l.node(), k.clone())).collect();
+    // The SwitchPort of each node address, built only when the speaker has
+    // neighbours (an idle pass of a Switch without hosts builds nothing).
+    let ports: BTreeMap<_, _> = if state.neighbors.is_empty() {
+        BTreeMap::new()
+    } else {
+        b.links.iter().map(|(k, l)| (l.node(), k)).collect()
+    };
     let neighbors: Vec<BgpNeighborStatus> = state
         .neighbors
         .iter()
         .filter_map(|(a, seen)| {
             Some(BgpNeighborStatus {
                 address: a.to_string(),
-                switch_port: ports.get(a)?.clone(),
+                switch_port: (*ports.get(a)?).clone(),
                 server: wanted
                     .iter()
                     .find(|w| w.neighbor.address == *a)

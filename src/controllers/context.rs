@@ -650,7 +650,7 @@ impl Context {
                 };
             }
             self.backends.add_ports(provider, ports);
-            entry.worker.set_probe_ports(ports.to_vec());
+            entry.worker.set_probe_ports(ports);
             return Ok(entry.clone());
         }
         let device = self.backends.build(provider, secret, ports)?;
@@ -784,7 +784,7 @@ impl Context {
             && !smartnics
             && let Some(entry) = self.workers().get(key)
         {
-            entry.worker.set_probe_ports(Vec::new());
+            entry.worker.set_probe_ports(&[]);
         }
     }
 
