@@ -13,7 +13,7 @@
 //! interval after the failure, not sooner, whatever wakes its Switch meanwhile
 //! ([`SpeakerFailures`]): a speaker that is down costs one login attempt per
 //! interval, however busy the claims are. Between Switch events a pass looks at no
-//! other Switch ([`BgpSwitchesCache`]).
+//! other Switch (`BgpSwitchesCache`).
 //!
 //! Passwords: generated (24 letters and digits, from the system's random source)
 //! into Secret `<claim>-bgp-<server>-<n>` (key `password`, type
