@@ -81,11 +81,7 @@ pub struct SpeakerFailures(parking_lot::Mutex<std::collections::HashMap<String, 
 
 impl SpeakerFailures {
     fn key(switch: &Switch) -> String {
-        format!(
-            "{}/{}",
-            switch.namespace().unwrap_or_default(),
-            switch.name_any()
-        )
+        super::neighbors::key(switch)
     }
 
     /// How long `switch`'s speaker must still be left alone (`None`: it may be
@@ -142,8 +138,9 @@ impl BgpSwitchesCache {
 
 /// Every Switch with valid BGP settings, with them, oldest first; a Switch whose
 /// ports' subnets overlap an older one's is left out (see [`refused_overlaps`]).
-/// Cached until a Switch with `spec.bgp` comes, goes or changes its spec; the
-/// Switch objects held are as they were then (read statuses from the cache).
+/// Cached until a Switch with `spec.bgp` comes, goes or changes its spec; the fleet
+/// holds each Switch's identity and parsed settings, not the object (read statuses
+/// from the Switch cache).
 pub(super) fn bgp_switches(stores: &Stores) -> BgpSwitches {
     use std::hash::{Hash, Hasher};
     // Read before the cache: an event after this read makes the next call look again.

@@ -47,7 +47,8 @@ impl ReadTimes {
     }
 }
 
-fn key(switch: &Switch) -> String {
+/// A Switch's key in the per-Switch timing tables (`namespace/name`).
+pub(super) fn key(switch: &Switch) -> String {
     format!(
         "{}/{}",
         switch.namespace().unwrap_or_default(),
