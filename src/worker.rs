@@ -53,6 +53,11 @@
 //! drops whatever it handed off before ([`SwitchWorker::forget_hand_off`]). Results
 //! live in memory only: an operator that stops between hand-off and result leaves
 //! the port in Configuring or Cleaning, which the next one applies again.
+//! A failed result sent before the switch last came back (its device replaced, or
+//! answering again after being down) is not handed to the port: it tells of a
+//! switch that is no longer there, so the operation is sent again instead. Without
+//! this, a pin corrected while a port was refused waited a whole backoff step: the
+//! port took the old refusal and mirrored its probe time.
 //! A graceful stop closes the hand-offs ([`SwitchWorker::close_hand_offs`]: nothing
 //! new is sent), waits for those in flight to be answered
 //! ([`SwitchWorker::hand_offs_settled`]) and, bounded, for their ports to take the
@@ -74,6 +79,7 @@
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -255,6 +261,8 @@ struct HandOffs {
 struct HandedOff {
     op: PortOperation,
     id: u64,
+    /// The switch's [`Shared::comebacks`] when the operation was sent.
+    sent_in: u64,
     /// The worker's answer, once it came.
     result: Option<Result<PortChange, WorkerError>>,
 }
@@ -276,6 +284,10 @@ struct Shared {
     /// Signalled whenever the last in-flight hand-off is answered.
     settled: Notify,
     health: Mutex<HealthState>,
+    /// How many times the switch came back: its device replaced (counted when
+    /// asked, and again when done), or answering again after being down or unknown. A failed hand-off answer sent before the
+    /// last one is stale.
+    comebacks: AtomicU64,
     /// Wakes the worker loop when the probe schedule changed.
     changed: Notify,
     notify: Notifier,
@@ -298,6 +310,7 @@ impl Shared {
     fn restart(&self) {
         let mut h = self.health.lock();
         h.link.restart();
+        self.comebacks.fetch_add(1, Ordering::SeqCst);
         let waiting: Vec<PortKey> = std::mem::take(&mut h.waiting).into_iter().collect();
         drop(h);
         (self.notify)(Notice::Switch);
@@ -353,6 +366,7 @@ impl Shared {
         if was == Reachability::Reachable {
             return;
         }
+        self.comebacks.fetch_add(1, Ordering::SeqCst);
         let waiting: Vec<PortKey> = std::mem::take(&mut h.waiting).into_iter().collect();
         drop(h);
         let tracked = {
@@ -445,6 +459,7 @@ impl SwitchWorker {
                 probe_ports,
                 ..Default::default()
             }),
+            comebacks: AtomicU64::new(0),
             changed: Notify::new(),
             notify,
             backoff: config.backoff,
@@ -472,6 +487,9 @@ impl SwitchWorker {
         max_sessions: usize,
         backend: &'static str,
     ) {
+        // Counted now, not when the worker takes it: an operation handed off
+        // right after this call must not be answered from the old device's errors.
+        self.shared.comebacks.fetch_add(1, Ordering::SeqCst);
         let _ = self.replace.send(Replacement {
             device,
             max_sessions,
@@ -509,17 +527,22 @@ impl SwitchWorker {
     /// dropped).
     pub fn hand_off(&self, key: &PortKey, op: PortOperation) -> HandOff {
         let mut h = self.shared.hand_offs.lock();
+        let comebacks = self.shared.comebacks.load(Ordering::SeqCst);
         if let Some(entry) = h.by_port.get(key)
             && entry.op == op
         {
-            if entry.result.is_none() {
-                return HandOff::InFlight;
+            match &entry.result {
+                None => return HandOff::InFlight,
+                // Stale: sent again below.
+                Some(Err(_)) if entry.sent_in != comebacks => {}
+                Some(_) => {
+                    let result = slack::remove(&mut h.by_port, key).and_then(|e| e.result);
+                    if h.by_port.is_empty() {
+                        self.shared.settled.notify_waiters();
+                    }
+                    return HandOff::Done(result.unwrap_or_else(|| Err(closed())));
+                }
             }
-            let result = slack::remove(&mut h.by_port, key).and_then(|e| e.result);
-            if h.by_port.is_empty() {
-                self.shared.settled.notify_waiters();
-            }
-            return HandOff::Done(result.unwrap_or_else(|| Err(closed())));
         }
         if h.closed {
             // Stopping: nothing new reaches the device; the port stays in the state
@@ -536,6 +559,7 @@ impl SwitchWorker {
             HandedOff {
                 op: op.clone(),
                 id,
+                sent_in: comebacks,
                 result: None,
             },
         );
@@ -1448,6 +1472,94 @@ mod tests {
         assert_eq!(sizes.len(), 4, "{sizes:?}");
         assert_eq!(sizes[2] + sizes[3], 150);
         assert!((95..=105).contains(&sizes[2]), "{sizes:?}");
+    }
+
+    /// A failed answer from before the switch came back is not handed to the port:
+    /// the operation goes to the device again (the CI failure of the corrected
+    /// host-key pin: the port took the old refusal and waited a backoff step).
+    #[tokio::test]
+    async fn a_failed_answer_from_before_the_switch_came_back_is_sent_again_not_taken() {
+        let op = PortOperation::Set(access("Gi0/1", 10));
+        async fn settled(worker: &SwitchWorker) {
+            tokio::time::timeout(Duration::from_secs(5), worker.hand_offs_settled())
+                .await
+                .expect("answered");
+        }
+        // The switch answers again after being down.
+        let fixture = FixtureSwitch::new("tor", vec![p("Gi0/1")]);
+        fixture.set_unreachable(true);
+        let worker = SwitchWorker::spawn(
+            Arc::new(fixture.clone()),
+            config(),
+            vec![p("Gi0/1")],
+            Arc::new(|_| {}),
+        );
+        assert!(matches!(
+            worker.hand_off(&key("a"), op.clone()),
+            HandOff::InFlight
+        ));
+        settled(&worker).await;
+        assert!(worker.outage().is_some());
+        fixture.set_unreachable(false);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while worker.reachability() != Reachability::Reachable {
+            assert!(tokio::time::Instant::now() < deadline, "never probed back");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(matches!(
+            worker.hand_off(&key("a"), op.clone()),
+            HandOff::InFlight
+        ));
+        settled(&worker).await;
+        match worker.hand_off(&key("a"), op.clone()) {
+            HandOff::Done(r) => assert!(r.is_ok(), "{r:?}"),
+            other => panic!("answered: {other:?}"),
+        }
+        // The device is replaced while the old one refuses.
+        let old = FixtureSwitch::new("tor", vec![p("Gi0/1")]);
+        old.set_unreachable(true);
+        let worker = SwitchWorker::spawn(
+            Arc::new(old.clone()),
+            config(),
+            vec![p("Gi0/1")],
+            Arc::new(|_| {}),
+        );
+        assert!(matches!(
+            worker.hand_off(&key("a"), op.clone()),
+            HandOff::InFlight
+        ));
+        settled(&worker).await;
+        let new = FixtureSwitch::new("tor", vec![p("Gi0/1")]);
+        worker.replace_device(Arc::new(new.clone()), 1, "fixture");
+        // The replacement is taken before anything sent after it.
+        assert!(matches!(
+            worker.hand_off(&key("a"), op.clone()),
+            HandOff::InFlight
+        ));
+        settled(&worker).await;
+        match worker.hand_off(&key("a"), op.clone()) {
+            HandOff::Done(r) => assert!(r.is_ok(), "{r:?}"),
+            other => panic!("answered: {other:?}"),
+        }
+        assert!(
+            new.operations()
+                .iter()
+                .any(|o| matches!(o, LoggedOperation::Set { .. })),
+            "{:?}",
+            new.operations()
+        );
+        // An error from the switch as it is now is still the port's to take.
+        new.fail_next(patchbay_providers::fixture::FixtureFailure::Rejected);
+        let other = PortOperation::Set(access("Gi0/1", 20));
+        assert!(matches!(
+            worker.hand_off(&key("a"), other.clone()),
+            HandOff::InFlight
+        ));
+        settled(&worker).await;
+        match worker.hand_off(&key("a"), other) {
+            HandOff::Done(r) => assert!(r.is_err(), "{r:?}"),
+            o => panic!("answered: {o:?}"),
+        }
     }
 
     #[tokio::test]
