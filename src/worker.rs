@@ -1480,67 +1480,60 @@ mod tests {
     #[tokio::test]
     async fn a_failed_answer_from_before_the_switch_came_back_is_sent_again_not_taken() {
         let op = PortOperation::Set(access("Gi0/1", 10));
-        async fn settled(worker: &SwitchWorker) {
+        /// Hands `op` off — it must be sent, not answered from what is kept — and
+        /// waits for the worker's answer.
+        async fn sent(worker: &SwitchWorker, op: &PortOperation) {
+            assert!(matches!(
+                worker.hand_off(&key("a"), op.clone()),
+                HandOff::InFlight
+            ));
             tokio::time::timeout(Duration::from_secs(5), worker.hand_offs_settled())
                 .await
                 .expect("answered");
         }
+        /// [`sent`], and the answer taken.
+        async fn sent_and_answered(
+            worker: &SwitchWorker,
+            op: &PortOperation,
+        ) -> Result<PortChange, WorkerError> {
+            sent(worker, op).await;
+            match worker.hand_off(&key("a"), op.clone()) {
+                HandOff::Done(r) => r,
+                other => panic!("answered: {other:?}"),
+            }
+        }
+        /// A worker on a switch that does not answer, whose refusal of `op` is
+        /// kept, not taken.
+        async fn refused(op: &PortOperation) -> (FixtureSwitch, SwitchWorker) {
+            let fixture = FixtureSwitch::new("tor", vec![p("Gi0/1")]);
+            fixture.set_unreachable(true);
+            let worker = SwitchWorker::spawn(
+                Arc::new(fixture.clone()),
+                config(),
+                vec![p("Gi0/1")],
+                Arc::new(|_| {}),
+            );
+            sent(&worker, op).await;
+            assert!(worker.outage().is_some());
+            (fixture, worker)
+        }
         // The switch answers again after being down.
-        let fixture = FixtureSwitch::new("tor", vec![p("Gi0/1")]);
-        fixture.set_unreachable(true);
-        let worker = SwitchWorker::spawn(
-            Arc::new(fixture.clone()),
-            config(),
-            vec![p("Gi0/1")],
-            Arc::new(|_| {}),
-        );
-        assert!(matches!(
-            worker.hand_off(&key("a"), op.clone()),
-            HandOff::InFlight
-        ));
-        settled(&worker).await;
-        assert!(worker.outage().is_some());
+        let (fixture, worker) = refused(&op).await;
         fixture.set_unreachable(false);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while worker.reachability() != Reachability::Reachable {
             assert!(tokio::time::Instant::now() < deadline, "never probed back");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(matches!(
-            worker.hand_off(&key("a"), op.clone()),
-            HandOff::InFlight
-        ));
-        settled(&worker).await;
-        match worker.hand_off(&key("a"), op.clone()) {
-            HandOff::Done(r) => assert!(r.is_ok(), "{r:?}"),
-            other => panic!("answered: {other:?}"),
-        }
-        // The device is replaced while the old one refuses.
-        let old = FixtureSwitch::new("tor", vec![p("Gi0/1")]);
-        old.set_unreachable(true);
-        let worker = SwitchWorker::spawn(
-            Arc::new(old.clone()),
-            config(),
-            vec![p("Gi0/1")],
-            Arc::new(|_| {}),
-        );
-        assert!(matches!(
-            worker.hand_off(&key("a"), op.clone()),
-            HandOff::InFlight
-        ));
-        settled(&worker).await;
+        let r = sent_and_answered(&worker, &op).await;
+        assert!(r.is_ok(), "{r:?}");
+        // The device is replaced while the old one refuses; the replacement is
+        // taken before anything sent after it.
+        let (_old, worker) = refused(&op).await;
         let new = FixtureSwitch::new("tor", vec![p("Gi0/1")]);
         worker.replace_device(Arc::new(new.clone()), 1, "fixture");
-        // The replacement is taken before anything sent after it.
-        assert!(matches!(
-            worker.hand_off(&key("a"), op.clone()),
-            HandOff::InFlight
-        ));
-        settled(&worker).await;
-        match worker.hand_off(&key("a"), op.clone()) {
-            HandOff::Done(r) => assert!(r.is_ok(), "{r:?}"),
-            other => panic!("answered: {other:?}"),
-        }
+        let r = sent_and_answered(&worker, &op).await;
+        assert!(r.is_ok(), "{r:?}");
         assert!(
             new.operations()
                 .iter()
@@ -1550,16 +1543,8 @@ mod tests {
         );
         // An error from the switch as it is now is still the port's to take.
         new.fail_next(patchbay_providers::fixture::FixtureFailure::Rejected);
-        let other = PortOperation::Set(access("Gi0/1", 20));
-        assert!(matches!(
-            worker.hand_off(&key("a"), other.clone()),
-            HandOff::InFlight
-        ));
-        settled(&worker).await;
-        match worker.hand_off(&key("a"), other) {
-            HandOff::Done(r) => assert!(r.is_err(), "{r:?}"),
-            o => panic!("answered: {o:?}"),
-        }
+        let r = sent_and_answered(&worker, &PortOperation::Set(access("Gi0/1", 20))).await;
+        assert!(r.is_err(), "{r:?}");
     }
 
     #[tokio::test]
