@@ -279,11 +279,37 @@ impl LldpFabric {
             }
             if Instant::now() > deadline {
                 return Err(TestbedError::Failed(format!(
-                    "the switch's lldpd sees {ports:?} after 20 s"
+                    "the switch's lldpd sees {ports:?} after 20 s; {}",
+                    self.lldpd_state()
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// What the lldpds say, for a failure's message (seen once in a full run, never
+    /// again in a loop of them): the switch's interfaces as lldpd sees them, and
+    /// every lldpd's log.
+    fn lldpd_state(&self) -> String {
+        let interfaces = run(&["lldpcli", "-u", &self.switch_socket, "show", "interfaces"])
+            .unwrap_or_else(|e| format!("({e})"));
+        let mut logs: Vec<String> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().ends_with(".sock.log"))
+            .map(|p| {
+                let log = std::fs::read_to_string(&p).unwrap_or_default();
+                format!("{}: {}", p.display(), log.trim())
+            })
+            .collect();
+        logs.sort();
+        format!(
+            "the switch's interfaces: {}; lldpd logs: {}",
+            interfaces.trim(),
+            logs.join(" | ")
+        )
     }
 
     /// `lldpcli -f json0 show neighbors` on host `i`: what it sees of the switch.
