@@ -436,7 +436,8 @@ pub struct Context {
     /// Where workers' notices go.
     pub notices: Notices,
     /// The SwitchPort cache of the port controller: the Switch controller checks its
-    /// ports here instead of listing them on every port event.
+    /// ports here instead of listing them on every port event. A cached port keeps
+    /// no labels: its Switch is in `port_index` (see `switch_port::switch_name`).
     pub ports: Store<SwitchPort>,
     /// The caches a reconcile reads what it refers to from (no GET per reconcile).
     pub stores: Stores,
@@ -444,7 +445,8 @@ pub struct Context {
     pub probes: super::Probes,
     /// The credentials Secrets, cached by version.
     pub secrets: Arc<super::secrets::SecretCache>,
-    /// The SwitchPorts of each Switch, kept from the port watch's events.
+    /// The SwitchPorts of each Switch and each port's Switch, kept from the port
+    /// watch's events before the cache holds them.
     pub port_index: SharedPortIndex,
     /// The port writes whose watch events are only their echo.
     pub own_writes: SharedOwnWrites,
@@ -584,6 +586,13 @@ impl Context {
             checked_switches: Default::default(),
             workers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same context with `index` as its port index: the one the port watch
+    /// feeds before its cache.
+    pub fn with_port_index(mut self, index: SharedPortIndex) -> Self {
+        self.port_index = index;
+        self
     }
 
     /// The same context reporting through, and fenced by, `probes`.

@@ -39,6 +39,8 @@ pub struct HostWorld {
     pub client: Client,
     /// The SwitchPort cache.
     pub switch_ports: Store<SwitchPort>,
+    /// Each cached SwitchPort's Switch (the cache keeps no labels).
+    pub port_index: super::context::SharedPortIndex,
     /// The SmartNicPort cache.
     pub smartnic_ports: Store<SmartNicPort>,
     /// The SwitchPortConfiguration cache (a provisioning configuration must carry
@@ -263,7 +265,7 @@ fn sight(world: &HostWorld, port: &PortId) -> Option<PortSight> {
     let sp = world
         .switch_ports
         .get(&ObjectRef::new(&port.name).within(&port.namespace))?;
-    let switch_name = super::switch_port::switch_name(&sp)?;
+    let switch_name = super::switch_port::switch_name(&sp, &world.port_index)?;
     let switch = world.stores.switch(&port.namespace, &switch_name)?;
     let device_port = switch.spec.ports.get(&port.name).map(|d| d.name.clone())?;
     let status = switch.status.clone().unwrap_or_default();
@@ -552,7 +554,7 @@ fn refuse_ungranted(
                     let switch = world
                         .switch_ports
                         .get(&ObjectRef::new(&target.port.name).within(&target.port.namespace))
-                        .and_then(|p| super::switch_port::switch_name(&p));
+                        .and_then(|p| super::switch_port::switch_name(&p, &world.port_index));
                     (
                         "SwitchPortConfiguration",
                         cfg.as_ref().and_then(|c| c.metadata.labels.clone()),

@@ -136,17 +136,18 @@ where
 /// (each sees an object only once the cache holds it, so a controller woken by it
 /// reads what woke it), whether the cache holds its first list, and the future that
 /// drives the watch until `stop`, calling its `on_event` with every event once the
-/// cache holds it (a shared stream carries no deletions; the deletion hooks and the
-/// port index are fed from here).
+/// cache holds it (a shared stream carries no deletions; the deletion hooks are fed
+/// from here).
 /// The cache keeps what the controllers read: server-side bookkeeping
 /// (`managedFields`, `kubectl`'s last-applied annotation) is dropped on arrival, and
-/// `compact` drops what no controller reads of this kind (see [`compact_port`]).
+/// `arrive` sees every event before the cache does: it may note what it needs and
+/// drop what no controller reads of this kind (see [`port_arrival`]).
 #[allow(clippy::type_complexity)]
 fn shared_watch<K, S>(
     api: kube::Api<K>,
     wc: &watcher::Config,
     stop: S,
-    compact: fn(&mut K),
+    mut arrive: Arrival<K>,
 ) -> (
     Store<K>,
     Writer<K>,
@@ -174,9 +175,14 @@ where
                 if let Some(a) = meta.annotations.as_mut() {
                     a.remove(LAST_APPLIED);
                 }
-                compact(o);
             })
             .default_backoff()
+            .map(move |mut event| {
+                if let Ok(e) = &mut event {
+                    arrive(e);
+                }
+                event
+            })
             .reflect_shared(writer)
             .take_until(stop)
             .for_each(move |event| {
@@ -210,19 +216,40 @@ where
     })
 }
 
-/// What [`shared_watch`] drops of a cached SwitchPort: its owner references when it
-/// carries the Switch label, which is what names its Switch then
-/// ([`switch_port::switch_name`]); the Switch controller reads a port's owners from
-/// the API server, never from the cache. The reference was ~250 bytes of each of
-/// 10,000 cached ports.
+/// What [`shared_watch`] does with each event before the cache sees it.
+type Arrival<K> = Box<dyn FnMut(&mut watcher::Event<K>) + Send>;
+
+/// [`shared_watch`]'s `arrive` for kinds whose cached objects are kept whole.
+fn keep_whole<K>() -> Arrival<K> {
+    Box::new(|_| {})
+}
+
+/// [`shared_watch`]'s `arrive` for SwitchPorts: each event goes into the port index
+/// first, so the index knows a port's Switch by the time any reader sees the port in
+/// the cache; then each port the cache will hold is compacted ([`compact_port`]). A
+/// deleted port keeps its labels: the deletion hook reads its Switch from them.
+fn port_arrival(index: SharedPortIndex) -> Arrival<SwitchPort> {
+    Box::new(move |event| {
+        index_port(&index, event);
+        if let watcher::Event::Apply(p) | watcher::Event::InitApply(p) = event {
+            compact_port(p);
+        }
+    })
+}
+
+/// What the SwitchPort cache drops of a port: its labels, whose one entry read (the
+/// Switch label) the port index holds, interned ([`switch_port::switch_name`]; the
+/// map alone was ~0.6 KB of each of 10,000 cached ports); and its owner references
+/// when the Switch label named its Switch (~250 bytes each; the Switch controller
+/// reads a port's owners from the API server, never from the cache). A port with no
+/// Switch label keeps its owners: they name its Switch then.
 fn compact_port(port: &mut SwitchPort) {
-    if port.labels().contains_key(crate::api::keys::SWITCH_LABEL) {
+    if let Some(labels) = port.metadata.labels.take()
+        && labels.contains_key(crate::api::keys::SWITCH_LABEL)
+    {
         port.metadata.owner_references = None;
     }
 }
-
-/// [`shared_watch`]'s `compact` for kinds whose cached objects are kept whole.
-fn keep_whole<K>(_: &mut K) {}
 
 /// `kubectl apply`'s copy of the whole object, which no controller reads.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -386,9 +413,9 @@ where
         api: kube::Api<K>,
         wc: &watcher::Config,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
-        compact: fn(&mut K),
+        arrive: Arrival<K>,
     ) -> Self {
-        let (store, writer, run, listed) = shared_watch(api, wc, stop, compact);
+        let (store, writer, run, listed) = shared_watch(api, wc, stop, arrive);
         Watch {
             store,
             writer,
@@ -431,6 +458,8 @@ where
 /// them all with the deletion hooks.
 struct Watches {
     ports: Watch<SwitchPort>,
+    /// Fed by the port watch before its cache ([`port_arrival`]).
+    port_index: SharedPortIndex,
     switches: Watch<Switch>,
     providers: Watch<ProviderSwitch>,
     configs: Watch<SwitchPortConfiguration>,
@@ -442,15 +471,28 @@ struct Watches {
 
 impl Watches {
     fn new(client: &Client, ns: Option<&str>, wc: &watcher::Config, h: &Harness) -> Self {
+        let port_index = SharedPortIndex::default();
+        let ports = port_arrival(port_index.clone());
         Watches {
-            ports: Watch::new(api_for(client, ns), wc, h.stopped(), compact_port),
-            switches: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole),
-            providers: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole),
-            configs: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole),
-            smartnics: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole),
-            claims: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole),
-            servers: Watch::new(kube::Api::all(client.clone()), wc, h.stopped(), keep_whole),
-            pools: Watch::new(kube::Api::all(client.clone()), wc, h.stopped(), keep_whole),
+            ports: Watch::new(api_for(client, ns), wc, h.stopped(), ports),
+            port_index,
+            switches: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
+            providers: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
+            configs: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
+            smartnics: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
+            claims: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
+            servers: Watch::new(
+                kube::Api::all(client.clone()),
+                wc,
+                h.stopped(),
+                keep_whole(),
+            ),
+            pools: Watch::new(
+                kube::Api::all(client.clone()),
+                wc,
+                h.stopped(),
+                keep_whole(),
+            ),
         }
     }
 
@@ -502,14 +544,12 @@ impl Watches {
                 wakes.smartnics.clone(),
                 snics.clone(),
             );
-            let index = port_index.clone();
-            let own1 = own_writes.clone();
+            let (own1, index) = (own_writes.clone(), port_index.clone());
             self.ports
                 .start_observed(move |e: &watcher::Event<SwitchPort>| {
-                    index_port(&index, e);
                     note_relist_or_delete(&own1, e);
                     if let watcher::Event::Delete(p) = e {
-                        if let Some(sw) = switch_port::switch_name(p) {
+                        if let Some(sw) = switch_port::switch_name(p, &index) {
                             wake(
                                 &switch_tx,
                                 [ObjectRef::new(&sw).within(&p.namespace().unwrap_or_default())],
@@ -865,6 +905,7 @@ pub async fn run(
             watches.ports.store.clone(),
             watches.stores(),
         )
+        .with_port_index(watches.port_index.clone())
         .with_probes(probes),
     );
     // The Secret metadata watch wakes the ports a credentials change concerns and
@@ -1288,6 +1329,7 @@ fn hosts_and_claims(
         world: HostWorld {
             client: client.clone(),
             switch_ports: w.ports.store.clone(),
+            port_index: w.port_index.clone(),
             smartnic_ports: w.smartnics.store.clone(),
             configurations: w.configs.store.clone(),
             events: EventPublisher::new(client.clone(), reporter()),
@@ -1440,36 +1482,67 @@ mod tests {
     }
 
     #[test]
-    fn a_cached_port_keeps_its_owners_only_when_no_label_names_its_switch() {
+    fn a_cached_port_keeps_no_labels_and_its_owners_only_when_no_label_names_its_switch() {
         let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             kind: "Switch".into(),
             name: "leaf1".into(),
             ..Default::default()
         };
         let mut labelled = SwitchPort::new("p", Default::default());
+        labelled.metadata.namespace = Some("infra".into());
         labelled.metadata.labels = Some(
-            [(
-                crate::api::keys::SWITCH_LABEL.to_owned(),
-                "leaf1".to_owned(),
-            )]
+            [
+                (
+                    crate::api::keys::SWITCH_LABEL.to_owned(),
+                    "leaf1".to_owned(),
+                ),
+                ("team".to_owned(), "blue".to_owned()),
+            ]
             .into(),
         );
         labelled.metadata.owner_references = Some(vec![owner.clone()]);
         let mut unlabelled = labelled.clone();
+        unlabelled.metadata.name = Some("q".into());
         unlabelled.metadata.labels = None;
-        compact_port(&mut labelled);
-        compact_port(&mut unlabelled);
-        assert_eq!(labelled.metadata.owner_references, None);
-        assert_eq!(unlabelled.metadata.owner_references, Some(vec![owner]));
-        // Either way the port's Switch is still known.
+        let index = SharedPortIndex::default();
+        let mut arrive = port_arrival(index.clone());
+        let mut events = [
+            watcher::Event::Apply(labelled.clone()),
+            watcher::Event::Apply(unlabelled),
+        ];
+        for e in &mut events {
+            arrive(e);
+        }
+        let [
+            watcher::Event::Apply(cached),
+            watcher::Event::Apply(cached_unlabelled),
+        ] = &events
+        else {
+            unreachable!()
+        };
+        assert_eq!(cached.metadata.labels, None);
+        assert_eq!(cached.metadata.owner_references, None);
         assert_eq!(
-            switch_port::switch_name(&labelled).as_deref(),
-            Some("leaf1")
+            cached_unlabelled.metadata.owner_references,
+            Some(vec![owner])
         );
-        assert_eq!(
-            switch_port::switch_name(&unlabelled).as_deref(),
-            Some("leaf1")
-        );
+        // Either way the port's Switch is still known: from the index, from the owner.
+        let switch_of = |p: &SwitchPort| switch_port::switch_name(p, &index);
+        assert_eq!(switch_of(cached).as_deref(), Some("leaf1"));
+        assert_eq!(switch_of(cached_unlabelled).as_deref(), Some("leaf1"));
+        // Without the index, the compacted port would have lost it.
+        let empty = SharedPortIndex::default();
+        assert_eq!(switch_port::switch_name(cached, &empty), None);
+        // A deleted port keeps its labels (the deletion hook reads its Switch) and
+        // leaves the index.
+        let mut gone = watcher::Event::Delete(labelled);
+        arrive(&mut gone);
+        let watcher::Event::Delete(gone) = gone else {
+            unreachable!()
+        };
+        assert!(gone.metadata.labels.is_some());
+        assert_eq!(index.read().switch_of("infra", "p"), None);
+        assert_eq!(switch_of(&gone).as_deref(), Some("leaf1"));
     }
 
     #[tokio::test]

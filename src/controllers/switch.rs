@@ -259,7 +259,9 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
         let Some(p) = ctx.ports.get(&ObjectRef::new(&port).within(&ns)) else {
             continue;
         };
-        if p.labels().get(SWITCH_LABEL) == Some(&name) && p.metadata.deletion_timestamp.is_none() {
+        if super::switch_port::switch_name(&p, &ctx.port_index).as_deref() == Some(name.as_str())
+            && p.metadata.deletion_timestamp.is_none()
+        {
             api.delete(&port, &DeleteParams::default()).await?;
         }
     }

@@ -21,7 +21,8 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::context::{
-    Carried, Context, TenancyVerdict, report_forbidden, switch_device_ports, with_pool_names,
+    Carried, Context, SharedPortIndex, TenancyVerdict, report_forbidden, switch_device_ports,
+    with_pool_names,
 };
 use super::port_loop::{DriveInput, PortRecord, PortSteps, ValidatedPort, drive_port};
 use super::port_record::KubeRecord;
@@ -60,21 +61,30 @@ struct PortWorld {
     inputs: String,
 }
 
-/// The Switch a port belongs to: its label, else its owner.
-pub(super) fn switch_name(port: &SwitchPort) -> Option<String> {
-    port.labels().get(SWITCH_LABEL).cloned().or_else(|| {
-        port.owner_references()
-            .iter()
-            .find(|o| o.kind == "Switch")
-            .map(|o| o.name.clone())
-    })
+/// The Switch a port belongs to: its Switch label (as the object carries it, else as
+/// `index` recorded it: a cached port keeps no labels), else its owner.
+pub(super) fn switch_name(port: &SwitchPort, index: &SharedPortIndex) -> Option<String> {
+    port.labels()
+        .get(SWITCH_LABEL)
+        .cloned()
+        .or_else(|| {
+            let ns = port.metadata.namespace.as_deref().unwrap_or_default();
+            let name = port.metadata.name.as_deref().unwrap_or_default();
+            index.read().switch_of(ns, name).map(|s| s.to_string())
+        })
+        .or_else(|| {
+            port.owner_references()
+                .iter()
+                .find(|o| o.kind == "Switch")
+                .map(|o| o.name.clone())
+        })
 }
 
 async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, ControllerError> {
     let ns = port.namespace().unwrap_or_default();
     let client = &ctx.client;
     let stores = &ctx.stores;
-    let switch = switch_name(port).and_then(|n| stores.switch(&ns, &n));
+    let switch = switch_name(port, &ctx.port_index).and_then(|n| stores.switch(&ns, &n));
     let definition = switch
         .as_ref()
         .and_then(|s| s.spec.ports.get(&port.name_any()).cloned());
@@ -198,7 +208,7 @@ async fn group_peers(
 ) -> Result<(GroupPeer, Vec<GroupPeer>), ControllerError> {
     let cabled = ctx.stores.cabled_nics(CabledPortKind::SwitchPort);
     let describe = |q: &SwitchPort, spec: SwitchPortConfigurationSpec| {
-        let switch = switch_name(q).unwrap_or_default();
+        let switch = switch_name(q, &ctx.port_index).unwrap_or_default();
         let device_port = ctx
             .stores
             .switch(ns, &switch)
@@ -357,7 +367,7 @@ pub(super) async fn reconcile(
         "switchport",
         namespace = %port.namespace().unwrap_or_default(),
         port = %port.name_any(),
-        switch = %switch_name(&port).unwrap_or_default(),
+        switch = %switch_name(&port, &ctx.port_index).unwrap_or_default(),
         device_port = tracing::field::Empty,
     );
     reconcile_in(port, ctx, span.clone()).instrument(span).await

@@ -1,6 +1,8 @@
 //! The SwitchPorts of each Switch: port names by (namespace, Switch), kept from the
 //! port watch's events (the Switch label), so neither the Switch controller nor a
-//! Switch's or ProviderSwitch's wake scans every cached port. At 100,000 ports those
+//! Switch's or ProviderSwitch's wake scans every cached port; and each port's Switch,
+//! which the SwitchPort cache does not keep (its label map alone was ~0.6 KB of each
+//! cached port). At 100,000 ports those
 //! scans were what limited one replica first (measured: a Switch reconcile and a
 //! Switch event each walked the whole cache). Pure: the runtime feeds it the watch's
 //! events under a lock and the readers ask it; no I/O, no lock of its own.
@@ -117,6 +119,18 @@ impl PortIndex {
         }
     }
 
+    /// The Switch port `ns/name` is labelled for, as the index knows it: a list in
+    /// progress first (it is newer), else the current index. The SwitchPort cache
+    /// keeps no labels, so this is where a cached port's Switch is read.
+    pub fn switch_of(&self, ns: &str, name: &str) -> Option<Arc<str>> {
+        let k = key(ns, name);
+        self.relisting
+            .as_ref()
+            .and_then(|next| next.of_port.get(&k))
+            .or_else(|| self.current.of_port.get(&k))
+            .cloned()
+    }
+
     /// The ports of Switch `ns/switch`, by name.
     pub fn of_switch(&self, ns: &str, switch: &str) -> Vec<Arc<str>> {
         self.current
@@ -153,6 +167,9 @@ mod tests {
         index.apply("lab", "p1", Some("tor-1"));
         index.apply("infra", "loose", None);
         assert_eq!(names(&index, "infra", "tor-1"), ["p1", "p2"]);
+        assert_eq!(index.switch_of("infra", "p2").as_deref(), Some("tor-1"));
+        assert_eq!(index.switch_of("lab", "p2"), None);
+        assert_eq!(index.switch_of("infra", "loose"), None);
         assert_eq!(names(&index, "lab", "tor-1"), ["p1"]);
         assert!(names(&index, "infra", "tor-2").is_empty());
         assert_eq!(index.len(), 3);
@@ -182,7 +199,13 @@ mod tests {
         index.apply("infra", "p1", Some("tor-1"));
         index.apply("infra", "new", Some("tor-1"));
         assert_eq!(names(&index, "infra", "tor-1"), ["gone", "p1"]);
+        // A port's Switch: the list in progress knows it first.
+        index.apply("infra", "p1", Some("tor-2"));
+        assert_eq!(index.switch_of("infra", "p1").as_deref(), Some("tor-2"));
+        assert_eq!(index.switch_of("infra", "gone").as_deref(), Some("tor-1"));
+        index.apply("infra", "p1", Some("tor-1"));
         index.end_relist();
+        assert_eq!(index.switch_of("infra", "gone"), None);
         // What the new list does not hold is gone.
         assert_eq!(names(&index, "infra", "tor-1"), ["new", "p1"]);
         index.end_relist();
