@@ -11,6 +11,7 @@ use patchbay::api;
 use patchbay::decide::validate::manifests::{ValidationReport, validate_manifests};
 
 #[cfg(feature = "devtools")]
+mod api_client;
 mod demo;
 mod device;
 #[cfg(feature = "devtools")]
@@ -230,7 +231,7 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Clien
         }
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(config)?)
+    api_client::client(config)
 }
 
 async fn shutdown_signal() {
