@@ -10,8 +10,8 @@ use clap::{Parser, Subcommand};
 use patchbay::api;
 use patchbay::decide::validate::manifests::{ValidationReport, validate_manifests};
 
-#[cfg(feature = "devtools")]
 mod api_client;
+#[cfg(feature = "devtools")]
 mod demo;
 mod device;
 #[cfg(feature = "devtools")]
