@@ -232,21 +232,16 @@ impl Tracking {
         if self.desired.get(&key).is_some_and(|t| t.is(&desired)) {
             return false;
         }
+        let port = desired.port.clone();
         let shape = match self.shapes.iter().find(|s| alike(s, &desired)) {
             Some(s) => s.clone(),
             None => {
-                let s = Arc::new(desired.clone());
+                let s = Arc::new(desired);
                 self.shapes.push(s.clone());
                 s
             }
         };
-        let old = self.desired.insert(
-            key,
-            Tracked {
-                port: desired.port,
-                shape,
-            },
-        );
+        let old = self.desired.insert(key, Tracked { port, shape });
         self.release(old);
         true
     }
