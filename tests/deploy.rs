@@ -277,6 +277,13 @@ kind: ProviderSwitch
 metadata: {{name: sw, namespace: {ns}}}
 spec: {{backend: fixture, os: fixture, address: 127.0.0.1, credentialsSecretRef: {{name: login}}}}
 ---
+# Created ahead of its Switch (the Switch reconcile adopts it). After the Switch it
+# would race the operator's own create of p2, and kubectl's create would fail.
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPort
+metadata: {{name: p2, namespace: {ns}}}
+spec: {{configuration: {{name: missing}}}}
+---
 apiVersion: patchbay.dev/v1alpha1
 kind: Switch
 metadata: {{name: sw, namespace: {ns}}}
@@ -295,11 +302,6 @@ apiVersion: patchbay.dev/v1alpha1
 kind: SwitchPortConfiguration
 metadata: {{name: web, namespace: {ns}}}
 spec: {{untaggedVLAN: 100}}
----
-apiVersion: patchbay.dev/v1alpha1
-kind: SwitchPort
-metadata: {{name: p2, namespace: {ns}}}
-spec: {{configuration: {{name: missing}}}}
 ---
 apiVersion: patchbay.dev/v1alpha1
 kind: ProviderSwitch
