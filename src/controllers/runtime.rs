@@ -936,7 +936,14 @@ pub async fn run(
         woken.claims,
     );
     let pools_changed = watches.pools.subscribe();
-    let background = background(&client, &settings, &watches, &harness, pools_changed);
+    let background = background(
+        &client,
+        &settings,
+        &watches,
+        &harness,
+        pools_changed,
+        &ctx.own_writes,
+    );
     let pool_deleted = background.pool_deleted.clone();
     let watched = watches.start(
         &wakes,
@@ -1390,8 +1397,9 @@ fn orphan_sweeps(
     }
 }
 
-/// What runs beside the controllers: the port gauges and readiness, and with
-/// tenancy each pool's Ready condition and each served namespace's grants summary.
+/// What runs beside the controllers: the port gauges and readiness, the ageing of
+/// own-write records, and with tenancy each pool's Ready condition and each served
+/// namespace's grants summary.
 struct Background<F> {
     run: F,
     /// Told by the pool watch's deletion hook.
@@ -1404,6 +1412,7 @@ fn background(
     w: &Watches,
     h: &Harness,
     mut pools_changed: ReflectHandle<VLANPool>,
+    own_writes: &SharedOwnWrites,
 ) -> Background<impl std::future::Future<Output = ()> + Send + use<>> {
     let gauges = {
         let synced = h.synced.clone();
@@ -1463,8 +1472,21 @@ fn background(
             }
         }
     };
+    // Records of the ports' own writes whose events came first are forgotten.
+    let ageing = {
+        let (own, mut stop) = (own_writes.clone(), h.stop.subscribe());
+        async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(crate::decide::own_writes::AGE_PERIOD) => {}
+                    _ = stop.recv() => return,
+                }
+                own.lock().age();
+            }
+        }
+    };
     Background {
-        run: run_parts(parts![gauges, pool_sync]),
+        run: run_parts(parts![gauges, pool_sync, ageing]),
         pool_deleted,
     }
 }
