@@ -45,7 +45,7 @@ pub struct OwnWrites {
 }
 
 /// One object's writes awaiting their events.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Written {
     versions: Vec<String>,
     /// The [`OwnWrites::epoch`] of the latest write.
@@ -55,13 +55,7 @@ struct Written {
 impl OwnWrites {
     /// A write to object `uid` answered with `resource_version`.
     pub fn record(&mut self, uid: &str, resource_version: &str) {
-        let written = self
-            .by_uid
-            .entry(uid.to_owned())
-            .or_insert_with(|| Written {
-                versions: Vec::new(),
-                epoch: self.epoch,
-            });
+        let written = self.by_uid.entry(uid.to_owned()).or_default();
         written.epoch = self.epoch;
         let versions = &mut written.versions;
         if versions.len() >= PER_OBJECT {
