@@ -2,7 +2,8 @@
 //!
 //! | module | what it holds | I/O |
 //! |---|---|---|
-//! | [`runtime`] | the wiring: a kube-rs `Controller` per kind, watches, notice streams, shutdown ([`run`]) | watches |
+//! | [`runtime`] | the wiring: a kube-rs `Controller` per kind (SwitchPorts: [`port_runner`]), watches, notice streams, shutdown ([`run`]) | watches |
+//! | [`port_runner`] | patchbay's own runner of SwitchPort reconciles (kube's rules, tables given back after a burst); decisions: [`crate::decide::reconcile_queue`] | tasks |
 //! | [`switch_port`] | the SwitchPort controller: what a port refers to, its steps over its Switch's worker | Kubernetes, device (via the worker) |
 //! | [`switch`] | the Switch controller: checks, reachability, one SwitchPort per `spec.ports` entry, ordered deletion | Kubernetes |
 //! | [`neighbors`] | a Switch's neighbour reads (`spec.neighbors`, LLDP through an `os: linux` source) into its status; decisions: [`crate::decide::neighbors`] | device (the source's own session) |
@@ -38,6 +39,7 @@ pub mod metal3;
 pub mod neighbors;
 pub mod port_loop;
 pub mod port_record;
+pub mod port_runner;
 pub mod provider_switch;
 pub mod runtime;
 pub mod secrets;
@@ -183,10 +185,15 @@ where
     Ok(None)
 }
 
+/// When the state machine's requeue asks the port to run again without a wake.
+fn requeue_after(requeue: Requeue) -> Option<std::time::Duration> {
+    match requeue {
+        Requeue::Never | Requeue::DriftCheck | Requeue::Now => None,
+        Requeue::After(t) => Some(t),
+    }
+}
+
 /// The controller action for the state machine's requeue.
 fn requeue_action(requeue: Requeue) -> Action {
-    match requeue {
-        Requeue::Never | Requeue::DriftCheck | Requeue::Now => Action::await_change(),
-        Requeue::After(t) => Action::requeue(t),
-    }
+    requeue_after(requeue).map_or_else(Action::await_change, Action::requeue)
 }

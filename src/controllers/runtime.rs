@@ -1,4 +1,5 @@
-//! The wiring: one kube-rs `Controller` per kind, the watches that wake each
+//! The wiring: one kube-rs `Controller` per kind (SwitchPorts: patchbay's own
+//! [`port_runner`], same rules, tables given back after a burst), the watches that wake each
 //! (through [`crate::decide::triggers`]), the streams the switch workers' notices arrive on,
 //! the error policies, and a graceful shutdown of all of them together. Kubernetes
 //! I/O (watches).
@@ -33,8 +34,8 @@ use super::events::EventPublisher;
 use super::host::HostWorld;
 use super::server_claim::Allocator;
 use super::{
-    ControllerError, bare_metal_host, metal3, provider_switch, server, server_claim, smartnic_port,
-    switch, switch_port, vlan_pool,
+    ControllerError, bare_metal_host, metal3, port_runner, provider_switch, server, server_claim,
+    smartnic_port, switch, switch_port, vlan_pool,
 };
 use crate::api::server::CabledPortKind;
 use crate::api::{Cached, PortState};
@@ -115,8 +116,21 @@ impl Retries {
     }
 }
 
-/// The error policy of `controller`: per object, by the error's class (see
-/// [`ReconcileRetry`]).
+/// How long after `e` the object `obj` of `controller` is retried: per object, by the
+/// error's class (see [`ReconcileRetry`]).
+fn retry_after_error<K: kube::Resource>(
+    controller: &'static str,
+    retries: &Retries,
+    obj: &K,
+    e: &ControllerError,
+) -> Duration {
+    let class = e.retry();
+    let after = class.after(retries.count(&Retries::key(controller, obj)));
+    tracing::debug!(error = %e, category = e.category(), ?class, ?after, controller, "reconcile error");
+    after
+}
+
+/// The error policy of `controller` for kube's `Controller` ([`retry_after_error`]).
 fn error_policy<K, C>(
     controller: &'static str,
     retries: Arc<Retries>,
@@ -124,11 +138,34 @@ fn error_policy<K, C>(
 where
     K: kube::Resource,
 {
-    move |obj, e, _| {
-        let class = e.retry();
-        let after = class.after(retries.count(&Retries::key(controller, obj.as_ref())));
-        tracing::debug!(error = %e, category = e.category(), ?class, ?after, controller, "reconcile error");
+    move |obj, e, _| Action::requeue(retry_after_error(controller, &retries, obj.as_ref(), e))
+}
+
+/// What a reconcile asks for next, in its runner's terms: kube's [`Action`] for the
+/// controllers kube runs, `Option<Duration>` (retry after; `None` only when woken)
+/// for the [`port_runner`].
+trait Next: Send + 'static {
+    /// Retry after `after`.
+    fn retry(after: Duration) -> Self;
+    /// Run again only when woken.
+    fn when_woken() -> Self;
+}
+
+impl Next for Action {
+    fn retry(after: Duration) -> Self {
         Action::requeue(after)
+    }
+    fn when_woken() -> Self {
+        Action::await_change()
+    }
+}
+
+impl Next for Option<Duration> {
+    fn retry(after: Duration) -> Self {
+        Some(after)
+    }
+    fn when_woken() -> Self {
+        None
     }
 }
 
@@ -275,18 +312,19 @@ where
 /// `reconcile` once the caches are listed (see [`Synced`]), with its duration and
 /// result recorded in the metrics (`patchbay_reconciles_total`,
 /// `patchbay_reconcile_duration_seconds`).
-fn timed<K, C, F, Fut>(
+fn timed<K, C, F, Fut, N>(
     controller: &'static str,
     synced: &Synced,
     retries: &Arc<Retries>,
     metrics: &Arc<Metrics>,
     reconcile: F,
-) -> impl Fn(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, ControllerError>>
-+ use<K, C, F, Fut>
+) -> impl Fn(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<N, ControllerError>>
++ use<K, C, F, Fut, N>
 where
     K: Cached,
+    N: Next,
     F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Action, ControllerError>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<N, ControllerError>> + Send + 'static,
 {
     let synced = synced.clone();
     let retries = retries.clone();
@@ -300,7 +338,7 @@ where
         async move {
             if !synced.wait().await {
                 // Stopping before the caches were listed: nothing to do.
-                return Ok(Action::await_change());
+                return Ok(N::when_woken());
             }
             let started = std::time::Instant::now();
             let result = fut.await;
@@ -312,7 +350,7 @@ where
                 Ok(a) => ("ok", Ok(a)),
                 Err(e) if e.retry() == ReconcileRetry::Waiting => {
                     tracing::debug!(reason = %e, controller, "waiting");
-                    ("ok", Ok(Action::requeue(ReconcileRetry::Waiting.after(1))))
+                    ("ok", Ok(N::retry(ReconcileRetry::Waiting.after(1))))
                 }
                 Err(e) => (e.category(), Err(e)),
             };
@@ -833,6 +871,44 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// The SwitchPort `reconcile`, behind the gate, timed and counted, with its
+    /// error policy, on patchbay's own runner ([`port_runner`], which gives back the
+    /// tables a burst grew) for every port `wakes` names, until the operator stops.
+    fn run_ports<W, C, F, Fut>(
+        &self,
+        wakes: W,
+        store: Store<SwitchPort>,
+        reconcile: F,
+        ctx: Arc<C>,
+    ) -> impl std::future::Future<Output = ()> + Send + use<W, C, F, Fut>
+    where
+        W: futures::Stream<Item = ObjectRef<SwitchPort>> + Send + 'static,
+        C: Send + Sync + 'static,
+        F: Fn(Arc<SwitchPort>, Arc<C>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Option<Duration>, ControllerError>>
+            + Send
+            + 'static,
+    {
+        const NAME: &str = "SwitchPort";
+        let timed = timed(NAME, &self.synced, &self.retries, &self.metrics, reconcile);
+        let retries = self.retries.clone();
+        let run: port_runner::Reconcile<SwitchPort> = Arc::new(move |obj| {
+            let retries = retries.clone();
+            let fut = timed(obj.clone(), ctx.clone());
+            async move {
+                fut.await.unwrap_or_else(|e| {
+                    let after = retry_after_error(NAME, &retries, obj.as_ref(), &e);
+                    tracing::debug!(error = %e, kind = NAME, "reconcile failed");
+                    Some(after)
+                })
+            }
+            .boxed()
+        });
+        port_runner::run(wakes, store, PORT_RECONCILES.into(), run, self.stopped())
+    }
+}
+
 /// One part of the operator (a controller, a watch, a background loop), run as a
 /// task of its own by [`run_parts`].
 type Part = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -915,6 +991,8 @@ pub async fn run(
         api_for::<PartialObjectMeta<Secret>>(&client, ns),
         wc.clone(),
     )
+    // Backed off on errors, as kube's `Controller` did with its triggers.
+    .default_backoff()
     .inspect(move |e| {
         if let Ok(e) = e {
             secret_versions.observe(e);
@@ -977,7 +1055,7 @@ pub async fn run(
     .await;
 }
 
-/// SwitchPorts: woken by every input of theirs — configuration, Switch, the
+/// SwitchPorts, on the [`port_runner`]: woken by every input of theirs — configuration, Switch, the
 /// Switch's ProviderSwitch, the credentials Secret (metadata only), the Servers
 /// cabled to them, the VLANPools — so a change starts a new attempt at once whatever
 /// the backoff, and by their worker's notices (drift, the switch answering or not).
@@ -1001,52 +1079,70 @@ where
     let (s1, s2) = (w.switches.store.clone(), w.switches.store.clone());
     let ps = w.providers.store.clone();
     let own = own_triggers(w.ports.subscribe(), ctx, |p| p.status.as_ref());
-    let controller = Controller::for_shared_stream(own, ports.clone())
-        .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
-            triggers::ports_cabled_to::<SwitchPort>(&s, CabledPortKind::SwitchPort)
-        })
-        .watches_shared_stream(w.pools.subscribe(), move |_| {
-            p5.state()
-                .iter()
-                .map(|p| ObjectRef::from_obj(&**p))
-                .collect::<Vec<_>>()
-        })
-        .watches_shared_stream(w.configs.subscribe(), move |c| {
-            triggers::ports_using_configuration(
-                &p1.state(),
-                &c.namespace().unwrap_or_default(),
-                &c.name_any(),
-            )
-        })
-        .watches_shared_stream(w.switches.subscribe(), move |sw| {
-            triggers::ports_of_switches(&i2.read(), sw.namespace().as_deref(), &[sw.name_any()])
-        })
-        .watches_shared_stream(w.providers.subscribe(), move |pv| {
-            let ns = pv.namespace();
-            let names =
-                triggers::switches_of_providers(&s1.state(), ns.as_deref(), &[pv.name_any()]);
-            triggers::ports_of_switches(&i3.read(), ns.as_deref(), &names)
-        })
-        .watches_stream(secrets, move |secret| {
-            triggers::ports_using_secret(
-                &i4.read(),
-                &s2.state(),
-                &ps.state(),
-                secret.namespace().as_deref(),
-                &secret.name_any(),
-            )
-        })
-        .reconcile_on(notices(notices_rx))
-        // A reconcile hands its device change to the switch's worker and returns
-        // (hand-offs), so the slots no longer bound the batch sizes; they bound the
-        // reconciles computing at once.
-        .with_config(Config::default().concurrency(PORT_RECONCILES));
-    h.run(
-        "SwitchPort",
-        controller,
-        switch_port::reconcile,
-        ctx.clone(),
-    )
+    type Wakes = futures::stream::BoxStream<'static, Vec<ObjectRef<SwitchPort>>>;
+    let wakes: [Wakes; 8] = [
+        own.map(|p| vec![ObjectRef::from_obj(&*p)]).boxed(),
+        spec_changes(w.servers.subscribe())
+            .map(|s| triggers::ports_cabled_to::<SwitchPort>(&s, CabledPortKind::SwitchPort))
+            .boxed(),
+        w.pools
+            .subscribe()
+            .map(move |_| {
+                p5.state()
+                    .iter()
+                    .map(|p| ObjectRef::from_obj(&**p))
+                    .collect::<Vec<_>>()
+            })
+            .boxed(),
+        w.configs
+            .subscribe()
+            .map(move |c| {
+                triggers::ports_using_configuration(
+                    &p1.state(),
+                    &c.namespace().unwrap_or_default(),
+                    &c.name_any(),
+                )
+            })
+            .boxed(),
+        w.switches
+            .subscribe()
+            .map(move |sw| {
+                triggers::ports_of_switches(&i2.read(), sw.namespace().as_deref(), &[sw.name_any()])
+            })
+            .boxed(),
+        w.providers
+            .subscribe()
+            .map(move |pv| {
+                let ns = pv.namespace();
+                let names =
+                    triggers::switches_of_providers(&s1.state(), ns.as_deref(), &[pv.name_any()]);
+                triggers::ports_of_switches(&i3.read(), ns.as_deref(), &names)
+            })
+            .boxed(),
+        secrets
+            .filter_map(|secret| {
+                if let Err(e) = &secret {
+                    tracing::debug!(error = %e, "Secret watch");
+                }
+                futures::future::ready(secret.ok())
+            })
+            .map(move |secret| {
+                triggers::ports_using_secret(
+                    &i4.read(),
+                    &s2.state(),
+                    &ps.state(),
+                    secret.namespace().as_deref(),
+                    &secret.name_any(),
+                )
+            })
+            .boxed(),
+        notices(notices_rx).map(|r| vec![r]).boxed(),
+    ];
+    let wakes = futures::stream::select_all(wakes).flat_map(futures::stream::iter);
+    // A reconcile hands its device change to the switch's worker and returns
+    // (hand-offs), so the slots no longer bound the batch sizes; they bound the
+    // reconciles computing at once.
+    h.run_ports(wakes, ports.clone(), switch_port::reconcile, ctx.clone())
 }
 
 /// Switches: woken by their ports (owns), their ProviderSwitch and their worker's

@@ -10,11 +10,11 @@
 //! capabilities.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use patchbay_providers::values::PortName;
 use patchbay_providers::{Capabilities, DesiredPort};
 use serde_json::json;
@@ -26,7 +26,7 @@ use super::context::{
 };
 use super::port_loop::{DriveInput, PortRecord, PortSteps, ValidatedPort, drive_port};
 use super::port_record::KubeRecord;
-use super::{ControllerError, inputs_digest, is_true, requeue_action};
+use super::{ControllerError, inputs_digest, is_true, requeue_after};
 use crate::api::keys::{SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL};
 use crate::api::{
     CabledPortKind, ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
@@ -359,10 +359,11 @@ impl PortSteps for SwitchPortSteps<'_> {
 
 /// Reconciles one SwitchPort. Its span carries namespace, port (the object), switch and device
 /// port.
+/// Returns when to run it again without a wake (`None`: only when woken).
 pub(super) async fn reconcile(
     port: Arc<SwitchPort>,
     ctx: Arc<Context>,
-) -> Result<Action, ControllerError> {
+) -> Result<Option<Duration>, ControllerError> {
     let span = tracing::info_span!(
         "switchport",
         namespace = %port.namespace().unwrap_or_default(),
@@ -377,7 +378,7 @@ async fn reconcile_in(
     port: Arc<SwitchPort>,
     ctx: Arc<Context>,
     span: tracing::Span,
-) -> Result<Action, ControllerError> {
+) -> Result<Option<Duration>, ControllerError> {
     let ns = port.namespace().unwrap_or_default();
     let name = port.name_any();
     let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), &ns);
@@ -410,7 +411,7 @@ async fn reconcile_in(
         );
         status.observed_generation = port.metadata.generation;
         record.write_status(&old_status, &status).await?;
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     status.switch = world
         .switch
@@ -461,5 +462,5 @@ async fn reconcile_in(
         key,
     };
     let requeue = drive_port(input, &steps, &record, &ctx.ledger, &ctx.probes.metrics).await?;
-    Ok(requeue_action(requeue))
+    Ok(requeue_after(requeue))
 }

@@ -27,6 +27,7 @@
 //! | [`reachability`] | whether a switch answers: the worker's down/probe/up transitions |
 //! | [`lobby`] | when a link-aggregation group's held changes go as one batch |
 //! | [`slack`] | when a bookkeeping map gives back the table a burst grew |
+//! | [`reconcile_queue`] | which SwitchPort reconciles next: woken once, one run per port, a timer only for a retry |
 //! | [`cabling`] | whether a NIC is plugged where its host says (from what its port sees), and what happens to the port |
 //! | [`neighbors`] | what a Switch's status says its ports see (LLDP, MACs), when a read is written |
 //! | [`bgp`] | BGP to allocated hosts: grants, what a claim may announce, each host's peers, a ToR's neighbours |
@@ -46,6 +47,7 @@ pub mod own_writes;
 pub mod phases;
 pub mod port_index;
 pub mod reachability;
+pub mod reconcile_queue;
 pub mod slack;
 pub mod state_machine;
 pub mod status;
