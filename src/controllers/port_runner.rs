@@ -10,8 +10,10 @@
 //! every trigger as it comes. Everything else is kube's behaviour, kept:
 //! - a reconcile runs as a task of its own (both cores compute), aborted if the
 //!   runner is dropped (an operator stopped by dropping its future stops whole);
-//! - no reconcile starts before the cache holds its first list; a wake for a port
-//!   the cache does not hold (deleted meanwhile) is dropped;
+//! - no reconcile starts before `listed` says every cache holds its first list
+//!   (patchbay's gate, [`super::context::Synced`], not kube's
+//!   `Store::wait_until_ready`, which wakes only the last of several waiters); a
+//!   wake for a port the cache does not hold (deleted meanwhile) is dropped;
 //! - on `stop`, no new wake is taken and no reconcile starts; the runner ends when
 //!   the reconciles running have finished (kube's graceful shutdown);
 //! - a panic in a reconcile is raised in the runner (and so stops the operator).
@@ -69,13 +71,15 @@ fn wake<K: Lookup<DynamicType = ()>>(
     queue.wake(key);
 }
 
-/// Runs `reconcile` for every port `wakes` names, from `store`, until `stop`
-/// completes and the reconciles running then have finished.
+/// Runs `reconcile` for every port `wakes` names, from `store`, once `listed`
+/// completes with `true` (`false`: the operator stops before the caches listed),
+/// until `stop` completes and the reconciles running then have finished.
 pub async fn run<K>(
     wakes: impl Stream<Item = ObjectRef<K>> + Send,
     store: Store<K>,
     concurrency: usize,
     reconcile: Reconcile<K>,
+    listed: impl Future<Output = bool> + Send,
     stop: impl Future<Output = ()> + Send,
 ) where
     K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
@@ -84,7 +88,7 @@ pub async fn run<K>(
     let mut running = FuturesUnordered::new();
     let mut wakes = std::pin::pin!(wakes.fuse());
     let mut stop = std::pin::pin!(stop.fuse());
-    let mut listed = std::pin::pin!(store.wait_until_ready().fuse());
+    let mut listed = std::pin::pin!(listed.fuse());
     let (mut ready, mut stopping) = (false, false);
     loop {
         if ready && !stopping {
@@ -113,9 +117,8 @@ pub async fn run<K>(
                 let at = retry.map(|after| tokio::time::Instant::now().into_std() + after);
                 queue.finished(&key, at);
             }
-            r = &mut listed, if !ready => {
-                // An error means the store's writer is gone: the operator is stopping.
-                ready = r.is_ok();
+            listed = &mut listed, if !ready => {
+                ready = listed;
                 stopping |= !ready;
             }
             Some(key) = wakes.next(), if !stopping => {
@@ -228,6 +231,7 @@ mod tests {
             s,
             8,
             recording(&seen, 10, |_, _| None),
+            futures::future::ready(true),
             stop_rx.map(|_| ()),
         ));
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -253,6 +257,7 @@ mod tests {
             s,
             8,
             recording(&seen, 100, |_, _| None),
+            futures::future::ready(true),
             stop_rx.map(|_| ()),
         ));
         tx.unbounded_send(key("a")).unwrap();
@@ -282,6 +287,7 @@ mod tests {
             recording(&seen, 1, |name, n| {
                 (name == "retry" && n <= 3).then_some(Duration::from_secs(5))
             }),
+            futures::future::ready(true),
             stop_rx.map(|_| ()),
         ));
         tx.unbounded_send(key("retry")).unwrap();
@@ -295,17 +301,19 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn nothing_runs_before_the_cache_is_listed() {
+    async fn nothing_runs_before_the_caches_are_listed() {
         let mut w = Writer::<ConfigMap>::default();
         let s = w.as_reader();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (listed_tx, listed_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(run(
             rx,
             s,
             8,
             recording(&seen, 1, |_, _| None),
+            listed_rx.map(|r| r.is_ok()),
             stop_rx.map(|_| ()),
         ));
         tx.unbounded_send(key("a")).unwrap();
@@ -315,11 +323,10 @@ mod tests {
         w.apply_watcher_event(&watcher::Event::InitApply(cm("a")));
         w.apply_watcher_event(&watcher::Event::InitDone);
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(
-            seen.lock().runs.get("a"),
-            Some(&1),
-            "the wake waited for the list"
-        );
+        assert!(seen.lock().runs.is_empty(), "ran before the gate opened");
+        listed_tx.send(()).unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(seen.lock().runs.get("a"), Some(&1), "the wake waited");
     }
 
     #[tokio::test(start_paused = true)]
@@ -334,6 +341,7 @@ mod tests {
             s,
             1,
             recording(&seen, 1_000, |_, _| Some(Duration::from_millis(1))),
+            futures::future::ready(true),
             stop_rx.map(|_| ()),
         ));
         tx.unbounded_send(key("a")).unwrap();

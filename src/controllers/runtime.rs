@@ -905,7 +905,15 @@ impl Harness {
             }
             .boxed()
         });
-        port_runner::run(wakes, store, PORT_RECONCILES.into(), run, self.stopped())
+        let synced = self.synced.clone();
+        port_runner::run(
+            wakes,
+            store,
+            PORT_RECONCILES.into(),
+            run,
+            async move { synced.wait().await },
+            self.stopped(),
+        )
     }
 }
 
