@@ -45,14 +45,15 @@ impl<T> Drop for Task<T> {
 }
 
 impl<T> Future for Task<T> {
-    type Output = T;
+    /// What the reconcile returned; `None` if its task was cancelled (the runtime
+    /// shutting down).
+    type Output = Option<T>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
         self.0.poll_unpin(cx).map(|ended| match ended {
-            Ok(out) => out,
+            Ok(out) => Some(out),
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            // Aborted only by our own drop, which ends the polling first.
-            Err(e) => unreachable!("a reconcile task was cancelled while awaited: {e}"),
+            Err(_) => None,
         })
     }
 }
@@ -98,7 +99,7 @@ pub async fn run<K>(
                 match store.get(&key) {
                     Some(obj) => {
                         let task = Task(tokio::spawn(reconcile(obj)));
-                        running.push(task.map(move |retry| (key, retry)));
+                        running.push(task.map(move |retry| (key, retry.flatten())));
                     }
                     None => {
                         queue.finished(&key, None);
@@ -109,7 +110,12 @@ pub async fn run<K>(
         if stopping && running.is_empty() {
             return;
         }
-        let due = queue.next_due().filter(|_| ready && !stopping);
+        // A timer is waited for only while a slot is free: one due while every slot
+        // is taken would fire at once, again and again, until a slot frees (and a
+        // freed slot wakes the runner anyway).
+        let due = queue
+            .next_due()
+            .filter(|_| ready && !stopping && running.len() < concurrency);
         tokio::select! {
             biased;
             () = &mut stop, if !stopping => stopping = true,
