@@ -335,6 +335,61 @@ mod tests {
         assert_eq!(seen.lock().runs.get("a"), Some(&1), "the wake waited");
     }
 
+    /// Real time: a runner that spun would never let paused time advance.
+    #[tokio::test]
+    async fn an_overdue_retry_while_every_slot_is_taken_does_not_spin_the_runner() {
+        let (_w, s) = store(&["a", "b"]);
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        // Counts how often the runner looks at its wakes: once per turn of its loop.
+        let turns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = {
+            let turns = turns.clone();
+            let mut rx = rx;
+            futures::stream::poll_fn(move |cx| {
+                turns.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                rx.poll_next_unpin(cx)
+            })
+        };
+        // `b` asks to be retried 1 ms after its run; `a` holds the only slot until
+        // `release` fires.
+        let (release, held) = tokio::sync::watch::channel(false);
+        let reconcile: Reconcile<ConfigMap> = Arc::new(move |obj: Arc<ConfigMap>| {
+            let mut held = held.clone();
+            async move {
+                if obj.metadata.name.as_deref() == Some("a") {
+                    let _ = held.wait_for(|released| *released).await;
+                    None
+                } else {
+                    Some(Duration::from_millis(1))
+                }
+            }
+            .boxed()
+        });
+        let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(run(
+            counted,
+            s,
+            1,
+            reconcile,
+            futures::future::ready(true),
+            stop_rx.map(|_| ()),
+        ));
+        tx.unbounded_send(key("b")).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tx.unbounded_send(key("a")).unwrap();
+        // `b`'s retry is due 1 ms later, while `a` holds the slot.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let before = turns.load(std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let idle = turns.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert!(
+            idle <= 2,
+            "{idle} turns of the runner while it had nothing to do"
+        );
+        release.send_replace(true);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     #[tokio::test(start_paused = true)]
     async fn on_stop_the_running_reconciles_finish_and_nothing_new_starts() {
         let (_w, s) = store(&["a", "b", "c"]);

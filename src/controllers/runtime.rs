@@ -869,9 +869,7 @@ impl Harness {
             )
             .for_each(log_errors(name))
     }
-}
 
-impl Harness {
     /// The SwitchPort `reconcile`, behind the gate, timed and counted, with its
     /// error policy, on patchbay's own runner ([`port_runner`], which gives back the
     /// tables a burst grew) for every port `wakes` names, until the operator stops.
