@@ -274,6 +274,15 @@ pub trait PortRecord {
     async fn publish(&self, severity: Severity, reason: &str, note: &str);
     /// The port is healthy or gone: its open Warning series end.
     fn forget_events(&self);
+    /// Whether the cache already holds a newer copy of the port than the one this
+    /// reconcile read. The [`StatusLedger`] alone cannot tell once the echo of the
+    /// port's own last write has arrived: the echo takes the ledger's entry away
+    /// (the cache shows the write), so a reconcile that read its copy before the
+    /// echo and checks the ledger after it would act on the old copy (a port applied
+    /// again on a busy operator: `tests/production.rs`, two replicas, under load).
+    fn superseded(&self) -> bool {
+        false
+    }
 }
 
 /// What the loop needs to know about the port object.
@@ -458,6 +467,10 @@ impl StatusLedger {
     }
 }
 
+/// When to look again at a port whose cache already holds a newer copy than the
+/// reconcile read ([`PortRecord::superseded`]): the copy is there, so soon.
+const SUPERSEDED_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Repairs of one port within [`crate::worker::REPAIR_WINDOW`] from which each
 /// repair also publishes a `DriftRepeated` Warning: two tools fighting over a port.
 pub const REPEATED_DRIFT: usize = 3;
@@ -510,6 +523,14 @@ pub async fn drive_port(
             "the cached port is behind this process's last status write; waiting for it"
         );
         return Ok(Requeue::After(STALE_READ_RETRY));
+    }
+    // After the ledger: an echo that arrives between the two checks leaves either
+    // the ledger's entry (first check) or the newer copy in the cache (this one).
+    if record.superseded() {
+        tracing::debug!(
+            "the cache holds a newer copy of the port than this reconcile read; reading it again"
+        );
+        return Ok(Requeue::After(SUPERSEDED_RETRY));
     }
     let FailureRecord {
         mut failures,

@@ -17,7 +17,7 @@ use crate::api::keys::FINALIZER;
 use crate::decide::status::Severity;
 
 /// The port object `obj` (a SwitchPort or SmartNicPort) in the API server.
-pub struct KubeRecord<'a, K> {
+pub struct KubeRecord<'a, K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + 'static> {
     /// The API of its kind in its namespace.
     pub api: Api<K>,
     /// The object as this reconcile read it.
@@ -27,11 +27,14 @@ pub struct KubeRecord<'a, K> {
     /// Where each write's resourceVersion is noted, so that its watch event does
     /// not wake the port again ([`crate::decide::own_writes`]).
     pub own_writes: &'a SharedOwnWrites,
+    /// The cache `obj` was read from: whether it holds a newer copy now
+    /// ([`PortRecord::superseded`]).
+    pub cache: &'a kube::runtime::reflector::Store<K>,
 }
 
 impl<K> KubeRecord<'_, K>
 where
-    K: Resource<DynamicType = ()> + ResourceExt,
+    K: Resource<DynamicType = ()> + ResourceExt + Clone + 'static,
 {
     /// Notes the resourceVersion a write of this reconcile produced.
     fn note_write(&self, resource_version: Option<&str>) {
@@ -60,6 +63,7 @@ where
     K: Resource<DynamicType = ()>
         + ResourceExt
         + Clone
+        + 'static
         + serde::de::DeserializeOwned
         + serde::Serialize
         + std::fmt::Debug,
@@ -112,5 +116,60 @@ where
 
     fn forget_events(&self) {
         self.events.forget(&self.obj.uid().unwrap_or_default());
+    }
+
+    fn superseded(&self) -> bool {
+        self.cache
+            .get(&kube::runtime::reflector::ObjectRef::from_obj(self.obj))
+            .is_some_and(|now| now.resource_version() != self.obj.resource_version())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{SwitchPort, SwitchPortSpec};
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
+
+    fn port(rv: &str) -> SwitchPort {
+        let mut p = SwitchPort::new("p1", SwitchPortSpec::default());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some("uid-1".into());
+        p.metadata.resource_version = Some(rv.into());
+        p
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_s_copy_is_superseded_once_the_cache_holds_a_newer_one() {
+        // A client that is never called.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let events = EventPublisher::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        );
+        let own_writes = SharedOwnWrites::default();
+        let mut writer = Writer::<SwitchPort>::default();
+        let cache = writer.as_reader();
+        let read = port("10");
+        let record = KubeRecord {
+            api: Api::namespaced(client, "ns"),
+            obj: &read,
+            events: &events,
+            own_writes: &own_writes,
+            cache: &cache,
+        };
+        // Not in the cache (deleted meanwhile): nothing newer to read.
+        assert!(!record.superseded());
+        writer.apply_watcher_event(&watcher::Event::Apply(port("10")));
+        assert!(!record.superseded(), "the cache holds the copy read");
+        // The echo of the port's own write arrives while the reconcile runs.
+        writer.apply_watcher_event(&watcher::Event::Apply(port("11")));
+        assert!(record.superseded());
     }
 }

@@ -573,6 +573,7 @@ async fn reconcile_in(
         obj: port.as_ref(),
         events: &ctx.events,
         own_writes: &ctx.own_writes,
+        cache: &ctx.stores.smartnics,
     };
     let input = DriveInput {
         meta: record.meta(),

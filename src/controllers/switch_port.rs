@@ -391,6 +391,7 @@ async fn reconcile_in(
         obj: port.as_ref(),
         events: &ctx.events,
         own_writes: &ctx.own_writes,
+        cache: &ctx.ports,
     };
     let old_status = port.status.clone().unwrap_or_default();
     let mut status = old_status.clone();
