@@ -77,7 +77,7 @@
 //! notice, so a device that came back empty is re-applied at once.
 
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -200,17 +200,24 @@ struct Tracking {
     desired: BTreeMap<PortKey, Tracked>,
     /// The desired states the tracked ports share (see [`Tracked`]).
     shapes: Vec<Arc<DesiredPort>>,
-    /// What each port last established about its device port itself: `false` once
-    /// it applied the port or read it in sync, `true` once it read it drifted and
-    /// left it so (ReportOnly). Absent counts as `false`, and only `true` is kept: a
-    /// port in sync holds no entry (an entry each was ~0.1 KB of each of 10,000 idle
-    /// Active ports, heaptrack).
-    known: HashMap<PortKey, bool>,
+    /// The ports that last established their device port as drifted themselves
+    /// (read it drifted and left it so, ReportOnly); a port that applied it or read
+    /// it in sync is not here. Only the drifted are kept: a port in sync holds no
+    /// entry (an entry each was ~0.1 KB of each of 10,000 idle Active ports,
+    /// heaptrack).
+    known: HashSet<PortKey>,
     /// Sweep verdicts that differ from `known` and that the port has not confirmed
     /// yet: its drift check is due.
     pending: HashMap<PortKey, bool>,
     /// When each port's drift was repaired lately (see [`REPAIR_WINDOW`]).
     repairs: HashMap<PortKey, VecDeque<tokio::time::Instant>>,
+}
+
+/// Takes `key` out of the drifted ports, giving back the slack ([`slack`]).
+fn forget_drifted(known: &mut HashSet<PortKey>, key: &PortKey) {
+    if known.remove(key) {
+        slack::release_set(known);
+    }
 }
 
 /// How far back [`SwitchWorker::record_repair`] counts a port's repairs.
@@ -221,7 +228,7 @@ impl Tracking {
     /// verdict differs from what the port established, whether or not it was told
     /// already — a port that could not act yet is told again at every sweep).
     fn sweep_verdict(&mut self, key: &PortKey, drifted: bool) -> bool {
-        if self.known.get(key).copied().unwrap_or(false) == drifted {
+        if self.known.contains(key) == drifted {
             slack::remove(&mut self.pending, key);
             return false;
         }
@@ -260,7 +267,7 @@ impl Tracking {
     fn forget(&mut self, key: &PortKey) {
         let old = self.desired.remove(key);
         self.release(old);
-        slack::remove(&mut self.known, key);
+        forget_drifted(&mut self.known, key);
         slack::remove(&mut self.pending, key);
         slack::remove(&mut self.repairs, key);
     }
@@ -751,7 +758,7 @@ impl SwitchWorker {
         match desired {
             Some(d) => {
                 if t.put(key.clone(), d) {
-                    slack::remove(&mut t.known, &key);
+                    forget_drifted(&mut t.known, &key);
                     slack::remove(&mut t.pending, &key);
                 }
             }
@@ -773,9 +780,9 @@ impl SwitchWorker {
     pub fn settle(&self, key: &PortKey, drifted: bool) {
         let mut t = self.shared.tracking.lock();
         if drifted {
-            t.known.insert(key.clone(), true);
+            t.known.insert(key.clone());
         } else {
-            slack::remove(&mut t.known, key);
+            forget_drifted(&mut t.known, key);
         }
         slack::remove(&mut t.pending, key);
     }
@@ -783,13 +790,7 @@ impl SwitchWorker {
     /// Whether the port last established its device port as drifted (and has not
     /// applied it since): an apply now repairs a drift.
     pub fn known_drifted(&self, key: &PortKey) -> bool {
-        self.shared
-            .tracking
-            .lock()
-            .known
-            .get(key)
-            .copied()
-            .unwrap_or(false)
+        self.shared.tracking.lock().known.contains(key)
     }
 
     /// Whether a drift check of this port is due: a sweep found its device port

@@ -76,8 +76,8 @@ impl<K: Clone + Eq + Hash> ReconcileQueue<K> {
         let key = match self.ready.pop_front() {
             Some(key) => {
                 self.queued.remove(&key);
-                release_set(&mut self.queued);
-                release_deque(&mut self.ready);
+                slack::release_set(&mut self.queued);
+                slack::release_deque(&mut self.ready);
                 key
             }
             None => {
@@ -146,20 +146,6 @@ impl<K: Clone + Eq + Hash> ReconcileQueue<K> {
         if let Some(place) = slack::remove(&mut self.due, key) {
             self.timers.remove(&place);
         }
-    }
-}
-
-/// [`slack::release`] for a set.
-fn release_set<K: Eq + Hash>(set: &mut HashSet<K>) {
-    if let Some(to) = slack::shrink_target(set.len(), set.capacity()) {
-        set.shrink_to(to);
-    }
-}
-
-/// [`slack::release`] for a queue.
-fn release_deque<K>(queue: &mut VecDeque<K>) {
-    if let Some(to) = slack::shrink_target(queue.len(), queue.capacity()) {
-        queue.shrink_to(to);
     }
 }
 
