@@ -97,7 +97,9 @@ def main():
     try:
         wait_for(sock, "ovsdb-server")
         vsctl = ["ovs-vsctl", f"--db=unix:{sock}", "--timeout=10"]
-        subprocess.run(vsctl + ["--no-wait", "init"], check=True, env=env)
+        # The socket's file exists once bound, a moment before ovsdb-server listens
+        # on it (a connection then is refused): --retry tries again until --timeout.
+        subprocess.run(vsctl + ["--retry", "--no-wait", "init"], check=True, env=env)
         subprocess.run(["ip", "netns", "add", netns], check=True)
         vswitchd = subprocess.Popen(
             ["ip", "netns", "exec", netns, "ovs-vswitchd", f"unix:{sock}", f"--pidfile={d}/ovs-vswitchd.pid",

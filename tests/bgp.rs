@@ -52,19 +52,22 @@ fn ip(args: &[&str]) {
     );
 }
 
-/// Blocks (off the runtime) until `ok`, at most `secs`; returns how long it took.
-fn until(what: &str, secs: u64, mut ok: impl FnMut() -> bool) -> Duration {
-    tokio::task::block_in_place(|| {
-        let start = Instant::now();
-        while !ok() {
-            assert!(
-                start.elapsed() < Duration::from_secs(secs),
-                "{what} within {secs} s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
+/// Polls `ok` (off the runtime) until it holds, at most `secs`; returns how long it
+/// took. On timeout, panics with `explain`'s account of the world.
+async fn until_or<E: std::future::Future<Output = String>>(
+    what: &str,
+    secs: u64,
+    mut ok: impl FnMut() -> bool,
+    explain: impl FnOnce() -> E,
+) -> Duration {
+    let start = Instant::now();
+    while !tokio::task::block_in_place(&mut ok) {
+        if start.elapsed() >= Duration::from_secs(secs) {
+            panic!("{what} within {secs} s\n{}", explain().await);
         }
-        start.elapsed()
-    })
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    start.elapsed()
 }
 
 /// The world of one test: the bridge, the two namespaces, FRR, the operator.
@@ -267,6 +270,35 @@ impl Bed {
             .unwrap();
     }
 
+    /// [`until_or`], explained by what the API says of the Switch and the Servers.
+    async fn until(&self, what: &str, secs: u64, ok: impl FnMut() -> bool) -> Duration {
+        until_or(what, secs, ok, || self.explain()).await
+    }
+
+    /// The Switch's and the Servers' conditions and BGP status, for a failure's
+    /// message (the operator's own log is printed with the test's output).
+    async fn explain(&self) -> String {
+        let client = self.env.cluster.client.clone();
+        let switch = Api::<Switch>::namespaced(client.clone(), &self.env.cluster.namespace)
+            .get_opt("tor")
+            .await;
+        let servers = Api::<Server>::all(client).list(&Default::default()).await;
+        let switch = match switch {
+            Ok(Some(s)) => format!("{:#?}", s.status),
+            other => format!("{other:?}"),
+        };
+        let servers = match servers {
+            Ok(l) => l
+                .items
+                .iter()
+                .map(|s| format!("{}: {:#?} {:#?}", s.name_any(), s.annotations(), s.status))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Err(e) => e.to_string(),
+        };
+        format!("Switch tor: {switch}\nServers:\n{servers}")
+    }
+
     fn tag(&self) -> String {
         self.ovs
             .vsctl(&["get", "Port", &self.hosts.ports[1], "tag"])
@@ -346,16 +378,20 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     node.announce("192.0.2.5/32").unwrap();
     node.announce("203.0.113.7/32").unwrap();
 
-    let configured = until("the neighbour on FRR", 60, || {
-        bed.frr
-            .peer_states()
-            .unwrap()
-            .iter()
-            .any(|(a, _)| a == &src)
-    });
-    let established = until("Established on FRR", 60, || {
-        bed.frr.peer_states().unwrap() == vec![(src.clone(), "Established".to_owned())]
-    });
+    let configured = bed
+        .until("the neighbour on FRR", 60, || {
+            bed.frr
+                .peer_states()
+                .unwrap()
+                .iter()
+                .any(|(a, _)| a == &src)
+        })
+        .await;
+    let established = bed
+        .until("Established on FRR", 60, || {
+            bed.frr.peer_states().unwrap() == vec![(src.clone(), "Established".to_owned())]
+        })
+        .await;
     eprintln!(
         "claim created → neighbour configured on FRR {:?} (from the check), Established {:?} \
          later; {:?} after the claim",
@@ -363,10 +399,12 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
         established,
         created.elapsed()
     );
-    until("Established on GoBGP", 30, || node.established(&peer));
-    until("only the claim's prefix accepted", 30, || {
+    bed.until("Established on GoBGP", 30, || node.established(&peer))
+        .await;
+    bed.until("only the claim's prefix accepted", 30, || {
         bed.frr.routes().unwrap() == ["192.0.2.5/32"]
-    });
+    })
+    .await;
     assert_eq!(bed.tag(), TENANT_VLAN, "the port carries the tenant's VLAN");
 
     // Status: the Switch lists the neighbour, the Server its peer, the inventory the
@@ -588,16 +626,19 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
 
     // FRR restarted without its configuration: put back within an interval.
     bed.frr.restart_empty().expect("FRR restarts");
-    let repaired = until("the neighbour put back by drift", 30, || {
-        bed.frr
-            .peer_states()
-            .unwrap()
-            .iter()
-            .any(|(a, _)| a == &src)
-    });
-    until("Established again", 60, || {
+    let repaired = bed
+        .until("the neighbour put back by drift", 30, || {
+            bed.frr
+                .peer_states()
+                .unwrap()
+                .iter()
+                .any(|(a, _)| a == &src)
+        })
+        .await;
+    bed.until("Established again", 60, || {
         bed.frr.peer_states().unwrap() == vec![(src.clone(), "Established".to_owned())]
-    });
+    })
+    .await;
     eprintln!("FRR restarted empty → neighbour back after {repaired:?}");
 
     // Release with the ToR's bgpd stuck: the host is held, its port keeps the tenant
@@ -625,15 +666,18 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     );
     // bgpd goes on: the neighbour comes off, then the port leaves the tenant VLAN.
     bed.frr.resume();
-    until("the neighbour off FRR", 60, || {
+    bed.until("the neighbour off FRR", 60, || {
         bed.frr.peer_states().unwrap().is_empty()
-    });
-    until("the port back on the provisioning VLAN", 60, || {
+    })
+    .await;
+    bed.until("the port back on the provisioning VLAN", 60, || {
         bed.tag() == "10"
-    });
-    until("the session down on the node", 30, || {
+    })
+    .await;
+    bed.until("the session down on the node", 30, || {
         !node.established(&peer)
-    });
+    })
+    .await;
     bed.server("annotations gone, Available", |s| {
         !s.annotations()
             .keys()
@@ -743,21 +787,23 @@ async fn a_deleted_switch_takes_its_hosts_neighbours_off_the_speaker() {
     bed.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
         .await;
     bed.provision().await;
-    until("the neighbour on FRR", 60, || {
+    bed.until("the neighbour on FRR", 60, || {
         bed.frr
             .peer_states()
             .unwrap()
             .iter()
             .any(|(a, _)| a == "10.99.0.2")
-    });
+    })
+    .await;
     bed.env
         .api::<Switch>()
         .delete("tor", &DeleteParams::default())
         .await
         .unwrap();
-    until("the neighbour off FRR", 60, || {
+    bed.until("the neighbour off FRR", 60, || {
         bed.frr.peer_states().unwrap().is_empty()
-    });
+    })
+    .await;
     let lists = bed.frr.vtysh(&["show ip prefix-list json"]).unwrap();
     assert!(!lists.contains("PB-IN-10-99-0-2"), "{lists}");
     bed.env.cluster.finish().await;
@@ -894,9 +940,10 @@ async fn under_tenancy_a_tenant_peers_only_within_its_grants_and_never_with_anot
         })
         .await;
     assert_eq!(annotation(&s, "node-asn"), "65101", "A's first granted ASN");
-    until("A's neighbour on FRR", 60, || {
+    bed.until("A's neighbour on FRR", 60, || {
         bed.frr.peer_states().unwrap().len() == 1
-    });
+    })
+    .await;
     let lists = |frr: &Frr| frr.vtysh(&["show ip prefix-list json"]).unwrap();
     let a_lists = lists(&bed.frr);
     assert!(a_lists.contains("192.0.2.0/28"), "{a_lists}");

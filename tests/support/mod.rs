@@ -57,9 +57,15 @@ impl Cluster {
 
     /// Like [`Cluster::start`] with explicit devplane settings.
     pub async fn start_with(test: &str, config: patchbay_devplane::Config) -> Cluster {
-        // RUST_LOG=patchbay=debug shows the operator's logs in failing tests.
+        // A failing test prints the operator's log with its output: its warnings and
+        // what it did (info) unless RUST_LOG says otherwise (RUST_LOG=patchbay=debug
+        // for more). Only a failing test's output is shown, so a CI failure that does
+        // not reproduce still says what the operator saw.
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,patchbay=info"));
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_env_filter(filter)
+            .with_ansi(false)
             .with_test_writer()
             .try_init();
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
