@@ -386,6 +386,13 @@ async fn main() {
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0
     );
+    // Anonymous memory is the heap (what the caches hold); file-backed is the
+    // binary's code and data pages the process has touched.
+    println!(
+        "  operator RSS after idle: {:.1} MiB anonymous, {:.1} MiB file-backed",
+        proc_kib(pid, "RssAnon:") as f64 / 1024.0,
+        proc_kib(pid, "RssFile:") as f64 / 1024.0
+    );
     println!(
         "  operator CPU while idle: {:.2} % of one core over {:.0} s",
         100.0 * (cpu1 - cpu0) as f64 / ticks_per_s / idle,

@@ -447,13 +447,14 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's settings, read when it starts: two arenas (the operator runs a few
-/// threads; more arenas hold more idle pages), freed pages returned to the system
-/// within a second by a background thread rather than on a later allocation.
+/// jemalloc's settings, read when it starts: one arena (the operator runs a few
+/// threads; each arena holds its own part-used pages: one instead of two was 0.7 MiB
+/// less at 10,000 idle ports, at no CPU cost measured), freed pages returned to the
+/// system within a second by a background thread rather than on a later allocation.
 #[cfg(not(feature = "system-alloc"))]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static MALLOC_CONF: &[u8] =
-    b"narenas:2,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+    b"narenas:1,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 fn main() -> ExitCode {
     match run() {
