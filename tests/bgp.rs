@@ -70,6 +70,11 @@ async fn until_or<E: std::future::Future<Output = String>>(
     start.elapsed()
 }
 
+/// Whether FRR has a neighbour at `address` (in any state).
+fn has_neighbour(frr: &Frr, address: &str) -> bool {
+    frr.peer_states().unwrap().iter().any(|(a, _)| a == address)
+}
+
 /// The world of one test: the bridge, the two namespaces, FRR, the operator.
 struct Bed {
     ovs: OvsSim,
@@ -379,13 +384,7 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     node.announce("203.0.113.7/32").unwrap();
 
     let configured = bed
-        .until("the neighbour on FRR", 60, || {
-            bed.frr
-                .peer_states()
-                .unwrap()
-                .iter()
-                .any(|(a, _)| a == &src)
-        })
+        .until("the neighbour on FRR", 60, || has_neighbour(&bed.frr, &src))
         .await;
     let established = bed
         .until("Established on FRR", 60, || {
@@ -628,11 +627,7 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     bed.frr.restart_empty().expect("FRR restarts");
     let repaired = bed
         .until("the neighbour put back by drift", 30, || {
-            bed.frr
-                .peer_states()
-                .unwrap()
-                .iter()
-                .any(|(a, _)| a == &src)
+            has_neighbour(&bed.frr, &src)
         })
         .await;
     bed.until("Established again", 60, || {
