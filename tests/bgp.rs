@@ -280,8 +280,9 @@ impl Bed {
         until_or(what, secs, ok, || self.explain()).await
     }
 
-    /// The Switch's and the Servers' conditions and BGP status, for a failure's
-    /// message (the operator's own log is printed with the test's output).
+    /// The Switch's and the Servers' conditions and BGP status, and the end of FRR's
+    /// logs, for a failure's message (the operator's own log is printed with the
+    /// test's output).
     async fn explain(&self) -> String {
         let client = self.env.cluster.client.clone();
         let switch = Api::<Switch>::namespaced(client.clone(), &self.env.cluster.namespace)
@@ -301,7 +302,10 @@ impl Bed {
                 .join("\n"),
             Err(e) => e.to_string(),
         };
-        format!("Switch tor: {switch}\nServers:\n{servers}")
+        format!(
+            "Switch tor: {switch}\nServers:\n{servers}\nFRR:\n{}",
+            self.frr.log_tail(30)
+        )
     }
 
     fn tag(&self) -> String {

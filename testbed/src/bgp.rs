@@ -274,6 +274,23 @@ impl Frr {
             .unwrap_or_default())
     }
 
+    /// The last `lines` lines of each daemon's log and output, and of sshd's, for a
+    /// failing test's message.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for name in ["zebra.log", "zebra.out", "bgpd.log", "bgpd.out", "sshd.log"] {
+            let text = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            out.push_str(&format!("--- {name} (last {} lines)\n", tail.len()));
+            for l in tail {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     /// Stops bgpd (SIGSTOP): the speaker hangs, as a ToR whose routing daemon is
     /// stuck; vtysh (the test's too) waits until [`Frr::resume`].
     pub fn pause(&self) {
