@@ -52,24 +52,6 @@ fn ip(args: &[&str]) {
     );
 }
 
-/// Polls `ok` (off the runtime) until it holds, at most `secs`; returns how long it
-/// took. On timeout, panics with `explain`'s account of the world.
-async fn until_or<E: std::future::Future<Output = String>>(
-    what: &str,
-    secs: u64,
-    mut ok: impl FnMut() -> bool,
-    explain: impl FnOnce() -> E,
-) -> Duration {
-    let start = Instant::now();
-    while !tokio::task::block_in_place(&mut ok) {
-        if start.elapsed() >= Duration::from_secs(secs) {
-            panic!("{what} within {secs} s\n{}", explain().await);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    start.elapsed()
-}
-
 /// Whether FRR has a neighbour at `address` (in any state).
 fn has_neighbour(frr: &Frr, address: &str) -> bool {
     frr.peer_states().unwrap().iter().any(|(a, _)| a == address)
@@ -275,9 +257,17 @@ impl Bed {
             .unwrap();
     }
 
-    /// [`until_or`], explained by what the API says of the Switch and the Servers.
-    async fn until(&self, what: &str, secs: u64, ok: impl FnMut() -> bool) -> Duration {
-        until_or(what, secs, ok, || self.explain()).await
+    /// Polls `ok` (off the runtime) until it holds, at most `secs`; returns how long
+    /// it took. On timeout, panics with [`Bed::explain`]'s account of the world.
+    async fn until(&self, what: &str, secs: u64, mut ok: impl FnMut() -> bool) -> Duration {
+        let start = Instant::now();
+        while !tokio::task::block_in_place(&mut ok) {
+            if start.elapsed() >= Duration::from_secs(secs) {
+                panic!("{what} within {secs} s\n{}", self.explain().await);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        start.elapsed()
     }
 
     /// The Switch's and the Servers' conditions and BGP status, and the end of FRR's
@@ -787,11 +777,7 @@ async fn a_deleted_switch_takes_its_hosts_neighbours_off_the_speaker() {
         .await;
     bed.provision().await;
     bed.until("the neighbour on FRR", 60, || {
-        bed.frr
-            .peer_states()
-            .unwrap()
-            .iter()
-            .any(|(a, _)| a == "10.99.0.2")
+        has_neighbour(&bed.frr, "10.99.0.2")
     })
     .await;
     bed.env
