@@ -7,6 +7,7 @@
 
 pub mod claim;
 pub mod common;
+pub mod compact_port;
 pub mod configuration;
 pub mod keys;
 pub mod metal3;
@@ -30,6 +31,7 @@ pub use claim::{
 pub use common::{
     CablingPolicy, ConditionsStatus, ConfigurationRef, PortState, PortStatus, SecretRef,
 };
+pub use compact_port::CompactPort;
 pub use configuration::{
     AclActionSpec, AclDirectionSpec, AclProtocolSpec, AclRuleSpec, AclType, LagModeSpec,
     LinkAggregationSpec, PortSettingsSpec, SwitchPortConfiguration, SwitchPortConfigurationSpec,

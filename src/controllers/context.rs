@@ -18,8 +18,8 @@ use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
 use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION};
 use crate::api::{
-    CabledPortKind, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration, VLANPool,
+    CabledPortKind, CompactPort, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch,
+    SwitchPort, SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
 use crate::decide::failure::{BackendError, Failure};
@@ -116,6 +116,30 @@ impl SyncGate {
             }
         }
         self.0.send_replace(true);
+    }
+}
+
+/// The SwitchPort cache: a record per port ([`CompactPort`]), keyed by name and
+/// namespace. A reader that needs a port gets one made from its record.
+#[derive(Clone)]
+pub struct PortCache(pub Store<CompactPort>);
+
+impl PortCache {
+    /// The record of the port `key` names.
+    pub fn record(&self, key: &ObjectRef<SwitchPort>) -> Option<Arc<CompactPort>> {
+        let mut at = ObjectRef::<CompactPort>::new(&key.name);
+        at.namespace.clone_from(&key.namespace);
+        self.0.get(&at)
+    }
+
+    /// The port `key` names, made from its record.
+    pub fn get(&self, key: &ObjectRef<SwitchPort>) -> Option<Arc<SwitchPort>> {
+        self.record(key).map(|r| Arc::new(r.to_port()))
+    }
+
+    /// Every port's record.
+    pub fn state(&self) -> Vec<Arc<CompactPort>> {
+        self.0.state()
     }
 }
 
@@ -435,10 +459,11 @@ pub struct Context {
     pub ledger: StatusLedger,
     /// Where workers' notices go.
     pub notices: Notices,
-    /// The SwitchPort cache of the port controller: the Switch controller checks its
-    /// ports here instead of listing them on every port event. A cached port keeps
-    /// no labels: its Switch is in `port_index` (see `switch_port::switch_name`).
-    pub ports: Store<SwitchPort>,
+    /// The SwitchPort cache of the port controller, a compact record per port: the
+    /// Switch controller checks its ports here instead of listing them on every port
+    /// event. A cached port keeps no labels: its Switch is in `port_index` (see
+    /// `switch_port::switch_name`).
+    pub ports: PortCache,
     /// The caches a reconcile reads what it refers to from (no GET per reconcile).
     pub stores: Stores,
     /// The metrics and the device gate.
@@ -561,7 +586,7 @@ impl Context {
         backends: Backends,
         events: EventPublisher,
         notices: Notices,
-        ports: Store<SwitchPort>,
+        ports: PortCache,
         stores: Stores,
     ) -> Self {
         Self {
@@ -889,7 +914,7 @@ mod tests {
                 smartnics: stx,
                 switches: wtx,
             },
-            kube::runtime::reflector::store().0,
+            super::PortCache(kube::runtime::reflector::store().0),
             super::Stores::new(
                 kube::runtime::reflector::store().0,
                 kube::runtime::reflector::store().0,

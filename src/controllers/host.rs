@@ -38,7 +38,7 @@ pub struct HostWorld {
     /// The API server.
     pub client: Client,
     /// The SwitchPort cache.
-    pub switch_ports: Store<SwitchPort>,
+    pub switch_ports: super::context::PortCache,
     /// Each cached SwitchPort's Switch (the cache keeps no labels).
     pub port_index: super::context::SharedPortIndex,
     /// The SmartNicPort cache.
@@ -133,19 +133,24 @@ impl DrivenPort for SmartNicPort {
     }
 }
 
-fn cached<K: DrivenPort>(store: &Store<K>, port: &PortId) -> Option<(CachedPort, Option<String>)> {
-    let p = store.get(&ObjectRef::new(&port.name).within(&port.namespace))?;
-    Some((
+fn cached<K: DrivenPort>(p: &K) -> (CachedPort, Option<String>) {
+    (
         observed(p.meta(), p.configuration(), p.port_status()),
         p.meta().resource_version.clone(),
-    ))
+    )
 }
 
 /// A port from the caches: what it is, and its resourceVersion.
 fn look_up(world: &HostWorld, port: &PortId) -> Option<(CachedPort, Option<String>)> {
     match port.kind {
-        CabledPortKind::SwitchPort => cached(&world.switch_ports, port),
-        CabledPortKind::SmartNicPort => cached(&world.smartnic_ports, port),
+        CabledPortKind::SwitchPort => world
+            .switch_ports
+            .get(&ObjectRef::new(&port.name).within(&port.namespace))
+            .map(|p| cached(&*p)),
+        CabledPortKind::SmartNicPort => world
+            .smartnic_ports
+            .get(&ObjectRef::new(&port.name).within(&port.namespace))
+            .map(|p| cached(&*p)),
     }
 }
 
@@ -171,8 +176,15 @@ fn marked_in<K: DrivenPort>(store: &Store<K>, kind: CabledPortKind, me: &str) ->
 
 /// The ports carrying `me`'s mark, from the caches.
 pub fn marked(world: &HostWorld, me: &str) -> BTreeSet<PortId> {
-    marked_in(&world.switch_ports, CabledPortKind::SwitchPort, me)
-        .into_iter()
+    let switch_ports = world.switch_ports.state();
+    switch_ports
+        .iter()
+        .filter(|p| p.annotation(HOST_ANNOTATION) == Some(me))
+        .map(|p| PortId {
+            kind: CabledPortKind::SwitchPort,
+            namespace: p.namespace().to_owned(),
+            name: p.name().to_owned(),
+        })
         .chain(marked_in(
             &world.smartnic_ports,
             CabledPortKind::SmartNicPort,

@@ -29,7 +29,31 @@ pub struct KubeRecord<'a, K: kube::runtime::reflector::Lookup<DynamicType = ()> 
     pub own_writes: &'a SharedOwnWrites,
     /// The cache `obj` was read from: whether it holds a newer copy now
     /// ([`PortRecord::superseded`]).
-    pub cache: &'a kube::runtime::reflector::Store<K>,
+    pub cache: &'a (dyn Copies<K> + Sync),
+}
+
+/// A cache of port objects: whether it holds a copy of an object other than the one
+/// given (another resourceVersion).
+pub trait Copies<K> {
+    /// Whether the cache holds a copy of `obj` at another version than `obj`'s.
+    fn holds_other_than(&self, obj: &K) -> bool;
+}
+
+impl<K> Copies<K> for kube::runtime::reflector::Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    fn holds_other_than(&self, obj: &K) -> bool {
+        self.get(&kube::runtime::reflector::ObjectRef::from_obj(obj))
+            .is_some_and(|now| now.meta().resource_version != obj.meta().resource_version)
+    }
+}
+
+impl Copies<crate::api::SwitchPort> for super::context::PortCache {
+    fn holds_other_than(&self, obj: &crate::api::SwitchPort) -> bool {
+        self.record(&kube::runtime::reflector::ObjectRef::from_obj(obj))
+            .is_some_and(|now| now.resource_version() != obj.metadata.resource_version.as_deref())
+    }
 }
 
 impl<K> KubeRecord<'_, K>
@@ -119,16 +143,15 @@ where
     }
 
     fn superseded(&self) -> bool {
-        self.cache
-            .get(&kube::runtime::reflector::ObjectRef::from_obj(self.obj))
-            .is_some_and(|now| now.resource_version() != self.obj.resource_version())
+        self.cache.holds_other_than(self.obj)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{SwitchPort, SwitchPortSpec};
+    use crate::api::{CompactPort, SwitchPort, SwitchPortSpec};
+    use crate::controllers::context::PortCache;
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher;
 
@@ -140,8 +163,14 @@ mod tests {
         p
     }
 
-    #[tokio::test]
-    async fn a_reconcile_s_copy_is_superseded_once_the_cache_holds_a_newer_one() {
+    /// What a reconcile that read version 10 finds by [`PortRecord::superseded`]:
+    /// with the port not in `cache` (deleted meanwhile), then with `put` giving the
+    /// cache version 10 (the copy read), then 11 (the echo of the port's own write,
+    /// arriving while the reconcile runs).
+    async fn superseded_as(
+        cache: &(dyn Copies<SwitchPort> + Sync),
+        mut put: impl FnMut(&str),
+    ) -> [bool; 3] {
         // A client that is never called.
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
@@ -154,22 +183,37 @@ mod tests {
             },
         );
         let own_writes = SharedOwnWrites::default();
-        let mut writer = Writer::<SwitchPort>::default();
-        let cache = writer.as_reader();
         let read = port("10");
         let record = KubeRecord {
             api: Api::namespaced(client, "ns"),
             obj: &read,
             events: &events,
             own_writes: &own_writes,
-            cache: &cache,
+            cache,
         };
-        // Not in the cache (deleted meanwhile): nothing newer to read.
-        assert!(!record.superseded());
-        writer.apply_watcher_event(&watcher::Event::Apply(port("10")));
-        assert!(!record.superseded(), "the cache holds the copy read");
-        // The echo of the port's own write arrives while the reconcile runs.
-        writer.apply_watcher_event(&watcher::Event::Apply(port("11")));
-        assert!(record.superseded());
+        let absent = record.superseded();
+        put("10");
+        let same = record.superseded();
+        put("11");
+        [absent, same, record.superseded()]
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_s_copy_is_superseded_once_the_cache_holds_a_newer_one() {
+        let mut writer = Writer::<SwitchPort>::default();
+        let cache = writer.as_reader();
+        let seen = superseded_as(&cache, |rv| {
+            writer.apply_watcher_event(&watcher::Event::Apply(port(rv)))
+        })
+        .await;
+        assert_eq!(seen, [false, false, true]);
+        // The same in the SwitchPort cache, which holds a record per port.
+        let mut writer = Writer::<CompactPort>::default();
+        let cache = PortCache(writer.as_reader());
+        let seen = superseded_as(&cache, |rv| {
+            writer.apply_watcher_event(&watcher::Event::Apply(CompactPort::from_port(port(rv))))
+        })
+        .await;
+        assert_eq!(seen, [false, false, true]);
     }
 }

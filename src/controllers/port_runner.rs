@@ -1,6 +1,6 @@
 //! patchbay's own runner of SwitchPort reconciles, in place of kube's `Controller`:
 //! takes the wakes (object references from every trigger stream), runs each woken
-//! port's reconcile on the port as the cache holds it, at most `concurrency` at once
+//! port's reconcile on the port as the cache holds it (`store` gives it), at most `concurrency` at once
 //! and one per port at a time, and sets a timer for a port whose reconcile asked to
 //! be retried. Kubernetes I/O (the cache, the reconcile tasks); which port runs next
 //! is decided by [`crate::decide::reconcile_queue`].
@@ -27,7 +27,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt};
-use kube::runtime::reflector::{Lookup, ObjectRef, Store};
+use kube::runtime::reflector::{Lookup, ObjectRef};
 
 use crate::decide::reconcile_queue::ReconcileQueue;
 
@@ -77,7 +77,7 @@ fn wake<K: Lookup<DynamicType = ()>>(
 /// until `stop` completes and the reconciles running then have finished.
 pub async fn run<K>(
     wakes: impl Stream<Item = ObjectRef<K>> + Send,
-    store: Store<K>,
+    store: impl Fn(&ObjectRef<K>) -> Option<Arc<K>> + Send,
     concurrency: usize,
     reconcile: Reconcile<K>,
     listed: impl Future<Output = bool> + Send,
@@ -96,7 +96,7 @@ pub async fn run<K>(
             let now = tokio::time::Instant::now().into_std();
             while running.len() < concurrency {
                 let Some(key) = queue.next(now) else { break };
-                match store.get(&key) {
+                match store(&key) {
                     Some(obj) => {
                         let task = Task(tokio::spawn(reconcile(obj)));
                         running.push(task.map(move |retry| (key, retry.flatten())));
@@ -148,6 +148,7 @@ pub async fn run<K>(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector::Store;
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher;
     use parking_lot::Mutex;
@@ -234,7 +235,7 @@ mod tests {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let runner = tokio::spawn(run(
             rx,
-            s,
+            move |k| s.get(k),
             8,
             recording(&seen, 10, |_, _| None),
             futures::future::ready(true),
@@ -260,7 +261,7 @@ mod tests {
         let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(run(
             rx,
-            s,
+            move |k| s.get(k),
             8,
             recording(&seen, 100, |_, _| None),
             futures::future::ready(true),
@@ -287,7 +288,7 @@ mod tests {
         let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(run(
             rx,
-            s,
+            move |k| s.get(k),
             8,
             // `retry` asks to run again 5 s after each of its first three runs.
             recording(&seen, 1, |name, n| {
@@ -316,7 +317,7 @@ mod tests {
         let (listed_tx, listed_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(run(
             rx,
-            s,
+            move |k| s.get(k),
             8,
             recording(&seen, 1, |_, _| None),
             listed_rx.map(|r| r.is_ok()),
@@ -368,7 +369,7 @@ mod tests {
         let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(run(
             counted,
-            s,
+            move |k| s.get(k),
             1,
             reconcile,
             futures::future::ready(true),
@@ -399,7 +400,7 @@ mod tests {
         // One slot: `a` runs, `b` waits.
         let runner = tokio::spawn(run(
             rx,
-            s,
+            move |k| s.get(k),
             1,
             recording(&seen, 1_000, |_, _| Some(Duration::from_millis(1))),
             futures::future::ready(true),

@@ -28,7 +28,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
 use super::context::{
-    Context, Listed, Notices, SharedOwnWrites, SharedPortIndex, Stores, Synced, api_for,
+    Context, Listed, Notices, PortCache, SharedOwnWrites, SharedPortIndex, Stores, Synced, api_for,
 };
 use super::events::EventPublisher;
 use super::host::HostWorld;
@@ -38,7 +38,7 @@ use super::{
     smartnic_port, switch, switch_port, vlan_pool,
 };
 use crate::api::server::CabledPortKind;
-use crate::api::{Cached, PortState};
+use crate::api::{Cached, CompactPort, PortState};
 use crate::api::{
     ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, VLANPool,
@@ -178,13 +178,15 @@ impl Next for Option<Duration> {
 /// The cache keeps what the controllers read: server-side bookkeeping
 /// (`managedFields`, `kubectl`'s last-applied annotation) is dropped on arrival, and
 /// `arrive` sees every event before the cache does: it may note what it needs and
-/// drop what no controller reads of this kind (see [`port_arrival`]).
+/// drop what no controller reads of this kind (see [`port_arrival`]); `keep` makes
+/// the cache's record of each object (the object itself, or a [`CompactPort`]).
 #[allow(clippy::type_complexity)]
-fn shared_watch<K, S>(
-    api: kube::Api<K>,
+fn shared_watch<S, K, St>(
+    api: kube::Api<S>,
     wc: &watcher::Config,
-    stop: S,
-    mut arrive: Arrival<K>,
+    stop: St,
+    mut arrive: Arrival<S>,
+    keep: fn(S) -> K,
 ) -> (
     Store<K>,
     Writer<K>,
@@ -193,19 +195,20 @@ fn shared_watch<K, S>(
         Box<dyn Fn(&watcher::Event<K>) + Send>,
     ) -> futures::future::BoxFuture<'static, ()>
     + Send
-    + use<K, S>,
+    + use<S, K, St>,
     Listed,
 )
 where
-    S: std::future::Future<Output = ()> + Send + 'static,
-    K: Cached,
+    St: std::future::Future<Output = ()> + Send + 'static,
+    S: Cached,
+    K: Record,
 {
     let writer = Writer::<K>::new_shared(1024, ());
     let store = writer.as_reader();
     let wc = wc.clone();
     let (listing, listed) = tokio::sync::watch::channel(false);
     let run = move |writer: Writer<K>, on_event: Box<dyn Fn(&watcher::Event<K>) + Send>| {
-        watcher(api, wc)
+        let events = watcher(api, wc)
             .modify(move |o| {
                 let meta = o.meta_mut();
                 meta.managed_fields = None;
@@ -214,13 +217,19 @@ where
                 }
             })
             .default_backoff()
-            .map(move |mut event| {
-                if let Ok(e) = &mut event {
-                    arrive(e);
-                }
-                event
-            })
-            .reflect_shared(writer)
+            .map(move |event| {
+                event.map(|mut e| {
+                    arrive(&mut e);
+                    match e {
+                        watcher::Event::Apply(o) => watcher::Event::Apply(keep(o)),
+                        watcher::Event::Delete(o) => watcher::Event::Delete(keep(o)),
+                        watcher::Event::InitApply(o) => watcher::Event::InitApply(keep(o)),
+                        watcher::Event::Init => watcher::Event::Init,
+                        watcher::Event::InitDone => watcher::Event::InitDone,
+                    }
+                })
+            });
+        kube::runtime::reflector(writer, events)
             .take_until(stop)
             .for_each(move |event| {
                 if let Ok(event) = &event {
@@ -235,6 +244,17 @@ where
             .boxed()
     };
     (store, writer, run, listed)
+}
+
+/// What a cache may hold: the object of a kind, or a record of it ([`CompactPort`]).
+trait Record:
+    kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static
+{
+}
+
+impl<K> Record for K where
+    K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static
+{
 }
 
 /// The objects of a shared stream whose spec changed (`metadata.generation` moved,
@@ -263,13 +283,14 @@ fn keep_whole<K>() -> Arrival<K> {
 
 /// [`shared_watch`]'s `arrive` for SwitchPorts: each event goes into the port index
 /// first, so the index knows a port's Switch by the time any reader sees the port in
-/// the cache; then each port the cache will hold is compacted ([`compact_port`]). A
-/// deleted port keeps its labels: the deletion hook reads its Switch from them.
+/// the cache; then each port the cache will hold is trimmed ([`trim_port`]), and
+/// the watch's `keep` makes the cache's record of it ([`CompactPort`]). A deleted
+/// port keeps its labels: the deletion hook reads its Switch from them.
 fn port_arrival(index: SharedPortIndex) -> Arrival<SwitchPort> {
     Box::new(move |event| {
         index_port(&index, event);
         if let watcher::Event::Apply(p) | watcher::Event::InitApply(p) = event {
-            compact_port(p);
+            trim_port(p);
         }
     })
 }
@@ -280,7 +301,7 @@ fn port_arrival(index: SharedPortIndex) -> Arrival<SwitchPort> {
 /// when the Switch label named its Switch (~250 bytes each; the Switch controller
 /// reads a port's owners from the API server, never from the cache). A port with no
 /// Switch label keeps its owners: they name its Switch then.
-fn compact_port(port: &mut SwitchPort) {
+fn trim_port(port: &mut SwitchPort) {
     if let Some(labels) = port.metadata.labels.take()
         && labels.contains_key(crate::api::keys::SWITCH_LABEL)
     {
@@ -374,7 +395,7 @@ where
 /// Counts the ports per kind and state into `patchbay_ports` every
 /// [`PORT_GAUGE_PERIOD`], and marks the operator ready once every cache has synced.
 async fn port_gauges(
-    ports: Store<SwitchPort>,
+    ports: Store<CompactPort>,
     smartnics: Store<SmartNicPort>,
     metrics: Arc<Metrics>,
     ready: impl std::future::Future<Output = ()>,
@@ -385,18 +406,18 @@ async fn port_gauges(
         // Counted by state without an allocation or a hash per port: a handful of
         // (kind, state) pairs, searched in a list.
         let mut tally: Vec<((&str, Option<PortState>), f64)> = Vec::new();
-        let mut count = |kind: &'static str, s: Option<&crate::api::PortStatus>| {
-            let key = (kind, s.and_then(|s| s.state));
+        let mut count = |kind: &'static str, state: Option<PortState>| {
+            let key = (kind, state);
             match tally.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, n)) => *n += 1.0,
                 None => tally.push((key, 1.0)),
             }
         };
         for p in ports.state() {
-            count("SwitchPort", p.status.as_ref());
+            count("SwitchPort", p.state());
         }
         for p in smartnics.state() {
-            count("SmartNicPort", p.status.as_ref());
+            count("SmartNicPort", p.status.as_ref().and_then(|s| s.state));
         }
         let counts: std::collections::BTreeMap<_, _> = tally
             .into_iter()
@@ -435,7 +456,7 @@ type Runner<K> = Box<
 /// until it starts, whether it has listed, and what runs it.
 struct Watch<K>
 where
-    K: Cached,
+    K: Record,
 {
     store: Store<K>,
     writer: Writer<K>,
@@ -445,21 +466,34 @@ where
 
 impl<K> Watch<K>
 where
-    K: Cached,
+    K: Record,
 {
-    fn new(
-        api: kube::Api<K>,
+    fn new<S: Cached>(
+        api: kube::Api<S>,
         wc: &watcher::Config,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
-        arrive: Arrival<K>,
+        arrive: Arrival<S>,
+        keep: fn(S) -> K,
     ) -> Self {
-        let (store, writer, run, listed) = shared_watch(api, wc, stop, arrive);
+        let (store, writer, run, listed) = shared_watch(api, wc, stop, arrive, keep);
         Watch {
             store,
             writer,
             run: Box::new(run),
             listed,
         }
+    }
+
+    /// A watch whose cache keeps each object whole.
+    fn whole(
+        api: kube::Api<K>,
+        wc: &watcher::Config,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Self
+    where
+        K: Cached,
+    {
+        Self::new(api, wc, stop, keep_whole(), |o| o)
     }
 
     /// A reader of this watch: it sees an object once the cache holds it. Every
@@ -491,11 +525,19 @@ where
     }
 }
 
+impl Watch<CompactPort> {
+    /// A reader of the port watch that gets each port as a SwitchPort, made from
+    /// the cache's record ([`CompactPort::to_port`]) for this reader.
+    fn subscribe_ports(&self) -> impl futures::Stream<Item = Arc<SwitchPort>> + Send + use<> {
+        self.subscribe().map(|p| Arc::new(p.to_port()))
+    }
+}
+
 /// Every kind the controllers read, watched once into one cache, built once; each
 /// controller subscribes to the watches that wake it, then [`Watches::start`] runs
 /// them all with the deletion hooks.
 struct Watches {
-    ports: Watch<SwitchPort>,
+    ports: Watch<CompactPort>,
     /// Fed by the port watch before its cache ([`port_arrival`]).
     port_index: SharedPortIndex,
     switches: Watch<Switch>,
@@ -512,25 +554,21 @@ impl Watches {
         let port_index = SharedPortIndex::default();
         let ports = port_arrival(port_index.clone());
         Watches {
-            ports: Watch::new(api_for(client, ns), wc, h.stopped(), ports),
+            ports: Watch::new(
+                api_for::<SwitchPort>(client, ns),
+                wc,
+                h.stopped(),
+                ports,
+                CompactPort::from_port,
+            ),
             port_index,
-            switches: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
-            providers: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
-            configs: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
-            smartnics: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
-            claims: Watch::new(api_for(client, ns), wc, h.stopped(), keep_whole()),
-            servers: Watch::new(
-                kube::Api::all(client.clone()),
-                wc,
-                h.stopped(),
-                keep_whole(),
-            ),
-            pools: Watch::new(
-                kube::Api::all(client.clone()),
-                wc,
-                h.stopped(),
-                keep_whole(),
-            ),
+            switches: Watch::whole(api_for(client, ns), wc, h.stopped()),
+            providers: Watch::whole(api_for(client, ns), wc, h.stopped()),
+            configs: Watch::whole(api_for(client, ns), wc, h.stopped()),
+            smartnics: Watch::whole(api_for(client, ns), wc, h.stopped()),
+            claims: Watch::whole(api_for(client, ns), wc, h.stopped()),
+            servers: Watch::whole(kube::Api::all(client.clone()), wc, h.stopped()),
+            pools: Watch::whole(kube::Api::all(client.clone()), wc, h.stopped()),
         }
     }
 
@@ -584,9 +622,10 @@ impl Watches {
             );
             let (own1, index) = (own_writes.clone(), port_index.clone());
             self.ports
-                .start_observed(move |e: &watcher::Event<SwitchPort>| {
-                    note_relist_or_delete(&own1, e);
+                .start_observed(move |e: &watcher::Event<CompactPort>| {
+                    note_relist_or_delete(&own1, e, CompactPort::uid);
                     if let watcher::Event::Delete(p) = e {
+                        let p = &p.to_port();
                         if let Some(sw) = switch_port::switch_name(p, &index) {
                             wake(
                                 &switch_tx,
@@ -668,7 +707,7 @@ impl Watches {
             let own = own_writes.clone();
             self.smartnics
                 .start_observed(move |e: &watcher::Event<SmartNicPort>| {
-                    note_relist_or_delete(&own, e);
+                    note_relist_or_delete(&own, e, |p| p.metadata.uid.as_deref());
                 })
         };
         let claim_watch = self.claims.start(|_| {});
@@ -690,10 +729,7 @@ impl Watches {
             );
             self.pools.start(move |_: &VLANPool| {
                 pool_deleted.notify_one();
-                wake(
-                    &port_tx,
-                    ports.state().iter().map(|p| ObjectRef::from_obj(&**p)),
-                );
+                wake(&port_tx, ports.state().iter().map(|p| p.object_ref()));
                 wake(
                     &snic_tx,
                     snics.state().iter().map(|p| ObjectRef::from_obj(&**p)),
@@ -720,12 +756,14 @@ impl Watches {
 /// Keeps the port index ([`crate::decide::port_index::PortIndex`]) from the port watch's events.
 /// A relist makes no event an echo any more; a deleted port's writes are forgotten
 /// ([`crate::decide::own_writes`]).
-fn note_relist_or_delete<K: kube::Resource>(own: &SharedOwnWrites, event: &watcher::Event<K>) {
+fn note_relist_or_delete<K>(
+    own: &SharedOwnWrites,
+    event: &watcher::Event<K>,
+    uid: fn(&K) -> Option<&str>,
+) {
     match event {
         watcher::Event::Init => own.lock().clear(),
-        watcher::Event::Delete(p) => own
-            .lock()
-            .forget(p.meta().uid.as_deref().unwrap_or_default()),
+        watcher::Event::Delete(p) => own.lock().forget(uid(p).unwrap_or_default()),
         _ => {}
     }
 }
@@ -876,7 +914,7 @@ impl Harness {
     fn run_ports<W, C, F, Fut>(
         &self,
         wakes: W,
-        store: Store<SwitchPort>,
+        ports: PortCache,
         reconcile: F,
         ctx: Arc<C>,
     ) -> impl std::future::Future<Output = ()> + Send + use<W, C, F, Fut>
@@ -906,7 +944,7 @@ impl Harness {
         let synced = self.synced.clone();
         port_runner::run(
             wakes,
-            store,
+            move |key| ports.get(key),
             PORT_RECONCILES.into(),
             run,
             async move { synced.wait().await },
@@ -984,7 +1022,7 @@ pub async fn run(
                 smartnics: wakes.smartnics.clone(),
                 switches: wakes.switches.clone(),
             },
-            watches.ports.store.clone(),
+            PortCache(watches.ports.store.clone()),
             watches.stores(),
         )
         .with_port_index(watches.port_index.clone())
@@ -1084,7 +1122,7 @@ where
     );
     let (s1, s2) = (w.switches.store.clone(), w.switches.store.clone());
     let ps = w.providers.store.clone();
-    let own = own_triggers(w.ports.subscribe(), ctx, |p| p.status.as_ref());
+    let own = own_triggers(w.ports.subscribe_ports(), ctx, |p| p.status.as_ref());
     type Wakes = futures::stream::BoxStream<'static, Vec<ObjectRef<SwitchPort>>>;
     let wakes: [Wakes; 8] = [
         own.map(|p| vec![ObjectRef::from_obj(&*p)]).boxed(),
@@ -1096,7 +1134,7 @@ where
             .map(move |_| {
                 p5.state()
                     .iter()
-                    .map(|p| ObjectRef::from_obj(&**p))
+                    .map(|p| p.object_ref())
                     .collect::<Vec<_>>()
             })
             .boxed(),
@@ -1148,7 +1186,12 @@ where
     // A reconcile hands its device change to the switch's worker and returns
     // (hand-offs), so the slots no longer bound the batch sizes; they bound the
     // reconciles computing at once.
-    h.run_ports(wakes, ports.clone(), switch_port::reconcile, ctx.clone())
+    h.run_ports(
+        wakes,
+        PortCache(ports.clone()),
+        switch_port::reconcile,
+        ctx.clone(),
+    )
 }
 
 /// Switches: woken by their ports (owns), their ProviderSwitch and their worker's
@@ -1171,7 +1214,8 @@ fn switches(
             .owns_shared_stream(
                 w.ports
                     .subscribe()
-                    .filter(|p| futures::future::ready(p.status.is_none())),
+                    .filter(|p| futures::future::ready(!p.has_status()))
+                    .map(|p| Arc::new(p.to_port())),
             )
             .watches_shared_stream(w.providers.subscribe(), move |p| {
                 let ns = p.namespace();
@@ -1262,7 +1306,7 @@ fn smartnic_ports(
                 &c.name_any(),
             )
         })
-        .watches_shared_stream(w.ports.subscribe(), move |sp| {
+        .watches_shared_stream(w.ports.subscribe_ports(), move |sp| {
             triggers::smartnics_chained_to(&n2.state(), &sp)
         })
         .watches_shared_stream(w.providers.subscribe(), move |pv| {
@@ -1370,7 +1414,7 @@ fn hosts_and_claims(
         }
     };
     let server_ctl = Controller::for_shared_stream(w.servers.subscribe(), servers.clone())
-        .watches_shared_stream(w.ports.subscribe(), move |p| {
+        .watches_shared_stream(w.ports.subscribe_ports(), move |p| {
             triggers::servers_of_port(&v1.state(), CabledPortKind::SwitchPort, &p.metadata)
         })
         .watches_shared_stream(w.smartnics.subscribe(), move |p| {
@@ -1420,7 +1464,7 @@ fn hosts_and_claims(
     let store = alloc.hosts.store().clone();
     let (h1, h2, h3, h4) = (store.clone(), store.clone(), store.clone(), store.clone());
     let host_ctl = Controller::for_shared_stream(hosts_for_hosts, store)
-        .watches_shared_stream(w.ports.subscribe(), move |p| {
+        .watches_shared_stream(w.ports.subscribe_ports(), move |p| {
             triggers::hosts_of_port(&h1.state(), CabledPortKind::SwitchPort, &p.metadata)
         })
         .watches_shared_stream(w.smartnics.subscribe(), move |p| {
@@ -1437,7 +1481,7 @@ fn hosts_and_claims(
         alloc: alloc.clone(),
         world: HostWorld {
             client: client.clone(),
-            switch_ports: w.ports.store.clone(),
+            switch_ports: PortCache(w.ports.store.clone()),
             port_index: w.port_index.clone(),
             smartnic_ports: w.smartnics.store.clone(),
             configurations: w.configs.store.clone(),
@@ -1710,9 +1754,10 @@ mod tests {
         let own = SharedOwnWrites::default();
         own.lock().record("u1", "11");
         own.lock().record("u2", "12");
-        note_relist_or_delete(&own, &watcher::Event::Delete((*port("u1", "11")).clone()));
+        let deleted = CompactPort::from_port((*port("u1", "11")).clone());
+        note_relist_or_delete(&own, &watcher::Event::Delete(deleted), CompactPort::uid);
         assert_eq!(own.lock().len(), 1);
-        note_relist_or_delete(&own, &watcher::Event::<SwitchPort>::Init);
+        note_relist_or_delete(&own, &watcher::Event::<CompactPort>::Init, CompactPort::uid);
         assert!(own.lock().is_empty());
     }
 }

@@ -404,10 +404,9 @@ impl SmartNicSteps<'_> {
             .ports
             .state()
             .into_iter()
-            .filter(|p| p.annotations().get(CHAINED_FROM_ANNOTATION) == Some(&me))
-            .filter(|p| {
-                keep.is_none_or(|(ns, n)| p.namespace().as_deref() != Some(ns) || p.name_any() != n)
-            })
+            .filter(|p| p.annotation(CHAINED_FROM_ANNOTATION) == Some(me.as_str()))
+            .filter(|p| keep.is_none_or(|(ns, n)| p.namespace() != ns || p.name() != n))
+            .map(|p| Arc::new(p.to_port()))
             .collect();
         for p in claimed {
             let ns = p.namespace().unwrap_or_default();

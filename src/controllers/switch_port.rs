@@ -228,16 +228,14 @@ async fn group_peers(
         .ports
         .state()
         .iter()
-        .filter(|q| q.namespace().as_deref() == Some(ns))
+        .filter(|q| q.namespace() == ns)
         .filter_map(|q| {
-            let r = q.spec.configuration.as_ref()?;
-            let cfg = ctx
-                .stores
-                .configuration(r.namespace.as_deref().unwrap_or(ns), &r.name)?;
+            let (name, in_ns) = q.configuration()?;
+            let cfg = ctx.stores.configuration(in_ns.unwrap_or(ns), name)?;
             cfg.spec
                 .link_aggregation
                 .is_some()
-                .then(|| describe(q, cfg.spec))
+                .then(|| describe(&q.to_port(), cfg.spec))
         })
         .collect();
     Ok((describe(port, spec.clone()), peers))

@@ -18,8 +18,8 @@ use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION};
 use crate::api::metal3::BareMetalHost;
 use crate::api::server::{CabledPortKind, ServerNic};
 use crate::api::{
-    ConfigurationRef, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration,
+    CompactPort, ConfigurationRef, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch,
+    SwitchPort, SwitchPortConfiguration,
 };
 use crate::decide::phases::{bare_metal_host_nics, cabled_to};
 use crate::decide::port_index::PortIndex;
@@ -49,11 +49,18 @@ where
 
 /// Ports linked to the SwitchPortConfiguration `ns/name`.
 pub fn ports_using_configuration(
-    ports: &[Arc<SwitchPort>],
+    ports: &[Arc<CompactPort>],
     ns: &str,
     name: &str,
 ) -> Vec<ObjectRef<SwitchPort>> {
-    linked_to(ports, ns, name, |p| p.spec.configuration.as_ref())
+    ports
+        .iter()
+        .filter(|p| {
+            p.configuration()
+                .is_some_and(|(n, in_ns)| n == name && in_ns.unwrap_or(p.namespace()) == ns)
+        })
+        .map(|p| p.object_ref())
+        .collect()
 }
 
 /// Ports of the Switches named `switches` in namespace `ns` (by their Switch label,
@@ -562,17 +569,25 @@ mod tests {
         (ports, switches, providers)
     }
 
+    /// The port cache's records of `ports`.
+    fn cached(ports: &[Arc<SwitchPort>]) -> Vec<Arc<CompactPort>> {
+        ports
+            .iter()
+            .map(|p| Arc::new(CompactPort::from_port((**p).clone())))
+            .collect()
+    }
+
     #[test]
     fn each_input_wakes_exactly_the_ports_that_depend_on_it() {
         let (ports, switches, providers) = fabric();
         // A configuration: by name, with the reference's namespace defaulting to the
         // port's.
         assert_eq!(
-            names_of(ports_using_configuration(&ports, "infra", "web")),
+            names_of(ports_using_configuration(&cached(&ports), "infra", "web")),
             ["p1"]
         );
         assert_eq!(
-            names_of(ports_using_configuration(&ports, "tenant", "web")),
+            names_of(ports_using_configuration(&cached(&ports), "tenant", "web")),
             ["p2"]
         );
         // A Switch: its ports in its namespace only.
