@@ -444,6 +444,11 @@ mod tests {
                 ..Default::default()
             }]),
             generate_name: Some("sw-".into()),
+            // Kept whole, as a deleted port's are (the deletion hook reads them).
+            labels: Some(BTreeMap::from([(
+                crate::api::keys::SWITCH_LABEL.into(),
+                "sw-1".into(),
+            )])),
             ..Default::default()
         };
         full.status = Some(PortStatus {
