@@ -1,8 +1,8 @@
 //! patchbay's own runner of SwitchPort reconciles, in place of kube's `Controller`:
 //! takes the wakes (object references from every trigger stream), runs each woken
-//! port's reconcile on the port as the cache holds it (`store` gives it), at most `concurrency` at once
-//! and one per port at a time, and sets a timer for a port whose reconcile asked to
-//! be retried. Kubernetes I/O (the cache, the reconcile tasks); which port runs next
+//! port's reconcile on the port as the cache holds it (`store` gives it), at most
+//! `concurrency` at once and one per port at a time, and sets a timer for a port
+//! whose reconcile asked to be retried. Kubernetes I/O (the cache, the reconcile tasks); which port runs next
 //! is decided by [`crate::decide::reconcile_queue`].
 //!
 //! Why not kube's: its scheduler keeps the tables a burst grew for good (~0.5 KB a

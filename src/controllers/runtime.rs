@@ -526,6 +526,11 @@ where
 }
 
 impl Watch<CompactPort> {
+    /// The SwitchPort cache, for the readers that look ports up.
+    fn cache(&self) -> PortCache {
+        PortCache(self.store.clone())
+    }
+
     /// A reader of the port watch that gets each port as a SwitchPort, made from
     /// the cache's record ([`CompactPort::to_port`]) for this reader.
     fn subscribe_ports(&self) -> impl futures::Stream<Item = Arc<SwitchPort>> + Send + use<> {
@@ -1022,7 +1027,7 @@ pub async fn run(
                 smartnics: wakes.smartnics.clone(),
                 switches: wakes.switches.clone(),
             },
-            PortCache(watches.ports.store.clone()),
+            watches.ports.cache(),
             watches.stores(),
         )
         .with_port_index(watches.port_index.clone())
@@ -1186,12 +1191,7 @@ where
     // A reconcile hands its device change to the switch's worker and returns
     // (hand-offs), so the slots no longer bound the batch sizes; they bound the
     // reconciles computing at once.
-    h.run_ports(
-        wakes,
-        PortCache(ports.clone()),
-        switch_port::reconcile,
-        ctx.clone(),
-    )
+    h.run_ports(wakes, w.ports.cache(), switch_port::reconcile, ctx.clone())
 }
 
 /// Switches: woken by their ports (owns), their ProviderSwitch and their worker's
@@ -1481,7 +1481,7 @@ fn hosts_and_claims(
         alloc: alloc.clone(),
         world: HostWorld {
             client: client.clone(),
-            switch_ports: PortCache(w.ports.store.clone()),
+            switch_ports: w.ports.cache(),
             port_index: w.port_index.clone(),
             smartnic_ports: w.smartnics.store.clone(),
             configurations: w.configs.store.clone(),
