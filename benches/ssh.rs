@@ -35,7 +35,9 @@ async fn floor(sim: &SimSwitch, ports: &[PortName], vlan: u16) -> Duration {
     let wait = Duration::from_secs(30);
     let ends = |tail: &'static str| move |b: &str| b.trim_end().ends_with(tail).then_some(b.len());
     let t = Instant::now();
-    let mut sh = Shell::open(&target).await.expect("login");
+    let mut sh = Shell::open(&target, &Default::default())
+        .await
+        .expect("login");
     sh.read_until(ends(">"), wait, "login").await.unwrap();
     sh.write("enable\n").await.unwrap();
     sh.read_until(ends("Password:"), wait, "enable")

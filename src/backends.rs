@@ -53,6 +53,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decide::failure::BackendError;
+use crate::decide::lease;
 use k8s_openapi::api::core::v1::Secret;
 use patchbay_providers::ansible::{
     AnsibleAuth, AnsibleHostKey, AnsibleOptions, AnsibleSwitch, AnsibleTarget,
@@ -67,7 +68,7 @@ use patchbay_providers::secret::SecretString;
 use patchbay_providers::values::PortName;
 use patchbay_providers::{BgpSpeaker, Cause, Device, NeighborSource};
 
-use crate::api::{Backend, DeviceOs, ProviderSwitch};
+use crate::api::{Backend, BackendOptions, DeviceOs, ProviderSwitch};
 
 /// The in-memory fixture devices of this process.
 #[derive(Clone, Default)]
@@ -163,6 +164,11 @@ pub struct Backends {
     /// ([`NetconfOptions::keep_session`]); the controllers set it to the batch
     /// window.
     pub netconf_keep_session: Duration,
+    /// The bound leader election sets on every device session, if any: a
+    /// `connectTimeoutSeconds` not shorter than it is built past it, so the bound
+    /// governs connecting ([`lease::connect_timeout_seconds`]); the controllers set
+    /// it from the settings.
+    pub session_bound: Option<Duration>,
 }
 
 impl Default for Backends {
@@ -173,6 +179,7 @@ impl Default for Backends {
             fixture_log_limit: None,
             ansible_playbook: "ansible-playbook".into(),
             netconf_keep_session: Duration::ZERO,
+            session_bound: None,
         }
     }
 }
@@ -273,7 +280,27 @@ impl Backends {
         Ok(Some(Arc::new(cli_switch(provider, secret)?)))
     }
 
-    /// The backend for `provider`, serving `ports`.
+    /// `provider` as its device backend is built under the session bound, when its
+    /// connect timeout changes.
+    fn bounded(&self, provider: &ProviderSwitch) -> Option<ProviderSwitch> {
+        let configured = provider
+            .spec
+            .options
+            .as_ref()
+            .and_then(|o| o.connect_timeout_seconds);
+        let built = lease::connect_timeout_seconds(configured, self.session_bound);
+        (built != configured).then(|| {
+            let mut p = provider.clone();
+            p.spec
+                .options
+                .get_or_insert_with(Default::default)
+                .connect_timeout_seconds = built;
+            p
+        })
+    }
+
+    /// The backend for `provider`, serving `ports`; under a session bound, connecting
+    /// is bounded by it or by a shorter `connectTimeoutSeconds`.
     pub fn build(
         &self,
         provider: &ProviderSwitch,
@@ -281,6 +308,14 @@ impl Backends {
         ports: &[PortName],
     ) -> Result<Arc<dyn Device>, BackendError> {
         check_credentials(provider, secret)?;
+        let bounded;
+        let provider = match self.bounded(provider) {
+            Some(p) => {
+                bounded = p;
+                &bounded
+            }
+            None => provider,
+        };
         match provider.spec.backend {
             Backend::Fixture => Ok(Arc::new(self.fixtures.get_or_create(
                 fixture_key(provider),
@@ -342,6 +377,14 @@ fn known_hosts_for(text: &str, address: &str, port: u16) -> Option<String> {
     }
 }
 
+/// `connectTimeoutSeconds`, or its default.
+fn connect_timeout(options: &BackendOptions) -> Duration {
+    seconds(
+        options.connect_timeout_seconds,
+        lease::DEFAULT_CONNECT_TIMEOUT_SECONDS.unsigned_abs(),
+    )
+}
+
 fn seconds(v: Option<i64>, default: u64) -> Duration {
     Duration::from_secs(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(default))
 }
@@ -361,9 +404,9 @@ pub fn ovs_switch(provider: &ProviderSwitch) -> OvsSwitch {
     };
     OvsSwitch::new(OvsOptions {
         endpoint: Endpoint::Tcp(format!("{host}:{port}")),
+        connect_timeout: connect_timeout(&options),
         bridge: options.bridge.unwrap_or_default(),
         openflow: options.openflow,
-        connect_timeout: seconds(options.connect_timeout_seconds, 10),
         command_timeout: seconds(options.command_timeout_seconds, 30),
         control_socket: options.control_socket.map(Into::into),
     })
@@ -458,7 +501,7 @@ fn ssh_target(
         username,
         auth,
         host_key,
-        connect_timeout: seconds(options.connect_timeout_seconds, 10),
+        connect_timeout: connect_timeout(&options),
     })
 }
 

@@ -75,6 +75,13 @@
 //! the switch (its status shows it), the ports waiting on it, and the tracked
 //! (Active) ports; when the switch answers again every tracked port gets a drift
 //! notice, so a device that came back empty is re-applied at once.
+//!
+//! **The batch bound.** With leader election every session (batch, sweep, probe) is
+//! bounded by [`WorkerConfig::batch_timeout`]; one that runs into it is abandoned,
+//! and is a session failure (the switch goes down) only when the device sent
+//! nothing since the session began — a silent device — and a failure of its ports
+//! alone (`DeviceSlow`) when it was answering or its backend cannot tell
+//! ([`lease::overrun`] decides, from [`Device::heard`]).
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
@@ -92,6 +99,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use crate::api::CabledPortKind;
 use crate::decide::failure::WorkerError;
+use crate::decide::lease;
 use crate::decide::lobby::{GroupVerdict, group_verdict, missing};
 use crate::decide::reachability::{Admission, Link, Outage, Reachability};
 use crate::decide::slack;
@@ -529,10 +537,7 @@ impl Drop for SwitchWorker {
 }
 
 fn closed() -> WorkerError {
-    WorkerError::Device(DeviceError::Protocol {
-        during: "handing the operation to the switch worker".into(),
-        cause: Cause::msg("the worker stopped"),
-    })
+    WorkerError::WorkerStopped
 }
 
 impl SwitchWorker {
@@ -1135,10 +1140,7 @@ async fn dispatch(
 /// Refused while this replica may not touch devices (it lost, or never held, the
 /// leader lease): [`crate::lease::DeviceGate`].
 fn not_leading() -> WorkerError {
-    WorkerError::Device(DeviceError::Protocol {
-        during: "opening a device session".into(),
-        cause: Cause::msg("this replica does not hold the leader lease"),
-    })
+    WorkerError::NotLeading
 }
 
 /// Closes the session a backend kept for the next batch when the lease was lost
@@ -1149,35 +1151,43 @@ async fn close_idle_if_not_leading(device: &dyn Device, shared: &Shared) {
     }
 }
 
-/// `f` within the batch bound, if there is one, counted as an open session.
+/// `f`, a session of `switch`, within the batch bound if there is one, counted as
+/// an open session.
 async fn bounded<T>(
     shared: &Shared,
+    switch: &dyn Device,
     f: impl std::future::Future<Output = Result<T, DeviceError>>,
 ) -> Result<T, DeviceError> {
     let open = BackendLabel {
         backend: shared.backend(),
     };
     shared.probes.metrics.sessions.get_or_create(&open).inc();
-    let result = within_bound(shared, f).await;
+    let result = within_bound(shared, switch, f).await;
     shared.probes.metrics.sessions.get_or_create(&open).dec();
     result
 }
 
+/// A session that runs into the bound is abandoned; whether the device was silent
+/// (the switch fails) or slow (its ports retry) is [`lease::overrun`]'s to say,
+/// from when the device last answered.
 async fn within_bound<T>(
     shared: &Shared,
+    switch: &dyn Device,
     f: impl std::future::Future<Output = Result<T, DeviceError>>,
 ) -> Result<T, DeviceError> {
     match shared.batch_timeout {
         None => f.await,
-        Some(limit) => tokio::time::timeout(limit, f).await.unwrap_or_else(|_| {
-            Err(DeviceError::Protocol {
-                during: "a batch".into(),
-                cause: Cause::msg(format!(
-                    "abandoned after {:.1} s, the bound leader election sets",
-                    limit.as_secs_f64()
+        Some(limit) => {
+            let started = std::time::Instant::now();
+            match tokio::time::timeout(limit, f).await {
+                Ok(r) => r,
+                Err(_) => Err(lease::overrun(
+                    limit,
+                    started,
+                    switch.heard().map(|h| h.last()),
                 )),
-            })
-        }),
+            }
+        }
     }
 }
 
@@ -1230,7 +1240,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
             .get_or_create(&BackendLabel { backend })
             .observe(ops.len() as f64);
         let started = std::time::Instant::now();
-        let applied = bounded(shared, apply_batch_verified(switch, &ops)).await;
+        let applied = bounded(shared, switch, apply_batch_verified(switch, &ops)).await;
         metrics
             .device_seconds
             .get_or_create(&BackendLabel { backend })
@@ -1291,7 +1301,7 @@ async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
         let mut names: Vec<PortName> = reads.iter().map(|(_, p, _)| p.clone()).collect();
         names.sort();
         names.dedup();
-        match bounded(shared, switch.get_ports(&names)).await {
+        match bounded(shared, switch, switch.get_ports(&names)).await {
             Ok(observed) => {
                 let by_port: HashMap<PortName, Result<ObservedPort, DeviceError>> =
                     observed.into_iter().collect();
@@ -1350,7 +1360,7 @@ async fn check(switch: &dyn Device, shared: &Shared) {
     }
     names.sort();
     names.dedup();
-    let observed = match bounded(shared, switch.get_ports(&names)).await {
+    let observed = match bounded(shared, switch, switch.get_ports(&names)).await {
         Ok(o) => o,
         Err(e) if e.is_session_failure() => {
             shared.fail(e, true);
@@ -1955,6 +1965,65 @@ mod tests {
             .apply(None, PortOperation::Set(access("Gi0/1", 10)))
             .await
             .unwrap();
+    }
+
+    /// Under leader election's batch bound, a device that said nothing is the switch
+    /// failing (DeviceTimeout, the switch down, in words); one that answers but not
+    /// within the bound is slow: its port fails (DeviceSlow) and the switch stays up.
+    #[tokio::test]
+    async fn a_silent_switch_is_down_and_a_slow_one_is_not() {
+        let bound = Duration::from_millis(500);
+        let cfg = || WorkerConfig {
+            batch_timeout: Some(bound),
+            ..config()
+        };
+        let silent = FixtureSwitch::new("silent", [p("Gi0/1")]);
+        silent.set_latency(Duration::from_secs(3));
+        let worker = quiet_worker(&silent, cfg());
+        match worker
+            .apply(None, PortOperation::Set(access("Gi0/1", 10)))
+            .await
+        {
+            Err(WorkerError::SwitchDown(o)) => {
+                assert_eq!(o.error.category(), "DeviceTimeout");
+                assert_eq!(
+                    o.error.to_string(),
+                    "no answer from the device within 0.5 s, the batch bound that leader \
+                     election sets"
+                );
+            }
+            other => panic!("expected the switch down, got {other:?}"),
+        }
+        assert!(worker.outage().is_some(), "{:?}", worker.reachability());
+
+        // Each operation answered after 0.3 s: the write, then its read-back.
+        let slow = FixtureSwitch::new("slow", [p("Gi0/1")]);
+        slow.set_latency(Duration::from_millis(300));
+        let worker = quiet_worker(&slow, cfg());
+        match worker
+            .apply(None, PortOperation::Set(access("Gi0/1", 10)))
+            .await
+        {
+            Err(WorkerError::Device(e)) => {
+                assert_eq!(e.category(), "DeviceSlow");
+                assert!(!e.is_session_failure() && e.is_transient(), "{e}");
+                assert!(
+                    e.to_string().starts_with(
+                        "the device was still answering when the session reached 0.5 s"
+                    ),
+                    "{e}"
+                );
+            }
+            other => panic!("expected the port to fail as slow, got {other:?}"),
+        }
+        assert!(worker.outage().is_none(), "{:?}", worker.reachability());
+        // Answering faster, the same device takes the change, and answers.
+        slow.set_latency(Duration::from_millis(100));
+        worker
+            .apply(None, PortOperation::Set(access("Gi0/1", 10)))
+            .await
+            .expect("a faster answer fits the bound");
+        assert_eq!(worker.reachability(), Reachability::Reachable);
     }
 
     #[tokio::test]

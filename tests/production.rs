@@ -658,3 +658,193 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
     assert_eq!(holder, "", "released");
     env.cluster.finish().await;
 }
+
+/// A TCP listener on 127.0.0.1 that accepts every connection and never sends a
+/// byte (a switch whose SSH server hangs before its banner): its port, and how many
+/// connections it accepted.
+fn silent_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (port, accepted)
+}
+
+/// A TCP relay on 127.0.0.1 in front of `target` that holds back every chunk the
+/// device sends by the delay in milliseconds it is given (changeable while it runs):
+/// a device that answers everything, slowly.
+fn slow_relay(target: u16, delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>) -> u16 {
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(device) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                continue;
+            };
+            let _ = (client.set_nodelay(true), device.set_nodelay(true));
+            let (mut up_from, mut up_to) =
+                (client.try_clone().unwrap(), device.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up_from, &mut up_to);
+                let _ = up_to.shutdown(std::net::Shutdown::Write);
+            });
+            let (mut down_from, mut down_to) = (device, client);
+            let delay = delay_ms.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16 * 1024];
+                loop {
+                    match down_from.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            std::thread::sleep(Duration::from_millis(delay.load(Ordering::SeqCst)));
+                            if down_to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = down_to.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    port
+}
+
+/// Leader election on (its defaults: a 5 s batch bound) and a switch that accepts
+/// TCP and never says a word: the port and the Switch say the device did not answer
+/// within the bound (DeviceTimeout, not a protocol error), the switch is probed once
+/// per backoff step rather than by every port, and a `connectTimeoutSeconds` the
+/// bound makes moot is said on the ProviderSwitch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_that_never_answers_is_reported_silent_and_probed_per_backoff_step() {
+    use patchbay::api::{ProviderSwitch, Switch};
+    use support::env::{condition, find_condition};
+    let env = Env::without_operator(Cluster::start("prod-silent").await).await;
+    let (port, accepted) = silent_listener();
+    env.device(
+        "mute",
+        &[("username", "admin"), ("password", "not-used")],
+        json!({"backend": "ssh", "os": "ios", "address": "127.0.0.1", "port": port,
+               "hostKey": {"fingerprint": "SHA256:v4cRr7ClTTn6CxGK/qsnWEhL7L4H+y3qHDbCyB3xeug"},
+               "options": {"connectTimeoutSeconds": 10}}),
+        &[
+            ("m1", "FastEthernet0/1"),
+            ("m2", "FastEthernet0/2"),
+            ("m3", "FastEthernet0/3"),
+        ],
+    )
+    .await;
+    env.configuration("web", json!({"untaggedVLAN": 100})).await;
+    let log = env.cluster.dir.join("operator.log");
+    let _logs = LogsOnPanic(vec![log.clone()]);
+    let mut child = operator(&env, &log, &[]);
+    for p in ["m1", "m2", "m3"] {
+        env.link(p, Some("web")).await;
+    }
+    let said = "no answer from the device within 5.0 s, the batch bound that leader election sets";
+    let m1 = env
+        .wait_for("m1", "m1 failing as a silent device", |p| {
+            condition(p, "Ready").is_some_and(|(s, r, _)| s == "False" && r == "DeviceTimeout")
+        })
+        .await;
+    let status = m1.status.unwrap();
+    assert_eq!(status.last_error.as_deref(), Some(said));
+    assert_eq!(status.state, Some(PortState::Configuring));
+    let switch = env
+        .wait_obj::<Switch>("mute", "the Switch down", |s| {
+            s.status.as_ref().is_some_and(|st| {
+                find_condition(&st.conditions, "DeviceReachable")
+                    .is_some_and(|(s, r, _)| s == "False" && r == "DeviceTimeout")
+            })
+        })
+        .await;
+    let (_, _, message) =
+        find_condition(&switch.status.unwrap().conditions, "DeviceReachable").unwrap();
+    assert!(message.contains(said), "{message}");
+    let provider = env
+        .wait_obj::<ProviderSwitch>("mute", "the ProviderSwitch noted", |p| {
+            p.status.as_ref().is_some_and(|st| {
+                find_condition(&st.conditions, "Ready").is_some_and(|(_, _, m)| {
+                    m.contains("connectTimeoutSeconds (10 s) cannot take effect")
+                })
+            })
+        })
+        .await;
+    let (ready, _, _) = find_condition(&provider.status.unwrap().conditions, "Ready").unwrap();
+    assert_eq!(
+        ready, "True",
+        "a setting that cannot take effect does not stop it"
+    );
+    // Over the next 20 s the three ports wait on the switch: it is probed once per
+    // backoff step (5 s, then 10 s: at most three more sessions), not by each port.
+    let before = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let probes = accepted.load(std::sync::atomic::Ordering::SeqCst) - before;
+    assert!(
+        (1..=3).contains(&probes),
+        "{probes} connections to a silent switch in 20 s"
+    );
+    sigterm(&child);
+    assert!(wait_exit(&mut child, 40).success());
+    env.cluster.finish().await;
+}
+
+/// Leader election with a 1 s batch bound, and a switch that answers everything but
+/// slowly (a relay holds back each of its answers): the port fails as slow
+/// (DeviceSlow) and tries again on its own backoff; the switch is never declared
+/// down. Once the device answers promptly, the port is configured and reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_that_answers_slowly_is_not_declared_down() {
+    use patchbay::api::Switch;
+    use support::env::{condition, find_condition};
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let mut sim = sims.get("tor1").clone();
+    let delay = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(150));
+    sim.port = slow_relay(sim.port, delay.clone());
+    let env = fabric(Cluster::start("prod-slow").await, &sim, 1).await;
+    let log = env.cluster.dir.join("operator.log");
+    let _logs = LogsOnPanic(vec![log.clone()]);
+    let mut child = operator(
+        &env,
+        &log,
+        &[
+            "--lease-duration-seconds",
+            "3",
+            "--renew-deadline-seconds",
+            "2",
+            "--retry-period-seconds",
+            "0.5",
+        ],
+    );
+    env.link("p1", Some("web")).await;
+    let p1 = env
+        .wait_for("p1", "p1 failing as slow", |p| {
+            condition(p, "Ready").is_some_and(|(_, r, _)| r == "DeviceSlow")
+        })
+        .await;
+    let error = p1.status.unwrap().last_error.unwrap_or_default();
+    assert!(
+        error.starts_with("the device was still answering when the session reached 1.0 s"),
+        "{error}"
+    );
+    let switch: Switch = env.api().get("tor1").await.unwrap();
+    let reachable = find_condition(&switch.status.unwrap().conditions, "DeviceReachable");
+    assert!(
+        reachable.as_ref().is_none_or(|(s, _, _)| s != "False"),
+        "a slow switch is not down: {reachable:?}"
+    );
+    delay.store(0, std::sync::atomic::Ordering::SeqCst);
+    env.wait_state("p1", PortState::Active).await;
+    on_web(&sim, [1]).await;
+    sigterm(&child);
+    assert!(wait_exit(&mut child, 40).success());
+    env.cluster.finish().await;
+}

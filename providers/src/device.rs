@@ -12,11 +12,15 @@
 //! - `apply_batch` and `get_ports` are required; the per-port methods default to a
 //!   batch of one (a backend whose unit of work is the port overrides them).
 //! - Nothing here validates: values arrive already validated (see [`crate::values`]).
+//! - A backend that talks to its device itself stamps a [`Heard`] clock whenever the
+//!   device sends anything, and returns it from `heard`, so a session cut short can be
+//!   told silent (the device is down) from slow (it answers).
 
 use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::error::DeviceError;
+use crate::heard::Heard;
 use crate::model::{Capabilities, DesiredPort, ObservedPort};
 use crate::values::PortName;
 
@@ -133,6 +137,15 @@ pub trait Device: Send + Sync {
     /// it when this replica loses the leader lease and before a replacement device
     /// opens its first session. The default keeps none.
     async fn close_idle(&self) {}
+
+    /// The clock this backend stamps whenever its device sends anything (a prompt, a
+    /// command's output, a NETCONF or OVSDB message), over all its sessions: the
+    /// switch worker tells a silent device (down) from a slow one (answering) by it
+    /// when a session overruns the bound leader election sets. `None` (the default):
+    /// this backend cannot tell (Ansible: the device is behind ansible-playbook).
+    fn heard(&self) -> Option<Heard> {
+        None
+    }
 }
 
 /// A device that reports what its ports see (LLDP neighbours, learned MACs): read

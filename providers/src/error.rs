@@ -122,6 +122,28 @@ impl std::fmt::Display for RpcError {
     }
 }
 
+/// A duration as people read it: `5.0 s`.
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+fn overran(after: Duration, bound: &str, answering: bool) -> String {
+    if answering {
+        format!(
+            "the device was still answering when the session reached {}, {bound}: the \
+             session was abandoned and its ports try again after their backoff",
+            secs(after)
+        )
+    } else {
+        format!(
+            "the session did not finish within {}, {bound}, and was abandoned (this backend \
+             cannot tell a slow device from a silent one); its ports try again after their \
+             backoff",
+            secs(after)
+        )
+    }
+}
+
 fn for_ports(ports: &[String]) -> String {
     match ports {
         [] => String::new(),
@@ -142,13 +164,38 @@ pub enum DeviceError {
         #[source]
         cause: Cause,
     },
-    /// An operation took longer than its timeout.
-    #[error("timed out after {after:?} while {during}")]
+    /// An operation took longer than its timeout: the device did not answer it
+    /// (or did not finish answering) in time.
+    #[error("no answer from the device within {} while {during}", secs(*after))]
     Timeout {
         /// What was being done.
         during: String,
         /// The timeout that expired.
         after: Duration,
+    },
+    /// A session ran into a bound the operator sets on every session (leader
+    /// election's batch bound) and the device had sent nothing since the session
+    /// began: it is silent, which is the switch failing, like a timeout.
+    #[error("no answer from the device within {}, {bound}", secs(*within))]
+    Silent {
+        /// The bound.
+        within: Duration,
+        /// Which bound, in words (`the batch bound that leader election sets`).
+        bound: &'static str,
+    },
+    /// A session ran into a bound the operator sets on every session while the device
+    /// was still answering, or the backend cannot tell (Ansible): the session was
+    /// abandoned and its ports try again after their backoff. The switch is not
+    /// down: it answers, slowly.
+    #[error("{}", overran(*after, bound, *answering))]
+    Overran {
+        /// The bound.
+        after: Duration,
+        /// Which bound, in words.
+        bound: &'static str,
+        /// Whether the device sent something during the session (`false`: the
+        /// backend cannot tell).
+        answering: bool,
     },
     /// The device refused the credentials from the Secret.
     #[error(
@@ -226,6 +273,8 @@ impl DeviceError {
         match self {
             DeviceError::Unreachable { .. }
             | DeviceError::Timeout { .. }
+            | DeviceError::Silent { .. }
+            | DeviceError::Overran { .. }
             | DeviceError::Protocol { .. }
             | DeviceError::VerificationFailed { .. } => true,
             DeviceError::RpcRejected { error, .. } => error.is_busy(),
@@ -238,14 +287,16 @@ impl DeviceError {
     }
 
     /// Whether the failure is the whole device's rather than one port's: it could not
-    /// be reached, did not answer in time, or refused the session (credentials, host
-    /// key). Such a failure says nothing about the port; the operator backs off on
-    /// the switch, once for all its ports.
+    /// be reached, did not answer in time (or at all), or refused the session
+    /// (credentials, host key). Such a failure says nothing about the port; the
+    /// operator backs off on the switch, once for all its ports. A device that
+    /// answers but is slow ([`DeviceError::Overran`]) is not one.
     pub fn is_session_failure(&self) -> bool {
         matches!(
             self,
             DeviceError::Unreachable { .. }
                 | DeviceError::Timeout { .. }
+                | DeviceError::Silent { .. }
                 | DeviceError::AuthenticationFailed { .. }
                 | DeviceError::HostKeyMismatch { .. }
         )
@@ -255,7 +306,8 @@ impl DeviceError {
     pub fn category(&self) -> &'static str {
         match self {
             DeviceError::Unreachable { .. } => "DeviceUnreachable",
-            DeviceError::Timeout { .. } => "DeviceTimeout",
+            DeviceError::Timeout { .. } | DeviceError::Silent { .. } => "DeviceTimeout",
+            DeviceError::Overran { .. } => "DeviceSlow",
             DeviceError::AuthenticationFailed { .. } => "AuthenticationFailed",
             DeviceError::HostKeyMismatch { .. } => "HostKeyMismatch",
             DeviceError::CommandRejected { .. } => "CommandRejected",

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult};
 use crate::error::Cause;
 use crate::error::DeviceError;
+use crate::heard::Heard;
 use crate::model::{Capabilities, DesiredPort, ObservedPort};
 use crate::values::PortName;
 
@@ -127,6 +128,8 @@ impl FixtureState {
 pub struct FixtureSwitch {
     name: String,
     state: Arc<Mutex<FixtureState>>,
+    /// When it last answered an operation (after its latency).
+    heard: Heard,
 }
 
 impl FixtureSwitch {
@@ -161,6 +164,7 @@ impl FixtureSwitch {
                 bgp_sessions: 0,
                 bgp_attempts: 0,
             })),
+            heard: Heard::default(),
         }
     }
 
@@ -275,10 +279,15 @@ impl FixtureSwitch {
         Session { switch: self }
     }
 
+    /// Waits the injected latency, then answers (stamps [`Device::heard`]'s
+    /// clock) unless the device is unreachable.
     async fn delay(&self) {
         let latency = self.lock().latency;
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
+        }
+        if !self.lock().unreachable {
+            self.heard.stamp();
         }
     }
 
@@ -462,6 +471,10 @@ impl Device for FixtureSwitch {
             st.record(LoggedOperation::Get { port: p.clone() });
         }
         Ok(out)
+    }
+
+    fn heard(&self) -> Option<Heard> {
+        Some(self.heard.clone())
     }
 }
 

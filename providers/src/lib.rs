@@ -20,6 +20,7 @@ pub mod cli;
 pub mod device;
 pub mod error;
 pub mod fixture;
+pub mod heard;
 pub mod linux;
 pub mod model;
 pub mod neighbors;
@@ -36,6 +37,7 @@ pub use device::{
 #[cfg(any(test, feature = "mocks"))]
 pub use device::{MockBgpSpeaker, MockDevice, MockNeighborSource};
 pub use error::{Cause, DeviceError, RpcError};
+pub use heard::Heard;
 pub use model::{
     AclAction, AclDirection, AclProtocol, AclRule, AdminState, Capabilities, Capability,
     DesiredPort, IpVersion, LagMembership, LagMode, ObservedPort, PortField, VlanMode, diff,

@@ -168,7 +168,10 @@ pub struct HostKeyPin {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendOptions {
-    /// Seconds allowed to connect and log in (default 10).
+    /// Seconds allowed to connect and log in (default 10). With leader election every
+    /// session ends within the batch bound (leaseDuration − renewDeadline, 5 s by
+    /// default): a value not shorter than the bound cannot take effect (the `Ready`
+    /// condition says so) and the bound governs connecting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 300))]
     pub connect_timeout_seconds: Option<i64>,

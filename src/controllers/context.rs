@@ -595,6 +595,7 @@ impl Context {
             // A NETCONF session is kept for a batch that follows within the window.
             backends: Backends {
                 netconf_keep_session: settings.batch_window,
+                session_bound: settings.batch_timeout,
                 ..backends
             },
             settings,

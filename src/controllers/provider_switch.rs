@@ -16,6 +16,7 @@ use crate::api::keys::FINALIZER;
 use crate::api::{ProviderSwitch, SmartNicPort, Switch};
 use crate::backends::check_credentials;
 use crate::decide::failure::Failure;
+use crate::decide::lease::connect_timeout_note;
 use crate::decide::status::provider_status;
 use crate::decide::validate::validate_provider;
 
@@ -82,9 +83,18 @@ async fn apply_provider(
             errors,
         })
         .and_then(|()| Ok(check_credentials(provider, secret.as_deref())?));
+    let note = connect_timeout_note(
+        provider
+            .spec
+            .options
+            .as_ref()
+            .and_then(|o| o.connect_timeout_seconds),
+        ctx.settings.batch_timeout,
+    );
     provider_status(
         &mut status,
         &verdict,
+        note.as_deref(),
         provider.metadata.generation,
         jiff::Timestamp::now(),
     );

@@ -128,6 +128,13 @@ pub enum Failure {
     /// A link-aggregation member's change waited for the rest of its group in vain.
     #[error("{0}")]
     GroupIncomplete(#[source] WorkerError),
+    /// This replica may not touch devices now (it lost the leader lease): nothing was
+    /// sent; the leader applies it.
+    #[error("{}", WorkerError::NotLeading)]
+    NotLeading,
+    /// The switch worker stopped before it answered; the step is tried again.
+    #[error("{}", WorkerError::WorkerStopped)]
+    WorkerStopped,
     /// The port serves a tenant namespace that may not carry this configuration
     /// (a VLAN not granted to it, a configuration of another namespace): nothing is
     /// sent to the device. One message per refusal.
@@ -172,6 +179,8 @@ impl Failure {
             Failure::NextPortClaimed { .. } => "NextPortClaimed",
             Failure::NextPortInUse { .. } => "NextPortInUse",
             Failure::GroupIncomplete(_) => "LagGroupIncomplete",
+            Failure::NotLeading => "NotLeader",
+            Failure::WorkerStopped => "WorkerStopped",
             Failure::Forbidden(_) => "Forbidden",
             Failure::Kubernetes(_) => "KubernetesError",
         }
@@ -189,6 +198,8 @@ impl Failure {
             | Failure::ConfigurationNotFound { .. }
             | Failure::NextPortNotFound { .. }
             | Failure::GroupIncomplete(_)
+            | Failure::NotLeading
+            | Failure::WorkerStopped
             | Failure::Kubernetes(_) => FailureKind::Transient,
             Failure::Backend(_)
             | Failure::InvalidConfiguration(_)
@@ -226,6 +237,8 @@ impl From<WorkerError> for Failure {
             WorkerError::Device(e) => Failure::Device(e),
             WorkerError::SwitchDown(o) => Failure::SwitchDown(o),
             e @ WorkerError::GroupIncomplete { .. } => Failure::GroupIncomplete(e),
+            WorkerError::NotLeading => Failure::NotLeading,
+            WorkerError::WorkerStopped => Failure::WorkerStopped,
         }
     }
 }
@@ -327,6 +340,17 @@ pub enum WorkerError {
         /// How long the change waited.
         waited: Duration,
     },
+    /// This replica may not touch devices (it lost, or never held, the leader
+    /// lease): nothing was sent.
+    #[error("this replica does not hold the leader lease: nothing was sent to the device")]
+    NotLeading,
+    /// The switch worker stopped (its ProviderSwitch was removed or replaced, or the
+    /// operator is stopping) before it answered: nothing is known sent.
+    #[error(
+        "the switch's worker stopped before it answered (its ProviderSwitch was removed or \
+         replaced, or the operator is stopping)"
+    )]
+    WorkerStopped,
 }
 
 /// How a reconcile that returned an error (a Kubernetes call that failed, a step

@@ -368,10 +368,12 @@ pub fn reachability_event(
     }
 }
 
-/// A ProviderSwitch's status: `Ready` when its spec and credentials are valid.
+/// A ProviderSwitch's status: `Ready` when its spec and credentials are valid, its
+/// message adding `note` (a setting that cannot take effect) when there is one.
 pub fn provider_status(
     status: &mut ConditionsStatus,
     verdict: &Result<(), Failure>,
+    note: Option<&str>,
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) {
@@ -380,7 +382,10 @@ pub fn provider_status(
         Ok(()) => (
             true,
             "Valid",
-            "specification and credentials are valid".to_owned(),
+            match note {
+                None => "specification and credentials are valid".to_owned(),
+                Some(note) => format!("specification and credentials are valid; {note}"),
+            },
         ),
         Err(f) => (false, f.category(), f.to_string()),
     };

@@ -38,6 +38,7 @@ use crate::device::{
 };
 use crate::error::Cause;
 use crate::error::DeviceError;
+use crate::heard::Heard;
 use crate::model::{Capabilities, DesiredPort, ObservedPort};
 use crate::secret::SecretString;
 use crate::values::{LagGroup, PortName, VlanId};
@@ -84,6 +85,8 @@ pub struct CliSwitch {
     dialect: Arc<Dialect>,
     options: CliOptions,
     journal: Option<Arc<Mutex<Vec<Sent>>>>,
+    /// When the device last answered, over every session.
+    heard: Heard,
 }
 
 impl std::fmt::Debug for CliSwitch {
@@ -109,6 +112,7 @@ impl CliSwitch {
             dialect,
             options,
             journal: None,
+            heard: Heard::default(),
         }
     }
 
@@ -264,7 +268,7 @@ fn redact(text: &str, hide: &[String]) -> String {
 
 impl<'a> Session<'a> {
     async fn start(sw: &'a CliSwitch) -> Result<Self, DeviceError> {
-        let mut shell = Shell::open(&sw.target).await?;
+        let mut shell = Shell::open(&sw.target, &sw.heard).await?;
         let timeout = sw.options.command_timeout;
         let banner = shell
             .read_until(
@@ -1160,6 +1164,10 @@ impl Device for CliSwitch {
         let reads = s.observe(ports).await;
         s.close().await;
         Ok(ports.iter().cloned().zip(reads?).collect())
+    }
+
+    fn heard(&self) -> Option<Heard> {
+        Some(self.heard.clone())
     }
 }
 

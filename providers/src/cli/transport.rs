@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use crate::error::{Cause, DeviceError};
+use crate::heard::Heard;
 use crate::secret::SecretString;
 
 /// How to log in.
@@ -118,6 +119,8 @@ struct Verifier {
     presented: Arc<Mutex<Option<String>>>,
     /// The presented key in OpenSSH form, once verified.
     key: Arc<Mutex<Option<String>>>,
+    /// Stamped when the device presents its key (it answered the key exchange).
+    heard: Heard,
 }
 
 impl client::Handler for Verifier {
@@ -127,6 +130,7 @@ impl client::Handler for Verifier {
         &mut self,
         key: &PublicKeyOrCertificate,
     ) -> Result<bool, Self::Error> {
+        self.heard.stamp();
         let fingerprint = match key {
             PublicKeyOrCertificate::PublicKey { key, .. } => {
                 key.fingerprint(HashAlg::Sha256).to_string()
@@ -166,6 +170,7 @@ pub struct Shell {
     channel: Channel<Msg>,
     buf: String,
     endpoint: String,
+    heard: Heard,
 }
 
 fn unreachable(endpoint: &str, cause: Cause) -> DeviceError {
@@ -182,7 +187,7 @@ pub async fn verified_host_key(target: &SshTarget) -> Result<String, DeviceError
     let endpoint = target.endpoint();
     let during = format!("reading the host key of {endpoint}");
     let fetch = async {
-        let (verifier, presented, key) = verifier(target);
+        let (verifier, presented, key) = verifier(target, &Heard::default());
         let connected = client::connect(
             Arc::new(client::Config::default()),
             (target.address.as_str(), target.port),
@@ -210,7 +215,7 @@ pub async fn verified_host_key(target: &SshTarget) -> Result<String, DeviceError
 
 type Seen = Arc<Mutex<Option<String>>>;
 
-fn verifier(target: &SshTarget) -> (Verifier, Seen, Seen) {
+fn verifier(target: &SshTarget, heard: &Heard) -> (Verifier, Seen, Seen) {
     let presented = Arc::new(Mutex::new(None));
     let key = Arc::new(Mutex::new(None));
     (
@@ -219,6 +224,7 @@ fn verifier(target: &SshTarget) -> (Verifier, Seen, Seen) {
             endpoint: target.endpoint(),
             presented: presented.clone(),
             key: key.clone(),
+            heard: heard.clone(),
         },
         presented,
         key,
@@ -248,10 +254,13 @@ fn connect_error(
 }
 
 /// Connects with the target's timeout, verifies the host key and logs in.
-async fn login(target: &SshTarget) -> Result<(Handle<Verifier>, String), DeviceError> {
+async fn login(
+    target: &SshTarget,
+    heard: &Heard,
+) -> Result<(Handle<Verifier>, String), DeviceError> {
     let endpoint = target.endpoint();
     let during = format!("connecting to {endpoint}");
-    match tokio::time::timeout(target.connect_timeout, login_inner(target)).await {
+    match tokio::time::timeout(target.connect_timeout, login_inner(target, heard)).await {
         Ok(r) => r.map(|h| (h, endpoint)),
         Err(_) => Err(DeviceError::Timeout {
             during,
@@ -260,9 +269,9 @@ async fn login(target: &SshTarget) -> Result<(Handle<Verifier>, String), DeviceE
     }
 }
 
-async fn login_inner(target: &SshTarget) -> Result<Handle<Verifier>, DeviceError> {
+async fn login_inner(target: &SshTarget, heard: &Heard) -> Result<Handle<Verifier>, DeviceError> {
     let endpoint = target.endpoint();
-    let (verifier, presented, _) = verifier(target);
+    let (verifier, presented, _) = verifier(target, heard);
     let config = Arc::new(client::Config {
         nodelay: true,
         ..client::Config::default()
@@ -301,7 +310,10 @@ async fn login_inner(target: &SshTarget) -> Result<Handle<Verifier>, DeviceError
         }
     };
     match auth {
-        AuthResult::Success => Ok(handle),
+        AuthResult::Success => {
+            heard.stamp();
+            Ok(handle)
+        }
         // A refusal is the device's answer: a failure message, on a session that
         // lives on (a failure listing the methods that can continue is one even if
         // the device then hangs up). russh reports a session that died while
@@ -358,14 +370,19 @@ async fn session_channel(
         .map_err(|e| unreachable(endpoint, Cause::during("opening a session channel", e)))
 }
 
-/// Waits for the next data on `channel` until `deadline`: `Ok(Some(bytes))`, or
-/// `Ok(None)` when the device closed the channel.
-async fn next_data(channel: &mut Channel<Msg>, deadline: Instant) -> Result<Option<Vec<u8>>, ()> {
+/// Waits for the next data on `channel` until `deadline`: `Ok(Some(bytes))` (and
+/// `heard` stamped), or `Ok(None)` when the device closed the channel.
+async fn next_data(
+    channel: &mut Channel<Msg>,
+    deadline: Instant,
+    heard: &Heard,
+) -> Result<Option<Vec<u8>>, ()> {
     loop {
         match tokio::time::timeout_at(deadline, channel.wait()).await {
             Err(_) => return Err(()),
             Ok(Some(ChannelMsg::Data { data }))
             | Ok(Some(ChannelMsg::ExtendedData { data, .. })) => {
+                heard.stamp();
                 return Ok(Some(data.to_vec()));
             }
             Ok(Some(ChannelMsg::Eof)) | Ok(Some(ChannelMsg::Close)) | Ok(None) => return Ok(None),
@@ -390,9 +407,10 @@ async fn close_all(handle: Handle<Verifier>, channel: Channel<Msg>) {
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 impl Shell {
-    /// Connects, verifies the host key, logs in and opens the shell.
-    pub async fn open(target: &SshTarget) -> Result<Self, DeviceError> {
-        let (handle, endpoint) = login(target).await?;
+    /// Connects, verifies the host key, logs in and opens the shell; every answer
+    /// of the device stamps `heard`.
+    pub async fn open(target: &SshTarget, heard: &Heard) -> Result<Self, DeviceError> {
+        let (handle, endpoint) = login(target, heard).await?;
         let channel = session_channel(&handle, &endpoint).await?;
         // A wide terminal so long commands and show lines are not wrapped.
         channel
@@ -408,6 +426,7 @@ impl Shell {
             channel,
             buf: String::new(),
             endpoint,
+            heard: heard.clone(),
         })
     }
 
@@ -459,7 +478,7 @@ impl Shell {
                 self.buf.truncate(m.start());
                 self.write(&p.key).await?;
             }
-            match next_data(&mut self.channel, deadline).await {
+            match next_data(&mut self.channel, deadline, &self.heard).await {
                 Ok(Some(data)) => self.buf.push_str(&String::from_utf8_lossy(&data)),
                 Ok(None) => {
                     return Err(unreachable(
@@ -504,7 +523,7 @@ pub async fn exec(
     commands: &[String],
     timeout: Duration,
 ) -> Result<Vec<ExecOutput>, DeviceError> {
-    let (handle, endpoint) = login(target).await?;
+    let (handle, endpoint) = login(target, &Heard::default()).await?;
     let mut outputs = Vec::with_capacity(commands.len());
     let mut last = None;
     for command in commands {
@@ -552,12 +571,14 @@ pub struct Subsystem {
     handle: Handle<Verifier>,
     channel: Channel<Msg>,
     endpoint: String,
+    heard: Heard,
 }
 
 impl Subsystem {
-    /// Connects, verifies the host key, logs in and starts subsystem `name`.
-    pub async fn open(target: &SshTarget, name: &str) -> Result<Self, DeviceError> {
-        let (handle, endpoint) = login(target).await?;
+    /// Connects, verifies the host key, logs in and starts subsystem `name`; every
+    /// answer of the device stamps `heard`.
+    pub async fn open(target: &SshTarget, name: &str, heard: &Heard) -> Result<Self, DeviceError> {
+        let (handle, endpoint) = login(target, heard).await?;
         let channel = session_channel(&handle, &endpoint).await?;
         channel.request_subsystem(true, name).await.map_err(|e| {
             unreachable(
@@ -569,6 +590,7 @@ impl Subsystem {
             handle,
             channel,
             endpoint,
+            heard: heard.clone(),
         })
     }
 
@@ -588,7 +610,7 @@ impl Subsystem {
     /// The next bytes from the device, waiting until `deadline`: `Ok(None)` when it
     /// closed the channel, `Err(())` when the deadline passed.
     pub async fn read(&mut self, deadline: Instant) -> Result<Option<Vec<u8>>, ()> {
-        next_data(&mut self.channel, deadline).await
+        next_data(&mut self.channel, deadline, &self.heard).await
     }
 
     /// Drops the connection at once, without a goodbye (what a crash looks like to

@@ -62,6 +62,7 @@ use tracing::debug;
 use crate::cli::SshTarget;
 use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult, batch_results};
 use crate::error::{Cause, DeviceError, RpcError};
+use crate::heard::Heard;
 use crate::model::{Capabilities, DesiredPort, ObservedPort, VlanMode, diff};
 use crate::values::{PortName, VlanId, VlanName};
 
@@ -128,6 +129,8 @@ pub struct NetconfSwitch {
     fault: Option<Fault>,
     kept: Arc<Mutex<KeptSlot>>,
     logins: Arc<std::sync::atomic::AtomicU64>,
+    /// When the device last answered, over every session.
+    heard: Heard,
 }
 
 impl std::fmt::Debug for NetconfSwitch {
@@ -177,6 +180,7 @@ impl NetconfSwitch {
             fault: None,
             kept: Arc::default(),
             logins: Arc::default(),
+            heard: Heard::default(),
         }
     }
 
@@ -220,10 +224,11 @@ impl NetconfSwitch {
     async fn session(&self) -> Result<Session, DeviceError> {
         self.logins
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Session::open(
+        Session::open_heard(
             &self.target,
             self.options.command_timeout,
             self.journal.clone(),
+            &self.heard,
         )
         .await
     }
@@ -898,5 +903,9 @@ impl Device for NetconfSwitch {
         if let Some(k) = kept {
             k.session.close().await;
         }
+    }
+
+    fn heard(&self) -> Option<Heard> {
+        Some(self.heard.clone())
     }
 }

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::cli::SshTarget;
 use crate::cli::transport::Subsystem;
 use crate::error::{Cause, DeviceError};
+use crate::heard::Heard;
 
 use super::framing::Framing;
 use super::rpc::{DeviceCapabilities, Operation, Reply, client_hello};
@@ -55,7 +56,17 @@ impl Session {
         timeout: Duration,
         journal: Option<Journal>,
     ) -> Result<Self, DeviceError> {
-        let channel = Subsystem::open(target, "netconf").await?;
+        Self::open_heard(target, timeout, journal, &Heard::default()).await
+    }
+
+    /// [`Session::open`], stamping `heard` whenever the device sends anything.
+    pub async fn open_heard(
+        target: &SshTarget,
+        timeout: Duration,
+        journal: Option<Journal>,
+        heard: &Heard,
+    ) -> Result<Self, DeviceError> {
+        let channel = Subsystem::open(target, "netconf", heard).await?;
         let mut s = Self {
             channel,
             buf: Vec::new(),

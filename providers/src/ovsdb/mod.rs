@@ -50,6 +50,7 @@ use tokio::time::Instant;
 use crate::device::{Device, NeighborSource, PortChange, PortOperation, PortReads, PortResult};
 use crate::error::Cause;
 use crate::error::DeviceError;
+use crate::heard::Heard;
 use crate::model::{
     AclRule, AdminState, Capabilities, Capability, DesiredPort, ObservedPort, VlanMode,
 };
@@ -89,6 +90,8 @@ pub struct OvsOptions {
 /// An Open vSwitch bridge reached over OVSDB.
 pub struct OvsSwitch {
     opts: OvsOptions,
+    /// When the server last answered, over every session.
+    heard: Heard,
 }
 
 #[async_trait]
@@ -138,7 +141,10 @@ struct Plan {
 impl OvsSwitch {
     /// A backend for `opts` (connects per batch).
     pub fn new(opts: OvsOptions) -> Self {
-        Self { opts }
+        Self {
+            opts,
+            heard: Heard::default(),
+        }
     }
 
     /// The bridge this backend manages.
@@ -158,7 +164,8 @@ impl OvsSwitch {
             self.opts.connect_timeout,
             self.opts.command_timeout,
         )
-        .await?;
+        .await?
+        .stamping(&self.heard);
         f(&mut conn).await
     }
 
@@ -930,6 +937,10 @@ impl Device for OvsSwitch {
                 .collect())
         })
         .await
+    }
+
+    fn heard(&self) -> Option<Heard> {
+        Some(self.heard.clone())
     }
 }
 

@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::error::{Cause, DeviceError};
+use crate::heard::Heard;
 
 /// Where an OVSDB server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +53,7 @@ pub enum OvsdbError {
         cause: Cause,
     },
     /// No answer in time.
-    #[error("timed out after {after:?} while {during}")]
+    #[error("no answer from the OVSDB server within {:.1} s while {during}", after.as_secs_f64())]
     Timeout {
         /// What was being done.
         during: String,
@@ -128,6 +129,8 @@ pub struct Connection {
     timeout: Duration,
     /// How many `echo` requests from the server were answered (tests read this).
     echoes_answered: u64,
+    /// Stamped whenever the server sends anything.
+    heard: Heard,
 }
 
 impl Connection {
@@ -167,7 +170,14 @@ impl Connection {
             next_id: 1,
             timeout,
             echoes_answered: 0,
+            heard: Heard::default(),
         })
+    }
+
+    /// This session stamps `heard` whenever the server sends anything.
+    pub fn stamping(mut self, heard: &Heard) -> Self {
+        self.heard = heard.clone();
+        self
     }
 
     /// The endpoint this session talks to.
@@ -229,6 +239,7 @@ impl Connection {
                     cause: Cause::msg("the server closed the connection"),
                 });
             }
+            self.heard.stamp();
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
@@ -461,6 +472,7 @@ mod tests {
             next_id: 1,
             timeout: Duration::from_secs(5),
             echoes_answered: 0,
+            heard: Heard::default(),
         };
         let peer = tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];

@@ -332,12 +332,34 @@ fn switch_status_and_its_events() {
 #[test]
 fn provider_status_says_why_it_is_not_ready() {
     let mut s = ConditionsStatus::default();
-    provider_status(&mut s, &Ok(()), Some(1), t(0));
+    provider_status(&mut s, &Ok(()), None, Some(1), t(0));
     assert_eq!(s.conditions[0].reason, "Valid");
+    assert_eq!(
+        s.conditions[0].message,
+        "specification and credentials are valid"
+    );
+    // A setting that cannot take effect is said, and the provider stays Ready.
+    provider_status(
+        &mut s,
+        &Ok(()),
+        Some("connectTimeoutSeconds …"),
+        Some(1),
+        t(0),
+    );
+    assert_eq!(
+        (
+            s.conditions[0].status.as_str(),
+            s.conditions[0].message.as_str()
+        ),
+        (
+            "True",
+            "specification and credentials are valid; connectTimeoutSeconds …"
+        )
+    );
     let missing = Err(Failure::Backend(BackendError::Credentials(
         "Secret \"login\" (spec.credentialsSecretRef) not found".into(),
     )));
-    provider_status(&mut s, &missing, Some(2), t(1));
+    provider_status(&mut s, &missing, None, Some(2), t(1));
     assert_eq!(
         (
             s.conditions[0].status.as_str(),
