@@ -23,7 +23,8 @@
 //! - [`lease`]: leader election on a Lease (its decision is [`decide::lease`]).
 //! - [`grants`]: the VLANPool grants, computed once per pool change.
 //! - [`metrics`]: the metrics registry (state, rendered in the Prometheus format);
-//!   [`serve`]: the one HTTP server (metrics, health probes, the admission webhook
+//!   [`process_metrics`]: the standard `process_*` families, read from `/proc` at
+//!   each scrape; [`serve`]: the one HTTP server (metrics, health probes, the admission webhook
 //!   over TLS); [`webhook`]: the webhook's own caches and its answers.
 
 pub mod api;
@@ -33,6 +34,7 @@ pub mod decide;
 pub mod grants;
 pub mod lease;
 pub mod metrics;
+pub mod process_metrics;
 pub mod serve;
 pub mod settings;
 pub mod webhook;

@@ -4,7 +4,15 @@
 //! prometheus-client families with typed label sets, so a label can be neither
 //! missing nor misplaced; label values are bounded (controller names, port states,
 //! backends, error categories — never object names or error text). State only, no
-//! I/O (the endpoint is [`crate::serve`]).
+//! I/O (the endpoint is [`crate::serve`]; the `process_*` families are read by
+//! [`crate::process_metrics`] at each scrape).
+//!
+//! **Known series at 0.** As Prometheus advises (and controller-runtime does for its
+//! reconcile counters), every label set known in advance is exported at 0 before its
+//! first event, so dashboards show 0 rather than "no data" and `rate()` sees the
+//! first event: the ones [`Known`] lists, given by whoever makes the metrics
+//! ([`crate::controllers::Probes`]), and each controller's `controller` × `result`
+//! when it starts ([`Metrics::controller_started`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -109,6 +117,25 @@ fn sizes() -> Histogram {
     Histogram::new(SIZES)
 }
 
+/// The label values known in advance, each exported at 0 ([`Metrics::with_known`]).
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// Every failure category (`patchbay_failures_total`, and with `ok` the
+    /// outcomes of neighbour reads and BGP speaker passes).
+    pub failure_categories: Vec<&'static str>,
+    /// Every device error category (with `changed` and `unchanged`, the outcomes of
+    /// `patchbay_device_operations_total`).
+    pub device_categories: Vec<&'static str>,
+    /// Every backend.
+    pub backends: Vec<&'static str>,
+    /// The port kinds (`SwitchPort`, `SmartNicPort`).
+    pub port_kinds: Vec<&'static str>,
+    /// The port states, `(none)` first.
+    pub port_states: Vec<String>,
+    /// What drift is repaired on (the port kinds, and BGP neighbours).
+    pub drift_kinds: Vec<&'static str>,
+}
+
 /// Every family, registered once, and whether the operator is ready.
 #[derive(Debug)]
 pub struct Metrics {
@@ -148,6 +175,8 @@ pub struct Metrics {
     pub admission_seconds: Seconds<AnswerLabel>,
     /// The port gauge's label sets last set (see [`Metrics::set_ports`]).
     port_states: parking_lot::Mutex<Vec<PortStateLabels>>,
+    /// The port gauge's label sets known in advance: kept at 0, never removed.
+    known_ports: Vec<PortStateLabels>,
     ready: AtomicBool,
 }
 
@@ -179,6 +208,7 @@ impl Metrics {
             leader: Gauge::default(),
             admission_seconds: Family::new_with_constructor(seconds),
             port_states: parking_lot::Mutex::default(),
+            known_ports: Vec::new(),
             ready: AtomicBool::new(false),
         };
         let r = &mut m.registry;
@@ -262,7 +292,78 @@ impl Metrics {
             "How long the validating webhook takes to answer one AdmissionReview, by answer (allowed or denied)",
             m.admission_seconds.clone(),
         );
+        r.register_collector(Box::new(crate::process_metrics::ProcessCollector));
+        for answer in ["allowed", "denied"] {
+            let _ = m.admission_seconds.get_or_create(&AnswerLabel { answer });
+        }
         m
+    }
+
+    /// [`Metrics::new`] with every label set of `known` exported at 0.
+    pub fn with_known(known: &Known) -> Self {
+        let mut m = Self::new();
+        m.known_ports = known
+            .port_kinds
+            .iter()
+            .flat_map(|kind| {
+                known.port_states.iter().map(|state| PortStateLabels {
+                    kind: (*kind).to_owned(),
+                    state: state.clone(),
+                })
+            })
+            .collect();
+        for labels in &m.known_ports {
+            m.ports.get_or_create(labels).set(0.0);
+        }
+        // Every change of state, (none) to each state and each state to another.
+        for from in &known.port_states {
+            for to in known.port_states.iter().skip(1).filter(|to| *to != from) {
+                let _ = m.transitions.get_or_create(&TransitionLabels {
+                    from: from.clone(),
+                    to: to.clone(),
+                });
+            }
+        }
+        for &backend in &known.backends {
+            let b = BackendLabel { backend };
+            let _ = m.device_seconds.get_or_create(&b);
+            let _ = m.batch_size.get_or_create(&b);
+            let _ = m.sessions.get_or_create(&b);
+            let _ = m.drift_sweeps.get_or_create(&b);
+            let _ = m.drift_found.get_or_create(&b);
+            for &outcome in ["changed", "unchanged"]
+                .iter()
+                .chain(&known.device_categories)
+            {
+                let _ = m
+                    .device_operations
+                    .get_or_create(&OperationLabels { backend, outcome });
+            }
+        }
+        for &category in &known.failure_categories {
+            let _ = m.failures.get_or_create(&CategoryLabel { category });
+        }
+        for &outcome in std::iter::once(&"ok").chain(&known.failure_categories) {
+            let _ = m.neighbor_reads.get_or_create(&OutcomeLabel { outcome });
+            let _ = m.bgp_passes.get_or_create(&OutcomeLabel { outcome });
+        }
+        for &kind in &known.drift_kinds {
+            let _ = m.drift_repaired.get_or_create(&KindLabel { kind });
+        }
+        m
+    }
+
+    /// Controller `controller` started: its reconcile count for `ok` and for each of
+    /// `errors` (the error categories it may count), and its duration, at 0.
+    pub fn controller_started(&self, controller: &'static str, errors: &[&'static str]) {
+        for &result in std::iter::once(&"ok").chain(errors) {
+            let _ = self
+                .reconciles
+                .get_or_create(&ReconcileLabels { controller, result });
+        }
+        let _ = self
+            .reconcile_seconds
+            .get_or_create(&ControllerLabel { controller });
     }
 
     /// Every family in the OpenMetrics text format (which Prometheus reads; served
@@ -288,7 +389,11 @@ impl Metrics {
             })
             .collect();
         for gone in shown.iter().filter(|l| !now.contains(l)) {
-            self.ports.remove(gone);
+            if self.known_ports.contains(gone) {
+                self.ports.get_or_create(gone).set(0.0);
+            } else {
+                self.ports.remove(gone);
+            }
         }
         *shown = now;
     }
@@ -368,5 +473,47 @@ mod tests {
         );
         // Two operators in one process count apart.
         assert!(!Metrics::new().render().contains("TestKind"));
+    }
+
+    #[test]
+    fn known_series_are_at_0_from_the_start_and_a_known_port_state_goes_back_to_0() {
+        let m = Metrics::with_known(&Known {
+            failure_categories: vec!["Boom"],
+            device_categories: vec!["DeviceTimeout"],
+            backends: vec!["ssh"],
+            port_kinds: vec!["SwitchPort"],
+            port_states: vec!["(none)".into(), "Idle".into(), "Active".into()],
+            drift_kinds: vec!["SwitchPort"],
+        });
+        m.controller_started("Switch", &["KubernetesError"]);
+        let text = m.render();
+        for line in [
+            "patchbay_failures_total{category=\"Boom\"} 0\n",
+            "patchbay_neighbor_reads_total{outcome=\"ok\"} 0\n",
+            "patchbay_bgp_speaker_passes_total{outcome=\"Boom\"} 0\n",
+            "patchbay_device_operations_total{backend=\"ssh\",outcome=\"DeviceTimeout\"} 0\n",
+            "patchbay_device_operations_total{backend=\"ssh\",outcome=\"unchanged\"} 0\n",
+            "patchbay_batch_size_count{backend=\"ssh\"} 0\n",
+            "patchbay_drift_repaired_total{kind=\"SwitchPort\"} 0\n",
+            "patchbay_port_transitions_total{from=\"(none)\",to=\"Idle\"} 0\n",
+            "patchbay_port_transitions_total{from=\"Active\",to=\"Idle\"} 0\n",
+            "patchbay_ports{kind=\"SwitchPort\",state=\"Active\"} 0.0\n",
+            "patchbay_reconciles_total{controller=\"Switch\",result=\"KubernetesError\"} 0\n",
+            "patchbay_reconcile_duration_seconds_count{controller=\"Switch\"} 0\n",
+            "patchbay_admission_duration_seconds_count{answer=\"denied\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(
+            !text.contains("to=\"(none)\""),
+            "nothing goes back to (none)"
+        );
+        // A known state no port is in any more reads 0; another one goes.
+        m.set_ports([(("SwitchPort".into(), "Active".into()), 2.0)]);
+        m.set_ports([(("SwitchPort".into(), "Weird".into()), 1.0)]);
+        m.set_ports([(("SwitchPort".into(), "Idle".into()), 1.0)]);
+        let text = m.render();
+        assert!(text.contains("patchbay_ports{kind=\"SwitchPort\",state=\"Active\"} 0.0\n"));
+        assert!(!text.contains("Weird"), "{text}");
     }
 }

@@ -848,3 +848,220 @@ async fn a_switch_that_answers_slowly_is_not_declared_down() {
     assert!(wait_exit(&mut child, 40).success());
     env.cluster.finish().await;
 }
+
+/// The metrics table of docs/production.md: (name, type, label names) per row.
+fn documented_metrics() -> Vec<(String, String, Vec<String>)> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/production.md"))
+        .unwrap();
+    let table = &doc[doc
+        .find("| metric | type | labels |")
+        .expect("the metrics table")..];
+    let backticked = |text: &str| -> Vec<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+            // The label names: what is in backticks outside the parentheses.
+            let mut outside = String::new();
+            let mut depth = 0;
+            for c in cells[2].chars() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    c if depth == 0 => outside.push(c),
+                    _ => {}
+                }
+            }
+            (
+                backticked(cells[0]).remove(0),
+                cells[1].to_owned(),
+                backticked(&outside),
+            )
+        })
+        .collect()
+}
+
+/// The value of the sample `line_start` (`name{labels}`), if the scrape has it.
+fn value(scrape: &str, line_start: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find(|l| l.starts_with(line_start) && l[line_start.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// An idle operator (the leader, the CRDs installed, nothing else) serves every
+/// family docs/production.md lists, with the labels it lists, serves no family the
+/// table lacks, and exports every closed label set at 0 before anything happens:
+/// failure and device error categories, backends, port kinds, states and changes of
+/// state, the admission answers, each controller's results; and the standard
+/// `process_*` families.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_operator_exports_every_documented_family_with_its_known_series_at_0() {
+    use patchbay::api::{Backend, PortState};
+    use patchbay::controllers::ControllerError;
+    use patchbay::decide::failure::Failure;
+    use patchbay_providers::DeviceError;
+    let env = Env::without_operator(Cluster::start("prod-idle-metrics").await).await;
+    let metrics_port = free_port();
+    let log = env.cluster.dir.join("operator.log");
+    let _logs = LogsOnPanic(vec![log.clone()]);
+    let address = format!("127.0.0.1:{metrics_port}");
+    let mut child = operator(&env, &log, &["--metrics-address", &address]);
+    eventually(30, "/readyz", || async {
+        (get(metrics_port, "/readyz")?.0 == 200).then_some(())
+    })
+    .await;
+    let scrape = get(metrics_port, "/metrics").unwrap().1;
+
+    // The table and the scrape, both ways.
+    let documented = documented_metrics();
+    assert!(documented.len() >= 22, "{documented:?}");
+    for (name, kind, labels) in &documented {
+        let family = match kind.as_str() {
+            "counter" => name
+                .strip_suffix("_total")
+                .expect("a counter ends in _total"),
+            _ => name.as_str(),
+        };
+        assert!(
+            scrape.contains(&format!("# TYPE {family} {kind}\n")),
+            "{name} ({kind}) is documented but not served:\n{scrape}"
+        );
+        let sample_name = if kind == "histogram" {
+            format!("{name}_count")
+        } else {
+            name.clone()
+        };
+        let samples: Vec<&str> = scrape
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(sample_name.as_str())
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .collect();
+        assert!(!samples.is_empty(), "{name} has no sample:\n{scrape}");
+        for s in &samples {
+            let mut served: Vec<String> = s
+                .split_once('{')
+                .map(|(_, rest)| rest.split_once('}').unwrap().0)
+                .unwrap_or_default()
+                .split(',')
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| kv.split_once('=').unwrap().0.to_owned())
+                .collect();
+            served.sort();
+            let mut listed = labels.clone();
+            listed.sort();
+            assert_eq!(served, listed, "the labels of {s}");
+        }
+    }
+    for line in scrape.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let (family, kind) = line.split_once(' ').unwrap();
+        let name = if kind == "counter" {
+            format!("{family}_total")
+        } else {
+            family.to_owned()
+        };
+        assert!(
+            documented.iter().any(|(n, k, _)| *n == name && k == kind),
+            "{name} ({kind}) is served but not in docs/production.md's table"
+        );
+    }
+
+    // Every closed label set, at 0.
+    let at_zero = |line: String| {
+        assert_eq!(value(&scrape, &line), Some(0.0), "{line} at 0 in\n{scrape}");
+    };
+    let failures = Failure::categories();
+    assert!(failures.contains(&"DeviceTimeout") && failures.contains(&"Forbidden"));
+    for c in &failures {
+        at_zero(format!("patchbay_failures_total{{category=\"{c}\"}}"));
+    }
+    for outcome in std::iter::once(&"ok").chain(&failures) {
+        at_zero(format!(
+            "patchbay_neighbor_reads_total{{outcome=\"{outcome}\"}}"
+        ));
+        at_zero(format!(
+            "patchbay_bgp_speaker_passes_total{{outcome=\"{outcome}\"}}"
+        ));
+    }
+    for backend in Backend::ALL.map(Backend::name) {
+        let b = format!("{{backend=\"{backend}\"}}");
+        for family in [
+            "patchbay_device_batch_duration_seconds_count",
+            "patchbay_batch_size_count",
+            "patchbay_device_sessions_open",
+            "patchbay_drift_sweeps_total",
+            "patchbay_drift_found_total",
+        ] {
+            at_zero(format!("{family}{b}"));
+        }
+        for outcome in ["changed", "unchanged"]
+            .iter()
+            .chain(DeviceError::CATEGORIES)
+        {
+            at_zero(format!(
+                "patchbay_device_operations_total{{backend=\"{backend}\",outcome=\"{outcome}\"}}"
+            ));
+        }
+    }
+    let states: Vec<String> = std::iter::once("(none)".to_owned())
+        .chain(PortState::ALL.iter().map(ToString::to_string))
+        .collect();
+    for kind in ["SwitchPort", "SmartNicPort"] {
+        at_zero(format!("patchbay_drift_repaired_total{{kind=\"{kind}\"}}"));
+        for state in &states {
+            at_zero(format!(
+                "patchbay_ports{{kind=\"{kind}\",state=\"{state}\"}}"
+            ));
+        }
+    }
+    for from in &states {
+        for to in states.iter().skip(1).filter(|to| *to != from) {
+            at_zero(format!(
+                "patchbay_port_transitions_total{{from=\"{from}\",to=\"{to}\"}}"
+            ));
+        }
+    }
+    for answer in ["allowed", "denied"] {
+        at_zero(format!(
+            "patchbay_admission_duration_seconds_count{{answer=\"{answer}\"}}"
+        ));
+    }
+    for controller in [
+        "SwitchPort",
+        "Switch",
+        "ProviderSwitch",
+        "SmartNicPort",
+        "ServerClaim",
+        "Server",
+    ] {
+        at_zero(format!(
+            "patchbay_reconcile_duration_seconds_count{{controller=\"{controller}\"}}"
+        ));
+        for result in std::iter::once(&"ok").chain(ControllerError::CATEGORIES) {
+            at_zero(format!(
+                "patchbay_reconciles_total{{controller=\"{controller}\",result=\"{result}\"}}"
+            ));
+        }
+    }
+    assert_eq!(value(&scrape, "patchbay_leader"), Some(1.0));
+    // The process, as every Prometheus client reports it.
+    let pid_start = value(&scrape, "process_start_time_seconds").unwrap();
+    assert!((pid_start - unix_now()).abs() < 120.0, "{pid_start}");
+    assert!(value(&scrape, "process_resident_memory_bytes").unwrap() > 1e6);
+    assert!(value(&scrape, "process_open_fds").unwrap() >= 3.0);
+    assert!(value(&scrape, "process_cpu_seconds_total").unwrap() > 0.0);
+    sigterm(&child);
+    assert!(wait_exit(&mut child, 40).success());
+    env.cluster.finish().await;
+}

@@ -302,6 +302,22 @@ impl DeviceError {
         )
     }
 
+    /// Every value [`DeviceError::category`] takes (the metrics export each at 0).
+    pub const CATEGORIES: &'static [&'static str] = &[
+        "DeviceUnreachable",
+        "DeviceTimeout",
+        "DeviceSlow",
+        "AuthenticationFailed",
+        "HostKeyMismatch",
+        "CommandRejected",
+        "LockDenied",
+        "RpcRejected",
+        "UnknownPort",
+        "Unsupported",
+        "VerificationFailed",
+        "ProtocolError",
+    ];
+
     /// A short, bounded category: used as a metric label and an Event reason.
     pub fn category(&self) -> &'static str {
         match self {
@@ -325,6 +341,97 @@ impl DeviceError {
 mod tests {
     use super::*;
     use std::error::Error as _;
+
+    /// One error of each kind; a new variant fails to compile in `covered` until it
+    /// has an example here, and its category is then checked against the list.
+    fn one_of_each() -> Vec<DeviceError> {
+        let s = String::new;
+        let rpc = |tag: &str| {
+            Box::new(RpcError {
+                tag: tag.into(),
+                ..Default::default()
+            })
+        };
+        let all = vec![
+            DeviceError::Unreachable {
+                address: s(),
+                cause: Cause::msg(""),
+            },
+            DeviceError::Timeout {
+                during: s(),
+                after: Duration::ZERO,
+            },
+            DeviceError::Silent {
+                within: Duration::ZERO,
+                bound: "",
+            },
+            DeviceError::Overran {
+                after: Duration::ZERO,
+                bound: "",
+                answering: true,
+            },
+            DeviceError::AuthenticationFailed { address: s() },
+            DeviceError::HostKeyMismatch {
+                address: s(),
+                expected: s(),
+                presented: s(),
+            },
+            DeviceError::CommandRejected {
+                command: s(),
+                output: s(),
+            },
+            DeviceError::RpcRejected {
+                operation: s(),
+                ports: vec![],
+                error: rpc("lock-denied"),
+            },
+            DeviceError::RpcRejected {
+                operation: s(),
+                ports: vec![],
+                error: rpc("invalid-value"),
+            },
+            DeviceError::UnknownPort { port: s() },
+            DeviceError::Unsupported {
+                capability: Capability::Mtu,
+            },
+            DeviceError::VerificationFailed {
+                port: s(),
+                fields: vec![],
+            },
+            DeviceError::Protocol {
+                during: s(),
+                cause: Cause::msg(""),
+            },
+        ];
+        fn covered(e: &DeviceError) {
+            match e {
+                DeviceError::Unreachable { .. }
+                | DeviceError::Timeout { .. }
+                | DeviceError::Silent { .. }
+                | DeviceError::Overran { .. }
+                | DeviceError::AuthenticationFailed { .. }
+                | DeviceError::HostKeyMismatch { .. }
+                | DeviceError::CommandRejected { .. }
+                | DeviceError::RpcRejected { .. }
+                | DeviceError::UnknownPort { .. }
+                | DeviceError::Unsupported { .. }
+                | DeviceError::VerificationFailed { .. }
+                | DeviceError::Protocol { .. } => {}
+            }
+        }
+        all.iter().for_each(covered);
+        all
+    }
+
+    #[test]
+    fn the_category_list_is_every_category_an_error_has() {
+        let mut made: Vec<&str> = one_of_each().iter().map(DeviceError::category).collect();
+        made.sort_unstable();
+        made.dedup();
+        let mut listed = DeviceError::CATEGORIES.to_vec();
+        listed.sort_unstable();
+        assert_eq!(made, listed);
+    }
 
     #[test]
     fn a_device_error_keeps_its_cause_chain() {

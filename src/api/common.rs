@@ -62,6 +62,17 @@ pub enum PortState {
     Deleting,
 }
 
+impl PortState {
+    /// Every state, in the order a port meets them.
+    pub const ALL: [PortState; 5] = [
+        PortState::Idle,
+        PortState::Configuring,
+        PortState::Active,
+        PortState::Cleaning,
+        PortState::Deleting,
+    ];
+}
+
 impl std::fmt::Display for PortState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

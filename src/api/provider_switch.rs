@@ -100,6 +100,15 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Every backend.
+    pub const ALL: [Backend; 5] = [
+        Backend::Ssh,
+        Backend::Netconf,
+        Backend::Ansible,
+        Backend::Ovsdb,
+        Backend::Fixture,
+    ];
+
     /// The name the API uses (`ssh`, `ovsdb`, …).
     pub fn name(self) -> &'static str {
         match self {

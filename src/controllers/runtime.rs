@@ -350,6 +350,7 @@ where
     let synced = synced.clone();
     let retries = retries.clone();
     let metrics = metrics.clone();
+    metrics.controller_started(controller, ControllerError::CATEGORIES);
     move |obj, ctx| {
         let me = obj.clone();
         let fut = reconcile(obj, ctx);

@@ -157,6 +157,42 @@ impl Failure {
         Failure::ConfigurationNotFound { kind, name }
     }
 
+    /// The categories of a failure's own (a device's and a backend's are
+    /// [`DeviceError::CATEGORIES`] and [`BackendError::CATEGORIES`]).
+    const OWN_CATEGORIES: &'static [&'static str] = &[
+        "InvalidConfiguration",
+        "InvalidProvider",
+        "InvalidSwitch",
+        "InvalidSmartNicPort",
+        "InvalidPortName",
+        "PortNotDefined",
+        "SwitchNotFound",
+        "ProviderNotFound",
+        "ConfigurationNotFound",
+        "NextPortNotFound",
+        "NextPortClaimed",
+        "NextPortInUse",
+        "LagGroupIncomplete",
+        "NotLeader",
+        "WorkerStopped",
+        "Forbidden",
+        "KubernetesError",
+    ];
+
+    /// Every value [`Failure::category`] takes, each once (the metrics export each
+    /// at 0).
+    pub fn categories() -> Vec<&'static str> {
+        let mut all: Vec<&'static str> = Self::OWN_CATEGORIES
+            .iter()
+            .chain(DeviceError::CATEGORIES)
+            .chain(BackendError::CATEGORIES)
+            .copied()
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// A short, bounded category: the condition reason, the Event reason and a metric
     /// label. Never an object name or an error message.
     pub fn category(&self) -> &'static str {
@@ -301,6 +337,15 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// Every value [`BackendError::category`] takes.
+    pub const CATEGORIES: &'static [&'static str] = &[
+        "CredentialsInvalid",
+        "BackendUnsupported",
+        "HostKeyNotPinned",
+        "InvalidProvider",
+        "HostKeyUnusable",
+    ];
+
     /// A bounded category for conditions, events and metrics.
     pub fn category(&self) -> &'static str {
         match self {
@@ -425,6 +470,144 @@ mod tests {
             path: path.into(),
             reason: reason.into(),
         }])
+    }
+
+    /// One failure of each kind (each backend error too); a new variant fails to
+    /// compile in `covered` until it has an example here, whose category is then
+    /// checked against [`Failure::categories`].
+    fn one_of_each() -> Vec<Failure> {
+        let s = String::new;
+        let device = DeviceError::UnknownPort { port: s() };
+        let outage = Outage {
+            error: DeviceError::AuthenticationFailed { address: s() },
+            since: jiff::Timestamp::UNIX_EPOCH,
+            timing: SwitchOutage {
+                failures: 1,
+                last_failure: jiff::Timestamp::UNIX_EPOCH,
+                next_probe: jiff::Timestamp::UNIX_EPOCH,
+            },
+        };
+        let backend = [
+            BackendError::Credentials(s()),
+            BackendError::Unsupported("x"),
+            BackendError::NoDialect {
+                backend: "ssh",
+                os: s(),
+            },
+            BackendError::BadOption {
+                field: "f",
+                reason: s(),
+            },
+            BackendError::HostKeyNotPinned,
+            BackendError::HostKeyUnusable {
+                pin: "p",
+                cause: Cause::msg(""),
+            },
+        ];
+        let mut all = vec![
+            Failure::Device(device),
+            Failure::SwitchDown(Box::new(outage)),
+            Failure::InvalidConfiguration(errors("a", "b")),
+            Failure::InvalidProvider {
+                name: s(),
+                errors: errors("a", "b"),
+            },
+            Failure::ProviderNotOvs { name: s() },
+            Failure::ProviderRole {
+                field: "f",
+                name: s(),
+                why: "w",
+            },
+            Failure::InvalidSwitch(errors("a", "b")),
+            Failure::InvalidSmartNicPort(errors("a", "b")),
+            Failure::InvalidPortName {
+                field: None,
+                error: patchbay_providers::values::ValueError(s()),
+            },
+            Failure::PortNotDefined { port: s() },
+            Failure::SwitchNotFound,
+            Failure::ProviderNotFound {
+                name: s(),
+                field: "f",
+            },
+            Failure::ConfigurationNotFound {
+                kind: "k",
+                name: s(),
+            },
+            Failure::NextPortNotFound { port: s() },
+            Failure::NextPortClaimed { port: s(), by: s() },
+            Failure::NextPortInUse {
+                port: s(),
+                configuration: s(),
+            },
+            Failure::GroupIncomplete(WorkerError::NotLeading),
+            Failure::NotLeading,
+            Failure::WorkerStopped,
+            Failure::Forbidden(vec![]),
+            Failure::Kubernetes(std::sync::Arc::new(
+                kube::Error::LinesCodecMaxLineLengthExceeded,
+            )),
+        ];
+        all.extend(backend.into_iter().map(Failure::Backend));
+        fn covered(f: &Failure) {
+            match f {
+                Failure::Device(_)
+                | Failure::SwitchDown(_)
+                | Failure::Backend(_)
+                | Failure::InvalidConfiguration(_)
+                | Failure::InvalidProvider { .. }
+                | Failure::ProviderNotOvs { .. }
+                | Failure::ProviderRole { .. }
+                | Failure::InvalidSwitch(_)
+                | Failure::InvalidSmartNicPort(_)
+                | Failure::InvalidPortName { .. }
+                | Failure::PortNotDefined { .. }
+                | Failure::SwitchNotFound
+                | Failure::ProviderNotFound { .. }
+                | Failure::ConfigurationNotFound { .. }
+                | Failure::NextPortNotFound { .. }
+                | Failure::NextPortClaimed { .. }
+                | Failure::NextPortInUse { .. }
+                | Failure::GroupIncomplete(_)
+                | Failure::NotLeading
+                | Failure::WorkerStopped
+                | Failure::Forbidden(_)
+                | Failure::Kubernetes(_) => {}
+            }
+            if let Failure::Backend(b) = f {
+                match b {
+                    BackendError::Credentials(_)
+                    | BackendError::Unsupported(_)
+                    | BackendError::NoDialect { .. }
+                    | BackendError::BadOption { .. }
+                    | BackendError::HostKeyNotPinned
+                    | BackendError::HostKeyUnusable { .. } => {}
+                }
+            }
+        }
+        all.iter().for_each(covered);
+        all
+    }
+
+    #[test]
+    fn the_category_list_is_every_category_a_failure_has() {
+        let listed = Failure::categories();
+        for f in one_of_each() {
+            assert!(
+                listed.contains(&f.category()),
+                "{} not listed",
+                f.category()
+            );
+        }
+        // Each own and backend category is one some failure has (the device's are
+        // checked in the providers crate).
+        let made: Vec<&str> = one_of_each().iter().map(Failure::category).collect();
+        for c in Failure::OWN_CATEGORIES
+            .iter()
+            .chain(BackendError::CATEGORIES)
+        {
+            assert!(made.contains(c), "{c} listed but no failure has it");
+        }
     }
 
     #[test]
