@@ -659,65 +659,6 @@ async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed(
     env.cluster.finish().await;
 }
 
-/// A TCP listener on 127.0.0.1 that accepts every connection and never sends a
-/// byte (a switch whose SSH server hangs before its banner): its port, and how many
-/// connections it accepted.
-fn silent_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let count = accepted.clone();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().flatten() {
-            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            held.push(stream);
-        }
-    });
-    (port, accepted)
-}
-
-/// A TCP relay on 127.0.0.1 in front of `target` that holds back every chunk the
-/// device sends by the delay in milliseconds it is given (changeable while it runs):
-/// a device that answers everything, slowly.
-fn slow_relay(target: u16, delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>) -> u16 {
-    use std::sync::atomic::Ordering;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(device) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
-                continue;
-            };
-            let _ = (client.set_nodelay(true), device.set_nodelay(true));
-            let (mut up_from, mut up_to) =
-                (client.try_clone().unwrap(), device.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut up_from, &mut up_to);
-                let _ = up_to.shutdown(std::net::Shutdown::Write);
-            });
-            let (mut down_from, mut down_to) = (device, client);
-            let delay = delay_ms.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16 * 1024];
-                loop {
-                    match down_from.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            std::thread::sleep(Duration::from_millis(delay.load(Ordering::SeqCst)));
-                            if down_to.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                    }
-                }
-                let _ = down_to.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    port
-}
-
 /// Leader election on (its defaults: a 5 s batch bound) and a switch that accepts
 /// TCP and never says a word: the port and the Switch say the device did not answer
 /// within the bound (DeviceTimeout, not a protocol error), the switch is probed once
@@ -728,7 +669,8 @@ async fn a_switch_that_never_answers_is_reported_silent_and_probed_per_backoff_s
     use patchbay::api::{ProviderSwitch, Switch};
     use support::env::{condition, find_condition};
     let env = Env::without_operator(Cluster::start("prod-silent").await).await;
-    let (port, accepted) = silent_listener();
+    let mute = patchbay_testbed::SilentDevice::start().unwrap();
+    let port = mute.port;
     env.device(
         "mute",
         &[("username", "admin"), ("password", "not-used")],
@@ -785,9 +727,9 @@ async fn a_switch_that_never_answers_is_reported_silent_and_probed_per_backoff_s
     );
     // Over the next 20 s the three ports wait on the switch: it is probed once per
     // backoff step (5 s, then 10 s: at most three more sessions), not by each port.
-    let before = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let before = mute.connections();
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let probes = accepted.load(std::sync::atomic::Ordering::SeqCst) - before;
+    let probes = mute.connections() - before;
     assert!(
         (1..=3).contains(&probes),
         "{probes} connections to a silent switch in 20 s"
@@ -807,8 +749,8 @@ async fn a_switch_that_answers_slowly_is_not_declared_down() {
     use support::env::{condition, find_condition};
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let mut sim = sims.get("tor1").clone();
-    let delay = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(150));
-    sim.port = slow_relay(sim.port, delay.clone());
+    let relay = patchbay_testbed::SlowRelay::start(sim.port, Duration::from_millis(150)).unwrap();
+    sim.port = relay.port;
     let env = fabric(Cluster::start("prod-slow").await, &sim, 1).await;
     let log = env.cluster.dir.join("operator.log");
     let _logs = LogsOnPanic(vec![log.clone()]);
@@ -841,7 +783,7 @@ async fn a_switch_that_answers_slowly_is_not_declared_down() {
         reachable.as_ref().is_none_or(|(s, _, _)| s != "False"),
         "a slow switch is not down: {reachable:?}"
     );
-    delay.store(0, std::sync::atomic::Ordering::SeqCst);
+    relay.set_delay(Duration::ZERO);
     env.wait_state("p1", PortState::Active).await;
     on_web(&sim, [1]).await;
     sigterm(&child);

@@ -1053,11 +1053,13 @@ pub fn ansible_playbook() -> Result<PathBuf> {
 }
 
 /// A TCP listener on 127.0.0.1 that accepts connections and never answers (a
-/// device that hangs). Connections are held until it is dropped.
+/// device that hangs, before even an SSH banner). Connections are held until it is
+/// dropped.
 pub struct SilentDevice {
     /// Its port.
     pub port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl SilentDevice {
@@ -1074,17 +1076,30 @@ impl SilentDevice {
             .map_err(io("binding a silent device"))?
             .port();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (flag, count) = (stop.clone(), accepted.clone());
         std::thread::spawn(move || {
             let mut held = Vec::new();
             while !flag.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((s, _)) => held.push(s),
+                    Ok((s, _)) => {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        held.push(s);
+                    }
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             }
         });
-        Ok(Self { port, stop })
+        Ok(Self {
+            port,
+            stop,
+            accepted,
+        })
+    }
+
+    /// How many connections it accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -1155,6 +1170,90 @@ fn relay_until_cut(
 }
 
 impl Drop for CuttingRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A TCP relay on 127.0.0.1 to `upstream` that holds back every chunk the device
+/// sends by a delay that can be changed while it runs ([`SlowRelay::set_delay`]): a
+/// device that answers everything, slowly. Stopped when dropped.
+pub struct SlowRelay {
+    /// Its port.
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl SlowRelay {
+    /// Starts relaying to 127.0.0.1:`upstream`, holding back each answer by `delay`.
+    pub fn start(upstream: u16, delay: Duration) -> Result<Self> {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("binding a relay"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io("binding a relay"))?;
+        let port = listener.local_addr().map_err(io("binding a relay"))?.port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let delay_ms = std::sync::Arc::new(AtomicU64::new(delay.as_millis() as u64));
+        let (flag, held_back) = (stop.clone(), delay_ms.clone());
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                };
+                let _ = relay_slowly(client, upstream, held_back.clone());
+            }
+        });
+        Ok(Self {
+            port,
+            stop,
+            delay_ms,
+        })
+    }
+
+    /// Holds back each answer by `delay` from now on.
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_ms.store(
+            delay.as_millis() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+}
+
+/// Relays one connection: what the client sends at once, what the device sends
+/// after the delay, chunk by chunk.
+fn relay_slowly(
+    client: std::net::TcpStream,
+    upstream: u16,
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> std::io::Result<()> {
+    use std::io::{Read as _, Write as _};
+    client.set_nonblocking(false)?;
+    let device = std::net::TcpStream::connect(("127.0.0.1", upstream))?;
+    let _ = (client.set_nodelay(true), device.set_nodelay(true));
+    let (mut up_from, mut up_to) = (client.try_clone()?, device.try_clone()?);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut up_from, &mut up_to);
+        let _ = up_to.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut down_from, mut down_to) = (device, client);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n @ 1..) = down_from.read(&mut buf) {
+            let ms = delay_ms.load(std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(ms));
+            if down_to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = down_to.shutdown(std::net::Shutdown::Write);
+    });
+    Ok(())
+}
+
+impl Drop for SlowRelay {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
