@@ -8,12 +8,13 @@ ifdef CI
 export CARGO_INCREMENTAL ?= 0
 endif
 
-.PHONY: all demo test fmt-check clippy doc-check unit crds build deps kubectl fake-switch ovs netconf lldp bgp ansible bench help
+.PHONY: all demo test fmt-check clippy doc-check unit crds build deps kubectl fake-switch ovs sshd netconf lldp bgp ansible bench help
 
 all: test
 
 help:
-	@echo "make demo   - run the demo on the embedded default (fixture switch)"
+	@echo "make demo   - the demo: devplane, simulated switches (SSH, NETCONF, Ansible), Open vSwitch,"
+	@echo "              LLDP hosts, FRR and GoBGP in namespaces, the operator and examples/"
 	@echo "make test   - formatting, clippy -D warnings, rustdoc -D warnings, every test"
 	@echo "make crds   - regenerate crds/ from the Rust types"
 	@echo "make bench  - benchmarks (print figures, assert nothing)"
@@ -54,31 +55,42 @@ ovs:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			openvswitch-switch ethtool iputils-ping iproute2; }
 
-# A real NETCONF server for the NETCONF tests, benchmark and demo: Debian's netconfd
-# (yuma123) behind a private sshd (both started by hand by the test bed, never
-# through systemd), ssh-keygen for their keys, and openssl for the admission
-# webhook's test certificates.
-netconf:
-	@command -v netconfd >/dev/null 2>&1 && test -x /usr/sbin/netconf-subsystem \
-		&& test -x /usr/sbin/sshd && command -v ssh-keygen >/dev/null 2>&1 \
-		&& command -v openssl >/dev/null 2>&1 || { \
-		echo "installing netconfd, openssh-server, openssl"; \
+# Private sshds (started by hand by the test bed, never through systemd) in front of
+# netconfd, lldpd's lldpcli, FRR's vtysh and a hanging shell; ssh-keygen for their
+# keys. A freshly installed package's own service is stopped and disabled: nothing
+# listens on the host's port 22 because of this.
+sshd:
+	@test -x /usr/sbin/sshd && command -v ssh-keygen >/dev/null 2>&1 || { \
+		echo "installing openssh-server, openssh-client"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			netconfd openssh-server openssh-client openssl; }
+			openssh-server openssh-client; \
+		{ systemctl disable --now ssh >/dev/null 2>&1 || service ssh stop >/dev/null 2>&1 || true; }; }
 
-# LLDP peers for the cabling tests: Debian's lldpd (one per network namespace, each
-# with its own control socket, started by the test bed, never through systemd; the
-# package's own service is stopped and disabled so it does not speak on the host).
-lldp:
+# A real NETCONF server for the NETCONF tests and benchmark: Debian's netconfd
+# (yuma123) behind a private sshd, and openssl for the admission webhook's test
+# certificates.
+netconf: sshd
+	@command -v netconfd >/dev/null 2>&1 && test -x /usr/sbin/netconf-subsystem \
+		&& command -v openssl >/dev/null 2>&1 || { \
+		echo "installing netconfd, openssl"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			netconfd openssl; }
+
+# LLDP peers for the cabling tests and the demo: Debian's lldpd (one per network
+# namespace, each with its own control socket, started by the test bed, never through
+# systemd; the package's own service is stopped and disabled so it does not speak on
+# the host); the switch's lldpcli is read over a private sshd.
+lldp: sshd
 	@command -v lldpd >/dev/null 2>&1 && command -v lldpcli >/dev/null 2>&1 || { \
 		echo "installing lldpd"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lldpd; \
 		{ systemctl disable --now lldpd >/dev/null 2>&1 || service lldpd stop >/dev/null 2>&1 || true; }; }
 
-# BGP peers for the BGP tests: FRRouting (zebra + bgpd + vtysh, the ToR) and GoBGP
-# (the node), both started by the test bed in network namespaces with their own
-# directories, never through systemd (the frr service is stopped and disabled).
-bgp:
+# BGP peers for the BGP tests and the demo: FRRouting (zebra + bgpd + vtysh, the ToR,
+# its vtysh behind a private sshd) and GoBGP (the node), both started by the test bed
+# in network namespaces with their own directories, never through systemd (the frr
+# service is stopped and disabled).
+bgp: sshd
 	@test -x /usr/lib/frr/bgpd && command -v vtysh >/dev/null 2>&1 \
 		&& command -v gobgpd >/dev/null 2>&1 && command -v gobgp >/dev/null 2>&1 || { \
 		echo "installing frr, gobgpd"; \
@@ -101,7 +113,9 @@ $(ANSIBLE_VENV)/.installed: playbooks/requirements.txt
 build: deps
 	$(CARGO) build --workspace --all-targets --locked
 
-demo: deps fake-switch ovs lldp bgp ansible
+# Every peer the demo starts (testbed/src/peers.rs; tests/make.rs checks it), and
+# kubectl to watch it with.
+demo: deps kubectl fake-switch ovs sshd lldp bgp ansible
 	$(CARGO) run --quiet --locked -- demo $(DEMO_ARGS)
 
 fmt-check: deps
@@ -115,14 +129,14 @@ clippy: deps
 doc-check: deps
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --lib --locked
 
-unit: deps kubectl fake-switch ovs netconf lldp bgp ansible
+unit: deps kubectl fake-switch ovs sshd netconf lldp bgp ansible
 	$(CARGO) test --workspace --locked
 
 test: fmt-check clippy doc-check unit
 
 # Each run's output is kept in target/bench-out/ (bench/run.sh) and the figures
 # table of docs/benchmarks.md is written from it (bench/table.py).
-bench: deps fake-switch ovs netconf lldp bgp ansible
+bench: deps fake-switch ovs sshd netconf lldp bgp ansible
 	bench/run.sh devplane -- devplane
 	bench/run.sh operator -- operator
 	bench/run.sh ssh -- ssh

@@ -16,9 +16,15 @@
 //!   (Debian lldpd), the switch's lldpd readable over a private sshd.
 //! - [`bgp::Frr`] and [`bgp::Gobgp`]: real BGP speakers (Debian frr, gobgpd) in network
 //!   namespaces, FRR's vtysh behind a private sshd.
+//! - [`SilentDevice`], [`CuttingRelay`], [`SlowRelay`]: a device that never answers,
+//!   a link that dies, a device that answers slowly.
+//!
+//! [`peers::PEERS`] lists every program these start, and the `make` targets that
+//! must install each.
 
 pub mod bgp;
 pub mod lldp;
+pub mod peers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
