@@ -398,6 +398,53 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
         bed.frr.routes().unwrap() == ["192.0.2.5/32"]
     })
     .await;
+
+    // Clauses and entries added by hand under names patchbay owns: a route-map
+    // clause that lets everything in, one that would send routes out, a deny in the
+    // host's prefix-list. Each is removed within an interval (2 s) or so, counted as
+    // drift repaired, told in a Warning Event; the host's foreign prefix never stays.
+    let list = format!("PB-IN-{}", src.replace('.', "-"));
+    let running = || bed.frr.vtysh(&["show running-config"]).unwrap();
+    let repaired_before = bed.env.probes.metrics.drift_repaired("BgpSpeaker");
+    bed.frr
+        .vtysh(&[
+            "configure terminal",
+            &format!("route-map {list} permit 65000"),
+            "exit",
+            "route-map PB-OUT-NOTHING permit 20",
+            "exit",
+            &format!("ip prefix-list {list} seq 5 deny 192.0.2.0/24 le 32"),
+        ])
+        .unwrap();
+    assert!(running().contains(&format!("route-map {list} permit 65000")));
+    let cleaned = bed
+        .until("the hand-made clauses and entry removed", 30, || {
+            let text = running();
+            !text.contains(&format!("route-map {list} permit 65000"))
+                && !text.contains("route-map PB-OUT-NOTHING permit 20")
+                && !text.contains(&format!("ip prefix-list {list} seq 5 deny"))
+        })
+        .await;
+    eprintln!("hand-made route-map clauses and prefix-list entry removed after {cleaned:?}");
+    let text = running();
+    assert!(
+        text.contains(&format!("route-map {list} permit 10"))
+            && text.contains("route-map PB-OUT-NOTHING deny 10"),
+        "patchbay's own clauses stay:\n{text}"
+    );
+    bed.until("only the claim's prefix accepted again", 30, || {
+        bed.frr.routes().unwrap() == ["192.0.2.5/32"]
+    })
+    .await;
+    let repaired = bed.env.probes.metrics.drift_repaired("BgpSpeaker") - repaired_before;
+    assert!(repaired >= 2, "{repaired} BGP repairs counted");
+    let warnings = bed.env.warnings("tor").await;
+    let note = warnings
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("BgpDriftRepaired"))
+        .and_then(|e| e.note.clone())
+        .expect("a BgpDriftRepaired Warning on the Switch");
+    assert!(note.contains("permit 65000"), "{note}");
     assert_eq!(bed.tag(), TENANT_VLAN, "the port carries the tenant's VLAN");
 
     // Status: the Switch lists the neighbour, the Server its peer, the inventory the
@@ -617,7 +664,9 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     let seen = format!("{:?} {:?}", joined.metadata, peer_object.data);
     assert!(!seen.contains(&password), "the password leaked: {seen}");
 
-    // FRR restarted without its configuration: put back within an interval.
+    // FRR restarted without its configuration: put back within an interval, and
+    // counted as drift repaired.
+    let repaired_before = bed.env.probes.metrics.drift_repaired("BgpSpeaker");
     bed.frr.restart_empty().expect("FRR restarts");
     let repaired = bed
         .until("the neighbour put back by drift", 30, || {
@@ -629,6 +678,10 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     })
     .await;
     eprintln!("FRR restarted empty → neighbour back after {repaired:?}");
+    assert!(
+        bed.env.probes.metrics.drift_repaired("BgpSpeaker") > repaired_before,
+        "the neighbour put back counts as drift repaired"
+    );
 
     // Release with the ToR's bgpd stuck: the host is held, its port keeps the tenant
     // VLAN, for as long as the neighbour cannot be taken off.

@@ -959,6 +959,7 @@ async fn an_idle_operator_exports_every_documented_family_with_its_known_series_
     let states: Vec<String> = std::iter::once("(none)".to_owned())
         .chain(PortState::ALL.iter().map(ToString::to_string))
         .collect();
+    at_zero("patchbay_drift_repaired_total{kind=\"BgpSpeaker\"}".to_owned());
     for kind in ["SwitchPort", "SmartNicPort"] {
         at_zero(format!("patchbay_drift_repaired_total{{kind=\"{kind}\"}}"));
         for state in &states {

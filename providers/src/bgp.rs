@@ -5,8 +5,11 @@
 //!
 //! Ownership: patchbay touches only neighbours at the addresses it is given as
 //! *managed* (the node side of every Switch port with a BGP address), and only the
-//! prefix-lists and route-maps named after them ([`filter_name`]). Anything else on
-//! the speaker is left alone.
+//! prefix-lists and route-maps named after them ([`filter_name`]) and the outbound
+//! route-map every neighbour uses ([`OUTBOUND_MAP`]). Anything else on the speaker
+//! is left alone. Under a name it owns, patchbay owns every entry: an entry or a
+//! route-map clause it did not write (a `permit` that lets everything in, a `set`,
+//! a `deny` entry) is drift, removed by the next pass, like a missing one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -218,9 +221,12 @@ pub struct Observed {
     pub remote_asn: u32,
     /// The configured source address.
     pub local_address: Option<Ipv4Addr>,
-    /// The entries of its inbound prefix-list (permit entries, with `le 32` when
-    /// more specific routes are allowed), as (sequence, prefix).
+    /// The entries of its inbound prefix-list shaped as patchbay writes them
+    /// ([`written_entry`]), as (sequence, prefix).
     pub prefixes: Vec<(u32, Prefix)>,
+    /// The sequence numbers of the list's other entries: a `deny`, a `ge`, an `le`
+    /// patchbay would not write. Patchbay never writes one, so each is drift.
+    pub foreign_entries: Vec<u32>,
     /// The configured maximum of accepted prefixes.
     pub max_prefix: Option<u32>,
     /// Configured timers, when the speaker reports them.
@@ -254,6 +260,7 @@ impl Observed {
             remote_asn: n.remote_asn,
             local_address: Some(n.local_address),
             prefixes: entries(n),
+            foreign_entries: Vec::new(),
             max_prefix: Some(n.max_prefix),
             timers: Some(n.timers),
             authenticated: n.password.is_some(),
@@ -287,6 +294,83 @@ pub struct SpeakerState {
     pub router_id: Option<Ipv4Addr>,
     /// Every neighbour it has (managed or not), by address.
     pub neighbors: BTreeMap<Ipv4Addr, Observed>,
+    /// The route-maps under names patchbay owns ([`owns_map`]), each clause as the
+    /// speaker shows it; `None` when the speaker's read does not show route-maps
+    /// (then they are not compared).
+    pub route_maps: Option<BTreeMap<String, Vec<Clause>>>,
+}
+
+/// One clause of a route-map, as the speaker shows it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Clause {
+    /// `permit` or `deny`.
+    pub action: String,
+    /// Its sequence number.
+    pub seq: u32,
+    /// Its lines, as the configuration writes them (`match ip address prefix-list
+    /// …`, `set …`, `call …`, `on-match …`, `description …`), in the order shown.
+    pub body: Vec<String>,
+}
+
+/// Whether patchbay owns the route-map `name` (a neighbour's inbound map, or the
+/// outbound map).
+pub fn owns_map(name: &str) -> bool {
+    name.starts_with("PB-IN-") || name == OUTBOUND_MAP
+}
+
+/// Whether a prefix-list entry is one patchbay writes: a `permit` of the prefix,
+/// with `le 32` when it is shorter than a /32, and nothing else.
+pub fn written_entry(permit: bool, prefix: &Prefix, ge: Option<u8>, le: Option<u8>) -> bool {
+    permit && ge.is_none() && le == (prefix.length() < 32).then_some(32)
+}
+
+/// The clauses of the inbound route-map of the neighbour at `address`: its
+/// prefix-list, nothing else.
+pub fn inbound_clauses(address: Ipv4Addr) -> Vec<Clause> {
+    vec![Clause {
+        action: "permit".into(),
+        seq: 10,
+        body: vec![format!(
+            "match ip address prefix-list {}",
+            filter_name(address)
+        )],
+    }]
+}
+
+/// The clauses of [`OUTBOUND_MAP`]: one that denies everything.
+pub fn outbound_clauses() -> Vec<Clause> {
+    vec![Clause {
+        action: "deny".into(),
+        seq: 10,
+        body: Vec::new(),
+    }]
+}
+
+/// A route-map patchbay owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// The inbound map of the neighbour at this address.
+    Inbound(Ipv4Addr),
+    /// [`OUTBOUND_MAP`].
+    Outbound,
+}
+
+impl Policy {
+    /// The route-map's name.
+    pub fn name(&self) -> String {
+        match self {
+            Policy::Inbound(address) => filter_name(*address),
+            Policy::Outbound => OUTBOUND_MAP.to_owned(),
+        }
+    }
+
+    /// Its clauses as patchbay writes them.
+    pub fn clauses(&self) -> Vec<Clause> {
+        match self {
+            Policy::Inbound(address) => inbound_clauses(*address),
+            Policy::Outbound => outbound_clauses(),
+        }
+    }
 }
 
 /// The name of the prefix-list and inbound route-map of the neighbour at `address`
@@ -319,14 +403,39 @@ pub enum Change {
         /// Whether its filters exist (its inbound route-map is patchbay's).
         filters: bool,
     },
+    /// Make a route-map patchbay owns what patchbay writes: remove the clauses it
+    /// did not write (or that differ from its own), then write its own again.
+    Policy {
+        /// Which route-map.
+        map: Policy,
+        /// The clauses to remove, as (action, sequence).
+        remove: Vec<(String, u32)>,
+    },
 }
 
 impl Change {
-    /// The neighbour's address.
-    pub fn address(&self) -> Ipv4Addr {
+    /// The neighbour's address (`None`: the outbound route-map, every neighbour's).
+    pub fn address(&self) -> Option<Ipv4Addr> {
         match self {
-            Change::Put { neighbor, .. } => neighbor.address,
-            Change::Remove { address, .. } => *address,
+            Change::Put { neighbor, .. } => Some(neighbor.address),
+            Change::Remove { address, .. } => Some(*address),
+            Change::Policy {
+                map: Policy::Inbound(address),
+                ..
+            } => Some(*address),
+            Change::Policy {
+                map: Policy::Outbound,
+                ..
+            } => None,
+        }
+    }
+
+    /// What it does, for logs: `put 10.0.1.2`, `remove 10.0.1.2`, `policy PB-OUT-NOTHING`.
+    pub fn describe(&self) -> String {
+        match self {
+            Change::Put { neighbor, .. } => format!("put {}", neighbor.address),
+            Change::Remove { address, .. } => format!("remove {address}"),
+            Change::Policy { map, .. } => format!("policy {}", map.name()),
         }
     }
 }
@@ -355,7 +464,7 @@ pub fn differences(want: &Neighbor, seen: &Observed) -> Vec<&'static str> {
     if !seen.unseen.source_address && seen.local_address != Some(want.local_address) {
         d.push("source address");
     }
-    if seen.prefixes != entries(want) {
+    if seen.prefixes != entries(want) || !seen.foreign_entries.is_empty() {
         d.push("inbound prefixes");
     }
     if seen.max_prefix != Some(want.max_prefix) {
@@ -412,28 +521,78 @@ pub fn plan(
             filters: seen.route_map_in.as_deref() == Some(filter_name(*a).as_str()),
         })
         .collect();
-    for (address, n) in want {
-        match observed.neighbors.get(&address) {
+    for (address, n) in &want {
+        match observed.neighbors.get(address) {
             Some(seen) if differences(n, seen).is_empty() => {}
             seen => {
                 let keep = entries(n);
                 let stale = seen
                     .map(|s| {
-                        s.prefixes
+                        let mut stale: Vec<u32> = s
+                            .prefixes
                             .iter()
                             .filter(|e| !keep.contains(e))
                             .map(|(seq, _)| *seq)
-                            .collect()
+                            .chain(s.foreign_entries.iter().copied())
+                            .collect();
+                        stale.sort_unstable();
+                        stale
                     })
                     .unwrap_or_default();
                 changes.push(Change::Put {
-                    neighbor: n.clone(),
+                    neighbor: (*n).clone(),
                     stale,
                 });
             }
         }
     }
+    // The route-maps, where the speaker shows them: each wanted neighbour's inbound
+    // map, and the outbound map while any neighbour is wanted. A put writes its
+    // neighbour's map and the outbound one: a map it writes needs a change of its
+    // own only to remove clauses.
+    if let Some(maps) = &observed.route_maps {
+        let put = |a: Option<Ipv4Addr>| {
+            changes.iter().any(|c| {
+                matches!(c, Change::Put { neighbor, .. } if a.is_none_or(|a| neighbor.address == a))
+            })
+        };
+        let policies: Vec<Policy> = want
+            .keys()
+            .map(|a| Policy::Inbound(*a))
+            .chain((!want.is_empty()).then_some(Policy::Outbound))
+            .collect();
+        let mut fixes = Vec::new();
+        for map in policies {
+            let written_by_a_put = put(match map {
+                Policy::Inbound(a) => Some(a),
+                Policy::Outbound => None,
+            });
+            match policy_fix(maps.get(&map.name()), &map.clauses()) {
+                Some(remove) if !(remove.is_empty() && written_by_a_put) => {
+                    fixes.push(Change::Policy { map, remove });
+                }
+                _ => {}
+            }
+        }
+        changes.extend(fixes);
+    }
     changes
+}
+
+/// The clauses to remove from a route-map shown as `seen` (absent: missing) for it
+/// to be `wanted`, or `None` when it already is: every clause not exactly one of
+/// `wanted`.
+fn policy_fix(seen: Option<&Vec<Clause>>, wanted: &[Clause]) -> Option<Vec<(String, u32)>> {
+    let seen = seen.map(Vec::as_slice).unwrap_or_default();
+    if seen == wanted {
+        return None;
+    }
+    Some(
+        seen.iter()
+            .filter(|c| !wanted.contains(c))
+            .map(|c| (c.action.clone(), c.seq))
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -565,5 +724,69 @@ mod tests {
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn route_maps_are_patchbays_alone_and_a_put_writes_its_own() {
+        let a = neighbor("10.0.1.2", &["192.0.2.0/28"]);
+        let managed = [a.address].into();
+        let own = |maps: &[Policy]| -> BTreeMap<String, Vec<Clause>> {
+            maps.iter().map(|m| (m.name(), m.clauses())).collect()
+        };
+        // A new neighbour on a speaker with none of its maps: the put writes them.
+        let empty = SpeakerState {
+            route_maps: Some(BTreeMap::new()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            &plan(std::slice::from_ref(&a), &empty, &managed)[..],
+            [Change::Put { .. }]
+        ));
+        // In place with its maps: nothing.
+        let mut state = SpeakerState {
+            neighbors: [(a.address, seen(&a))].into(),
+            route_maps: Some(own(&[Policy::Inbound(a.address), Policy::Outbound])),
+            ..Default::default()
+        };
+        assert!(plan(std::slice::from_ref(&a), &state, &managed).is_empty());
+        // A clause permitting everything, a set on the outbound map, patchbay's own
+        // clause with a line more: each goes, and patchbay's clauses are written again.
+        let maps = state.route_maps.as_mut().unwrap();
+        maps.get_mut(&filter_name(a.address)).unwrap().push(Clause {
+            action: "permit".into(),
+            seq: 65000,
+            body: vec![],
+        });
+        maps.get_mut(OUTBOUND_MAP).unwrap()[0]
+            .body
+            .push("set community 65000:1".into());
+        assert_eq!(
+            plan(std::slice::from_ref(&a), &state, &managed),
+            [
+                Change::Policy {
+                    map: Policy::Inbound(a.address),
+                    remove: vec![("permit".into(), 65000)]
+                },
+                Change::Policy {
+                    map: Policy::Outbound,
+                    remove: vec![("deny".into(), 10)]
+                }
+            ]
+        );
+        // No neighbour wanted: the outbound map is nobody's business any more.
+        assert!(
+            plan(
+                &[],
+                &SpeakerState {
+                    neighbors: BTreeMap::new(),
+                    ..state.clone()
+                },
+                &managed
+            )
+            .is_empty()
+        );
+        // A speaker whose read shows no route-maps is not judged on them.
+        state.route_maps = None;
+        assert!(plan(&[a], &state, &managed).is_empty());
     }
 }

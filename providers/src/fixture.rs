@@ -536,17 +536,27 @@ impl crate::device::BgpSpeaker for FixtureSwitch {
         st.bgp_sessions += 1;
         st.bgp.asn = Some(router.asn);
         st.bgp.router_id = Some(router.router_id);
+        let mut maps = st.bgp.route_maps.take().unwrap_or_default();
         for change in changes {
+            use crate::bgp::{Change, Policy};
             match change {
-                crate::bgp::Change::Put { neighbor, .. } => {
+                Change::Put { neighbor, .. } => {
                     let seen = crate::bgp::Observed::configured(neighbor, "Established");
                     st.bgp.neighbors.insert(neighbor.address, seen);
+                    for map in [Policy::Inbound(neighbor.address), Policy::Outbound] {
+                        maps.insert(map.name(), map.clauses());
+                    }
                 }
-                crate::bgp::Change::Remove { address, .. } => {
+                Change::Remove { address, .. } => {
                     st.bgp.neighbors.remove(address);
+                    maps.remove(&Policy::Inbound(*address).name());
+                }
+                Change::Policy { map, .. } => {
+                    maps.insert(map.name(), map.clauses());
                 }
             }
         }
+        st.bgp.route_maps = Some(maps);
         Ok(st.bgp.clone())
     }
 }

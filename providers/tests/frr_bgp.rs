@@ -247,6 +247,10 @@ fn ios_form_on_vtysh() -> std::sync::Arc<dialect::Dialect> {
         .replace(
             "show running-config | include ^ip prefix-list",
             "show running-config",
+        )
+        .replace(
+            "show running-config | section ^route-map",
+            "show running-config",
         );
     let text = format!("{head}{bgp}").replace("name: frr", "name: ios_form_on_vtysh");
     std::sync::Arc::new(dialect::Dialect::load("ios_form_on_vtysh", &text).unwrap())
@@ -312,6 +316,26 @@ async fn the_ios_form_runs_on_vtysh_and_reads_back_from_its_text() {
     assert_eq!(fix.len(), 1, "the missing entry is seen: {drifted:?}");
     let fixed = sw.bgp_apply(&router(), &fix).await.unwrap();
     assert!(plan(&want, &fixed, &managed).is_empty());
+    // A clause added by hand under the outbound map (it would send routes) and one
+    // under the inbound map (it would take everything): read from the text, removed.
+    frr.vtysh(&[
+        "configure terminal",
+        "route-map PB-OUT-NOTHING permit 20",
+        "exit",
+        "route-map PB-IN-10-0-1-2 permit 65000",
+    ])
+    .unwrap();
+    let drifted = sw.bgp_state().await.unwrap();
+    let fix = plan(&want, &drifted, &managed);
+    assert_eq!(fix.len(), 2, "both clauses are seen: {fix:?}");
+    let fixed = sw.bgp_apply(&router(), &fix).await.unwrap();
+    assert!(plan(&want, &fixed, &managed).is_empty(), "{fixed:?}");
+    let text = frr.vtysh(&["show running-config"]).unwrap();
+    assert!(
+        !text.contains("permit 20") && !text.contains("permit 65000"),
+        "{text}"
+    );
+    assert!(text.contains("route-map PB-OUT-NOTHING deny 10"), "{text}");
     let gone = sw
         .bgp_apply(&router(), &plan(&[], &fixed, &managed))
         .await

@@ -114,7 +114,10 @@ pub enum BgpOutbound {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SwitchBgpStatus {
-    /// When the speaker was last read.
+    /// When the speaker was last read, as far as the status says: written at once
+    /// when what the speaker reports changes, else at most every 300 s (one status
+    /// write per Switch per five minutes while nothing changes), so at most 300 s
+    /// older than the last successful read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_at: Option<String>,
     /// The host neighbours on the speaker, by address (always written, empty too: a

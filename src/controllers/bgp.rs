@@ -36,7 +36,7 @@ use patchbay_providers::secret::SecretString;
 
 use super::ControllerError;
 use super::context::{Context, Stores};
-use crate::api::{BgpNeighborStatus, Server, ServerClaim, Switch, SwitchBgpStatus, SwitchStatus};
+use crate::api::{BgpNeighborStatus, Server, ServerClaim, Switch, SwitchStatus};
 use crate::decide::bgp::{
     self, Allowed, BgpGrants, Peer, SwitchBgp, SwitchId, Wanted, peering, peers_of, switch_bgp,
 };
@@ -105,6 +105,39 @@ impl SpeakerFailures {
     /// Forgets `switch` (deleted).
     pub(super) fn forget(&self, switch: &Switch) {
         crate::decide::slack::remove(&mut self.0.lock(), &Self::key(switch));
+    }
+}
+
+/// The neighbours each Switch's speaker had in place as patchbay wanted them at its
+/// last pass (`namespace/name` → address → [`bgp::digest`]): a later pass that must
+/// put one back as it was is repairing drift ([`bgp::repairs`]). In memory: after a
+/// restart the first pass that finds them in place learns them again.
+#[derive(Default)]
+pub struct SpeakerEstablished(
+    parking_lot::Mutex<std::collections::HashMap<String, BTreeMap<std::net::Ipv4Addr, u64>>>,
+);
+
+impl SpeakerEstablished {
+    fn of(&self, switch: &Switch) -> BTreeMap<std::net::Ipv4Addr, u64> {
+        self.0
+            .lock()
+            .get(&super::neighbors::key(switch))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn set(&self, switch: &Switch, now: BTreeMap<std::net::Ipv4Addr, u64>) {
+        let mut all = self.0.lock();
+        if now.is_empty() {
+            crate::decide::slack::remove(&mut all, &super::neighbors::key(switch));
+        } else {
+            all.insert(super::neighbors::key(switch), now);
+        }
+    }
+
+    /// Forgets `switch` (deleted).
+    pub(super) fn forget(&self, switch: &Switch) {
+        crate::decide::slack::remove(&mut self.0.lock(), &super::neighbors::key(switch));
     }
 }
 
@@ -398,7 +431,7 @@ async fn keep(
     status: &mut SwitchStatus,
     ctx: &Context,
 ) -> Result<Vec<String>, Failure> {
-    let speaker = speaker_of(switch, ctx).await?;
+    let (speaker, backend) = speaker_of(switch, ctx).await?;
     let router = Router {
         asn: b.asn,
         router_id: b.router_id,
@@ -407,6 +440,7 @@ async fn keep(
     let wanted = wanted(ctx, switch, b, fleet);
     let desired: Vec<_> = wanted.iter().map(|w| w.neighbor.clone()).collect();
     let mut state = speaker.bgp_state().await.map_err(Failure::Device)?;
+    let had = ctx.bgp_established.of(switch);
     let mut changes = plan(&desired, &state, &managed);
     let mut waiting = Vec::new();
     if !changes.is_empty() {
@@ -432,19 +466,21 @@ async fn keep(
     }
     if !changes.is_empty() {
         let n = changes.len();
+        let repaired = bgp::repairs(&changes, &had);
+        let metrics = &ctx.probes.metrics;
+        if !repaired.is_empty() {
+            metrics
+                .drift_found
+                .get_or_create(&crate::metrics::BackendLabel { backend })
+                .inc_by(repaired.len() as u64);
+        }
         state = speaker
             .bgp_apply(&router, &changes)
             .await
             .map_err(Failure::Device)?;
-        let what: Vec<String> = changes
-            .iter()
-            .map(|c| match c {
-                Change::Put { neighbor, .. } => format!("put {}", neighbor.address),
-                Change::Remove { address, .. } => format!("remove {address}"),
-            })
-            .collect();
+        let what: Vec<String> = changes.iter().map(Change::describe).collect();
         tracing::info!(switch = %switch.name_any(), changes = n, what = %what.join(", "), "BGP neighbours changed");
-        let sent: BTreeSet<_> = changes.iter().map(Change::address).collect();
+        let sent: BTreeSet<_> = changes.iter().filter_map(Change::address).collect();
         let left: Vec<String> = desired
             .iter()
             .filter(|d| sent.contains(&d.address))
@@ -458,6 +494,16 @@ async fn keep(
                 (!differs.is_empty()).then(|| format!("{} ({})", d.address, differs.join(", ")))
             })
             .collect();
+        // The route-maps patchbay owns, as it wrote them.
+        let left: Vec<String> = left
+            .into_iter()
+            .chain(
+                plan(&desired, &state, &managed)
+                    .iter()
+                    .filter(|c| matches!(c, Change::Policy { .. }))
+                    .map(Change::describe),
+            )
+            .collect();
         if !left.is_empty() {
             return Err(Failure::Device(patchbay_providers::DeviceError::Protocol {
                 during: "reading the BGP neighbours back".into(),
@@ -467,7 +513,28 @@ async fn keep(
                 )),
             }));
         }
+        if !repaired.is_empty() {
+            metrics
+                .drift_repaired
+                .get_or_create(&crate::metrics::KindLabel { kind: DRIFT_KIND })
+                .inc_by(repaired.len() as u64);
+            let note = format!(
+                "the BGP speaker was changed behind patchbay's back; put back: {}",
+                repaired.join("; ")
+            );
+            tracing::warn!(switch = %switch.name_any(), repaired = %repaired.join("; "), "BGP drift repaired");
+            ctx.events
+                .publish(
+                    switch,
+                    crate::decide::status::Severity::Warning,
+                    "BgpDriftRepaired",
+                    &note,
+                )
+                .await;
+        }
     }
+    ctx.bgp_established
+        .set(switch, bgp::established(&desired, &state));
     record(status, b, &wanted, &state);
     Ok(waiting)
 }
@@ -480,7 +547,7 @@ pub(super) async fn withdraw(switch: &Switch, ctx: &Context) {
         return;
     };
     let result = async {
-        let speaker = speaker_of(switch, ctx).await?;
+        let (speaker, _) = speaker_of(switch, ctx).await?;
         let state = speaker.bgp_state().await.map_err(Failure::Device)?;
         let changes = plan(&[], &state, &b.managed());
         if !changes.is_empty() {
@@ -509,26 +576,32 @@ pub(super) async fn withdraw(switch: &Switch, ctx: &Context) {
 }
 
 /// The BGP speaker `switch.spec.bgp.speaker` names.
+/// The Switch's speaker, and its backend (the metrics' `backend` label).
 async fn speaker_of(
     switch: &Switch,
     ctx: &Context,
-) -> Result<Arc<dyn patchbay_providers::BgpSpeaker>, Failure> {
+) -> Result<(Arc<dyn patchbay_providers::BgpSpeaker>, &'static str), Failure> {
     let spec = switch.spec.bgp.as_ref().expect("a Switch with spec.bgp");
     let ns = switch.namespace().unwrap_or_default();
     let field = "spec.bgp.speaker";
     let (provider, secret) = ctx.checked_provider(&ns, &spec.speaker.name, field).await?;
-    ctx.backends
+    let speaker = ctx
+        .backends
         .bgp_speaker(&provider, secret.as_deref())
         .map_err(Failure::Backend)?
         .ok_or_else(|| Failure::ProviderRole {
             field,
             name: provider.name_any(),
             why: "is not a BGP speaker: patchbay keeps BGP neighbours on os frr or ios over ssh (or a fixture device)",
-        })
+        })?;
+    Ok((speaker, provider.spec.backend.name()))
 }
 
-/// Writes the managed neighbours the speaker has into `status.bgp`; `readAt` moves
-/// only when what is listed changed.
+/// What BGP repairs count as in `patchbay_drift_repaired_total{kind}`.
+pub const DRIFT_KIND: &str = "BgpSpeaker";
+
+/// Writes the managed neighbours the speaker has into `status.bgp` (see
+/// [`bgp::bgp_status`] for when `readAt` moves).
 fn record(
     status: &mut SwitchStatus,
     b: &SwitchBgp,
@@ -560,13 +633,11 @@ fn record(
             })
         })
         .collect();
-    let old = status.bgp.take().unwrap_or_default();
-    let read_at = if old.neighbors == neighbors && old.read_at.is_some() {
-        old.read_at
-    } else {
-        Some(jiff::Timestamp::now().to_string())
-    };
-    status.bgp = Some(SwitchBgpStatus { read_at, neighbors });
+    status.bgp = Some(bgp::bgp_status(
+        status.bgp.take(),
+        neighbors,
+        jiff::Timestamp::now(),
+    ));
 }
 
 /// The password in Secret `name` of `namespace`, when it exists.

@@ -479,6 +479,8 @@ pub struct Context {
     pub neighbor_reads: super::neighbors::ReadTimes,
     /// The BGP speakers that failed, and when.
     pub bgp_failures: super::bgp::SpeakerFailures,
+    /// What each Switch's speaker had in place at its last pass.
+    pub bgp_established: super::bgp::SpeakerEstablished,
     /// The Switch generations whose spec checked out.
     pub checked_switches: super::switch::CheckedSpecs,
     /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
@@ -609,6 +611,7 @@ impl Context {
             own_writes: Arc::default(),
             neighbor_reads: Default::default(),
             bgp_failures: Default::default(),
+            bgp_established: Default::default(),
             checked_switches: Default::default(),
             workers: Mutex::new(HashMap::new()),
         }

@@ -93,7 +93,11 @@ pub fn known_series() -> crate::metrics::Known {
         port_states: std::iter::once("(none)".to_owned())
             .chain(PortState::ALL.iter().map(ToString::to_string))
             .collect(),
-        drift_kinds: port_kinds.clone(),
+        drift_kinds: port_kinds
+            .iter()
+            .copied()
+            .chain([bgp::DRIFT_KIND])
+            .collect(),
         port_kinds,
     }
 }

@@ -293,6 +293,7 @@ async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, Contro
     ctx.neighbor_reads.forget(switch);
     ctx.checked_switches.forget(switch);
     ctx.bgp_failures.forget(switch);
+    ctx.bgp_established.forget(switch);
     ctx.events
         .publish(
             switch,

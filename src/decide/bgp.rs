@@ -22,18 +22,32 @@
 //!
 //! Messages name the field and the tenant's own values — never another tenant's
 //! namespace, claim or prefix.
+//!
+//! A speaker's drift: a change a pass makes is a repair ([`repairs`]) when it puts
+//! back what patchbay had established there and nothing since asked for — a
+//! neighbour missing (a speaker restarted empty) or changed by hand, counted when
+//! its desired state is the one patchbay last saw in place ([`established`]) — or
+//! when it removes a route-map clause patchbay did not write (or writes back a map
+//! that went). A put because the desired state changed is not one.
+//!
+//! A Switch's `status.bgp` ([`bgp_status`]): written when what the speaker has
+//! changes, else at most every [`REFRESH`] — the budget of the neighbour reads —
+//! so `readAt` is the last read, or at most [`REFRESH`] older than it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use patchbay_providers::bgp::{Neighbor, Outbound, PeerLink, Prefix, Timers};
+use patchbay_providers::bgp::{
+    Change, Neighbor, Outbound, PeerLink, Prefix, SpeakerState, Timers, differences, entries,
+};
 use patchbay_providers::secret::SecretString;
 
+pub use super::neighbors::REFRESH;
 use crate::api::{
-    BgpOutbound, BgpPeer, CabledPortKind, RoleBgp, Server, ServerClaim, ServerPhase, Switch,
-    SwitchBgpSpec, VLANPool,
+    BgpNeighborStatus, BgpOutbound, BgpPeer, CabledPortKind, RoleBgp, Server, ServerClaim,
+    ServerPhase, Switch, SwitchBgpSpec, SwitchBgpStatus, VLANPool,
 };
 
 /// The annotation prefix of a host's peers (`patchbay.dev/bgp-peers-{n}-…`).
@@ -842,12 +856,226 @@ pub fn neighbor(
     }
 }
 
+/// What of `n` the speaker is compared on, as a number: equal for two neighbours
+/// the plan would treat alike (the password only as present or not).
+pub fn digest(n: &Neighbor) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        n.address,
+        n.remote_asn,
+        n.local_address,
+        entries(n),
+        n.max_prefix,
+        n.timers,
+        n.outbound,
+        n.password.is_some(),
+        &n.description,
+    )
+        .hash(&mut h);
+    h.finish()
+}
+
+/// The neighbours patchbay has in place on a speaker after a pass that read
+/// `state`: each of `desired` the speaker has as wanted, by address, with its
+/// [`digest`].
+pub fn established(desired: &[Neighbor], state: &SpeakerState) -> BTreeMap<Ipv4Addr, u64> {
+    desired
+        .iter()
+        .filter(|n| {
+            state
+                .neighbors
+                .get(&n.address)
+                .is_some_and(|seen| differences(n, seen).is_empty())
+        })
+        .map(|n| (n.address, digest(n)))
+        .collect()
+}
+
+/// Which of a pass's `changes` repair drift, in words (see the module docs), given
+/// what patchbay had `established` on the speaker before it.
+pub fn repairs(changes: &[Change], established: &BTreeMap<Ipv4Addr, u64>) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Put { neighbor, .. }
+                if established.get(&neighbor.address) == Some(&digest(neighbor)) =>
+            {
+                Some(format!(
+                    "neighbour {} put back as patchbay had it",
+                    neighbor.address
+                ))
+            }
+            Change::Put { .. } | Change::Remove { .. } => None,
+            Change::Policy { map, remove } if remove.is_empty() => {
+                Some(format!("route-map {} written back", map.name()))
+            }
+            Change::Policy { map, remove } => Some(format!(
+                "route-map {}: removed {} patchbay did not write",
+                map.name(),
+                remove
+                    .iter()
+                    .map(|(action, seq)| format!("{action} {seq}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        })
+        .collect()
+}
+
+/// A Switch's `status.bgp` after a read at `now` that found `neighbors`: the old
+/// one while nothing changed and it is younger than [`REFRESH`], else the read
+/// with `readAt` = `now`.
+pub fn bgp_status(
+    old: Option<SwitchBgpStatus>,
+    neighbors: Vec<BgpNeighborStatus>,
+    now: jiff::Timestamp,
+) -> SwitchBgpStatus {
+    let fresh = |s: &SwitchBgpStatus| {
+        s.read_at
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .is_some_and(|at| now.duration_since(at).unsigned_abs() < REFRESH)
+    };
+    match old {
+        Some(old) if old.neighbors == neighbors && fresh(&old) => old,
+        _ => SwitchBgpStatus {
+            read_at: Some(now.to_string()),
+            neighbors,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{
         ClaimRole, ProviderRef, ServerClaimSpec, SwitchPortDefinition, SwitchSpec, VLANPoolSpec,
     };
+
+    fn host_neighbor(address: &str) -> Neighbor {
+        Neighbor {
+            address: address.parse().unwrap(),
+            remote_asn: 65101,
+            local_address: "10.0.1.1".parse().unwrap(),
+            prefixes: vec!["192.0.2.0/28".parse().unwrap()],
+            max_prefix: 8,
+            timers: Timers {
+                keepalive: 3,
+                hold: 9,
+                connect_retry: 2,
+            },
+            outbound: Outbound::Nothing,
+            password: Some(SecretString::new("")),
+            description: "patchbay t/c s".into(),
+        }
+    }
+
+    #[test]
+    fn a_put_is_a_repair_only_when_it_puts_back_what_was_in_place() {
+        use patchbay_providers::bgp::{Observed, Policy};
+        let a = host_neighbor("10.0.1.2");
+        let state = SpeakerState {
+            neighbors: [(a.address, Observed::configured(&a, "Established"))].into(),
+            ..Default::default()
+        };
+        let had = established(std::slice::from_ref(&a), &state);
+        assert_eq!(had, [(a.address, digest(&a))].into());
+        // The password's value is not part of it (it is read just before sending).
+        let mut with_secret = a.clone();
+        with_secret.password = Some(SecretString::new("s3cret"));
+        assert_eq!(digest(&with_secret), digest(&a));
+        let put = |n: &Neighbor| Change::Put {
+            neighbor: n.clone(),
+            stale: vec![],
+        };
+        // The speaker lost it (restarted empty, removed by hand): a repair.
+        assert_eq!(
+            repairs(&[put(&with_secret)], &had),
+            ["neighbour 10.0.1.2 put back as patchbay had it"]
+        );
+        // The claim's prefixes changed: a put, not a repair; a new neighbour neither.
+        let mut wider = a.clone();
+        wider.prefixes.push("198.51.100.0/28".parse().unwrap());
+        assert!(repairs(&[put(&wider)], &had).is_empty());
+        assert!(repairs(&[put(&host_neighbor("10.0.1.6"))], &had).is_empty());
+        assert!(
+            repairs(
+                &[Change::Remove {
+                    address: a.address,
+                    filters: true
+                }],
+                &had
+            )
+            .is_empty()
+        );
+        // A clause patchbay did not write, a map gone: repairs whatever was in place.
+        assert_eq!(
+            repairs(
+                &[
+                    Change::Policy {
+                        map: Policy::Inbound(a.address),
+                        remove: vec![("permit".into(), 65000)]
+                    },
+                    Change::Policy {
+                        map: Policy::Outbound,
+                        remove: vec![]
+                    }
+                ],
+                &BTreeMap::new()
+            ),
+            [
+                "route-map PB-IN-10-0-1-2: removed permit 65000 patchbay did not write",
+                "route-map PB-OUT-NOTHING written back"
+            ]
+        );
+        // A neighbour the speaker has otherwise than wanted is not in place.
+        let mut changed = Observed::configured(&a, "Established");
+        changed.remote_asn = 1;
+        let state = SpeakerState {
+            neighbors: [(a.address, changed)].into(),
+            ..Default::default()
+        };
+        assert!(established(&[a], &state).is_empty());
+    }
+
+    #[test]
+    fn the_bgp_status_is_written_when_it_changes_or_every_five_minutes() {
+        let t = |s: i64| jiff::Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let n = |state: &str| BgpNeighborStatus {
+            address: "10.0.1.2".into(),
+            switch_port: "p1".into(),
+            server: "s1".into(),
+            asn: 65101,
+            state: state.into(),
+            accepted_prefixes: 1,
+        };
+        let first = bgp_status(None, vec![n("Established")], t(0));
+        assert_eq!(first.read_at, Some(t(0).to_string()));
+        // Read again and again, unchanged: the status stays (no write) ...
+        for s in [2, 60, 299] {
+            assert_eq!(
+                bgp_status(Some(first.clone()), vec![n("Established")], t(s)),
+                first
+            );
+        }
+        // ... until it is five minutes old; then readAt moves to the read.
+        let refreshed = bgp_status(Some(first.clone()), vec![n("Established")], t(300));
+        assert_eq!(refreshed.read_at, Some(t(300).to_string()));
+        // A change is written at once.
+        let changed = bgp_status(Some(first.clone()), vec![n("Active")], t(5));
+        assert_eq!(changed.read_at, Some(t(5).to_string()));
+        assert_eq!(changed.neighbors, vec![n("Active")]);
+        // A status without a readAt gets one.
+        let bare = SwitchBgpStatus {
+            read_at: None,
+            neighbors: vec![],
+        };
+        assert_eq!(
+            bgp_status(Some(bare), vec![], t(1)).read_at,
+            Some(t(1).to_string())
+        );
+    }
 
     #[test]
     fn a_host_leaves_provisioned_only_once_its_neighbours_are_off() {

@@ -1044,11 +1044,20 @@ impl CliSwitch {
             Some(command) => Some(s.run(command, false).await?),
             None => None,
         };
-        spec.parse(&neighbors, &lists, sessions.as_deref())
-            .map_err(|why| DeviceError::Protocol {
-                during: "reading the BGP neighbours".into(),
-                cause: Cause::msg(why),
-            })
+        let route_maps = match &spec.read.route_maps {
+            Some(command) => Some(s.run(command, false).await?),
+            None => None,
+        };
+        spec.parse(
+            &neighbors,
+            &lists,
+            sessions.as_deref(),
+            route_maps.as_deref(),
+        )
+        .map_err(|why| DeviceError::Protocol {
+            during: "reading the BGP neighbours".into(),
+            cause: Cause::msg(why),
+        })
     }
 
     async fn bgp_apply_in(
@@ -1064,7 +1073,7 @@ impl CliSwitch {
                 .iter()
                 .filter_map(|c| match c {
                     crate::bgp::Change::Put { neighbor, .. } => neighbor.password.as_ref(),
-                    crate::bgp::Change::Remove { .. } => None,
+                    crate::bgp::Change::Remove { .. } | crate::bgp::Change::Policy { .. } => None,
                 })
                 .map(|p| p.expose().to_owned())
                 .collect();

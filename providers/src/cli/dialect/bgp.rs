@@ -7,7 +7,8 @@
 //! Placeholders: `{asn}`, `{router_id}` (the speaker), `{peer}`, `{remote_asn}`,
 //! `{local}`, `{keepalive}`, `{hold}`, `{connect_retry}`, `{max_prefix}`,
 //! `{description}`, `{list}` (the neighbour's prefix-list and route-map,
-//! [`filter_name`]), `{out_map}`, `{seq}`, `{prefix}`, `{password}`. Every value is
+//! [`filter_name`]), `{out_map}`, `{seq}`, `{prefix}`, `{password}`, and in
+//! `route_map_clause_remove` `{map}`, `{action}`, `{seq}`. Every value is
 //! an address, a number or a name patchbay builds; the password is the only free
 //! text and is checked by the operator (letters and digits only) before it gets here.
 //! A line carrying the password is marked, so the session keeps it out of the
@@ -21,8 +22,8 @@ use serde_json::Value;
 
 use super::DialectError;
 use crate::bgp::{
-    Change, Neighbor, OUTBOUND_MAP, Observed, Outbound, Prefix, Router, SpeakerState, Timers,
-    Unseen, entries, filter_name,
+    Change, Clause, Neighbor, OUTBOUND_MAP, Observed, Outbound, Policy, Prefix, Router,
+    SpeakerState, Timers, Unseen, entries, filter_name, owns_map, written_entry,
 };
 
 /// The file format of `bgp:` (see the module docs for the placeholders).
@@ -67,6 +68,8 @@ pub struct BgpSpec {
     pub route_map_out: Vec<String>,
     /// Removes the neighbour's prefix-list and route-map.
     pub filters_remove: Vec<String>,
+    /// Removes one clause of a route-map patchbay owns (one it did not write).
+    pub route_map_clause_remove: String,
     /// How to read the speaker.
     pub read: BgpRead,
 }
@@ -81,6 +84,11 @@ pub struct BgpRead {
     pub neighbors: String,
     /// Every prefix-list.
     pub prefix_lists: String,
+    /// Every route-map (`frr_json`: `show route-map json`; `ios_config`: the
+    /// configuration's `route-map` blocks); without it route-maps are not read,
+    /// and a clause added by hand is not seen.
+    #[serde(default)]
+    pub route_maps: Option<String>,
     /// The sessions' states (`ios_config`: `show ip bgp summary`); without it
     /// every state reads `Unknown`.
     #[serde(default)]
@@ -139,6 +147,13 @@ impl BgpSpec {
         need("prefix_entry", &spec.prefix_entry, "{prefix}")?;
         need("prefix_entry_longer", &spec.prefix_entry_longer, "{prefix}")?;
         need("prefix_entry_remove", &spec.prefix_entry_remove, "{seq}")?;
+        for key in ["{map}", "{action}", "{seq}"] {
+            need(
+                "route_map_clause_remove",
+                &spec.route_map_clause_remove,
+                key,
+            )?;
+        }
         Ok(spec)
     }
 
@@ -215,6 +230,31 @@ impl BgpSpec {
                         after.extend(self.filters_remove.iter().map(|t| plain(fill(t, &v))));
                     }
                 }
+                Change::Policy { map, remove } => {
+                    for (action, seq) in remove {
+                        let v = vec![
+                            ("{map}", map.name()),
+                            ("{action}", action.clone()),
+                            ("{seq}", seq.to_string()),
+                        ];
+                        before.push(plain(fill(&self.route_map_clause_remove, &v)));
+                    }
+                    let own = match map {
+                        Policy::Inbound(address) => {
+                            let v = vec![("{list}", filter_name(*address))];
+                            self.route_map_in
+                                .iter()
+                                .map(|t| plain(fill(t, &v)))
+                                .collect::<Vec<_>>()
+                        }
+                        Policy::Outbound => self
+                            .route_map_out
+                            .iter()
+                            .map(|t| plain(fill(t, &base)))
+                            .collect(),
+                    };
+                    before.extend(own);
+                }
             }
         }
         let mut lines = before;
@@ -241,17 +281,24 @@ impl BgpSpec {
     }
 
     /// Reads the answers to `read.neighbors`, `read.prefix_lists` and (when the
-    /// dialect has one) `read.state`.
+    /// dialect has them) `read.state` and `read.route_maps`.
     pub fn parse(
         &self,
         neighbors: &str,
         prefix_lists: &str,
         state: Option<&str>,
+        route_maps: Option<&str>,
     ) -> Result<SpeakerState, String> {
         let mut read = match self.read.format {
             BgpReadFormat::FrrJson => frr::state(neighbors, prefix_lists)?,
             BgpReadFormat::IosConfig => ios::state(neighbors, prefix_lists, state)?,
         };
+        read.route_maps = route_maps
+            .map(|text| match self.read.format {
+                BgpReadFormat::FrrJson => frr::route_maps(text),
+                BgpReadFormat::IosConfig => Ok(ios::route_maps(text)),
+            })
+            .transpose()?;
         let unseen = Unseen {
             source_address: self.read.unseen.contains(&UnseenField::SourceAddress),
             connect_retry: self.read.unseen.contains(&UnseenField::ConnectRetry),
@@ -302,9 +349,8 @@ mod frr {
             .and_then(|ms| u16::try_from(ms / 1000).ok())
     }
 
-    /// The prefix-lists of bgpd (the `BGP` daemon's view), by name: their permit
-    /// entries, each with `le 32` or exact.
-    fn prefix_lists(text: &str) -> Result<BTreeMap<String, Vec<(u32, Prefix)>>, String> {
+    /// The prefix-lists of bgpd (the `BGP` daemon's view), by name.
+    fn prefix_lists(text: &str) -> Result<BTreeMap<String, Listed>, String> {
         let mut out = BTreeMap::new();
         if text.trim().is_empty() {
             return Ok(out);
@@ -316,25 +362,26 @@ mod frr {
                 continue;
             };
             for (name, list) in lists {
-                let mut got = Vec::new();
+                let mut got = Listed::default();
                 for e in list
                     .get("entries")
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
                 {
-                    if e.get("type").and_then(Value::as_str) != Some("permit") {
+                    let Some(seq) = u32_of(e, "sequenceNumber") else {
                         continue;
-                    }
-                    let (Some(seq), Some(prefix)) = (
-                        u32_of(e, "sequenceNumber"),
+                    };
+                    let length = |k: &str| u32_of(e, k).and_then(|n| u8::try_from(n).ok());
+                    got.add(
+                        seq,
+                        e.get("type").and_then(Value::as_str) == Some("permit"),
                         e.get("prefix")
                             .and_then(Value::as_str)
                             .and_then(|p| p.parse::<Prefix>().ok()),
-                    ) else {
-                        continue;
-                    };
-                    got.push((seq, prefix));
+                        length("minimumPrefixLength"),
+                        length("maximumPrefixLength"),
+                    );
                 }
                 out.insert(name.clone(), got);
             }
@@ -394,11 +441,8 @@ mod frr {
                     .get("updateSource")
                     .and_then(Value::as_str)
                     .and_then(|s| s.parse().ok()),
-                prefixes: route_map_in
-                    .as_ref()
-                    .and_then(|m| lists.get(m))
-                    .cloned()
-                    .unwrap_or_default(),
+                prefixes: Vec::new(),
+                foreign_entries: Vec::new(),
                 max_prefix: family.and_then(|f| u32_of(f, "prefixAllowedMax")),
                 timers,
                 authenticated: n
@@ -425,7 +469,92 @@ mod frr {
             };
             state.neighbors.insert(address, observed);
         }
+        for n in state.neighbors.values_mut() {
+            lists_of(n, &lists);
+        }
         Ok(state)
+    }
+
+    /// The route-maps patchbay owns in `show route-map json` (bgpd's view): each
+    /// rule's match, set and call clauses, its description and any action other
+    /// than leaving the map, as the configuration writes them.
+    pub(super) fn route_maps(text: &str) -> Result<BTreeMap<String, Vec<Clause>>, String> {
+        let mut out = BTreeMap::new();
+        for doc in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
+            let doc = doc.map_err(|e| format!("the route-maps are not JSON: {e}"))?;
+            let Some(maps) = doc.get("BGP").and_then(Value::as_object) else {
+                continue;
+            };
+            for (name, map) in maps.iter().filter(|(name, _)| owns_map(name)) {
+                let mut clauses = Vec::new();
+                for rule in map
+                    .get("rules")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let text = |k: &str| rule.get(k).and_then(Value::as_str);
+                    let lines = |k: &str, word: &str| {
+                        rule.get(k)
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .map(|c| format!("{word} {c}"))
+                            .collect::<Vec<_>>()
+                    };
+                    let mut body = lines("matchClauses", "match");
+                    body.extend(lines("setClauses", "set"));
+                    body.extend(text("callClause").map(|c| format!("call {c}")));
+                    body.extend(text("description").map(|d| format!("description {d}")));
+                    body.extend(
+                        text("action")
+                            .filter(|a| *a != "Exit routemap")
+                            .map(|a| format!("on-match {}", a.to_lowercase())),
+                    );
+                    clauses.push(Clause {
+                        action: text("type").unwrap_or("unknown").to_owned(),
+                        seq: u32_of(rule, "sequenceNumber").unwrap_or(0),
+                        body,
+                    });
+                }
+                out.insert(name.clone(), clauses);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A prefix-list as read: the entries patchbay writes, and the sequence numbers of
+/// the others.
+#[derive(Debug, Clone, Default)]
+struct Listed {
+    written: Vec<(u32, Prefix)>,
+    foreign: Vec<u32>,
+}
+
+impl Listed {
+    /// Takes one entry (`prefix` `None`: one that is not an IPv4 prefix).
+    fn add(
+        &mut self,
+        seq: u32,
+        permit: bool,
+        prefix: Option<Prefix>,
+        ge: Option<u8>,
+        le: Option<u8>,
+    ) {
+        match prefix {
+            Some(p) if written_entry(permit, &p, ge, le) => self.written.push((seq, p)),
+            _ => self.foreign.push(seq),
+        }
+    }
+}
+
+/// `n`'s prefixes and foreign entries, from the list its inbound route-map names.
+fn lists_of(n: &mut Observed, lists: &BTreeMap<String, Listed>) {
+    if let Some(list) = n.route_map_in.as_ref().and_then(|m| lists.get(m)) {
+        n.prefixes = list.written.clone();
+        n.foreign_entries = list.foreign.clone();
     }
 }
 
@@ -436,15 +565,71 @@ mod frr {
 mod ios {
     use super::*;
 
-    /// `ip prefix-list NAME seq N permit PREFIX [le 32]` lines, by name.
-    fn prefix_lists(text: &str) -> BTreeMap<String, Vec<(u32, Prefix)>> {
-        let mut out: BTreeMap<String, Vec<(u32, Prefix)>> = BTreeMap::new();
+    /// `ip prefix-list NAME seq N permit|deny PREFIX [ge N] [le N]` lines, by name.
+    fn prefix_lists(text: &str) -> BTreeMap<String, Listed> {
+        let mut out: BTreeMap<String, Listed> = BTreeMap::new();
         for line in text.lines() {
             let w: Vec<&str> = line.split_whitespace().collect();
-            if let ["ip", "prefix-list", name, "seq", seq, "permit", prefix, ..] = w[..]
-                && let (Ok(seq), Ok(prefix)) = (seq.parse(), prefix.parse::<Prefix>())
+            if let [
+                "ip",
+                "prefix-list",
+                name,
+                "seq",
+                seq,
+                action,
+                prefix,
+                ref rest @ ..,
+            ] = w[..]
+                && let Ok(seq) = seq.parse()
             {
-                out.entry(name.to_owned()).or_default().push((seq, prefix));
+                let bound = |word: &str| {
+                    rest.iter()
+                        .position(|w| *w == word)
+                        .and_then(|i| rest.get(i + 1))
+                        .and_then(|n| n.parse().ok())
+                };
+                // Anything after the prefix other than `ge N` / `le N` is not ours.
+                let known =
+                    rest.len() % 2 == 0 && rest.chunks(2).all(|c| matches!(c[0], "ge" | "le"));
+                out.entry(name.to_owned()).or_default().add(
+                    seq,
+                    action == "permit" && known,
+                    prefix.parse().ok(),
+                    bound("ge"),
+                    bound("le"),
+                );
+            }
+        }
+        out
+    }
+
+    /// The `route-map NAME permit|deny SEQ` blocks of a configuration text, with
+    /// their indented lines, for the names patchbay owns.
+    pub(super) fn route_maps(text: &str) -> BTreeMap<String, Vec<Clause>> {
+        let mut out: BTreeMap<String, Vec<Clause>> = BTreeMap::new();
+        let mut open: Option<&mut Clause> = None;
+        for line in text.lines() {
+            if line.starts_with(' ') {
+                if let Some(c) = open.as_mut()
+                    && !line.trim().is_empty()
+                {
+                    c.body.push(line.trim().to_owned());
+                }
+                continue;
+            }
+            open = None;
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if let ["route-map", name, action, seq] = w[..]
+                && owns_map(name)
+                && let Ok(seq) = seq.parse()
+            {
+                let clauses = out.entry(name.to_owned()).or_default();
+                clauses.push(Clause {
+                    action: action.to_owned(),
+                    seq,
+                    body: Vec::new(),
+                });
+                open = clauses.last_mut();
             }
         }
         out
@@ -552,12 +737,7 @@ mod ios {
         // family line); each one's prefixes are those of its inbound route-map's list.
         state.neighbors.retain(|_, n| n.remote_asn != 0);
         for (address, n) in state.neighbors.iter_mut() {
-            n.prefixes = n
-                .route_map_in
-                .as_ref()
-                .and_then(|m| all_lists.get(m))
-                .cloned()
-                .unwrap_or_default();
+            lists_of(n, &all_lists);
             if let Some((s, accepted)) = sessions.get(address) {
                 n.state = s.clone();
                 n.accepted = *accepted;
@@ -674,7 +854,7 @@ mod tests {
 
     #[test]
     fn frr_answers_read_back_into_what_was_rendered() {
-        let state = spec().parse(NEIGHBORS, LISTS, None).unwrap();
+        let state = spec().parse(NEIGHBORS, LISTS, None, None).unwrap();
         assert_eq!(state.asn, Some(65000));
         assert_eq!(
             state.neighbors.len(),
@@ -704,7 +884,7 @@ mod tests {
             r#""prefixAllowedMax":8"#,
             r#""prefixAllowedMax":8,"defaultSent":true"#,
         );
-        let state = spec().parse(&sent, LISTS, None).unwrap();
+        let state = spec().parse(&sent, LISTS, None, None).unwrap();
         let seen = &state.neighbors[&"10.0.1.2".parse().unwrap()];
         assert!(crate::bgp::differences(&wants_default, seen).is_empty());
         assert_eq!(
@@ -712,10 +892,14 @@ mod tests {
             ["outbound default route"]
         );
         assert_eq!(
-            spec().parse("{}", "", None).unwrap(),
+            spec().parse("{}", "", None, None).unwrap(),
             SpeakerState::default()
         );
-        assert!(spec().parse("% BGP instance not found", "", None).is_err());
+        assert!(
+            spec()
+                .parse("% BGP instance not found", "", None, None)
+                .is_err()
+        );
     }
 
     const DOCS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/documented/");
@@ -768,6 +952,7 @@ mod tests {
                 &doc("cisco_ios_running_config_router_bgp.txt"),
                 &doc("cisco_ios_running_config_prefix_lists.txt"),
                 Some(&doc("cisco_ios_show_ip_bgp_summary.txt")),
+                None,
             )
             .unwrap();
         assert_eq!(state.asn, Some(65000));
@@ -819,17 +1004,170 @@ mod tests {
         );
         // A read the device refused is an error, not an empty speaker.
         let e = ios()
-            .parse("% Invalid input detected at '^' marker.", "", None)
+            .parse("% Invalid input detected at '^' marker.", "", None, None)
             .unwrap_err();
         assert!(e.contains("Invalid input"), "{e}");
-        assert_eq!(ios().parse("", "", None).unwrap(), SpeakerState::default());
+        assert_eq!(
+            ios().parse("", "", None, None).unwrap(),
+            SpeakerState::default()
+        );
+    }
+
+    /// FRR 8.4's `show route-map json` (bgpd's part), captured from the test bed
+    /// after clauses were added by hand beside patchbay's: a permit-everything at
+    /// 65000 under the inbound map, a permit with a `set` under the outbound one.
+    const ROUTE_MAPS: &str = r#"{"ZEBRA":{}}
+{"BGP":{"PB-IN-10-0-1-2":{"invoked":0,"disabledOptimization":false,"processedChange":true,"rules":[{"sequenceNumber":10,"type":"permit","invoked":0,"matchClauses":["ip address prefix-list PB-IN-10-0-1-2"],"setClauses":[],"action":"Exit routemap"},{"sequenceNumber":30,"type":"permit","invoked":0,"description":"hello world","matchClauses":[],"setClauses":[],"callClause":"PB-OUT-NOTHING","action":"Continue to next entry"},{"sequenceNumber":65000,"type":"permit","invoked":0,"matchClauses":[],"setClauses":[],"action":"Exit routemap"}]},"PB-OUT-NOTHING":{"invoked":0,"disabledOptimization":false,"processedChange":true,"rules":[{"sequenceNumber":10,"type":"deny","invoked":0,"matchClauses":[],"setClauses":[],"action":"Exit routemap"},{"sequenceNumber":20,"type":"permit","invoked":0,"matchClauses":[],"setClauses":["local-preference 5"],"action":"Exit routemap"}]},"OTHER":{"rules":[]}}}"#;
+
+    #[test]
+    fn clauses_and_entries_patchbay_did_not_write_are_read_and_removed() {
+        let lists = LISTS.replace(
+            r#""entries":[{"sequenceNumber":10"#,
+            r#""entries":[{"sequenceNumber":5,"type":"deny","prefix":"10.0.0.0/8","minimumPrefixLength":16,"maximumPrefixLength":24},{"sequenceNumber":7,"type":"permit","prefix":"0.0.0.0/0","maximumPrefixLength":32},{"sequenceNumber":10"#,
+        );
+        let state = spec()
+            .parse(NEIGHBORS, &lists, None, Some(ROUTE_MAPS))
+            .unwrap();
+        let seen = &state.neighbors[&"10.0.1.2".parse().unwrap()];
+        // A deny is not an entry patchbay writes; a permit of everything is shaped
+        // like one, and is not one of the neighbour's: both go.
+        assert_eq!(seen.foreign_entries, [5]);
+        assert!(seen.prefixes.contains(&(7, "0.0.0.0/0".parse().unwrap())));
+        assert_eq!(
+            crate::bgp::differences(&neighbor(), seen),
+            ["inbound prefixes"]
+        );
+        let maps = state.route_maps.as_ref().unwrap();
+        assert!(!maps.contains_key("OTHER"), "not patchbay's: not read");
+        assert_eq!(
+            maps["PB-IN-10-0-1-2"][1].body,
+            [
+                "call PB-OUT-NOTHING",
+                "description hello world",
+                "on-match continue to next entry"
+            ]
+        );
+        let managed = ["10.0.1.2".parse().unwrap()].into();
+        let changes = plan(&[neighbor()], &state, &managed);
+        assert_eq!(changes.len(), 3, "{changes:#?}");
+        let text: Vec<String> = spec()
+            .render(&router(), &changes)
+            .into_iter()
+            .map(|l| l.text)
+            .collect();
+        let at = |s: &str| {
+            text.iter()
+                .position(|l| l == s)
+                .unwrap_or_else(|| panic!("{s:?} not in {text:#?}"))
+        };
+        at("no ip prefix-list PB-IN-10-0-1-2 seq 5");
+        at("no ip prefix-list PB-IN-10-0-1-2 seq 7");
+        assert!(
+            at("no route-map PB-IN-10-0-1-2 permit 65000") < at("router bgp 65000"),
+            "{text:#?}"
+        );
+        at("no route-map PB-IN-10-0-1-2 permit 30");
+        at("no route-map PB-OUT-NOTHING permit 20");
+        assert!(
+            !text
+                .iter()
+                .any(|l| l == "no route-map PB-IN-10-0-1-2 permit 10")
+        );
+        assert!(
+            !text
+                .iter()
+                .any(|l| l == "no route-map PB-OUT-NOTHING deny 10")
+        );
+        // Once only patchbay's clauses are there, nothing is left to do.
+        let mut clean = state.clone();
+        clean.route_maps = Some(
+            [
+                Policy::Inbound("10.0.1.2".parse().unwrap()),
+                Policy::Outbound,
+            ]
+            .into_iter()
+            .map(|m| (m.name(), m.clauses()))
+            .collect(),
+        );
+        let n = clean
+            .neighbors
+            .get_mut(&"10.0.1.2".parse().unwrap())
+            .unwrap();
+        n.foreign_entries.clear();
+        n.prefixes = entries(&neighbor());
+        assert!(plan(&[neighbor()], &clean, &managed).is_empty());
+        // A map missing altogether is written again.
+        clean.route_maps.as_mut().unwrap().remove(OUTBOUND_MAP);
+        assert_eq!(
+            plan(&[neighbor()], &clean, &managed),
+            [Change::Policy {
+                map: Policy::Outbound,
+                remove: vec![]
+            }]
+        );
+    }
+
+    #[test]
+    fn documented_ios_route_maps_are_read_and_what_is_not_patchbays_removed() {
+        let state = ios()
+            .parse(
+                &doc("cisco_ios_running_config_router_bgp.txt"),
+                &doc("cisco_ios_running_config_prefix_lists.txt"),
+                None,
+                Some(&doc("cisco_ios_running_config_route_maps.txt")),
+            )
+            .unwrap();
+        let maps = state.route_maps.as_ref().unwrap();
+        assert_eq!(
+            maps.keys().collect::<Vec<_>>(),
+            ["PB-IN-10-0-1-2", "PB-OUT-NOTHING"],
+            "UPLINKS-IN is not patchbay's"
+        );
+        assert_eq!(maps["PB-OUT-NOTHING"][1].body, ["set local-preference 5"]);
+        let managed = ["10.0.1.2".parse().unwrap()].into();
+        let changes = plan(&[neighbor()], &state, &managed);
+        assert_eq!(
+            changes,
+            [
+                Change::Policy {
+                    map: Policy::Inbound("10.0.1.2".parse().unwrap()),
+                    remove: vec![("permit".into(), 65000)]
+                },
+                Change::Policy {
+                    map: Policy::Outbound,
+                    remove: vec![("permit".into(), 20)]
+                }
+            ]
+        );
+        // A hand-made entry under patchbay's list, in IOS's own words.
+        let lists = doc("cisco_ios_running_config_prefix_lists.txt")
+            + "ip prefix-list PB-IN-10-0-1-2 seq 30 permit 0.0.0.0/0 le 32\n\
+               ip prefix-list PB-IN-10-0-1-2 seq 40 deny 10.0.0.0/8 ge 9\n";
+        let state = ios()
+            .parse(
+                &doc("cisco_ios_running_config_router_bgp.txt"),
+                &lists,
+                None,
+                None,
+            )
+            .unwrap();
+        assert_eq!(state.route_maps, None, "not asked for: not compared");
+        let n = &state.neighbors[&"10.0.1.2".parse().unwrap()];
+        assert_eq!(n.foreign_entries, [40]);
+        assert_eq!(
+            plan(&[neighbor()], &state, &managed),
+            [Change::Put {
+                neighbor: neighbor(),
+                stale: vec![30, 40]
+            }]
+        );
     }
 
     #[test]
     fn the_ios_read_never_keeps_a_password() {
         let config = "router bgp 65000\n neighbor 10.0.1.2 remote-as 65101\n \
                       neighbor 10.0.1.2 password Cl34rT3xt\n";
-        let state = ios().parse(config, "", None).unwrap();
+        let state = ios().parse(config, "", None, None).unwrap();
         let n = &state.neighbors[&"10.0.1.2".parse().unwrap()];
         assert!(n.authenticated);
         assert!(!format!("{state:?}").contains("Cl34rT3xt"));
