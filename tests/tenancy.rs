@@ -512,6 +512,28 @@ async fn two_tenants_on_one_switch_never_reach_each_others_vlans() {
         "{message}"
     );
     assert!(!message.contains(&b), "{message}");
+    // The Server still lists its NIC: not ready, its port, and the refusal.
+    let server = support::eventually_seen(30, "the refused NIC listed", || async {
+        let s = Api::<Server>::all(f.client())
+            .get(&f.server_name("a"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let st = s.status.clone().unwrap_or_default();
+        if st.ports_ready.as_deref() == Some("0/1") && st.ports.len() == 1 {
+            Ok(st)
+        } else {
+            Err(format!("{:?} {:?}", st.ports_ready, st.ports))
+        }
+    })
+    .await;
+    let nic = &server.ports[0];
+    assert!(!nic.ready && nic.source == "claim", "{nic:?}");
+    assert_eq!(nic.port, format!("{}/tor1-p1", f.infra()));
+    let why = nic.message.as_deref().unwrap_or_default();
+    assert!(
+        why.starts_with("forbidden: ") && why.contains("VLAN 300 is not granted"),
+        "{why}"
+    );
     let warnings = support::warnings(&f.api(&a), "web").await;
     assert!(
         warnings

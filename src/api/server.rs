@@ -315,6 +315,10 @@ pub struct NicPortStatus {
     pub state: Option<String>,
     /// True when the port carries what the phase wants.
     pub ready: bool,
+    /// Why it does not (yet): on its way, failing, somebody else's, or refused
+    /// before anything reached the port (left as it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// A linked BareMetalHost.

@@ -240,6 +240,8 @@ struct Targets {
     refused: Vec<String>,
     /// Targets the tenancy check refused (their ports are left as they are).
     forbidden: Vec<String>,
+    /// The targets refused (by either check), each with why: not written, listed.
+    withheld: Vec<(NicTarget, String)>,
     /// Each NIC's cabling, checked against what its port sees.
     cabling: Vec<NicCabling>,
     /// Ports parked for their cabling, one message each: they hold the phase.
@@ -536,7 +538,7 @@ fn refuse_ungranted(
     world: &HostWorld,
     targets: Vec<NicTarget>,
     network: Option<ClaimNetwork<'_>>,
-) -> (Vec<NicTarget>, Vec<String>) {
+) -> (Vec<NicTarget>, Vec<(NicTarget, Vec<String>)>) {
     use crate::decide::tenancy::{
         Use, check_group, check_reference, check_vlans, is_shared, vlans_of,
     };
@@ -549,12 +551,13 @@ fn refuse_ungranted(
     }
     let grants = world.stores.grants(Some(t.parking_vlan));
     let mut forbidden = Vec::new();
-    let kept = targets
-        .into_iter()
-        .filter(|target| {
+    let mut kept = Vec::with_capacity(targets.len());
+    for target in targets {
+        let why = {
             let (Source::Claim | Source::Nic, Some(c)) = (target.source, &target.configuration)
             else {
-                return true;
+                kept.push(target);
+                continue;
             };
             let cns = c.namespace.as_deref().unwrap_or_default();
             let mut why = Vec::new();
@@ -611,10 +614,14 @@ fn refuse_ungranted(
                     why.push(e);
                 }
             }
-            forbidden.extend(why.iter().cloned());
-            why.is_empty()
-        })
-        .collect();
+            why
+        };
+        if why.is_empty() {
+            kept.push(target);
+        } else {
+            forbidden.push((target, why));
+        }
+    }
     (kept, forbidden)
 }
 
@@ -638,6 +645,19 @@ fn targets_of(
     };
     let (targets, refused) = refuse_grouped_provisioning(targets, group_of, view.nic_field);
     let (targets, forbidden) = refuse_ungranted(world, targets, view.network);
+    let messages = (
+        refused.iter().map(|(_, why)| why.clone()).collect(),
+        forbidden.iter().flat_map(|(_, why)| why.clone()).collect(),
+    );
+    let withheld: Vec<(NicTarget, String)> = refused
+        .into_iter()
+        .chain(
+            forbidden
+                .into_iter()
+                .map(|(t, why)| (t, format!("forbidden: {}", why.join("; ")))),
+        )
+        .collect();
+    let (refused, forbidden) = messages;
     let (mut targets, cabling, miscabled) = check_cabling(world, view, phase, targets);
     for port in marked.difference(&cabled) {
         targets.push(NicTarget {
@@ -652,6 +672,7 @@ fn targets_of(
         unmatched,
         refused,
         forbidden,
+        withheld,
         cabling,
         miscabled,
     }
@@ -688,6 +709,7 @@ pub async fn drive_host(
         unmatched,
         refused,
         forbidden,
+        withheld,
         cabling,
         miscabled,
     } = match current {
@@ -715,6 +737,11 @@ pub async fn drive_host(
         }
         let state = o.as_ref().and_then(|o| o.state);
         ports.push((t, verdict, state));
+    }
+    // A refused target's port is left as it is, and listed with why.
+    for (t, why) in withheld {
+        let state = look_up(world, &t.port).and_then(|(o, _)| o.state);
+        ports.push((t, crate::decide::phases::Verdict::Refused(why), state));
     }
     let (host, gate) = match &view.bare_metal_host {
         Some(bmh) => {

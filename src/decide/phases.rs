@@ -415,30 +415,30 @@ pub fn refuse_grouped_provisioning(
     targets: Vec<NicTarget>,
     group_of: impl Fn(&ConfigurationRef) -> Option<i64>,
     field_of: impl Fn(&str) -> String,
-) -> (Vec<NicTarget>, Vec<String>) {
+) -> (Vec<NicTarget>, Vec<(NicTarget, String)>) {
+    let mut kept = Vec::with_capacity(targets.len());
     let mut refused = Vec::new();
-    let kept = targets
-        .into_iter()
-        .filter(|t| {
-            let (Source::Provisioning, Some(c), CabledPortKind::SwitchPort) =
-                (t.source, &t.configuration, t.port.kind)
-            else {
-                return true;
-            };
-            let Some(group) = group_of(c) else {
-                return true;
-            };
-            refused.push(format!(
-                "{}.provisioningConfiguration: SwitchPortConfiguration {} sets \
-                 linkAggregation (group {group}); a provisioning configuration carries no \
-                 link-aggregation group (PXE boots over the individual links): the group \
-                 belongs in the tenant's configuration",
-                field_of(&t.nic),
-                c.name,
-            ));
-            false
-        })
-        .collect();
+    for t in targets {
+        let group = match (t.source, &t.configuration, t.port.kind) {
+            (Source::Provisioning, Some(c), CabledPortKind::SwitchPort) => {
+                group_of(c).map(|g| (g, c.name.clone()))
+            }
+            _ => None,
+        };
+        match group {
+            None => kept.push(t),
+            Some((group, name)) => {
+                let why = format!(
+                    "{}.provisioningConfiguration: SwitchPortConfiguration {name} sets \
+                     linkAggregation (group {group}); a provisioning configuration carries no \
+                     link-aggregation group (PXE boots over the individual links): the group \
+                     belongs in the tenant's configuration",
+                    field_of(&t.nic),
+                );
+                refused.push((t, why));
+            }
+        }
+    }
     (kept, refused)
 }
 
@@ -505,12 +505,27 @@ pub enum Verdict {
     InUse(String),
     /// The port object does not exist.
     Missing,
+    /// Its target was refused before anything reached the port (a configuration the
+    /// claim's namespace may not carry, a provisioning configuration with a
+    /// link-aggregation group); the port is left as it is (message: why).
+    Refused(String),
 }
 
 impl Verdict {
     /// True when settled.
     pub fn settled(&self) -> bool {
         *self == Verdict::Settled
+    }
+
+    /// Why the port is not settled, in words (`None` when it is).
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            Verdict::Settled => None,
+            Verdict::Pending(m) | Verdict::Failing(m) | Verdict::InUse(m) | Verdict::Refused(m) => {
+                Some(m.clone())
+            }
+            Verdict::Missing => Some("the port object does not exist".into()),
+        }
     }
 }
 

@@ -619,7 +619,8 @@ impl HostFacts {
             .iter()
             .filter_map(|(t, v, _)| {
                 let why = match v {
-                    Verdict::Settled => return None,
+                    // Said below, with the refusals.
+                    Verdict::Settled | Verdict::Refused(_) => return None,
                     Verdict::Pending(s) | Verdict::Failing(s) | Verdict::InUse(s) => s.clone(),
                     Verdict::Missing => "not found".into(),
                 };
@@ -848,6 +849,7 @@ pub fn server_status(
             source: t.source.as_str().into(),
             state: state.map(|s| s.to_string()),
             ready: v.settled(),
+            message: v.reason(),
         })
         .collect();
     // The linked host as found, else (not found) the one the spec names, else —

@@ -513,6 +513,15 @@ fn a_provisioning_configuration_with_a_link_aggregation_group_is_refused_and_its
             ],
             "{phase:?}: eth0's port is not driven at all"
         );
+        // The refused target is kept, with why, to be listed on the Server.
+        assert_eq!(
+            refused
+                .iter()
+                .map(|(t, _)| t.nic.as_str())
+                .collect::<Vec<_>>(),
+            ["eth0"]
+        );
+        let refused: Vec<String> = refused.into_iter().map(|(_, why)| why).collect();
         assert_eq!(
             refused,
             vec![

@@ -595,6 +595,31 @@ fn the_status_mirrors_the_binding_and_the_phase() {
     assert_eq!(st.ports[0].source, "claim");
     assert_eq!(server_condition(&st, "PortsReady").0, "True");
     assert_eq!(server_condition(&st, "Held").0, "False");
+    assert_eq!(st.ports[0].message, None);
+    // A NIC whose claim configuration was refused is still listed, with why.
+    let mut f = facts(
+        ServerPhase::Provisioned,
+        None,
+        vec![(
+            Verdict::Refused("forbidden: VLAN 300 is not granted".into()),
+            Some("web"),
+        )],
+    );
+    f.forbidden = vec!["VLAN 300 is not granted".into()];
+    let refused = server_status(&server(true), &ServerStatus::default(), &f, now);
+    assert_eq!(refused.ports_ready.as_deref(), Some("0/1"));
+    assert!(!refused.ports[0].ready);
+    assert_eq!(
+        refused.ports[0].message.as_deref(),
+        Some("forbidden: VLAN 300 is not granted")
+    );
+    let (truth, reason, message) = server_condition(&refused, "PortsReady");
+    assert_eq!((truth.as_str(), reason.as_str()), ("False", "Forbidden"));
+    assert_eq!(
+        message.matches("VLAN 300 is not granted").count(),
+        1,
+        "said once: {message}"
+    );
     // Released: the claim stays named while the ports are on their way back…
     let f = facts(
         ServerPhase::Deprovisioning,
