@@ -96,6 +96,92 @@ spec:
     );
 }
 
+/// A Switch whose ports would be configured through a BGP speaker or a neighbour
+/// source (`os: frr`, `os: linux`) named in the same files is refused by
+/// `validate`, with the operator's own words (it refused this only at runtime).
+#[test]
+fn validate_refuses_a_switch_whose_provider_configures_no_port() {
+    for (os, hint) in [
+        ("frr", "spec.bgp.speaker"),
+        ("linux", "spec.neighbors.providers"),
+    ] {
+        let text = format!(
+            "\
+apiVersion: patchbay.dev/v1alpha1
+kind: ProviderSwitch
+metadata: {{name: speaker, namespace: infra}}
+spec:
+  backend: ssh
+  os: {os}
+  address: 192.0.2.1
+  credentialsSecretRef: {{name: login}}
+  hostKey: {{fingerprint: \"SHA256:v4cRr7ClTTn6CxGK/qsnWEhL7L4H+y3qHDbCyB3xeug\"}}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: Switch
+metadata: {{name: tor-1, namespace: infra}}
+spec:
+  provider: {{name: speaker}}
+  ports:
+    p1: {{name: Gi0/1}}
+"
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .args(["validate", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{os}: {report}");
+        assert!(
+            report.contains("INVALID  link: Switch infra/tor-1 -> ProviderSwitch infra/speaker"),
+            "{report}"
+        );
+        assert!(
+            report.contains(&format!(
+                "spec.provider: ProviderSwitch speaker is os {os}, "
+            )) && report.contains(hint),
+            "{report}"
+        );
+    }
+}
+
+/// `patchbay validate --help` names every kind it validates, and it validates every
+/// kind patchbay has.
+#[test]
+fn validate_help_names_every_kind_it_checks() {
+    use patchbay::decide::validate::manifests::VALIDATED_KINDS;
+    let out = patchbay(&["validate", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for kind in VALIDATED_KINDS {
+        assert!(help.contains(kind), "{kind} not in\n{help}");
+    }
+    for (_, crd) in patchbay::api::crds() {
+        let kind = crd.spec.names.kind;
+        assert!(
+            VALIDATED_KINDS.contains(&kind.as_str()),
+            "{kind} is not validated"
+        );
+        // And validate knows it: a document of the kind is not refused as unknown.
+        let report = patchbay::decide::validate::manifests::validate_manifests(&[(
+            "k.yaml".into(),
+            format!("apiVersion: patchbay.dev/v1alpha1\nkind: {kind}\nmetadata: {{name: x}}\n"),
+        )]);
+        assert!(
+            !report.to_string().contains("is not a patchbay kind"),
+            "{kind}: {report}"
+        );
+    }
+}
+
 #[test]
 fn validate_checks_a_link_against_the_port_constraints() {
     let dir = std::env::temp_dir().join(format!("patchbay-cli-{}", std::process::id()));

@@ -492,3 +492,69 @@ async fn a_refused_status_write_is_not_retried_every_second() {
     }
     env.cluster.finish().await;
 }
+
+/// A Switch whose `spec.provider` is a BGP speaker (`os: frr`) or a neighbour source
+/// (`os: linux`): the Switch is not Ready and says why, its ports say the same
+/// (InvalidProvider, naming the field) instead of sitting in Configuring on an
+/// error of the wrong backend, and nothing is dialled — not once in 5 s.
+#[tokio::test]
+async fn a_switch_whose_provider_configures_no_port_says_so_on_every_port_and_dials_nothing() {
+    let env = Env::start("fail-role").await;
+    let device = patchbay_testbed::SilentDevice::start().unwrap();
+    for (name, os) in [("speaker", "frr"), ("lldp", "linux")] {
+        env.device(
+            name,
+            &[("username", "admin"), ("password", "not-used")],
+            json!({"backend": "ssh", "os": os, "address": "127.0.0.1", "port": device.port,
+                   "hostKey": {"fingerprint": WRONG_PIN}}),
+            &[(&format!("{name}-p1"), "Gi0/1")],
+        )
+        .await;
+    }
+    env.configuration("web", json!({"untaggedVLAN": 100})).await;
+    for (name, os, hint) in [
+        ("speaker", "frr", "spec.bgp.speaker"),
+        ("lldp", "linux", "spec.neighbors.providers"),
+    ] {
+        let port = format!("{name}-p1");
+        env.link(&port, Some("web")).await;
+        let p = env
+            .wait_for(&port, "the port refused for its provider", |p| {
+                condition(p, "Ready")
+                    .is_some_and(|(s, r, _)| s == "False" && r == "InvalidProvider")
+            })
+            .await;
+        let (_, _, message) = condition(&p, "Ready").unwrap();
+        assert_eq!(
+            message,
+            format!(
+                "Switch.spec.provider: ProviderSwitch {name} is os {os}, {}",
+                if os == "frr" {
+                    "a BGP speaker that configures no port: name it in spec.bgp.speaker"
+                } else {
+                    "a neighbour source that configures no port: name it in \
+                     spec.neighbors.providers"
+                }
+            )
+        );
+        assert!(message.contains(hint));
+        assert!(
+            p.status
+                .as_ref()
+                .and_then(|s| s.next_retry_time.as_ref())
+                .is_none(),
+            "invalid input is not retried until it changes"
+        );
+        let sw = env
+            .wait_obj::<Switch>(name, "the Switch refused", |s| {
+                switch_condition(s, "Ready")
+                    .is_some_and(|(s, r, _)| s == "False" && r == "InvalidProvider")
+            })
+            .await;
+        let (_, _, message) = switch_condition(&sw, "Ready").unwrap();
+        assert!(message.contains(hint), "{message}");
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(device.connections(), 0, "nothing was dialled");
+    env.cluster.finish().await;
+}

@@ -24,12 +24,12 @@ use serde_json::json;
 use super::context::{Context, device_key, switch_device_ports};
 use super::{ControllerError, write_status_at};
 use crate::api::keys::{FINALIZER, SWITCH_LABEL};
-use crate::api::{DeviceOs, Switch, SwitchPort, SwitchPortSpec};
+use crate::api::{Switch, SwitchPort, SwitchPortSpec};
 use crate::backends::check_credentials;
 use crate::decide::failure::Failure;
 use crate::decide::reachability::Reachability;
 use crate::decide::status::{Severity, find_condition, reachability_event, switch_status};
-use crate::decide::validate::{validate_provider, validate_switch};
+use crate::decide::validate::{port_device_role, validate_provider, validate_switch};
 use patchbay_providers::values::PortName;
 
 /// The Switches whose spec passed [`validate_switch`], uid → (generation, its
@@ -97,22 +97,11 @@ async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> 
             name: switch.spec.provider.name.clone(),
             field: "spec.provider",
         })?;
-    if provider.spec.os == DeviceOs::Linux {
-        return Err(Failure::ProviderRole {
-            field: "spec.provider",
-            name: provider.name_any(),
-            why: "is os linux, a neighbour source that configures no port: name it in \
-                  spec.neighbors.providers",
-        });
-    }
-    if provider.spec.os == DeviceOs::Frr {
-        return Err(Failure::ProviderRole {
-            field: "spec.provider",
-            name: provider.name_any(),
-            why: "is os frr, a BGP speaker that configures no port: name it in \
-                  spec.bgp.speaker",
-        });
-    }
+    port_device_role(&provider.spec).map_err(|why| Failure::ProviderRole {
+        field: "spec.provider",
+        name: provider.name_any(),
+        why,
+    })?;
     validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
         name: provider.name_any(),
         errors,

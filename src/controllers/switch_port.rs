@@ -36,8 +36,8 @@ use crate::decide::failure::Failure;
 use crate::decide::state_machine::PortTarget;
 use crate::decide::status::{Truth, set_condition};
 use crate::decide::validate::{
-    LagPeer, PortContext, desired_for_port, has_egress_rules, lag_members, validate_provider,
-    with_host_mac,
+    LagPeer, PortContext, desired_for_port, has_egress_rules, lag_members, port_device_role,
+    validate_provider, with_host_mac,
 };
 use crate::worker::PortKey;
 
@@ -268,6 +268,12 @@ fn validate(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> ValidatedPor
         validate_provider(&provider.spec).map_err(|errors| Failure::InvalidProvider {
             name: provider.name_any(),
             errors,
+        })?;
+        // Nothing is built or dialled for a provider that configures no port.
+        port_device_role(&provider.spec).map_err(|why| Failure::ProviderRole {
+            field: "Switch.spec.provider",
+            name: provider.name_any(),
+            why,
         })?;
         let entry = ctx.port_worker(
             provider,

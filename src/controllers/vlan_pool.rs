@@ -27,7 +27,8 @@ pub struct Written {
 }
 
 /// One namespace's summary: `vlans` (every VLAN it may carry, as a range), `shared`
-/// (those of shared pools, with their names), and for BGP `asns` and `prefixes`.
+/// (those of shared pools, with their names), `lagGroups` (the link-aggregation
+/// groups it may use), and for BGP `asns` and `prefixes`.
 pub fn summary(
     grants: &Grants,
     bgp: &BgpGrants,
@@ -63,6 +64,10 @@ pub fn summary(
     BTreeMap::from([
         ("vlans".to_owned(), vlans.to_range_string()),
         ("shared".to_owned(), shared.join(", ")),
+        (
+            "lagGroups".to_owned(),
+            grants.groups_granted_to(namespace).to_range_string(),
+        ),
         ("asns".to_owned(), asns.join(", ")),
         ("prefixes".to_owned(), prefixes.join(", ")),
     ])
@@ -156,8 +161,10 @@ mod tests {
     fn a_namespace_reads_its_own_grants_and_nobody_else_s() {
         let pools: Vec<VLANPool> = serde_json::from_value(json!([
             {"metadata": {"name": "a"}, "spec": {"vlans": "200-209, 220", "namespaces": ["tenant-a"],
+                                                 "lagGroups": "1-4, 9",
                                                  "asns": "65100-65109", "prefixes": ["192.0.2.0/26"]}},
             {"metadata": {"name": "b"}, "spec": {"vlans": "300-309", "namespaces": ["tenant-b"],
+                                                 "lagGroups": "5",
                                                  "asns": "65300", "prefixes": ["198.51.100.0/24"]}},
             {"metadata": {"name": "svc"}, "spec": {"vlans": "42", "namespaces": ["tenant-a", "tenant-b"],
                                                    "shared": true, "vlanName": "services"}},
@@ -168,12 +175,15 @@ mod tests {
         let a = summary(&grants, &bgp, &pools, "tenant-a");
         assert_eq!(a["vlans"], "42,200-209,220");
         assert_eq!(a["shared"], "42 (services)");
+        assert_eq!(a["lagGroups"], "1-4,9");
+        assert_eq!(summary(&grants, &bgp, &pools, "tenant-b")["lagGroups"], "5");
         assert_eq!(a["asns"], "65100-65109");
         assert_eq!(a["prefixes"], "192.0.2.0/26");
         assert!(
             !a.values()
                 .any(|v| v.contains("300") || v.contains("tenant-b") || v.contains("198.51"))
         );
-        assert_eq!(summary(&grants, &bgp, &pools, "tenant-c")["vlans"], "");
+        let c = summary(&grants, &bgp, &pools, "tenant-c");
+        assert_eq!((c["vlans"].as_str(), c["lagGroups"].as_str()), ("", ""));
     }
 }

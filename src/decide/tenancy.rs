@@ -313,6 +313,15 @@ impl Grants {
         serving.find(|p| p.on(switch)).ok_or(Missing::OtherSwitches)
     }
 
+    /// The link-aggregation groups granted to `namespace` (on some Switch).
+    pub fn groups_granted_to(&self, namespace: &str) -> VlanSet {
+        self.by_group
+            .keys()
+            .copied()
+            .filter(|g| self.lookup_group(namespace, None, *g).is_ok())
+            .collect()
+    }
+
     /// The VLANs granted to `namespace` (on some Switch), as a range string.
     pub fn granted_to(&self, namespace: &str) -> VlanSet {
         self.by_vlan

@@ -40,7 +40,7 @@ pub use configuration::{
     LagPeer, PortContext, capability_errors, capability_field, configuration_to_desired,
     desired_for_port, has_egress_rules, lag_members, validate_configuration, with_host_mac,
 };
-pub use provider_switch::{backend_supports, validate_provider};
+pub use provider_switch::{backend_supports, port_device_role, validate_provider};
 pub use server::validate_server;
 pub use smartnic::{smartnic_configuration_to_desired, validate_smartnic_port};
 pub use switch::validate_switch;

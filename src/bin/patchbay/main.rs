@@ -34,9 +34,11 @@ enum Command {
         out: Option<PathBuf>,
     },
     /// Validate manifests (ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
-    /// SmartNicPort, SmartNicConfiguration, Server) without a cluster. SwitchPorts that
-    /// link a configuration are also checked against their Switch's port constraints
-    /// when both are in the given files. Exits 1 when anything is invalid.
+    /// SmartNicPort, SmartNicConfiguration, Server, ServerClaim, VLANPool) without a
+    /// cluster. Links are checked when both ends are in the given files: a SwitchPort's
+    /// or a Server NIC's configuration against its Switch's port constraints, and a
+    /// Switch's spec.provider (it must configure ports: not os frr or linux). Exits 1
+    /// when anything is invalid.
     Validate {
         /// YAML files (multi-document allowed); `-` reads standard input.
         #[arg(required = true, value_name = "FILE")]

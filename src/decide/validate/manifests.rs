@@ -1,7 +1,8 @@
 //! Validation of whole manifest files, as `patchbay validate` does it: every patchbay
-//! object on its own, then every configuration link that can be resolved inside the
-//! given files (SwitchPort → Switch port constraints, Server NIC → SwitchPort). Pure:
-//! the caller reads the files.
+//! object on its own, then every link that can be resolved inside the given files
+//! (SwitchPort → Switch port constraints, Server NIC → SwitchPort, Switch → the
+//! ProviderSwitch its ports are configured through). Pure: the caller reads the
+//! files.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +18,19 @@ use crate::api::{
     SwitchPortConfiguration, SwitchPortConfigurationSpec,
 };
 use patchbay_providers::values::{PortName, excerpt};
+
+/// Every kind `patchbay validate` checks (all of patchbay's kinds).
+pub const VALIDATED_KINDS: &[&str] = &[
+    "ProviderSwitch",
+    "Switch",
+    "SwitchPort",
+    "SwitchPortConfiguration",
+    "SmartNicPort",
+    "SmartNicConfiguration",
+    "Server",
+    "ServerClaim",
+    "VLANPool",
+];
 
 /// The verdict on one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +108,7 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
     let mut ports: Vec<(String, SwitchPort)> = Vec::new();
     let mut servers: Vec<(String, Server)> = Vec::new();
     let mut configs: BTreeMap<(String, String), SwitchPortConfigurationSpec> = BTreeMap::new();
+    let mut providers: BTreeMap<(String, String), ProviderSwitch> = BTreeMap::new();
 
     for (file, text) in files {
         // A syntax error anywhere makes the whole file one verdict: a YAML parser
@@ -177,7 +192,10 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
             }
             match kind {
                 "ProviderSwitch" => match typed::<ProviderSwitch>(&value) {
-                    Ok(o) => errors.extend(errs(validate_provider(&o.spec))),
+                    Ok(o) => {
+                        errors.extend(errs(validate_provider(&o.spec)));
+                        providers.insert((ns.clone(), name.to_owned()), o);
+                    }
                     Err(e) => errors.extend(e),
                 },
                 "Switch" => match typed::<Switch>(&value) {
@@ -252,6 +270,32 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                 skipped: false,
             });
         }
+    }
+
+    // Links: a Switch's ports are configured through its provider, which must be a
+    // device that configures ports.
+    for switch in &switches {
+        let ns = switch.metadata.namespace.as_deref().unwrap_or("default");
+        let p = &switch.spec.provider.name;
+        let Some(provider) = providers.get(&(ns.to_owned(), p.clone())) else {
+            continue;
+        };
+        report.verdicts.push(ObjectVerdict {
+            source: "link".into(),
+            object: format!(
+                "Switch {ns}/{} -> ProviderSwitch {ns}/{p}",
+                switch.metadata.name.as_deref().unwrap_or_default()
+            ),
+            errors: super::port_device_role(&provider.spec)
+                .err()
+                .map(|why| FieldError {
+                    path: "spec.provider".into(),
+                    reason: format!("ProviderSwitch {p} {why}"),
+                })
+                .into_iter()
+                .collect(),
+            skipped: false,
+        });
     }
 
     // Links: a configuration checked against the port it is linked to.

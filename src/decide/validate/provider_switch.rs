@@ -21,6 +21,22 @@ pub fn backend_supports(backend: Backend, os: DeviceOs) -> bool {
     }
 }
 
+/// Why a ProviderSwitch cannot be the device of a Switch's ports (its
+/// `spec.provider`): an os that configures no port. One rule for the Switch, its
+/// SwitchPorts and `patchbay validate`.
+pub fn port_device_role(spec: &ProviderSwitchSpec) -> Result<(), &'static str> {
+    match spec.os {
+        DeviceOs::Linux => Err(
+            "is os linux, a neighbour source that configures no port: name it in \
+             spec.neighbors.providers",
+        ),
+        DeviceOs::Frr => {
+            Err("is os frr, a BGP speaker that configures no port: name it in spec.bgp.speaker")
+        }
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn known_hosts_line(line: &str) -> Result<(), ValueError> {
     let fields: Vec<&str> = line.split_whitespace().collect();
     if line.starts_with('@') {
