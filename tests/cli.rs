@@ -61,16 +61,8 @@ fn the_examples_are_valid() {
     );
 }
 
-#[test]
-fn validate_refuses_a_bad_configuration_naming_the_field() {
-    let bad = "\
-apiVersion: patchbay.dev/v1alpha1
-kind: SwitchPortConfiguration
-metadata: {name: bad, namespace: network-infra}
-spec:
-  untaggedVLAN: 4095
-  description: \"up\\nreload\"
-";
+/// `patchbay validate -` with `yaml` on standard input: its exit code and report.
+fn validate_stdin(yaml: &str) -> (Option<i32>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
         .args(["validate", "-"])
         .stdin(Stdio::piped())
@@ -81,11 +73,27 @@ spec:
         .stdin
         .take()
         .unwrap()
-        .write_all(bad.as_bytes())
+        .write_all(yaml.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn validate_refuses_a_bad_configuration_naming_the_field() {
+    let bad = "\
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPortConfiguration
+metadata: {name: bad, namespace: network-infra}
+spec:
+  untaggedVLAN: 4095
+  description: \"up\\nreload\"
+";
+    let (code, text) = validate_stdin(bad);
+    assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("spec.untaggedVLAN: VLAN 4095 is outside 1-4094"),
         "{text}"
@@ -126,21 +134,8 @@ spec:
     p1: {{name: Gi0/1}}
 "
         );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_patchbay"))
-            .args(["validate", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let report = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(1), "{os}: {report}");
+        let (code, report) = validate_stdin(&text);
+        assert_eq!(code, Some(1), "{os}: {report}");
         assert!(
             report.contains("INVALID  link: Switch infra/tor-1 -> ProviderSwitch infra/speaker"),
             "{report}"

@@ -1127,25 +1127,34 @@ pub struct CuttingRelay {
 impl CuttingRelay {
     /// Starts relaying to 127.0.0.1:`upstream`.
     pub fn start(upstream: u16, cut_after: Duration) -> Result<Self> {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("binding a relay"))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(io("binding a relay"))?;
-        let port = listener.local_addr().map_err(io("binding a relay"))?.port();
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                let Ok((client, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let _ = relay_until_cut(client, upstream, cut_after);
-            }
-        });
+        let (port, stop) = relay(move |client| relay_until_cut(client, upstream, cut_after))?;
         Ok(Self { port, stop })
     }
+}
+
+/// Listens on a free 127.0.0.1 port and hands each connection to `each` on a thread
+/// of its own, until the returned flag is set: the relays' common part.
+fn relay(
+    each: impl Fn(std::net::TcpStream) -> std::io::Result<()> + Send + 'static,
+) -> Result<(u16, std::sync::Arc<std::sync::atomic::AtomicBool>)> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("binding a relay"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io("binding a relay"))?;
+    let port = listener.local_addr().map_err(io("binding a relay"))?.port();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        while !flag.load(Ordering::Relaxed) {
+            let Ok((client, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            };
+            let _ = each(client);
+        }
+    });
+    Ok((port, stop))
 }
 
 /// Relays one connection both ways and shuts both sides down `cut_after` after it
@@ -1194,24 +1203,10 @@ pub struct SlowRelay {
 impl SlowRelay {
     /// Starts relaying to 127.0.0.1:`upstream`, holding back each answer by `delay`.
     pub fn start(upstream: u16, delay: Duration) -> Result<Self> {
-        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("binding a relay"))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(io("binding a relay"))?;
-        let port = listener.local_addr().map_err(io("binding a relay"))?.port();
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let delay_ms = std::sync::Arc::new(AtomicU64::new(delay.as_millis() as u64));
-        let (flag, held_back) = (stop.clone(), delay_ms.clone());
-        std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                let Ok((client, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let _ = relay_slowly(client, upstream, held_back.clone());
-            }
-        });
+        let delay_ms =
+            std::sync::Arc::new(std::sync::atomic::AtomicU64::new(delay.as_millis() as u64));
+        let held_back = delay_ms.clone();
+        let (port, stop) = relay(move |client| relay_slowly(client, upstream, held_back.clone()))?;
         Ok(Self {
             port,
             stop,
