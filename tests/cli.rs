@@ -23,19 +23,10 @@ fn crds_prints_every_kind_as_yaml() {
         .into_iter()
         .map(|v| v["spec"]["names"]["kind"].as_str().unwrap().to_owned())
         .collect();
+    // Every kind, each validated by `patchbay validate`.
     assert_eq!(
         kinds,
-        [
-            "ProviderSwitch",
-            "Switch",
-            "SwitchPort",
-            "SwitchPortConfiguration",
-            "SmartNicPort",
-            "SmartNicConfiguration",
-            "Server",
-            "ServerClaim",
-            "VLANPool"
-        ]
+        patchbay::decide::validate::manifests::VALIDATED_KINDS
     );
 }
 
