@@ -8,6 +8,11 @@
 //!
 //! LLDP runs with a 1 s transmit interval (TTL 4 s), so a neighbour appears within
 //! about a second and a moved cable's old neighbour is gone within ~4 s.
+//!
+//! The switch side can also be a namespace that exists already ([`LldpFabric::start_in`]:
+//! Open vSwitch's, whose bridge ports are the veth ends lldpd listens on), and a host
+//! one cabled by someone else ([`LldpFabric::speak`]); those namespaces are left as
+//! they are on stop.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -40,6 +45,8 @@ pub struct LldpFabric {
     tag: String,
     daemons: Vec<Child>,
     sshd: Option<Child>,
+    /// The namespaces created here (deleted on stop).
+    created: Vec<String>,
     /// The switch's network namespace.
     pub switch_netns: String,
     /// The switch lldpd's control socket (what `lldpSocket` names).
@@ -60,27 +67,43 @@ impl LldpFabric {
     /// Starts the switch's namespace and lldpd (system name `switch_name`) and the
     /// sshd; waits until both answer.
     pub fn start(switch_name: &str) -> Result<Self> {
+        Self::starting(None, switch_name)
+    }
+
+    /// Like [`LldpFabric::start`], with the switch's lldpd in namespace `netns`, which
+    /// exists already (Open vSwitch's) and is left as it is on stop, speaking only on
+    /// the interfaces `pattern` names (lldpd's `-I`: the bridge's ports, not the
+    /// datapath's own devices, a send on which can stall lldpd).
+    pub fn start_in(netns: &str, switch_name: &str, pattern: &str) -> Result<Self> {
+        Self::starting(Some((netns, pattern)), switch_name)
+    }
+
+    fn starting(existing: Option<(&str, &str)>, switch_name: &str) -> Result<Self> {
         let seq = SEQ.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}{seq}", std::process::id() % 100_000);
         let dir = std::env::temp_dir().join(format!("patchbay-lldp-{tag}-{:x}", rand_u32()));
         std::fs::create_dir_all(&dir).map_err(io("creating the fabric's directory"))?;
         let mut me = Self {
-            switch_netns: format!("pbl{tag}s"),
+            switch_netns: existing.map_or_else(|| format!("pbl{tag}s"), |(ns, _)| ns.to_owned()),
             switch_socket: dir.join("switch.sock").display().to_string(),
             dir,
             tag,
             daemons: Vec::new(),
             sshd: None,
+            created: Vec::new(),
             hosts: Vec::new(),
             ssh_port: 0,
             username: current_user()?,
             client_key: String::new(),
             host_key_fingerprint: String::new(),
         };
-        run(&["ip", "netns", "add", &me.switch_netns])?;
-        run(&["ip", "-n", &me.switch_netns, "link", "set", "lo", "up"])?;
+        if existing.is_none() {
+            run(&["ip", "netns", "add", &me.switch_netns])?;
+            me.created.push(me.switch_netns.clone());
+            run(&["ip", "-n", &me.switch_netns, "link", "set", "lo", "up"])?;
+        }
         let (netns, socket) = (me.switch_netns.clone(), me.switch_socket.clone());
-        me.lldpd(&netns, &socket, switch_name)?;
+        me.lldpd(&netns, &socket, switch_name, existing.map(|(_, p)| p))?;
         for name in ["hostkey", "client"] {
             ssh_keygen(&me.dir.join(name))?;
         }
@@ -96,12 +119,28 @@ impl LldpFabric {
     }
 
     /// Starts lldpd in `netns` with control socket `socket`, sending `name` as its
-    /// system name every second; waits until it answers.
-    fn lldpd(&mut self, netns: &str, socket: &str, name: &str) -> Result<()> {
+    /// system name every second; waits until it answers. The settings are lldpd's
+    /// start-up configuration (`-O`): applied before it first speaks (set after,
+    /// a daemon that found its interfaces already there sometimes sent once and
+    /// never again).
+    fn lldpd(
+        &mut self,
+        netns: &str,
+        socket: &str,
+        name: &str,
+        pattern: Option<&str>,
+    ) -> Result<()> {
         let log = format!("{socket}.log");
+        let conf = format!("{socket}.conf");
+        std::fs::write(
+            &conf,
+            format!("configure lldp tx-interval 1\nconfigure system hostname {name}\n"),
+        )
+        .map_err(io("writing lldpd's configuration"))?;
         let child = Command::new("ip")
             .args(["netns", "exec", netns, "lldpd", "-d", "-u", socket])
-            .args(["-p", &format!("{socket}.pid")])
+            .args(["-p", &format!("{socket}.pid"), "-O", &conf])
+            .args(pattern.map(|p| ["-I", p]).into_iter().flatten())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(
@@ -112,14 +151,18 @@ impl LldpFabric {
         self.daemons.push(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let ok = Command::new("lldpcli")
-                .args(["-u", socket, "configure", "lldp", "tx-interval", "1"])
-                .stdout(Stdio::null())
+            let configured = Command::new("lldpcli")
+                .args(["-u", socket, "show", "configuration"])
                 .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                break;
+                .output()
+                .is_ok_and(|o| {
+                    let text = String::from_utf8_lossy(&o.stdout);
+                    o.status.success()
+                        && text.contains("Transmit delay: 1\n")
+                        && text.contains(&format!("Override system name with: {name}"))
+                });
+            if configured {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(TestbedError::Failed(format!(
@@ -129,16 +172,6 @@ impl LldpFabric {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        run(&[
-            "lldpcli",
-            "-u",
-            socket,
-            "configure",
-            "system",
-            "hostname",
-            name,
-        ])?;
-        Ok(())
     }
 
     /// Adds a host sending LLDP as `name` from an `eth0` with MAC `mac`, cabled to
@@ -148,6 +181,7 @@ impl LldpFabric {
         let i = self.hosts.len();
         let netns = format!("pbl{}h{i}", self.tag);
         run(&["ip", "netns", "add", &netns])?;
+        self.created.push(netns.clone());
         let host = LldpHost {
             netns: netns.clone(),
             mac: mac.to_owned(),
@@ -158,9 +192,35 @@ impl LldpFabric {
         run(&["ip", "-n", &netns, "link", "set", "lo", "up"])?;
         self.cable(i, port)?;
         let socket = self.dir.join(format!("h{i}.sock")).display().to_string();
-        self.lldpd(&netns, &socket, name)?;
+        self.lldpd(&netns, &socket, name, None)?;
         self.wait_until_switch_sees_all()?;
         Ok(i)
+    }
+
+    /// Makes the host in namespace `netns` (which exists, its `eth0` with MAC `mac`
+    /// cabled by someone else to switch port `port`) send LLDP as `name`. Returns
+    /// its index once the switch's lldpd sees it.
+    pub fn speak(&mut self, netns: &str, name: &str, mac: &str, port: &str) -> Result<usize> {
+        let i = self.hosts.len();
+        self.hosts.push(LldpHost {
+            netns: netns.to_owned(),
+            mac: mac.to_owned(),
+            name: name.to_owned(),
+            port: port.to_owned(),
+        });
+        let socket = self.dir.join(format!("h{i}.sock")).display().to_string();
+        self.lldpd(netns, &socket, name, None)?;
+        self.poke();
+        self.wait_until_switch_sees_all()?;
+        Ok(i)
+    }
+
+    /// Host `i`'s cable is now in switch port `port` (moved by someone else): returns
+    /// once the switch's lldpd sees it there.
+    pub fn recabled(&mut self, i: usize, port: &str) -> Result<()> {
+        self.hosts[i].port = port.to_owned();
+        self.poke();
+        self.wait_until_switch_sees_all()
     }
 
     /// Plugs host `i`'s cable into switch port `port` (a new veth pair).
@@ -291,8 +351,17 @@ impl LldpFabric {
     /// again in a loop of them): the switch's interfaces as lldpd sees them, and
     /// every lldpd's log.
     fn lldpd_state(&self) -> String {
-        let interfaces = run(&["lldpcli", "-u", &self.switch_socket, "show", "interfaces"])
+        let interfaces = run(&["lldpcli", "-u", &self.switch_socket, "show", "statistics"])
             .unwrap_or_else(|e| format!("({e})"));
+        let hosts: Vec<String> = (0..self.hosts.len())
+            .map(|i| {
+                let socket = self.dir.join(format!("h{i}.sock")).display().to_string();
+                let stats = run(&["lldpcli", "-u", &socket, "show", "statistics"])
+                    .unwrap_or_else(|e| format!("({e})"));
+                format!("host {i} ({}): {}", self.hosts[i].port, stats.trim())
+            })
+            .collect();
+        let interfaces = format!("{}; {}", interfaces.trim(), hosts.join("; "));
         let mut logs: Vec<String> = std::fs::read_dir(&self.dir)
             .into_iter()
             .flatten()
@@ -329,9 +398,7 @@ impl LldpFabric {
             terminate(sshd.id());
             let _ = sshd.wait();
         }
-        let namespaces = std::iter::once(self.switch_netns.clone())
-            .chain(self.hosts.iter().map(|h| h.netns.clone()));
-        for ns in namespaces {
+        for ns in self.created.drain(..) {
             let _ = Command::new("ip")
                 .args(["netns", "del", &ns])
                 .stderr(Stdio::null())
