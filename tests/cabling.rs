@@ -726,3 +726,346 @@ async fn metal3_inspection_places_a_nic_the_wire_does_not_show() {
     );
     env.cluster.finish().await;
 }
+
+/// A process the test started, stopped by its PID when dropped (a failing test
+/// leaves nothing running).
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `python3 -c SCRIPT ARGS…` in network namespace `ns`, in the background.
+fn python_in(ns: &str, script: &str, args: &[&str]) -> Started {
+    Started(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "python3", "-c", script])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 runs"),
+    )
+}
+
+/// Frames a host sends with another NIC's MAC as their source, once a second for a
+/// number of seconds (raw AF_PACKET: any OS can do it).
+const SPOOF_FRAMES: &str = r#"
+import socket, struct, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("eth0", 0))
+src = bytes.fromhex(sys.argv[1].replace(":", ""))
+f = b"\xff" * 6 + src + struct.pack("!H", 0x88B5) + b"spoofed".ljust(46, b".")
+for _ in range(int(sys.argv[2])):
+    s.send(f)
+    time.sleep(1)
+"#;
+
+/// LLDP frames naming another NIC (chassis and port id: its MAC, TTL 120 s), sent
+/// once a second for a number of seconds.
+const SPOOF_LLDP: &str = r#"
+import socket, struct, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("eth0", 0))
+mac = bytes.fromhex(sys.argv[1].replace(":", ""))
+own = bytes.fromhex(open("/sys/class/net/eth0/address").read().strip().replace(":", ""))
+tlv = lambda t, v: struct.pack("!H", (t << 9) | len(v)) + v
+body = tlv(1, b"\x04" + mac) + tlv(2, b"\x03" + mac) + tlv(3, struct.pack("!H", 120)) + tlv(0, b"")
+f = bytes.fromhex("0180c200000e") + own + struct.pack("!H", 0x88CC) + body
+for _ in range(int(sys.argv[2])):
+    s.send(f)
+    time.sleep(1)
+"#;
+
+/// Whose evidence counts, and a moved cable seen in seconds, on one switch that is
+/// both an Open vSwitch learning MACs and an lldpd speaking LLDP on its ports:
+///
+/// - a Provisioned tenant host sends frames whose source is another Server's MAC,
+///   and LLDP naming it: that Server (declared on a port that sees nothing) stays
+///   NotSeen — never `CablingMismatch`, its port never parked, no Warning — and the
+///   sightings are reported as a tenant's; under Strict it is parked as NotSeen, not
+///   as a mismatch;
+/// - a Provisioned host's cable moves to another port: reported within seconds,
+///   although Open vSwitch keeps its MAC learned on the old port (aging left at its
+///   300 s), and that old entry is marked stale once the new one is younger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_park_another_host_and_a_moved_cable_is_seen_in_seconds() {
+    let ovs = patchbay_testbed::OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    let hosts = support::netns::Hosts::create(&ovs, "br0", 3);
+    let (t, v, m) = (0, 1, 2);
+    // Each host's MAC, as cabled now (a new cable later keeps it).
+    let macs: Vec<String> = (0..3).map(|i| hosts.mac(i)).collect();
+    let mac = |i: usize| macs[i].clone();
+    // The victim's host is off: its link down, nothing of it learned.
+    support::netns::Hosts::set_link(&ovs, &hosts.ports[v], false);
+    ovs.appctl(&["fdb/flush", "br0"]).unwrap();
+    // lldpd on the switch side (Open vSwitch's namespace) and on T and M.
+    // (Only on the bridge's ports: Open vSwitch's own tap devices are not ports.)
+    let ports = format!("{}*", &hosts.ports[0][..hosts.ports[0].len() - 1]);
+    let mut fabric =
+        LldpFabric::start_in(&ovs.info.netns, "tor", &ports).expect("lldpd on the switch");
+    fabric
+        .speak(&hosts.namespaces[t], "tenant-t", &mac(t), &hosts.ports[t])
+        .unwrap();
+    let m_lldp = fabric
+        .speak(&hosts.namespaces[m], "mover-m", &mac(m), &hosts.ports[m])
+        .unwrap();
+
+    let env = Env::start("cabling-trust").await;
+    let ns = env.cluster.namespace.clone();
+    env.device(
+        "tor-lldp",
+        &[
+            ("username", &fabric.username),
+            ("privateKey", &fabric.client_key),
+        ],
+        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
+               "port": fabric.ssh_port,
+               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
+               "options": {"lldpSocket": fabric.switch_socket}}),
+        &[],
+    )
+    .await;
+    let control = ovs.info.dir.join("ovs-vswitchd.ctl");
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "tor"},
+        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                 "port": ovs.info.ovsdb_port,
+                 "options": {"bridge": "br0", "controlSocket": control}}
+    }))
+    .await;
+    env.create::<Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "tor"},
+        "spec": {"provider": {"name": "tor"},
+                 "ports": {"tor-t": {"name": hosts.ports[t]}, "tor-v": {"name": hosts.ports[v]},
+                           "tor-m": {"name": hosts.ports[m]}},
+                 "neighbors": {"providers": [{"name": "tor"}, {"name": "tor-lldp"}],
+                               "intervalSeconds": 5, "parkingConfiguration": "quarantine"}}
+    }))
+    .await;
+    env.configuration("provisioning", json!({"untaggedVLAN": 10}))
+        .await;
+    env.configuration("tenant", json!({"untaggedVLAN": 20}))
+        .await;
+    env.configuration("quarantine", json!({"untaggedVLAN": 999}))
+        .await;
+    let (st, sv, sm) = (format!("{ns}-t"), format!("{ns}-v"), format!("{ns}-m"));
+    server(&env, &st, &mac(t), "tor-t").await;
+    server(&env, &sm, &mac(m), "tor-m").await;
+    server_at(&env, "elsewhere", &sv, &mac(v), "tor-v").await;
+    // M keeps talking to T (its frames keep its MAC learned, fresh).
+    let pinger = Started(
+        std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &hosts.namespaces[m],
+                "ping",
+                "-q",
+                "-i",
+                "0.2",
+            ])
+            .arg(hosts.ip(t))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // T and M: allocated to a claim and installed, on the tenant's VLAN, verified.
+    let claim: ServerClaim = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+        "metadata": {"name": "tenant", "namespace": ns},
+        "spec": {"site": ns, "roles": [{"name": "worker", "count": 2}],
+                 "networkConfiguration": [{"configurationRef":
+                     {"kind": "SwitchPortConfiguration", "name": "tenant"}}]}
+    }))
+    .unwrap();
+    env.api::<ServerClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    for s in [&st, &sm] {
+        wait_server(&env, s, "bound", |s| s.spec.claim_ref.is_some()).await;
+        Api::<Server>::all(env.cluster.client.clone())
+            .patch(
+                s,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"patchbay.dev/provisioned": "true"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    for s in [&st, &sm] {
+        wait_server(&env, s, "Provisioned and verified", |s| {
+            s.status.as_ref().and_then(|s| s.phase) == Some(ServerPhase::Provisioned)
+                && s.status.as_ref().and_then(|s| s.ports_ready.as_deref()) == Some("1/1")
+                && cabling(s).is_some_and(|(t, r, _)| t == "True" && r == "Verified")
+        })
+        .await;
+    }
+    let tag = |p: usize| ovs.vsctl(&["get", "Port", &hosts.ports[p], "tag"]).unwrap();
+    // V's host is off: nothing seen, its port moves onto the provisioning network.
+    wait_server(&env, &sv, "V not seen, ready", |s| {
+        cabling(s).is_some_and(|(_, r, _)| r == "NotSeen")
+            && s.status.as_ref().and_then(|s| s.ports_ready.as_deref()) == Some("1/1")
+    })
+    .await;
+    assert_eq!(tag(v), "10");
+
+    // T sends frames with V's MAC, and LLDP naming V: the switch sees both on T's port.
+    let frames = python_in(&hosts.namespaces[t], SPOOF_FRAMES, &[&mac(v), "60"]);
+    let lldp = python_in(&hosts.namespaces[t], SPOOF_LLDP, &[&mac(v), "60"]);
+    env.wait_obj::<Switch>("tor", "V's MAC and LLDP seen on T's port", |sw| {
+        status(sw).neighbors.iter().any(|p| {
+            p.port == hosts.ports[t]
+                && p.macs.contains(&mac(v))
+                && p.lldp.iter().any(|n| n.port_id == mac(v))
+        })
+    })
+    .await;
+    // Several reads later: V still NotSeen, its port where it was, no Warning.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let victim = wait_server(&env, &sv, "V still NotSeen", |s| {
+        cabling(s).is_some_and(|(_, r, m)| r == "NotSeen" && m.contains("which is allocated"))
+    })
+    .await;
+    let (_, _, message) = cabling(&victim).unwrap();
+    assert!(
+        message.contains(&format!(
+            "the NIC is seen on Switch {ns}/tor port {} (SwitchPort tor-t) (a port of \
+             Server/{st}, which is allocated: a tenant's OS may send any MAC or LLDP, so this \
+             is not taken as evidence)",
+            hosts.ports[t]
+        )),
+        "{message}"
+    );
+    assert_eq!(tag(v), "10", "V's port is not parked");
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+        env.cluster.client.clone(),
+        "default",
+    );
+    let mismatches = support::events_about(&events, &sv)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CablingMismatch"))
+        .count();
+    assert_eq!(mismatches, 0, "no CablingMismatch Warning on V");
+    // Under Strict: a host that is not seen is parked — as not seen, not as a
+    // mismatch the tenant made up.
+    Api::<Server>::all(env.cluster.client.clone())
+        .patch(
+            &sv,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cablingPolicy": "Strict"}})),
+        )
+        .await
+        .unwrap();
+    support::eventually(30, "V parked under Strict", || async {
+        (tag(v) == "999").then_some(())
+    })
+    .await;
+    let victim = wait_server(&env, &sv, "V NotSeen under Strict", |s| {
+        cabling(s).is_some_and(|(_, r, _)| r == "NotSeen")
+    })
+    .await;
+    assert!(cabling(&victim).unwrap().2.contains("which is allocated"));
+    drop((frames, lldp));
+
+    // M's cable moves to a new port while M runs (and keeps sending): its old port
+    // loses carrier, Open vSwitch keeps its MAC learned there.
+    let unplugged = format!("{}u", hosts.namespaces[m]);
+    let run = |args: &[&str]| {
+        let ok = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "{args:?}");
+    };
+    let new_port = format!("{}n", hosts.ports[m]);
+    run(&["ip", "netns", "add", &unplugged]);
+    let moved_at = Instant::now();
+    run(&[
+        "ip",
+        "-n",
+        &hosts.namespaces[m],
+        "link",
+        "set",
+        "eth0",
+        "netns",
+        &unplugged,
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &ovs.info.netns,
+        "link",
+        "add",
+        &new_port,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        &hosts.namespaces[m],
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &hosts.namespaces[m],
+        "link",
+        "set",
+        "eth0",
+        "address",
+        &mac(m),
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &hosts.namespaces[m],
+        "link",
+        "set",
+        "eth0",
+        "up",
+    ]);
+    run(&["ip", "-n", &ovs.info.netns, "link", "set", &new_port, "up"]);
+    ovs.vsctl(&["add-port", "br0", &new_port]).unwrap();
+    fabric.recabled(m_lldp, &new_port).unwrap();
+    let fdb = ovs.appctl(&["fdb/show", "br0"]).unwrap();
+    let mover = wait_server(&env, &sm, "M's moved cable reported", |s| {
+        cabling(s).is_some_and(|(t, _, m)| t == "False" && m.contains("its LLDP is seen on"))
+    })
+    .await;
+    let took = moved_at.elapsed();
+    println!("moved cable reported after {took:?}");
+    assert!(
+        took < Duration::from_secs(60),
+        "reported after {took:?}, not at Open vSwitch's MAC aging"
+    );
+    let (_, _, message) = cabling(&mover).unwrap();
+    assert!(
+        message.contains(&format!(
+            "its LLDP is seen on Switch {ns}/tor port {new_port}"
+        )) && message.contains("(cablingPolicy Permissive)"),
+        "{message}\n{fdb}"
+    );
+    assert_eq!(tag(m), "20", "a running host's port is left as it is");
+    // The old entry, older than the new one by more than STALE_AFTER, is stale.
+    env.wait_obj::<Switch>("tor", "M's old entry stale", |sw| {
+        status(sw).neighbors.iter().any(|p| {
+            p.port == hosts.ports[m] && p.stale_macs.contains(&mac(m)) && !p.macs.contains(&mac(m))
+        })
+    })
+    .await;
+    drop(pinger);
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", &unplugged])
+        .status();
+    env.cluster.finish().await;
+}

@@ -12,6 +12,22 @@
 //! it: a MAC address (a chassis or port id of subtype MAC, a learned address) is
 //! lowercase, colon-separated (`52:54:00:aa:bb:01`), whether the device printed
 //! `52-54-00-AA-BB-01`, `5254.00aa.bb01` or `525400aabb01`.
+//!
+//! **Stale learned MACs** ([`Neighbors::without_stale_macs`]). A switch keeps a
+//! learned address until its aging time (Open vSwitch: 300 s), whether or not the
+//! host is still there: a host whose cable moved to another port of the same switch
+//! stays learned on the old one (on another VLAN, Open vSwitch does not even move
+//! the entry). Where the source gives each entry's age (Open vSwitch's `fdb/show`),
+//! an address learned on two ports counts only where it is youngest: an entry at
+//! least [`STALE_AFTER`] seconds older than the same address's on another port is
+//! stale, kept apart (`stale_macs`), and no evidence of where the host is.
+//!
+//! | the address is learned on | kept as seen | stale |
+//! |---|---|---|
+//! | one port | there | — |
+//! | two ports, ages within `STALE_AFTER` of each other | both | — |
+//! | two ports, one `STALE_AFTER` or more older | the younger | the older |
+//! | two ports, an age unknown (a source without ages) | both | — |
 
 use serde::Serialize;
 
@@ -21,6 +37,10 @@ pub const MAX_LLDP_PER_PORT: usize = 4;
 
 /// Most learned MAC addresses kept per port.
 pub const MAX_MACS_PER_PORT: usize = 16;
+
+/// How much older (seconds) an address's entry on one port must be than the same
+/// address's on another port to be stale there.
+pub const STALE_AFTER: u32 = 5;
 
 /// What an LLDP chassis or port id is (IEEE 802.1AB subtypes, as lldpd names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -88,6 +108,13 @@ pub struct PortNeighbors {
     pub macs: Vec<String>,
     /// Whether addresses beyond the bound were dropped.
     pub macs_truncated: bool,
+    /// The age in seconds of each of `macs` whose source gives one.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mac_ages: std::collections::BTreeMap<String, u32>,
+    /// Addresses learned here that are learned younger on another port: stale, no
+    /// evidence (see the module docs), sorted, at most [`MAX_MACS_PER_PORT`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stale_macs: Vec<String>,
 }
 
 /// One read of a switch: its own chassis id and what each of its ports sees (only
@@ -109,26 +136,88 @@ impl Neighbors {
         lldp: impl IntoIterator<Item = (String, LldpNeighbor)>,
         macs: impl IntoIterator<Item = (String, String)>,
     ) -> Self {
+        Self::gather_aged(
+            chassis_id,
+            lldp,
+            macs.into_iter().map(|(port, mac)| (port, mac, None)),
+        )
+    }
+
+    /// [`Neighbors::gather`] with each learned address's age in seconds, where the
+    /// source gives one (an address learned twice on a port, on two VLANs, is as
+    /// young as its youngest entry).
+    pub fn gather_aged(
+        chassis_id: Option<String>,
+        lldp: impl IntoIterator<Item = (String, LldpNeighbor)>,
+        macs: impl IntoIterator<Item = (String, String, Option<u32>)>,
+    ) -> Self {
         use std::collections::{BTreeMap, BTreeSet};
-        let mut by_port: BTreeMap<String, (BTreeSet<LldpNeighbor>, BTreeSet<String>)> =
-            BTreeMap::new();
+        type Seen = (BTreeSet<LldpNeighbor>, BTreeMap<String, Option<u32>>);
+        let mut by_port: BTreeMap<String, Seen> = BTreeMap::new();
         for (port, n) in lldp {
             by_port.entry(port).or_default().0.insert(n);
         }
-        for (port, mac) in macs {
-            by_port.entry(port).or_default().1.insert(mac);
+        for (port, mac, age) in macs {
+            let entry = by_port.entry(port).or_default().1.entry(mac).or_insert(age);
+            *entry = match (*entry, age) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         let ports = by_port
             .into_iter()
-            .map(|(port, (lldp, macs))| PortNeighbors {
-                port,
-                lldp_truncated: lldp.len() > MAX_LLDP_PER_PORT,
-                lldp: lldp.into_iter().take(MAX_LLDP_PER_PORT).collect(),
-                macs_truncated: macs.len() > MAX_MACS_PER_PORT,
-                macs: macs.into_iter().take(MAX_MACS_PER_PORT).collect(),
+            .map(|(port, (lldp, macs))| {
+                let kept: Vec<(String, Option<u32>)> = macs
+                    .iter()
+                    .take(MAX_MACS_PER_PORT)
+                    .map(|(m, a)| (m.clone(), *a))
+                    .collect();
+                PortNeighbors {
+                    port,
+                    lldp_truncated: lldp.len() > MAX_LLDP_PER_PORT,
+                    lldp: lldp.into_iter().take(MAX_LLDP_PER_PORT).collect(),
+                    macs_truncated: macs.len() > MAX_MACS_PER_PORT,
+                    mac_ages: kept
+                        .iter()
+                        .filter_map(|(m, a)| Some((m.clone(), (*a)?)))
+                        .collect(),
+                    macs: kept.into_iter().map(|(m, _)| m).collect(),
+                    stale_macs: Vec::new(),
+                }
             })
             .collect();
         Neighbors { chassis_id, ports }
+    }
+
+    /// The read with every stale learned address moved to its port's `stale_macs`
+    /// (see the module docs): an entry `STALE_AFTER` or more seconds older than the
+    /// same address's entry on another port.
+    pub fn without_stale_macs(mut self) -> Self {
+        use std::collections::BTreeMap;
+        // Each address's entries with an age: (port index, age).
+        let mut aged: BTreeMap<String, Vec<(usize, u32)>> = BTreeMap::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            for (mac, age) in &p.mac_ages {
+                aged.entry(mac.clone()).or_default().push((i, *age));
+            }
+        }
+        for (mac, entries) in aged.into_iter().filter(|(_, e)| e.len() > 1) {
+            for &(i, age) in &entries {
+                let younger_elsewhere = entries
+                    .iter()
+                    .any(|&(j, other)| j != i && age >= other.saturating_add(STALE_AFTER));
+                if younger_elsewhere {
+                    let p = &mut self.ports[i];
+                    p.macs.retain(|m| *m != mac);
+                    p.mac_ages.remove(&mac);
+                    if p.stale_macs.len() < MAX_MACS_PER_PORT {
+                        p.stale_macs.push(mac.clone());
+                        p.stale_macs.sort();
+                    }
+                }
+            }
+        }
+        self
     }
 
     /// What `port` sees, if anything.
@@ -342,6 +431,61 @@ mod tests {
             ["swp1", "swp2"]
         );
         assert!(n.port("swp3").is_none());
+    }
+
+    /// The module docs' table of stale learned addresses, row by row.
+    #[test]
+    fn an_address_learned_on_two_ports_counts_where_it_is_youngest() {
+        let (h, other) = ("52:54:00:0a:00:01", "52:54:00:0b:00:01");
+        let read = |entries: &[(&str, &str, Option<u32>)]| {
+            Neighbors::gather_aged(
+                None,
+                [],
+                entries
+                    .iter()
+                    .map(|(p, m, a)| ((*p).to_owned(), (*m).to_owned(), *a)),
+            )
+            .without_stale_macs()
+        };
+        let seen = |n: &Neighbors, port: &str| {
+            let p = n.port(port).unwrap();
+            (p.macs.clone(), p.stale_macs.clone())
+        };
+        let none: Vec<String> = vec![];
+        // One port: there.
+        let n = read(&[("swp1", h, Some(280))]);
+        assert_eq!(seen(&n, "swp1"), (vec![h.to_owned()], none.clone()));
+        // Two ports within STALE_AFTER: both.
+        let n = read(&[("swp1", h, Some(3)), ("swp6", h, Some(0))]);
+        assert_eq!(seen(&n, "swp1").0, [h]);
+        assert_eq!(seen(&n, "swp6").0, [h]);
+        // One STALE_AFTER or more older (the cable moved from swp1 to swp6): the
+        // younger counts; the older is stale, the port's other addresses stay.
+        let n = read(&[
+            ("swp1", h, Some(45)),
+            ("swp1", other, Some(1)),
+            ("swp6", h, Some(1)),
+        ]);
+        assert_eq!(
+            seen(&n, "swp1"),
+            (vec![other.to_owned()], vec![h.to_owned()])
+        );
+        assert_eq!(seen(&n, "swp6"), (vec![h.to_owned()], none.clone()));
+        assert!(!n.port("swp1").unwrap().mac_ages.contains_key(h));
+        // On two VLANs of one port, as young as its youngest entry.
+        let n = read(&[
+            ("swp1", h, Some(200)),
+            ("swp1", h, Some(2)),
+            ("swp6", h, Some(10)),
+        ]);
+        assert_eq!(seen(&n, "swp1").0, [h]);
+        assert_eq!(seen(&n, "swp6"), (none.clone(), vec![h.to_owned()]));
+        // An age unknown: both (nothing to compare).
+        let n = read(&[("swp1", h, None), ("swp6", h, Some(0))]);
+        assert_eq!(
+            (seen(&n, "swp1").0, seen(&n, "swp6").0),
+            (vec![h.to_owned()], vec![h.to_owned()])
+        );
     }
 
     /// Captured from lldpd 1.0.16 (Debian 12): a switch namespace with two hosts on

@@ -227,6 +227,12 @@ pub struct PortNeighborsStatus {
     /// Whether more MAC addresses were learned than are listed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub macs_truncated: bool,
+    /// MAC addresses still learned on the port that the same switch learned more
+    /// recently on another port (a host whose cable moved): stale, not taken as
+    /// evidence of where a host is (at most 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub stale_macs: Vec<String>,
 }
 
 /// One LLDP neighbour of a port.

@@ -327,26 +327,20 @@ fn sight(world: &HostWorld, port: &PortId) -> Option<PortSight> {
 }
 
 /// Where else `mac` is seen, other than at `except` (Switch `namespace/name`, device
-/// port), from every Switch's status: `Switch ns/name port P (SwitchPort S)`.
-fn seen_elsewhere(world: &HostWorld, mac: &str, except: &(String, String)) -> Vec<String> {
-    let mut found = Vec::new();
-    for sw in world.stores.switches.state() {
-        let Some(status) = &sw.status else { continue };
-        let name = format!("{}/{}", sw.namespace().unwrap_or_default(), sw.name_any());
-        let others = status
-            .neighbors
-            .iter()
-            .filter(|p| (&name, &p.port) != (&except.0, &except.1));
-        for p in others.filter(|p| cabling::sees_mac(p, mac)) {
-            let managed = p
-                .switch_port
-                .as_deref()
-                .map(|s| format!(" (SwitchPort {s})"))
-                .unwrap_or_default();
-            found.push(format!("Switch {name} port {}{managed}", p.port));
-        }
-    }
-    found
+/// port), from every Switch's status, each with whose port it is (the NIC's host
+/// `me` excepted: its own other ports are its own evidence).
+fn seen_elsewhere(
+    world: &HostWorld,
+    me: &str,
+    mac: &str,
+    except: &(String, String),
+) -> Vec<cabling::Elsewhere> {
+    let servers = world.stores.servers.state();
+    sightings(world, &servers, me, mac)
+        .iter()
+        .filter(|s| s.at != *except)
+        .map(cabling::Sighting::elsewhere)
+        .collect()
 }
 
 /// Every port `mac` is seen on, from every Switch's status, as discovery weighs it
@@ -363,6 +357,7 @@ pub fn sightings(
     for sw in world.stores.switches.state() {
         let Some(status) = &sw.status else { continue };
         let ns = sw.namespace().unwrap_or_default();
+        let at = format!("{ns}/{}", sw.name_any());
         for p in status
             .neighbors
             .iter()
@@ -390,13 +385,26 @@ pub fn sightings(
                     namespace: ns.clone(),
                     name: sp.clone(),
                 };
+                // The host whose mark the port carries: allocated when it is a
+                // Server bound to a claim.
                 look_up(world, &id)
                     .and_then(|(o, _)| o.host)
                     .filter(|h| h != me)
-                    .map(|h| (h, false))
+                    .map(|h| {
+                        let allocated = h.strip_prefix("Server/").is_some_and(|name| {
+                            servers
+                                .iter()
+                                .any(|s| s.name_any() == name && s.spec.claim_ref.is_some())
+                        });
+                        (h, allocated)
+                    })
             });
             found.push(cabling::Sighting {
-                words: format!("Switch {ns}/{} port {}", sw.name_any(), p.port),
+                words: format!("Switch {at} port {}", p.port),
+                at: (at.clone(), p.port.clone()),
+                by_lldp: p.lldp.iter().any(|n| {
+                    cabling::same_mac(&n.chassis_id, mac) || cabling::same_mac(&n.port_id, mac)
+                }),
                 port,
                 taken_by,
             });
@@ -430,15 +438,15 @@ fn check_cabling(
                 return t;
             };
             let mac = nic.mac.as_deref();
-            // Where else the NIC is seen matters only when it is not seen here.
-            let here = sight
+            // Where else the NIC is seen matters only when its LLDP is not seen here.
+            let by_lldp_here = sight
                 .seen
                 .as_ref()
                 .zip(mac)
-                .is_some_and(|(s, m)| cabling::sees_mac(s, m));
+                .is_some_and(|(s, m)| cabling::named_by_lldp(s, m, &host_macs));
             let seen_on = match mac {
-                Some(mac) if sight.reading == cabling::Reading::Read && !here => {
-                    seen_elsewhere(world, mac, &sight.at)
+                Some(mac) if sight.reading == cabling::Reading::Read && !by_lldp_here => {
+                    seen_elsewhere(world, &view.me, mac, &sight.at)
                 }
                 _ => Vec::new(),
             };
@@ -447,7 +455,7 @@ fn check_cabling(
                 &host_macs,
                 sight.seen.as_ref(),
                 sight.reading,
-                !seen_on.is_empty(),
+                &seen_on,
             );
             // Seen nowhere on the wire: a Metal3 inspection of the host may say where.
             if verdict == cabling::Cabling::NotSeen

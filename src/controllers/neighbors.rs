@@ -109,8 +109,9 @@ pub(super) async fn refresh(
 }
 
 /// One read of every source `switch.spec.neighbors` names, merged: the first chassis
-/// id any source reports, every LLDP neighbour and learned MAC. A source that fails
-/// fails the read (what the ports saw at the last good read stays).
+/// id any source reports, every LLDP neighbour and learned MAC (an address learned
+/// younger on another port stale: [`patchbay_providers::neighbors::Neighbors::without_stale_macs`]).
+/// A source that fails fails the read (what the ports saw at the last good read stays).
 async fn read(
     switch: &Switch,
     ctx: &Context,
@@ -123,12 +124,17 @@ async fn read(
         chassis = chassis.or(read.chassis_id);
         for p in read.ports {
             lldp.extend(p.lldp.into_iter().map(|n| (p.port.clone(), n)));
-            macs.extend(p.macs.into_iter().map(|m| (p.port.clone(), m)));
+            let ages = p.mac_ages;
+            macs.extend(p.macs.into_iter().map(|m| {
+                let age = ages.get(&m).copied();
+                (p.port.clone(), m, age)
+            }));
         }
     }
-    Ok(patchbay_providers::neighbors::Neighbors::gather(
-        chassis, lldp, macs,
-    ))
+    Ok(
+        patchbay_providers::neighbors::Neighbors::gather_aged(chassis, lldp, macs)
+            .without_stale_macs(),
+    )
 }
 
 /// One read of source `name`, `spec.neighbors.providers[i]`.

@@ -3,18 +3,43 @@
 //! [`super::neighbors`]), and what the host controller does about it. Pure: table-
 //! tested, no client.
 //!
-//! The verdict for one NIC ([`check`]):
+//! The verdict for one NIC ([`check`]) before anything is read:
 //!
-//! | the declared port sees | verdict |
+//! | the Switch of the declared port | verdict |
 //! |---|---|
-//! | (its Switch reads no neighbours) | [`Cabling::NoSource`]: nothing to check |
-//! | (its Switch names sources, not read yet) | [`Cabling::NotYetRead`] |
-//! | (its Switch's sources were never read successfully) | [`Cabling::Unreadable`] |
+//! | reads no neighbours | [`Cabling::NoSource`]: nothing to check |
+//! | names sources, not read yet | [`Cabling::NotYetRead`] |
+//! | names sources never read successfully | [`Cabling::Unreadable`] |
 //! | (the NIC declares no MAC) | [`Cabling::NoMac`] |
-//! | nothing, and the NIC is seen on another port | [`Cabling::Mismatch`] ("nothing") |
-//! | nothing | [`Cabling::NotSeen`] (a powered-off host sends nothing) |
-//! | an LLDP neighbour whose port id is the NIC's MAC; one whose port id is not a MAC (an interface name) and whose chassis id is a MAC of this host; or the NIC's MAC among its learned addresses | [`Cabling::Verified`] |
-//! | anything else | [`Cabling::Mismatch`] |
+//!
+//! Once read, from the evidence and whose it is. Evidence is the NIC named by LLDP
+//! (a neighbour whose port id is the NIC's MAC, or whose port id is not a MAC and
+//! whose chassis id is a MAC of this host) or its MAC among a port's learned MACs.
+//! Evidence on another port counts only when that port does not serve another host
+//! that is **allocated**: a tenant's OS can send any MAC or LLDP it likes, so what it
+//! sends is reported, never used to park or hold anybody's port ([`Elsewhere`]). A
+//! learned MAC an older entry of (the same switch learned it since on another port)
+//! is stale and is no evidence at all (`patchbay_providers::neighbors`). LLDP is
+//! fresh by construction (an agent's neighbour expires after its hold time), so the
+//! NIC's LLDP on another port outweighs its MAC learned on the declared one: the
+//! cable moved and the switch has not aged the entry out. This is docs/cabling.md's
+//! table (a test holds the two equal):
+//!
+//! | the declared port sees | elsewhere | verdict | Permissive | Permissive, host running | Strict |
+//! |---|---|---|---|---|---|
+//! | the NIC by LLDP | — | verified | moves | moves | moves |
+//! | the NIC by LLDP | the NIC's MAC from an allocated host's port (spoofed) | verified | moves | moves | moves |
+//! | the NIC's MAC learned | — | verified | moves | moves | moves |
+//! | the NIC's MAC learned | the NIC by LLDP on another port (its cable moved) | mismatch | parked | reported | parked |
+//! | the NIC's MAC learned | the NIC by LLDP from an allocated host's port (spoofed) | verified | moves | moves | moves |
+//! | something else | — | mismatch | parked | reported | parked |
+//! | nothing | the NIC's MAC on another port | mismatch | parked | reported | parked |
+//! | nothing | the NIC's MAC from an allocated host's port (spoofed) | not seen | moves | moves | parked |
+//! | nothing | the NIC by LLDP from an allocated host's port (spoofed) | not seen | moves | moves | parked |
+//! | nothing | — | not seen | moves | moves | parked |
+//!
+//! ("host running": the host is Provisioned and the port already carries its
+//! network; "parked" holds the phase too.)
 //!
 //! Two NICs of one host swapped between their ports are caught when the host's
 //! agent sends MACs as port ids (lldpd's default) or the Switch learns MACs; with
@@ -69,6 +94,37 @@ pub enum Cabling {
     Undiscovered(String),
 }
 
+/// Where a NIC's MAC is seen besides its declared port: one piece of evidence and
+/// whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elsewhere {
+    /// `Switch ns/name port P (SwitchPort S)`, for messages.
+    pub words: String,
+    /// Named by LLDP there (a neighbour's chassis or port id), not only learned.
+    pub by_lldp: bool,
+    /// The allocated host the port serves, if it serves another host that is
+    /// allocated: then it is reported, and not evidence.
+    pub allocated_host: Option<String>,
+}
+
+impl Elsewhere {
+    /// Whether it counts as evidence of where the NIC is.
+    pub fn trusted(&self) -> bool {
+        self.allocated_host.is_none()
+    }
+
+    fn sentence(&self) -> String {
+        match &self.allocated_host {
+            None => self.words.clone(),
+            Some(host) => format!(
+                "{} (a port of {host}, which is allocated: a tenant's OS may send any MAC or \
+                 LLDP, so this is not taken as evidence)",
+                self.words
+            ),
+        }
+    }
+}
+
 /// What the host controller does with the port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -95,19 +151,34 @@ pub enum Reading {
     Read,
 }
 
-fn same_mac(a: &str, b: &str) -> bool {
+/// Whether two MAC addresses are the same (case aside).
+pub fn same_mac(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
+}
+
+/// Whether `seen` names the NIC with MAC `mac` (of a host whose MACs are
+/// `host_macs`) by LLDP: a port id that is a MAC names the NIC exactly; one that is
+/// not (an interface name) leaves only the chassis id, which names the host.
+pub fn named_by_lldp(seen: &PortNeighborsStatus, mac: &str, host_macs: &[&str]) -> bool {
+    seen.lldp.iter().any(|n| {
+        if n.port_id_subtype == "mac" {
+            same_mac(&n.port_id, mac)
+        } else {
+            same_mac(&n.chassis_id, mac) || host_macs.iter().any(|m| same_mac(&n.chassis_id, m))
+        }
+    })
 }
 
 /// The verdict for a NIC with MAC `mac` (of a host whose MACs are `host_macs`),
 /// declared on a port that sees `seen` (`None`: nothing), on a Switch whose reading
-/// stands as `reading`; `elsewhere`: the NIC's MAC is seen on another port.
+/// stands as `reading`; `elsewhere`: where else its MAC is seen, and whose (see the
+/// module docs' table).
 pub fn check(
     mac: Option<&str>,
     host_macs: &[&str],
     seen: Option<&PortNeighborsStatus>,
     reading: Reading,
-    elsewhere: bool,
+    elsewhere: &[Elsewhere],
 ) -> Cabling {
     match reading {
         Reading::None => return Cabling::NoSource,
@@ -118,27 +189,31 @@ pub fn check(
     let Some(mac) = mac else {
         return Cabling::NoMac;
     };
+    let mut trusted = elsewhere.iter().filter(|e| e.trusted()).peekable();
     let Some(seen) = seen.filter(|s| !s.lldp.is_empty() || !s.macs.is_empty()) else {
-        return if elsewhere {
+        return if trusted.peek().is_some() {
             Cabling::Mismatch("nothing".into())
         } else {
             Cabling::NotSeen
         };
     };
-    // A port id that is a MAC names the NIC exactly; one that is not (an interface
-    // name) leaves only the chassis id, which names the host.
-    let this_nic = seen.lldp.iter().any(|n| {
-        if n.port_id_subtype == "mac" {
-            same_mac(&n.port_id, mac)
-        } else {
-            same_mac(&n.chassis_id, mac) || host_macs.iter().any(|m| same_mac(&n.chassis_id, m))
-        }
-    }) || seen.macs.iter().any(|m| same_mac(m, mac));
-    if this_nic {
-        Cabling::Verified
-    } else {
-        Cabling::Mismatch(describe(seen))
+    if named_by_lldp(seen, mac, host_macs) {
+        return Cabling::Verified;
     }
+    if seen.macs.iter().any(|m| same_mac(m, mac)) {
+        // Learned here; named by LLDP on another port now: the entry here is what
+        // the switch has not aged out since the cable moved.
+        return match trusted.find(|e| e.by_lldp) {
+            None => Cabling::Verified,
+            Some(e) => Cabling::Mismatch(format!(
+                "{} (the NIC's MAC is an entry the switch has not aged out: its LLDP is \
+                 seen on {} now)",
+                describe(seen),
+                e.words
+            )),
+        };
+    }
+    Cabling::Mismatch(describe(seen))
 }
 
 /// What a port sees, in words: its LLDP neighbours, then its learned MACs.
@@ -200,9 +275,9 @@ pub struct NicCabling {
     pub verdict: Cabling,
     /// What was done.
     pub action: Action,
-    /// Where else the NIC's MAC is seen (`Switch ns/name port swp2`), when it is
-    /// not verified where declared.
-    pub seen_on: Vec<String>,
+    /// Where else the NIC's MAC is seen, when it is not verified by LLDP where
+    /// declared.
+    pub seen_on: Vec<Elsewhere>,
 }
 
 impl NicCabling {
@@ -213,7 +288,8 @@ impl NicCabling {
         let elsewhere = if self.seen_on.is_empty() {
             "the NIC is not seen on any port".to_owned()
         } else {
-            format!("the NIC is seen on {}", self.seen_on.join(", "))
+            let on: Vec<String> = self.seen_on.iter().map(Elsewhere::sentence).collect();
+            format!("the NIC is seen on {}", on.join(", "))
         };
         let done = match self.action {
             Action::Park => "; the port is parked",
@@ -338,17 +414,41 @@ pub fn by_inspection(
     )))
 }
 
-/// A managed port where a MAC is seen, as discovery weighs it.
+/// A port where a MAC is seen, as discovery and verification weigh it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sighting {
     /// `Switch ns/name port P`, for messages.
     pub words: String,
+    /// The Switch (`ns/name`) and its device port.
+    pub at: (String, String),
+    /// Named by LLDP there, not only learned.
+    pub by_lldp: bool,
     /// The SwitchPort managing the device port (`namespace`, `name`); `None`: no
     /// SwitchPort manages it.
     pub port: Option<(String, String)>,
     /// The host that already has this port (declared on it, or driving it), and
     /// whether that host is allocated to a claim.
     pub taken_by: Option<(String, bool)>,
+}
+
+impl Sighting {
+    /// As evidence for a NIC declared elsewhere.
+    pub fn elsewhere(&self) -> Elsewhere {
+        let managed = self
+            .port
+            .as_ref()
+            .map(|(_, sp)| format!(" (SwitchPort {sp})"))
+            .unwrap_or_default();
+        Elsewhere {
+            words: format!("{}{managed}", self.words),
+            by_lldp: self.by_lldp,
+            allocated_host: self
+                .taken_by
+                .as_ref()
+                .filter(|(_, allocated)| *allocated)
+                .map(|(host, _)| host.clone()),
+        }
+    }
 }
 
 /// Where a NIC that declares only its MAC is plugged in, from every port its MAC is
@@ -542,13 +642,192 @@ mod tests {
             ),
         ];
         for (what, mac, seen, source, want) in cases {
-            let elsewhere = what == "the NIC is elsewhere";
             assert_eq!(
-                check(mac, &host, seen.as_ref(), source, elsewhere),
+                check(mac, &host, seen.as_ref(), source, &[]),
                 want,
                 "{what}"
             );
         }
+    }
+
+    fn elsewhere(by_lldp: bool, allocated: bool) -> Elsewhere {
+        Elsewhere {
+            words: "Switch t/leaf1 port swp6 (SwitchPort leaf1-f)".into(),
+            by_lldp,
+            allocated_host: allocated.then(|| "Server/tenant-web-1".to_owned()),
+        }
+    }
+
+    /// One row of the module docs' (and docs/cabling.md's) verdict table: what the
+    /// declared port sees, what is seen elsewhere, and the verdict, in the table's
+    /// words.
+    struct Row {
+        here: &'static str,
+        seen: Option<PortNeighborsStatus>,
+        there: &'static str,
+        elsewhere: Vec<Elsewhere>,
+        verdict: &'static str,
+    }
+
+    fn rows() -> Vec<Row> {
+        let nothing = || None;
+        vec![
+            Row {
+                here: "the NIC by LLDP",
+                seen: Some(lldp(A, "mac", A)),
+                there: "—",
+                elsewhere: vec![],
+                verdict: "verified",
+            },
+            Row {
+                here: "the NIC by LLDP",
+                seen: Some(lldp(A, "mac", A)),
+                there: "the NIC's MAC from an allocated host's port (spoofed)",
+                elsewhere: vec![elsewhere(false, true)],
+                verdict: "verified",
+            },
+            Row {
+                here: "the NIC's MAC learned",
+                seen: Some(macs(&[A])),
+                there: "—",
+                elsewhere: vec![],
+                verdict: "verified",
+            },
+            Row {
+                here: "the NIC's MAC learned",
+                seen: Some(macs(&[A])),
+                there: "the NIC by LLDP on another port (its cable moved)",
+                elsewhere: vec![elsewhere(true, false)],
+                verdict: "mismatch",
+            },
+            Row {
+                here: "the NIC's MAC learned",
+                seen: Some(macs(&[A])),
+                there: "the NIC by LLDP from an allocated host's port (spoofed)",
+                elsewhere: vec![elsewhere(true, true)],
+                verdict: "verified",
+            },
+            Row {
+                here: "something else",
+                seen: Some(lldp(B, "mac", B)),
+                there: "—",
+                elsewhere: vec![],
+                verdict: "mismatch",
+            },
+            Row {
+                here: "nothing",
+                seen: nothing(),
+                there: "the NIC's MAC on another port",
+                elsewhere: vec![elsewhere(false, false)],
+                verdict: "mismatch",
+            },
+            Row {
+                here: "nothing",
+                seen: nothing(),
+                there: "the NIC's MAC from an allocated host's port (spoofed)",
+                elsewhere: vec![elsewhere(false, true)],
+                verdict: "not seen",
+            },
+            Row {
+                here: "nothing",
+                seen: nothing(),
+                there: "the NIC by LLDP from an allocated host's port (spoofed)",
+                elsewhere: vec![elsewhere(true, true)],
+                verdict: "not seen",
+            },
+            Row {
+                here: "nothing",
+                seen: nothing(),
+                there: "—",
+                elsewhere: vec![],
+                verdict: "not seen",
+            },
+        ]
+    }
+
+    fn words(a: Action) -> &'static str {
+        match a {
+            Action::Proceed => "moves",
+            Action::Park => "parked",
+            Action::ReportOnly => "reported",
+            Action::Wait => "waits",
+        }
+    }
+
+    /// The table's rows as markdown, each verdict computed by [`check`] and each
+    /// action by [`action`].
+    fn table() -> Vec<String> {
+        rows()
+            .into_iter()
+            .map(|r| {
+                let v = check(
+                    Some(A),
+                    &[A, A2],
+                    r.seen.as_ref(),
+                    Reading::Read,
+                    &r.elsewhere,
+                );
+                let word = match &v {
+                    Cabling::Verified => "verified",
+                    Cabling::Mismatch(_) => "mismatch",
+                    Cabling::NotSeen => "not seen",
+                    other => panic!("{other:?}"),
+                };
+                assert_eq!(word, r.verdict, "{} / {}", r.here, r.there);
+                format!(
+                    "| {} | {} | {} | {} | {} | {} |",
+                    r.here,
+                    r.there,
+                    word,
+                    words(action(&v, CablingPolicy::Permissive, false)),
+                    words(action(&v, CablingPolicy::Permissive, true)),
+                    words(action(&v, CablingPolicy::Strict, false)),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn evidence_counts_by_whose_port_it_is_and_lldp_outweighs_an_old_learned_mac() {
+        let table = table();
+        // The module docs show this table, and so does docs/cabling.md.
+        let module: Vec<String> = include_str!("cabling.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! "))
+            .filter(|l| {
+                l.starts_with("| the NIC")
+                    || l.starts_with("| nothing")
+                    || l.starts_with("| something")
+            })
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(module, table, "the module docs' table");
+        let doc = include_str!("../../docs/cabling.md");
+        let page: Vec<String> = doc
+            .lines()
+            .filter(|l| {
+                l.starts_with("| the NIC")
+                    || l.starts_with("| nothing |")
+                    || l.starts_with("| something else |")
+            })
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(page, table, "docs/cabling.md's table");
+        // The mismatch of a moved cable says where the NIC's LLDP is now.
+        let v = check(
+            Some(A),
+            &[A],
+            Some(&macs(&[A])),
+            Reading::Read,
+            &[elsewhere(true, false)],
+        );
+        let Cabling::Mismatch(sees) = v else {
+            panic!("{v:?}")
+        };
+        assert!(
+            sees.contains("its LLDP is seen on Switch t/leaf1 port swp6"),
+            "{sees}"
+        );
     }
 
     #[test]
@@ -621,6 +900,8 @@ mod tests {
     fn discovery_links_only_one_free_port_of_a_host_that_may_be_discovered() {
         let at = |n: u8, port: Option<&str>, taken: Option<(&str, bool)>| Sighting {
             words: format!("Switch t/leaf1 port swp{n}"),
+            at: ("t/leaf1".into(), format!("swp{n}")),
+            by_lldp: false,
             port: port.map(|p| ("t".to_owned(), p.to_owned())),
             taken_by: taken.map(|(h, a)| (h.to_owned(), a)),
         };
@@ -672,7 +953,14 @@ mod tests {
             port: "SwitchPort t/leaf1-a (Switch leaf1, swp1)".into(),
             verdict,
             action,
-            seen_on: seen_on.iter().map(|s| (*s).to_owned()).collect(),
+            seen_on: seen_on
+                .iter()
+                .map(|s| Elsewhere {
+                    words: (*s).to_owned(),
+                    by_lldp: false,
+                    allocated_host: None,
+                })
+                .collect(),
         };
         assert_eq!(
             condition(&[nic(Cabling::NoSource, Action::Proceed, &[])]),
@@ -705,6 +993,19 @@ mod tests {
         assert_eq!((truth, reason), (Truth::Unknown, "NotSeen"));
         assert!(
             message.contains("nothing is seen on SwitchPort t/leaf1-a"),
+            "{message}"
+        );
+        // A tenant's spoofed MAC is reported, as what it is.
+        let mut spoofed = nic(Cabling::NotSeen, Action::Proceed, &[]);
+        spoofed.seen_on = vec![elsewhere(false, true)];
+        let (_, reason, message) = condition(&[spoofed]).unwrap();
+        assert_eq!(reason, "NotSeen");
+        assert!(
+            message.contains(
+                "the NIC is seen on Switch t/leaf1 port swp6 (SwitchPort leaf1-f) (a port of \
+                 Server/tenant-web-1, which is allocated: a tenant's OS may send any MAC or \
+                 LLDP, so this is not taken as evidence)"
+            ),
             "{message}"
         );
     }

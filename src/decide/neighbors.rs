@@ -95,6 +95,7 @@ pub fn entries(
             lldp_truncated: p.lldp_truncated,
             macs: p.macs.clone(),
             macs_truncated: p.macs_truncated,
+            stale_macs: p.stale_macs.clone(),
         })
         .collect();
     (ports, truncated)

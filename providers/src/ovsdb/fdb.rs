@@ -17,6 +17,8 @@ pub struct Learned {
     pub vlan: u16,
     /// The MAC address, normalised.
     pub mac: String,
+    /// Seconds since a frame from it was last seen on the port.
+    pub age: Option<u32>,
 }
 
 /// The rows of `fdb/show`'s answer:
@@ -41,24 +43,28 @@ pub fn parse(text: &str) -> Result<Vec<Learned>, String> {
     Ok(lines
         .filter_map(|line| {
             let cols: Vec<&str> = line.split_whitespace().collect();
-            let [port, vlan, mac, _age] = cols.as_slice() else {
+            let [port, vlan, mac, age] = cols.as_slice() else {
                 return None;
             };
             Some(Learned {
                 ofport: port.parse().ok()?,
                 vlan: vlan.parse().ok()?,
                 mac: normalise_mac(mac)?,
+                age: age.parse().ok(),
             })
         })
         .collect())
 }
 
-/// `learned` as (port name, MAC) pairs through `names` (OpenFlow port number →
+/// `learned` as (port name, MAC, age) through `names` (OpenFlow port number →
 /// interface name); addresses on ports without a name are dropped.
-pub fn by_name(learned: &[Learned], names: &BTreeMap<i64, String>) -> Vec<(String, String)> {
+pub fn by_name(
+    learned: &[Learned],
+    names: &BTreeMap<i64, String>,
+) -> Vec<(String, String, Option<u32>)> {
     learned
         .iter()
-        .filter_map(|l| Some((names.get(&l.ofport)?.clone(), l.mac.clone())))
+        .filter_map(|l| Some((names.get(&l.ofport)?.clone(), l.mac.clone(), l.age)))
         .collect()
 }
 
@@ -77,19 +83,21 @@ mod tests {
                 Learned {
                     ofport: 1,
                     vlan: 0,
-                    mac: "52:54:00:aa:00:01".into()
+                    mac: "52:54:00:aa:00:01".into(),
+                    age: Some(0),
                 },
                 Learned {
                     ofport: 2,
                     vlan: 10,
-                    mac: "52:54:00:aa:00:02".into()
+                    mac: "52:54:00:aa:00:02".into(),
+                    age: Some(117),
                 },
             ]
         );
         let names = BTreeMap::from([(1, "tv1".to_owned())]);
         assert_eq!(
             by_name(&learned, &names),
-            vec![("tv1".to_owned(), "52:54:00:aa:00:01".to_owned())]
+            vec![("tv1".to_owned(), "52:54:00:aa:00:01".to_owned(), Some(0))]
         );
         assert_eq!(
             parse(" port  VLAN  MAC                Age\n").unwrap(),

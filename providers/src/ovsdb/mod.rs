@@ -122,7 +122,7 @@ impl NeighborSource for OvsSwitch {
             during: "reading fdb/show".into(),
             cause: Cause::msg(e),
         })?;
-        Ok(crate::neighbors::Neighbors::gather(
+        Ok(crate::neighbors::Neighbors::gather_aged(
             None,
             [],
             fdb::by_name(&learned, &names),
