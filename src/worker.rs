@@ -536,10 +536,6 @@ impl Drop for SwitchWorker {
     }
 }
 
-fn closed() -> WorkerError {
-    WorkerError::WorkerStopped
-}
-
 impl SwitchWorker {
     /// Starts a worker for `switch`; `probe_ports` are read to check reachability
     /// while no port is tracked. The first check runs at once.
@@ -602,8 +598,10 @@ impl SwitchWorker {
         job: impl FnOnce(oneshot::Sender<Result<T, WorkerError>>) -> Job,
     ) -> Result<T, WorkerError> {
         let (reply, rx) = oneshot::channel();
-        self.jobs.send(Box::new(job(reply))).map_err(|_| closed())?;
-        rx.await.map_err(|_| closed())?
+        self.jobs
+            .send(Box::new(job(reply)))
+            .map_err(|_| WorkerError::WorkerStopped)?;
+        rx.await.map_err(|_| WorkerError::WorkerStopped)?
     }
 
     /// Applies one operation (batched with others) and returns its verified result.
@@ -639,7 +637,9 @@ impl SwitchWorker {
                     if h.by_port.is_empty() {
                         self.shared.settled.notify_waiters();
                     }
-                    return HandOff::Done(result.unwrap_or_else(|| Err(closed())));
+                    return HandOff::Done(
+                        result.unwrap_or_else(|| Err(WorkerError::WorkerStopped)),
+                    );
                 }
             }
         }
@@ -670,13 +670,15 @@ impl SwitchWorker {
             reply,
         };
         if self.jobs.send(Box::new(job)).is_err() {
-            self.shared.answer(key, id, Err(closed()));
+            self.shared.answer(key, id, Err(WorkerError::WorkerStopped));
             return HandOff::InFlight;
         }
         let shared = self.shared.clone();
         let key = key.clone();
         tokio::spawn(async move {
-            let result = answer.await.unwrap_or_else(|_| Err(closed()));
+            let result = answer
+                .await
+                .unwrap_or_else(|_| Err(WorkerError::WorkerStopped));
             shared.answer(&key, id, result);
         });
         HandOff::InFlight
@@ -1134,15 +1136,6 @@ async fn dispatch(
     }
 }
 
-/// Runs one batch: all writes in one `apply_batch` (split into rounds only if a port
-/// appears twice), all reads in one `get_ports`. A session failure marks the switch
-/// down (once for the batch) and the operations it hit are answered with the outage.
-/// Refused while this replica may not touch devices (it lost, or never held, the
-/// leader lease): [`crate::lease::DeviceGate`].
-fn not_leading() -> WorkerError {
-    WorkerError::NotLeading
-}
-
 /// Closes the session a backend kept for the next batch when the lease was lost
 /// while the session ran (the gate's change found nothing kept then).
 async fn close_idle_if_not_leading(device: &dyn Device, shared: &Shared) {
@@ -1191,15 +1184,20 @@ async fn within_bound<T>(
     }
 }
 
+/// Runs one batch: all writes in one `apply_batch` (split into rounds only if a port
+/// appears twice), all reads in one `get_ports`. A session failure marks the switch
+/// down (once for the batch) and the operations it hit are answered with the outage.
+/// Refused (`NotLeading`) while this replica may not touch devices (it lost, or
+/// never held, the leader lease): [`crate::lease::DeviceGate`].
 async fn run_batch(switch: &dyn Device, shared: &Shared, batch: Vec<Job>) {
     if !shared.probes.devices.allows() {
         for job in batch {
             match job {
                 Job::Apply { reply, .. } => {
-                    let _ = reply.send(Err(not_leading()));
+                    let _ = reply.send(Err(WorkerError::NotLeading));
                 }
                 Job::Read { reply, .. } => {
-                    let _ = reply.send(Err(not_leading()));
+                    let _ = reply.send(Err(WorkerError::NotLeading));
                 }
             }
         }

@@ -49,8 +49,13 @@ const INTERVAL: u64 = 5;
 /// Switch of that name [`Env::device`] makes with it) with a key login and a pinned
 /// host key, reading the fabric's switch lldpd.
 async fn lldp_source(env: &Env, fabric: &LldpFabric) {
+    lldp_source_named(env, fabric, "leaf1-lldp").await;
+}
+
+/// [`lldp_source`] as ProviderSwitch `name`.
+async fn lldp_source_named(env: &Env, fabric: &LldpFabric, name: &str) {
     env.device(
-        "leaf1-lldp",
+        name,
         &[
             ("username", &fabric.username),
             ("privateKey", &fabric.client_key),
@@ -332,29 +337,7 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
     // server-a is allocated and installed: its port carries the tenant's network.
     env.configuration("tenant", json!({"untaggedVLAN": 20}))
         .await;
-    let claim: ServerClaim = serde_json::from_value(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
-        "metadata": {"name": "tenant", "namespace": ns},
-        "spec": {"site": ns, "roles": [{"name": "worker", "count": 1}],
-                 "networkConfiguration": [{"configurationRef":
-                     {"kind": "SwitchPortConfiguration", "name": "tenant"}}]}
-    }))
-    .unwrap();
-    env.api::<ServerClaim>()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
-    wait_server(&env, &sa, "server-a bound", |s| s.spec.claim_ref.is_some()).await;
-    Api::<Server>::all(env.cluster.client.clone())
-        .patch(
-            &sa,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"patchbay.dev/provisioned": "true"}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    claim_and_install(&env, &[&sa]).await;
     let vlan20 = VlanMode::Access {
         vlan: VlanId::new(20).unwrap(),
     };
@@ -406,6 +389,37 @@ async fn a_miscabled_port_is_parked_and_held_and_a_verified_one_moves() {
     .await;
     assert_eq!(on_device(&env, "swp1"), VlanMode::Unconfigured);
     env.cluster.finish().await;
+}
+
+/// ServerClaim `tenant` (the test's site, configuration `tenant`) for as many Servers
+/// as `servers`; once each is bound, marks it installed (`patchbay.dev/provisioned`).
+async fn claim_and_install(env: &Env, servers: &[&str]) {
+    let ns = env.cluster.namespace.clone();
+    let claim: ServerClaim = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
+        "metadata": {"name": "tenant", "namespace": ns},
+        "spec": {"site": ns, "roles": [{"name": "worker", "count": servers.len()}],
+                 "networkConfiguration": [{"configurationRef":
+                     {"kind": "SwitchPortConfiguration", "name": "tenant"}}]}
+    }))
+    .unwrap();
+    env.api::<ServerClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    for s in servers {
+        wait_server(env, s, "bound", |s| s.spec.claim_ref.is_some()).await;
+        Api::<Server>::all(env.cluster.client.clone())
+            .patch(
+                s,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"patchbay.dev/provisioned": "true"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
 }
 
 /// Server `name` with one NIC `eth0` that declares only its MAC.
@@ -516,6 +530,20 @@ async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one
     env.cluster.finish().await;
 }
 
+/// ProviderSwitch `tor`: bridge `br0` of `ovs`, its learned MACs read through
+/// ovs-vswitchd's control socket.
+async fn ovs_provider(env: &Env, ovs: &patchbay_testbed::OvsSim) {
+    let control = ovs.info.dir.join("ovs-vswitchd.ctl");
+    env.create::<ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "tor"},
+        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                 "port": ovs.info.ovsdb_port,
+                 "options": {"bridge": "br0", "controlSocket": control}}
+    }))
+    .await;
+}
+
 /// Points Server `name`'s one NIC at SwitchPort `port`.
 async fn recable(env: &Env, name: &str, mac: &str, port: &str) {
     let ns = env.cluster.namespace.clone();
@@ -540,15 +568,7 @@ async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_f
     // Traffic teaches the bridge where each host is (clean ports carry every VLAN).
     assert_eq!(hosts.loss(0, 1, 2), 0);
     let env = Env::start("cabling-ovs").await;
-    let control = ovs.info.dir.join("ovs-vswitchd.ctl");
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "tor"},
-        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
-                 "port": ovs.info.ovsdb_port,
-                 "options": {"bridge": "br0", "controlSocket": control}}
-    }))
-    .await;
+    ovs_provider(&env, &ovs).await;
     env.create::<Switch>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
         "metadata": {"name": "tor"},
@@ -815,28 +835,8 @@ async fn a_tenant_cannot_park_another_host_and_a_moved_cable_is_seen_in_seconds(
 
     let env = Env::start("cabling-trust").await;
     let ns = env.cluster.namespace.clone();
-    env.device(
-        "tor-lldp",
-        &[
-            ("username", &fabric.username),
-            ("privateKey", &fabric.client_key),
-        ],
-        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
-               "port": fabric.ssh_port,
-               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
-               "options": {"lldpSocket": fabric.switch_socket}}),
-        &[],
-    )
-    .await;
-    let control = ovs.info.dir.join("ovs-vswitchd.ctl");
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "tor"},
-        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
-                 "port": ovs.info.ovsdb_port,
-                 "options": {"bridge": "br0", "controlSocket": control}}
-    }))
-    .await;
+    lldp_source_named(&env, &fabric, "tor-lldp").await;
+    ovs_provider(&env, &ovs).await;
     env.create::<Switch>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
         "metadata": {"name": "tor"},
@@ -875,31 +875,7 @@ async fn a_tenant_cannot_park_another_host_and_a_moved_cable_is_seen_in_seconds(
             .unwrap(),
     );
     // T and M: allocated to a claim and installed, on the tenant's VLAN, verified.
-    let claim: ServerClaim = serde_json::from_value(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ServerClaim",
-        "metadata": {"name": "tenant", "namespace": ns},
-        "spec": {"site": ns, "roles": [{"name": "worker", "count": 2}],
-                 "networkConfiguration": [{"configurationRef":
-                     {"kind": "SwitchPortConfiguration", "name": "tenant"}}]}
-    }))
-    .unwrap();
-    env.api::<ServerClaim>()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
-    for s in [&st, &sm] {
-        wait_server(&env, s, "bound", |s| s.spec.claim_ref.is_some()).await;
-        Api::<Server>::all(env.cluster.client.clone())
-            .patch(
-                s,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"metadata": {"annotations": {"patchbay.dev/provisioned": "true"}}}),
-                ),
-            )
-            .await
-            .unwrap();
-    }
+    claim_and_install(&env, &[&st, &sm]).await;
     for s in [&st, &sm] {
         wait_server(&env, s, "Provisioned and verified", |s| {
             s.status.as_ref().and_then(|s| s.phase) == Some(ServerPhase::Provisioned)

@@ -931,14 +931,13 @@ pub fn bgp_status(
     neighbors: Vec<BgpNeighborStatus>,
     now: jiff::Timestamp,
 ) -> SwitchBgpStatus {
-    let fresh = |s: &SwitchBgpStatus| {
-        s.read_at
-            .as_deref()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-            .is_some_and(|at| now.duration_since(at).unsigned_abs() < REFRESH)
-    };
     match old {
-        Some(old) if old.neighbors == neighbors && fresh(&old) => old,
+        Some(old)
+            if old.neighbors == neighbors
+                && super::neighbors::is_fresh(old.read_at.as_deref(), now) =>
+        {
+            old
+        }
         _ => SwitchBgpStatus {
             read_at: Some(now.to_string()),
             neighbors,

@@ -110,6 +110,14 @@ fn without_times(ports: &[PortNeighborsStatus]) -> Vec<PortNeighborsStatus> {
     ports
 }
 
+/// Whether a status read at `read_at` is younger than [`REFRESH`] at `now`: a read
+/// that changed nothing need not write it again yet.
+pub fn is_fresh(read_at: Option<&str>, now: jiff::Timestamp) -> bool {
+    read_at
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .is_some_and(|at| now.duration_since(at).unsigned_abs() < REFRESH)
+}
+
 /// Takes a successful read at `now` into `status`: the entries, the chassis id and
 /// `neighborsReadAt` when they changed or the status is [`REFRESH`] old (else the
 /// status keeps what it says), and `NeighborsRead=True`.
@@ -126,11 +134,7 @@ pub fn record(
     let same = without_times(&ports) == without_times(&status.neighbors)
         && truncated == status.neighbors_truncated
         && chassis == status.chassis_id;
-    let fresh = status
-        .neighbors_read_at
-        .as_deref()
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .is_some_and(|at| now.duration_since(at).unsigned_abs() < REFRESH);
+    let fresh = is_fresh(status.neighbors_read_at.as_deref(), now);
     if !(same && fresh) {
         status.neighbors = ports;
         status.neighbors_truncated = truncated;
