@@ -4,11 +4,12 @@
 //! Configuring and applies again), act, feed the outcome back, until there is
 //! nothing to do; then write the status once, only if it changed.
 //!
-//! A reconcile reads as three stages: **dereference** (the kind's controller reads
-//! what the port refers to from the caches), **validate once** into a
-//! [`ValidatedPort`], **drive** ([`drive_port`]). The steps hold the validated port —
-//! the device handle, the device port name, the desired state — and never validate
-//! again.
+//! A reconcile reads as four stages: **dereference** (the kind's controller reads
+//! what the port refers to from the caches), **validate** (pure: names, the
+//! provider's settings and role), **acquire** the device (find or start the
+//! switch's worker), together a [`PreparedPort`], then **drive** ([`drive_port`]).
+//! The steps hold the prepared port — the device handle, the device port name, the
+//! desired state — and never validate again.
 //!
 //! The loop does no I/O of its own. It reaches the device through [`PortSteps`]
 //! (implemented per kind of port over its switch's worker) and the port object
@@ -64,7 +65,8 @@ pub struct DeviceHandle {
     pub capabilities: Capabilities,
 }
 
-/// A port's inputs, validated once per reconcile before the loop runs.
+/// A port's inputs, validated and its device acquired once per reconcile, before
+/// the loop runs.
 ///
 /// Each part is its own `Result` rather than the whole being one: cleaning needs the
 /// device and the port's name while its configuration is invalid or gone, and an
@@ -72,7 +74,7 @@ pub struct DeviceHandle {
 /// fails with that part's error; the errors are the ones the steps reported before
 /// (a device error first, as `apply` checked the device before the configuration).
 #[derive(Clone)]
-pub struct ValidatedPort {
+pub struct PreparedPort {
     /// The port's name on the device.
     pub device_port: Result<PortName, Failure>,
     /// The port's switch: its worker and what the backend can configure.
@@ -82,7 +84,7 @@ pub struct ValidatedPort {
     pub desired: Result<DesiredPort, Failure>,
 }
 
-impl ValidatedPort {
+impl PreparedPort {
     /// Validates the desired state against the device's capabilities: `desired` runs
     /// only when there is a device.
     pub fn new(
@@ -139,7 +141,7 @@ fn hand_off(device: &DeviceHandle, key: &PortKey, op: PortOperation) -> Result<P
 #[allow(async_fn_in_trait)]
 pub trait PortSteps {
     /// The port's inputs, validated once for this reconcile.
-    fn validated(&self) -> &ValidatedPort;
+    fn validated(&self) -> &PreparedPort;
     /// The key the worker knows the port under (drift sweeps, notices).
     fn key(&self) -> &PortKey;
 

@@ -2,8 +2,9 @@
 //! SmartNIC's Open vSwitch bridge, cabled to a switch port. Kubernetes I/O (reads,
 //! the next SwitchPort's claim) and device I/O through the provider's worker.
 //!
-//! A SmartNicPort runs the same stages as a SwitchPort — `dereference`, `validate`
-//! once into a [`ValidatedPort`], drive ([`super::port_loop::drive_port`]) — and writes
+//! A SmartNicPort runs the same stages as a SwitchPort — `dereference`, `validate`,
+//! `acquire_device` (together `prepare`, a [`PreparedPort`]), drive
+//! ([`super::port_loop::drive_port`]) — and writes
 //! the same status; what differs is what "apply" and "clean" mean:
 //!
 //! - **Apply**: the SmartNicConfiguration is validated (and checked against the OVS
@@ -44,7 +45,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::context::{Carried, Context, TenancyVerdict, report_forbidden, with_pool_names};
-use super::port_loop::{DriveInput, PortSteps, Progress, ValidatedPort, drive_port};
+use super::port_loop::{DeviceHandle, DriveInput, PortSteps, PreparedPort, Progress, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_action};
 use crate::api::keys::{CHAINED_FROM_ANNOTATION, SKIP_CLEANUP_ANNOTATION};
@@ -227,17 +228,22 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
     })
 }
 
-/// Validates what [`dereference`] read, once per reconcile: the SmartNicPort's own
-/// fields, its ProviderSwitch (an Open vSwitch; its worker is started or found
-/// here), the bridge port's name, and the linked configuration against what the
-/// SmartNIC can configure.
-fn validate(ctx: &Context, port: &SmartNicPort, world: &World) -> ValidatedPort {
+/// Validates what [`dereference`] read: the SmartNicPort's own fields, the bridge
+/// port's name and its ProviderSwitch (an Open vSwitch, with valid settings).
+/// Nothing is built or dialled here.
+fn validate<'w>(
+    port: &SmartNicPort,
+    world: &'w World,
+) -> (
+    Result<PortName, Failure>,
+    Result<&'w ProviderSwitch, Failure>,
+) {
     let device_port =
         PortName::parse(&port.spec.port_name).map_err(|error| Failure::InvalidPortName {
             field: Some("spec.portName"),
             error,
         });
-    let device = (|| {
+    let provider = (|| {
         validate_smartnic_port(&port.spec).map_err(Failure::InvalidSmartNicPort)?;
         let Some(provider) = &world.provider else {
             return Err(Failure::ProviderNotFound {
@@ -254,12 +260,32 @@ fn validate(ctx: &Context, port: &SmartNicPort, world: &World) -> ValidatedPort 
             name: provider.name_any(),
             errors,
         })?;
-        let name = device_port.clone()?;
-        Ok(ctx
-            .ensure_worker(provider, None, std::slice::from_ref(&name))?
-            .handle())
+        Ok(provider.as_ref())
     })();
-    ValidatedPort::new(device_port.clone(), device, |capabilities| {
+    (device_port, provider)
+}
+
+/// Acquires the bridge: finds the provider's worker, or starts (or replaces) it.
+fn acquire_device(
+    ctx: &Context,
+    provider: &ProviderSwitch,
+    port: &PortName,
+) -> Result<DeviceHandle, Failure> {
+    Ok(ctx
+        .ensure_worker(provider, None, std::slice::from_ref(port))?
+        .handle())
+}
+
+/// A reconcile's inputs made ready for the loop: validated, the bridge acquired
+/// (only for a valid provider and port name), the desired state checked against
+/// what the SmartNIC can configure.
+fn prepare(ctx: &Context, port: &SmartNicPort, world: &World) -> PreparedPort {
+    let (device_port, provider) = validate(port, world);
+    let device = provider.and_then(|provider| {
+        let name = device_port.clone()?;
+        acquire_device(ctx, provider, &name)
+    });
+    PreparedPort::new(device_port.clone(), device, |capabilities| {
         let Some(cfg) = &world.config else {
             return Err(Failure::configuration_not_found(
                 "SmartNicConfiguration",
@@ -298,7 +324,7 @@ struct SmartNicSteps<'a> {
     ctx: &'a Context,
     port: &'a SmartNicPort,
     world: World,
-    validated: ValidatedPort,
+    validated: PreparedPort,
     key: PortKey,
     waiting: Mutex<Option<String>>,
 }
@@ -438,7 +464,7 @@ impl SmartNicSteps<'_> {
 }
 
 impl PortSteps for SmartNicSteps<'_> {
-    fn validated(&self) -> &ValidatedPort {
+    fn validated(&self) -> &PreparedPort {
         &self.validated
     }
 
@@ -549,7 +575,7 @@ async fn reconcile_in(
     let steps = SmartNicSteps {
         ctx: &ctx,
         port: &port,
-        validated: validate(&ctx, &port, &world),
+        validated: prepare(&ctx, &port, &world),
         world,
         key,
         waiting: Mutex::new(None),

@@ -1,9 +1,11 @@
-//! The SwitchPort controller, in three stages: `dereference` reads what a port
+//! The SwitchPort controller, in four stages: `dereference` reads what a port
 //! refers to (its Switch and port entry, the ProviderSwitch, the credentials Secret,
-//! the linked SwitchPortConfiguration) from the caches; `validate` checks it once
-//! into a [`ValidatedPort`]; the shared state-machine loop ([`super::port_loop`])
-//! drives it with steps that go through its Switch's worker. Kubernetes I/O (reads, through the loop's record
-//! writes) and device I/O (through the worker).
+//! the linked SwitchPortConfiguration) from the caches; `validate` checks it (no
+//! I/O); `acquire_device` finds or starts the Switch's worker (`prepare` makes the
+//! three one [`PreparedPort`]); the shared state-machine loop
+//! ([`super::port_loop`]) drives it with steps that go through that worker.
+//! Kubernetes I/O (reads, through the loop's record writes) and device I/O (through
+//! the worker).
 //!
 //! Nothing reaches a device before the configuration has been validated against the
 //! port's constraints (`vlanRange`, `trunkDisable`, `disabled`) and the backend's
@@ -24,7 +26,7 @@ use super::context::{
     Carried, Context, SharedPortIndex, TenancyVerdict, report_forbidden, switch_device_ports,
     with_pool_names,
 };
-use super::port_loop::{DriveInput, PortRecord, PortSteps, ValidatedPort, drive_port};
+use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, PreparedPort, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_after};
 use crate::api::keys::{SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL};
@@ -241,11 +243,16 @@ async fn group_peers(
     Ok((describe(port, spec.clone()), peers))
 }
 
-/// Validates what [`dereference`] read, once per reconcile: the Switch and its
-/// ProviderSwitch (whose worker this starts, or finds), the device port's name, and
-/// the linked configuration against the device's capabilities, the tenancy verdict,
-/// the cabled NIC's MAC and the link-aggregation group.
-fn validate(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> ValidatedPort {
+/// A port's Switch and its ProviderSwitch, once validated.
+type Provided<'w> = (&'w Switch, &'w ProviderSwitch);
+
+/// Validates what [`dereference`] read: the device port's name, the Switch and its
+/// ProviderSwitch (its settings, and that it configures switch ports). Nothing is
+/// built or dialled here.
+fn validate<'w>(
+    port: &SwitchPort,
+    world: &'w PortWorld,
+) -> (Result<PortName, Failure>, Result<Provided<'w>, Failure>) {
     let device_port = world
         .device_port
         .as_deref()
@@ -269,21 +276,46 @@ fn validate(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> ValidatedPor
             name: provider.name_any(),
             errors,
         })?;
-        // Nothing is built or dialled for a provider that configures no port.
         port_device_role(&provider.spec).map_err(|why| Failure::ProviderRole {
             field: "Switch.spec.provider",
             name: provider.name_any(),
             why,
         })?;
-        let entry = ctx.port_worker(
+        Ok((switch.as_ref(), provider.as_ref()))
+    })();
+    (device_port, device)
+}
+
+/// Acquires the port's device: finds the switch's worker, or starts it (building
+/// the backend from the ProviderSwitch and its Secret), or replaces it when the
+/// provider changed.
+fn acquire_device(
+    ctx: &Context,
+    switch: &Switch,
+    provider: &ProviderSwitch,
+    secret: Option<&Secret>,
+    device_port: Option<&PortName>,
+) -> Result<DeviceHandle, Failure> {
+    let entry = ctx.port_worker(provider, secret, device_port, || {
+        switch_device_ports(switch)
+    })?;
+    Ok(entry.handle())
+}
+
+/// A reconcile's inputs made ready for the loop: validated, the device acquired
+/// (only for a valid provider), the desired state checked against its capabilities.
+fn prepare(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> PreparedPort {
+    let (device_port, device) = validate(port, world);
+    let device = device.and_then(|(switch, provider)| {
+        acquire_device(
+            ctx,
+            switch,
             provider,
             world.secret.as_deref(),
             device_port.as_ref().ok(),
-            || switch_device_ports(switch),
-        )?;
-        Ok(entry.handle())
-    })();
-    ValidatedPort::new(device_port, device, |capabilities| {
+        )
+    });
+    PreparedPort::new(device_port, device, |capabilities| {
         desired(port, world, capabilities)
     })
 }
@@ -343,12 +375,12 @@ fn desired(
 /// A SwitchPort's steps, through its Switch's worker.
 struct SwitchPortSteps<'a> {
     ctx: &'a Context,
-    validated: ValidatedPort,
+    validated: PreparedPort,
     key: PortKey,
 }
 
 impl PortSteps for SwitchPortSteps<'_> {
-    fn validated(&self) -> &ValidatedPort {
+    fn validated(&self) -> &PreparedPort {
         &self.validated
     }
 
@@ -463,7 +495,7 @@ async fn reconcile_in(
     };
     let steps = SwitchPortSteps {
         ctx: &ctx,
-        validated: validate(&ctx, &port, &world),
+        validated: prepare(&ctx, &port, &world),
         key,
     };
     let requeue = drive_port(input, &steps, &record, &ctx.ledger, &ctx.probes.metrics).await?;

@@ -19,7 +19,7 @@ use patchbay::api::{
 };
 use patchbay::controllers::ControllerError;
 use patchbay::controllers::port_loop::{
-    DeviceHandle, DriveInput, PortMeta, PortRecord, PortSteps, StatusLedger, ValidatedPort,
+    DeviceHandle, DriveInput, PortMeta, PortRecord, PortSteps, PreparedPort, StatusLedger,
     drive_port,
 };
 use patchbay::decide::failure::Failure;
@@ -125,7 +125,7 @@ impl PortRecord for MemoryRecord {
 /// The port's steps on the fixture switch, through a switch worker as the operator
 /// runs them.
 struct WalkSteps {
-    validated: ValidatedPort,
+    validated: PreparedPort,
     key: PortKey,
 }
 
@@ -139,7 +139,7 @@ impl WalkSteps {
     ) -> Self {
         let device_port = PortName::parse(&definition.name)
             .map_err(|error| Failure::InvalidPortName { field: None, error });
-        let validated = ValidatedPort::new(device_port, Ok(device), |capabilities| {
+        let validated = PreparedPort::new(device_port, Ok(device), |capabilities| {
             let config = config.ok_or(Failure::ConfigurationNotFound {
                 kind: "SwitchPortConfiguration",
                 name: "(none)".into(),
@@ -160,7 +160,7 @@ impl WalkSteps {
 }
 
 impl PortSteps for WalkSteps {
-    fn validated(&self) -> &ValidatedPort {
+    fn validated(&self) -> &PreparedPort {
         &self.validated
     }
 
