@@ -30,7 +30,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use patchbay::api::{SwitchPortConfiguration, VLANPool};
-use patchbay::decide::tenancy::{Grants, Tenancy, Use, check_vlans, vlans_of};
+use patchbay::decide::tenancy::{Carrying, Grants, Settings, Tenancy, judge};
 use patchbay::serve::Admit;
 use patchbay_providers::values::VlanId;
 use serde_json::json;
@@ -220,14 +220,17 @@ async fn main() {
     let t = Instant::now();
     let mut refused = 0;
     for (ns, port) in &specs {
-        let vlans = vlans_of(port);
-        let u = Use {
+        let c = Carrying {
             tenant: ns,
             switch: Some("tor-1"),
-            vlans: &vlans,
-            what: "",
+            reference: None,
+            settings: Some(Settings {
+                port,
+                group: None,
+                what: String::new(),
+            }),
         };
-        refused += usize::from(check_vlans(&tenancy, &grants, &u).is_err());
+        refused += usize::from(judge(Some(&tenancy), &grants, &c).refused.is_some());
     }
     let checked = t.elapsed();
     println!(

@@ -16,7 +16,6 @@ use tokio::sync::{mpsc, watch};
 
 use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
-use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION};
 use crate::api::{
     CabledPortKind, CompactPort, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch,
     SwitchPort, SwitchPortConfiguration, VLANPool,
@@ -26,7 +25,7 @@ use crate::decide::failure::{BackendError, Failure};
 use crate::decide::own_writes::OwnWrites;
 use crate::decide::phases::cabled_nic;
 use crate::decide::port_index::PortIndex;
-use crate::decide::tenancy::Grants;
+use crate::decide::tenancy::{self, Grants, TenancyVerdict};
 use crate::grants::GrantsCache;
 use crate::settings::Settings;
 use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
@@ -236,123 +235,59 @@ impl Stores {
     }
 
     /// Whether a port (`kind`, `meta`) on `switch` (its Switch; a SmartNicPort's
-    /// ProviderSwitch) may carry `carried`, under `tenancy` (`None`: not checked).
+    /// ProviderSwitch) may carry `carried`, under `tenancy` (`None`: not checked):
+    /// [`tenancy::judge`] on what the caches hold.
     pub fn tenancy_verdict(
         &self,
-        tenancy: Option<&crate::decide::tenancy::Tenancy>,
+        tenancy: Option<&tenancy::Tenancy>,
         kind: CabledPortKind,
         meta: &kube::core::ObjectMeta,
         switch: Option<&str>,
         carried: &Carried<'_>,
     ) -> TenancyVerdict {
-        use crate::decide::tenancy::{
-            Use, check_group, check_reference, check_vlans, is_shared, vlans_of,
-        };
         let Some(t) = tenancy else {
             return TenancyVerdict::default();
         };
         let tenant = self.serving_namespace(kind, meta, Some(carried.reference));
-        if t.is_infra(&tenant) {
-            return TenancyVerdict::default();
-        }
         let cns = carried.reference.namespace.as_deref().unwrap_or_default();
         let what = format!("{} {cns}/{}", carried.kind, carried.reference.name);
-        let mut refused = Vec::new();
-        if let Err(e) = check_reference(
-            t,
-            &tenant,
-            cns,
-            is_shared(carried.labels),
-            &format!("the port serves namespace {tenant}; {what}"),
-        ) {
-            refused.push(e);
-        }
-        let grants = self.grants(Some(t.parking_vlan));
-        let vlans = vlans_of(carried.port);
-        let u = Use {
-            tenant: &tenant,
-            switch,
-            vlans: &vlans,
-            what: &what,
-        };
-        if let Err(e) = check_vlans(t, &grants, &u) {
-            refused.extend(e);
-        }
-        if let Err(e) = check_group(t, &grants, &u, carried.group) {
-            refused.push(e);
-        }
-        let names = vlans
-            .iter()
-            .filter_map(|(_, id)| {
-                let v = VlanId::from_i64(*id).ok()?;
-                let name = grants.lookup(&tenant, switch, v).ok()??;
-                Some((v, name.to_owned()))
-            })
-            .collect();
-        TenancyVerdict {
-            refused: (!refused.is_empty()).then_some(refused),
-            names,
-        }
+        tenancy::judge(
+            Some(t),
+            &self.grants(Some(t.parking_vlan)),
+            &tenancy::Carrying {
+                tenant: &tenant,
+                switch,
+                reference: Some(tenancy::Reference {
+                    namespace: cns,
+                    shared: tenancy::is_shared(carried.labels),
+                    field: format!("the port serves namespace {tenant}; {what}"),
+                }),
+                settings: Some(tenancy::Settings {
+                    port: carried.port,
+                    group: carried.group,
+                    what,
+                }),
+            },
+        )
     }
 
-    /// The namespace a port (`meta`, carrying `configuration`) serves: for a port a
-    /// Server drives, its claim's namespace unless the port carries the NIC's
-    /// provisioning configuration (infra's network); for a port a BareMetalHost
-    /// drives, the host's namespace; for a SwitchPort chained from a SmartNicPort,
-    /// whom that port serves; else the port's own namespace.
+    /// The namespace a port serves ([`tenancy::serving_namespace`], on the cached
+    /// Servers and SmartNicPorts).
     pub fn serving_namespace(
         &self,
         kind: CabledPortKind,
         meta: &kube::core::ObjectMeta,
         configuration: Option<&crate::api::ConfigurationRef>,
     ) -> String {
-        let ns = meta.namespace.clone().unwrap_or_default();
-        let annotations = meta.annotations.clone().unwrap_or_default();
-        if let Some(mark) = annotations.get(HOST_ANNOTATION) {
-            if let Some(name) = mark.strip_prefix("Server/") {
-                let Some(server) = self.servers.get(&ObjectRef::new(name)) else {
-                    return ns;
-                };
-                let port_name = meta.name.clone().unwrap_or_default();
-                let provisioning = server
-                    .spec
-                    .nics
-                    .iter()
-                    .filter(|n| {
-                        n.port.as_ref().is_some_and(|p| {
-                            p.port_kind() == kind && p.namespace == ns && p.name == port_name
-                        })
-                    })
-                    .filter_map(|n| n.provisioning_configuration.as_ref())
-                    .any(|r| {
-                        Some(r.name.as_str()) == configuration.map(|c| c.name.as_str())
-                            && r.namespace.as_deref().unwrap_or(&ns)
-                                == configuration
-                                    .and_then(|c| c.namespace.as_deref())
-                                    .unwrap_or(&ns)
-                    });
-                let claim = server.status.as_ref().and_then(|s| s.claim.as_ref());
-                return match claim {
-                    Some(c) if !provisioning => c.namespace.clone(),
-                    _ => ns,
-                };
-            }
-            if let Some(rest) = mark.strip_prefix("BareMetalHost/") {
-                return rest.split('/').next().unwrap_or(&ns).to_owned();
-            }
-        }
-        if kind == CabledPortKind::SwitchPort
-            && let Some(from) = annotations.get(CHAINED_FROM_ANNOTATION)
-            && let Some((sns, sname)) = from.split_once('/')
-            && let Some(snp) = self.smartnics.get(&ObjectRef::new(sname).within(sns))
-        {
-            return self.serving_namespace(
-                CabledPortKind::SmartNicPort,
-                snp.meta(),
-                snp.spec.configuration.as_ref(),
-            );
-        }
-        ns
+        tenancy::serving_namespace(
+            kind,
+            meta,
+            configuration,
+            &tenancy::Lookups {
+                server: &|name| self.servers.get(&ObjectRef::new(name)),
+                smartnic: &|ns, name| self.smartnics.get(&ObjectRef::new(name).within(ns)),
+            },
+        )
     }
 
     /// Switch `name` of namespace `ns`.
@@ -370,64 +305,6 @@ impl Stores {
         self.configurations
             .get(&ObjectRef::new(name).within(ns))
             .map(|c| (*c).clone())
-    }
-}
-
-/// The tenancy check of a port about to carry a configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TenancyVerdict {
-    /// Why the port may not carry it (one message per reference or VLAN); `None`:
-    /// it may.
-    pub refused: Option<Vec<String>>,
-    /// Names shared pools give VLANs the configuration carries (they replace the
-    /// configuration's own).
-    pub names: std::collections::BTreeMap<VlanId, String>,
-}
-
-/// The `Forbidden` condition of a port: True with the refusals while its
-/// configuration is refused (an Active port keeps what the device carries — a grant
-/// revoked under a live tenant is reported, never ripped off), False once granted
-/// again; absent on a port never refused.
-pub fn report_forbidden(
-    status: &mut crate::api::PortStatus,
-    verdict: &TenancyVerdict,
-    generation: Option<i64>,
-) {
-    use crate::decide::status::{Truth, find_condition, set_condition};
-    let now = jiff::Timestamp::now();
-    match &verdict.refused {
-        Some(refused) => set_condition(
-            &mut status.conditions,
-            "Forbidden",
-            Truth::True,
-            "Forbidden",
-            format!(
-                "{}; nothing is sent to the device while this holds",
-                refused.join("; ")
-            ),
-            generation,
-            now,
-        ),
-        None if find_condition(&status.conditions, "Forbidden").is_some() => set_condition(
-            &mut status.conditions,
-            "Forbidden",
-            Truth::False,
-            "Granted",
-            "the configuration is granted to the namespace the port serves".into(),
-            generation,
-            now,
-        ),
-        None => {}
-    }
-}
-
-/// Gives the VLANs shared pools name their pool's name (a tenant does not name a
-/// VLAN it shares).
-pub fn with_pool_names(desired: &mut patchbay_providers::DesiredPort, verdict: &TenancyVerdict) {
-    for (vlan, name) in &verdict.names {
-        if let Ok(n) = patchbay_providers::values::VlanName::parse(name) {
-            desired.vlan_names.insert(*vlan, n);
-        }
     }
 }
 

@@ -547,9 +547,7 @@ fn refuse_ungranted(
     targets: Vec<NicTarget>,
     network: Option<ClaimNetwork<'_>>,
 ) -> (Vec<NicTarget>, Vec<(NicTarget, Vec<String>)>) {
-    use crate::decide::tenancy::{
-        Use, check_group, check_reference, check_vlans, is_shared, vlans_of,
-    };
+    use crate::decide::tenancy::{Carrying, Reference, Settings, is_shared, judge};
     let (Some(t), Some(net)) = (world.tenancy.as_ref(), network) else {
         return (targets, Vec::new());
     };
@@ -568,7 +566,6 @@ fn refuse_ungranted(
                 continue;
             };
             let cns = c.namespace.as_deref().unwrap_or_default();
-            let mut why = Vec::new();
             let (kind, labels, port, switch) = match target.port.kind {
                 CabledPortKind::SwitchPort => {
                     let cfg = world
@@ -592,37 +589,28 @@ fn refuse_ungranted(
             };
             // A NIC's default configuration is the infra team's: its reference is
             // theirs to make; what it carries must still be granted to the claim.
-            if target.source == Source::Claim
-                && let Err(e) = check_reference(
-                    t,
-                    tenant,
-                    cns,
-                    is_shared(labels.as_ref()),
-                    &format!(
-                        "networkConfiguration for NIC {}: {kind} {cns}/{}",
-                        target.nic, c.name
-                    ),
-                )
-            {
-                why.push(e);
-            }
-            if let Some((port, group)) = &port {
-                let vlans = vlans_of(port);
-                let what = format!("NIC {}: {kind} {cns}/{}", target.nic, c.name);
-                let u = Use {
+            let verdict = judge(
+                Some(t),
+                &grants,
+                &Carrying {
                     tenant,
                     switch: switch.as_deref(),
-                    vlans: &vlans,
-                    what: &what,
-                };
-                if let Err(e) = check_vlans(t, &grants, &u) {
-                    why.extend(e);
-                }
-                if let Err(e) = check_group(t, &grants, &u, *group) {
-                    why.push(e);
-                }
-            }
-            why
+                    reference: (target.source == Source::Claim).then(|| Reference {
+                        namespace: cns,
+                        shared: is_shared(labels.as_ref()),
+                        field: format!(
+                            "networkConfiguration for NIC {}: {kind} {cns}/{}",
+                            target.nic, c.name
+                        ),
+                    }),
+                    settings: port.as_ref().map(|(port, group)| Settings {
+                        port,
+                        group: *group,
+                        what: format!("NIC {}: {kind} {cns}/{}", target.nic, c.name),
+                    }),
+                },
+            );
+            verdict.refusals().to_vec()
         };
         if why.is_empty() {
             kept.push(target);

@@ -44,7 +44,7 @@ use patchbay_providers::values::PortName;
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Carried, Context, TenancyVerdict, report_forbidden, with_pool_names};
+use super::context::{Carried, Context};
 use super::port_loop::{DeviceHandle, DriveInput, PortSteps, PreparedPort, Progress, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_action};
@@ -55,7 +55,8 @@ use crate::api::{
 };
 use crate::decide::failure::Failure;
 use crate::decide::state_machine::{Outcome, PortTarget};
-use crate::decide::tenancy::{check_reference, is_shared};
+use crate::decide::tenancy::{Carrying, Reference, is_shared, judge};
+use crate::decide::tenancy::{TenancyVerdict, report_forbidden, with_pool_names};
 use crate::decide::validate::{
     ValidationErrors, capability_errors, has_egress_rules, smartnic_configuration_to_desired,
     validate_provider, validate_smartnic_port, with_host_mac,
@@ -186,18 +187,23 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
                 .as_ref()
                 .and_then(|o| o.metadata.labels.as_ref()),
         );
-        if let Err(e) = check_reference(
-            t,
-            &tenant,
-            c.config.namespace.as_deref().unwrap_or_default(),
-            shared,
-            &format!(
-                "SmartNicConfiguration {cns}/{} spec.nextConfigurationRef",
-                r.name
-            ),
-        ) {
-            tenancy.refused.get_or_insert_with(Vec::new).push(e);
-        }
+        tenancy.merge(judge(
+            Some(t),
+            &ctx.stores.grants(Some(t.parking_vlan)),
+            &Carrying {
+                tenant: &tenant,
+                switch: None,
+                reference: Some(Reference {
+                    namespace: c.config.namespace.as_deref().unwrap_or_default(),
+                    shared,
+                    field: format!(
+                        "SmartNicConfiguration {cns}/{} spec.nextConfigurationRef",
+                        r.name
+                    ),
+                }),
+                settings: None,
+            },
+        ));
     }
     let inputs = inputs_digest(&json!({
         "tenancy": {"refused": tenancy.refused, "names": tenancy.names},
@@ -568,7 +574,12 @@ async fn reconcile_in(
     status.switch = None;
     status.provider = Some(port.spec.provider.name.clone());
     status.device_port = Some(port.spec.port_name.clone());
-    report_forbidden(&mut status, &world.tenancy, port.metadata.generation);
+    report_forbidden(
+        &mut status,
+        &world.tenancy,
+        port.metadata.generation,
+        jiff::Timestamp::now(),
+    );
     let worker = ctx.running_worker(world.provider.as_deref(), None);
     let drift_notice = worker.as_ref().and_then(|e| e.worker.drift_notice(&key));
     let outage = worker.as_ref().and_then(|e| e.worker.outage());

@@ -22,10 +22,7 @@ use patchbay_providers::{Capabilities, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{
-    Carried, Context, SharedPortIndex, TenancyVerdict, report_forbidden, switch_device_ports,
-    with_pool_names,
-};
+use super::context::{Carried, Context, SharedPortIndex, switch_device_ports};
 use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, PreparedPort, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_after};
@@ -37,6 +34,7 @@ use crate::api::{
 use crate::decide::failure::Failure;
 use crate::decide::state_machine::PortTarget;
 use crate::decide::status::{Truth, set_condition};
+use crate::decide::tenancy::{TenancyVerdict, report_forbidden, with_pool_names};
 use crate::decide::validate::{
     LagPeer, PortContext, desired_for_port, has_egress_rules, lag_members, port_device_role,
     validate_provider, with_host_mac,
@@ -461,7 +459,12 @@ async fn reconcile_in(
         .map(|s| s.spec.provider.name.clone())
         .or(status.provider);
     status.device_port = world.device_port.clone();
-    report_forbidden(&mut status, &world.tenancy, port.metadata.generation);
+    report_forbidden(
+        &mut status,
+        &world.tenancy,
+        port.metadata.generation,
+        jiff::Timestamp::now(),
+    );
     let drift_policy = world
         .switch
         .as_ref()

@@ -22,9 +22,7 @@
 use serde_json::Value;
 
 use crate::api::{SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
-use crate::decide::tenancy::{
-    Grants, Tenancy, Use, check_group, check_reference, check_vlans, is_shared, vlans_of,
-};
+use crate::decide::tenancy::{Carrying, Grants, Reference, Settings, Tenancy, is_shared, judge};
 
 /// What the webhook reads besides the object: the caches' contents.
 pub struct Lookups<'a> {
@@ -58,19 +56,21 @@ pub fn review(
                          group: Option<i64>,
                          what: &str,
                          refused: &mut Vec<String>| {
-        let vlans = vlans_of(port);
-        let u = Use {
-            tenant: namespace,
-            switch: None,
-            vlans: &vlans,
-            what,
-        };
-        if let Err(e) = check_vlans(t, look.grants, &u) {
-            refused.extend(e);
-        }
-        if let Err(e) = check_group(t, look.grants, &u, group) {
-            refused.push(e);
-        }
+        let verdict = judge(
+            Some(t),
+            look.grants,
+            &Carrying {
+                tenant: namespace,
+                switch: None,
+                reference: None,
+                settings: Some(Settings {
+                    port,
+                    group,
+                    what: what.to_owned(),
+                }),
+            },
+        );
+        refused.extend(verdict.refused.unwrap_or_default());
     };
     let shared_of = |kind: &str, ns: &str, name: &str| match kind {
         "SmartNicConfiguration" => (look.smartnic_configuration)(ns, name)
@@ -85,10 +85,24 @@ pub fn review(
             .and_then(Value::as_str)
             .unwrap_or(namespace);
         let shared = t.is_infra(ns) && shared_of(kind, ns, name);
-        match check_reference(t, namespace, ns, shared, &format!("{field}.namespace")) {
-            Ok(()) => Some((ns.to_owned(), name.to_owned())),
-            Err(e) => {
-                refused.push(e);
+        let verdict = judge(
+            Some(t),
+            look.grants,
+            &Carrying {
+                tenant: namespace,
+                switch: None,
+                reference: Some(Reference {
+                    namespace: ns,
+                    shared,
+                    field: format!("{field}.namespace"),
+                }),
+                settings: None,
+            },
+        );
+        match verdict.refused {
+            None => Some((ns.to_owned(), name.to_owned())),
+            Some(e) => {
+                refused.extend(e);
                 None
             }
         }
@@ -129,7 +143,8 @@ pub fn review(
     refused
 }
 
-type Reference<'a> = dyn Fn(&str, &str, &Value, &mut Vec<String>) -> Option<(String, String)> + 'a;
+type CheckReference<'a> =
+    dyn Fn(&str, &str, &Value, &mut Vec<String>) -> Option<(String, String)> + 'a;
 type VlansGranted<'a> =
     dyn Fn(&crate::api::configuration::PortSettingsSpec, Option<i64>, &str, &mut Vec<String>) + 'a;
 
@@ -138,7 +153,7 @@ fn review_claim(
     object: &Value,
     look: &Lookups<'_>,
     refused: &mut Vec<String>,
-    reference: &Reference<'_>,
+    reference: &CheckReference<'_>,
     vlans_granted: &VlansGranted<'_>,
 ) {
     let mut entries: Vec<(String, &Value)> = Vec::new();

@@ -18,14 +18,24 @@
 //!
 //! Messages name the field, the VLAN and the tenant's own namespace — never another
 //! tenant's namespace or objects.
+//!
+//! One verdict, one place: [`judge`] answers whether a use of a configuration
+//! ([`Carrying`]) is granted; the webhook, the SwitchPort and SmartNicPort
+//! controllers and the host lifecycle all call it (with the grants and the facts
+//! their caches hold), and [`serving_namespace`] says whom a port serves.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-use patchbay_providers::values::{VlanId, VlanSet};
+use jiff::Timestamp;
+use kube::core::ObjectMeta;
+use patchbay_providers::DesiredPort;
+use patchbay_providers::values::{VlanId, VlanName, VlanSet};
 
-use crate::api::VLANPool;
 use crate::api::configuration::PortSettingsSpec;
-use crate::api::keys::SHARED_LABEL;
+use crate::api::keys::{CHAINED_FROM_ANNOTATION, HOST_ANNOTATION, SHARED_LABEL};
+use crate::api::{CabledPortKind, ConfigurationRef, PortStatus, Server, SmartNicPort, VLANPool};
+use crate::decide::status::{Truth, find_condition, set_condition};
 
 /// What the operator's settings say about tenancy. `None` in the settings: one
 /// tenant, nothing checked (the behaviour before tenancy existed).
@@ -333,7 +343,7 @@ impl Grants {
 }
 
 /// The VLANs a port configuration carries, each with the field that sets it.
-pub fn vlans_of(port: &PortSettingsSpec) -> Vec<(String, i64)> {
+fn vlans_of(port: &PortSettingsSpec) -> Vec<(String, i64)> {
     port.untagged_vlan
         .map(|v| ("spec.untaggedVLAN".to_owned(), v))
         .into_iter()
@@ -348,7 +358,7 @@ pub fn vlans_of(port: &PortSettingsSpec) -> Vec<(String, i64)> {
 
 /// A configuration about to serve a tenant.
 #[derive(Debug, Clone)]
-pub struct Use<'a> {
+struct Use<'a> {
     /// The namespace the port serves.
     pub tenant: &'a str,
     /// The port's Switch (its name in the infra namespace); `None` at admission.
@@ -362,7 +372,7 @@ pub struct Use<'a> {
 
 /// Whether every VLAN of `u` is granted to its tenant: one message per VLAN that is
 /// not, naming the field, the VLAN, the namespace and why.
-pub fn check_vlans(t: &Tenancy, grants: &Grants, u: &Use<'_>) -> Result<(), Vec<String>> {
+fn check_vlans(t: &Tenancy, grants: &Grants, u: &Use<'_>) -> Result<(), Vec<String>> {
     if t.is_infra(u.tenant) {
         return Ok(());
     }
@@ -399,7 +409,7 @@ pub fn check_vlans(t: &Tenancy, grants: &Grants, u: &Use<'_>) -> Result<(), Vec<
 
 /// Whether the link-aggregation group a configuration sets (`group`, at
 /// `spec.linkAggregation.group`) is granted to the tenant of `u`.
-pub fn check_group(
+fn check_group(
     t: &Tenancy,
     grants: &Grants,
     u: &Use<'_>,
@@ -439,7 +449,7 @@ pub fn check_group(
 /// the configuration carries [`SHARED_LABEL`]`=true` (look it up only in the infra
 /// namespace). `field` names the reference. The answer does not depend on whether
 /// the configuration exists, so a refusal tells nothing about other namespaces.
-pub fn check_reference(
+fn check_reference(
     t: &Tenancy,
     tenant: &str,
     namespace: &str,
@@ -467,6 +477,236 @@ pub fn is_shared(labels: Option<&BTreeMap<String, String>>) -> bool {
     labels
         .and_then(|l| l.get(SHARED_LABEL))
         .is_some_and(|v| v == "true")
+}
+
+/// A tenant's use of a configuration, as the caches show it: what [`judge`] rules on.
+#[derive(Debug, Clone)]
+pub struct Carrying<'a> {
+    /// The namespace served: the port's ([`serving_namespace`]), or the object's at
+    /// admission.
+    pub tenant: &'a str,
+    /// The port's Switch (its name in the infra namespace); `None` at admission,
+    /// where the port is not known yet.
+    pub switch: Option<&'a str>,
+    /// The configuration the tenant names; `None` when naming it was not the
+    /// tenant's choice (a NIC's default configuration is the infra team's).
+    pub reference: Option<Reference<'a>>,
+    /// What the configuration carries; `None` where it is not known (not found) or
+    /// checked elsewhere.
+    pub settings: Option<Settings<'a>>,
+}
+
+/// A configuration named by a tenant.
+#[derive(Debug, Clone)]
+pub struct Reference<'a> {
+    /// The configuration's namespace (resolved: the referrer's when unset).
+    pub namespace: &'a str,
+    /// It carries [`SHARED_LABEL`]`=true` ([`is_shared`]).
+    pub shared: bool,
+    /// The reference, for the message (`spec.configuration.namespace`).
+    pub field: String,
+}
+
+/// The VLANs and group a configuration carries.
+#[derive(Debug, Clone)]
+pub struct Settings<'a> {
+    /// Its port settings (the VLANs: [`vlans_of`]).
+    pub port: &'a PortSettingsSpec,
+    /// Its link-aggregation group (`spec.linkAggregation.group`).
+    pub group: Option<i64>,
+    /// Where the fields are, for messages (`SwitchPortConfiguration tenant-a/web`);
+    /// empty when the message is about the object itself.
+    pub what: String,
+}
+
+/// The tenancy verdict on a [`Carrying`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenancyVerdict {
+    /// Why it may not be carried (one message per reference, VLAN or group);
+    /// `None`: it may.
+    pub refused: Option<Vec<String>>,
+    /// Names shared pools give the VLANs carried (they replace the configuration's
+    /// own).
+    pub names: BTreeMap<VlanId, String>,
+}
+
+impl TenancyVerdict {
+    /// Adds `other`'s refusals and names to this verdict.
+    pub fn merge(&mut self, other: TenancyVerdict) {
+        if let Some(r) = other.refused {
+            self.refused.get_or_insert_with(Vec::new).extend(r);
+        }
+        self.names.extend(other.names);
+    }
+
+    /// The refusals, empty when granted.
+    pub fn refusals(&self) -> &[String] {
+        self.refused.as_deref().unwrap_or_default()
+    }
+}
+
+/// Whether `c` is granted under `tenancy` (`None`: tenancy is off, everything is),
+/// with the pools' `grants`: the one tenancy rule the webhook and every controller
+/// apply. The infra namespace is trusted; a tenant names its own configurations or
+/// shared infra ones; every VLAN and group carried is granted to the tenant (on the
+/// port's Switch when known).
+pub fn judge(tenancy: Option<&Tenancy>, grants: &Grants, c: &Carrying<'_>) -> TenancyVerdict {
+    let Some(t) = tenancy else {
+        return TenancyVerdict::default();
+    };
+    if t.is_infra(c.tenant) {
+        return TenancyVerdict::default();
+    }
+    let mut refused = Vec::new();
+    if let Some(r) = &c.reference
+        && let Err(e) = check_reference(t, c.tenant, r.namespace, r.shared, &r.field)
+    {
+        refused.push(e);
+    }
+    let mut names = BTreeMap::new();
+    if let Some(settings) = &c.settings {
+        let vlans = vlans_of(settings.port);
+        let u = Use {
+            tenant: c.tenant,
+            switch: c.switch,
+            vlans: &vlans,
+            what: &settings.what,
+        };
+        if let Err(e) = check_vlans(t, grants, &u) {
+            refused.extend(e);
+        }
+        if let Err(e) = check_group(t, grants, &u, settings.group) {
+            refused.push(e);
+        }
+        names = vlans
+            .iter()
+            .filter_map(|(_, id)| {
+                let v = VlanId::from_i64(*id).ok()?;
+                let name = grants.lookup(c.tenant, c.switch, v).ok()??;
+                Some((v, name.to_owned()))
+            })
+            .collect();
+    }
+    TenancyVerdict {
+        refused: (!refused.is_empty()).then_some(refused),
+        names,
+    }
+}
+
+/// What [`serving_namespace`] looks up in the caches.
+pub struct Lookups<'a> {
+    /// A Server by name.
+    pub server: &'a dyn Fn(&str) -> Option<Arc<Server>>,
+    /// A SmartNicPort by namespace and name.
+    pub smartnic: &'a dyn Fn(&str, &str) -> Option<Arc<SmartNicPort>>,
+}
+
+/// The namespace a port (`kind`, `meta`, carrying `configuration`) serves: for a
+/// port a Server drives, its claim's namespace unless the port carries the NIC's
+/// provisioning configuration (infra's network); for a port a BareMetalHost drives,
+/// the host's namespace; for a SwitchPort chained from a SmartNicPort, whom that
+/// port serves; else the port's own namespace.
+pub fn serving_namespace(
+    kind: CabledPortKind,
+    meta: &ObjectMeta,
+    configuration: Option<&ConfigurationRef>,
+    look: &Lookups<'_>,
+) -> String {
+    let ns = meta.namespace.clone().unwrap_or_default();
+    let annotations = meta.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key));
+    if let Some(mark) = annotation(HOST_ANNOTATION) {
+        if let Some(name) = mark.strip_prefix("Server/") {
+            let Some(server) = (look.server)(name) else {
+                return ns;
+            };
+            let port_name = meta.name.clone().unwrap_or_default();
+            let provisioning = server
+                .spec
+                .nics
+                .iter()
+                .filter(|n| {
+                    n.port.as_ref().is_some_and(|p| {
+                        p.port_kind() == kind && p.namespace == ns && p.name == port_name
+                    })
+                })
+                .filter_map(|n| n.provisioning_configuration.as_ref())
+                .any(|r| {
+                    Some(r.name.as_str()) == configuration.map(|c| c.name.as_str())
+                        && r.namespace.as_deref().unwrap_or(&ns)
+                            == configuration
+                                .and_then(|c| c.namespace.as_deref())
+                                .unwrap_or(&ns)
+                });
+            let claim = server.status.as_ref().and_then(|s| s.claim.as_ref());
+            return match claim {
+                Some(c) if !provisioning => c.namespace.clone(),
+                _ => ns,
+            };
+        }
+        if let Some(rest) = mark.strip_prefix("BareMetalHost/") {
+            return rest.split('/').next().unwrap_or(&ns).to_owned();
+        }
+    }
+    if kind == CabledPortKind::SwitchPort
+        && let Some(from) = annotation(CHAINED_FROM_ANNOTATION)
+        && let Some((sns, sname)) = from.split_once('/')
+        && let Some(snp) = (look.smartnic)(sns, sname)
+    {
+        return serving_namespace(
+            CabledPortKind::SmartNicPort,
+            &snp.metadata,
+            snp.spec.configuration.as_ref(),
+            look,
+        );
+    }
+    ns
+}
+
+/// The `Forbidden` condition of a port, set at `now`: True with the refusals while
+/// its configuration is refused (an Active port keeps what the device carries — a
+/// grant revoked under a live tenant is reported, never ripped off), False once
+/// granted again; absent on a port never refused.
+pub fn report_forbidden(
+    status: &mut PortStatus,
+    verdict: &TenancyVerdict,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    match &verdict.refused {
+        Some(refused) => set_condition(
+            &mut status.conditions,
+            "Forbidden",
+            Truth::True,
+            "Forbidden",
+            format!(
+                "{}; nothing is sent to the device while this holds",
+                refused.join("; ")
+            ),
+            generation,
+            now,
+        ),
+        None if find_condition(&status.conditions, "Forbidden").is_some() => set_condition(
+            &mut status.conditions,
+            "Forbidden",
+            Truth::False,
+            "Granted",
+            "the configuration is granted to the namespace the port serves".into(),
+            generation,
+            now,
+        ),
+        None => {}
+    }
+}
+
+/// Gives the VLANs shared pools name their pool's name (a tenant does not name a
+/// VLAN it shares).
+pub fn with_pool_names(desired: &mut DesiredPort, verdict: &TenancyVerdict) {
+    for (vlan, name) in &verdict.names {
+        if let Ok(n) = VlanName::parse(name) {
+            desired.vlan_names.insert(*vlan, n);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -273,3 +273,295 @@ fn link_aggregation_groups_are_granted_to_one_namespace_each() {
     assert!(check_group(&tenancy(), &g, &u, Some(10)).is_ok());
     assert!(check_group(&tenancy(), &g, &u, None).is_ok());
 }
+
+/// The one rule, every caller's shape of question: the webhook (no Switch, the
+/// object's own namespace), a port (its Switch), a host's NIC (a default
+/// configuration: no reference of the tenant's), a chain (a reference only).
+#[test]
+fn judge_is_the_one_tenancy_rule() {
+    let pools = [
+        pool("a", "200-209", &["tenant-a"]),
+        on(pool("a-tor2", "210", &["tenant-a"]), &["tor-2"]),
+        shared(
+            pool("services", "42", &["tenant-a", "tenant-b"]),
+            "services",
+        ),
+    ];
+    let g = Grants::new(&pools, Some(v(4000)));
+    let t = tenancy();
+    let carrying = |untagged: i64| PortSettingsSpec {
+        untagged_vlan: Some(untagged),
+        ..Default::default()
+    };
+    let (p200, p210, p42, p300, p4000) = (
+        carrying(200),
+        carrying(210),
+        carrying(42),
+        carrying(300),
+        carrying(4000),
+    );
+    let reference = |namespace, shared| Reference {
+        namespace,
+        shared,
+        field: "spec.configuration.namespace".into(),
+    };
+    let settings = |port| Settings {
+        port,
+        group: None,
+        what: String::new(),
+    };
+    // (tenant, switch, reference, settings, refusals expected (substrings), names)
+    type Row<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<Reference<'a>>,
+        Option<Settings<'a>>,
+        &'a [&'a str],
+        &'a [(u16, &'a str)],
+    );
+    let table: Vec<Row<'_>> = vec![
+        // A tenant's own configuration with its own VLAN: granted.
+        (
+            "tenant-a",
+            Some("tor-1"),
+            Some(reference("tenant-a", false)),
+            Some(settings(&p200)),
+            &[],
+            &[],
+        ),
+        // Another tenant's configuration: refused, whatever it carries.
+        (
+            "tenant-a",
+            None,
+            Some(reference("tenant-b", false)),
+            None,
+            &["may name configurations of its own namespace"],
+            &[],
+        ),
+        // The infra namespace's, unshared, then shared.
+        (
+            "tenant-a",
+            None,
+            Some(reference("infra", false)),
+            None,
+            &["not shared with tenants"],
+            &[],
+        ),
+        (
+            "tenant-a",
+            None,
+            Some(reference("infra", true)),
+            None,
+            &[],
+            &[],
+        ),
+        // A VLAN granted on another Switch only, then on that Switch.
+        (
+            "tenant-a",
+            Some("tor-1"),
+            None,
+            Some(settings(&p210)),
+            &["VLAN 210 is not granted to namespace tenant-a on Switch tor-1"],
+            &[],
+        ),
+        (
+            "tenant-a",
+            Some("tor-2"),
+            None,
+            Some(settings(&p210)),
+            &[],
+            &[],
+        ),
+        // At admission (no Switch yet) a VLAN granted on some Switch is admitted.
+        ("tenant-a", None, None, Some(settings(&p210)), &[], &[]),
+        // Nobody's VLAN, the parking VLAN.
+        (
+            "tenant-a",
+            Some("tor-1"),
+            None,
+            Some(settings(&p300)),
+            &["VLAN 300 is not granted"],
+            &[],
+        ),
+        (
+            "tenant-a",
+            Some("tor-1"),
+            None,
+            Some(settings(&p4000)),
+            &["VLAN 4000 is not granted"],
+            &[],
+        ),
+        // A shared pool's VLAN carries the pool's name.
+        (
+            "tenant-b",
+            Some("tor-1"),
+            None,
+            Some(settings(&p42)),
+            &[],
+            &[(42, "services")],
+        ),
+        // Both a bad reference and a VLAN not granted: both said.
+        (
+            "tenant-a",
+            Some("tor-1"),
+            Some(reference("tenant-b", false)),
+            Some(settings(&p300)),
+            &["namespace tenant-b", "VLAN 300"],
+            &[],
+        ),
+        // The infra namespace is trusted: nothing is checked.
+        (
+            "infra",
+            Some("tor-1"),
+            Some(reference("tenant-b", false)),
+            Some(settings(&p300)),
+            &[],
+            &[],
+        ),
+    ];
+    for (tenant, switch, reference, settings, refusals, names) in table {
+        let c = Carrying {
+            tenant,
+            switch,
+            reference,
+            settings,
+        };
+        let verdict = judge(Some(&t), &g, &c);
+        assert_eq!(
+            verdict.refusals().len(),
+            refusals.len(),
+            "{c:?}: {verdict:?}"
+        );
+        for r in refusals {
+            assert!(
+                verdict.refusals().iter().any(|m| m.contains(r)),
+                "{c:?}: {r:?} not in {verdict:?}"
+            );
+        }
+        let want: BTreeMap<VlanId, String> = names
+            .iter()
+            .map(|(id, n)| (v(*id), n.to_string()))
+            .collect();
+        assert_eq!(verdict.names, want, "{c:?}");
+        // Tenancy off: everything is granted.
+        assert_eq!(judge(None, &g, &c), TenancyVerdict::default());
+    }
+}
+
+/// Whom a port serves: the claim of the Server that drives it (not while it
+/// carries the NIC's provisioning configuration), a BareMetalHost's namespace, the
+/// SmartNicPort it is chained from, else its own namespace.
+#[test]
+fn a_port_serves_its_hosts_claim_its_chain_or_its_own_namespace() {
+    let server: Arc<Server> = Arc::new(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+            "metadata": {"name": "s1"},
+            "spec": {"bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": "infra"}},
+                     "bootMac": "aa:bb:cc:dd:ee:01", "site": "dc1",
+                     "nics": [{"name": "eth0", "port": {"name": "tor1-p1", "namespace": "infra"},
+                               "provisioningConfiguration": {"name": "pxe", "namespace": "infra"}}]},
+            "status": {"claim": {"name": "web", "namespace": "tenant-a", "uid": "u",
+                                 "role": "worker", "since": "2026-01-01T00:00:00Z"}}
+        }))
+        .expect("a Server"),
+    );
+    let snp: Arc<SmartNicPort> = Arc::new(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+            "metadata": {"name": "snic-1", "namespace": "infra",
+                         "annotations": {HOST_ANNOTATION: "BareMetalHost/tenant-c/host-1"}},
+            "spec": {"provider": {"name": "ovs"}, "portName": "pf0"}
+        }))
+        .expect("a SmartNicPort"),
+    );
+    let look = Lookups {
+        server: &|name| (name == "s1").then(|| server.clone()),
+        smartnic: &|ns, name| (ns == "infra" && name == "snic-1").then(|| snp.clone()),
+    };
+    let meta = |annotation: Option<(&str, &str)>| ObjectMeta {
+        name: Some("tor1-p1".into()),
+        namespace: Some("infra".into()),
+        annotations: annotation.map(|(k, v)| [(k.to_owned(), v.to_owned())].into()),
+        ..Default::default()
+    };
+    let cfg = |name: &str| ConfigurationRef {
+        name: name.into(),
+        namespace: Some("infra".into()),
+    };
+    let sp = CabledPortKind::SwitchPort;
+    let table = [
+        (meta(None), Some(cfg("web")), "infra"),
+        (
+            meta(Some((HOST_ANNOTATION, "Server/s1"))),
+            Some(cfg("web")),
+            "tenant-a",
+        ),
+        // The NIC's provisioning configuration is the infra team's network.
+        (
+            meta(Some((HOST_ANNOTATION, "Server/s1"))),
+            Some(cfg("pxe")),
+            "infra",
+        ),
+        // A Server not (or no longer) cached: the port's own namespace.
+        (
+            meta(Some((HOST_ANNOTATION, "Server/gone"))),
+            Some(cfg("web")),
+            "infra",
+        ),
+        (
+            meta(Some((HOST_ANNOTATION, "BareMetalHost/tenant-b/host-9"))),
+            None,
+            "tenant-b",
+        ),
+        // Chained from a SmartNicPort: whom that port serves (its host's namespace).
+        (
+            meta(Some((CHAINED_FROM_ANNOTATION, "infra/snic-1"))),
+            None,
+            "tenant-c",
+        ),
+        (
+            meta(Some((CHAINED_FROM_ANNOTATION, "infra/missing"))),
+            None,
+            "infra",
+        ),
+    ];
+    for (m, c, want) in table {
+        assert_eq!(
+            serving_namespace(sp, &m, c.as_ref(), &look),
+            want,
+            "{:?} carrying {c:?}",
+            m.annotations
+        );
+    }
+    // A chain mark on a SmartNicPort itself means nothing.
+    let m = meta(Some((CHAINED_FROM_ANNOTATION, "infra/snic-1")));
+    assert_eq!(
+        serving_namespace(CabledPortKind::SmartNicPort, &m, None, &look),
+        "infra"
+    );
+}
+
+/// The Forbidden condition: True while refused, False once granted again, absent
+/// on a port never refused; set at the time it is given.
+#[test]
+fn forbidden_is_reported_then_withdrawn() {
+    let now = Timestamp::from_second(1_800_000_000).unwrap();
+    let mut status = PortStatus::default();
+    report_forbidden(&mut status, &TenancyVerdict::default(), Some(1), now);
+    assert!(status.conditions.is_empty());
+    let refused = TenancyVerdict {
+        refused: Some(vec!["spec.untaggedVLAN: VLAN 300 is not granted".into()]),
+        ..Default::default()
+    };
+    report_forbidden(&mut status, &refused, Some(2), now);
+    let c = find_condition(&status.conditions, "Forbidden").unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "Forbidden")
+    );
+    assert!(c.message.contains("VLAN 300") && c.message.contains("nothing is sent"));
+    report_forbidden(&mut status, &TenancyVerdict::default(), Some(3), now);
+    let c = find_condition(&status.conditions, "Forbidden").unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Granted"));
+}
