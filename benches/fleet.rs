@@ -133,8 +133,8 @@ fn desired(port: &PortName, k: usize, r: u16) -> DesiredPort {
 
 /// The metrics every operator this benchmark starts shares (their figures add up,
 /// as the runs' before/after differences expect).
-fn probes() -> &'static patchbay::controllers::Probes {
-    static PROBES: std::sync::OnceLock<patchbay::controllers::Probes> = std::sync::OnceLock::new();
+fn probes() -> &'static patchbay::probes::Probes {
+    static PROBES: std::sync::OnceLock<patchbay::probes::Probes> = std::sync::OnceLock::new();
     PROBES.get_or_init(Default::default)
 }
 

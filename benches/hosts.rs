@@ -62,7 +62,7 @@ fn operator(client: kube::Client, ns: &str, latency: Duration) -> tokio::sync::o
             fixture_latency: latency,
             ..Default::default()
         },
-        patchbay::controllers::Probes::default(),
+        patchbay::probes::Probes::default(),
         async move {
             let _ = stopped.await;
         },

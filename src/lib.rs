@@ -22,6 +22,7 @@
 //! - [`settings`]: the operator's settings (flags, environment, file).
 //! - [`lease`]: leader election on a Lease (its decision is [`decide::lease`]).
 //! - [`grants`]: the VLANPool grants, computed once per pool change.
+//! - [`probes`]: the metrics and the device gate every room reports through.
 //! - [`metrics`]: the metrics registry (state, rendered in the Prometheus format);
 //!   [`process_metrics`]: the standard `process_*` families, read from `/proc` at
 //!   each scrape; [`serve`]: the one HTTP server (metrics, health probes, the admission webhook
@@ -34,6 +35,7 @@ pub mod decide;
 pub mod grants;
 pub mod lease;
 pub mod metrics;
+pub mod probes;
 pub mod process_metrics;
 pub mod serve;
 pub mod settings;

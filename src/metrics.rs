@@ -11,7 +11,7 @@
 //! reconcile counters), every label set known in advance is exported at 0 before its
 //! first event, so dashboards show 0 rather than "no data" and `rate()` sees the
 //! first event: the ones [`Known`] lists, given by whoever makes the metrics
-//! ([`crate::controllers::Probes`]), and each controller's `controller` × `result`
+//! ([`crate::probes::Probes`]), and each controller's `controller` × `result`
 //! when it starts ([`Metrics::controller_started`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

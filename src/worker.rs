@@ -132,7 +132,7 @@ pub struct WorkerConfig {
     /// How the switch is probed again after a session failure.
     pub backoff: Backoff,
     /// The metrics and the device gate.
-    pub probes: crate::controllers::Probes,
+    pub probes: crate::probes::Probes,
     /// The backend's name, the `backend` label of the metrics.
     pub backend: &'static str,
     /// The longest a batch may take (with leader election: `leaseDuration −
@@ -396,7 +396,7 @@ struct Shared {
     /// See [`WorkerConfig::batch_timeout`].
     batch_timeout: Option<Duration>,
     /// The metrics and the device gate.
-    probes: crate::controllers::Probes,
+    probes: crate::probes::Probes,
 }
 
 impl Shared {
@@ -1484,7 +1484,7 @@ mod tests {
     fn config() -> WorkerConfig {
         WorkerConfig {
             backend: "fixture",
-            probes: crate::controllers::Probes::default(),
+            probes: crate::probes::Probes::default(),
             batch_timeout: None,
             group_hold: Duration::from_secs(5),
             group_gather: Duration::from_millis(200),
@@ -1538,7 +1538,7 @@ mod tests {
         device.expect_close_idle().returning(move || {
             c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         });
-        let probes = crate::controllers::Probes::default();
+        let probes = crate::probes::Probes::default();
         let _worker = SwitchWorker::spawn(
             Arc::new(device),
             WorkerConfig {

@@ -83,7 +83,7 @@ impl Env {
             self.cluster.client.clone(),
             self.settings.clone(),
             backends,
-            patchbay::controllers::Probes::default(),
+            patchbay::probes::Probes::default(),
             async move {
                 let _ = stopped.await;
             },

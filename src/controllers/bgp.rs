@@ -35,10 +35,11 @@ use patchbay_providers::bgp::{Change, Router, plan};
 use patchbay_providers::secret::SecretString;
 
 use super::ControllerError;
+use super::bgp_fleet::{BgpFleet, BgpSwitches};
 use super::context::{Context, Stores};
 use crate::api::{BgpNeighborStatus, Server, ServerClaim, Switch, SwitchStatus};
 use crate::decide::bgp::{
-    self, Allowed, BgpGrants, Peer, SwitchBgp, SwitchId, Wanted, peering, peers_of, switch_bgp,
+    self, Allowed, BgpGrants, Peer, SwitchBgp, Wanted, peering, peers_of, switch_bgp,
 };
 use crate::decide::bgp_nodes;
 use crate::decide::failure::Failure;
@@ -48,29 +49,21 @@ use crate::decide::tenancy::Tenancy;
 /// The label on a password Secret naming its Server.
 const SERVER_LABEL: &str = "patchbay.dev/bgp-server";
 
-/// The Switches with valid BGP, oldest first, with their settings, and what they
-/// keep for themselves, indexed.
-#[derive(Debug, Default)]
-pub(super) struct BgpFleet {
-    /// The Switches and their settings.
-    pub switches: Vec<(SwitchId, SwitchBgp)>,
-    /// Their ASNs, router ids and subnets.
-    pub tors: bgp::Tors,
-    /// Their namespaces and names → their places in `switches`, to find one
-    /// without a pass over the fleet.
-    kept: std::collections::HashMap<(String, String), usize>,
+/// What the BGP passes keep between a Switch's reconciles (the Switch controller
+/// owns it): when each speaker failed, and what each had in place.
+#[derive(Default)]
+pub struct Speakers {
+    /// When each Switch's speaker last failed.
+    pub failures: SpeakerFailures,
+    /// What each Switch's speaker had in place at its last pass.
+    pub established: SpeakerEstablished,
 }
 
-impl BgpFleet {
-    /// `switch`'s settings when it is kept and the fleet was computed from its
-    /// current generation.
-    fn of(&self, switch: &Switch) -> Option<&SwitchBgp> {
-        let key = (switch.namespace().unwrap_or_default(), switch.name_any());
-        let i = *self.kept.get(&key)?;
-        self.switches
-            .get(i)
-            .filter(|(s, _)| s.is_current(switch))
-            .map(|(_, b)| b)
+impl Speakers {
+    /// Forgets `switch` (deleted).
+    pub(super) fn forget(&self, switch: &Switch) {
+        self.failures.forget(switch);
+        self.established.forget(switch);
     }
 }
 
@@ -141,117 +134,15 @@ impl SpeakerEstablished {
     }
 }
 
-/// See [`BgpFleet`].
-pub(super) type BgpSwitches = Arc<BgpFleet>;
-
-/// [`bgp_switches`] last computed, and the key (each Switch with `spec.bgp`: its
-/// namespace, name, uid and generation) it was computed from: a fleet's reconciles
-/// pay for parsing and checking every Switch once per spec change, not once each
-/// (a status write does not count; statuses are read from the cache where needed).
-///
-/// The Switch watch calls [`BgpSwitchesCache::switches_changed`] on every event, so
-/// a reconcile with no Switch event since the last one takes the cached fleet without
-/// looking at any other Switch (measured: at 200 Switches reading their speakers every
-/// 30 s, the key over the whole fleet at every reconcile was most of the idle CPU).
-#[derive(Debug, Default)]
-pub(super) struct BgpSwitchesCache {
-    /// Bumped at every Switch event; 0 while nothing feeds it (then every read
-    /// checks the key).
-    epoch: std::sync::atomic::AtomicU64,
-    /// The epoch, the key and the fleet last computed.
-    cached: parking_lot::Mutex<Option<(u64, u64, BgpSwitches)>>,
-}
-
-impl BgpSwitchesCache {
-    /// A Switch came, went or changed (called once the Switch cache holds it).
-    pub(super) fn switches_changed(&self) {
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// Every Switch with valid BGP settings, with them, oldest first; a Switch whose
-/// ports' subnets overlap an older one's is left out (see [`refused_overlaps`]).
-/// Cached until a Switch with `spec.bgp` comes, goes or changes its spec; the fleet
-/// holds each Switch's identity and parsed settings, not the object (read statuses
-/// from the Switch cache).
+/// Every Switch with valid BGP settings ([`BgpSwitchesCache`]), from the caches.
 pub(super) fn bgp_switches(stores: &Stores) -> BgpSwitches {
-    use std::hash::{Hash, Hasher};
-    // Read before the cache: an event after this read makes the next call look again.
-    let epoch = stores
-        .bgp_switches
-        .epoch
-        .load(std::sync::atomic::Ordering::Acquire);
-    if epoch != 0
-        && let Some((e, _, v)) = stores.bgp_switches.cached.lock().as_ref()
-        && *e == epoch
-    {
-        return v.clone();
-    }
-    let state = stores.switches.state();
-    let mut with_bgp: Vec<&Arc<Switch>> = state.iter().filter(|s| s.spec.bgp.is_some()).collect();
-    with_bgp.sort_by(|a, b| {
-        (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
-            .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
-    });
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for s in &with_bgp {
-        (
-            s.metadata.namespace.as_deref(),
-            s.metadata.name.as_deref(),
-            s.metadata.uid.as_deref(),
-            s.metadata.generation,
-        )
-            .hash(&mut h);
-    }
-    let key = h.finish();
-    let mut cached = stores.bgp_switches.cached.lock();
-    if let Some((e, k, v)) = cached.as_mut()
-        && *k == key
-    {
-        *e = epoch;
-        return v.clone();
-    }
-    let mut all: Vec<(&Arc<Switch>, SwitchBgp)> = with_bgp
-        .into_iter()
-        .filter_map(|s| match switch_bgp(&s.spec) {
-            Ok(Some(b)) => Some((s, b)),
-            _ => None,
-        })
-        .collect();
-    all.sort_by(|(a, _), (b, _)| {
-        let at = |s: &Switch| s.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        (at(a), &a.metadata.namespace, &a.metadata.name).cmp(&(
-            at(b),
-            &b.metadata.namespace,
-            &b.metadata.name,
-        ))
-    });
-    let mut subnets = bgp::SubnetIndex::default();
-    let mut kept: Vec<(SwitchId, SwitchBgp)> = Vec::with_capacity(all.len());
-    for (s, b) in all {
-        if subnets.overlaps(&b).is_empty() {
-            subnets.insert(&s.name_any(), &b);
-            kept.push((SwitchId::of(s), b));
-        }
-    }
-    let fleet = Arc::new(BgpFleet {
-        tors: bgp::Tors::new(kept.iter().map(|(s, b)| (s.name.as_str(), b))),
-        kept: kept
-            .iter()
-            .enumerate()
-            .map(|(i, (s, _))| ((s.namespace.clone(), s.name.clone()), i))
-            .collect(),
-        switches: kept,
-    });
-    *cached = Some((epoch, key, fleet.clone()));
-    fleet
+    super::bgp_fleet::bgp_switches(&stores.bgp_switches, &stores.switches)
 }
 
 /// Why `switch`'s BGP is refused for overlapping an older Switch's subnets (empty:
 /// it is not).
 fn refused_overlaps(fleet: &BgpFleet, switch: &Switch, b: &SwitchBgp) -> Vec<(String, String)> {
-    let me = (switch.namespace().unwrap_or_default(), switch.name_any());
-    if fleet.kept.contains_key(&me) {
+    if fleet.keeps(switch) {
         return Vec::new();
     }
     fleet.tors.overlaps(b)
@@ -337,6 +228,7 @@ pub(super) async fn sync(
     switch: &Switch,
     status: &mut SwitchStatus,
     ctx: &Context,
+    speakers: &Speakers,
 ) -> Option<Duration> {
     let Some(spec) = &switch.spec.bgp else {
         status.bgp = None;
@@ -380,10 +272,10 @@ pub(super) async fn sync(
     }
     // A speaker that failed is left alone until an interval after the failure (its
     // condition stays as that pass wrote it).
-    if let Some(wait) = ctx.bgp_failures.wait(switch, every) {
+    if let Some(wait) = speakers.failures.wait(switch, every) {
         return Some(wait);
     }
-    let result = keep(switch, b, &fleet, status, ctx).await;
+    let result = keep(switch, b, &fleet, status, ctx, &speakers.established).await;
     let outcome = match &result {
         Ok(_) => "ok",
         Err(f) => f.category(),
@@ -393,7 +285,8 @@ pub(super) async fn sync(
         .bgp_passes
         .get_or_create(&crate::metrics::OutcomeLabel { outcome })
         .inc();
-    ctx.bgp_failures
+    speakers
+        .failures
         .record(switch, matches!(result, Err(Failure::Device(_))));
     let (truth, reason, message) = match &result {
         Ok(waiting) if waiting.is_empty() => (true, "Configured", String::new()),
@@ -430,6 +323,7 @@ async fn keep(
     fleet: &BgpFleet,
     status: &mut SwitchStatus,
     ctx: &Context,
+    established: &SpeakerEstablished,
 ) -> Result<Vec<String>, Failure> {
     let (speaker, backend) = speaker_of(switch, ctx).await?;
     let router = Router {
@@ -440,7 +334,7 @@ async fn keep(
     let wanted = wanted(ctx, switch, b, fleet);
     let desired: Vec<_> = wanted.iter().map(|w| w.neighbor.clone()).collect();
     let mut state = speaker.bgp_state().await.map_err(Failure::Device)?;
-    let had = ctx.bgp_established.of(switch);
+    let had = established.of(switch);
     let mut changes = plan(&desired, &state, &managed);
     let mut waiting = Vec::new();
     if !changes.is_empty() {
@@ -516,7 +410,9 @@ async fn keep(
         if !repaired.is_empty() {
             metrics
                 .drift_repaired
-                .get_or_create(&crate::metrics::KindLabel { kind: DRIFT_KIND })
+                .get_or_create(&crate::metrics::KindLabel {
+                    kind: bgp::DRIFT_KIND,
+                })
                 .inc_by(repaired.len() as u64);
             let note = format!(
                 "the BGP speaker was changed behind patchbay's back; put back: {}",
@@ -533,8 +429,7 @@ async fn keep(
                 .await;
         }
     }
-    ctx.bgp_established
-        .set(switch, bgp::established(&desired, &state));
+    established.set(switch, bgp::established(&desired, &state));
     record(status, b, &wanted, &state);
     Ok(waiting)
 }
@@ -596,9 +491,6 @@ async fn speaker_of(
         })?;
     Ok((speaker, provider.spec.backend.name()))
 }
-
-/// What BGP repairs count as in `patchbay_drift_repaired_total{kind}`.
-pub const DRIFT_KIND: &str = "BgpSpeaker";
 
 /// Writes the managed neighbours the speaker has into `status.bgp` (see
 /// [`bgp::bgp_status`] for when `readAt` moves).
@@ -726,9 +618,8 @@ pub(super) async fn publish(
         .iter()
         .map(|p| {
             switches
-                .kept
-                .get(&(p.switch_namespace.clone(), p.switch.clone()))
-                .map(|&i| switches.switches[i].1.timers)
+                .named(&p.switch_namespace, &p.switch)
+                .map(|b| b.timers)
         })
         .collect();
     let published = Published {

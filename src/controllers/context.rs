@@ -163,8 +163,8 @@ pub struct Stores {
     /// ServerClaims: what a Server's role asks of BGP.
     pub claims: Store<ServerClaim>,
     grants: Arc<GrantsCache>,
-    /// The Switches with valid BGP, last computed ([`super::bgp::bgp_switches`]).
-    pub(super) bgp_switches: Arc<super::bgp::BgpSwitchesCache>,
+    /// The Switches with valid BGP, last computed ([`super::bgp_fleet::bgp_switches`]).
+    pub(super) bgp_switches: Arc<super::bgp_fleet::BgpSwitchesCache>,
 }
 
 impl Stores {
@@ -344,7 +344,7 @@ pub struct Context {
     /// The caches a reconcile reads what it refers to from (no GET per reconcile).
     pub stores: Stores,
     /// The metrics and the device gate.
-    pub probes: super::Probes,
+    pub probes: crate::probes::Probes,
     /// The credentials Secrets, cached by version.
     pub secrets: Arc<super::secrets::SecretCache>,
     /// The SwitchPorts of each Switch and each port's Switch, kept from the port
@@ -352,14 +352,6 @@ pub struct Context {
     pub port_index: SharedPortIndex,
     /// The port writes whose watch events are only their echo.
     pub own_writes: SharedOwnWrites,
-    /// When each Switch's neighbour source was last read.
-    pub neighbor_reads: super::neighbors::ReadTimes,
-    /// The BGP speakers that failed, and when.
-    pub bgp_failures: super::bgp::SpeakerFailures,
-    /// What each Switch's speaker had in place at its last pass.
-    pub bgp_established: super::bgp::SpeakerEstablished,
-    /// The Switch generations whose spec checked out.
-    pub checked_switches: super::switch::CheckedSpecs,
     /// The switch workers, one per device: keyed by ProviderSwitch (namespace,
     /// name), whatever uses it (Switches, SmartNicPorts).
     workers: Mutex<HashMap<DeviceKey, Arc<WorkerEntry>>>,
@@ -469,7 +461,7 @@ impl Context {
         stores: Stores,
     ) -> Self {
         Self {
-            probes: super::Probes::default(),
+            probes: crate::probes::Probes::default(),
             client,
             // A NETCONF session is kept for a batch that follows within the window.
             backends: Backends {
@@ -486,10 +478,6 @@ impl Context {
             secrets: Arc::default(),
             port_index: Arc::default(),
             own_writes: Arc::default(),
-            neighbor_reads: Default::default(),
-            bgp_failures: Default::default(),
-            bgp_established: Default::default(),
-            checked_switches: Default::default(),
             workers: Mutex::new(HashMap::new()),
         }
     }
@@ -502,7 +490,7 @@ impl Context {
     }
 
     /// The same context reporting through, and fenced by, `probes`.
-    pub fn with_probes(mut self, probes: super::Probes) -> Self {
+    pub fn with_probes(mut self, probes: crate::probes::Probes) -> Self {
         self.probes = probes;
         self
     }

@@ -63,14 +63,15 @@ pub(super) async fn refresh(
     switch: &Switch,
     status: &mut SwitchStatus,
     ctx: &Context,
+    reads: &ReadTimes,
 ) -> Option<Duration> {
     let Some(spec) = &switch.spec.neighbors else {
         neighbors::forget(status);
-        ctx.neighbor_reads.forget(switch);
+        reads.forget(switch);
         return None;
     };
     let every = neighbors::interval(spec);
-    if let Some(wait) = ctx.neighbor_reads.wait_or_start(switch, every) {
+    if let Some(wait) = reads.wait_or_start(switch, every) {
         return Some(wait);
     }
     let generation = switch.metadata.generation;

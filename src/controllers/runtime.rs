@@ -612,7 +612,7 @@ impl Watches {
         pool_deleted: Arc<tokio::sync::Notify>,
         port_index: &SharedPortIndex,
         own_writes: &SharedOwnWrites,
-        bgp_switches: Arc<super::bgp::BgpSwitchesCache>,
+        bgp_switches: Arc<super::bgp_fleet::BgpSwitchesCache>,
     ) -> impl std::future::Future<Output = ()> + use<> {
         let (ports, switches, snics, claims) = (
             self.ports.store.clone(),
@@ -999,7 +999,7 @@ pub async fn run(
     client: Client,
     settings: Settings,
     backends: Backends,
-    probes: super::Probes,
+    probes: crate::probes::Probes,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.clone();
@@ -1243,7 +1243,11 @@ fn switches(
             // burst still costs at most two reconciles: the scheduler holds one
             // pending request per Switch while one runs.
             .with_config(Config::default().concurrency(8));
-    h.run("Switch", controller, switch::reconcile, ctx.clone())
+    let switch_ctx = Arc::new(switch::SwitchContext {
+        shared: ctx.clone(),
+        own: Default::default(),
+    });
+    h.run("Switch", controller, switch::reconcile, switch_ctx)
 }
 
 /// ProviderSwitches: held while a Switch or SmartNicPort uses them.

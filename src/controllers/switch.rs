@@ -69,17 +69,47 @@ impl CheckedSpecs {
     }
 }
 
+/// What the Switch controller keeps between reconciles, its own: the specs that
+/// checked out, when each neighbour source was read, each BGP speaker's failures
+/// and what it had in place. Forgotten with the Switch.
+#[derive(Default)]
+pub struct SwitchState {
+    /// The Switch generations whose spec checked out.
+    checked: CheckedSpecs,
+    /// When each Switch's neighbour source was last read.
+    neighbor_reads: super::neighbors::ReadTimes,
+    /// Each Switch's BGP speaker.
+    speakers: super::bgp::Speakers,
+}
+
+impl SwitchState {
+    fn forget(&self, switch: &Switch) {
+        self.checked.forget(switch);
+        self.neighbor_reads.forget(switch);
+        self.speakers.forget(switch);
+    }
+}
+
+/// The Switch controller's context: the shared one, and its own state.
+pub struct SwitchContext {
+    /// What every controller shares.
+    pub shared: Arc<Context>,
+    /// The Switch controller's own.
+    pub own: SwitchState,
+}
+
 /// Reconciles one Switch.
 pub(super) async fn reconcile(
     switch: Arc<Switch>,
-    ctx: Arc<Context>,
+    sc: Arc<SwitchContext>,
 ) -> Result<Action, ControllerError> {
+    let (ctx, own) = (&sc.shared, &sc.own);
     let ns = switch.namespace().unwrap_or_default();
     let api: Api<Switch> = Api::namespaced(ctx.client.clone(), &ns);
     finalizer(&api, FINALIZER, switch, |event| async {
         match event {
-            FinalizerEvent::Apply(s) => apply_switch(&s, &ctx).await,
-            FinalizerEvent::Cleanup(s) => cleanup_switch(&s, &ctx).await,
+            FinalizerEvent::Apply(s) => apply_switch(&s, ctx, own).await,
+            FinalizerEvent::Cleanup(s) => cleanup_switch(&s, ctx, own).await,
         }
     })
     .await
@@ -87,8 +117,12 @@ pub(super) async fn reconcile(
 }
 
 /// Whether the Switch can be used and what its worker found.
-async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> {
-    let device_ports = ctx.checked_switches.check(switch)?;
+async fn check(
+    switch: &Switch,
+    ctx: &Context,
+    checked: &CheckedSpecs,
+) -> Result<Reachability, Failure> {
+    let device_ports = checked.check(switch)?;
     let ns = switch.namespace().unwrap_or_default();
     let provider = ctx
         .stores
@@ -112,12 +146,16 @@ async fn check(switch: &Switch, ctx: &Context) -> Result<Reachability, Failure> 
     Ok(entry.worker.reachability())
 }
 
-async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, ControllerError> {
+async fn apply_switch(
+    switch: &Switch,
+    ctx: &Context,
+    own: &SwitchState,
+) -> Result<Action, ControllerError> {
     let ns = switch.namespace().unwrap_or_default();
     let name = switch.name_any();
     let old = switch.status.clone().unwrap_or_default();
     let mut status = old.clone();
-    let verdict = check(switch, ctx).await;
+    let verdict = check(switch, ctx, &own.checked).await;
     let was_reachable =
         find_condition(&old.conditions, "DeviceReachable").map(|c| c.status.clone());
     switch_status(
@@ -133,9 +171,9 @@ async fn apply_switch(switch: &Switch, ctx: &Context) -> Result<Action, Controll
             .await;
     }
     ensure_ports(switch, ctx).await?;
-    let next_read = super::neighbors::refresh(switch, &mut status, ctx).await;
+    let next_read = super::neighbors::refresh(switch, &mut status, ctx, &own.neighbor_reads).await;
     let next_bgp = if verdict.is_ok() {
-        super::bgp::sync(switch, &mut status, ctx).await
+        super::bgp::sync(switch, &mut status, ctx, &own.speakers).await
     } else {
         None
     };
@@ -257,7 +295,11 @@ async fn ensure_ports(switch: &Switch, ctx: &Context) -> Result<(), ControllerEr
     Ok(())
 }
 
-async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, ControllerError> {
+async fn cleanup_switch(
+    switch: &Switch,
+    ctx: &Context,
+    own: &SwitchState,
+) -> Result<Action, ControllerError> {
     let ns = switch.namespace().unwrap_or_default();
     let name = switch.name_any();
     // Its hosts' BGP neighbours go before the ports leave their networks.
@@ -279,10 +321,7 @@ async fn cleanup_switch(switch: &Switch, ctx: &Context) -> Result<Action, Contro
         ctx.quiet_worker_if_unused(&device_key(&provider));
     }
     ctx.events.forget(&switch.uid().unwrap_or_default());
-    ctx.neighbor_reads.forget(switch);
-    ctx.checked_switches.forget(switch);
-    ctx.bgp_failures.forget(switch);
-    ctx.bgp_established.forget(switch);
+    own.forget(switch);
     ctx.events
         .publish(
             switch,

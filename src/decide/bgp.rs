@@ -945,6 +945,9 @@ pub fn bgp_status(
     }
 }
 
+/// What BGP repairs count as in `patchbay_drift_repaired_total{kind}`.
+pub const DRIFT_KIND: &str = "BgpSpeaker";
+
 #[cfg(test)]
 mod tests {
     use super::*;

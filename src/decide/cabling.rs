@@ -326,8 +326,8 @@ impl NicCabling {
 
 /// The host's `CablingVerified` condition: (status, reason, message), or `None`
 /// when no NIC's port is on a Switch that reads neighbours (nothing to say).
-pub fn condition(nics: &[NicCabling]) -> Option<(super::status::Truth, &'static str, String)> {
-    use super::status::Truth;
+pub fn condition(nics: &[NicCabling]) -> Option<(super::conditions::Truth, &'static str, String)> {
+    use super::conditions::Truth;
     let checked: Vec<&NicCabling> = nics
         .iter()
         .filter(|n| n.verdict != Cabling::NoSource)
@@ -946,7 +946,7 @@ mod tests {
 
     #[test]
     fn the_condition_names_the_port_what_it_sees_and_where_the_nic_is() {
-        use super::super::status::Truth;
+        use super::super::conditions::Truth;
         let nic = |verdict, action, seen_on: &[&str]| NicCabling {
             nic: "eth0".into(),
             mac: Some(A.into()),

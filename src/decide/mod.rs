@@ -18,7 +18,8 @@
 //! | [`admission`] | what the webhook answers for one object, by the same rules |
 //! | [`validate`] | whether an object is valid (field paths and reasons); a configuration as a device-level port |
 //! | [`inventory`] | a claim's `hosts.ini` and `hosts.yaml` |
-//! | [`status`] | facts → status and conditions; status merge patches |
+//! | [`conditions`] | a condition set by Kubernetes conventions; the status merge patch; an Event's type and note |
+//! | [`status`] | facts → status and conditions (ports, Switches, providers; claims, Servers and host conditions in `status/hosts.rs`) |
 //! | [`failure`] | what can go wrong: one type, a bounded category, the retry policy |
 //! | [`triggers`] | which objects an event wakes |
 //! | [`port_index`] | which SwitchPorts each Switch has (kept from the watch's events) |
@@ -38,6 +39,7 @@ pub mod allocation;
 pub mod bgp;
 pub mod bgp_nodes;
 pub mod cabling;
+pub mod conditions;
 pub mod failure;
 pub mod inventory;
 pub mod lease;

@@ -22,7 +22,7 @@ use super::{Cluster, eventually, eventually_seen};
 pub struct Env {
     pub cluster: Cluster,
     /// The in-process operator's metrics and device gate.
-    pub probes: patchbay::controllers::Probes,
+    pub probes: patchbay::probes::Probes,
     /// The in-process operator's fixture devices (read back by tests).
     pub fixtures: patchbay::backends::FixtureRegistry,
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -68,7 +68,7 @@ impl Env {
             ansible_playbook: settings.ansible_playbook.clone(),
             ..Backends::default()
         };
-        let probes = patchbay::controllers::Probes::default();
+        let probes = patchbay::probes::Probes::default();
         let fixtures = backends.fixtures.clone();
         tokio::spawn(patchbay::controllers::run(
             cluster.client.clone(),
@@ -95,7 +95,7 @@ impl Env {
         }
         Env {
             cluster,
-            probes: patchbay::controllers::Probes::default(),
+            probes: patchbay::probes::Probes::default(),
             fixtures: Default::default(),
             _stop: None,
         }

@@ -459,7 +459,7 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         client.clone(),
         settings,
         backends,
-        patchbay::controllers::Probes::default(),
+        patchbay::probes::Probes::default(),
         async move {
             let _ = stop_rx.await;
         },

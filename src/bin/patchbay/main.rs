@@ -282,7 +282,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
     let (report_tx, report) = tokio::sync::watch::channel(Leadership::default());
     // The metrics and the device gate of this operator: the elector closes the gate,
     // the workers check it, the HTTP server renders the metrics.
-    let probes = patchbay::controllers::Probes::default();
+    let probes = patchbay::probes::Probes::default();
     let elector = if args.leader_elect {
         timings
             .check()

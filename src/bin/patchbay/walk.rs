@@ -293,7 +293,7 @@ pub async fn run() -> Result<()> {
             batch_quiet: Duration::from_millis(10),
             drift_interval: Duration::from_secs(3600),
             max_sessions: 1,
-            probes: patchbay::controllers::Probes::default(),
+            probes: patchbay::probes::Probes::default(),
             backoff: Backoff::default(),
             backend: "fixture",
             batch_timeout: None,

@@ -6,6 +6,7 @@ use crate::decide::failure::BackendError;
 use crate::decide::state_machine::{FailureKind, SwitchOutage};
 use crate::decide::validate::{FieldError, ValidationErrors};
 use patchbay_providers::{Cause, DeviceError};
+use serde_json::json;
 
 fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
