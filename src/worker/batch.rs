@@ -1,4 +1,7 @@
-//! One batch on the device, within the bound leader election sets: one session, every port's change in the order the backend needs, each port answered with its own result, a silent device told from a slow one (`crate::decide::lease::overrun`). Device I/O.
+//! One batch on the device, within the bound leader election sets: one session, every
+//! port's change in the order the backend needs, each port answered with its own
+//! result, a silent device told from a slow one (`crate::decide::lease::overrun`).
+//! Device I/O.
 
 use super::*;
 

@@ -1,4 +1,7 @@
-//! The worker's task: receives jobs, gathers them into batches by the batch window, replaces the device when the ProviderSwitch changed (after the old one's last session), and closes idle sessions when this replica stops leading. Device I/O through the batch and sweep steps.
+//! The worker's task: receives jobs, gathers them into batches by the batch window,
+//! replaces the device when the ProviderSwitch changed (after the old one's last
+//! session), and closes idle sessions when this replica stops leading. Device I/O
+//! through the batch and sweep steps.
 
 use super::*;
 

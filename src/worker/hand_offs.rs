@@ -1,4 +1,6 @@
-//! The switch's health as the worker tracks it (reachability, the ports waiting for it), and the operations ports handed off, with their results until each port takes its own. State only.
+//! The switch's health as the worker tracks it (reachability, the ports waiting for
+//! it), and the operations ports handed off, with their results until each port takes
+//! its own. State only.
 
 use super::*;
 

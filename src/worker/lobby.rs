@@ -1,4 +1,6 @@
-//! Link aggregation: the changes held until every member of a new group can go in one batch (the lobby), and when a group that stays incomplete is failed. The verdict is `crate::decide::lobby`'s; this is its state.
+//! Link aggregation: the changes held until every member of a new group can go in one
+//! batch (the lobby), and when a group that stays incomplete is failed. The verdict is
+//! `crate::decide::lobby`'s; this is its state.
 
 use super::*;
 

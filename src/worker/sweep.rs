@@ -1,4 +1,6 @@
-//! The drift sweep and the probe: one read of every tracked port (or the probe ports while the switch is down), compared with what each port established; reachability transitions. Device I/O.
+//! The drift sweep and the probe: one read of every tracked port (or the probe ports
+//! while the switch is down), compared with what each port established; reachability
+//! transitions. Device I/O.
 
 use super::*;
 

@@ -1,4 +1,7 @@
-//! What the worker knows each port established, and what drift sweeps found: the ports tracked (Active, with their desired state), the drift notices a sweep posts and a port settles, and when a drifted port is repaired. State only; the sweep that feeds it is `sweep.rs`.
+//! What the worker knows each port established, and what drift sweeps found: the ports
+//! tracked (Active, with their desired state), the drift notices a sweep posts and a
+//! port settles, and when a drifted port is repaired. State only; the sweep that feeds
+//! it is `sweep.rs`.
 
 use super::*;
 

@@ -28,9 +28,17 @@
 //! member line per LACP mode, leave and removal lines): how a member reads and what
 //! a group's plan sends are in the `lag` submodule.
 //!
-//! The rooms: this file loads a dialect (its file format, [`Dialect::load`], the
-//! template renderer); `read` parses show output into an observed port; `plan` turns
-//! (read, desired) into lines; `lag` is link aggregation.
+//! The rooms — every `impl Dialect` block is in this folder, one concern each:
+//!
+//! | file | what of [`Dialect`] |
+//! |---|---|
+//! | `dialect.rs` | the file format, [`Dialect::load`], the template renderer, `capabilities`, `error_in` |
+//! | `dialect/read.rs` | show output → an observed port (`parse`, `split_batch`, the VLAN table) |
+//! | `dialect/plan.rs` | (read, desired) → a port's lines (`plan`, `interface_body`, `range_enter`) |
+//! | `dialect/script.rs` | a batch's plans → the lines a session sends, with their owners (`script`, `configuration_lines`) |
+//! | `dialect/lag.rs` | link aggregation: aggregate names, member lines, removal, put-back |
+//! | `dialect/neighbors.rs` | the `neighbors:` section (its own type, [`neighbors::NeighborSpec`]) |
+//! | `dialect/bgp.rs` | the `bgp:` section (its own type, [`bgp::BgpSpec`]) |
 //!
 //! Everything here is pure: [`Dialect::plan`] turns (observed, desired) into the exact
 //! command lines, [`Dialect::parse`] turns show output into an observed port, and
@@ -43,6 +51,7 @@ mod lag;
 pub mod neighbors;
 mod plan;
 mod read;
+pub mod script;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};

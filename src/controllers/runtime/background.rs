@@ -1,4 +1,5 @@
-//! The background loops: the port gauges' sweep and the orphan sweeps (ports whose owner is gone), each a periodic task. Kubernetes reads and deletes.
+//! The background loops: the port gauges' sweep and the orphan sweeps (ports whose
+//! owner is gone), each a periodic task. Kubernetes reads and deletes.
 
 use super::*;
 

@@ -1,4 +1,6 @@
-//! Running controllers: each reconcile behind the cache gate, timed and counted (`Harness::run`), the wake channels the watches feed, and every part a task of its own (`run_parts`). Tasks and metrics, no API calls of its own.
+//! Running controllers: each reconcile behind the cache gate, timed and counted
+//! (`Harness::run`), the wake channels the watches feed, and every part a task of its
+//! own (`run_parts`). Tasks and metrics, no API calls of its own.
 
 use super::*;
 

@@ -1,4 +1,6 @@
-//! The retry table and the error policy: how long a controller waits after a failed reconcile (per object, growing with each failure in a row, reset by success), and what its next wake is. No I/O: state and timings.
+//! The retry table and the error policy: how long a controller waits after a failed
+//! reconcile (per object, growing with each failure in a row, reset by success), and
+//! what its next wake is. No I/O: state and timings.
 
 use super::*;
 

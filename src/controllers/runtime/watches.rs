@@ -1,4 +1,7 @@
-//! The watches: one shared reflector per kind the controllers read (`Watches`, `Watch::start`), what each event keeps of its object, the deletion and relist hooks, and the triggers that ignore this process's own status writes. Kubernetes I/O (watch streams).
+//! The watches: one shared reflector per kind the controllers read (`Watches`,
+//! `Watch::start`), what each event keeps of its object, the deletion and relist hooks,
+//! and the triggers that ignore this process's own status writes. Kubernetes I/O (watch
+//! streams).
 
 use super::*;
 

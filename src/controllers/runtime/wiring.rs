@@ -1,4 +1,6 @@
-//! Per-controller wiring: for each controller, the watches that wake it (through `crate::decide::triggers`) and the context it runs with. Builds streams; the I/O is the watches'.
+//! Per-controller wiring: for each controller, the watches that wake it (through
+//! `crate::decide::triggers`) and the context it runs with. Builds streams; the I/O is
+//! the watches'.
 
 use super::*;
 

@@ -2,12 +2,12 @@
 //! sends, each with the owner its failure falls on ([`LineOwner`]), grouped into the
 //! writes they are sent in (range blocks and aggregates apart), then leaving
 //! configuration mode and saving. Pure: what the lines are is the dialect's data
-//! ([`Dialect`]); sending them is the session's (`cli::mod`). `--dry-run` prints
+//! ([`Dialect`]); sending them is the session's (`cli/session.rs`). `--dry-run` prints
 //! exactly this.
 
 use std::collections::BTreeMap;
 
-use super::dialect::{Dialect, Plan};
+use super::{Dialect, Plan};
 use crate::values::{LagGroup, PortName, VlanId, VlanName};
 
 /// Whom a configuration line belongs to: a line the device rejects fails its owner.
