@@ -7,6 +7,8 @@
 //! Why 1.3 and not 1.0: patchbay marks its flows with cookies and must delete and
 //! dump exactly those (`cookie_mask` exists from 1.1), and ACL port ranges become
 //! masked TCP/UDP port matches (OXM, from 1.2; ovs-vswitchd accepts masks on them).
+//! That is also why the wire format is written here: the maintained OpenFlow crate
+//! (rust_ofp) speaks 1.0 only.
 //!
 //! A match is a sorted list of [`Oxm`] fields (OpenFlow basic class), a mask equal to
 //! all ones is stored as no mask, so what patchbay writes and what ovs-vswitchd dumps
