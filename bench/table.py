@@ -22,6 +22,17 @@ ORDER = [
 START = "<!-- figures:start (bench/table.py writes this table from target/bench-out; do not edit) -->"
 END = "<!-- figures:end -->"
 CARGO = re.compile(r"^\s*(Compiling|Finished|Running|Blocking|Updating|Downloaded|Downloading|warning)\b")
+# Progress lines a benchmark prints while it waits: not figures.
+PROGRESS = re.compile(r"^\s*\(still waiting: ")
+# The checkout's own path, wherever it is: paths in the table are relative to it.
+ROOT = str(pathlib.Path(__file__).resolve().parent.parent) + "/"
+
+
+def tidy(row_line: str) -> str:
+    """A kept row without progress lines and with paths relative to the checkout."""
+    cells = row_line.split("<br>")
+    cells = [c for c in cells if not PROGRESS.match(c.replace("&nbsp;", " "))]
+    return "<br>".join(cells).replace(ROOT, "")
 
 
 def indent(line: str) -> str:
@@ -37,8 +48,8 @@ def row(text: str) -> tuple[str, str]:
         m = re.match(r"^# (commit|date|command) (.*)$", line)
         if m and not printed:
             head[m.group(1)] = m.group(2)
-        elif line.strip() and not CARGO.match(line):
-            printed.append(line.rstrip())
+        elif line.strip() and not CARGO.match(line) and not PROGRESS.match(line):
+            printed.append(line.rstrip().replace(ROOT, ""))
     cell = "<br>".join(indent(l).replace("|", "\\|") for l in printed)
     run = f"{head.get('date', '?')}, `{head.get('commit', '?')}`"
     return f"| `{head.get('command', '?')}` | {run} | {cell} |", head.get("command", "")
@@ -58,7 +69,7 @@ def main() -> None:
     for line in old.splitlines():
         m = re.match(r"^\| `[^`]*` \| .*<!-- (\S+) -->$", line)
         if m:
-            kept[m.group(1)] = line
+            kept[m.group(1)] = tidy(line)
     runs = {p.stem: p.read_text() for p in out.glob("*.txt")}
     rows = []
     for name in ORDER + sorted(set(runs) - set(ORDER)):

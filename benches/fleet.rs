@@ -694,5 +694,9 @@ fn main() {
     );
     std::fs::write(out_dir.join("fleet.svg"), svg(&rows, &title)).unwrap();
     std::fs::write(out_dir.join("fleet.md"), &table).unwrap();
-    println!("  wrote {}/fleet.svg and fleet.md", out_dir.display());
+    // Relative to the checkout, so the figures table names no machine's path.
+    let shown = out_dir
+        .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or(&out_dir);
+    println!("  wrote {}/fleet.svg and fleet.md", shown.display());
 }

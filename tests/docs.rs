@@ -229,3 +229,194 @@ fn the_link_parser_and_slugs_work() {
     );
     assert!(Path::new(&root()).join("README.md").exists());
 }
+
+/// Where a path a page names may start: the checkout, or a crate's `src/` (pages
+/// name modules as `controllers/runtime.rs` as often as `src/controllers/runtime.rs`).
+const PATH_BASES: &[&str] = &[
+    "",
+    "src/",
+    "providers/src/",
+    "devplane/src/",
+    "testbed/src/",
+];
+
+/// The file paths named on a line: words with a `/` ending in a file name
+/// (`.rs`, `.md`, `.yaml`, `.py`, `.sh`, `.toml`, `.yang`) or naming a folder of
+/// the checkout (`docs/`). Templates (`<name>`, `*`, `{…}`), URLs, absolute paths
+/// and what a build writes (`target/`) are not paths of the checkout.
+fn named_paths(line: &str) -> Vec<String> {
+    let word = regex::Regex::new(r"[A-Za-z0-9_.*<>{}/-]+").expect("regex");
+    let file = regex::Regex::new(r"\.(rs|md|yaml|yml|py|sh|toml|yang)$").expect("regex");
+    let mut out = Vec::new();
+    for m in word.find_iter(line) {
+        let w = m.as_str().trim_end_matches('.');
+        let before = &line[..m.start()];
+        if !w.contains('/')
+            || w.starts_with('/')
+            || w.starts_with("target/")
+            || w.contains("//")
+            || w.contains(['<', '>', '*', '{', '}'])
+            || before.ends_with("://")
+            || before.ends_with(':')
+            || before.ends_with('~')
+            || before.ends_with('$')
+        {
+            continue;
+        }
+        if file.is_match(w) || (w.ends_with('/') && w.len() > 1) {
+            out.push(w.to_owned());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_file_path_a_page_names_exists() {
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).expect("read page");
+        let dir = page.parent().expect("a page's folder").to_path_buf();
+        for (n, line) in prose(&text) {
+            for path in named_paths(line) {
+                checked += 1;
+                let exists = PATH_BASES
+                    .iter()
+                    .any(|b| root().join(b).join(&path).exists())
+                    || dir.join(&path).exists();
+                if !exists {
+                    missing.push(format!(
+                        "{}:{n}: {path}",
+                        page.strip_prefix(root()).unwrap_or(&page).display(),
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "only {checked} paths found: the finder is broken"
+    );
+    assert!(
+        missing.is_empty(),
+        "paths named in the docs that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The files under `dir`, as paths relative to it.
+fn files_under(dir: &Path, prefix: &str, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = format!("{prefix}{}", e.file_name().to_string_lossy());
+        if e.path().is_dir() {
+            out.push(format!("{name}/"));
+            files_under(&e.path(), &format!("{name}/"), out);
+        } else {
+            out.push(name);
+        }
+    }
+}
+
+/// The code map of docs/architecture.md (the fenced tree that starts with
+/// `Cargo.toml`): every entry, by its indentation under its folder, exists (a
+/// crate's entries under its `src/`), and every file a description names exists
+/// under the entry's folder.
+#[test]
+fn the_code_map_names_files_that_exist() {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).expect("read");
+    let tree: Vec<&str> = text
+        .split("```")
+        .find(|block| block.trim_start().starts_with("Cargo.toml"))
+        .expect("docs/architecture.md has the code map")
+        .lines()
+        .collect();
+    let entry = regex::Regex::new(r"^( *)([A-Za-z0-9_.-]+/?(?:[A-Za-z0-9_.-]+/?)*)\s").expect("re");
+    let resolve = |path: &str| -> Option<PathBuf> {
+        let direct = root().join(path);
+        if direct.exists() {
+            return Some(direct);
+        }
+        let (krate, rest) = path.split_once('/')?;
+        let in_src = root().join(krate).join("src").join(rest);
+        in_src.exists().then_some(in_src)
+    };
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut folder = root();
+    let (mut missing, mut entries) = (Vec::new(), 0);
+    for line in &tree {
+        let described = if let Some(m) = entry.captures(line)
+            && m[1].len() < 20
+            && m[1].len() % 2 == 0
+        {
+            let depth = m[1].len() / 2;
+            stack.truncate(depth);
+            let parent: String = stack.iter().map(|(_, p)| p.as_str()).collect();
+            let path = format!("{parent}{}", &m[2]);
+            entries += 1;
+            match resolve(&path) {
+                Some(p) => {
+                    folder = if p.is_dir() {
+                        p
+                    } else {
+                        p.parent().expect("a parent").into()
+                    };
+                }
+                None => missing.push(format!("entry {path}")),
+            }
+            if m[2].ends_with('/') {
+                stack.push((depth, m[2].to_owned()));
+            }
+            &line[m[0].len()..]
+        } else {
+            line
+        };
+        let mut under = Vec::new();
+        files_under(&folder, "", &mut under);
+        for named in named_files(described) {
+            let at_root = named.contains('/') && root().join(&named).exists();
+            if !at_root
+                && !under
+                    .iter()
+                    .any(|f| f == &named || f.ends_with(&format!("/{named}")))
+            {
+                missing.push(format!("{named} under {}", folder.display()));
+            }
+        }
+    }
+    assert!(
+        entries > 60,
+        "only {entries} entries read: the map's parser is broken"
+    );
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's code map names what does not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The files a code-map description names: Rust files (`retry.rs`,
+/// `dialect/lag.rs`, under the entry's folder) and paths from the checkout's root
+/// (`tests/layout.rs`, `examples/README.md`). Other bare names (`hosts.yaml`) are
+/// what the code writes, not files of the checkout.
+fn named_files(text: &str) -> Vec<String> {
+    let re = regex::Regex::new(r"(?:^|[\s(,])([A-Za-z0-9_/-]+\.(?:rs|md|yaml|py))\b").expect("re");
+    re.captures_iter(text)
+        .map(|c| c[1].to_owned())
+        .filter(|f| !f.starts_with('/') && (f.ends_with(".rs") || f.contains('/')))
+        .collect()
+}
+
+#[test]
+fn the_path_finder_finds_paths_and_skips_templates() {
+    assert_eq!(
+        named_paths("see `src/decide/tenancy.rs` and [docs](docs/tenancy.md)."),
+        ["src/decide/tenancy.rs", "docs/tenancy.md"]
+    );
+    assert_eq!(named_paths("the `examples/` folder"), ["examples/"]);
+    assert!(named_paths("`providers/dialects/<name>.yaml`, `target/bench-out/x.txt`").is_empty());
+    assert!(named_paths("https://github.com/metal3-io/x/y.md and /etc/ssh/sshd.yaml").is_empty());
+    assert!(named_paths("a/b and ports/s").is_empty());
+}

@@ -510,7 +510,7 @@ pub struct Reference<'a> {
 /// The VLANs and group a configuration carries.
 #[derive(Debug, Clone)]
 pub struct Settings<'a> {
-    /// Its port settings (the VLANs: [`vlans_of`]).
+    /// Its port settings (the untagged VLAN and the tagged ones).
     pub port: &'a PortSettingsSpec,
     /// Its link-aggregation group (`spec.linkAggregation.group`).
     pub group: Option<i64>,
