@@ -5,13 +5,16 @@
 //! simulators tests and the demo start live in the `patchbay-testbed` crate, the
 //! device backends in `patchbay-providers`.
 //!
-//! Decisions, apart from I/O:
+//! Decisions, apart from I/O, from the pure core (crate `patchbay-core`, whose
+//! Cargo.toml reaches no client, runtime or socket; `tests/layout.rs`):
 //! - [`api`]: the custom resource types, their CRDs, and the names patchbay writes on
 //!   objects ([`api::keys`]: finalizers, labels, annotations).
 //! - [`decide`]: every decision, pure and table-tested — the port state machine, host
-//!   phases, allocation, tenancy and admission, validation, status, failures, triggers,
-//!   the lease decision, the switch worker's reachability and lobby. A test
-//!   (`tests/layout.rs`) keeps I/O out of it.
+//!   phases, allocation, tenancy and admission, validation, status, failures,
+//!   the lease decision, the switch worker's reachability and lobby.
+//! - [`triggers`]: which objects an event wakes (pure, here because its keys are
+//!   kube-runtime's `ObjectRef` and it reads the port cache's records,
+//!   [`compact_port`], whose interner is process state).
 //!
 //! Modules that do I/O:
 //! - [`controllers`]: one room per controller (SwitchPort, Switch, ProviderSwitch,
@@ -28,10 +31,11 @@
 //!   each scrape; [`serve`]: the one HTTP server (metrics, health probes, the admission webhook
 //!   over TLS); [`webhook`]: the webhook's own caches and its answers.
 
-pub mod api;
+pub use patchbay_core::{api, decide};
+
 pub mod backends;
+pub mod compact_port;
 pub mod controllers;
-pub mod decide;
 pub mod grants;
 pub mod lease;
 pub mod metrics;
@@ -39,5 +43,6 @@ pub mod probes;
 pub mod process_metrics;
 pub mod serve;
 pub mod settings;
+pub mod triggers;
 pub mod webhook;
 pub mod worker;

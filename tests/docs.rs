@@ -235,6 +235,8 @@ fn the_link_parser_and_slugs_work() {
 const PATH_BASES: &[&str] = &[
     "",
     "src/",
+    "core/src/",
+    "model/src/",
     "providers/src/",
     "devplane/src/",
     "testbed/src/",

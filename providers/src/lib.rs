@@ -14,22 +14,19 @@
 //! ToR's BGP neighbours are kept through a [`BgpSpeaker`] ([`bgp`]: the model; the
 //! SSH CLI backend with a dialect's `bgp` section: FRR's vtysh).
 
+// The device vocabulary lives in `patchbay-model` (pure, shared with the core);
+// its modules are this crate's too.
+pub use patchbay_model::{bgp, catalogue, error, model, neighbors, secret, values, yaml};
+
 pub mod ansible;
-pub mod bgp;
 pub mod cli;
 pub mod device;
-pub mod error;
 pub mod fixture;
 pub mod heard;
 pub mod linux;
-pub mod model;
-pub mod neighbors;
 pub mod netconf;
 pub mod ovsdb;
-pub mod secret;
-pub mod values;
 pub mod verify;
-pub mod yaml;
 
 pub use device::{
     BgpSpeaker, Device, NeighborSource, PortChange, PortOperation, PortReads, PortResult,

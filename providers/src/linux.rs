@@ -15,40 +15,7 @@ use crate::device::NeighborSource;
 use crate::error::{Cause, DeviceError};
 use crate::neighbors::{Neighbors, lldpd};
 
-/// lldpd's control socket on the device, when not the default (`/run/lldpd.socket`):
-/// an absolute path of letters, digits and `._-/`, nothing a shell would read as more
-/// than one word.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LldpSocket(String);
-
-impl LldpSocket {
-    /// Checks `path`; the error says why it was refused.
-    pub fn parse(path: &str) -> Result<Self, String> {
-        if !path.starts_with('/') {
-            return Err("must be an absolute path".into());
-        }
-        if path.len() > 256 {
-            return Err("must be at most 256 characters".into());
-        }
-        if let Some(c) = path
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
-        {
-            return Err(format!(
-                "must not contain {c:?} (letters, digits, `._-/` only)"
-            ));
-        }
-        if path.split('/').any(|part| part == "..") {
-            return Err("must not contain `..`".into());
-        }
-        Ok(Self(path.to_owned()))
-    }
-
-    /// The path.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+pub use crate::values::LldpSocket;
 
 /// A Linux device running lldpd, read over SSH.
 #[derive(Debug, Clone)]

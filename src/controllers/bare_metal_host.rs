@@ -38,8 +38,7 @@ pub(super) async fn reconcile(
     host: Arc<BareMetalHost>,
     ctx: Arc<ServerCtx>,
 ) -> Result<Action, ControllerError> {
-    let linked =
-        !crate::decide::triggers::servers_of_host(&ctx.alloc.servers.state(), &host).is_empty();
+    let linked = !crate::triggers::servers_of_host(&ctx.alloc.servers.state(), &host).is_empty();
     let me = bare_metal_host_mark(&host);
     let (nics, errors) = bare_metal_host_nics(&host);
     let phase: Option<ServerPhase> = host

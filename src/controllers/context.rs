@@ -17,10 +17,11 @@ use tokio::sync::{mpsc, watch};
 use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
 use crate::api::{
-    CabledPortKind, CompactPort, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch,
-    SwitchPort, SwitchPortConfiguration, VLANPool,
+    CabledPortKind, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
+use crate::compact_port::CompactPort;
 use crate::decide::failure::{BackendError, Failure};
 use crate::decide::own_writes::OwnWrites;
 use crate::decide::phases::cabled_nic;
@@ -193,7 +194,7 @@ impl Stores {
 
     /// Every Server NIC cabled to a port of `kind`: (port namespace, port name) →
     /// (Server name, the NIC's MAC). From the Server cache (a Server's change wakes
-    /// the ports it names: [`crate::decide::triggers::ports_cabled_to`]).
+    /// the ports it names: [`crate::triggers::ports_cabled_to`]).
     pub fn cabled_nics(
         &self,
         kind: CabledPortKind,
@@ -446,7 +447,11 @@ impl Context {
                 errors,
             }
         })?;
-        let secret = self.secrets.of_provider(&self.client, &provider).await?;
+        let secret = self
+            .secrets
+            .of_provider(&self.client, &provider)
+            .await
+            .map_err(Failure::kubernetes)?;
         Ok((provider, secret))
     }
 

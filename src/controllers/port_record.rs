@@ -150,7 +150,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CompactPort, SwitchPort, SwitchPortSpec};
+    use crate::api::{SwitchPort, SwitchPortSpec};
+    use crate::compact_port::CompactPort;
     use crate::controllers::context::PortCache;
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher;

@@ -1,6 +1,6 @@
 //! The wiring: one kube-rs `Controller` per kind (SwitchPorts: patchbay's own
 //! [`port_runner`], same rules, tables given back after a burst), the watches that wake each
-//! (through [`crate::decide::triggers`]), the streams the switch workers' notices arrive on,
+//! (through [`crate::triggers`]), the streams the switch workers' notices arrive on,
 //! the error policies, and a graceful shutdown of all of them together. Kubernetes
 //! I/O (watches).
 //!
@@ -45,16 +45,17 @@ use super::{
     smartnic_port, switch, switch_port, vlan_pool,
 };
 use crate::api::server::CabledPortKind;
-use crate::api::{Cached, CompactPort, PortState};
+use crate::api::{Cached, PortState};
 use crate::api::{
     ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
+use crate::compact_port::CompactPort;
 use crate::decide::failure::ReconcileRetry;
-use crate::decide::triggers;
 use crate::metrics::{ControllerLabel, Metrics, ReconcileLabels};
 use crate::settings::Settings;
+use crate::triggers;
 
 /// `parts![a, b, …]`: the futures, boxed as [`Part`]s.
 macro_rules! parts {

@@ -392,7 +392,8 @@ impl SmartNicSteps<'_> {
                 "spec": {"configuration": chain.config},
             })),
         )
-        .await?;
+        .await
+        .map_err(Failure::kubernetes)?;
         Ok(true)
     }
 
@@ -462,7 +463,7 @@ impl SmartNicSteps<'_> {
             {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Failure::kubernetes(e)),
             }
         }
         Ok(pending)

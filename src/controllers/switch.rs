@@ -140,7 +140,11 @@ async fn check(
         name: provider.name_any(),
         errors,
     })?;
-    let secret = ctx.secrets.of_provider(&ctx.client, &provider).await?;
+    let secret = ctx
+        .secrets
+        .of_provider(&ctx.client, &provider)
+        .await
+        .map_err(Failure::kubernetes)?;
     check_credentials(&provider, secret.as_deref())?;
     let entry = ctx.ensure_worker(&provider, secret.as_deref(), &device_ports)?;
     Ok(entry.worker.reachability())

@@ -1,5 +1,5 @@
 //! Per-controller wiring: for each controller, the watches that wake it (through
-//! `crate::decide::triggers`) and the context it runs with. Builds streams; the I/O is
+//! `crate::triggers`) and the context it runs with. Builds streams; the I/O is
 //! the watches'.
 
 use super::*;

@@ -203,3 +203,18 @@ fn broken_model_files_are_refused_with_the_reason() {
         assert!(e.to_string().contains(want), "{e} should mention {want}");
     }
 }
+
+/// The catalogue validation reads (`patchbay_model::catalogue`) lists exactly the
+/// embedded models, in their order.
+#[test]
+fn the_catalogue_names_every_embedded_model() {
+    let embedded: Vec<(String, String)> = builtin()
+        .iter()
+        .map(|m| (m.name.clone(), m.os.clone()))
+        .collect();
+    let listed: Vec<(String, String)> = crate::catalogue::NETCONF_MODELS
+        .iter()
+        .map(|(n, o)| (n.to_string(), o.to_string()))
+        .collect();
+    assert_eq!(embedded, listed);
+}

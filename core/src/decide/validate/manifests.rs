@@ -1,0 +1,370 @@
+//! Validation of whole manifest files, as `patchbay validate` does it: every patchbay
+//! object on its own, then every link that can be resolved inside the given files
+//! (SwitchPort → Switch port constraints, Server NIC → SwitchPort, Switch → the
+//! ProviderSwitch its ports are configured through). Pure: the caller reads the
+//! files.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+
+use super::{
+    FieldError, PortContext, ValidationErrors, configuration_to_desired, decode, desired_for_port,
+    validate_provider, validate_server, validate_smartnic_port, validate_switch,
+};
+use crate::api::{
+    ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration, SwitchPortConfigurationSpec,
+};
+use patchbay_model::values::{PortName, excerpt};
+
+/// Every kind `patchbay validate` checks (all of patchbay's kinds).
+pub const VALIDATED_KINDS: &[&str] = &[
+    "ProviderSwitch",
+    "Switch",
+    "SwitchPort",
+    "SwitchPortConfiguration",
+    "SmartNicPort",
+    "SmartNicConfiguration",
+    "Server",
+    "ServerClaim",
+    "VLANPool",
+];
+
+/// The verdict on one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectVerdict {
+    /// File (or `-`) and document index.
+    pub source: String,
+    /// `Kind namespace/name`.
+    pub object: String,
+    /// Problems; empty when valid.
+    pub errors: Vec<FieldError>,
+    /// True when the document is not a patchbay object and was skipped.
+    pub skipped: bool,
+}
+
+/// The verdicts on every object of the given files.
+#[derive(Debug, Clone, Default)]
+pub struct ValidationReport {
+    /// One verdict per document and per checked link.
+    pub verdicts: Vec<ObjectVerdict>,
+}
+
+impl ValidationReport {
+    /// Whether nothing was invalid.
+    pub fn is_ok(&self) -> bool {
+        self.verdicts.iter().all(|v| v.errors.is_empty())
+    }
+
+    /// Number of invalid objects.
+    pub fn invalid(&self) -> usize {
+        self.verdicts
+            .iter()
+            .filter(|v| !v.errors.is_empty())
+            .count()
+    }
+}
+
+impl fmt::Display for ValidationReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for v in &self.verdicts {
+            if v.skipped {
+                writeln!(f, "skip     {}: {}", v.source, v.object)?;
+            } else if v.errors.is_empty() {
+                writeln!(f, "valid    {}: {}", v.source, v.object)?;
+            } else {
+                writeln!(f, "INVALID  {}: {}", v.source, v.object)?;
+                for e in &v.errors {
+                    writeln!(f, "           {e}")?;
+                }
+            }
+        }
+        let checked = self.verdicts.iter().filter(|v| !v.skipped).count();
+        writeln!(f, "{} checked, {} invalid", checked, self.invalid())
+    }
+}
+
+const API_VERSION: &str = "patchbay.dev/v1alpha1";
+
+fn typed<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, Vec<FieldError>> {
+    decode(value.clone()).map_err(|e| {
+        vec![FieldError {
+            reason: format!("does not match the schema: {}", e.reason),
+            ..e
+        }]
+    })
+}
+
+fn errs(r: Result<(), ValidationErrors>) -> Vec<FieldError> {
+    r.err().map(|e| e.0).unwrap_or_default()
+}
+
+/// Validates the documents of `files` (`(name, text)` pairs).
+pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
+    let mut report = ValidationReport::default();
+    let mut switches: Vec<Switch> = Vec::new();
+    let mut ports: Vec<(String, SwitchPort)> = Vec::new();
+    let mut servers: Vec<(String, Server)> = Vec::new();
+    let mut configs: BTreeMap<(String, String), SwitchPortConfigurationSpec> = BTreeMap::new();
+    let mut providers: BTreeMap<(String, String), ProviderSwitch> = BTreeMap::new();
+
+    for (file, text) in files {
+        // A syntax error anywhere makes the whole file one verdict: a YAML parser
+        // cannot say where the next document starts once one is broken.
+        let documents = match patchbay_model::yaml::documents(text) {
+            Ok(documents) => documents,
+            Err(e) => {
+                report.verdicts.push(ObjectVerdict {
+                    source: file.clone(),
+                    object: "(unparsable YAML)".into(),
+                    errors: vec![FieldError {
+                        path: "(document)".into(),
+                        reason: e.to_string(),
+                    }],
+                    skipped: false,
+                });
+                continue;
+            }
+        };
+        // Numbered among the non-empty documents.
+        for (i, value) in documents.into_iter().enumerate() {
+            let source = format!("{file}#{}", i + 1);
+            let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+            let api_version = value
+                .get("apiVersion")
+                .and_then(|k| k.as_str())
+                .unwrap_or("");
+            let meta = value.get("metadata");
+            let name = meta
+                .and_then(|m| m.get("name"))
+                .and_then(|n| n.as_str())
+                .unwrap_or("");
+            let ns = meta
+                .and_then(|m| m.get("namespace"))
+                .and_then(|n| n.as_str())
+                .unwrap_or("default")
+                .to_owned();
+            let object = if kind == "Server" {
+                // Cluster-scoped.
+                format!("{kind} {}", excerpt(name))
+            } else {
+                format!("{kind} {}/{}", excerpt(&ns), excerpt(name))
+            };
+            if !api_version.starts_with("patchbay.dev/") {
+                report.verdicts.push(ObjectVerdict {
+                    source,
+                    object: format!("{} {}", excerpt(kind), excerpt(name)),
+                    errors: Vec::new(),
+                    skipped: true,
+                });
+                continue;
+            }
+            let mut errors = Vec::new();
+            // Misspelt fields, wrong types and enum words first, by path: typed
+            // parsing would drop the first and cannot name the others inside a
+            // flattened struct.
+            if let Some(schema) = crate::api::published_schema(kind)
+                && let Ok(json) = serde_json::to_value(&value)
+            {
+                let shape = super::unknown_fields::schema_errors(schema, &json);
+                let misfits = shape.iter().any(|e| !e.reason.starts_with("unknown field"));
+                errors.extend(shape);
+                if misfits {
+                    report.verdicts.push(ObjectVerdict {
+                        source,
+                        object,
+                        errors,
+                        skipped: false,
+                    });
+                    continue;
+                }
+            }
+            if api_version != API_VERSION {
+                errors.push(FieldError {
+                    path: "apiVersion".into(),
+                    reason: format!(
+                        "{:?} is not served; use {API_VERSION}",
+                        excerpt(api_version)
+                    ),
+                });
+            }
+            match kind {
+                "ProviderSwitch" => match typed::<ProviderSwitch>(&value) {
+                    Ok(o) => {
+                        errors.extend(errs(validate_provider(&o.spec)));
+                        providers.insert((ns.clone(), name.to_owned()), o);
+                    }
+                    Err(e) => errors.extend(e),
+                },
+                "Switch" => match typed::<Switch>(&value) {
+                    Ok(o) => {
+                        errors.extend(errs(validate_switch(&o.spec)));
+                        switches.push(o);
+                    }
+                    Err(e) => errors.extend(e),
+                },
+                "SwitchPort" => match typed::<SwitchPort>(&value) {
+                    Ok(o) => ports.push((ns.clone(), o)),
+                    Err(e) => errors.extend(e),
+                },
+                "SwitchPortConfiguration" => match typed::<SwitchPortConfiguration>(&value) {
+                    Ok(o) => {
+                        errors.extend(errs(super::validate_configuration(&o.spec)));
+                        configs.insert((ns.clone(), name.to_owned()), o.spec);
+                    }
+                    Err(e) => errors.extend(e),
+                },
+                "SmartNicPort" => match typed::<SmartNicPort>(&value) {
+                    Ok(o) => errors.extend(errs(validate_smartnic_port(&o.spec))),
+                    Err(e) => errors.extend(e),
+                },
+                "SmartNicConfiguration" => match typed::<SmartNicConfiguration>(&value) {
+                    Ok(o) => {
+                        let placeholder = PortName::parse("port").ok();
+                        if let Some(p) = placeholder {
+                            errors.extend(errs(
+                                super::smartnic_configuration_to_desired(&o.spec, p).map(|_| ()),
+                            ));
+                        }
+                    }
+                    Err(e) => errors.extend(e),
+                },
+                "ServerClaim" => match typed::<ServerClaim>(&value) {
+                    Ok(o) => errors.extend(errs(super::claim::validate_claim(&o.spec))),
+                    Err(e) => errors.extend(e),
+                },
+                // Checked alone here (two namespaces, a shared pool without a
+                // name, a bad range); overlaps with the cluster's other pools are
+                // the webhook's and the pool's Ready condition's to report.
+                "VLANPool" => match typed::<crate::api::VLANPool>(&value) {
+                    Ok(o) => {
+                        let grants = crate::decide::tenancy::Grants::new([&o], None);
+                        errors.extend(grants.problems(name).iter().map(|p| {
+                            let (path, reason) = p.split_once(": ").unwrap_or(("spec", p));
+                            FieldError {
+                                path: path.into(),
+                                reason: reason.into(),
+                            }
+                        }));
+                    }
+                    Err(e) => errors.extend(e),
+                },
+                "Server" => match typed::<Server>(&value) {
+                    Ok(o) => {
+                        errors.extend(errs(validate_server(&o.spec)));
+                        servers.push((source.clone(), o));
+                    }
+                    Err(e) => errors.extend(e),
+                },
+                _ => errors.push(FieldError {
+                    path: "kind".into(),
+                    reason: format!("{:?} is not a patchbay kind", excerpt(kind)),
+                }),
+            }
+            report.verdicts.push(ObjectVerdict {
+                source,
+                object,
+                errors,
+                skipped: false,
+            });
+        }
+    }
+
+    // Links: a Switch's ports are configured through its provider, which must be a
+    // device that configures ports.
+    for switch in &switches {
+        let ns = switch.metadata.namespace.as_deref().unwrap_or("default");
+        let p = &switch.spec.provider.name;
+        let Some(provider) = providers.get(&(ns.to_owned(), p.clone())) else {
+            continue;
+        };
+        report.verdicts.push(ObjectVerdict {
+            source: "link".into(),
+            object: format!(
+                "Switch {ns}/{} -> ProviderSwitch {ns}/{p}",
+                switch.metadata.name.as_deref().unwrap_or_default()
+            ),
+            errors: super::port_device_role(&provider.spec)
+                .err()
+                .map(|why| FieldError {
+                    path: "spec.provider".into(),
+                    reason: format!("ProviderSwitch {p} {why}"),
+                })
+                .into_iter()
+                .collect(),
+            skipped: false,
+        });
+    }
+
+    // Links: a configuration checked against the port it is linked to.
+    let mut links: Vec<(String, String, String, String, String)> = Vec::new();
+    for (ns, port) in &ports {
+        if let Some(c) = &port.spec.configuration {
+            let port_name = port.metadata.name.clone().unwrap_or_default();
+            let cns = c.namespace.clone().unwrap_or_else(|| ns.clone());
+            links.push((
+                format!("SwitchPort {ns}/{port_name}"),
+                ns.clone(),
+                port_name,
+                cns,
+                c.name.clone(),
+            ));
+        }
+    }
+    for (_, server) in &servers {
+        let sname = server.metadata.name.clone().unwrap_or_default();
+        for nic in &server.spec.nics {
+            let Some(p) = &nic.port else { continue };
+            for (field, r) in [
+                ("provisioningConfiguration", &nic.provisioning_configuration),
+                ("configuration", &nic.configuration),
+            ] {
+                if let Some(c) = r {
+                    links.push((
+                        format!("Server {sname} NIC {} {field}", nic.name),
+                        p.namespace.clone(),
+                        p.name.clone(),
+                        c.namespace.clone().unwrap_or_else(|| p.namespace.clone()),
+                        c.name.clone(),
+                    ));
+                }
+            }
+        }
+    }
+    for (what, port_ns, port_name, cns, cname) in links {
+        let Some(spec) = configs.get(&(cns.clone(), cname.clone())) else {
+            continue;
+        };
+        let Some((switch, def)) = switches.iter().find_map(|s| {
+            let sns = s.metadata.namespace.as_deref().unwrap_or("default");
+            (sns == port_ns)
+                .then(|| s.spec.ports.get(&port_name).map(|d| (s, d)))
+                .flatten()
+        }) else {
+            continue;
+        };
+        let switch_name = switch.metadata.name.clone().unwrap_or_default();
+        let ctx = PortContext {
+            switch: &switch_name,
+            port_key: &port_name,
+            definition: def,
+            capabilities: None,
+        };
+        // Self-contained errors of the configuration were reported with it already.
+        if configuration_to_desired(spec, PortName::parse("port").expect("valid")).is_err() {
+            continue;
+        }
+        report.verdicts.push(ObjectVerdict {
+            source: "link".into(),
+            object: format!("{what} -> SwitchPortConfiguration {cns}/{cname}"),
+            errors: desired_for_port(spec, &ctx)
+                .err()
+                .map(|e| e.0)
+                .unwrap_or_default(),
+            skipped: false,
+        });
+    }
+    report
+}
