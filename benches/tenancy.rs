@@ -29,6 +29,8 @@ use cluster::BenchCluster;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use patchbay::api::{SwitchPortConfiguration, VLANPool};
 use patchbay::decide::tenancy::{Carrying, Grants, Settings, Tenancy, judge};
 use patchbay::serve::Admit;
@@ -160,14 +162,20 @@ async fn main() {
     // The decision alone, on the same reviews.
     let mut decide = Vec::with_capacity(n);
     for i in 0..n {
-        let review = json!({"request": {"uid": "u", "operation": "CREATE", "namespace": "with",
+        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "operation": "CREATE", "namespace": "with",
             "kind": {"group": "patchbay.dev", "version": "v1alpha1", "kind": "SwitchPortConfiguration"},
-            "object": {"metadata": {"name": format!("c-{i}")},
+            "resource": {"group": "patchbay.dev", "version": "v1alpha1", "resource": "switchportconfigurations"},
+            "userInfo": {"username": "bench"},
+            "object": {"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+                       "metadata": {"name": format!("c-{i}"), "namespace": "with"},
                        "spec": {"untaggedVLAN": 200 + (i % 10), "vlans": [{"id": 210 + (i % 5)}]}}}});
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(review).unwrap();
+        let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
         let t = Instant::now();
-        let answer = hook.admit(&review);
+        let answer = hook.admit(&request);
         decide.push(t.elapsed());
-        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        assert!(answer.allowed, "{answer:?}");
     }
     decide.sort();
     println!("tenancy benchmark: {n} applies each way, {n_pools} VLANPools");

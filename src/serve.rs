@@ -19,6 +19,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -30,11 +32,11 @@ const BODY_LIMIT: usize = 3 * 1024 * 1024;
 /// How long one connection may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What answers an AdmissionReview: the review in, the review with its `response`
-/// out (see [`crate::webhook`]).
+/// What answers an admission request (see [`crate::webhook`]): kube-core's typed
+/// request in, its response out.
 pub trait Admit: Send + Sync {
-    /// The answer to one AdmissionReview (JSON).
-    fn admit(&self, review: &serde_json::Value) -> serde_json::Value;
+    /// The answer to one request.
+    fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse;
 }
 
 /// What the router answers with.
@@ -128,11 +130,19 @@ async fn answer(req: Request<Incoming>, routes: &Routes) -> Response<Body> {
             Ok(b) => b.to_bytes(),
             Err(_) => return reply(413, TEXT, "request too large or cut off\n"),
         };
-        let Ok(review) = serde_json::from_slice::<serde_json::Value>(&body) else {
-            return reply(400, TEXT, "not an AdmissionReview (JSON)\n");
+        let request = serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
+            .ok()
+            .and_then(|review| review.try_into().ok());
+        let Some(request) = request else {
+            return reply(
+                400,
+                TEXT,
+                "not an AdmissionReview v1 with a request (JSON)\n",
+            );
         };
-        let answer = admission.admit(&review);
-        let allowed = answer.pointer("/response/allowed") == Some(&serde_json::Value::Bool(true));
+        let response = admission.admit(&request);
+        let allowed = response.allowed;
+        let answer = response.into_review();
         routes
             .metrics
             .admission_seconds

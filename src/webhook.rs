@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use serde_json::Value;
 
 use crate::api::{Cached, SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
 use crate::decide::admission::{Lookups, answer, review};
@@ -80,16 +81,15 @@ impl Webhook {
 }
 
 impl Admit for Webhook {
-    fn admit(&self, request: &Value) -> Value {
+    fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let state = self.pools.state();
         let grants = self.grants.get(&state, Some(self.tenancy.parking_vlan));
         // Only a VLANPool's review judges pools anew (among all the others).
-        let pools: Vec<VLANPool> =
-            if request.pointer("/request/kind/kind") == Some(&Value::String("VLANPool".into())) {
-                state.iter().map(|p| (**p).clone()).collect()
-            } else {
-                Vec::new()
-            };
+        let pools: Vec<VLANPool> = if request.kind.kind == "VLANPool" {
+            state.iter().map(|p| (**p).clone()).collect()
+        } else {
+            Vec::new()
+        };
         let configuration = |ns: &str, name: &str| {
             self.configurations
                 .get(&ObjectRef::new(name).within(ns))

@@ -1,5 +1,5 @@
 //! The part of kube's facade the pure core uses, without kube's client or runtime:
-//! `kube::core` (kube-core), `Resource`, `ResourceExt`, `CustomResourceExt`, and the
+//! `kube::core` (kube-core, with its typed AdmissionReview), `Resource`, `ResourceExt`, `CustomResourceExt`, and the
 //! `CustomResource` and `KubeSchema` derives (kube-derive, whose generated code names
 //! `::kube::core`). `patchbay-core` depends on this crate under the name `kube`, so
 //! its types derive as they would with kube itself while its Cargo.toml reaches no

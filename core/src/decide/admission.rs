@@ -2,8 +2,9 @@
 //! infra team) writes, so that a refusal shows at `kubectl apply`, naming the field
 //! and the grant that is missing. Pure: the caller hands in the object and lookups
 //! into its caches; [`crate::decide::tenancy`] makes every decision, the same ones the
-//! controllers make again before any device change. `patchbay::serve` carries the
-//! AdmissionReview over HTTPS.
+//! controllers make again before any device change. The review is kube-core's typed
+//! `AdmissionReview` (its `admission` feature); the operator's HTTP server
+//! (`patchbay::serve`) carries it over HTTPS.
 //!
 //! What is checked, by kind (objects of the infra namespace are not checked, except
 //! VLANPools, which are cluster-scoped):
@@ -19,6 +20,8 @@
 //!   without `shared`, a shared pool without a name, the parking VLAN, an overlap
 //!   with another tenant's pool) is refused.
 
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::{DynamicObject, Status};
 use serde_json::Value;
 
 use crate::api::{SmartNicConfiguration, SwitchPortConfiguration, VLANPool};
@@ -246,38 +249,31 @@ fn review_pool(t: &Tenancy, object: &Value, look: &Lookups<'_>) -> Vec<String> {
     grants.problems(&name).to_vec()
 }
 
-/// The AdmissionReview (v1) answer to `review`: `refusals(kind, namespace, object)`
-/// decides CREATE and UPDATE; DELETE and CONNECT are allowed (nothing a delete does
-/// reaches another tenant: a deleted configuration cleans its own ports). A denial
-/// is `403 Forbidden`, its message the refusals (each names its field).
-pub fn answer(review: &Value, refusals: impl Fn(&str, &str, &Value) -> Vec<String>) -> Value {
-    let request = review.get("request").cloned().unwrap_or_default();
-    let uid = request.get("uid").cloned().unwrap_or_default();
-    let text = |p: &str| {
-        request
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    };
-    let operation = text("/operation");
-    let refused = match (operation, request.get("object")) {
-        ("CREATE" | "UPDATE", Some(object)) => {
-            refusals(text("/kind/kind"), text("/namespace"), object)
+/// The answer to one admission request (kube-core's typed AdmissionReview): allowed,
+/// or denied with a 403 whose message joins every refusal. Only creations and
+/// updates are judged; `refusals` gets the object's kind, namespace and JSON.
+pub fn answer(
+    request: &AdmissionRequest<DynamicObject>,
+    refusals: impl Fn(&str, &str, &Value) -> Vec<String>,
+) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    let refused = match (&request.operation, &request.object) {
+        (Operation::Create | Operation::Update, Some(object)) => {
+            let object = serde_json::to_value(object).unwrap_or_default();
+            refusals(
+                &request.kind.kind,
+                request.namespace.as_deref().unwrap_or_default(),
+                &object,
+            )
         }
         _ => Vec::new(),
     };
-    let response = if refused.is_empty() {
-        serde_json::json!({"uid": uid, "allowed": true})
-    } else {
-        serde_json::json!({"uid": uid, "allowed": false, "status": {
-            "code": 403, "reason": "Forbidden", "message": refused.join("; "),
-        }})
-    };
-    serde_json::json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": response,
-    })
+    if refused.is_empty() {
+        return response;
+    }
+    let mut response = response.deny(refused.join("; "));
+    response.result = Status::failure(&refused.join("; "), "Forbidden").with_code(403);
+    response
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@ use patchbay_model::values::VlanId;
 use serde_json::json;
 
 use super::*;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 
 fn tenancy() -> Tenancy {
     Tenancy {
@@ -220,16 +222,37 @@ fn ports_and_pools_are_checked_too() {
     );
 }
 
+/// kube-core's typed request from an AdmissionReview's JSON, as the HTTP server
+/// parses it.
+fn typed(review: &Value) -> AdmissionRequest<DynamicObject> {
+    let review: kube::core::admission::AdmissionReview<DynamicObject> =
+        serde_json::from_value(review.clone()).expect("an AdmissionReview");
+    review.try_into().expect("with a request")
+}
+
+/// The response as the HTTP server sends it back (the review around it).
+fn sent(response: AdmissionResponse) -> Value {
+    serde_json::to_value(response.into_review()).expect("serialises")
+}
+
 #[test]
 fn the_review_envelope_carries_the_uid_and_a_403_with_the_fields() {
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "u-1", "operation": "CREATE", "namespace": "tenant-a",
             "kind": {"group": "patchbay.dev", "version": "v1alpha1", "kind": "SwitchPortConfiguration"},
-            "object": {"metadata": {"name": "evil"}, "spec": {"untaggedVLAN": 300}}}});
-    let out = answer(&review, |kind, ns, obj| run(kind, ns, obj.clone()));
+            "resource": {"group": "patchbay.dev", "version": "v1alpha1", "resource": "switchportconfigurations"},
+            "userInfo": {"username": "tenant"},
+            "object": {"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+                "metadata": {"name": "evil", "namespace": "tenant-a"}, "spec": {"untaggedVLAN": 300}}}});
+    let out = sent(answer(&typed(&review), |kind, ns, obj| {
+        run(kind, ns, obj.clone())
+    }));
+    assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(out["kind"], "AdmissionReview");
     assert_eq!(out["response"]["uid"], "u-1");
     assert_eq!(out["response"]["allowed"], false);
     assert_eq!(out["response"]["status"]["code"], 403);
+    assert_eq!(out["response"]["status"]["reason"], "Forbidden");
     let m = out["response"]["status"]["message"].as_str().unwrap();
     assert!(
         m.starts_with("spec.untaggedVLAN: VLAN 300 is not granted to namespace tenant-a"),
@@ -237,8 +260,7 @@ fn the_review_envelope_carries_the_uid_and_a_403_with_the_fields() {
     );
     let mut delete = review.clone();
     delete["request"]["operation"] = json!("DELETE");
-    assert_eq!(
-        answer(&delete, |_, _, _| vec!["no".into()])["response"]["allowed"],
-        true
-    );
+    let out = sent(answer(&typed(&delete), |_, _, _| vec!["no".into()]));
+    assert_eq!(out["response"]["allowed"], true);
+    assert_eq!(out["response"]["uid"], "u-1");
 }
