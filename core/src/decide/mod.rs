@@ -29,6 +29,7 @@
 //! | [`lobby`] | when a link-aggregation group's held changes go as one batch |
 //! | [`slack`] | when a bookkeeping map gives back the table a burst grew |
 //! | [`reconcile_queue`] | which SwitchPort reconciles next: woken once, one run per port, a timer only for a retry |
+//! | [`device_types`] | which backend drives a Metal3 BareMetalSwitch's networking-generic-switch device type, or why none (data: `device_types.yaml`) |
 //! | [`cabling`] | whether a NIC is plugged where its host says (from what its port sees), and what happens to the port |
 //! | [`neighbors`] | what a Switch's status says its ports see (LLDP, MACs), when a read is written |
 //! | [`bgp`] | BGP to allocated hosts: grants, what a claim may announce, each host's peers, a ToR's neighbours |
@@ -40,6 +41,7 @@ pub mod bgp;
 pub mod bgp_nodes;
 pub mod cabling;
 pub mod conditions;
+pub mod device_types;
 pub mod failure;
 pub mod inventory;
 pub mod lease;
