@@ -9,7 +9,9 @@
 //! `ssh` builds a [`CliSwitch`] with the dialect of `spec.os` (ios, powerconnect,
 //! dell10g, fastiron, eos) and the credentials of the Secret: `username`, `password`
 //! or `privateKey` (+ `passphrase`), optional `enablePassword` (default: none) and
-//! `knownHosts`. The host key is pinned by, in order: `spec.hostKey.fingerprint`,
+//! `knownHosts`; a Metal3 BareMetalSwitch's Secret names two of them its own way,
+//! `ssh-privatekey` and `admin-password`, read where patchbay's are absent
+//! ([`METAL3_KEYS`]). The host key is pinned by, in order: `spec.hostKey.fingerprint`,
 //! `spec.hostKey.knownHostsLine`, the Secret's `knownHosts` (the line naming the
 //! address, `[address]:port`, or the only line); `insecureAcceptAnyHostKey: true`
 //! accepts any key and warns on every connect; with none of these the backend is
@@ -124,7 +126,16 @@ pub fn check_credentials(
         .flatten()
         .map(|(k, v)| (k.clone(), v.0.len()))
         .collect();
-    let has = |k: &str| data.get(k).is_some_and(|n| *n > 0);
+    let has = |k: &str| {
+        let alias = METAL3_KEYS
+            .iter()
+            .find(|(ours, _)| *ours == k)
+            .map(|(_, m)| *m);
+        [Some(k), alias]
+            .into_iter()
+            .flatten()
+            .any(|k| data.get(k).is_some_and(|n| *n > 0))
+    };
     if !has("username") {
         return Err(BackendError::Credentials(format!(
             "Secret {:?} has no non-empty key \"username\"",
@@ -133,7 +144,7 @@ pub fn check_credentials(
     }
     if !has("password") && !has("privateKey") {
         return Err(BackendError::Credentials(format!(
-            "Secret {:?} has neither \"password\" nor \"privateKey\"",
+            "Secret {:?} has neither \"password\" nor \"privateKey\" (nor Metal3's \"ssh-privatekey\")",
             reference.name
         )));
     }
@@ -349,10 +360,26 @@ fn fixture_key(provider: &ProviderSwitch) -> String {
 }
 
 fn secret_value(secret: Option<&Secret>, key: &str) -> Option<SecretString> {
-    let bytes = secret?.data.as_ref()?.get(key)?;
-    let text = String::from_utf8(bytes.0.clone()).ok()?;
-    (!text.is_empty()).then(|| SecretString::new(text))
+    let raw = |key: &str| {
+        let bytes = secret?.data.as_ref()?.get(key)?;
+        let text = String::from_utf8(bytes.0.clone()).ok()?;
+        (!text.is_empty()).then(|| SecretString::new(text))
+    };
+    raw(key).or_else(|| {
+        METAL3_KEYS
+            .iter()
+            .find(|(ours, _)| *ours == key)
+            .and_then(|(_, theirs)| raw(theirs))
+    })
 }
+
+/// The keys of a Metal3 BareMetalSwitch's Secret (baremetal-operator v0.14.0-rc.0)
+/// that stand for patchbay's own, read when patchbay's is absent: (patchbay's key,
+/// Metal3's key). `username` and `password` are the same in both.
+pub const METAL3_KEYS: &[(&str, &str)] = &[
+    ("privateKey", "ssh-privatekey"),
+    ("enablePassword", "admin-password"),
+];
 
 /// The known_hosts line of `text` for `address:port`: the line whose host field names
 /// it (`address`, `[address]:port`, in a comma list), else the only line.
@@ -706,5 +733,32 @@ mod tests {
             );
             assert!(!text.contains("bm90IGEga2V5"), "{text}");
         }
+    }
+
+    /// A Metal3 BareMetalSwitch's Secret (`ssh-privatekey`, `admin-password`) is read
+    /// as patchbay's own names; patchbay's win where both are given.
+    #[test]
+    fn metal3_secret_keys_stand_for_patchbays() {
+        let p = provider_with_key("ssh", "ios");
+        let metal3 = secret(&[
+            ("username", "admin"),
+            ("ssh-privatekey", "KEY"),
+            ("admin-password", "ENABLE"),
+        ]);
+        assert!(check_credentials(&p, Some(&metal3)).is_ok());
+        let value = |s: &Secret, k: &str| secret_value(Some(s), k).map(|v| v.expose().to_owned());
+        assert_eq!(value(&metal3, "privateKey").as_deref(), Some("KEY"));
+        assert_eq!(value(&metal3, "enablePassword").as_deref(), Some("ENABLE"));
+        let both = secret(&[
+            ("username", "admin"),
+            ("enablePassword", "OURS"),
+            ("admin-password", "THEIRS"),
+        ]);
+        assert_eq!(value(&both, "enablePassword").as_deref(), Some("OURS"));
+        let neither = secret(&[("username", "admin")]);
+        let e = check_credentials(&p, Some(&neither))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ssh-privatekey") && !e.contains("admin"), "{e}");
     }
 }
