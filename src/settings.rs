@@ -40,6 +40,8 @@ pub struct Settings {
     /// Kubernetes Nodes (and MetalLB `BGPPeer`s) given their Server's BGP peers;
     /// `None` without `--bgp-node-selector`: no Node is touched.
     pub bgp_nodes: Option<crate::decide::bgp_nodes::BgpNodes>,
+    /// Drive Metal3 BareMetalSwitches (`--metal3-switches`): off by default.
+    pub metal3_switches: bool,
 }
 
 impl Default for Settings {
@@ -56,6 +58,7 @@ impl Default for Settings {
             ansible_playbook: PathBuf::from("ansible-playbook"),
             tenancy: None,
             bgp_nodes: None,
+            metal3_switches: false,
         }
     }
 }
@@ -148,6 +151,13 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_METALLB_NAMESPACE")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metallb_namespace: Option<String>,
+    /// Drive Metal3 BareMetalSwitches: each becomes a ProviderSwitch of the same
+    /// name that a patchbay Switch declares ports on. Needs the baremetal-operator's
+    /// BareMetalSwitch CRD, and Ironic's networking off (BMO without
+    /// IRONIC_NETWORKING_ENABLED): one writer per switch [default: false].
+    #[arg(long, env = "PATCHBAY_METAL3_SWITCHES")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metal3_switches: Option<bool>,
 }
 
 impl SettingsArgs {
@@ -359,6 +369,7 @@ impl Settings {
                 .unwrap_or_else(|| PathBuf::from("ansible-playbook")),
             tenancy,
             bgp_nodes,
+            metal3_switches: args.metal3_switches.unwrap_or(false),
         })
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use patchbay::decide::validate::manifests::validate_manifests;
 
 /// Kinds an example may hold that `patchbay validate` does not check.
-const SKIPPED_KINDS: &[&str] = &["Namespace", "Secret", "BareMetalHost"];
+const SKIPPED_KINDS: &[&str] = &["Namespace", "Secret", "BareMetalHost", "BareMetalSwitch"];
 /// The marker of a deliberate bad example, on the line before its fence.
 const BAD_EXAMPLE: &str = "<!-- bad example -->";
 

@@ -3,12 +3,26 @@
 //! `kubectl apply`, what upstream's schema does — required fields, the MAC pattern,
 //! the driver enum and its default, the port's range, and no field upstream lacks —
 //! and patchbay's type (`patchbay::api::metal3_switch`) reads back what is stored.
+//! With `--metal3-switches`, a BareMetalSwitch for a simulated Cisco switch (its
+//! Secret in Metal3's keys, its host key pinned by annotation) drives the ports a
+//! patchbay Switch declares on it, read back from the simulator; the refused ones
+//! (an unmapped device type, a Secret in another namespace, a second writer on the
+//! same device) say why and get no ProviderSwitch.
 
+#[path = "../providers/tests/support/ssh_cases.rs"]
+mod ssh_cases;
 mod support;
 
-use kube::api::Api;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
 use patchbay::api::metal3_switch::BareMetalSwitch;
+use patchbay::api::{PortState, ProviderSwitch, Switch};
+use patchbay_providers::{Device as _, VlanMode};
+use patchbay_testbed::{FakeSwitches, SimSpec};
+use serde_json::json;
 use support::Cluster;
+use support::env::Env;
 
 fn crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
@@ -115,4 +129,147 @@ async fn a_bare_metal_switch_is_accepted_and_refused_as_upstream_does() {
         );
     }
     cluster.finish().await;
+}
+
+/// The `Valid` condition of BareMetalSwitch `name`: (status, reason, message).
+async fn valid(api: &Api<BareMetalSwitch>, name: &str) -> Option<(String, String, String)> {
+    let b = api.get_opt(name).await.ok()??;
+    b.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Valid")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    let cluster = Cluster::start("metal3-switch-e2e").await;
+    cluster.install_crd(crd()).await;
+    let env = Env::start_on(cluster, |s| s.metal3_switches = true).await;
+    let ns = env.cluster.namespace.clone();
+    // The Secret in Metal3's keys: the enable secret is `admin-password`.
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "tor1-credentials"},
+        "stringData": {"username": sim.username, "password": sim.password,
+                       "admin-password": sim.enable_password},
+    }))
+    .unwrap();
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let bms = |name: &str, device_type: &str, credentials: serde_json::Value| {
+        let b = json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
+            "metadata": {"name": name, "namespace": ns,
+                         "annotations": {"patchbay.dev/host-key": sim.host_key_fingerprint}},
+            "spec": {"address": sim.address, "port": sim.port,
+                     "macAddress": "aa:bb:cc:00:00:01", "deviceType": device_type,
+                     "credentials": credentials}
+        });
+        let path = env.cluster.dir.join(format!("{name}.json"));
+        std::fs::write(&path, b.to_string()).unwrap();
+        env.cluster
+            .kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+    };
+    bms(
+        "tor1",
+        "netmiko_cisco_ios",
+        json!({"name": "tor1-credentials"}),
+    );
+    let bmss: Api<BareMetalSwitch> = env.api();
+    let (_, reason, message) = support::eventually(60, "tor1 Valid", || async {
+        valid(&bmss, "tor1").await.filter(|(s, _, _)| s == "True")
+    })
+    .await;
+    assert_eq!(reason, "Reconciled", "{message}");
+    let derived = env.api::<ProviderSwitch>().get("tor1").await.unwrap();
+    assert_eq!(
+        derived
+            .labels()
+            .get("patchbay.dev/bare-metal-switch")
+            .map(String::as_str),
+        Some("tor1")
+    );
+    // The infra team declares the ports on it: a Switch naming it as its provider.
+    env.create::<Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "tor1"},
+        "spec": {"provider": {"name": "tor1"},
+                 "ports": {"tor1-p1": {"name": "FastEthernet0/1"}}}
+    }))
+    .await;
+    env.configuration("web", json!({"untaggedVLAN": 100})).await;
+    env.link("tor1-p1", Some("web")).await;
+    env.wait_state("tor1-p1", PortState::Active).await;
+    let device = ssh_cases::backend("ios", sim);
+    assert_eq!(
+        device
+            .get_port(&ssh_cases::port("FastEthernet0/1"))
+            .await
+            .unwrap()
+            .vlans,
+        Some(VlanMode::Access {
+            vlan: ssh_cases::vlan(100)
+        }),
+        "read back from the simulator"
+    );
+    // No other port was touched: FastEthernet0/2 is declared nowhere.
+    assert_eq!(
+        device
+            .get_port(&ssh_cases::port("FastEthernet0/2"))
+            .await
+            .unwrap()
+            .vlans,
+        Some(VlanMode::Unconfigured)
+    );
+
+    // Refused, each with its reason, and no ProviderSwitch derived.
+    bms(
+        "tor-ovs",
+        "netmiko_ovs_linux",
+        json!({"name": "tor1-credentials"}),
+    );
+    bms(
+        "tor-elsewhere",
+        "netmiko_cisco_ios",
+        json!({"name": "tor1-credentials", "namespace": "kube-system"}),
+    );
+    bms(
+        "tor-twice",
+        "netmiko_cisco_ios",
+        json!({"name": "tor1-credentials"}),
+    );
+    for (name, reason, says) in [
+        ("tor-ovs", "UnsupportedDeviceType", "OVSDB"),
+        (
+            "tor-elsewhere",
+            "CredentialError",
+            "spec.credentials.namespace",
+        ),
+        ("tor-twice", "Conflict", "already drives"),
+    ] {
+        let (status, got, message) =
+            support::eventually(60, &format!("{name} refused"), || async {
+                valid(&bmss, name).await.filter(|(s, _, _)| s == "False")
+            })
+            .await;
+        assert_eq!(
+            (status.as_str(), got.as_str()),
+            ("False", reason),
+            "{name}: {message}"
+        );
+        assert!(message.contains(says), "{name}: {message}");
+        assert!(
+            env.api::<ProviderSwitch>()
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}: a ProviderSwitch was derived"
+        );
+    }
+    env.cluster.kubectl_ok(&["get", "bms", "-n", &ns]);
 }

@@ -50,6 +50,7 @@ fn test_settings(namespace: &str) -> Settings {
         ansible_playbook: "ansible-playbook".into(),
         tenancy: None,
         bgp_nodes: None,
+        metal3_switches: false,
     }
 }
 

@@ -41,8 +41,8 @@ use super::events::EventPublisher;
 use super::host::HostWorld;
 use super::server_claim::Allocator;
 use super::{
-    ControllerError, bare_metal_host, metal3, port_runner, provider_switch, server, server_claim,
-    smartnic_port, switch, switch_port, vlan_pool,
+    ControllerError, bare_metal_host, metal3, metal3_switch, port_runner, provider_switch, server,
+    server_claim, smartnic_port, switch, switch_port, vlan_pool,
 };
 use crate::api::server::CabledPortKind;
 use crate::api::{Cached, PortState};
@@ -151,6 +151,7 @@ pub async fn run(
         &wc,
         woken.claims,
     );
+    let bms_ctl = metal3_switches(&client, &settings, &watches, &harness, &ctx, &wc);
     let pools_changed = watches.pools.subscribe();
     let background = background(
         &client,
@@ -186,6 +187,7 @@ pub async fn run(
         provider_ctl,
         snic_ctl,
         hosts,
+        bms_ctl,
         watched,
         background.run,
         stopper

@@ -61,6 +61,7 @@ impl Env {
                 .unwrap_or_else(|_| "ansible-playbook".into()),
             tenancy: None,
             bgp_nodes: None,
+            metal3_switches: false,
         };
         edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

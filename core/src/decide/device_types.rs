@@ -282,4 +282,23 @@ mod tests {
             );
         }
     }
+
+    /// docs/metal3-switches.md names every device type of the map, so the page and
+    /// the data cannot part.
+    #[test]
+    fn the_docs_page_names_every_device_type() {
+        let doc = include_str!("../../../docs/metal3-switches.md");
+        let m = map();
+        let names = m
+            .mapped
+            .iter()
+            .flat_map(|d| std::iter::once(&d.name).chain(d.aliases.iter()))
+            .chain(m.refused.iter().map(|r| &r.name));
+        for name in names {
+            assert!(
+                doc.contains(&format!("`{name}`")),
+                "docs/metal3-switches.md does not name {name}"
+            );
+        }
+    }
 }

@@ -418,3 +418,32 @@ pub(super) fn hosts_and_claims(
         sweeper
     ])
 }
+
+/// Metal3 BareMetalSwitches, with `--metal3-switches` (otherwise nothing is
+/// watched: the CRD may not be installed): each keeps the ProviderSwitch derived
+/// from it, whose changes (its check's status) wake it.
+pub(super) fn metal3_switches(
+    client: &Client,
+    settings: &Settings,
+    w: &Watches,
+    h: &Harness,
+    ctx: &Arc<Context>,
+    wc: &watcher::Config,
+) -> Part {
+    if !settings.metal3_switches {
+        return Box::pin(async {});
+    }
+    let api = api_for::<crate::api::metal3_switch::BareMetalSwitch>(
+        client,
+        settings.namespace.as_deref(),
+    );
+    let controller = Controller::new(api, wc.clone())
+        .owns_shared_stream(w.providers.subscribe())
+        .with_config(Config::default().concurrency(4));
+    Box::pin(h.run(
+        "BareMetalSwitch",
+        controller,
+        metal3_switch::reconcile,
+        ctx.clone(),
+    ))
+}

@@ -1,0 +1,111 @@
+//! Metal3 BareMetalSwitches (with `--metal3-switches`): each becomes the
+//! ProviderSwitch patchbay derives from it ([`crate::decide::metal3_switch`]) —
+//! written with server-side apply, owned by the BareMetalSwitch, labelled
+//! [`DERIVED_LABEL`] — and its `Valid` condition says whether it was taken in and,
+//! once it was, what the ProviderSwitch's check found (its Secret, its settings).
+//! The ports stay the infra team's: a patchbay Switch naming the BareMetalSwitch as
+//! its provider declares them. Kubernetes I/O.
+//!
+//! A BareMetalSwitch refused (its device type, its Secret's namespace, another
+//! writer on its device) gets no ProviderSwitch; one edited into a refusal keeps
+//! the one derived before, and its ports what they carry, while `Valid` says why.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+use super::ControllerError;
+use super::context::Context;
+use crate::api::metal3_switch::{BareMetalSwitch, BareMetalSwitchStatus};
+use crate::decide::conditions::{find_condition, set_condition};
+use crate::decide::metal3_switch::{DERIVED_LABEL, Existing, derive, provider_port, valid};
+use crate::decide::status::status_merge_patch;
+
+/// The field manager of the derived ProviderSwitches.
+const MANAGER: &str = "patchbay-metal3-switches";
+
+/// Reconciles one BareMetalSwitch.
+pub(super) async fn reconcile(
+    bms: Arc<BareMetalSwitch>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let ns = bms.namespace().unwrap_or_default();
+    let name = bms.name_any();
+    let providers = ctx.stores.providers.state();
+    let existing: Vec<Existing<'_>> = providers
+        .iter()
+        .map(|p| Existing {
+            namespace: p.metadata.namespace.as_deref().unwrap_or_default(),
+            name: p.metadata.name.as_deref().unwrap_or_default(),
+            address: &p.spec.address,
+            port: provider_port(&p.spec),
+            derived_from: p.labels().get(DERIVED_LABEL).map(String::as_str),
+        })
+        .collect();
+    let derived = derive(&bms, &existing);
+    drop(existing);
+    let api: Api<crate::api::ProviderSwitch> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Ok(spec) = &derived {
+        let owner = json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
+            "name": name, "uid": bms.uid().unwrap_or_default(),
+            "controller": true, "blockOwnerDeletion": true,
+        });
+        let body = json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {DERIVED_LABEL: name},
+                         "ownerReferences": [owner]},
+            "spec": spec,
+        });
+        api.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    }
+    // What the derived ProviderSwitch's own check found (from the cache: its status
+    // change wakes this BareMetalSwitch, which owns it).
+    let ready = providers
+        .iter()
+        .find(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.name_any() == name
+                && p.labels().get(DERIVED_LABEL) == Some(&name)
+        })
+        .and_then(|p| {
+            let status = p.status.as_ref()?;
+            let c = find_condition(&status.conditions, "Ready")?;
+            Some((c.status == "True", c.reason.clone(), c.message.clone()))
+        });
+    let (ok, reason, message) = valid(
+        &derived,
+        ready.as_ref().map(|(t, r, m)| (*t, r.as_str(), m.as_str())),
+    );
+    let old = bms.status.clone();
+    let mut status: BareMetalSwitchStatus = old.clone();
+    set_condition(
+        &mut status.conditions,
+        "Valid",
+        ok,
+        &reason,
+        message,
+        bms.metadata.generation,
+        jiff::Timestamp::now(),
+    );
+    if status != old {
+        let bmss: Api<BareMetalSwitch> = Api::namespaced(ctx.client.clone(), &ns);
+        bmss.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(status_merge_patch(&old, &status)),
+        )
+        .await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
