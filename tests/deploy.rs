@@ -166,6 +166,36 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
         bgp_binding.pointer("/subjects/0/namespace"),
         Some(&Value::from("patchbay-system"))
     );
+    // deploy/metal3-switches/: the operator opted in to BareMetalSwitches, with
+    // exactly the rules that adds bound to its ServiceAccount.
+    let rendered = cluster.kubectl_ok(&["kustomize", "deploy/metal3-switches"]);
+    let m3_docs: Vec<Value> = patchbay_providers::yaml::documents(&rendered).unwrap();
+    let m3_args: Vec<&str> = m3_docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .and_then(|d| d.pointer("/spec/template/spec/containers/0/args"))
+        .and_then(Value::as_array)
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        m3_args.contains(&"--metal3-switches") && help.contains("--metal3-switches"),
+        "{m3_args:?}"
+    );
+    assert!(m3_docs.iter().any(|d| d["kind"] == "ClusterRoleBinding"
+        && d["metadata"]["name"] == "patchbay-metal3-switches"
+        && d.pointer("/subjects/0/namespace") == Some(&Value::from("patchbay-system"))));
+    let rule = |g: &str, r: &str, v: &str| (g.to_owned(), r.to_owned(), v.to_owned());
+    assert_eq!(
+        role_rules("patchbay-metal3-switches"),
+        BTreeSet::from([
+            rule("metal3.io", "baremetalswitches", "list"),
+            rule("metal3.io", "baremetalswitches", "watch"),
+            rule("metal3.io", "baremetalswitches/status", "patch"),
+            rule("patchbay.dev", "providerswitches", "create"),
+        ])
+    );
     let hook = of("ValidatingWebhookConfiguration");
     assert_eq!(
         hook.pointer("/webhooks/0/failurePolicy"),
@@ -198,6 +228,7 @@ fn role_rules(name: &str) -> BTreeSet<(String, String, String)> {
         "base/rbac-operator.yaml",
         "base/rbac-personas.yaml",
         "bgp-nodes/rbac-bgp-nodes.yaml",
+        "metal3-switches/rbac-metal3-switches.yaml",
     ] {
         let text = std::fs::read_to_string(format!("{ROOT}/deploy/{file}")).unwrap();
         for doc in patchbay_providers::yaml::documents(&text).unwrap() {
