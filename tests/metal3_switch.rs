@@ -273,3 +273,110 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
     }
     env.cluster.kubectl_ok(&["get", "bms", "-n", &ns]);
 }
+
+/// Each device type the map drives, on its simulator, through a BareMetalSwitch:
+/// Dell PowerConnect and Brocade FastIron over their CLIs, a Juniper QFX over
+/// NETCONF (its `spec.port` the NETCONF port) — the declared port Active and read
+/// back from the device.
+#[tokio::test]
+async fn every_mapped_device_type_drives_its_declared_port() {
+    use patchbay_providers::cli::{Auth, HostKeyPolicy, SshTarget};
+    use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
+    use patchbay_providers::secret::SecretString;
+
+    let sims = FakeSwitches::start(&[
+        SimSpec::new("dell1", "dell_generic"),
+        SimSpec::new("brocade1", "brocade_generic"),
+        SimSpec::new("qfx1", "juniper_qfx_copper_generic"),
+    ])
+    .unwrap();
+    let cluster = Cluster::start("metal3-switch-types").await;
+    cluster.install_crd(crd()).await;
+    let env = Env::start_on(cluster, |s| s.metal3_switches = true).await;
+    let ns = env.cluster.namespace.clone();
+    env.configuration("web", json!({"untaggedVLAN": 100})).await;
+    let bmss: Api<BareMetalSwitch> = env.api();
+    let cases = [
+        ("dell1", "netmiko_dell_powerconnect", "ethernet 1/g1"),
+        ("brocade1", "netmiko_brocade_fastiron", "ethernet 1/1"),
+        ("qfx1", "netmiko_juniper", "ge-0/0/1"),
+    ];
+    for (name, device_type, device_port) in cases {
+        let sim = sims.get(name);
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-credentials")},
+            "stringData": {"username": sim.username, "password": sim.password,
+                           "admin-password": sim.enable_password},
+        }))
+        .unwrap();
+        env.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let b = json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
+            "metadata": {"name": name, "namespace": ns,
+                         "annotations": {"patchbay.dev/host-key": sim.host_key_fingerprint}},
+            "spec": {"address": sim.address, "port": sim.port,
+                     "macAddress": "aa:bb:cc:00:00:02", "deviceType": device_type,
+                     "credentials": {"name": format!("{name}-credentials")}}
+        });
+        let path = env.cluster.dir.join(format!("{name}.json"));
+        std::fs::write(&path, b.to_string()).unwrap();
+        env.cluster
+            .kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+        env.create::<Switch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": name},
+            "spec": {"provider": {"name": name},
+                     "ports": {format!("{name}-p1"): {"name": device_port}}}
+        }))
+        .await;
+        env.link(&format!("{name}-p1"), Some("web")).await;
+    }
+    for (name, device_type, device_port) in cases {
+        let sim = sims.get(name);
+        let (_, reason, message) = support::eventually(60, &format!("{name} Valid"), || async {
+            valid(&bmss, name).await.filter(|(s, _, _)| s == "True")
+        })
+        .await;
+        assert_eq!(reason, "Reconciled", "{name}: {message}");
+        env.wait_state(&format!("{name}-p1"), PortState::Active)
+            .await;
+        let read = if device_type == "netmiko_juniper" {
+            let target = SshTarget {
+                address: sim.address.clone(),
+                port: sim.port,
+                username: sim.username.clone(),
+                auth: Auth::Password(SecretString::new(sim.password.clone())),
+                host_key: HostKeyPolicy::Fingerprint(sim.host_key_fingerprint.clone()),
+                connect_timeout: std::time::Duration::from_secs(10),
+            };
+            NetconfSwitch::new(
+                target,
+                model::for_os("junos", Some("junos-els")).unwrap(),
+                NetconfOptions::default(),
+            )
+            .get_port(&ssh_cases::port(device_port))
+            .await
+            .unwrap()
+        } else {
+            let os = if name == "dell1" {
+                "powerconnect"
+            } else {
+                "fastiron"
+            };
+            ssh_cases::backend(os, sim)
+                .get_port(&ssh_cases::port(device_port))
+                .await
+                .unwrap()
+        };
+        assert_eq!(
+            read.vlans,
+            Some(VlanMode::Access {
+                vlan: ssh_cases::vlan(100)
+            }),
+            "{name}: read back from the device"
+        );
+    }
+}
