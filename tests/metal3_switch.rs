@@ -143,7 +143,12 @@ async fn valid(api: &Api<BareMetalSwitch>, name: &str) -> Option<(String, String
 
 #[tokio::test]
 async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
-    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sims = FakeSwitches::start(&[
+        SimSpec::new("tor1", "cisco_generic"),
+        SimSpec::new("tor2", "cisco_generic"),
+        SimSpec::new("tor3", "cisco_generic"),
+    ])
+    .unwrap();
     let sim = sims.get("tor1");
     let cluster = Cluster::start("metal3-switch-e2e").await;
     cluster.install_crd(crd()).await;
@@ -160,11 +165,15 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    let bms = |name: &str, device_type: &str, credentials: serde_json::Value| {
+    let on = |name: &str,
+              sim: &patchbay_testbed::SimSwitch,
+              host_key: &str,
+              device_type: &str,
+              credentials: serde_json::Value| {
         let b = json!({
             "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
             "metadata": {"name": name, "namespace": ns,
-                         "annotations": {"patchbay.dev/host-key": sim.host_key_fingerprint}},
+                         "annotations": {"patchbay.dev/host-key": host_key}},
             "spec": {"address": sim.address, "port": sim.port,
                      "macAddress": "aa:bb:cc:00:00:01", "deviceType": device_type,
                      "credentials": credentials}
@@ -173,6 +182,15 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
         std::fs::write(&path, b.to_string()).unwrap();
         env.cluster
             .kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+    };
+    let bms = |name: &str, device_type: &str, credentials: serde_json::Value| {
+        on(
+            name,
+            sim,
+            &sim.host_key_fingerprint,
+            device_type,
+            credentials,
+        )
     };
     bms(
         "tor1",
@@ -270,6 +288,58 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
                 .is_none(),
             "{name}: a ProviderSwitch was derived"
         );
+    }
+
+    // What the device says of a wrong password, or of a host key other than the
+    // pinned one, shows on the BareMetalSwitch once a Switch on it tried.
+    let tor2 = sims.get("tor2");
+    let wrong: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "tor2-credentials"},
+        "stringData": {"username": tor2.username, "password": "not-the-password"},
+    }))
+    .unwrap();
+    env.api::<Secret>()
+        .create(&PostParams::default(), &wrong)
+        .await
+        .unwrap();
+    on(
+        "tor2",
+        tor2,
+        &tor2.host_key_fingerprint,
+        "netmiko_cisco_ios",
+        json!({"name": "tor2-credentials"}),
+    );
+    let tor3 = sims.get("tor3");
+    on(
+        "tor3",
+        tor3,
+        "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "netmiko_cisco_ios",
+        json!({"name": "tor1-credentials"}),
+    );
+    for name in ["tor2", "tor3"] {
+        env.create::<Switch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": name},
+            "spec": {"provider": {"name": name},
+                     "ports": {format!("{name}-p1"): {"name": "FastEthernet0/1"}}}
+        }))
+        .await;
+        env.link(&format!("{name}-p1"), Some("web")).await;
+    }
+    for (name, reason) in [("tor2", "CredentialError"), ("tor3", "HostKeyMismatch")] {
+        let (_, got, message) = support::eventually(60, &format!("{name}: {reason}"), || async {
+            valid(&bmss, name)
+                .await
+                .filter(|(s, r, _)| s == "False" && r == reason)
+        })
+        .await;
+        assert_eq!(got, reason);
+        assert!(
+            message.starts_with(&format!("Switch {name}: ")),
+            "{message}"
+        );
+        assert!(!message.contains("not-the-password"), "{message}");
     }
     env.cluster.kubectl_ok(&["get", "bms", "-n", &ns]);
 }

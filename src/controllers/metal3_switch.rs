@@ -2,7 +2,9 @@
 //! ProviderSwitch patchbay derives from it ([`crate::decide::metal3_switch`]) —
 //! written with server-side apply, owned by the BareMetalSwitch, labelled
 //! [`DERIVED_LABEL`] — and its `Valid` condition says whether it was taken in and,
-//! once it was, what the ProviderSwitch's check found (its Secret, its settings).
+//! once it was, what the ProviderSwitch's check found (its Secret, its settings)
+//! and what the Switches declaring its ports found on the device (a refused login,
+//! a host key that does not match, no answer).
 //! The ports stay the infra team's: a patchbay Switch naming the BareMetalSwitch as
 //! its provider declares them. Kubernetes I/O.
 //!
@@ -22,7 +24,9 @@ use super::ControllerError;
 use super::context::Context;
 use crate::api::metal3_switch::{BareMetalSwitch, BareMetalSwitchStatus};
 use crate::decide::conditions::{find_condition, set_condition};
-use crate::decide::metal3_switch::{DERIVED_LABEL, Existing, derive, provider_port, valid};
+use crate::decide::metal3_switch::{
+    DERIVED_LABEL, Existing, Reached, derive, provider_port, valid,
+};
 use crate::decide::status::status_merge_patch;
 
 /// The field manager of the derived ProviderSwitches.
@@ -83,9 +87,26 @@ pub(super) async fn reconcile(
             let c = find_condition(&status.conditions, "Ready")?;
             Some((c.status == "True", c.reason.clone(), c.message.clone()))
         });
+    // What the Switches declaring ports on it found on the device (their status
+    // changes wake this BareMetalSwitch: see the wiring).
+    let switches = ctx.stores.switches.state();
+    let reached: Vec<Reached<'_>> = switches
+        .iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()) && s.spec.provider.name == name)
+        .filter_map(|s| {
+            let c = find_condition(&s.status.as_ref()?.conditions, "Ready")?;
+            Some(Reached {
+                switch: s.metadata.name.as_deref().unwrap_or_default(),
+                status: &c.status,
+                reason: &c.reason,
+                message: &c.message,
+            })
+        })
+        .collect();
     let (ok, reason, message) = valid(
         &derived,
         ready.as_ref().map(|(t, r, m)| (*t, r.as_str(), m.as_str())),
+        &reached,
     );
     let old = bms.status.clone();
     let mut status: BareMetalSwitchStatus = old.clone();

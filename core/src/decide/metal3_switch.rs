@@ -171,15 +171,38 @@ pub fn provider_port(spec: &ProviderSwitchSpec) -> u16 {
         })
 }
 
+/// What a Switch declaring ports on the BareMetalSwitch says of the device: its
+/// name and its `Ready` condition (status `True`/`False`/`Unknown`, reason,
+/// message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reached<'a> {
+    /// The Switch.
+    pub switch: &'a str,
+    /// Its `Ready` status.
+    pub status: &'a str,
+    /// Its reason (a device error's category when the device is down).
+    pub reason: &'a str,
+    /// Its message.
+    pub message: &'a str,
+}
+
 /// The BareMetalSwitch's `Valid` condition (status, reason, message): from the
-/// refusal, or from the derived ProviderSwitch's `Ready` condition (`None`: not
-/// checked yet). Upstream's reasons where they fit: `Reconciled` when the switch
-/// answers as configured, `CredentialError` when the login or its Secret is at
-/// fault; patchbay's own otherwise.
+/// refusal; else from the derived ProviderSwitch's `Ready` condition (`None`: not
+/// checked yet); once that passed, from what the Switches declaring its ports found
+/// on the device (a refused login, a host key that does not match, no answer), the
+/// first failing one. Upstream's reasons where they fit: `Reconciled` when the
+/// switch checked out, `CredentialError` when the login or its Secret is at fault;
+/// the finding's own category otherwise.
 pub fn valid(
     derived: &Result<ProviderSwitchSpec, Refusal>,
     ready: Option<(bool, &str, &str)>,
+    reached: &[Reached<'_>],
 ) -> (bool, String, String) {
+    let reason_of = |reason: &str| match reason {
+        // A Secret without the keys, and a login the device refused.
+        "CredentialsInvalid" | "AuthenticationFailed" => "CredentialError".to_owned(),
+        other => other.to_owned(),
+    };
     match (derived, ready) {
         (Err(r), _) => (false, r.reason.to_owned(), r.message.clone()),
         (Ok(_), None) => (
@@ -187,15 +210,15 @@ pub fn valid(
             "Pending".into(),
             "the ProviderSwitch patchbay derived has not been checked yet".into(),
         ),
-        (Ok(_), Some((true, _, message))) => (true, "Reconciled".into(), message.to_owned()),
-        (Ok(_), Some((false, reason, message))) => {
-            let reason = match reason {
-                // A Secret without the keys, and a login the device refused.
-                "CredentialsInvalid" | "AuthenticationFailed" => "CredentialError",
-                other => other,
-            };
-            (false, reason.to_owned(), message.to_owned())
-        }
+        (Ok(_), Some((false, reason, message))) => (false, reason_of(reason), message.to_owned()),
+        (Ok(_), Some((true, _, message))) => match reached.iter().find(|r| r.status == "False") {
+            Some(r) => (
+                false,
+                reason_of(r.reason),
+                format!("Switch {}: {}", r.switch, r.message),
+            ),
+            None => (true, "Reconciled".into(), message.to_owned()),
+        },
     }
 }
 
@@ -355,18 +378,54 @@ mod tests {
     #[test]
     fn valid_follows_the_refusal_or_the_provider_switch() {
         let ok = derive(&bms("infra", "tor-1", cisco(serde_json::json!({}))), &[]);
-        assert_eq!(valid(&ok, None).1, "Pending");
+        assert_eq!(valid(&ok, None, &[]).1, "Pending");
         assert_eq!(
-            valid(&ok, Some((true, "Reachable", "the switch answers"))),
-            (true, "Reconciled".into(), "the switch answers".into())
+            valid(&ok, Some((true, "Ready", "checked")), &[]),
+            (true, "Reconciled".into(), "checked".into())
         );
         assert_eq!(
-            valid(&ok, Some((false, "AuthenticationFailed", "login refused"))).1,
+            valid(&ok, Some((false, "CredentialsInvalid", "no username")), &[]).1,
             "CredentialError"
         );
         assert_eq!(
-            valid(&ok, Some((false, "DeviceTimeout", "no answer"))).1,
+            valid(&ok, Some((false, "InvalidProvider", "bad")), &[]).1,
+            "InvalidProvider"
+        );
+        // What the Switches on it found on the device.
+        let reached = |status, reason| Reached {
+            switch: "tor-1",
+            status,
+            reason,
+            message: "what the device said",
+        };
+        let checked = Some((true, "Ready", "checked"));
+        let (ok_, reason, message) =
+            valid(&ok, checked, &[reached("False", "AuthenticationFailed")]);
+        assert!(!ok_ && reason == "CredentialError", "{reason}");
+        assert_eq!(message, "Switch tor-1: what the device said");
+        assert_eq!(
+            valid(
+                &ok,
+                checked,
+                &[
+                    reached("True", "Ready"),
+                    reached("False", "HostKeyMismatch")
+                ]
+            )
+            .1,
+            "HostKeyMismatch"
+        );
+        assert_eq!(
+            valid(&ok, checked, &[reached("False", "DeviceTimeout")]).1,
             "DeviceTimeout"
+        );
+        assert!(
+            valid(
+                &ok,
+                checked,
+                &[reached("True", "Ready"), reached("Unknown", "Probing")]
+            )
+            .0
         );
         let refused = derive(
             &bms(
@@ -376,7 +435,7 @@ mod tests {
             ),
             &[],
         );
-        let (ok, reason, message) = valid(&refused, Some((true, "Reachable", "")));
+        let (ok, reason, message) = valid(&refused, Some((true, "Ready", "")), &[]);
         assert!(
             !ok && reason == "UnsupportedDeviceType" && message.contains("SONiC"),
             "{message}"

@@ -421,7 +421,8 @@ pub(super) fn hosts_and_claims(
 
 /// Metal3 BareMetalSwitches, with `--metal3-switches` (otherwise nothing is
 /// watched: the CRD may not be installed): each keeps the ProviderSwitch derived
-/// from it, whose changes (its check's status) wake it.
+/// from it, whose changes (its check's status) wake it, as do the changes of the
+/// Switches that name it as their provider.
 pub(super) fn metal3_switches(
     client: &Client,
     settings: &Settings,
@@ -439,6 +440,12 @@ pub(super) fn metal3_switches(
     );
     let controller = Controller::new(api, wc.clone())
         .owns_shared_stream(w.providers.subscribe())
+        // A Switch's findings on the device (its Ready condition) are the
+        // BareMetalSwitch's of the same name as its provider, if there is one.
+        .watches_shared_stream(w.switches.subscribe(), |s| {
+            let ns = s.namespace().unwrap_or_default();
+            Some(ObjectRef::new(&s.spec.provider.name).within(&ns))
+        })
         .with_config(Config::default().concurrency(4));
     Box::pin(h.run(
         "BareMetalSwitch",
