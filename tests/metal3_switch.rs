@@ -341,6 +341,21 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
         );
         assert!(!message.contains("not-the-password"), "{message}");
     }
+    // The password corrected in the Secret (rotated): used at once, the port goes
+    // Active and the BareMetalSwitch is Valid again.
+    env.api::<Secret>()
+        .patch(
+            "tor2-credentials",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"stringData": {"password": tor2.password}})),
+        )
+        .await
+        .unwrap();
+    env.wait_state("tor2-p1", PortState::Active).await;
+    support::eventually(60, "tor2 Valid again", || async {
+        valid(&bmss, "tor2").await.filter(|(s, _, _)| s == "True")
+    })
+    .await;
     env.cluster.kubectl_ok(&["get", "bms", "-n", &ns]);
 }
 
