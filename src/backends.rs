@@ -252,7 +252,7 @@ impl Backends {
             return Ok(None);
         }
         check_credentials(provider, secret)?;
-        let target = ssh_target(provider, secret, 22)?;
+        let target = ssh_target(provider, secret)?;
         let options = provider.spec.options.clone().unwrap_or_default();
         let socket = options
             .lldp_socket
@@ -420,10 +420,7 @@ fn seconds(v: Option<i64>, default: u64) -> Duration {
 pub fn ovs_switch(provider: &ProviderSwitch) -> OvsSwitch {
     let spec = &provider.spec;
     let options = spec.options.clone().unwrap_or_default();
-    let port = spec
-        .port
-        .and_then(|p| u16::try_from(p).ok())
-        .unwrap_or(6640);
+    let port = spec.port_or_default();
     let host = if spec.address.contains(':') {
         format!("[{}]", spec.address)
     } else {
@@ -447,19 +444,15 @@ fn os_word(provider: &ProviderSwitch) -> String {
         .unwrap_or_default()
 }
 
-/// Where and how to log in over SSH (ssh and netconf): address, port (default
-/// `default_port`), the Secret's login and the pinned host key. Reads no value into
-/// an error message.
+/// Where and how to log in over SSH (ssh and netconf): address, port
+/// ([`ProviderSwitchSpec::port_or_default`]), the Secret's login and the pinned host
+/// key. Reads no value into an error message.
 fn ssh_target(
     provider: &ProviderSwitch,
     secret: Option<&Secret>,
-    default_port: u16,
 ) -> Result<SshTarget, BackendError> {
     let spec = &provider.spec;
-    let port = spec
-        .port
-        .and_then(|p| u16::try_from(p).ok())
-        .unwrap_or(default_port);
+    let port = spec.port_or_default();
     let username = secret_value(secret, "username")
         .map(|s| s.expose().to_owned())
         .ok_or_else(|| BackendError::Credentials("no username".into()))?;
@@ -544,7 +537,7 @@ pub fn cli_switch(
         backend: "ssh",
         os: os.clone(),
     })?;
-    let target = ssh_target(provider, secret, 22)?;
+    let target = ssh_target(provider, secret)?;
     let options = provider.spec.options.clone().unwrap_or_default();
     Ok(CliSwitch::new(
         target,
@@ -571,7 +564,7 @@ pub fn ansible_switch(
             backend: "ansible",
             os: os.clone(),
         })?;
-    let ssh = ssh_target(provider, secret, platform.default_port)?;
+    let ssh = ssh_target(provider, secret)?;
     let spec = &provider.spec;
     let known_line = spec
         .host_key
@@ -649,7 +642,7 @@ pub fn netconf_switch(
             backend: "netconf",
             os: os.clone(),
         })?;
-    let target = ssh_target(provider, secret, 830)?;
+    let target = ssh_target(provider, secret)?;
     let command_timeout = seconds(options.command_timeout_seconds, 30);
     Ok(NetconfSwitch::new(
         target,
@@ -760,5 +753,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("ssh-privatekey") && !e.contains("admin"), "{e}");
+    }
+
+    /// The ports the ansible platforms use by default are the ones
+    /// `ProviderSwitchSpec::port_or_default` says.
+    #[test]
+    fn ansible_platform_ports_are_the_specs_defaults() {
+        for platform in patchbay_providers::ansible::contract::PLATFORMS {
+            let p = provider_with_key("ansible", platform.os);
+            assert_eq!(
+                p.spec.port_or_default(),
+                platform.default_port,
+                "{}",
+                platform.os
+            );
+        }
     }
 }

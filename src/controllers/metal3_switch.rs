@@ -24,9 +24,7 @@ use super::ControllerError;
 use super::context::Context;
 use crate::api::metal3_switch::{BareMetalSwitch, BareMetalSwitchStatus};
 use crate::decide::conditions::{find_condition, set_condition};
-use crate::decide::metal3_switch::{
-    DERIVED_LABEL, Existing, Reached, derive, provider_port, valid,
-};
+use crate::decide::metal3_switch::{DERIVED_LABEL, Existing, Reached, derive, valid};
 use crate::decide::status::status_merge_patch;
 
 /// The field manager of the derived ProviderSwitches.
@@ -46,7 +44,7 @@ pub(super) async fn reconcile(
             namespace: p.metadata.namespace.as_deref().unwrap_or_default(),
             name: p.metadata.name.as_deref().unwrap_or_default(),
             address: &p.spec.address,
-            port: provider_port(&p.spec),
+            port: p.spec.port_or_default(),
             derived_from: p.labels().get(DERIVED_LABEL).map(String::as_str),
         })
         .collect();

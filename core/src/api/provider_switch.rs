@@ -84,6 +84,22 @@ pub struct ProviderSwitchSpec {
 }
 
 /// The protocol patchbay uses to reach the device.
+impl ProviderSwitchSpec {
+    /// The TCP port the device is reached on: `port`, else the backend's default —
+    /// 22 for ssh, 830 for netconf, 6640 for ovsdb; for ansible its platform's (830
+    /// for junos, reached over NETCONF; 22 for ios); 0 for the in-memory fixture.
+    pub fn port_or_default(&self) -> u16 {
+        self.port
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(match (self.backend, self.os) {
+                (Backend::Netconf, _) | (Backend::Ansible, DeviceOs::Junos) => 830,
+                (Backend::Ovsdb, _) => 6640,
+                (Backend::Fixture, _) => 0,
+                _ => 22,
+            })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {

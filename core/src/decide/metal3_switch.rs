@@ -24,8 +24,8 @@
 //!   use is not offered.
 
 use crate::api::metal3_switch::BareMetalSwitch;
-use crate::api::{Backend, BackendOptions, HostKeyPin, ProviderSwitchSpec, SecretRef};
-use crate::decide::device_types::{PortMeaning, device_type};
+use crate::api::{BackendOptions, HostKeyPin, ProviderSwitchSpec, SecretRef};
+use crate::decide::device_types::device_type;
 
 /// The annotation on a BareMetalSwitch that pins its SSH host key.
 pub const HOST_KEY_ANNOTATION: &str = "patchbay.dev/host-key";
@@ -50,9 +50,9 @@ pub struct Existing<'a> {
     pub namespace: &'a str,
     /// Its name.
     pub name: &'a str,
-    /// Its address and port (the backend's default filled in).
+    /// Its address.
     pub address: &'a str,
-    /// Its port.
+    /// Its port ([`ProviderSwitchSpec::port_or_default`]).
     pub port: u16,
     /// The BareMetalSwitch it was derived from ([`DERIVED_LABEL`]), if any.
     pub derived_from: Option<&'a str>,
@@ -159,18 +159,6 @@ pub fn derive(
     })
 }
 
-/// The port a ProviderSwitch is reached on (its backend's default filled in), for
-/// [`Existing::port`].
-pub fn provider_port(spec: &ProviderSwitchSpec) -> u16 {
-    spec.port
-        .and_then(|p| u16::try_from(p).ok())
-        .unwrap_or(match spec.backend {
-            Backend::Netconf => PortMeaning::Netconf.default_port(),
-            Backend::Ovsdb => 6640,
-            _ => PortMeaning::Ssh.default_port(),
-        })
-}
-
 /// What a Switch declaring ports on the BareMetalSwitch says of the device: its
 /// name and its `Ready` condition (status `True`/`False`/`Unknown`, reason,
 /// message).
@@ -225,7 +213,7 @@ pub fn valid(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::DeviceOs;
+    use crate::api::{Backend, DeviceOs};
 
     fn bms(ns: &str, name: &str, spec: serde_json::Value) -> BareMetalSwitch {
         serde_json::from_value(serde_json::json!({
