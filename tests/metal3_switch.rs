@@ -141,6 +141,40 @@ async fn valid(api: &Api<BareMetalSwitch>, name: &str) -> Option<(String, String
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// Secret `name` in the test's namespace, holding `data` (`stringData`).
+async fn login_secret(env: &Env, name: &str, data: serde_json::Value) {
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": name}, "stringData": data})).unwrap();
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// `kubectl apply` of BareMetalSwitch `name` for the simulator `sim`, its host key
+/// pinned to `host_key` by annotation.
+fn apply_bms(
+    env: &Env,
+    name: &str,
+    sim: &patchbay_testbed::SimSwitch,
+    host_key: &str,
+    device_type: &str,
+    credentials: serde_json::Value,
+) {
+    let b = json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
+        "metadata": {"name": name, "namespace": env.cluster.namespace,
+                     "annotations": {"patchbay.dev/host-key": host_key}},
+        "spec": {"address": sim.address, "port": sim.port,
+                 "macAddress": "aa:bb:cc:00:00:01", "deviceType": device_type,
+                 "credentials": credentials}
+    });
+    let path = env.cluster.dir.join(format!("{name}.json"));
+    std::fs::write(&path, b.to_string()).unwrap();
+    env.cluster
+        .kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+}
+
 #[tokio::test]
 async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
     let sims = FakeSwitches::start(&[
@@ -155,33 +189,19 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
     let env = Env::start_on(cluster, |s| s.metal3_switches = true).await;
     let ns = env.cluster.namespace.clone();
     // The Secret in Metal3's keys: the enable secret is `admin-password`.
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "tor1-credentials"},
-        "stringData": {"username": sim.username, "password": sim.password,
-                       "admin-password": sim.enable_password},
-    }))
-    .unwrap();
-    env.api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    login_secret(
+        &env,
+        "tor1-credentials",
+        json!({"username": sim.username, "password": sim.password,
+               "admin-password": sim.enable_password}),
+    )
+    .await;
     let on = |name: &str,
               sim: &patchbay_testbed::SimSwitch,
               host_key: &str,
               device_type: &str,
               credentials: serde_json::Value| {
-        let b = json!({
-            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
-            "metadata": {"name": name, "namespace": ns,
-                         "annotations": {"patchbay.dev/host-key": host_key}},
-            "spec": {"address": sim.address, "port": sim.port,
-                     "macAddress": "aa:bb:cc:00:00:01", "deviceType": device_type,
-                     "credentials": credentials}
-        });
-        let path = env.cluster.dir.join(format!("{name}.json"));
-        std::fs::write(&path, b.to_string()).unwrap();
-        env.cluster
-            .kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+        apply_bms(&env, name, sim, host_key, device_type, credentials)
     };
     let bms = |name: &str, device_type: &str, credentials: serde_json::Value| {
         on(
@@ -293,15 +313,12 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
     // What the device says of a wrong password, or of a host key other than the
     // pinned one, shows on the BareMetalSwitch once a Switch on it tried.
     let tor2 = sims.get("tor2");
-    let wrong: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "tor2-credentials"},
-        "stringData": {"username": tor2.username, "password": "not-the-password"},
-    }))
-    .unwrap();
-    env.api::<Secret>()
-        .create(&PostParams::default(), &wrong)
-        .await
-        .unwrap();
+    login_secret(
+        &env,
+        "tor2-credentials",
+        json!({"username": tor2.username, "password": "not-the-password"}),
+    )
+    .await;
     on(
         "tor2",
         tor2,
@@ -378,7 +395,6 @@ async fn every_mapped_device_type_drives_its_declared_port() {
     let cluster = Cluster::start("metal3-switch-types").await;
     cluster.install_crd(crd()).await;
     let env = Env::start_on(cluster, |s| s.metal3_switches = true).await;
-    let ns = env.cluster.namespace.clone();
     env.configuration("web", json!({"untaggedVLAN": 100})).await;
     let bmss: Api<BareMetalSwitch> = env.api();
     let cases = [
@@ -388,28 +404,21 @@ async fn every_mapped_device_type_drives_its_declared_port() {
     ];
     for (name, device_type, device_port) in cases {
         let sim = sims.get(name);
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": format!("{name}-credentials")},
-            "stringData": {"username": sim.username, "password": sim.password,
-                           "admin-password": sim.enable_password},
-        }))
-        .unwrap();
-        env.api::<Secret>()
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
-        let b = json!({
-            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
-            "metadata": {"name": name, "namespace": ns,
-                         "annotations": {"patchbay.dev/host-key": sim.host_key_fingerprint}},
-            "spec": {"address": sim.address, "port": sim.port,
-                     "macAddress": "aa:bb:cc:00:00:02", "deviceType": device_type,
-                     "credentials": {"name": format!("{name}-credentials")}}
-        });
-        let path = env.cluster.dir.join(format!("{name}.json"));
-        std::fs::write(&path, b.to_string()).unwrap();
-        env.cluster
-            .kubectl_ok(&["apply", "-f", path.to_str().unwrap()]);
+        login_secret(
+            &env,
+            &format!("{name}-credentials"),
+            json!({"username": sim.username, "password": sim.password,
+                   "admin-password": sim.enable_password}),
+        )
+        .await;
+        apply_bms(
+            &env,
+            name,
+            sim,
+            &sim.host_key_fingerprint,
+            device_type,
+            json!({"name": format!("{name}-credentials")}),
+        );
         env.create::<Switch>(json!({
             "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
             "metadata": {"name": name},

@@ -4,8 +4,6 @@
 //! upstream CRD as it is and keeps only these fields in memory. Not one of
 //! patchbay's CRDs: the baremetal-operator installs it. Pure data, no I/O.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
@@ -61,34 +59,43 @@ pub struct Provisioning {
     pub state: String,
 }
 
-impl kube::Resource for BareMetalHost {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
+/// `kube::Resource` for a Metal3 type patchbay reads but does not define as a CRD
+/// (`metal3.io/v1alpha1`, namespaced): its kind and plural.
+macro_rules! metal3_resource {
+    ($ty:ty, $kind:literal, $plural:literal) => {
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        "BareMetalHost".into()
-    }
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
 
-    fn group(_: &()) -> Cow<'_, str> {
-        "metal3.io".into()
-    }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                "metal3.io".into()
+            }
 
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                "v1alpha1".into()
+            }
 
-    fn plural(_: &()) -> Cow<'_, str> {
-        "baremetalhosts".into()
-    }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(crate) use metal3_resource;
+
+metal3_resource!(BareMetalHost, "BareMetalHost", "baremetalhosts");
 
 impl BareMetalHost {
     /// The status as the inspection readers take it (`{"hardware": …}`).

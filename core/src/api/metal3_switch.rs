@@ -9,8 +9,6 @@
 //! Upstream's open PR #3470 renames the host side's `SwitchPort` and adds status
 //! fields to the host; it does not change this type's spec.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use serde::{Deserialize, Serialize};
 
@@ -80,34 +78,7 @@ impl BareMetalSwitchStatus {
     }
 }
 
-impl kube::Resource for BareMetalSwitch {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "BareMetalSwitch".into()
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        "metal3.io".into()
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        "baremetalswitches".into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::metal3::metal3_resource!(BareMetalSwitch, "BareMetalSwitch", "baremetalswitches");
 
 #[cfg(test)]
 mod tests {
