@@ -7,7 +7,8 @@
 //! Secret in Metal3's keys, its host key pinned by annotation) drives the ports a
 //! patchbay Switch declares on it, read back from the simulator; the refused ones
 //! (an unmapped device type, a Secret in another namespace, a second writer on the
-//! same device) say why and get no ProviderSwitch.
+//! same device, also when two are applied together) say why and get no
+//! ProviderSwitch.
 
 #[path = "../providers/tests/support/ssh_cases.rs"]
 mod ssh_cases;
@@ -309,6 +310,47 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
             "{name}: a ProviderSwitch was derived"
         );
     }
+
+    // Two BareMetalSwitches on one device applied together, before either is in
+    // any cache: one is taken in, the other refused (one device, one writer).
+    let pair: Vec<serde_json::Value> = ["race-a", "race-b"]
+        .iter()
+        .map(|name| {
+            json!({
+                "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
+                "metadata": {"name": name, "namespace": ns,
+                             "annotations": {"patchbay.dev/host-key": sim.host_key_fingerprint}},
+                "spec": {"address": "192.0.2.77", "macAddress": "aa:bb:cc:00:00:77",
+                         "deviceType": "netmiko_cisco_ios",
+                         "credentials": {"name": "tor1-credentials"}}
+            })
+        })
+        .collect();
+    let dir = env.cluster.dir.join("race");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, b) in pair.iter().enumerate() {
+        std::fs::write(dir.join(format!("{i}.json")), b.to_string()).unwrap();
+    }
+    env.cluster
+        .kubectl_ok(&["apply", "-f", dir.to_str().unwrap()]);
+    let verdicts = support::eventually(60, "race-a and race-b judged", || async {
+        let a = valid(&bmss, "race-a").await?;
+        let b = valid(&bmss, "race-b").await?;
+        (a.1 != "Pending" && b.1 != "Pending").then_some([a, b])
+    })
+    .await;
+    let conflicts = verdicts.iter().filter(|v| v.1 == "Conflict").count();
+    let mut derived = 0;
+    for name in ["race-a", "race-b"] {
+        derived += usize::from(
+            env.api::<ProviderSwitch>()
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_some(),
+        );
+    }
+    assert_eq!((conflicts, derived), (1, 1), "{verdicts:?}");
 
     // What the device says of a wrong password, or of a host key other than the
     // pinned one, shows on the BareMetalSwitch once a Switch on it tried.

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::ControllerError;
-use super::context::Context;
+use super::context::{Context, api_for};
 use crate::api::metal3_switch::{BareMetalSwitch, BareMetalSwitchStatus};
 use crate::decide::conditions::{find_condition, set_condition};
 use crate::decide::metal3_switch::{DERIVED_LABEL, Existing, Reached, derive, valid};
@@ -29,6 +29,20 @@ use crate::decide::status::status_merge_patch;
 
 /// The field manager of the derived ProviderSwitches.
 const MANAGER: &str = "patchbay-metal3-switches";
+
+/// The ProviderSwitches `providers` as the one-writer check reads them.
+fn existing(providers: &[Arc<crate::api::ProviderSwitch>]) -> Vec<Existing<'_>> {
+    providers
+        .iter()
+        .map(|p| Existing {
+            namespace: p.metadata.namespace.as_deref().unwrap_or_default(),
+            name: p.metadata.name.as_deref().unwrap_or_default(),
+            address: &p.spec.address,
+            port: p.spec.port_or_default(),
+            derived_from: p.labels().get(DERIVED_LABEL).map(String::as_str),
+        })
+        .collect()
+}
 
 /// Reconciles one BareMetalSwitch.
 pub(super) async fn reconcile(
@@ -38,18 +52,30 @@ pub(super) async fn reconcile(
     let ns = bms.namespace().unwrap_or_default();
     let name = bms.name_any();
     let providers = ctx.stores.providers.state();
-    let existing: Vec<Existing<'_>> = providers
-        .iter()
-        .map(|p| Existing {
-            namespace: p.metadata.namespace.as_deref().unwrap_or_default(),
-            name: p.metadata.name.as_deref().unwrap_or_default(),
-            address: &p.spec.address,
-            port: p.spec.port_or_default(),
-            derived_from: p.labels().get(DERIVED_LABEL).map(String::as_str),
-        })
-        .collect();
-    let derived = derive(&bms, &existing);
-    drop(existing);
+    let mut derived = derive(&bms, &existing(&providers));
+    // A new device for this BareMetalSwitch (none derived yet, or another address or
+    // port): the cache may not hold a ProviderSwitch written a moment ago for the
+    // same device, so the one-writer check is made again on a fresh list. Reconciles
+    // run one at a time (see the wiring), so no two BareMetalSwitches pass it
+    // together.
+    if let Ok(spec) = &derived {
+        let mine = providers.iter().find(|p| {
+            p.namespace().as_deref() == Some(ns.as_str())
+                && p.name_any() == name
+                && p.labels().get(DERIVED_LABEL) == Some(&name)
+        });
+        let same_device = mine.is_some_and(|p| {
+            p.spec.address == spec.address && p.spec.port_or_default() == spec.port_or_default()
+        });
+        if !same_device {
+            let all: Api<crate::api::ProviderSwitch> =
+                api_for(&ctx.client, ctx.settings.namespace.as_deref());
+            let fresh = all.list(&ListParams::default()).await?;
+            let fresh: Vec<Arc<crate::api::ProviderSwitch>> =
+                fresh.items.into_iter().map(Arc::new).collect();
+            derived = derive(&bms, &existing(&fresh));
+        }
+    }
     let api: Api<crate::api::ProviderSwitch> = Api::namespaced(ctx.client.clone(), &ns);
     if let Ok(spec) = &derived {
         let owner = json!({

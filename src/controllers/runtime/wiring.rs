@@ -446,7 +446,9 @@ pub(super) fn metal3_switches(
             let ns = s.namespace().unwrap_or_default();
             Some(ObjectRef::new(&s.spec.provider.name).within(&ns))
         })
-        .with_config(Config::default().concurrency(4));
+        // One at a time: two BareMetalSwitches on one device never pass the
+        // one-writer check together (see metal3_switch::reconcile).
+        .with_config(Config::default().concurrency(1));
     Box::pin(h.run(
         "BareMetalSwitch",
         controller,
