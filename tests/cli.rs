@@ -95,6 +95,52 @@ spec:
     );
 }
 
+/// Metal3's BareMetalSwitch: refused where upstream's CRD or patchbay would refuse
+/// it, naming the field; two on one device, the second refused.
+#[test]
+fn validate_checks_a_bare_metal_switch_as_upstream_and_patchbay_would() {
+    let bms = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: metal3.io/v1alpha1\nkind: BareMetalSwitch\nmetadata: {{name: {name}, namespace: infra}}\nspec:\n{spec}---\n"
+        )
+    };
+    let text = [
+        bms(
+            "ovs",
+            "  address: 192.0.2.1\n  macAddress: aa:bb:cc:00:00:01\n  deviceType: netmiko_ovs_linux\n  credentials: {name: c}\n",
+        ),
+        bms(
+            "typo",
+            "  address: 192.0.2.2\n  macAdress: aa:bb:cc:00:00:02\n  deviceType: netmiko_cisco_ios\n",
+        ),
+        bms(
+            "elsewhere",
+            "  address: 192.0.2.3\n  macAddress: aa:bb:cc:00:00:03\n  deviceType: netmiko_cisco_ios\n  credentials: {name: c, namespace: kube-system}\n",
+        ),
+        bms(
+            "twice",
+            "  address: 192.0.2.3\n  port: 22\n  macAddress: aa:bb:cc:00:00:04\n  deviceType: netmiko_dell_powerconnect\n  credentials: {name: c}\n",
+        ),
+        bms(
+            "twice-again",
+            "  address: 192.0.2.3\n  macAddress: aa:bb:cc:00:00:05\n  deviceType: netmiko_cisco_ios\n  credentials: {name: c}\n",
+        ),
+    ]
+    .concat();
+    let (code, report) = validate_stdin(&text);
+    assert_eq!(code, Some(1), "{report}");
+    for line in [
+        "spec.deviceType: deviceType netmiko_ovs_linux is not driven by patchbay",
+        "spec.macAdress: unknown field, did you mean \"macAddress\"?",
+        "spec.macAddress: Required value",
+        "spec.credentials.namespace: patchbay reads a switch's Secret from the switch's own namespace",
+        "spec.address: ProviderSwitch infra/twice already drives 192.0.2.3:22",
+    ] {
+        assert!(report.contains(line), "{line:?} not in\n{report}");
+    }
+    assert!(report.contains("4 invalid"), "{report}");
+}
+
 /// A Switch whose ports would be configured through a BGP speaker or a neighbour
 /// source (`os: frr`, `os: linux`) named in the same files is refused by
 /// `validate`, with the operator's own words (it refused this only at runtime).
@@ -144,10 +190,10 @@ spec:
 /// kind patchbay has.
 #[test]
 fn validate_help_names_every_kind_it_checks() {
-    use patchbay::decide::validate::manifests::VALIDATED_KINDS;
+    use patchbay::decide::validate::manifests::{OTHER_VALIDATED_KINDS, VALIDATED_KINDS};
     let out = patchbay(&["validate", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
-    for kind in VALIDATED_KINDS {
+    for kind in VALIDATED_KINDS.iter().chain(OTHER_VALIDATED_KINDS) {
         assert!(help.contains(kind), "{kind} not in\n{help}");
     }
     for (_, crd) in patchbay::api::crds() {

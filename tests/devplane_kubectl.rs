@@ -55,8 +55,21 @@ async fn with_crds_and_examples(test: &str) -> Cluster {
             "--timeout=30s",
         ]);
     }
+    // Metal3's BareMetalSwitch CRD (the rendition of upstream's): the example
+    // BareMetalSwitch is taken in as a cluster with the baremetal-operator takes it.
+    cluster.kubectl_ok(&["apply", "-f", "testbed/crds/"]);
+    cluster.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/baremetalswitches.metal3.io",
+        "--timeout=30s",
+    ]);
     let dir = examples_in(&cluster);
     let out = cluster.kubectl_ok(&["apply", "-f", dir.to_str().unwrap()]);
+    assert!(
+        out.contains("baremetalswitch.metal3.io/tor-5 created"),
+        "{out}"
+    );
     assert!(
         out.contains("switchportconfiguration.patchbay.dev/tenant-web created"),
         "{out}"

@@ -419,9 +419,10 @@ async fn a_bare_metal_switch_drives_the_ports_a_switch_declares_on_it() {
 }
 
 /// Each device type the map drives, on its simulator, through a BareMetalSwitch:
-/// Dell PowerConnect and Brocade FastIron over their CLIs, a Juniper QFX over
-/// NETCONF (its `spec.port` the NETCONF port) — the declared port Active and read
-/// back from the device.
+/// Dell PowerConnect, Brocade FastIron and Arista EOS over their CLIs, a Juniper QFX
+/// over NETCONF (its `spec.port` the NETCONF port) — the declared port Active and
+/// read back from the device. On EOS (trunks only) an access configuration is
+/// refused with the reason and the port left as it was.
 #[tokio::test]
 async fn every_mapped_device_type_drives_its_declared_port() {
     use patchbay_providers::cli::{Auth, HostKeyPolicy, SshTarget};
@@ -432,19 +433,52 @@ async fn every_mapped_device_type_drives_its_declared_port() {
         SimSpec::new("dell1", "dell_generic"),
         SimSpec::new("brocade1", "brocade_generic"),
         SimSpec::new("qfx1", "juniper_qfx_copper_generic"),
+        SimSpec::new("eos1", "arista_generic"),
     ])
     .unwrap();
     let cluster = Cluster::start("metal3-switch-types").await;
     cluster.install_crd(crd()).await;
     let env = Env::start_on(cluster, |s| s.metal3_switches = true).await;
     env.configuration("web", json!({"untaggedVLAN": 100})).await;
+    env.configuration("trunk", json!({"vlans": [{"id": 10}, {"id": 20}]}))
+        .await;
     let bmss: Api<BareMetalSwitch> = env.api();
+    let access = || {
+        Some(VlanMode::Access {
+            vlan: ssh_cases::vlan(100),
+        })
+    };
     let cases = [
-        ("dell1", "netmiko_dell_powerconnect", "ethernet 1/g1"),
-        ("brocade1", "netmiko_brocade_fastiron", "ethernet 1/1"),
-        ("qfx1", "netmiko_juniper", "ge-0/0/1"),
+        (
+            "dell1",
+            "netmiko_dell_powerconnect",
+            "ethernet 1/g1",
+            "web",
+            access(),
+        ),
+        (
+            "brocade1",
+            "netmiko_brocade_fastiron",
+            "ethernet 1/1",
+            "web",
+            access(),
+        ),
+        ("qfx1", "netmiko_juniper", "ge-0/0/1", "web", access()),
+        (
+            "eos1",
+            "netmiko_arista_eos",
+            "Ethernet1",
+            "trunk",
+            Some(VlanMode::Trunk {
+                native: None,
+                allowed: [ssh_cases::vlan(10), ssh_cases::vlan(20)]
+                    .into_iter()
+                    .collect(),
+            }),
+        ),
     ];
-    for (name, device_type, device_port) in cases {
+    for (name, device_type, device_port, configuration, _) in &cases {
+        let (name, device_type, device_port) = (*name, *device_type, *device_port);
         let sim = sims.get(name);
         login_secret(
             &env,
@@ -461,16 +495,20 @@ async fn every_mapped_device_type_drives_its_declared_port() {
             device_type,
             json!({"name": format!("{name}-credentials")}),
         );
+        let mut ports = json!({format!("{name}-p1"): {"name": device_port}});
+        if name == "eos1" {
+            ports["eos1-p2"] = json!({"name": "Ethernet2"});
+        }
         env.create::<Switch>(json!({
             "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
             "metadata": {"name": name},
             "spec": {"provider": {"name": name},
-                     "ports": {format!("{name}-p1"): {"name": device_port}}}
+                     "ports": ports}
         }))
         .await;
-        env.link(&format!("{name}-p1"), Some("web")).await;
+        env.link(&format!("{name}-p1"), Some(configuration)).await;
     }
-    for (name, device_type, device_port) in cases {
+    for (name, device_type, device_port, _, want) in cases {
         let sim = sims.get(name);
         let (_, reason, message) = support::eventually(60, &format!("{name} Valid"), || async {
             valid(&bmss, name).await.filter(|(s, _, _)| s == "True")
@@ -497,22 +535,44 @@ async fn every_mapped_device_type_drives_its_declared_port() {
             .await
             .unwrap()
         } else {
-            let os = if name == "dell1" {
-                "powerconnect"
-            } else {
-                "fastiron"
+            let os = match name {
+                "dell1" => "powerconnect",
+                "brocade1" => "fastiron",
+                _ => "eos",
             };
             ssh_cases::backend(os, sim)
                 .get_port(&ssh_cases::port(device_port))
                 .await
                 .unwrap()
         };
-        assert_eq!(
-            read.vlans,
-            Some(VlanMode::Access {
-                vlan: ssh_cases::vlan(100)
-            }),
-            "{name}: read back from the device"
-        );
+        assert_eq!(read.vlans, want, "{name}: read back from the device");
     }
+    // Arista EOS carries trunks only: an access configuration on its second
+    // declared port is refused with the reason, and the port is not touched.
+    env.link("eos1-p2", Some("web")).await;
+    let p = env
+        .wait_for("eos1-p2", "the capability refusal", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Ready"
+                        && c.status == "False"
+                        && c.message.contains("cannot configure access VLAN")
+                })
+            })
+        })
+        .await;
+    assert_ne!(
+        p.status.and_then(|s| s.state),
+        Some(PortState::Active),
+        "refused"
+    );
+    assert_eq!(
+        ssh_cases::backend("eos", sims.get("eos1"))
+            .get_port(&ssh_cases::port("Ethernet2"))
+            .await
+            .unwrap()
+            .vlans,
+        Some(VlanMode::Unconfigured),
+        "nothing sent to Ethernet2"
+    );
 }

@@ -26,6 +26,8 @@
 use crate::api::metal3_switch::BareMetalSwitch;
 use crate::api::{BackendOptions, HostKeyPin, ProviderSwitchSpec, SecretRef};
 use crate::decide::device_types::device_type;
+use crate::decide::validate::unknown_fields::schema_errors;
+use crate::decide::validate::{FieldError, validate_provider};
 
 /// The annotation on a BareMetalSwitch that pins its SSH host key.
 pub const HOST_KEY_ANNOTATION: &str = "patchbay.dev/host-key";
@@ -208,6 +210,95 @@ pub fn valid(
             None => (true, "Reconciled".into(), message.to_owned()),
         },
     }
+}
+
+/// Upstream's CRD at the pinned version, as patchbay's rendition has it (the tests
+/// install the same file): what `patchbay validate` checks a BareMetalSwitch's
+/// fields, types and enums against.
+const CRD_RENDITION: &str = include_str!("../../../testbed/crds/metal3.io_baremetalswitches.yaml");
+
+/// The rendition's `openAPIV3Schema`.
+fn schema() -> &'static serde_json::Value {
+    static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let crd: serde_json::Value =
+            patchbay_model::yaml::from_str(CRD_RENDITION).expect("the CRD rendition parses");
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    })
+}
+
+/// `patchbay validate` on one BareMetalSwitch document (`metal3.io/v1alpha1`):
+/// first what a cluster with upstream's CRD refuses at `kubectl apply` (field
+/// names, types, the driver enum, the required fields, the MAC pattern, the port's
+/// range), then, on a document that passes, what patchbay refuses before any device
+/// change (the device type, the credentials, the one-writer check against
+/// `existing`, the host-key annotation's form). The derived ProviderSwitch spec when
+/// nothing is wrong.
+pub fn check_document(
+    doc: &serde_json::Value,
+    existing: &[Existing<'_>],
+) -> Result<ProviderSwitchSpec, Vec<FieldError>> {
+    let mut errors = schema_errors(schema(), doc);
+    let spec = &doc["spec"];
+    let error = |path: &str, reason: &str| FieldError {
+        path: path.into(),
+        reason: reason.into(),
+    };
+    for field in ["address", "deviceType", "macAddress"] {
+        if spec.get(field).is_none_or(serde_json::Value::is_null) {
+            errors.push(error(&format!("spec.{field}"), "Required value"));
+        }
+    }
+    if let Some(mac) = spec.get("macAddress").and_then(serde_json::Value::as_str)
+        && !is_mac(mac)
+    {
+        errors.push(error(
+            "spec.macAddress",
+            "must be six hexadecimal pairs separated by colons (aa:bb:cc:dd:ee:ff)",
+        ));
+    }
+    if let Some(port) = spec.get("port").and_then(serde_json::Value::as_i64)
+        && !(1..=65535).contains(&port)
+    {
+        errors.push(error("spec.port", "must be between 1 and 65535"));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let bms: BareMetalSwitch = match serde_json::from_value(doc.clone()) {
+        Ok(b) => b,
+        Err(e) => return Err(vec![error("spec", &e.to_string())]),
+    };
+    let derived = derive(&bms, existing).map_err(|r| {
+        let (path, reason) = match r.message.split_once(": ") {
+            Some((path, reason)) if path.starts_with("spec.") => (path, reason),
+            _ => ("spec.address", r.message.as_str()),
+        };
+        vec![error(path, &format!("{reason} ({})", r.reason))]
+    })?;
+    // The derived ProviderSwitch's own checks; the host key is the annotation's.
+    validate_provider(&derived).map_err(|e| {
+        e.0.into_iter()
+            .map(|f| FieldError {
+                path: if f.path.starts_with("spec.hostKey") {
+                    format!("metadata.annotations[{HOST_KEY_ANNOTATION}]")
+                } else {
+                    f.path
+                },
+                reason: f.reason,
+            })
+            .collect::<Vec<_>>()
+    })?;
+    Ok(derived)
+}
+
+/// Upstream's MAC pattern, `^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`.
+fn is_mac(mac: &str) -> bool {
+    let pairs: Vec<&str> = mac.split(':').collect();
+    pairs.len() == 6
+        && pairs
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]
@@ -428,5 +519,98 @@ mod tests {
             !ok && reason == "UnsupportedDeviceType" && message.contains("SONiC"),
             "{message}"
         );
+    }
+
+    /// `patchbay validate`: upstream's schema first (as `kubectl apply` would refuse),
+    /// then patchbay's refusals, each naming the field.
+    #[test]
+    fn check_document_refuses_what_upstream_and_patchbay_refuse() {
+        let doc = |spec: serde_json::Value, annotations: serde_json::Value| {
+            serde_json::json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
+                "metadata": {"name": "tor-1", "namespace": "infra", "annotations": annotations},
+                "spec": spec})
+        };
+        let pin = serde_json::json!({HOST_KEY_ANNOTATION:
+            "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU"});
+        let good = check_document(&doc(cisco(serde_json::json!({})), pin.clone()), &[]).unwrap();
+        assert_eq!((good.backend, good.port), (Backend::Ssh, Some(22)));
+        let rows: Vec<(serde_json::Value, serde_json::Value, &str, &str)> = vec![
+            (
+                cisco(serde_json::json!({"vlan": 5})),
+                pin.clone(),
+                "spec.vlan",
+                "unknown field",
+            ),
+            (
+                serde_json::json!({"address": "192.0.2.10", "deviceType": "netmiko_cisco_ios"}),
+                pin.clone(),
+                "spec.macAddress",
+                "Required value",
+            ),
+            (
+                cisco(serde_json::json!({"macAddress": "aa:bb:cc:00:00"})),
+                pin.clone(),
+                "spec.macAddress",
+                "six hexadecimal pairs",
+            ),
+            (
+                cisco(serde_json::json!({"port": 70000})),
+                pin.clone(),
+                "spec.port",
+                "between 1 and 65535",
+            ),
+            (
+                cisco(serde_json::json!({"driver": "ironic"})),
+                pin.clone(),
+                "spec.driver",
+                "generic-switch",
+            ),
+            (
+                cisco(serde_json::json!({"port": "22"})),
+                pin.clone(),
+                "spec.port",
+                "",
+            ),
+            (
+                cisco(serde_json::json!({"deviceType": "netmiko_ovs_linux"})),
+                pin.clone(),
+                "spec.deviceType",
+                "(UnsupportedDeviceType)",
+            ),
+            (
+                cisco(
+                    serde_json::json!({"credentials": {"name": "x", "namespace": "kube-system"}}),
+                ),
+                pin.clone(),
+                "spec.credentials.namespace",
+                "(CredentialError)",
+            ),
+            (
+                cisco(serde_json::json!({})),
+                serde_json::json!({HOST_KEY_ANNOTATION: "SHA256:short"}),
+                "metadata.annotations[patchbay.dev/host-key]",
+                "43 base64",
+            ),
+        ];
+        for (spec, annotations, path, says) in rows {
+            let errors = check_document(&doc(spec.clone(), annotations), &[]).unwrap_err();
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.path == path && e.reason.contains(says)),
+                "{spec}: {errors:?}"
+            );
+        }
+        // Another writer on the device, among the files' ProviderSwitches.
+        let other = Existing {
+            namespace: "infra",
+            name: "by-hand",
+            address: "192.0.2.10",
+            port: 22,
+            derived_from: None,
+        };
+        let errors = check_document(&doc(cisco(serde_json::json!({})), pin), &[other]).unwrap_err();
+        assert_eq!(errors[0].path, "spec.address");
+        assert!(errors[0].reason.contains("(Conflict)"), "{errors:?}");
     }
 }

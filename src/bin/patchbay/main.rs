@@ -34,11 +34,12 @@ enum Command {
         out: Option<PathBuf>,
     },
     /// Validate manifests (ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
-    /// SmartNicPort, SmartNicConfiguration, Server, ServerClaim, VLANPool) without a
-    /// cluster. Links are checked when both ends are in the given files: a SwitchPort's
-    /// or a Server NIC's configuration against its Switch's port constraints, and a
-    /// Switch's spec.provider (it must configure ports: not os frr or linux). Exits 1
-    /// when anything is invalid.
+    /// SmartNicPort, SmartNicConfiguration, Server, ServerClaim, VLANPool, and Metal3's
+    /// BareMetalSwitch) without a cluster. Links are checked when both ends are in the
+    /// given files: a SwitchPort's or a Server NIC's configuration against its Switch's
+    /// port constraints, and a Switch's spec.provider (it must configure ports: not os
+    /// frr or linux; a BareMetalSwitch stands for the ProviderSwitch patchbay derives
+    /// from it). Exits 1 when anything is invalid.
     Validate {
         /// YAML files (multi-document allowed); `-` reads standard input.
         #[arg(required = true, value_name = "FILE")]

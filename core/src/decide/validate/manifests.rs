@@ -17,9 +17,10 @@ use crate::api::{
     ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, SwitchPortConfigurationSpec,
 };
+use crate::decide::metal3_switch::{DERIVED_LABEL, Existing, check_document};
 use patchbay_model::values::{PortName, excerpt};
 
-/// Every kind `patchbay validate` checks (all of patchbay's kinds).
+/// Every patchbay kind, each of which `patchbay validate` checks.
 pub const VALIDATED_KINDS: &[&str] = &[
     "ProviderSwitch",
     "Switch",
@@ -31,6 +32,11 @@ pub const VALIDATED_KINDS: &[&str] = &[
     "ServerClaim",
     "VLANPool",
 ];
+
+/// The other projects' kinds `patchbay validate` checks too: Metal3's
+/// BareMetalSwitch (`metal3.io/v1alpha1`), as upstream's CRD and patchbay would
+/// take it in.
+pub const OTHER_VALIDATED_KINDS: &[&str] = &["BareMetalSwitch"];
 
 /// The verdict on one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +94,9 @@ impl fmt::Display for ValidationReport {
 
 const API_VERSION: &str = "patchbay.dev/v1alpha1";
 
+/// Metal3's API: its BareMetalSwitches are checked too.
+const METAL3_API_VERSION: &str = "metal3.io/v1alpha1";
+
 fn typed<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, Vec<FieldError>> {
     decode(value.clone()).map_err(|e| {
         vec![FieldError {
@@ -109,6 +118,7 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
     let mut servers: Vec<(String, Server)> = Vec::new();
     let mut configs: BTreeMap<(String, String), SwitchPortConfigurationSpec> = BTreeMap::new();
     let mut providers: BTreeMap<(String, String), ProviderSwitch> = BTreeMap::new();
+    let mut bare_metal_switches: Vec<(usize, String, serde_json::Value)> = Vec::new();
 
     for (file, text) in files {
         // A syntax error anywhere makes the whole file one verdict: a YAML parser
@@ -152,6 +162,18 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
             } else {
                 format!("{kind} {}/{}", excerpt(&ns), excerpt(name))
             };
+            if api_version == METAL3_API_VERSION && kind == "BareMetalSwitch" {
+                // Judged once every file is read: its one-writer check needs the
+                // ProviderSwitches of all of them.
+                bare_metal_switches.push((report.verdicts.len(), ns.clone(), value));
+                report.verdicts.push(ObjectVerdict {
+                    source,
+                    object,
+                    errors: Vec::new(),
+                    skipped: false,
+                });
+                continue;
+            }
             if !api_version.starts_with("patchbay.dev/") {
                 report.verdicts.push(ObjectVerdict {
                     source,
@@ -272,6 +294,51 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
         }
     }
 
+    // BareMetalSwitches (`metal3.io`): upstream's schema, then patchbay's refusals,
+    // one writer per device among the files' ProviderSwitches and the
+    // BareMetalSwitches before it; each taken in stands for the ProviderSwitch
+    // patchbay would derive from it.
+    for (at, ns, value) in bare_metal_switches {
+        let name = value["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let verdict = {
+            let existing: Vec<Existing<'_>> = providers
+                .values()
+                .map(|p| Existing {
+                    namespace: p.metadata.namespace.as_deref().unwrap_or("default"),
+                    name: p.metadata.name.as_deref().unwrap_or_default(),
+                    address: &p.spec.address,
+                    port: p.spec.port_or_default(),
+                    derived_from: p
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(DERIVED_LABEL))
+                        .map(String::as_str),
+                })
+                .collect();
+            check_document(&value, &existing)
+        };
+        match verdict {
+            Ok(spec) => {
+                let derived = ProviderSwitch {
+                    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns.clone()),
+                        labels: Some([(DERIVED_LABEL.to_owned(), name.clone())].into()),
+                        ..Default::default()
+                    },
+                    spec,
+                    status: None,
+                };
+                providers.entry((ns, name)).or_insert(derived);
+            }
+            Err(errors) => report.verdicts[at].errors = errors,
+        }
+    }
+
     // Links: a Switch's ports are configured through its provider, which must be a
     // device that configures ports.
     for switch in &switches {
@@ -280,11 +347,21 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
         let Some(provider) = providers.get(&(ns.to_owned(), p.clone())) else {
             continue;
         };
+        let derived = provider
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(DERIVED_LABEL));
         report.verdicts.push(ObjectVerdict {
             source: "link".into(),
             object: format!(
-                "Switch {ns}/{} -> ProviderSwitch {ns}/{p}",
-                switch.metadata.name.as_deref().unwrap_or_default()
+                "Switch {ns}/{} -> {} {ns}/{p}",
+                switch.metadata.name.as_deref().unwrap_or_default(),
+                if derived {
+                    "BareMetalSwitch"
+                } else {
+                    "ProviderSwitch"
+                }
             ),
             errors: super::port_device_role(&provider.spec)
                 .err()
