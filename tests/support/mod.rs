@@ -266,7 +266,21 @@ pub fn bare_metal_host_crd(with_ports: bool) -> CustomResourceDefinition {
         "bmc": {"type": "object", "properties": {
             "address": {"type": "string"}, "credentialsName": {"type": "string"}}},
         "consumerRef": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-        "image": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}});
+        "image": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        // As baremetal-operator v0.14.0-rc.0 has it (its CRD's patterns, limits and
+        // required list).
+        "networkInterfaces": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string", "pattern": "^[a-zA-Z0-9._-]+$"},
+            "macAddress": {"type": "string",
+                           "pattern": "^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"},
+            "hostNetworkAttachment": {"type": "object", "properties": {
+                "name": {"type": "string", "maxLength": 253},
+                "namespace": {"type": "string", "maxLength": 63}}},
+            "switchPort": {"type": "object", "required": ["portID", "switchID"],
+                "properties": {
+                    "portID": {"type": "string"},
+                    "switchID": {"type": "string",
+                                 "pattern": "^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"}}}}}}}});
     if with_ports {
         spec["properties"]["ports"] = json!({"type": "array", "items":
             {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});

@@ -1,5 +1,6 @@
 //! Metal3's BareMetalHost, as far as patchbay reads it: a typed subset (its
-//! metadata, `spec.bootMACAddress`, the proposed `spec.ports`, and
+//! metadata, `spec.bootMACAddress`, the proposed `spec.ports`, upstream's
+//! `spec.networkInterfaces`, and
 //! `status.provisioning.state` and `status.hardware`), so that patchbay works with the
 //! upstream CRD as it is and keeps only these fields in memory. Not one of
 //! patchbay's CRDs: the baremetal-operator installs it. Pure data, no I/O.
@@ -36,6 +37,15 @@ pub struct BareMetalHostSpec {
     /// never hides the host from the watch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ports: Option<serde_json::Value>,
+    /// Upstream's `spec.networkInterfaces` (v0.14): each NIC by `name` or
+    /// `macAddress`, its `hostNetworkAttachment` and optional `switchPort`. Kept as
+    /// written and checked entry by entry, like `ports`.
+    #[serde(
+        default,
+        rename = "networkInterfaces",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network_interfaces: Option<serde_json::Value>,
 }
 
 /// The status fields patchbay reads.

@@ -10,6 +10,7 @@ pub mod common;
 pub mod configuration;
 pub mod keys;
 pub mod metal3;
+pub mod metal3_attachment;
 pub mod metal3_switch;
 pub mod provider_switch;
 pub mod quantity;

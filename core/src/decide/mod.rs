@@ -46,6 +46,7 @@ pub mod failure;
 pub mod inventory;
 pub mod lease;
 pub mod lobby;
+pub mod metal3_host;
 pub mod metal3_switch;
 pub mod neighbors;
 pub mod own_writes;
