@@ -40,8 +40,13 @@ pub struct Settings {
     /// Kubernetes Nodes (and MetalLB `BGPPeer`s) given their Server's BGP peers;
     /// `None` without `--bgp-node-selector`: no Node is touched.
     pub bgp_nodes: Option<crate::decide::bgp_nodes::BgpNodes>,
-    /// Drive Metal3 BareMetalSwitches (`--metal3-switches`): off by default.
+    /// Drive Metal3 BareMetalSwitches and BareMetalHosts' `networkInterfaces`
+    /// (`--metal3-switches`): off by default.
     pub metal3_switches: bool,
+    /// The SwitchPortConfiguration a Metal3 host's interfaces carry while it is
+    /// inspected, prepared, provisioned and deprovisioned
+    /// (`--metal3-provisioning-configuration namespace/name`); `None`: clean.
+    pub metal3_provisioning: Option<crate::api::ConfigurationRef>,
 }
 
 impl Default for Settings {
@@ -59,6 +64,7 @@ impl Default for Settings {
             tenancy: None,
             bgp_nodes: None,
             metal3_switches: false,
+            metal3_provisioning: None,
         }
     }
 }
@@ -158,6 +164,13 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_METAL3_SWITCHES")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metal3_switches: Option<bool>,
+    /// With metal3Switches: the SwitchPortConfiguration (namespace/name) a
+    /// BareMetalHost's networkInterfaces carry while the host is inspected,
+    /// prepared, provisioned or deprovisioned (Ironic's provisioning network)
+    /// [default: none: those ports are clean].
+    #[arg(long, env = "PATCHBAY_METAL3_PROVISIONING_CONFIGURATION")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metal3_provisioning_configuration: Option<String>,
 }
 
 impl SettingsArgs {
@@ -370,6 +383,25 @@ impl Settings {
             tenancy,
             bgp_nodes,
             metal3_switches: args.metal3_switches.unwrap_or(false),
+            metal3_provisioning: match args.metal3_provisioning_configuration.as_deref() {
+                None => None,
+                Some(r) => match r.split_once('/') {
+                    Some((ns, name))
+                        if !ns.is_empty() && !name.is_empty() && !name.contains('/') =>
+                    {
+                        Some(crate::api::ConfigurationRef {
+                            name: name.to_owned(),
+                            namespace: Some(ns.to_owned()),
+                        })
+                    }
+                    _ => {
+                        return Err(SettingsError::Invalid {
+                            field: "metal3ProvisioningConfiguration",
+                            reason: format!("{r:?} is not namespace/name"),
+                        });
+                    }
+                },
+            },
         })
     }
 }

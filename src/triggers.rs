@@ -315,13 +315,30 @@ pub fn hosts_of_switch(
     hosts: &[Arc<BareMetalHost>],
     switch: &Switch,
 ) -> Vec<ObjectRef<BareMetalHost>> {
+    // Hosts with Metal3 interfaces look their ports up among the Switches' entries.
+    let mut out = hosts_with_interfaces(hosts);
     if !reads_neighbors(switch) {
-        return Vec::new();
+        return out;
     }
+    out.extend(
+        hosts
+            .iter()
+            .filter(|h| {
+                h.spec.ports.is_some() && cabled_to_switch(&bare_metal_host_nics(h).0, switch)
+            })
+            .map(|h| ObjectRef::new(&h.name_any()).within(&h.namespace().unwrap_or_default())),
+    );
+    out
+}
+
+/// The hosts carrying Metal3's `spec.networkInterfaces`: what a BareMetalSwitch, a
+/// Switch's entries or a configuration derived from a HostNetworkAttachment may
+/// change.
+pub fn hosts_with_interfaces(hosts: &[Arc<BareMetalHost>]) -> Vec<ObjectRef<BareMetalHost>> {
     hosts
         .iter()
-        .filter(|h| h.spec.ports.is_some() && cabled_to_switch(&bare_metal_host_nics(h).0, switch))
-        .map(|h| ObjectRef::new(&h.name_any()).within(&h.namespace().unwrap_or_default()))
+        .filter(|h| h.spec.network_interfaces.is_some())
+        .map(|h| ObjectRef::from_obj(h.as_ref()))
         .collect()
 }
 
@@ -488,11 +505,20 @@ pub fn hosts_provisioned_with(
     hosts: &[Arc<BareMetalHost>],
     config: &SwitchPortConfiguration,
 ) -> Vec<ObjectRef<BareMetalHost>> {
-    hosts
+    let mut out: Vec<ObjectRef<BareMetalHost>> = hosts
         .iter()
         .filter(|h| h.spec.ports.is_some() && provisioned_with(&bare_metal_host_nics(h).0, config))
         .map(|h| ObjectRef::from_obj(h.as_ref()))
-        .collect()
+        .collect();
+    let derived = config
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(crate::decide::metal3_host::ATTACHMENT_LABEL));
+    if derived {
+        out.extend(hosts_with_interfaces(hosts));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -194,6 +194,10 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
             rule("metal3.io", "baremetalswitches", "watch"),
             rule("metal3.io", "baremetalswitches/status", "patch"),
             rule("patchbay.dev", "providerswitches", "create"),
+            rule("metal3.io", "hostnetworkattachments", "list"),
+            rule("metal3.io", "hostnetworkattachments", "watch"),
+            rule("patchbay.dev", "switchportconfigurations", "create"),
+            rule("patchbay.dev", "switchportconfigurations", "patch"),
         ])
     );
     let hook = of("ValidatingWebhookConfiguration");

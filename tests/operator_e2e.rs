@@ -51,6 +51,7 @@ fn test_settings(namespace: &str) -> Settings {
         tenancy: None,
         bgp_nodes: None,
         metal3_switches: false,
+        metal3_provisioning: None,
     }
 }
 

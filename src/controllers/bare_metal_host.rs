@@ -1,6 +1,9 @@
-//! The BareMetalHost controller: a Metal3 BareMetalHost that carries its own
-//! `spec.ports` (seed 003's proposal; the upstream CRD prunes the field, so this
-//! only happens on clusters whose CRD has it) is a host like a Server with those
+//! The BareMetalHost controller: a Metal3 BareMetalHost that carries Metal3's own
+//! `spec.networkInterfaces` (with `--metal3-switches`: each interface on the
+//! declared port its `switchPort` or inspection's LLDP names, carrying its
+//! HostNetworkAttachment once provisioned; [`crate::decide::metal3_host`]) or
+//! seed 003's `spec.ports` (the upstream CRD prunes that field, so this only
+//! happens on clusters whose CRD has it) is a host like a Server with those
 //! NICs — same phases, same pure functions, same gate ([`super::host::drive_host`]). A
 //! host that a Server links to (by reference or boot MAC) is driven by that Server
 //! instead, and its `spec.ports` is ignored.
@@ -40,7 +43,20 @@ pub(super) async fn reconcile(
 ) -> Result<Action, ControllerError> {
     let linked = !crate::triggers::servers_of_host(&ctx.alloc.servers.state(), &host).is_empty();
     let me = bare_metal_host_mark(&host);
-    let (nics, errors) = bare_metal_host_nics(&host);
+    // Metal3's own `networkInterfaces` (with --metal3-switches), else seed 003's
+    // `spec.ports`.
+    let interfaces = match (&ctx.world.metal3, &host.spec.network_interfaces) {
+        (Some(m), Some(_)) => Some(interfaces_of(&host, &ctx.world, m)),
+        _ => None,
+    };
+    let (nics, errors, waiting) = match interfaces {
+        Some(i) => (i.nics, i.refused, i.waiting),
+        None => {
+            let (nics, errors) = bare_metal_host_nics(&host);
+            (nics, errors, Vec::new())
+        }
+    };
+    let from_interfaces = ctx.world.metal3.is_some() && host.spec.network_interfaces.is_some();
     let phase: Option<ServerPhase> = host
         .annotations()
         .get(PHASE_ANNOTATION)
@@ -48,6 +64,7 @@ pub(super) async fn reconcile(
     // Nothing to drive: no ports, no phase, no port still marked (scanned last).
     let idle = nics.is_empty()
         && errors.is_empty()
+        && waiting.is_empty()
         && phase.is_none()
         && super::host::marked(&ctx.world, &me).is_empty();
     if linked || idle {
@@ -62,8 +79,13 @@ pub(super) async fn reconcile(
         && !t.trusts_hosts_of(&ns)
     {
         let ignored = format!(
-            "spec.ports ignored: namespace {ns} is not trusted to drive ports \
-             (--trusted-host-namespaces)"
+            "{} ignored: namespace {ns} is not trusted to drive ports \
+             (--trusted-host-namespaces)",
+            if from_interfaces {
+                "spec.networkInterfaces"
+            } else {
+                "spec.ports"
+            }
         );
         if host.annotations().get(PORTS_ANNOTATION) != Some(&ignored) {
             let api: Api<BareMetalHost> = Api::namespaced(ctx.world.client.clone(), &ns);
@@ -83,16 +105,26 @@ pub(super) async fn reconcile(
         }
         return Ok(Action::await_change());
     }
+    let field = if from_interfaces {
+        "spec.networkInterfaces"
+    } else {
+        "spec.ports"
+    };
     let nic_field = |name: &str| {
-        let entries = host.spec.ports.as_ref().and_then(|p| p.as_array());
+        let entries = if from_interfaces {
+            host.spec.network_interfaces.as_ref()
+        } else {
+            host.spec.ports.as_ref()
+        }
+        .and_then(|p| p.as_array());
         entries
             .and_then(|e| {
                 e.iter()
                     .position(|e| e.get("name").and_then(|n| n.as_str()) == Some(name))
             })
             .map_or_else(
-                || format!("spec.ports (NIC {name})"),
-                |i| format!("spec.ports[{i}]"),
+                || format!("{field} (NIC {name})"),
+                |i| format!("{field}[{i}]"),
             )
     };
     let view = HostView {
@@ -122,6 +154,7 @@ pub(super) async fn reconcile(
         .filter(|c| c.type_ == "PortsReady" && c.status != "True")
         .map(|c| format!("{}: {}", c.reason, c.message))
         .chain(errors.iter().cloned())
+        .chain(waiting.iter().cloned())
         .collect();
     if !why.is_empty() {
         ports = format!("{ports}; {}", why.join("; "));
@@ -167,4 +200,49 @@ pub(super) async fn reconcile(
             .await;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The host's `networkInterfaces` resolved against the BareMetalSwitches and the
+/// ports the Switches naming them declare.
+fn interfaces_of(
+    host: &BareMetalHost,
+    world: &super::host::HostWorld,
+    m: &super::host::Metal3World,
+) -> crate::decide::metal3_host::Interfaces {
+    use crate::decide::metal3_host::{DeclaredPort, Fabric, KnownSwitch, network_interfaces};
+    let bmss = m.switches.state();
+    let known: Vec<KnownSwitch<'_>> = bmss
+        .iter()
+        .map(|b| KnownSwitch {
+            namespace: b.metadata.namespace.as_deref().unwrap_or_default(),
+            name: b.metadata.name.as_deref().unwrap_or_default(),
+            mac: &b.spec.mac_address,
+        })
+        .collect();
+    let switches = world.stores.switches.state();
+    let declared: Vec<DeclaredPort<'_>> = switches
+        .iter()
+        .filter(|s| {
+            known.iter().any(|k| {
+                Some(k.namespace) == s.metadata.namespace.as_deref()
+                    && k.name == s.spec.provider.name
+            })
+        })
+        .flat_map(|s| {
+            s.spec.ports.iter().map(move |(key, p)| DeclaredPort {
+                namespace: s.metadata.namespace.as_deref().unwrap_or_default(),
+                provider: &s.spec.provider.name,
+                key,
+                device_port: &p.name,
+            })
+        })
+        .collect();
+    network_interfaces(
+        host,
+        &Fabric {
+            switches: &known,
+            declared: &declared,
+        },
+        m.provisioning.as_ref(),
+    )
 }

@@ -54,6 +54,19 @@ pub struct HostWorld {
     pub tenancy: Option<crate::decide::tenancy::Tenancy>,
     /// The Nodes (and MetalLB) a Server's BGP peers go to; `None`: none.
     pub bgp_nodes: Option<crate::decide::bgp_nodes::BgpNodes>,
+    /// Metal3's switch API (`--metal3-switches`); `None`: a BareMetalHost's
+    /// `networkInterfaces` are not read.
+    pub metal3: Option<Metal3World>,
+}
+
+/// What a BareMetalHost's `networkInterfaces` are resolved with.
+#[derive(Clone)]
+pub struct Metal3World {
+    /// The BareMetalSwitches (a `switchID` names one by its MAC).
+    pub switches: Store<crate::api::metal3_switch::BareMetalSwitch>,
+    /// What the interfaces carry while the host is provisioned with
+    /// (`--metal3-provisioning-configuration`).
+    pub provisioning: Option<ConfigurationRef>,
 }
 
 /// One host as the controller sees it.

@@ -37,6 +37,7 @@ pub mod context;
 pub mod events;
 pub mod host;
 pub mod metal3;
+pub mod metal3_attachment;
 pub mod metal3_switch;
 pub mod neighbors;
 pub mod port_loop;

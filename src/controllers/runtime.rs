@@ -41,8 +41,8 @@ use super::events::EventPublisher;
 use super::host::HostWorld;
 use super::server_claim::Allocator;
 use super::{
-    ControllerError, bare_metal_host, metal3, metal3_switch, port_runner, provider_switch, server,
-    server_claim, smartnic_port, switch, switch_port, vlan_pool,
+    ControllerError, bare_metal_host, metal3, metal3_attachment, metal3_switch, port_runner,
+    provider_switch, server, server_claim, smartnic_port, switch, switch_port, vlan_pool,
 };
 use crate::api::server::CabledPortKind;
 use crate::api::{Cached, PortState};
@@ -104,7 +104,9 @@ pub async fn run(
     };
     let (wakes, woken) = wakes();
     let watches = Watches::new(&client, ns, &wc, &harness);
-    let listed = watches.listed();
+    let metal3 = Metal3Watches::new(&client, ns, &wc, &harness, settings.metal3_switches);
+    let mut listed = watches.listed();
+    listed.extend(metal3.iter().flat_map(Metal3Watches::listed));
     let ctx = Arc::new(
         Context::new(
             client.clone(),
@@ -143,15 +145,19 @@ pub async fn run(
     let provider_ctl = provider_switches(&watches, &harness, &ctx, woken.providers);
     let snic_ctl = smartnic_ports(&watches, &harness, &ctx, snic_configs, &wc, woken.smartnics);
     let hosts = hosts_and_claims(
-        &client,
         &settings,
         &watches,
         &harness,
         &ctx,
         &wc,
         woken.claims,
+        metal3.as_ref(),
     );
-    let bms_ctl = metal3_switches(&client, &settings, &watches, &harness, &ctx, &wc);
+    let bms_ctl = metal3_switches(&settings, &watches, metal3.as_ref(), &harness, &ctx);
+    let metal3_watched: Part = match metal3 {
+        Some(m) => Box::pin(m.start()),
+        None => Box::pin(async {}),
+    };
     let pools_changed = watches.pools.subscribe();
     let background = background(
         &client,
@@ -188,6 +194,7 @@ pub async fn run(
         snic_ctl,
         hosts,
         bms_ctl,
+        metal3_watched,
         watched,
         background.run,
         stopper

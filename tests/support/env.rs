@@ -62,6 +62,7 @@ impl Env {
             tenancy: None,
             bgp_nodes: None,
             metal3_switches: false,
+            metal3_provisioning: None,
         };
         edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -280,6 +280,45 @@ pub(super) struct Watches {
     pub(super) pools: Watch<VLANPool>,
 }
 
+/// Metal3's switch API, watched only with `--metal3-switches` (without it the
+/// CRDs may not be installed): the BareMetalSwitches (whose ports a host's
+/// interfaces are looked up among) and the HostNetworkAttachments.
+pub(super) struct Metal3Watches {
+    pub(super) switches: Watch<crate::api::metal3_switch::BareMetalSwitch>,
+    pub(super) attachments: Watch<crate::api::metal3_attachment::HostNetworkAttachment>,
+}
+
+impl Metal3Watches {
+    pub(super) fn new(
+        client: &Client,
+        ns: Option<&str>,
+        wc: &watcher::Config,
+        h: &Harness,
+        on: bool,
+    ) -> Option<Self> {
+        on.then(|| Metal3Watches {
+            switches: Watch::whole(api_for(client, ns), wc, h.stopped()),
+            attachments: Watch::whole(api_for(client, ns), wc, h.stopped()),
+        })
+    }
+
+    /// Whether each cache holds its first list.
+    pub(super) fn listed(&self) -> Vec<Listed> {
+        vec![
+            self.switches.listed.clone(),
+            self.attachments.listed.clone(),
+        ]
+    }
+
+    /// Both watches, running.
+    pub(super) fn start(self) -> impl std::future::Future<Output = ()> + use<> {
+        let (a, b) = (self.switches.start(|_| {}), self.attachments.start(|_| {}));
+        async move {
+            futures::join!(a, b);
+        }
+    }
+}
+
 impl Watches {
     pub(super) fn new(
         client: &Client,

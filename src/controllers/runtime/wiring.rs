@@ -237,14 +237,15 @@ pub(super) fn smartnic_ports(
 /// longer has it. Also the orphan sweep, on start-up, periodically and when a Server
 /// names an unknown claim.
 pub(super) fn hosts_and_claims(
-    client: &Client,
     settings: &Settings,
     w: &Watches,
     h: &Harness,
     ctx: &Arc<Context>,
     wc: &watcher::Config,
     gone: mpsc::UnboundedReceiver<ObjectRef<ServerClaim>>,
+    metal3_api: Option<&Metal3Watches>,
 ) -> impl std::future::Future<Output = ()> + Send + use<> {
+    let client = &ctx.client;
     // Metal3's hosts: a cache whose watch follows the BareMetalHost CRD (installed
     // before or after patchbay, or removed), with a listed gate of its own — the
     // other caches' gate does not wait for Metal3.
@@ -379,8 +380,19 @@ pub(super) fn hosts_and_claims(
         })
         .watches_shared_stream(w.switches.subscribe(), move |sw| {
             triggers::hosts_of_switch(&h4.state(), &sw)
-        })
-        .with_config(Config::default().concurrency(8));
+        });
+    // With Metal3's switch API: a BareMetalSwitch that appears, changes or goes
+    // wakes the hosts whose interfaces are looked up among its ports.
+    let host_ctl = match metal3_api {
+        Some(m) => {
+            let h5 = alloc.hosts.store().clone();
+            host_ctl.watches_shared_stream(m.switches.subscribe(), move |_| {
+                triggers::hosts_with_interfaces(&h5.state())
+            })
+        }
+        None => host_ctl,
+    }
+    .with_config(Config::default().concurrency(8));
     let server_ctx = Arc::new(server::ServerCtx {
         alloc: alloc.clone(),
         world: HostWorld {
@@ -393,6 +405,10 @@ pub(super) fn hosts_and_claims(
             stores: ctx.stores.clone(),
             tenancy: ctx.settings.tenancy.clone(),
             bgp_nodes: ctx.settings.bgp_nodes.clone(),
+            metal3: metal3_api.map(|m| crate::controllers::host::Metal3World {
+                switches: m.switches.store.clone(),
+                provisioning: settings.metal3_provisioning.clone(),
+            }),
         },
     });
     let claim_ctl = h.run(
@@ -419,26 +435,22 @@ pub(super) fn hosts_and_claims(
     ])
 }
 
-/// Metal3 BareMetalSwitches, with `--metal3-switches` (otherwise nothing is
-/// watched: the CRD may not be installed): each keeps the ProviderSwitch derived
-/// from it, whose changes (its check's status) wake it, as do the changes of the
-/// Switches that name it as their provider.
+/// Metal3's switch API, with `--metal3-switches` (otherwise nothing is watched: the
+/// CRDs may not be installed). Each BareMetalSwitch keeps the ProviderSwitch
+/// derived from it, whose changes (its check's status) wake it, as do the changes
+/// of the Switches that name it as their provider. Each HostNetworkAttachment keeps
+/// the SwitchPortConfiguration derived from it.
 pub(super) fn metal3_switches(
-    client: &Client,
     settings: &Settings,
     w: &Watches,
+    metal3_api: Option<&Metal3Watches>,
     h: &Harness,
     ctx: &Arc<Context>,
-    wc: &watcher::Config,
 ) -> Part {
-    if !settings.metal3_switches {
+    let Some(m) = metal3_api.filter(|_| settings.metal3_switches) else {
         return Box::pin(async {});
-    }
-    let api = api_for::<crate::api::metal3_switch::BareMetalSwitch>(
-        client,
-        settings.namespace.as_deref(),
-    );
-    let controller = Controller::new(api, wc.clone())
+    };
+    let switches = Controller::for_shared_stream(m.switches.subscribe(), m.switches.store.clone())
         .owns_shared_stream(w.providers.subscribe())
         // A Switch's findings on the device (its Ready condition) are the
         // BareMetalSwitch's of the same name as its provider, if there is one.
@@ -449,10 +461,21 @@ pub(super) fn metal3_switches(
         // One at a time: two BareMetalSwitches on one device never pass the
         // one-writer check together (see metal3_switch::reconcile).
         .with_config(Config::default().concurrency(1));
-    Box::pin(h.run(
+    let attachments =
+        Controller::for_shared_stream(m.attachments.subscribe(), m.attachments.store.clone())
+            .owns_shared_stream(w.configs.subscribe())
+            .with_config(Config::default().concurrency(4));
+    let switches = h.run(
         "BareMetalSwitch",
-        controller,
+        switches,
         metal3_switch::reconcile,
         ctx.clone(),
-    ))
+    );
+    let attachments = h.run(
+        "HostNetworkAttachment",
+        attachments,
+        metal3_attachment::reconcile,
+        ctx.clone(),
+    );
+    Box::pin(run_parts(parts![switches, attachments]))
 }
