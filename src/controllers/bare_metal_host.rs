@@ -46,6 +46,11 @@ pub(super) async fn reconcile(
     // Metal3's own `networkInterfaces` (with --metal3-switches), else seed 003's
     // `spec.ports`.
     let interfaces = match (&ctx.world.metal3, &host.spec.network_interfaces) {
+        (Some(m), Some(_)) if !*m.switches_listed.borrow() => {
+            // The BareMetalSwitches are not listed yet (or their CRD is missing):
+            // nothing is decided from a cache that may still be filling.
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
         (Some(m), Some(_)) => Some(interfaces_of(&host, &ctx.world, m)),
         _ => None,
     };

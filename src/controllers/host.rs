@@ -64,6 +64,10 @@ pub struct HostWorld {
 pub struct Metal3World {
     /// The BareMetalSwitches (a `switchID` names one by its MAC).
     pub switches: Store<crate::api::metal3_switch::BareMetalSwitch>,
+    /// Whether that cache holds its first list: before, a host's interfaces are
+    /// not read (a switch not listed yet would read as gone, and the host's ports
+    /// would be cleaned).
+    pub switches_listed: super::context::Listed,
     /// What the interfaces carry while the host is provisioned with
     /// (`--metal3-provisioning-configuration`).
     pub provisioning: Option<ConfigurationRef>,

@@ -302,14 +302,6 @@ impl Metal3Watches {
         })
     }
 
-    /// Whether each cache holds its first list.
-    pub(super) fn listed(&self) -> Vec<Listed> {
-        vec![
-            self.switches.listed.clone(),
-            self.attachments.listed.clone(),
-        ]
-    }
-
     /// Both watches, running.
     pub(super) fn start(self) -> impl std::future::Future<Output = ()> + use<> {
         let (a, b) = (self.switches.start(|_| {}), self.attachments.start(|_| {}));

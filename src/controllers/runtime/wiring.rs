@@ -407,6 +407,7 @@ pub(super) fn hosts_and_claims(
             bgp_nodes: ctx.settings.bgp_nodes.clone(),
             metal3: metal3_api.map(|m| crate::controllers::host::Metal3World {
                 switches: m.switches.store.clone(),
+                switches_listed: m.switches.listed.clone(),
                 provisioning: settings.metal3_provisioning.clone(),
             }),
         },
