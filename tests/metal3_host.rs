@@ -64,14 +64,17 @@ async fn expect(sim: &SimSwitch, port: &str, want: Option<VlanMode>) {
 
 const PAUSED: &str = "baremetalhost.metal3.io/paused";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
-    if !on_devplane() {
-        return; // installs Metal3's CRDs
-    }
-    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
-    let sim = sims.get("tor1").clone();
-    let cluster = Cluster::start("metal3-host").await;
+/// A cluster with Metal3's CRDs (upstream's renditions), the operator with
+/// `--metal3-switches` (`tweak` changes more), the provisioning configuration `pxe`
+/// (VLAN 10), and `sim` as BareMetalSwitch `tor1` (MAC aa:bb:cc:00:00:01) with
+/// `ports` (key, device port) declared on it by Switch `tor1`.
+async fn metal3(
+    test: &str,
+    sim: &SimSwitch,
+    ports: &[(&str, &str)],
+    tweak: impl FnOnce(&mut patchbay::settings::Settings, &str),
+) -> Env {
+    let cluster = Cluster::start(test).await;
     for file in [
         "metal3.io_baremetalswitches.yaml",
         "metal3.io_hostnetworkattachments.yaml",
@@ -82,18 +85,16 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
         .install_crd(support::bare_metal_host_crd(false))
         .await;
     let ns = cluster.namespace.clone();
-    let pxe = ConfigurationRef {
-        name: "pxe".into(),
-        namespace: Some(ns.clone()),
-    };
     let env = Env::start_on(cluster, |s| {
         s.metal3_switches = true;
-        s.metal3_provisioning = Some(pxe);
+        s.metal3_provisioning = Some(ConfigurationRef {
+            name: "pxe".into(),
+            namespace: Some(ns.clone()),
+        });
+        tweak(s, &ns);
     })
     .await;
     env.configuration("pxe", json!({"untaggedVLAN": 10})).await;
-
-    // The infra team: the switch as a BareMetalSwitch, one port declared on it.
     create::<Secret>(
         &env,
         json!({"metadata": {"name": "tor1-credentials"},
@@ -111,34 +112,135 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
                         "credentials": {"name": "tor1-credentials"}}}),
     )
     .await;
+    let declared: serde_json::Map<String, serde_json::Value> = ports
+        .iter()
+        .map(|(key, name)| ((*key).to_owned(), json!({"name": name})))
+        .collect();
     env.create::<Switch>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
         "metadata": {"name": "tor1"},
-        "spec": {"provider": {"name": "tor1"},
-                 "ports": {"host-1-eth0": {"name": "FastEthernet0/1"}}}
+        "spec": {"provider": {"name": "tor1"}, "ports": declared}
     }))
     .await;
+    env
+}
+
+/// A HostNetworkAttachment `name` with `spec`, in `namespace`.
+async fn attachment(env: &Env, namespace: &str, name: &str, spec: serde_json::Value) {
+    let hna: HostNetworkAttachment = serde_json::from_value(
+        json!({"apiVersion": "metal3.io/v1alpha1", "kind": "HostNetworkAttachment",
+               "metadata": {"name": name, "namespace": namespace}, "spec": spec}),
+    )
+    .unwrap();
+    Api::<HostNetworkAttachment>::namespaced(env.cluster.client.clone(), namespace)
+        .create(&PostParams::default(), &hna)
+        .await
+        .unwrap();
+}
+
+/// The test playing BMO for host `name`.
+struct Bmo {
+    hosts: Api<BareMetalHost>,
+    name: &'static str,
+}
+
+impl Bmo {
+    /// Creates the host with `interfaces`.
+    async fn create(env: &Env, name: &'static str, interfaces: serde_json::Value) -> Self {
+        create::<BareMetalHost>(
+            env,
+            json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                   "metadata": {"name": name},
+                   "spec": {"networkInterfaces": interfaces}}),
+        )
+        .await;
+        Bmo {
+            hosts: env.api(),
+            name,
+        }
+    }
+
+    /// Waits for patchbay's phase `phase` with every port ready; the ports
+    /// annotation.
+    async fn settled(&self, phase: &str) -> String {
+        eventually(
+            60,
+            &format!("{} {phase}, its ports ready", self.name),
+            || async {
+                let h = self.hosts.get(self.name).await.ok()?;
+                let a = h.annotations();
+                let ports = a.get("patchbay.dev/ports")?;
+                let (ready, total) = ports.split(';').next()?.split_once('/')?;
+                (a.get("patchbay.dev/phase").map(String::as_str) == Some(phase) && ready == total)
+                    .then(|| ports.clone())
+            },
+        )
+        .await
+    }
+
+    /// Sets BMO's state once patchbay's pause is gone.
+    async fn step(&self, state: &str) {
+        eventually(
+            60,
+            &format!("{} unpaused, to go {state}", self.name),
+            || async {
+                let h = self.hosts.get(self.name).await.ok()?;
+                (!h.annotations().contains_key(PAUSED)).then_some(())
+            },
+        )
+        .await;
+        self.hosts
+            .patch_status(
+                self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"provisioning": {"state": state}}})),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// An interface on `port` of tor1, by MAC, carrying attachment `hna` (in `namespace`
+/// when given).
+fn interface(mac: &str, port: &str, hna: &str, namespace: Option<&str>) -> serde_json::Value {
+    let mut reference = json!({"name": hna});
+    if let Some(ns) = namespace {
+        reference["namespace"] = json!(ns);
+    }
+    json!({"macAddress": mac, "hostNetworkAttachment": reference,
+           "switchPort": {"switchID": "aa:bb:cc:00:00:01", "portID": port}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
+    if !on_devplane() {
+        return; // installs Metal3's CRDs
+    }
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let env = metal3(
+        "metal3-host",
+        &sim,
+        &[("host-1-eth0", "FastEthernet0/1")],
+        |_, _| {},
+    )
+    .await;
+    let ns = env.cluster.namespace.clone();
 
     // The attachments: a trunk, and one breaking BMO's webhook rule (allowedVLANs
     // in access mode), which derives nothing and says why.
-    let hna = |name: &str, spec: serde_json::Value| {
-        json!({"apiVersion": "metal3.io/v1alpha1", "kind": "HostNetworkAttachment",
-               "metadata": {"name": name}, "spec": spec})
-    };
-    create::<HostNetworkAttachment>(
+    attachment(
         &env,
-        hna(
-            "web",
-            json!({"mode": "trunk", "nativeVLAN": 100, "allowedVLANs": ["200-201"]}),
-        ),
+        &ns,
+        "web",
+        json!({"mode": "trunk", "nativeVLAN": 100, "allowedVLANs": ["200-201"]}),
     )
     .await;
-    create::<HostNetworkAttachment>(
+    attachment(
         &env,
-        hna(
-            "bad",
-            json!({"mode": "access", "nativeVLAN": 5, "allowedVLANs": ["6"]}),
-        ),
+        &ns,
+        "bad",
+        json!({"mode": "access", "nativeVLAN": 5, "allowedVLANs": ["6"]}),
     )
     .await;
     let configs: Api<SwitchPortConfiguration> = env.api();
@@ -161,62 +263,26 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
     assert!(configs.get_opt("bad").await.unwrap().is_none());
 
     // The host: one interface on the declared port, one naming an undeclared one.
-    let hosts: Api<BareMetalHost> = env.api();
-    create::<BareMetalHost>(
+    let host = Bmo::create(
         &env,
-        json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-               "metadata": {"name": "host-1"},
-               "spec": {"bootMACAddress": "52:54:00:00:00:01", "networkInterfaces": [
-                   {"macAddress": "52:54:00:00:00:01", "hostNetworkAttachment": {"name": "web"},
-                    "switchPort": {"switchID": "aa:bb:cc:00:00:01", "portID": "FastEthernet0/1"}},
-                   {"macAddress": "52:54:00:00:00:02", "hostNetworkAttachment": {"name": "web"},
-                    "switchPort": {"switchID": "aa:bb:cc:00:00:01", "portID": "FastEthernet0/9"}}]}}),
+        "host-1",
+        json!([
+            interface("52:54:00:00:00:01", "FastEthernet0/1", "web", None),
+            interface("52:54:00:00:00:02", "FastEthernet0/9", "web", None)
+        ]),
     )
     .await;
-    let annotated = |phase: &'static str| {
-        let hosts = hosts.clone();
-        async move {
-            eventually(60, &format!("host-1 {phase}, its port ready"), || async {
-                let h = hosts.get("host-1").await.ok()?;
-                let a = h.annotations();
-                let ports = a.get("patchbay.dev/ports")?;
-                (a.get("patchbay.dev/phase").map(String::as_str) == Some(phase)
-                    && ports.starts_with("1/1"))
-                .then(|| ports.clone())
-            })
-            .await
-        }
-    };
-    let ports = annotated("Available").await;
+    let ports = host.settled("Available").await;
     assert!(
         ports.contains("portID \"FastEthernet0/9\" is not declared on BareMetalSwitch"),
         "{ports}"
     );
-    // BMO's part: each state once patchbay's pause is gone.
-    let step = |state: &'static str| {
-        let hosts = hosts.clone();
-        async move {
-            eventually(60, &format!("host-1 unpaused, to go {state}"), || async {
-                let h = hosts.get("host-1").await.ok()?;
-                (!h.annotations().contains_key(PAUSED)).then_some(())
-            })
-            .await;
-            hosts
-                .patch_status(
-                    "host-1",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"provisioning": {"state": state}}})),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    step("inspecting").await;
+    host.step("inspecting").await;
     expect(&sim, "FastEthernet0/1", access(10)).await;
-    step("provisioning").await;
-    annotated("Provisioning").await;
-    step("provisioned").await;
-    annotated("Provisioned").await;
+    host.step("provisioning").await;
+    host.settled("Provisioning").await;
+    host.step("provisioned").await;
+    host.settled("Provisioned").await;
     expect(
         &sim,
         "FastEthernet0/1",
@@ -226,15 +292,130 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
         }),
     )
     .await;
-    step("deprovisioning").await;
-    annotated("Deprovisioning").await;
+    host.step("deprovisioning").await;
+    host.settled("Deprovisioning").await;
     expect(&sim, "FastEthernet0/1", access(10)).await;
-    step("deleting").await;
+    host.step("deleting").await;
     expect(&sim, "FastEthernet0/1", Some(VlanMode::Unconfigured)).await;
     // The undeclared port was never touched.
     assert_eq!(
         cisco(&sim, "FastEthernet0/9").await,
         Some(VlanMode::Unconfigured)
     );
+    env.cluster.finish().await;
+}
+
+/// Tenancy, as a hostile tenant would try it: an attachment in tenant a's namespace
+/// carrying a VLAN granted to tenant b only is refused on the device's port (the
+/// port keeps the provisioning network, `Forbidden` names the VLAN), while tenant
+/// a's own attachment on another host's port is applied; each read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_attachment_is_held_to_its_grants() {
+    if !on_devplane() {
+        return; // installs Metal3's CRDs, namespaces and cluster-scoped pools
+    }
+    use k8s_openapi::api::core::v1::Namespace;
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let env = metal3(
+        "metal3-host-tenancy",
+        &sim,
+        &[
+            ("host-a-eth0", "FastEthernet0/1"),
+            ("host-b-eth0", "FastEthernet0/2"),
+        ],
+        |s, infra| {
+            s.namespace = None;
+            s.tenancy = Some(patchbay::decide::tenancy::Tenancy {
+                infra_namespace: infra.to_owned(),
+                parking_vlan: patchbay_providers::values::VlanId::new(999).unwrap(),
+                trusted_host_namespaces: Default::default(),
+                allow_bmc_credentials: false,
+            });
+        },
+    )
+    .await;
+    let infra = env.cluster.namespace.clone();
+    let (a, b) = (format!("{infra}-a"), format!("{infra}-b"));
+    for ns in [&a, &b] {
+        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(env.cluster.client.clone())
+            .create(&PostParams::default(), &n)
+            .await
+            .unwrap();
+    }
+    for (pool, vlans, ns) in [("a", "200-209", &a), ("b", "300-309", &b)] {
+        let p: patchbay::api::VLANPool = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "VLANPool",
+            "metadata": {"name": format!("{infra}-{pool}")},
+            "spec": {"vlans": vlans, "namespaces": [ns]}
+        }))
+        .unwrap();
+        Api::<patchbay::api::VLANPool>::all(env.cluster.client.clone())
+            .create(&PostParams::default(), &p)
+            .await
+            .unwrap();
+    }
+    // Tenant a: its own VLAN, and tenant b's.
+    attachment(&env, &a, "web", json!({"nativeVLAN": 200})).await;
+    attachment(&env, &a, "steal", json!({"nativeVLAN": 300})).await;
+    let hosts = [
+        (
+            Bmo::create(
+                &env,
+                "host-a",
+                json!([interface(
+                    "52:54:00:00:00:0a",
+                    "FastEthernet0/1",
+                    "web",
+                    Some(&a)
+                )]),
+            )
+            .await,
+            "host-a-eth0",
+        ),
+        (
+            Bmo::create(
+                &env,
+                "host-b",
+                json!([interface(
+                    "52:54:00:00:00:0b",
+                    "FastEthernet0/2",
+                    "steal",
+                    Some(&a)
+                )]),
+            )
+            .await,
+            "host-b-eth0",
+        ),
+    ];
+    for (host, _) in &hosts {
+        host.settled("Available").await;
+        host.step("provisioning").await;
+        host.settled("Provisioning").await;
+        host.step("provisioned").await;
+    }
+    hosts[0].0.settled("Provisioned").await;
+    expect(&sim, "FastEthernet0/1", access(200)).await;
+    // Tenant b's VLAN through tenant a's attachment: refused on the port, which
+    // keeps the provisioning network; never VLAN 300 on the device.
+    let port = env
+        .wait_for(hosts[1].1, "the grant refusal", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Forbidden" && c.status == "True" && c.message.contains("300")
+                })
+            })
+        })
+        .await;
+    let forbidden = port
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Forbidden")
+        .unwrap();
+    assert!(forbidden.message.contains(&a), "{}", forbidden.message);
+    assert_eq!(cisco(&sim, "FastEthernet0/2").await, access(10));
     env.cluster.finish().await;
 }

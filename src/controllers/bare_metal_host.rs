@@ -16,8 +16,9 @@
 //! `deleting` states, and a port still carrying the host's mark after the host is
 //! gone is left as it is (a Server linked to the host does hold a finalizer).
 //! Under tenancy only hosts of trusted namespaces drive ports: the infra namespace
-//! and `--trusted-host-namespaces`; their ports serve the host's namespace, and what
-//! they carry passes the same grant check as a claim's. Kubernetes I/O.
+//! and `--trusted-host-namespaces`; their ports serve the namespace of what they
+//! carry (a tenant's HostNetworkAttachment: that tenant), whose grants it passes as
+//! a claim's does. Kubernetes I/O.
 
 use std::sync::Arc;
 use std::time::Duration;

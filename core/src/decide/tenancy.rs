@@ -604,7 +604,8 @@ pub struct Lookups<'a> {
 /// The namespace a port (`kind`, `meta`, carrying `configuration`) serves: for a
 /// port a Server drives, its claim's namespace unless the port carries the NIC's
 /// provisioning configuration (infra's network); for a port a BareMetalHost drives,
-/// the host's namespace; for a SwitchPort chained from a SmartNicPort, whom that
+/// the namespace of the configuration it carries (the host's while it carries
+/// none); for a SwitchPort chained from a SmartNicPort, whom that
 /// port serves; else the port's own namespace.
 pub fn serving_namespace(
     kind: CabledPortKind,
@@ -645,7 +646,15 @@ pub fn serving_namespace(
             };
         }
         if let Some(rest) = mark.strip_prefix("BareMetalHost/") {
-            return rest.split('/').next().unwrap_or(&ns).to_owned();
+            // The namespace of what it carries (a tenant's HostNetworkAttachment
+            // serves that tenant, whose grants then apply); the host's own while it
+            // carries nothing. Only hosts of trusted namespaces drive ports, and it
+            // is their author, the infra team, who chose the configuration.
+            let host_ns = rest.split('/').next().unwrap_or(&ns);
+            return configuration.map_or_else(
+                || host_ns.to_owned(),
+                |c| c.namespace.clone().unwrap_or_else(|| ns.clone()),
+            );
         }
     }
     if kind == CabledPortKind::SwitchPort

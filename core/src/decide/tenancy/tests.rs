@@ -449,8 +449,9 @@ fn judge_is_the_one_tenancy_rule() {
 }
 
 /// Whom a port serves: the claim of the Server that drives it (not while it
-/// carries the NIC's provisioning configuration), a BareMetalHost's namespace, the
-/// SmartNicPort it is chained from, else its own namespace.
+/// carries the NIC's provisioning configuration), for a BareMetalHost the namespace
+/// of what it carries (the host's while nothing), the SmartNicPort it is chained
+/// from, else its own namespace.
 #[test]
 fn a_port_serves_its_hosts_claim_its_chain_or_its_own_namespace() {
     let server: Arc<Server> = Arc::new(
@@ -513,6 +514,21 @@ fn a_port_serves_its_hosts_claim_its_chain_or_its_own_namespace() {
             meta(Some((HOST_ANNOTATION, "BareMetalHost/tenant-b/host-9"))),
             None,
             "tenant-b",
+        ),
+        // A BareMetalHost's port serves the namespace of what it carries: a
+        // tenant's HostNetworkAttachment its tenant, the infra team's network infra.
+        (
+            meta(Some((HOST_ANNOTATION, "BareMetalHost/metal3/host-9"))),
+            Some(ConfigurationRef {
+                name: "web".into(),
+                namespace: Some("tenant-a".into()),
+            }),
+            "tenant-a",
+        ),
+        (
+            meta(Some((HOST_ANNOTATION, "BareMetalHost/metal3/host-9"))),
+            Some(cfg("pxe")),
+            "infra",
         ),
         // Chained from a SmartNicPort: whom that port serves (its host's namespace).
         (
