@@ -3,9 +3,11 @@
 //! on its BareMetalSwitch through the host's whole life — the provisioning
 //! configuration while it is inspected and provisioned, the configuration derived
 //! from its HostNetworkAttachment once provisioned, back to provisioning when
-//! deprovisioned, clean when deleted — each read back from the device. An
-//! interface naming a port nobody declared is refused and nothing is sent to that
-//! port; an attachment breaking BMO's webhook rules derives nothing and says why.
+//! deprovisioned, clean when deleted — each read back from the device; an interface
+//! named by NIC name waits for inspection and is then driven on the port its LLDP
+//! names. An interface naming a port nobody declared is refused and nothing is sent
+//! to that port; an attachment breaking BMO's webhook rules derives nothing and
+//! says why; a tenant's attachment is held to the tenant's grants.
 //! The CRDs are upstream's renditions (`testbed/crds/`, the networkInterfaces
 //! schema in `support::bare_metal_host_crd`).
 
@@ -221,7 +223,10 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
     let env = metal3(
         "metal3-host",
         &sim,
-        &[("host-1-eth0", "FastEthernet0/1")],
+        &[
+            ("host-1-eth0", "FastEthernet0/1"),
+            ("host-1-eth1", "FastEthernet0/3"),
+        ],
         |_, _| {},
     )
     .await;
@@ -262,13 +267,16 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
     assert!(note.contains("spec.allowedVLANs"), "{note}");
     assert!(configs.get_opt("bad").await.unwrap().is_none());
 
-    // The host: one interface on the declared port, one naming an undeclared one.
+    // The host: one interface on the declared port its switchPort names, one
+    // naming an undeclared port, and one by NIC name with no switchPort: its port
+    // is what inspection's LLDP will say.
     let host = Bmo::create(
         &env,
         "host-1",
         json!([
             interface("52:54:00:00:00:01", "FastEthernet0/1", "web", None),
-            interface("52:54:00:00:00:02", "FastEthernet0/9", "web", None)
+            interface("52:54:00:00:00:02", "FastEthernet0/9", "web", None),
+            {"name": "eth1", "hostNetworkAttachment": {"name": "web"}}
         ]),
     )
     .await;
@@ -277,26 +285,41 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
         ports.contains("portID \"FastEthernet0/9\" is not declared on BareMetalSwitch"),
         "{ports}"
     );
+    assert!(
+        ports.contains("NIC eth1 has not been reported by inspection yet"),
+        "{ports}"
+    );
     host.step("inspecting").await;
     expect(&sim, "FastEthernet0/1", access(10)).await;
+    // Inspection reports eth1 and its LLDP neighbour: its port is driven from now.
+    host.hosts
+        .patch_status(
+            "host-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"hardware": {"nics": [
+                {"name": "eth1", "mac": "52:54:00:00:00:03",
+                 "lldp": {"switchID": "aa:bb:cc:00:00:01", "portID": "FastEthernet0/3",
+                          "switchSystemName": "tor1"}}]}}})),
+        )
+        .await
+        .unwrap();
+    expect(&sim, "FastEthernet0/3", access(10)).await;
     host.step("provisioning").await;
     host.settled("Provisioning").await;
     host.step("provisioned").await;
     host.settled("Provisioned").await;
-    expect(
-        &sim,
-        "FastEthernet0/1",
-        Some(VlanMode::Trunk {
-            native: Some(vlan(100)),
-            allowed: [vlan(200), vlan(201)].into_iter().collect(),
-        }),
-    )
-    .await;
+    let trunk = Some(VlanMode::Trunk {
+        native: Some(vlan(100)),
+        allowed: [vlan(200), vlan(201)].into_iter().collect(),
+    });
+    expect(&sim, "FastEthernet0/1", trunk.clone()).await;
+    expect(&sim, "FastEthernet0/3", trunk).await;
     host.step("deprovisioning").await;
     host.settled("Deprovisioning").await;
     expect(&sim, "FastEthernet0/1", access(10)).await;
     host.step("deleting").await;
     expect(&sim, "FastEthernet0/1", Some(VlanMode::Unconfigured)).await;
+    expect(&sim, "FastEthernet0/3", Some(VlanMode::Unconfigured)).await;
     // The undeclared port was never touched.
     assert_eq!(
         cisco(&sim, "FastEthernet0/9").await,
