@@ -96,7 +96,9 @@ spec:
 }
 
 /// Metal3's BareMetalSwitch: refused where upstream's CRD or patchbay would refuse
-/// it, naming the field; two on one device, the second refused.
+/// it, naming the field; two on one device, the second refused. A
+/// HostNetworkAttachment breaking BMO's webhook rule, and a host's interface on a
+/// port nobody declared, each refused naming the field.
 #[test]
 fn validate_checks_a_bare_metal_switch_as_upstream_and_patchbay_would() {
     let bms = |name: &str, spec: &str| {
@@ -125,6 +127,11 @@ fn validate_checks_a_bare_metal_switch_as_upstream_and_patchbay_would() {
             "twice-again",
             "  address: 192.0.2.3\n  macAddress: aa:bb:cc:00:00:05\n  deviceType: netmiko_cisco_ios\n  credentials: {name: c}\n",
         ),
+        // The host half: an attachment breaking BMO's webhook rule, and a host
+        // whose interface names a port no Switch declares on BareMetalSwitch twice.
+        "apiVersion: metal3.io/v1alpha1\nkind: HostNetworkAttachment\nmetadata: {name: web, namespace: infra}\nspec: {mode: access, nativeVLAN: 100, allowedVLANs: [\"200\"]}\n---\n".into(),
+        "apiVersion: patchbay.dev/v1alpha1\nkind: Switch\nmetadata: {name: twice, namespace: infra}\nspec:\n  provider: {name: twice}\n  ports:\n    host-1-eth0: {name: ethernet 1/g1}\n---\n".into(),
+        "apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {name: host-1, namespace: infra}\nspec:\n  networkInterfaces:\n  - {macAddress: \"52:54:00:00:00:01\", hostNetworkAttachment: {name: web}, switchPort: {switchID: \"aa:bb:cc:00:00:04\", portID: ethernet 1/g1}}\n  - {macAddress: \"52:54:00:00:00:02\", hostNetworkAttachment: {name: web}, switchPort: {switchID: \"aa:bb:cc:00:00:04\", portID: ethernet 1/g9}}\n".into(),
     ]
     .concat();
     let (code, report) = validate_stdin(&text);
@@ -135,10 +142,13 @@ fn validate_checks_a_bare_metal_switch_as_upstream_and_patchbay_would() {
         "spec.macAddress: Required value",
         "spec.credentials.namespace: patchbay reads a switch's Secret from the switch's own namespace",
         "spec.address: ProviderSwitch infra/twice already drives 192.0.2.3:22",
+        "spec.allowedVLANs: an access port carries only its nativeVLAN",
+        "spec.networkInterfaces[1].switchPort: portID \"ethernet 1/g9\" is not declared on BareMetalSwitch infra/twice (declared: ethernet 1/g1)",
     ] {
         assert!(report.contains(line), "{line:?} not in\n{report}");
     }
-    assert!(report.contains("4 invalid"), "{report}");
+    assert!(!report.contains("networkInterfaces[0]"), "{report}");
+    assert!(report.contains("6 invalid"), "{report}");
 }
 
 /// A Switch whose ports would be configured through a BGP speaker or a neighbour

@@ -58,18 +58,29 @@ async fn with_crds_and_examples(test: &str) -> Cluster {
     // Metal3's BareMetalSwitch CRD (the rendition of upstream's): the example
     // BareMetalSwitch is taken in as a cluster with the baremetal-operator takes it.
     cluster.kubectl_ok(&["apply", "-f", "testbed/crds/"]);
-    cluster.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/baremetalswitches.metal3.io",
-        "--timeout=30s",
-    ]);
+    cluster
+        .install_crd(support::bare_metal_host_crd(false))
+        .await;
+    for crd in [
+        "baremetalswitches.metal3.io",
+        "hostnetworkattachments.metal3.io",
+    ] {
+        cluster.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{crd}"),
+            "--timeout=30s",
+        ]);
+    }
     let dir = examples_in(&cluster);
     let out = cluster.kubectl_ok(&["apply", "-f", dir.to_str().unwrap()]);
-    assert!(
-        out.contains("baremetalswitch.metal3.io/tor-5 created"),
-        "{out}"
-    );
+    for created in [
+        "baremetalswitch.metal3.io/tor-5 created",
+        "hostnetworkattachment.metal3.io/web-trunk created",
+        "baremetalhost.metal3.io/server-51 created",
+    ] {
+        assert!(out.contains(created), "{out}");
+    }
     assert!(
         out.contains("switchportconfiguration.patchbay.dev/tenant-web created"),
         "{out}"

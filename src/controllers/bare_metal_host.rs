@@ -248,6 +248,7 @@ fn interfaces_of(
         &Fabric {
             switches: &known,
             declared: &declared,
+            partial: false,
         },
         m.provisioning.as_ref(),
     )

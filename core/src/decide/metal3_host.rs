@@ -34,6 +34,7 @@ use crate::api::metal3::BareMetalHost;
 use crate::api::metal3_attachment::HostNetworkAttachmentSpec;
 use crate::api::server::{CabledPortRef, ServerNic};
 use crate::api::{CabledPortKind, ConfigurationRef};
+use crate::decide::metal3_switch::is_mac;
 use crate::decide::validate::FieldError;
 
 /// The label on a SwitchPortConfiguration patchbay derived from a
@@ -133,6 +134,61 @@ pub fn attachment_configuration(
     })
 }
 
+/// Upstream's HostNetworkAttachment CRD at the pinned version, as patchbay's
+/// rendition has it (the tests install the same file).
+const CRD_RENDITION: &str =
+    include_str!("../../../testbed/crds/metal3.io_hostnetworkattachments.yaml");
+
+/// `patchbay validate` on one HostNetworkAttachment document: what upstream's CRD
+/// refuses at `kubectl apply` (field names, types, the mode enum, the item
+/// pattern, `nativeVLAN` required), then [`attachment_configuration`]'s refusals.
+pub fn check_attachment(doc: &Value) -> Result<SwitchPortConfigurationSpec, Vec<FieldError>> {
+    static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let schema = SCHEMA.get_or_init(|| {
+        let crd: Value =
+            patchbay_model::yaml::from_str(CRD_RENDITION).expect("the CRD rendition parses");
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    });
+    let mut errors = crate::decide::validate::unknown_fields::schema_errors(schema, doc);
+    if doc["spec"].get("nativeVLAN").is_none_or(Value::is_null) {
+        errors.push(FieldError {
+            path: "spec.nativeVLAN".into(),
+            reason: "Required value".into(),
+        });
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let spec: HostNetworkAttachmentSpec =
+        serde_json::from_value(doc["spec"].clone()).map_err(|e| {
+            vec![FieldError {
+                path: "spec".into(),
+                reason: e.to_string(),
+            }]
+        })?;
+    attachment_configuration(&spec)
+}
+
+/// `patchbay validate` on a BareMetalHost's `networkInterfaces`: each refusal of
+/// [`network_interfaces`] as a field error (a switch not in `fabric` is not looked
+/// up: it is `partial`).
+pub fn check_host(host: &BareMetalHost, fabric: &Fabric<'_>) -> Vec<FieldError> {
+    network_interfaces(host, fabric, None)
+        .refused
+        .into_iter()
+        .map(|r| match r.split_once(": ") {
+            Some((path, reason)) if path.starts_with("spec.") => FieldError {
+                path: path.into(),
+                reason: reason.into(),
+            },
+            _ => FieldError {
+                path: "spec.networkInterfaces".into(),
+                reason: r,
+            },
+        })
+        .collect()
+}
+
 /// A BareMetalSwitch as the port lookup needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KnownSwitch<'a> {
@@ -165,6 +221,9 @@ pub struct Fabric<'a> {
     pub switches: &'a [KnownSwitch<'a>],
     /// Every port declared on one.
     pub declared: &'a [DeclaredPort<'a>],
+    /// Only some of the switches are known (`patchbay validate` on files): an
+    /// interface on a switch not among them is not looked up, rather than refused.
+    pub partial: bool,
 }
 
 /// The host's `spec.networkInterfaces` as NICs.
@@ -277,6 +336,38 @@ pub fn network_interfaces(
                 continue;
             }
         };
+        // Upstream's patterns (its CRD refuses these at `kubectl apply`).
+        let name_ok = |n: &str| {
+            n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        };
+        if let Some(n) = entry
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty() && !name_ok(n))
+        {
+            out.refused.push(format!(
+                "{at}.name: {n:?} is not a NIC name (letters, digits, '.', '_', '-')"
+            ));
+            continue;
+        }
+        if let Some(m) = entry
+            .mac_address
+            .as_deref()
+            .filter(|m| !m.is_empty() && !is_mac(m))
+        {
+            out.refused.push(format!(
+                "{at}.macAddress: {m:?} is not a MAC (aa:bb:cc:dd:ee:ff)"
+            ));
+            continue;
+        }
+        if let Some(p) = entry.switch_port.as_ref().filter(|p| !is_mac(&p.switch_id)) {
+            out.refused.push(format!(
+                "{at}.switchPort.switchID: {:?} is not a MAC (the BareMetalSwitch's macAddress)",
+                p.switch_id
+            ));
+            continue;
+        }
         let name = entry.name.filter(|n| !n.is_empty());
         let mac = entry
             .mac_address
@@ -344,6 +435,9 @@ pub fn network_interfaces(
         };
         let switch_id = mac_key(&switch_port.switch_id);
         let Some(bms) = fabric.switches.iter().find(|s| mac_key(s.mac) == switch_id) else {
+            if fabric.partial {
+                continue;
+            }
             out.refused.push(format!(
                 "{field}: switchID {switch_id} is no BareMetalSwitch's macAddress"
             ));

@@ -293,7 +293,7 @@ pub fn check_document(
 }
 
 /// Upstream's MAC pattern, `^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`.
-fn is_mac(mac: &str) -> bool {
+pub(crate) fn is_mac(mac: &str) -> bool {
     let pairs: Vec<&str> = mac.split(':').collect();
     pairs.len() == 6
         && pairs

@@ -35,7 +35,8 @@ enum Command {
     },
     /// Validate manifests (ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
     /// SmartNicPort, SmartNicConfiguration, Server, ServerClaim, VLANPool, and Metal3's
-    /// BareMetalSwitch) without a cluster. Links are checked when both ends are in the
+    /// BareMetalSwitch, HostNetworkAttachment and BareMetalHost networkInterfaces)
+    /// without a cluster. Links are checked when both ends are in the
     /// given files: a SwitchPort's or a Server NIC's configuration against its Switch's
     /// port constraints, and a Switch's spec.provider (it must configure ports: not os
     /// frr or linux; a BareMetalSwitch stands for the ProviderSwitch patchbay derives

@@ -94,6 +94,7 @@ fn fabric() -> Fabric<'static> {
     Fabric {
         switches: SWITCHES,
         declared: DECLARED,
+        partial: false,
     }
 }
 
@@ -182,6 +183,19 @@ fn interfaces_that_break_a_rule_or_name_an_undeclared_port_are_refused_and_unkno
         (
             json!([{"macAddress": "52:54:00:00:00:01"}]),
             "names no HostNetworkAttachment",
+        ),
+        (
+            json!([{"name": "eth 0", "hostNetworkAttachment": web}]),
+            "spec.networkInterfaces[0].name: \"eth 0\" is not a NIC name",
+        ),
+        (
+            json!([{"macAddress": "52:54:00:00:01", "hostNetworkAttachment": web}]),
+            "spec.networkInterfaces[0].macAddress",
+        ),
+        (
+            json!([{"macAddress": "52:54:00:00:00:01", "hostNetworkAttachment": web,
+                    "switchPort": {"switchID": "tor-1", "portID": "GigabitEthernet1/0/1"}}]),
+            "spec.networkInterfaces[0].switchPort.switchID",
         ),
         (
             json!([{"macAddress": "52:54:00:00:00:01", "hostNetworkAttachment": web,

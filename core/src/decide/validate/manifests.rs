@@ -13,10 +13,12 @@ use super::{
     FieldError, PortContext, ValidationErrors, configuration_to_desired, decode, desired_for_port,
     validate_provider, validate_server, validate_smartnic_port, validate_switch,
 };
+use crate::api::metal3::BareMetalHost;
 use crate::api::{
     ProviderSwitch, Server, ServerClaim, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, SwitchPortConfigurationSpec,
 };
+use crate::decide::metal3_host::{DeclaredPort, Fabric, KnownSwitch, check_attachment, check_host};
 use crate::decide::metal3_switch::{DERIVED_LABEL, Existing, check_document};
 use patchbay_model::values::{PortName, excerpt};
 
@@ -34,9 +36,10 @@ pub const VALIDATED_KINDS: &[&str] = &[
 ];
 
 /// The other projects' kinds `patchbay validate` checks too: Metal3's
-/// BareMetalSwitch (`metal3.io/v1alpha1`), as upstream's CRD and patchbay would
-/// take it in.
-pub const OTHER_VALIDATED_KINDS: &[&str] = &["BareMetalSwitch"];
+/// BareMetalSwitch, HostNetworkAttachment and BareMetalHost's `networkInterfaces`
+/// (`metal3.io/v1alpha1`), as upstream's CRD and patchbay would take them in.
+pub const OTHER_VALIDATED_KINDS: &[&str] =
+    &["BareMetalSwitch", "HostNetworkAttachment", "BareMetalHost"];
 
 /// The verdict on one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,7 +121,7 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
     let mut servers: Vec<(String, Server)> = Vec::new();
     let mut configs: BTreeMap<(String, String), SwitchPortConfigurationSpec> = BTreeMap::new();
     let mut providers: BTreeMap<(String, String), ProviderSwitch> = BTreeMap::new();
-    let mut bare_metal_switches: Vec<(usize, String, serde_json::Value)> = Vec::new();
+    let mut metal3_docs: Vec<(usize, String, String, serde_json::Value)> = Vec::new();
 
     for (file, text) in files {
         // A syntax error anywhere makes the whole file one verdict: a YAML parser
@@ -162,10 +165,11 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
             } else {
                 format!("{kind} {}/{}", excerpt(&ns), excerpt(name))
             };
-            if api_version == METAL3_API_VERSION && kind == "BareMetalSwitch" {
-                // Judged once every file is read: its one-writer check needs the
-                // ProviderSwitches of all of them.
-                bare_metal_switches.push((report.verdicts.len(), ns.clone(), value));
+            if api_version == METAL3_API_VERSION && OTHER_VALIDATED_KINDS.contains(&kind) {
+                // Judged once every file is read: a BareMetalSwitch's one-writer
+                // check needs the ProviderSwitches of all of them, a host's
+                // interfaces the BareMetalSwitches and Switches.
+                metal3_docs.push((report.verdicts.len(), kind.to_owned(), ns.clone(), value));
                 report.verdicts.push(ObjectVerdict {
                     source,
                     object,
@@ -298,7 +302,8 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
     // one writer per device among the files' ProviderSwitches and the
     // BareMetalSwitches before it; each taken in stands for the ProviderSwitch
     // patchbay would derive from it.
-    for (at, ns, value) in bare_metal_switches {
+    for (at, _, ns, value) in metal3_docs.iter().filter(|d| d.1 == "BareMetalSwitch") {
+        let (at, ns, value) = (*at, ns.clone(), value);
         let name = value["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -319,7 +324,7 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                         .map(String::as_str),
                 })
                 .collect();
-            check_document(&value, &existing)
+            check_document(value, &existing)
         };
         match verdict {
             Ok(spec) => {
@@ -337,6 +342,69 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
             }
             Err(errors) => report.verdicts[at].errors = errors,
         }
+    }
+
+    // HostNetworkAttachments: upstream's schema, then BMO's webhook rules and
+    // patchbay's limits. BareMetalHosts: their networkInterfaces, looked up among
+    // the files' BareMetalSwitches and the ports their Switches declare.
+    let bms_docs: Vec<(String, String, String)> = metal3_docs
+        .iter()
+        .filter(|d| d.1 == "BareMetalSwitch")
+        .map(|(_, _, ns, v)| {
+            (
+                ns.clone(),
+                v["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                v["spec"]["macAddress"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let known: Vec<KnownSwitch<'_>> = bms_docs
+        .iter()
+        .map(|(ns, name, mac)| KnownSwitch {
+            namespace: ns,
+            name,
+            mac,
+        })
+        .collect();
+    let declared: Vec<DeclaredPort<'_>> = switches
+        .iter()
+        .flat_map(|s| {
+            let ns = s.metadata.namespace.as_deref().unwrap_or("default");
+            s.spec.ports.iter().map(move |(key, p)| DeclaredPort {
+                namespace: ns,
+                provider: &s.spec.provider.name,
+                key,
+                device_port: &p.name,
+            })
+        })
+        .collect();
+    let fabric = Fabric {
+        switches: &known,
+        declared: &declared,
+        partial: true,
+    };
+    for (at, kind, ns, value) in &metal3_docs {
+        let errors = match kind.as_str() {
+            "HostNetworkAttachment" => check_attachment(value).err().unwrap_or_default(),
+            "BareMetalHost" => match serde_json::from_value::<BareMetalHost>(value.clone()) {
+                Ok(mut host) => {
+                    host.metadata.namespace = Some(ns.clone());
+                    check_host(&host, &fabric)
+                }
+                Err(e) => vec![FieldError {
+                    path: "spec".into(),
+                    reason: e.to_string(),
+                }],
+            },
+            _ => continue,
+        };
+        report.verdicts[*at].errors = errors;
     }
 
     // Links: a Switch's ports are configured through its provider, which must be a
