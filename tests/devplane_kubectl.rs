@@ -55,15 +55,14 @@ async fn with_crds_and_examples(test: &str) -> Cluster {
             "--timeout=30s",
         ]);
     }
-    // Metal3's BareMetalSwitch CRD (the rendition of upstream's): the example
-    // BareMetalSwitch is taken in as a cluster with the baremetal-operator takes it.
+    // Metal3's CRDs (the renditions of upstream's): the example BareMetalSwitch,
+    // HostNetworkAttachment and BareMetalHost are taken in as a cluster with the
+    // baremetal-operator takes them.
     cluster.kubectl_ok(&["apply", "-f", "testbed/crds/"]);
-    cluster
-        .install_crd(support::bare_metal_host_crd(false))
-        .await;
     for crd in [
         "baremetalswitches.metal3.io",
         "hostnetworkattachments.metal3.io",
+        "baremetalhosts.metal3.io",
     ] {
         cluster.kubectl_ok(&[
             "wait",

@@ -256,51 +256,23 @@ where
     }
 }
 
-/// Metal3's BareMetalHost CRD, shaped like upstream's as far as patchbay is
-/// concerned: a structural schema, so an API server prunes what it does not list.
+/// Metal3's BareMetalHost CRD as `testbed/crds/metal3.io_baremetalhosts.yaml`
+/// renders it (upstream's networkInterfaces exactly, a few other spec fields; a
+/// structural schema, so an API server prunes what it does not list).
 /// `with_ports` adds seed 003's proposed `spec.ports`.
 pub fn bare_metal_host_crd(with_ports: bool) -> CustomResourceDefinition {
-    let mut spec = json!({"type": "object", "properties": {
-        "bootMACAddress": {"type": "string"},
-        "online": {"type": "boolean"},
-        "bmc": {"type": "object", "properties": {
-            "address": {"type": "string"}, "credentialsName": {"type": "string"}}},
-        "consumerRef": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-        "image": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-        // As baremetal-operator v0.14.0-rc.0 has it (its CRD's patterns, limits and
-        // required list).
-        "networkInterfaces": {"type": "array", "items": {"type": "object", "properties": {
-            "name": {"type": "string", "pattern": "^[a-zA-Z0-9._-]+$"},
-            "macAddress": {"type": "string",
-                           "pattern": "^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"},
-            "hostNetworkAttachment": {"type": "object", "properties": {
-                "name": {"type": "string", "maxLength": 253},
-                "namespace": {"type": "string", "maxLength": 63}}},
-            "switchPort": {"type": "object", "required": ["portID", "switchID"],
-                "properties": {
-                    "portID": {"type": "string"},
-                    "switchID": {"type": "string",
-                                 "pattern": "^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"}}}}}}}});
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testbed/crds/metal3.io_baremetalhosts.yaml"),
+    )
+    .expect("the BareMetalHost CRD rendition");
+    let mut crd: serde_json::Value = patchbay_providers::yaml::from_str(&text).expect("a CRD");
     if with_ports {
-        spec["properties"]["ports"] = json!({"type": "array", "items":
-            {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["ports"] = json!({"type": "array", "items":
+                {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
     }
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "baremetalhosts.metal3.io"},
-        "spec": {"group": "metal3.io", "scope": "Namespaced",
-            "names": {"plural": "baremetalhosts", "singular": "baremetalhost",
-                      "kind": "BareMetalHost", "shortNames": ["bmh"]},
-            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    "spec": spec,
-                    "status": {"type": "object",
-                               "x-kubernetes-preserve-unknown-fields": true}}}}}]}
-    }))
-    .unwrap()
+    serde_json::from_value(crd).expect("a CRD")
 }
 
 /// MetalLB's BGPPeer CRD (`metallb.io/v1beta2`), shaped like upstream's for the
