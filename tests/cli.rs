@@ -296,6 +296,10 @@ fn the_demo_runs_the_operator_until_every_example_port_is_active() {
         r#"leaf-7 swp1             {"port":"swp1","admin":"up","mode":"access","accessVlan":10"#,
         r#"leaf-7 swp2             {"port":"swp2","admin":"up","mode":"unconfigured"}"#,
         r#"leaf-7 swp4             {"port":"swp4","admin":"up","mode":"access","accessVlan":10"#,
+        // The Metal3 host, walked through BMO's states: its port carries its
+        // HostNetworkAttachment once provisioned, read from the simulated Cisco.
+        "BareMetalHost server-51 is provisioned",
+        r#"tor-5  FastEthernet0/1  {"port":"FastEthernet0/1","admin":"up","mode":"trunk","nativeVlan":100,"allowedVlans":"150-151"}"#,
     ] {
         assert!(text.contains(expected), "{expected}\nnot in\n{text}");
     }

@@ -15,11 +15,15 @@
 //! namespaces ([`LldpFabric`], `examples/12-cabling.yaml`): one Server verified and
 //! moved, one whose declared port sees another machine (parked, held), one found by
 //! its MAC; and a host peering over BGP with FRR as its ToR (`demo/bgp.rs`: the
-//! session as FRR reports it, only the claim's prefix accepted);
+//! session as FRR reports it, only the claim's prefix accepted); and a Metal3 host
+//! (`demo/metal3.rs`: a BareMetalSwitch on a simulated Cisco, a
+//! HostNetworkAttachment, a BareMetalHost walked through BMO's states, its port
+//! following);
 //! until Ctrl-C (or, with `--exit-when-settled`, until the walk is done). Talks only to its own devplane, the simulators on
 //! 127.0.0.1 and its own Open vSwitch.
 
 mod bgp;
+mod metal3;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -145,6 +149,9 @@ const SIMULATED: &[(&str, &str, &str)] = &[
     ("tor-3", "tor-3", "brocade_generic"),
     ("leaf-1", "leaf-1", "juniper_qfx_copper_generic"),
     ("tor-4", "tor-4", "cisco_generic"),
+    // The BareMetalSwitch of examples/14-metal3-switch.yaml (no ProviderSwitch is
+    // written for it: patchbay derives one).
+    ("tor-5", metal3::SWITCH, "cisco_generic"),
 ];
 
 /// The simulated switches driven through Ansible: they get the IOS syntax shims
@@ -437,7 +444,15 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         crd_api.create(&PostParams::default(), &crd).await?;
     }
     println!("installed {} CRDs from crds/", crds().len());
+    metal3::Metal3Host::install(&client).await?;
     apply_examples(&client, &sims, &ovs, &fabric).await?;
+    let metal3_sim = sims
+        .switches
+        .iter()
+        .find(|s| s.name == metal3::SWITCH)
+        .context("the Metal3 switch's simulator")?;
+    metal3::Metal3Host::apply(&client, metal3_sim).await?;
+    let mut metal3_host = metal3::Metal3Host::default();
     bgp_host.apply(&client).await?;
 
     let settings = Settings {
@@ -445,6 +460,8 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
         drift_interval: Duration::from_secs(30),
         ansible_playbook: patchbay_testbed::ansible_playbook()
             .unwrap_or_else(|_| "ansible-playbook".into()),
+        metal3_switches: true,
+        metal3_provisioning: Some(metal3::provisioning()),
         ..Settings::default()
     };
     println!("\nstarting the operator (SSH to the simulated switches)\n");
@@ -565,6 +582,17 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
                 .cloned()
                 .collect::<Vec<Row>>()
         };
+        // The Metal3 host, walked by the demo playing BMO.
+        let (line, provisioned) = metal3_host.step(&client).await?;
+        if let Some(line) = line {
+            println!("{line}");
+        }
+        if provisioned {
+            print!(
+                "{}",
+                device_view(&client, &fixtures, &show(metal3::HOST)).await
+            );
+        }
         match stage {
             // Every example port Active, the claim allocated, server-7 installing.
             0 if ports_active
@@ -626,13 +654,14 @@ pub async fn run(exit_when_settled: bool, timeout: Duration) -> Result<()> {
             }
             _ => {}
         }
-        let settled = stage == 3 && bgp_host.done();
+        let settled = stage == 3 && bgp_host.done() && metal3_host.done();
         if exit_when_settled && settled {
             break Ok(());
         }
         if exit_when_settled && started.elapsed() > timeout {
             break Err(anyhow::anyhow!(
-                "the example ports, server-7 and the BGP host did not settle within {}s",
+                "the example ports, server-7, the BGP host and the Metal3 host did not settle \
+                 within {}s",
                 timeout.as_secs()
             ));
         }
