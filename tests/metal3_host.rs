@@ -442,3 +442,86 @@ async fn a_tenants_attachment_is_held_to_its_grants() {
     assert_eq!(cisco(&sim, "FastEthernet0/2").await, access(10));
     env.cluster.finish().await;
 }
+
+/// A host a patchbay Server links to is driven by that Server alone: its
+/// networkInterfaces are ignored (nothing marked or sent for them), and the host's
+/// annotation and an Event on each object say which one drives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_a_server_links_to_is_driven_by_the_server_alone() {
+    if !on_devplane() {
+        return; // installs Metal3's CRDs
+    }
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let env = metal3(
+        "metal3-host-linked",
+        &sim,
+        &[("host-2-eth0", "FastEthernet0/1")],
+        |_, _| {},
+    )
+    .await;
+    let ns = env.cluster.namespace.clone();
+    attachment(&env, &ns, "web", json!({"nativeVLAN": 100})).await;
+    let host = Bmo::create(
+        &env,
+        "host-2",
+        json!([interface(
+            "52:54:00:00:00:21",
+            "FastEthernet0/1",
+            "web",
+            None
+        )]),
+    )
+    .await;
+    let server: patchbay::api::Server = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+        "metadata": {"name": format!("{ns}-srv")},
+        "spec": {"bmc": {"address": "redfish://192.0.2.1/redfish/v1/Systems/1",
+                         "credentialsSecretRef": {"name": "bmc", "namespace": ns}},
+                 "bootMac": "52:54:00:00:00:21", "site": "dc1",
+                 "bareMetalHostRef": {"name": "host-2", "namespace": ns}}
+    }))
+    .unwrap();
+    Api::<patchbay::api::Server>::all(env.cluster.client.clone())
+        .create(&PostParams::default(), &server)
+        .await
+        .unwrap();
+    let note = eventually(60, "host-2 says the Server drives it", || async {
+        let h = host.hosts.get("host-2").await.ok()?;
+        h.annotations()
+            .get("patchbay.dev/ports")
+            .filter(|p| p.starts_with("spec.networkInterfaces ignored"))
+            .cloned()
+    })
+    .await;
+    assert!(note.contains(&format!("Server {ns}-srv drives")), "{note}");
+    let reasons: Vec<String> = support::events_about(&env.api(), "host-2")
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "PortsDrivenByServer"),
+        "{reasons:?}"
+    );
+    // The Server names no NIC on the port: the host's interface is not driven.
+    let port = env
+        .api::<patchbay::api::SwitchPort>()
+        .get("host-2-eth0")
+        .await
+        .unwrap();
+    assert!(
+        !port.annotations().contains_key("patchbay.dev/host"),
+        "{:?}",
+        port.annotations()
+    );
+    assert_eq!(
+        cisco(&sim, "FastEthernet0/1").await,
+        Some(VlanMode::Unconfigured)
+    );
+    Api::<patchbay::api::Server>::all(env.cluster.client.clone())
+        .delete(&format!("{ns}-srv"), &Default::default())
+        .await
+        .unwrap();
+    env.cluster.finish().await;
+}

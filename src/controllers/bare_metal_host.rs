@@ -42,7 +42,68 @@ pub(super) async fn reconcile(
     host: Arc<BareMetalHost>,
     ctx: Arc<ServerCtx>,
 ) -> Result<Action, ControllerError> {
-    let linked = !crate::triggers::servers_of_host(&ctx.alloc.servers.state(), &host).is_empty();
+    let servers = crate::triggers::servers_of_host(&ctx.alloc.servers.state(), &host);
+    let linked = !servers.is_empty();
+    // A host a Server links to is driven by that Server alone: Metal3's
+    // networkInterfaces on it are ignored, and both objects say so.
+    if let Some(server) = servers.first()
+        && ctx.world.metal3.is_some()
+        && host.spec.network_interfaces.is_some()
+    {
+        let note = format!(
+            "spec.networkInterfaces ignored: Server {} drives this host's ports (it links \
+             to the host by spec.bareMetalHostRef or boot MAC)",
+            server.name
+        );
+        if host.annotations().get(PORTS_ANNOTATION) != Some(&note) {
+            let api: Api<BareMetalHost> = Api::namespaced(
+                ctx.world.client.clone(),
+                &host.namespace().unwrap_or_default(),
+            );
+            let patch = json!({"metadata": {
+                "resourceVersion": host.resource_version(),
+                "annotations": {PORTS_ANNOTATION: note}}});
+            api.patch(
+                &host.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?;
+            ctx.world
+                .events
+                .publish(
+                    host.as_ref(),
+                    Severity::Normal,
+                    "PortsDrivenByServer",
+                    &note,
+                )
+                .await;
+            if let Some(s) = ctx
+                .alloc
+                .servers
+                .state()
+                .into_iter()
+                .find(|s| s.name_any() == server.name)
+            {
+                let on_server = format!(
+                    "BareMetalHost {}/{} lists spec.networkInterfaces; this Server drives its \
+                     ports, and they are ignored",
+                    host.namespace().unwrap_or_default(),
+                    host.name_any()
+                );
+                ctx.world
+                    .events
+                    .publish(
+                        s.as_ref(),
+                        Severity::Normal,
+                        "PortsDrivenByServer",
+                        &on_server,
+                    )
+                    .await;
+            }
+        }
+        return Ok(Action::await_change());
+    }
     let me = bare_metal_host_mark(&host);
     // Metal3's own `networkInterfaces` (with --metal3-switches), else seed 003's
     // `spec.ports`.
