@@ -462,17 +462,7 @@ async fn a_host_a_server_links_to_is_driven_by_the_server_alone() {
     .await;
     let ns = env.cluster.namespace.clone();
     attachment(&env, &ns, "web", json!({"nativeVLAN": 100})).await;
-    let host = Bmo::create(
-        &env,
-        "host-2",
-        json!([interface(
-            "52:54:00:00:00:21",
-            "FastEthernet0/1",
-            "web",
-            None
-        )]),
-    )
-    .await;
+    // The Server first: it is the authority for the host from the start.
     let server: patchbay::api::Server = serde_json::from_value(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
         "metadata": {"name": format!("{ns}-srv")},
@@ -486,6 +476,17 @@ async fn a_host_a_server_links_to_is_driven_by_the_server_alone() {
         .create(&PostParams::default(), &server)
         .await
         .unwrap();
+    let host = Bmo::create(
+        &env,
+        "host-2",
+        json!([interface(
+            "52:54:00:00:00:21",
+            "FastEthernet0/1",
+            "web",
+            None
+        )]),
+    )
+    .await;
     let note = eventually(60, "host-2 says the Server drives it", || async {
         let h = host.hosts.get("host-2").await.ok()?;
         h.annotations()
@@ -505,11 +506,11 @@ async fn a_host_a_server_links_to_is_driven_by_the_server_alone() {
         "{reasons:?}"
     );
     // The Server names no NIC on the port: the host's interface is not driven.
-    let port = env
-        .api::<patchbay::api::SwitchPort>()
-        .get("host-2-eth0")
-        .await
-        .unwrap();
+    let ports = env.api::<patchbay::api::SwitchPort>();
+    let port = eventually(60, "SwitchPort host-2-eth0", || async {
+        ports.get_opt("host-2-eth0").await.ok().flatten()
+    })
+    .await;
     assert!(
         !port.annotations().contains_key("patchbay.dev/host"),
         "{:?}",

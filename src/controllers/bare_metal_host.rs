@@ -55,52 +55,29 @@ pub(super) async fn reconcile(
              to the host by spec.bareMetalHostRef or boot MAC)",
             server.name
         );
-        if host.annotations().get(PORTS_ANNOTATION) != Some(&note) {
-            let api: Api<BareMetalHost> = Api::namespaced(
-                ctx.world.client.clone(),
-                &host.namespace().unwrap_or_default(),
-            );
-            let patch = json!({"metadata": {
-                "resourceVersion": host.resource_version(),
-                "annotations": {PORTS_ANNOTATION: note}}});
-            api.patch(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await?;
-            ctx.world
-                .events
-                .publish(
-                    host.as_ref(),
-                    Severity::Normal,
-                    "PortsDrivenByServer",
-                    &note,
-                )
-                .await;
-            if let Some(s) = ctx
+        if say_ignored(&host, &ctx, &note, Severity::Normal, "PortsDrivenByServer").await?
+            && let Some(s) = ctx
                 .alloc
                 .servers
                 .state()
                 .into_iter()
                 .find(|s| s.name_any() == server.name)
-            {
-                let on_server = format!(
-                    "BareMetalHost {}/{} lists spec.networkInterfaces; this Server drives its \
+        {
+            let on_server = format!(
+                "BareMetalHost {}/{} lists spec.networkInterfaces; this Server drives its \
                      ports, and they are ignored",
-                    host.namespace().unwrap_or_default(),
-                    host.name_any()
-                );
-                ctx.world
-                    .events
-                    .publish(
-                        s.as_ref(),
-                        Severity::Normal,
-                        "PortsDrivenByServer",
-                        &on_server,
-                    )
-                    .await;
-            }
+                host.namespace().unwrap_or_default(),
+                host.name_any()
+            );
+            ctx.world
+                .events
+                .publish(
+                    s.as_ref(),
+                    Severity::Normal,
+                    "PortsDrivenByServer",
+                    &on_server,
+                )
+                .await;
         }
         return Ok(Action::await_change());
     }
@@ -154,22 +131,7 @@ pub(super) async fn reconcile(
                 "spec.ports"
             }
         );
-        if host.annotations().get(PORTS_ANNOTATION) != Some(&ignored) {
-            let api: Api<BareMetalHost> = Api::namespaced(ctx.world.client.clone(), &ns);
-            let patch = json!({"metadata": {
-                "resourceVersion": host.resource_version(),
-                "annotations": {PORTS_ANNOTATION: ignored}}});
-            api.patch(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await?;
-            ctx.world
-                .events
-                .publish(host.as_ref(), Severity::Warning, "PortsIgnored", &ignored)
-                .await;
-        }
+        say_ignored(&host, &ctx, &ignored, Severity::Warning, "PortsIgnored").await?;
         return Ok(Action::await_change());
     }
     let field = if from_interfaces {
@@ -267,6 +229,36 @@ pub(super) async fn reconcile(
             .await;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Says on the host why its ports are not its own to drive: `note` in its
+/// `patchbay.dev/ports` annotation (over the version read) and an Event, once —
+/// nothing when the annotation says so already. Whether it was said now.
+async fn say_ignored(
+    host: &BareMetalHost,
+    ctx: &ServerCtx,
+    note: &str,
+    severity: Severity,
+    reason: &str,
+) -> Result<bool, ControllerError> {
+    if host.annotations().get(PORTS_ANNOTATION).map(String::as_str) == Some(note) {
+        return Ok(false);
+    }
+    let api: Api<BareMetalHost> = Api::namespaced(
+        ctx.world.client.clone(),
+        &host.namespace().unwrap_or_default(),
+    );
+    let patch = json!({"metadata": {
+        "resourceVersion": host.resource_version(),
+        "annotations": {PORTS_ANNOTATION: note}}});
+    api.patch(
+        &host.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await?;
+    ctx.world.events.publish(host, severity, reason, note).await;
+    Ok(true)
 }
 
 /// The host's `networkInterfaces` resolved against the BareMetalSwitches and the
