@@ -29,15 +29,6 @@ use ssh_cases::{access, vlan};
 use support::env::Env;
 use support::{Cluster, eventually, on_devplane};
 
-fn crd(
-    file: &str,
-) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("testbed/crds")
-        .join(file);
-    patchbay_providers::yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
 async fn create<K>(env: &Env, value: serde_json::Value) -> K
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -81,7 +72,7 @@ async fn metal3(
         "metal3.io_baremetalswitches.yaml",
         "metal3.io_hostnetworkattachments.yaml",
     ] {
-        cluster.install_crd(crd(file)).await;
+        cluster.install_crd(support::rendition(file)).await;
     }
     cluster
         .install_crd(support::bare_metal_host_crd(false))

@@ -27,12 +27,7 @@ use support::env::Env;
 
 fn crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("testbed/crds/metal3.io_baremetalswitches.yaml"),
-    )
-    .expect("the CRD rendition");
-    patchbay_providers::yaml::from_str(&text).expect("a CRD")
+    support::rendition("metal3.io_baremetalswitches.yaml")
 }
 
 /// `kubectl apply` of one BareMetalSwitch whose spec is `spec`: stdout on success,

@@ -13,9 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use serde_json::json;
 
 use super::ControllerError;
 use super::context::Context;
@@ -56,23 +54,11 @@ pub(super) async fn reconcile(
                 .join("; "),
         )),
         (Ok(spec), None) => {
-            let owner = json!({
-                "apiVersion": "metal3.io/v1alpha1", "kind": "HostNetworkAttachment",
-                "name": name, "uid": hna.uid().unwrap_or_default(),
-                "controller": true, "blockOwnerDeletion": true,
-            });
-            let body = json!({
-                "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
-                "metadata": {"name": name, "namespace": ns,
-                             "labels": {ATTACHMENT_LABEL: name},
-                             "ownerReferences": [owner]},
-                "spec": spec,
-            });
-            let api: Api<SwitchPortConfiguration> = Api::namespaced(ctx.client.clone(), &ns);
-            api.patch(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(body),
+            super::metal3_switch::apply_derived::<SwitchPortConfiguration, _>(
+                &ctx.client,
+                hna.as_ref(),
+                (MANAGER, ATTACHMENT_LABEL),
+                serde_json::to_value(&spec).unwrap_or_default(),
             )
             .await?;
             None

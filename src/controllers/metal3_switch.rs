@@ -53,17 +53,18 @@ pub(super) async fn reconcile(
     let name = bms.name_any();
     let providers = ctx.stores.providers.state();
     let mut derived = derive(&bms, &existing(&providers));
+    // The ProviderSwitch derived from it before, as the cache holds it.
+    let mine = providers.iter().find(|p| {
+        p.namespace().as_deref() == Some(ns.as_str())
+            && p.name_any() == name
+            && p.labels().get(DERIVED_LABEL) == Some(&name)
+    });
     // A new device for this BareMetalSwitch (none derived yet, or another address or
     // port): the cache may not hold a ProviderSwitch written a moment ago for the
     // same device, so the one-writer check is made again on a fresh list. Reconciles
     // run one at a time (see the wiring), so no two BareMetalSwitches pass it
     // together.
     if let Ok(spec) = &derived {
-        let mine = providers.iter().find(|p| {
-            p.namespace().as_deref() == Some(ns.as_str())
-                && p.name_any() == name
-                && p.labels().get(DERIVED_LABEL) == Some(&name)
-        });
         let same_device = mine.is_some_and(|p| {
             p.spec.address == spec.address && p.spec.port_or_default() == spec.port_or_default()
         });
@@ -76,41 +77,22 @@ pub(super) async fn reconcile(
             derived = derive(&bms, &existing(&fresh));
         }
     }
-    let api: Api<crate::api::ProviderSwitch> = Api::namespaced(ctx.client.clone(), &ns);
     if let Ok(spec) = &derived {
-        let owner = json!({
-            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalSwitch",
-            "name": name, "uid": bms.uid().unwrap_or_default(),
-            "controller": true, "blockOwnerDeletion": true,
-        });
-        let body = json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-            "metadata": {"name": name, "namespace": ns,
-                         "labels": {DERIVED_LABEL: name},
-                         "ownerReferences": [owner]},
-            "spec": spec,
-        });
-        api.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(body),
+        apply_derived::<crate::api::ProviderSwitch, _>(
+            &ctx.client,
+            bms.as_ref(),
+            (MANAGER, DERIVED_LABEL),
+            serde_json::to_value(spec).unwrap_or_default(),
         )
         .await?;
     }
     // What the derived ProviderSwitch's own check found (from the cache: its status
     // change wakes this BareMetalSwitch, which owns it).
-    let ready = providers
-        .iter()
-        .find(|p| {
-            p.namespace().as_deref() == Some(ns.as_str())
-                && p.name_any() == name
-                && p.labels().get(DERIVED_LABEL) == Some(&name)
-        })
-        .and_then(|p| {
-            let status = p.status.as_ref()?;
-            let c = find_condition(&status.conditions, "Ready")?;
-            Some((c.status == "True", c.reason.clone(), c.message.clone()))
-        });
+    let ready = mine.and_then(|p| {
+        let status = p.status.as_ref()?;
+        let c = find_condition(&status.conditions, "Ready")?;
+        Some((c.status == "True", c.reason.clone(), c.message.clone()))
+    });
     // What the Switches declaring ports on it found on the device (their status
     // changes wake this BareMetalSwitch: see the wiring).
     let switches = ctx.stores.switches.state();
@@ -153,4 +135,43 @@ pub(super) async fn reconcile(
         .await?;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Applies (server-side, as `manager`) the patchbay object of kind `K` that
+/// patchbay derives from the Metal3 object `owner`: the same name and namespace,
+/// labelled `label` with the owner's name, owned by it (so deleting the owner
+/// deletes it), carrying `spec`. Used for BareMetalSwitches' ProviderSwitches and
+/// HostNetworkAttachments' SwitchPortConfigurations.
+pub(super) async fn apply_derived<K, O>(
+    client: &kube::Client,
+    owner: &O,
+    (manager, label): (&str, &str),
+    spec: serde_json::Value,
+) -> Result<(), ControllerError>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    O: kube::Resource<DynamicType = ()>,
+{
+    let (ns, name) = (owner.namespace().unwrap_or_default(), owner.name_any());
+    let body = json!({
+        "apiVersion": K::api_version(&()), "kind": K::kind(&()),
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {label: name},
+                     "ownerReferences": [{
+                         "apiVersion": O::api_version(&()), "kind": O::kind(&()),
+                         "name": name, "uid": owner.uid().unwrap_or_default(),
+                         "controller": true, "blockOwnerDeletion": true}]},
+        "spec": spec,
+    });
+    Api::<K>::namespaced(client.clone(), &ns)
+        .patch(
+            &name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
 }

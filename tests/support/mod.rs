@@ -256,17 +256,21 @@ where
     }
 }
 
+/// A CRD rendition of another project's (`testbed/crds/<file>`).
+pub fn rendition(file: &str) -> CustomResourceDefinition {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testbed/crds")
+        .join(file);
+    let text = std::fs::read_to_string(&path).expect("the CRD rendition");
+    patchbay_providers::yaml::from_str(&text).expect("a CRD")
+}
+
 /// Metal3's BareMetalHost CRD as `testbed/crds/metal3.io_baremetalhosts.yaml`
 /// renders it (upstream's networkInterfaces exactly, a few other spec fields; a
 /// structural schema, so an API server prunes what it does not list).
 /// `with_ports` adds seed 003's proposed `spec.ports`.
 pub fn bare_metal_host_crd(with_ports: bool) -> CustomResourceDefinition {
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("testbed/crds/metal3.io_baremetalhosts.yaml"),
-    )
-    .expect("the BareMetalHost CRD rendition");
-    let mut crd: serde_json::Value = patchbay_providers::yaml::from_str(&text).expect("a CRD");
+    let mut crd = serde_json::to_value(rendition("metal3.io_baremetalhosts.yaml")).expect("a CRD");
     if with_ports {
         crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
             ["ports"] = json!({"type": "array", "items":

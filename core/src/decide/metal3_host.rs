@@ -34,7 +34,7 @@ use crate::api::metal3::BareMetalHost;
 use crate::api::metal3_attachment::HostNetworkAttachmentSpec;
 use crate::api::server::{CabledPortRef, ServerNic};
 use crate::api::{CabledPortKind, ConfigurationRef};
-use crate::decide::metal3_switch::is_mac;
+use crate::decide::metal3_switch::{is_mac, rendition_schema};
 use crate::decide::validate::FieldError;
 
 /// The label on a SwitchPortConfiguration patchbay derived from a
@@ -144,11 +144,7 @@ const CRD_RENDITION: &str =
 /// pattern, `nativeVLAN` required), then [`attachment_configuration`]'s refusals.
 pub fn check_attachment(doc: &Value) -> Result<SwitchPortConfigurationSpec, Vec<FieldError>> {
     static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
-    let schema = SCHEMA.get_or_init(|| {
-        let crd: Value =
-            patchbay_model::yaml::from_str(CRD_RENDITION).expect("the CRD rendition parses");
-        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
-    });
+    let schema = rendition_schema(CRD_RENDITION, &SCHEMA);
     let mut errors = crate::decide::validate::unknown_fields::schema_errors(schema, doc);
     if doc["spec"].get("nativeVLAN").is_none_or(Value::is_null) {
         errors.push(FieldError {

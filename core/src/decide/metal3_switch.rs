@@ -217,14 +217,23 @@ pub fn valid(
 /// fields, types and enums against.
 const CRD_RENDITION: &str = include_str!("../../../testbed/crds/metal3.io_baremetalswitches.yaml");
 
+/// The `openAPIV3Schema` of a CRD rendition's (the YAML `text`), parsed once into
+/// `cell`.
+pub(crate) fn rendition_schema(
+    text: &str,
+    cell: &'static std::sync::OnceLock<serde_json::Value>,
+) -> &'static serde_json::Value {
+    cell.get_or_init(|| {
+        let crd: serde_json::Value =
+            patchbay_model::yaml::from_str(text).expect("the CRD rendition parses");
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    })
+}
+
 /// The rendition's `openAPIV3Schema`.
 fn schema() -> &'static serde_json::Value {
     static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let crd: serde_json::Value =
-            patchbay_model::yaml::from_str(CRD_RENDITION).expect("the CRD rendition parses");
-        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
-    })
+    rendition_schema(CRD_RENDITION, &SCHEMA)
 }
 
 /// `patchbay validate` on one BareMetalSwitch document (`metal3.io/v1alpha1`):

@@ -7,7 +7,9 @@
 //! follows: the provisioning network, then the attachment's trunk. Talks to its
 //! own devplane only (patchbay dials the simulator).
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
+
+use super::create;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -65,18 +67,6 @@ pub fn provisioning() -> ConfigurationRef {
 pub struct Metal3Host {
     next: usize,
     shown: bool,
-}
-
-async fn create<K>(api: Api<K>, doc: serde_json::Value, file: &str) -> Result<String>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(doc).with_context(|| format!("{file}: does not parse"))?;
-    let made = api
-        .create(&PostParams::default(), &obj)
-        .await
-        .with_context(|| format!("{file}: create refused"))?;
-    Ok(made.name_any())
 }
 
 impl Metal3Host {
