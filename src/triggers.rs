@@ -410,6 +410,28 @@ pub fn servers_of_host(servers: &[Arc<Server>], host: &BareMetalHost) -> Vec<Obj
         .collect()
 }
 
+/// The BareMetalHosts `server` links to: the one its `spec.bareMetalHostRef` names,
+/// or (without one) those with its boot MAC — the reverse of [`servers_of_host`].
+pub fn hosts_of_server(
+    hosts: &[Arc<BareMetalHost>],
+    server: &Server,
+) -> Vec<ObjectRef<BareMetalHost>> {
+    if let Some(r) = &server.spec.bare_metal_host_ref {
+        return vec![ObjectRef::new(&r.name).within(&r.namespace)];
+    }
+    let mac = server.spec.boot_mac.to_ascii_lowercase();
+    hosts
+        .iter()
+        .filter(|h| {
+            h.spec
+                .boot_mac_address
+                .as_deref()
+                .is_some_and(|m| m.to_ascii_lowercase() == mac)
+        })
+        .map(|h| ObjectRef::from_obj(h.as_ref()))
+        .collect()
+}
+
 /// Servers linked to some BareMetalHost, by `spec.bareMetalHostRef` or (by boot MAC)
 /// as their status last recorded: what Metal3's CRD coming or going concerns.
 pub fn servers_linked_to_hosts(servers: &[Arc<Server>]) -> Vec<ObjectRef<Server>> {

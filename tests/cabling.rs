@@ -45,28 +45,10 @@ fn status(sw: &Switch) -> SwitchStatus {
 /// Seconds between neighbour reads of the tests' Switches.
 const INTERVAL: u64 = 5;
 
-/// The Linux side of switch leaf1, read only: ProviderSwitch `leaf1-lldp` (and the
-/// Switch of that name [`Env::device`] makes with it) with a key login and a pinned
-/// host key, reading the fabric's switch lldpd.
+/// The Linux side of switch leaf1, read only: ProviderSwitch `leaf1-lldp`
+/// ([`Env::lldp_source`]).
 async fn lldp_source(env: &Env, fabric: &LldpFabric) {
-    lldp_source_named(env, fabric, "leaf1-lldp").await;
-}
-
-/// [`lldp_source`] as ProviderSwitch `name`.
-async fn lldp_source_named(env: &Env, fabric: &LldpFabric, name: &str) {
-    env.device(
-        name,
-        &[
-            ("username", &fabric.username),
-            ("privateKey", &fabric.client_key),
-        ],
-        json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
-               "port": fabric.ssh_port,
-               "hostKey": {"fingerprint": fabric.host_key_fingerprint},
-               "options": {"lldpSocket": fabric.switch_socket}}),
-        &[],
-    )
-    .await;
+    env.lldp_source(fabric, "leaf1-lldp").await;
 }
 
 /// The fixture switch leaf1 managing `ports` (SwitchPort, device port), reading its
@@ -835,7 +817,7 @@ async fn a_tenant_cannot_park_another_host_and_a_moved_cable_is_seen_in_seconds(
 
     let env = Env::start("cabling-trust").await;
     let ns = env.cluster.namespace.clone();
-    lldp_source_named(&env, &fabric, "tor-lldp").await;
+    env.lldp_source(&fabric, "tor-lldp").await;
     ovs_provider(&env, &ovs).await;
     env.create::<Switch>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",

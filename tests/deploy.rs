@@ -196,6 +196,8 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
             rule("patchbay.dev", "providerswitches", "create"),
             rule("metal3.io", "hostnetworkattachments", "list"),
             rule("metal3.io", "hostnetworkattachments", "watch"),
+            rule("metal3.io", "hardwaredata", "list"),
+            rule("metal3.io", "hardwaredata", "watch"),
             rule("patchbay.dev", "switchportconfigurations", "create"),
             rule("patchbay.dev", "switchportconfigurations", "patch"),
         ])

@@ -7,7 +7,10 @@
 //! named by NIC name waits for inspection and is then driven on the port its LLDP
 //! names. An interface naming a port nobody declared is refused and nothing is sent
 //! to that port; an attachment breaking BMO's webhook rules derives nothing and
-//! says why; a tenant's attachment is held to the tenant's grants.
+//! says why; a tenant's attachment is held to the tenant's grants. A Server that
+//! links to a host later takes over the ports it is cabled to. On an Arista EOS
+//! simulator with real LLDP beside it, a host's interfaces are found and checked on
+//! the wire: a MAC-only interface is discovered, a swapped pair of cables parked.
 //! The CRDs are upstream's renditions (`testbed/crds/`, the networkInterfaces
 //! schema in `support::bare_metal_host_crd`).
 
@@ -18,7 +21,7 @@ mod support;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use patchbay::api::metal3::BareMetalHost;
+use patchbay::api::metal3::{BareMetalHost, HardwareData};
 use patchbay::api::metal3_attachment::HostNetworkAttachment;
 use patchbay::api::metal3_switch::BareMetalSwitch;
 use patchbay::api::{ConfigurationRef, Switch, SwitchPortConfiguration};
@@ -59,18 +62,34 @@ const PAUSED: &str = "baremetalhost.metal3.io/paused";
 
 /// A cluster with Metal3's CRDs (upstream's renditions), the operator with
 /// `--metal3-switches` (`tweak` changes more), the provisioning configuration `pxe`
-/// (VLAN 10), and `sim` as BareMetalSwitch `tor1` (MAC aa:bb:cc:00:00:01) with
-/// `ports` (key, device port) declared on it by Switch `tor1`.
+/// (VLAN 10 untagged), and the Cisco `sim` as BareMetalSwitch `tor1` (MAC
+/// aa:bb:cc:00:00:01) with `ports` (key, device port) declared on it by Switch
+/// `tor1`.
 async fn metal3(
     test: &str,
     sim: &SimSwitch,
     ports: &[(&str, &str)],
     tweak: impl FnOnce(&mut patchbay::settings::Settings, &str),
 ) -> Env {
+    let pxe = json!({"untaggedVLAN": 10});
+    metal3_on(test, (sim, "netmiko_cisco_ios"), ports, pxe, tweak).await
+}
+
+/// [`metal3`] with `sim` of NGS device type `device.1`, and `pxe` as the
+/// provisioning configuration's spec.
+async fn metal3_on(
+    test: &str,
+    device: (&SimSwitch, &str),
+    ports: &[(&str, &str)],
+    pxe: serde_json::Value,
+    tweak: impl FnOnce(&mut patchbay::settings::Settings, &str),
+) -> Env {
+    let (sim, device_type) = device;
     let cluster = Cluster::start(test).await;
     for file in [
         "metal3.io_baremetalswitches.yaml",
         "metal3.io_hostnetworkattachments.yaml",
+        "metal3.io_hardwaredata.yaml",
     ] {
         cluster.install_crd(support::rendition(file)).await;
     }
@@ -87,7 +106,7 @@ async fn metal3(
         tweak(s, &ns);
     })
     .await;
-    env.configuration("pxe", json!({"untaggedVLAN": 10})).await;
+    env.configuration("pxe", pxe).await;
     create::<Secret>(
         &env,
         json!({"metadata": {"name": "tor1-credentials"},
@@ -101,7 +120,7 @@ async fn metal3(
                "metadata": {"name": "tor1",
                             "annotations": {"patchbay.dev/host-key": sim.host_key_fingerprint}},
                "spec": {"address": sim.address, "port": sim.port,
-                        "macAddress": "aa:bb:cc:00:00:01", "deviceType": "netmiko_cisco_ios",
+                        "macAddress": "aa:bb:cc:00:00:01", "deviceType": device_type,
                         "credentials": {"name": "tor1-credentials"}}}),
     )
     .await;
@@ -282,18 +301,19 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
     );
     host.step("inspecting").await;
     expect(&sim, "FastEthernet0/1", access(10)).await;
-    // Inspection reports eth1 and its LLDP neighbour: its port is driven from now.
-    host.hosts
-        .patch_status(
-            "host-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"hardware": {"nics": [
-                {"name": "eth1", "mac": "52:54:00:00:00:03",
-                 "lldp": {"switchID": "aa:bb:cc:00:00:01", "portID": "FastEthernet0/3",
-                          "switchSystemName": "tor1"}}]}}})),
-        )
-        .await
-        .unwrap();
+    // Inspection reports eth1 and its LLDP neighbour in the host's HardwareData
+    // (BMO v0.14 also writes the host's status.hardware, which its next API version
+    // drops; it says nothing of eth1 here): its port is driven from now.
+    create::<HardwareData>(
+        &env,
+        json!({"apiVersion": "metal3.io/v1alpha1", "kind": "HardwareData",
+               "metadata": {"name": "host-1"},
+               "spec": {"hardware": {"nics": [
+                   {"name": "eth1", "mac": "52:54:00:00:00:03",
+                    "lldp": {"switchID": "aa:bb:cc:00:00:01", "portID": "FastEthernet0/3",
+                             "switchSystemName": "tor1"}}]}}}),
+    )
+    .await;
     expect(&sim, "FastEthernet0/3", access(10)).await;
     host.step("provisioning").await;
     host.settled("Provisioning").await;
@@ -447,7 +467,11 @@ async fn a_host_a_server_links_to_is_driven_by_the_server_alone() {
     let env = metal3(
         "metal3-host-linked",
         &sim,
-        &[("host-2-eth0", "FastEthernet0/1")],
+        &[
+            ("host-2-eth0", "FastEthernet0/1"),
+            ("host-3-eth0", "FastEthernet0/3"),
+            ("host-3-eth1", "FastEthernet0/4"),
+        ],
         |_, _| {},
     )
     .await;
@@ -487,15 +511,15 @@ async fn a_host_a_server_links_to_is_driven_by_the_server_alone() {
     })
     .await;
     assert!(note.contains(&format!("Server {ns}-srv drives")), "{note}");
-    let reasons: Vec<String> = support::events_about(&env.api(), "host-2")
-        .await
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
-    assert!(
-        reasons.iter().any(|r| r == "PortsDrivenByServer"),
-        "{reasons:?}"
-    );
+    // The Event follows the annotation.
+    eventually(30, "PortsDrivenByServer on host-2", || async {
+        support::events_about(&env.api(), "host-2")
+            .await
+            .into_iter()
+            .any(|e| e.reason.as_deref() == Some("PortsDrivenByServer"))
+            .then_some(())
+    })
+    .await;
     // The Server names no NIC on the port: the host's interface is not driven.
     let ports = env.api::<patchbay::api::SwitchPort>();
     let port = eventually(60, "SwitchPort host-2-eth0", || async {
@@ -511,9 +535,230 @@ async fn a_host_a_server_links_to_is_driven_by_the_server_alone() {
         cisco(&sim, "FastEthernet0/1").await,
         Some(VlanMode::Unconfigured)
     );
+
+    // A Server linking later to a host whose interfaces drive its ports: the port
+    // the Server is cabled to is handed over (its mark), the other is cleaned.
+    let host3 = Bmo::create(
+        &env,
+        "host-3",
+        json!([
+            interface("52:54:00:00:00:31", "FastEthernet0/3", "web", None),
+            interface("52:54:00:00:00:32", "FastEthernet0/4", "web", None)
+        ]),
+    )
+    .await;
+    for state in ["inspecting", "provisioning", "provisioned"] {
+        host3.step(state).await;
+    }
+    host3.settled("Provisioned").await;
+    expect(&sim, "FastEthernet0/3", access(100)).await;
+    expect(&sim, "FastEthernet0/4", access(100)).await;
+    let server3: patchbay::api::Server = serde_json::from_value(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+        "metadata": {"name": format!("{ns}-srv3")},
+        "spec": {"bmc": {"address": "redfish://192.0.2.3/redfish/v1/Systems/1",
+                         "credentialsSecretRef": {"name": "bmc", "namespace": ns}},
+                 "bootMac": "52:54:00:00:00:31", "site": "dc1",
+                 "bareMetalHostRef": {"name": "host-3", "namespace": ns},
+                 "nics": [{"name": "eth0", "mac": "52:54:00:00:00:31",
+                           "port": {"kind": "SwitchPort", "name": "host-3-eth0",
+                                    "namespace": ns},
+                           "provisioningConfiguration": {"name": "pxe", "namespace": ns}}]}
+    }))
+    .unwrap();
     Api::<patchbay::api::Server>::all(env.cluster.client.clone())
-        .delete(&format!("{ns}-srv"), &Default::default())
+        .create(&PostParams::default(), &server3)
         .await
         .unwrap();
+    let mark = |p: &patchbay::api::SwitchPort| p.annotations().get("patchbay.dev/host").cloned();
+    eventually(60, "host-3-eth0 handed to the Server", || async {
+        let p = ports.get("host-3-eth0").await.ok()?;
+        (mark(&p) == Some(format!("Server/{ns}-srv3"))).then_some(())
+    })
+    .await;
+    eventually(60, "host-3-eth1 cleaned and let go", || async {
+        let p = ports.get("host-3-eth1").await.ok()?;
+        mark(&p).is_none().then_some(())
+    })
+    .await;
+    expect(&sim, "FastEthernet0/4", Some(VlanMode::Unconfigured)).await;
+    let handed = eventually(30, "PortsHandedOver on host-3", || async {
+        let notes: Vec<String> = support::events_about(&env.api(), "host-3")
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("PortsHandedOver"))
+            .filter_map(|e| e.note)
+            .collect();
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    assert_eq!(handed.len(), 1, "one hand-over, said once: {handed:?}");
+    assert!(
+        handed[0].contains(&format!(
+            "1 port(s) this host drove handed to Server {ns}-srv3"
+        )),
+        "{handed:?}"
+    );
+    // From there the Server drives it (its phase's configuration, never a blip to
+    // clean): read back what the Server's status reports for the port.
+    let servers = Api::<patchbay::api::Server>::all(env.cluster.client.clone());
+    let status = eventually(60, "the Server reporting host-3-eth0", || async {
+        let s = servers.get(&format!("{ns}-srv3")).await.ok()?;
+        let st = s.status?;
+        st.ports
+            .iter()
+            .any(|p| p.port == format!("{ns}/host-3-eth0"))
+            .then(|| format!("{:?} {:?}", st.phase, st.ports))
+    })
+    .await;
+    println!("Server after the hand-over: {status}");
+    assert!(
+        host3
+            .hosts
+            .get("host-3")
+            .await
+            .unwrap()
+            .annotations()
+            .get("patchbay.dev/ports")
+            .is_some_and(|p| p.starts_with("spec.networkInterfaces ignored")),
+    );
+    for name in [format!("{ns}-srv"), format!("{ns}-srv3")] {
+        servers.delete(&name, &Default::default()).await.unwrap();
+    }
     env.cluster.finish().await;
+}
+
+/// An Arista EOS switch's declared port, as the simulator reports it.
+async fn eos(sim: &SimSwitch, port: &str) -> Option<VlanMode> {
+    use patchbay_providers::Device as _;
+    ssh_cases::backend("eos", sim)
+        .get_port(&ssh_cases::port(port))
+        .await
+        .ok()
+        .and_then(|p| p.vlans)
+}
+
+/// The wire, on this path too: real LLDP between network namespaces (lldpd, read
+/// over sshd as Switch `tor1`'s neighbour source) beside a simulated Arista EOS as
+/// BareMetalSwitch `tor1`, whose Linux-side port names match EOS's (`Ethernet1`..).
+/// Host a gives only its MAC (no switchPort, no inspection): patchbay's own
+/// neighbour reads find it on its port, and the link is kept on the host. Host b is
+/// on the port its `switchPort` names, verified. Both move onto the provisioning
+/// network. Then their cables are swapped: both ports are parked (clean), the hosts
+/// held and saying why, and a's link is not moved by what the wire says now. Each
+/// read back from the switch (the simulated EOS has two ports).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_s_interfaces_are_checked_and_found_on_the_wire() {
+    use patchbay_testbed::lldp::LldpFabric;
+    if !on_devplane() {
+        return; // installs Metal3's CRDs
+    }
+    const A: &str = "52:54:00:0a:00:01";
+    const B: &str = "52:54:00:0b:00:01";
+    let mut fabric = LldpFabric::start("tor1").expect("the fabric starts");
+    fabric.add_host("host-a", A, "Ethernet1").unwrap();
+    fabric.add_host("host-b", B, "Ethernet2").unwrap();
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "arista_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    // EOS carries trunks only: the provisioning network is tagged.
+    let env = metal3_on(
+        "metal3-host-wire",
+        (&sim, "netmiko_arista_eos"),
+        &[("wire-a", "Ethernet1"), ("wire-b", "Ethernet2")],
+        json!({"vlans": [{"id": 10}]}),
+        |_, _| {},
+    )
+    .await;
+    let ns = env.cluster.namespace.clone();
+    env.lldp_source(&fabric, "tor1-lldp").await;
+    env.api::<Switch>()
+        .patch(
+            "tor1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"neighbors": {
+                "providers": [{"name": "tor1-lldp"}], "intervalSeconds": 5}}})),
+        )
+        .await
+        .unwrap();
+    attachment(&env, &ns, "web", json!({"nativeVLAN": 100})).await;
+    let a = Bmo::create(
+        &env,
+        "host-a",
+        json!([{"macAddress": A, "hostNetworkAttachment": {"name": "web"}}]),
+    )
+    .await;
+    let b = Bmo::create(
+        &env,
+        "host-b",
+        json!([interface(B, "Ethernet2", "web", None)]),
+    )
+    .await;
+    let pxe = Some(VlanMode::Trunk {
+        native: None,
+        allowed: [vlan(10)].into_iter().collect(),
+    });
+    // Nothing moves before the neighbours are read; then each port, verified or
+    // found, carries the provisioning network.
+    for port in ["Ethernet1", "Ethernet2"] {
+        eventually(
+            90,
+            &format!("{port} on the provisioning network"),
+            || async { (eos(&sim, port).await == pxe).then_some(()) },
+        )
+        .await;
+    }
+    for host in [&a, &b] {
+        host.settled("Available").await;
+    }
+    // Host a's port was found on the wire, and the link is kept on the host.
+    let link = format!(r#"{{"{A}":"{ns}/wire-a"}}"#);
+    let discovered = |h: &BareMetalHost| {
+        h.annotations()
+            .get("patchbay.dev/discovered-ports")
+            .cloned()
+    };
+    assert_eq!(
+        discovered(&a.hosts.get("host-a").await.unwrap()).as_ref(),
+        Some(&link)
+    );
+    eventually(30, "CablingDiscovered on host-a", || async {
+        support::events_about(&env.api(), "host-a")
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("CablingDiscovered"))
+            .and_then(|e| e.note)
+            .filter(|n| n.contains(&format!("linked to SwitchPort {ns}/wire-a")))
+    })
+    .await;
+
+    // Swap a's and b's cables: each declared port now sees the other host.
+    fabric.swap_cables(0, 1).unwrap();
+    for (port, host) in [("Ethernet1", &a), ("Ethernet2", &b)] {
+        eventually(60, &format!("{port} parked"), || async {
+            (eos(&sim, port).await == Some(VlanMode::Unconfigured)).then_some(())
+        })
+        .await;
+        // Held: BMO paused until the cabling is confirmed, and the host says why.
+        let h = eventually(30, &format!("{} held", host.name), || async {
+            let h = host.hosts.get(host.name).await.ok()?;
+            h.annotations().contains_key(PAUSED).then_some(h)
+        })
+        .await;
+        let ports = h.annotations().get("patchbay.dev/ports").cloned();
+        assert!(
+            ports
+                .as_deref()
+                .is_some_and(|p| p.contains("CablingMismatch")
+                    && p.contains("parked, its cabling is not confirmed")),
+            "{}: {ports:?}",
+            host.name
+        );
+    }
+    // The link stays where it was made: the wire is checked, not followed.
+    assert_eq!(
+        discovered(&a.hosts.get("host-a").await.unwrap()).as_ref(),
+        Some(&link)
+    );
+    env.cluster.finish().await;
+    fabric.stop();
 }

@@ -1,12 +1,16 @@
 //! The BareMetalHost controller: a Metal3 BareMetalHost that carries Metal3's own
 //! `spec.networkInterfaces` (with `--metal3-switches`: each interface on the
-//! declared port its `switchPort` or inspection's LLDP names, carrying its
-//! HostNetworkAttachment once provisioned; [`crate::decide::metal3_host`]) or
+//! declared port its `switchPort`, inspection's LLDP (the host's HardwareData) or
+//! patchbay's own neighbour reads name — a port found on the wire is kept in the
+//! host's `patchbay.dev/discovered-ports` annotation —, checked on the wire, carrying
+//! its HostNetworkAttachment once provisioned; [`crate::decide::metal3_host`]) or
 //! seed 003's `spec.ports` (the upstream CRD prunes that field, so this only
 //! happens on clusters whose CRD has it) is a host like a Server with those
 //! NICs — same phases, same pure functions, same gate ([`super::host::drive_host`]). A
 //! host that a Server links to (by reference or boot MAC) is driven by that Server
-//! instead, and its `spec.ports` is ignored.
+//! instead, and its `spec.ports` is ignored; ports it drove before are handed to
+//! the Server (those the Server is cabled to) or cleaned
+//! ([`super::host::hand_over`]).
 //!
 //! The host's status belongs to the baremetal-operator, so patchbay records what it
 //! needs on the host's annotations: `patchbay.dev/phase` (its memory of the phase)
@@ -20,10 +24,10 @@
 //! carry (a tenant's HostNetworkAttachment: that tenant), whose grants it passes as
 //! a claim's does. Kubernetes I/O.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -34,6 +38,8 @@ use super::server::ServerCtx;
 use crate::api::ServerPhase;
 use crate::api::keys::{PHASE_ANNOTATION, PORTS_ANNOTATION};
 use crate::api::metal3::BareMetalHost;
+use crate::decide::cabling;
+use crate::decide::metal3_host::{DISCOVERED_ANNOTATION, Unplaced, with_discovered};
 use crate::decide::phases::{Driver, bare_metal_host_mark, bare_metal_host_nics};
 use crate::decide::status::Severity;
 
@@ -44,25 +50,54 @@ pub(super) async fn reconcile(
 ) -> Result<Action, ControllerError> {
     let servers = crate::triggers::servers_of_host(&ctx.alloc.servers.state(), &host);
     let linked = !servers.is_empty();
-    // A host a Server links to is driven by that Server alone: Metal3's
-    // networkInterfaces on it are ignored, and both objects say so.
-    if let Some(server) = servers.first()
+    let me = bare_metal_host_mark(&host);
+    let server = servers.first().and_then(|r| {
+        ctx.alloc
+            .servers
+            .state()
+            .into_iter()
+            .find(|s| s.name_any() == r.name)
+    });
+    // A host a Server links to is driven by that Server alone. Ports this host
+    // drove before the Server linked are handed to it.
+    if let Some(server) = &server {
+        let to = format!("Server/{}", server.name_any());
+        let (handed, cleaning) = super::host::hand_over(&ctx.world, &me, &to, |p| {
+            crate::decide::phases::cabled_to(&server.spec.nics, p.kind, &p.namespace, &p.name)
+        })
+        .await?;
+        if handed > 0 {
+            let note = format!(
+                "{handed} port(s) this host drove handed to Server {} (it links to the host \
+                 and is cabled to them); they keep what they carry until it moves them",
+                server.name_any()
+            );
+            ctx.world
+                .events
+                .publish(host.as_ref(), Severity::Normal, "PortsHandedOver", &note)
+                .await;
+            ctx.world
+                .events
+                .publish(server.as_ref(), Severity::Normal, "PortsHandedOver", &note)
+                .await;
+        }
+        if cleaning > 0 {
+            // Woken by those ports' changes; looked at again meanwhile too.
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    }
+    // Metal3's networkInterfaces on a linked host are ignored, and both objects
+    // say so.
+    if let Some(server) = &server
         && ctx.world.metal3.is_some()
         && host.spec.network_interfaces.is_some()
     {
         let note = format!(
             "spec.networkInterfaces ignored: Server {} drives this host's ports (it links \
              to the host by spec.bareMetalHostRef or boot MAC)",
-            server.name
+            server.name_any()
         );
-        if say_ignored(&host, &ctx, &note, Severity::Normal, "PortsDrivenByServer").await?
-            && let Some(s) = ctx
-                .alloc
-                .servers
-                .state()
-                .into_iter()
-                .find(|s| s.name_any() == server.name)
-        {
+        if say_ignored(&host, &ctx, &note, Severity::Normal, "PortsDrivenByServer").await? {
             let on_server = format!(
                 "BareMetalHost {}/{} lists spec.networkInterfaces; this Server drives its \
                      ports, and they are ignored",
@@ -72,7 +107,7 @@ pub(super) async fn reconcile(
             ctx.world
                 .events
                 .publish(
-                    s.as_ref(),
+                    server.as_ref(),
                     Severity::Normal,
                     "PortsDrivenByServer",
                     &on_server,
@@ -81,7 +116,6 @@ pub(super) async fn reconcile(
         }
         return Ok(Action::await_change());
     }
-    let me = bare_metal_host_mark(&host);
     // Metal3's own `networkInterfaces` (with --metal3-switches), else seed 003's
     // `spec.ports`.
     let interfaces = match (&ctx.world.metal3, &host.spec.network_interfaces) {
@@ -93,18 +127,36 @@ pub(super) async fn reconcile(
         (Some(m), Some(_)) => Some(interfaces_of(&host, &ctx.world, m)),
         _ => None,
     };
+    let phase: Option<ServerPhase> = host
+        .annotations()
+        .get(PHASE_ANNOTATION)
+        .and_then(|p| serde_json::from_value(json!(p)).ok());
+    let deleting = host.meta().deletion_timestamp.is_some();
     let (nics, errors, waiting) = match interfaces {
-        Some(i) => (i.nics, i.refused, i.waiting),
+        Some((mut i, declared)) => {
+            if !i.unplaced.is_empty() && trusted(&host, &ctx) {
+                // Discovery runs where an allocated host's would not: before the host
+                // runs its user's OS.
+                let may = !deleting
+                    && matches!(
+                        phase,
+                        None | Some(ServerPhase::Available | ServerPhase::Provisioning)
+                    )
+                    && crate::decide::phases::metal3_goal(Some(&host.status.provisioning.state))
+                        != Some(ServerPhase::Provisioned);
+                if discover(&host, &ctx, &i.unplaced, &declared, may, &mut i.waiting).await? {
+                    // The annotation's write wakes this host again.
+                    return Ok(Action::await_change());
+                }
+            }
+            (i.nics, i.refused, i.waiting)
+        }
         None => {
             let (nics, errors) = bare_metal_host_nics(&host);
             (nics, errors, Vec::new())
         }
     };
     let from_interfaces = ctx.world.metal3.is_some() && host.spec.network_interfaces.is_some();
-    let phase: Option<ServerPhase> = host
-        .annotations()
-        .get(PHASE_ANNOTATION)
-        .and_then(|p| serde_json::from_value(json!(p)).ok());
     // Nothing to drive: no ports, no phase, no port still marked (scanned last).
     let idle = nics.is_empty()
         && errors.is_empty()
@@ -119,9 +171,7 @@ pub(super) async fn reconcile(
     // the settings trust (the infra namespace, --trusted-host-namespaces). Ports it
     // marked before are left as they are.
     let ns = host.namespace().unwrap_or_default();
-    if let Some(t) = &ctx.world.tenancy
-        && !t.trusts_hosts_of(&ns)
-    {
+    if !trusted(&host, &ctx) {
         let ignored = format!(
             "{} ignored: namespace {ns} is not trusted to drive ports \
              (--trusted-host-namespaces)",
@@ -166,7 +216,7 @@ pub(super) async fn reconcile(
             host: "",
             state: Some(host.status.provisioning.state.as_str()),
         },
-        deleting: host.meta().deletion_timestamp.is_some(),
+        deleting,
         phase,
         bare_metal_host: Some(host.clone()),
         cabling_policy: crate::api::CablingPolicy::Permissive,
@@ -193,20 +243,8 @@ pub(super) async fn reconcile(
     if annotations.get(PHASE_ANNOTATION) != Some(&new_phase)
         || annotations.get(PORTS_ANNOTATION) != Some(&ports)
     {
-        let api: Api<BareMetalHost> = Api::namespaced(
-            ctx.world.client.clone(),
-            &host.namespace().unwrap_or_default(),
-        );
-        // Guarded like a status: never written from a stale read.
-        let patch = json!({"metadata": {
-            "resourceVersion": host.resource_version(),
-            "annotations": {PHASE_ANNOTATION: new_phase, PORTS_ANNOTATION: ports}}});
-        api.patch(
-            &host.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?;
+        let says = json!({PHASE_ANNOTATION: new_phase, PORTS_ANNOTATION: ports});
+        super::host::annotate(&ctx.world, &host, says).await?;
     }
     if let Some(from) = phase
         && from != facts.step.phase
@@ -231,6 +269,15 @@ pub(super) async fn reconcile(
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
+/// Whether the host's namespace may drive ports: all without tenancy; under it, the
+/// infra namespace and `--trusted-host-namespaces`.
+fn trusted(host: &BareMetalHost, ctx: &ServerCtx) -> bool {
+    ctx.world
+        .tenancy
+        .as_ref()
+        .is_none_or(|t| t.trusts_hosts_of(&host.namespace().unwrap_or_default()))
+}
+
 /// Says on the host why its ports are not its own to drive: `note` in its
 /// `patchbay.dev/ports` annotation (over the version read) and an Event, once —
 /// nothing when the annotation says so already. Whether it was said now.
@@ -244,30 +291,22 @@ async fn say_ignored(
     if host.annotations().get(PORTS_ANNOTATION).map(String::as_str) == Some(note) {
         return Ok(false);
     }
-    let api: Api<BareMetalHost> = Api::namespaced(
-        ctx.world.client.clone(),
-        &host.namespace().unwrap_or_default(),
-    );
-    let patch = json!({"metadata": {
-        "resourceVersion": host.resource_version(),
-        "annotations": {PORTS_ANNOTATION: note}}});
-    api.patch(
-        &host.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await?;
+    super::host::annotate(&ctx.world, host, json!({PORTS_ANNOTATION: note})).await?;
     ctx.world.events.publish(host, severity, reason, note).await;
     Ok(true)
 }
 
-/// The host's `networkInterfaces` resolved against the BareMetalSwitches and the
-/// ports the Switches naming them declare.
+/// The host's `networkInterfaces` resolved against the BareMetalSwitches, the
+/// ports the Switches naming them declare and the host's inspection; with the
+/// declared ports (namespace, SwitchPort), which discovery may link to.
 fn interfaces_of(
     host: &BareMetalHost,
     world: &super::host::HostWorld,
     m: &super::host::Metal3World,
-) -> crate::decide::metal3_host::Interfaces {
+) -> (
+    crate::decide::metal3_host::Interfaces,
+    BTreeSet<(String, String)>,
+) {
     use crate::decide::metal3_host::{DeclaredPort, Fabric, KnownSwitch, network_interfaces};
     let bmss = m.switches.state();
     let known: Vec<KnownSwitch<'_>> = bmss
@@ -296,13 +335,77 @@ fn interfaces_of(
             })
         })
         .collect();
-    network_interfaces(
+    let inspection = super::host::inspection(world, host);
+    let interfaces = network_interfaces(
         host,
         &Fabric {
             switches: &known,
             declared: &declared,
             partial: false,
+            inspection: inspection.as_ref(),
         },
         m.provisioning.as_ref(),
-    )
+    );
+    let keys = declared
+        .iter()
+        .map(|d| (d.namespace.to_owned(), d.key.to_owned()))
+        .collect();
+    (interfaces, keys)
+}
+
+/// Looks for each interface no `switchPort` or inspection places by its MAC on the
+/// ports the Switches' neighbour sources read ([`cabling::discover`]: only while the
+/// host is not yet provisioned, never on another host's port), taking only a port
+/// declared on a BareMetalSwitch. What it finds goes into the host's
+/// [`DISCOVERED_ANNOTATION`] (over the version read), with a Normal Event for each;
+/// the link then stays. Says in `waiting` why each other one is not found; returns
+/// whether it wrote.
+async fn discover(
+    host: &BareMetalHost,
+    ctx: &ServerCtx,
+    unplaced: &[Unplaced],
+    declared: &BTreeSet<(String, String)>,
+    may: bool,
+    waiting: &mut [String],
+) -> Result<bool, ControllerError> {
+    let me = bare_metal_host_mark(host);
+    let servers = ctx.alloc.servers.state();
+    let mut found = Vec::new();
+    let mut notes = Vec::new();
+    for u in unplaced {
+        let seen = super::host::sightings(&ctx.world, &servers, &me, &u.mac);
+        let why = match cabling::discover(&seen, may) {
+            Ok((ns, name)) if declared.contains(&(ns.clone(), name.clone())) => {
+                notes.push(format!(
+                    "{} (NIC {}, {}) linked to SwitchPort {ns}/{name}: its MAC is seen on {}",
+                    u.field, u.nic, u.mac, seen[0].words
+                ));
+                found.push((u.mac.clone(), ns, name));
+                continue;
+            }
+            Ok((ns, name)) => format!(
+                "its MAC is seen on SwitchPort {ns}/{name}, which is declared on no \
+                 BareMetalSwitch: nothing is linked"
+            ),
+            Err(cabling::Cabling::Undiscovered(why)) => why,
+            Err(other) => format!("{other:?}"),
+        };
+        let head = format!("{}: ", u.field);
+        if let Some(w) = waiting.iter_mut().find(|w| w.starts_with(&head)) {
+            w.push_str(&format!(" ({why})"));
+        }
+    }
+    if found.is_empty() {
+        return Ok(false);
+    }
+    let link = json!({DISCOVERED_ANNOTATION: with_discovered(host, &found)});
+    super::host::annotate(&ctx.world, host, link).await?;
+    for note in &notes {
+        tracing::info!(host = %me, "{note}");
+        ctx.world
+            .events
+            .publish(host, Severity::Normal, "CablingDiscovered", note)
+            .await;
+    }
+    Ok(true)
 }

@@ -57,6 +57,43 @@ pub struct HostWorld {
     /// Metal3's switch API (`--metal3-switches`); `None`: a BareMetalHost's
     /// `networkInterfaces` are not read.
     pub metal3: Option<Metal3World>,
+    /// The BareMetalHost cache (empty without Metal3): whether a host whose mark a
+    /// port carries runs its user's OS.
+    pub bare_metal_hosts: Store<BareMetalHost>,
+}
+
+/// What inspection found on `host`: its HardwareData's `spec.hardware` (with
+/// `--metal3-switches`), else its own `status.hardware`.
+pub fn inspection(world: &HostWorld, host: &BareMetalHost) -> Option<serde_json::Value> {
+    world
+        .metal3
+        .as_ref()
+        .and_then(|m| {
+            m.hardware.get(
+                &ObjectRef::new(&host.name_any()).within(&host.namespace().unwrap_or_default()),
+            )
+        })
+        .and_then(|hd| hd.spec.hardware.clone())
+        .or_else(|| host.status.hardware.clone())
+}
+
+/// Whether host mark `host` is an allocated host ([`cabling::allocated_mark`]),
+/// from the caches.
+fn allocated(world: &HostWorld, servers: &[Arc<crate::api::Server>], host: &str) -> bool {
+    cabling::allocated_mark(
+        host,
+        |name| {
+            servers
+                .iter()
+                .any(|s| s.name_any() == name && s.spec.claim_ref.is_some())
+        },
+        |ns, name| {
+            world
+                .bare_metal_hosts
+                .get(&ObjectRef::new(name).within(ns))
+                .map(|h| h.status.provisioning.state.clone())
+        },
+    )
 }
 
 /// What a BareMetalHost's `networkInterfaces` are resolved with.
@@ -68,6 +105,8 @@ pub struct Metal3World {
     /// not read (a switch not listed yet would read as gone, and the host's ports
     /// would be cleaned).
     pub switches_listed: super::context::Listed,
+    /// The HardwareData: each host's inspection, by the host's name.
+    pub hardware: Store<crate::api::metal3::HardwareData>,
     /// What the interfaces carry while the host is provisioned with
     /// (`--metal3-provisioning-configuration`).
     pub provisioning: Option<ConfigurationRef>,
@@ -210,6 +249,47 @@ pub fn marked(world: &HostWorld, me: &str) -> BTreeSet<PortId> {
         .collect()
 }
 
+/// Hands the ports carrying `from`'s mark to `to` (a Server now linked to the host
+/// that drove them): a port `keeps` says `to` is cabled to takes `to`'s mark and
+/// keeps what it carries, so nothing changes on the device until `to` moves it; any
+/// other port is cleaned under `from`'s mark, then unmarked, as a port no NIC is
+/// cabled to any more. Each write is over the version read. Returns how many ports
+/// were handed and how many are still being cleaned.
+pub async fn hand_over(
+    world: &HostWorld,
+    from: &str,
+    to: &str,
+    keeps: impl Fn(&PortId) -> bool,
+) -> Result<(usize, usize), ControllerError> {
+    let (mut handed, mut cleaning) = (0, 0);
+    for port in marked(world, from) {
+        let Some((o, version)) = look_up(world, &port) else {
+            continue;
+        };
+        let result = if keeps(&port) {
+            handed += 1;
+            let patch = json!({"metadata": {
+                "resourceVersion": version, "annotations": {HOST_ANNOTATION: to}}});
+            patch_port(world, &port, patch).await
+        } else {
+            let (write, verdict) = port_step(None, Some(&o), from);
+            if !verdict.settled() {
+                cleaning += 1;
+            }
+            match write {
+                Some(w) => write_port(world, &port, version, from, &w).await,
+                None => Ok(()),
+            }
+        };
+        match result {
+            // Changed meanwhile: its next event brings this back.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            r => r?,
+        }
+    }
+    Ok((handed, cleaning))
+}
+
 async fn write_port(
     world: &HostWorld,
     port: &PortId,
@@ -226,6 +306,16 @@ async fn write_port(
             "metadata": {"resourceVersion": version, "annotations": {HOST_ANNOTATION: null}},
         }),
     };
+    patch_port(world, port, patch).await
+}
+
+/// A merge patch of a port object, whatever its kind; a port gone meanwhile is
+/// no error.
+async fn patch_port(
+    world: &HostWorld,
+    port: &PortId,
+    patch: serde_json::Value,
+) -> Result<(), kube::Error> {
     let pp = PatchParams::default();
     let result = match port.kind {
         CabledPortKind::SwitchPort => {
@@ -408,11 +498,7 @@ pub fn sightings(
                     .and_then(|(o, _)| o.host)
                     .filter(|h| h != me)
                     .map(|h| {
-                        let allocated = h.strip_prefix("Server/").is_some_and(|name| {
-                            servers
-                                .iter()
-                                .any(|s| s.name_any() == name && s.spec.claim_ref.is_some())
-                        });
+                        let allocated = allocated(world, servers, &h);
                         (h, allocated)
                     })
             });
@@ -481,8 +567,8 @@ fn check_cabling(
                 let hardware = view
                     .bare_metal_host
                     .as_ref()
-                    .and_then(|h| h.status.hardware.as_ref());
-                let inspected = hardware.and_then(|hw| cabling::inspected(hw, mac));
+                    .and_then(|h| inspection(world, h));
+                let inspected = hardware.and_then(|hw| cabling::inspected(&hw, mac));
                 if let Some(v) = cabling::by_inspection(
                     inspected.as_ref(),
                     sight.chassis.as_deref(),
@@ -797,6 +883,29 @@ pub async fn drive_host(
     })
 }
 
+/// Writes `annotations` (a JSON object; `null` removes one) on a BareMetalHost,
+/// over the version read: the host's spec and status are BMO's, so what patchbay
+/// must say there goes into annotations, never from a stale read.
+pub async fn annotate(
+    world: &HostWorld,
+    bmh: &BareMetalHost,
+    annotations: serde_json::Value,
+) -> Result<(), kube::Error> {
+    let api: Api<BareMetalHost> =
+        Api::namespaced(world.client.clone(), &bmh.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {
+        "resourceVersion": bmh.resource_version(),
+        "annotations": annotations,
+    }});
+    api.patch(
+        &bmh.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map(|_| ())
+}
+
 /// Sets or removes patchbay's pause on a BareMetalHost, with an Event on the host.
 /// The write is guarded by the host's resourceVersion, so a pause somebody else set
 /// in the meantime is never overwritten.
@@ -818,18 +927,7 @@ async fn apply_gate(
         ),
         Gate::Open | Gate::Holding | Gate::Foreign(_) => return Ok(()),
     };
-    let api: Api<BareMetalHost> =
-        Api::namespaced(world.client.clone(), &bmh.namespace().unwrap_or_default());
-    let patch = json!({"metadata": {
-        "resourceVersion": bmh.resource_version(),
-        "annotations": {PAUSED_ANNOTATION: value},
-    }});
-    api.patch(
-        &bmh.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await?;
+    annotate(world, bmh, json!({PAUSED_ANNOTATION: value})).await?;
     tracing::info!(host = %format!("{}/{}", bmh.namespace().unwrap_or_default(), bmh.name_any()), reason, "BareMetalHost gate");
     world
         .events

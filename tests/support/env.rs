@@ -149,6 +149,26 @@ impl Env {
         .await;
     }
 
+    /// The Linux side of a switch as ProviderSwitch `name` (and the Switch of that
+    /// name [`Env::device`] makes with it), read only: `fabric`'s lldpd over its sshd,
+    /// with a key login and a pinned host key. A Switch names it in
+    /// `spec.neighbors.providers`.
+    pub async fn lldp_source(&self, fabric: &patchbay_testbed::lldp::LldpFabric, name: &str) {
+        self.device(
+            name,
+            &[
+                ("username", &fabric.username),
+                ("privateKey", &fabric.client_key),
+            ],
+            json!({"backend": "ssh", "os": "linux", "address": "127.0.0.1",
+                   "port": fabric.ssh_port,
+                   "hostKey": {"fingerprint": fabric.host_key_fingerprint},
+                   "options": {"lldpSocket": fabric.switch_socket}}),
+            &[],
+        )
+        .await;
+    }
+
     /// A Secret `<name>-login` with `login`, a ProviderSwitch `name` with `spec` (the
     /// Secret referenced) and a Switch `name` with the given (key, device port) pairs.
     pub async fn device(

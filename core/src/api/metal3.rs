@@ -107,6 +107,29 @@ pub(crate) use metal3_resource;
 
 metal3_resource!(BareMetalHost, "BareMetalHost", "baremetalhosts");
 
+/// A Metal3 HardwareData (`metal3.io/v1alpha1`): what inspection found on the
+/// BareMetalHost of the same name and namespace. BMO v0.14 writes it beside the
+/// host's `status.hardware`, which its next API version removes in its favour.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HardwareData {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// Its spec.
+    #[serde(default)]
+    pub spec: HardwareDataSpec,
+}
+
+/// `HardwareData.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HardwareDataSpec {
+    /// `spec.hardware`: the same shape as a host's `status.hardware` (patchbay
+    /// reads its `nics`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<serde_json::Value>,
+}
+
+metal3_resource!(HardwareData, "HardwareData", "hardwaredata");
+
 impl BareMetalHost {
     /// The status as the inspection readers take it (`{"hardware": …}`).
     pub fn status_json(&self) -> serde_json::Value {

@@ -427,7 +427,8 @@ pub struct Sighting {
     /// SwitchPort manages it.
     pub port: Option<(String, String)>,
     /// The host that already has this port (declared on it, or driving it), and
-    /// whether that host is allocated to a claim.
+    /// whether that host is allocated: a Server bound to a claim, a BareMetalHost
+    /// BMO has provisioned (either runs its user's OS).
     pub taken_by: Option<(String, bool)>,
 }
 
@@ -449,6 +450,28 @@ impl Sighting {
                 .map(|(host, _)| host.clone()),
         }
     }
+}
+
+/// Whether the host whose mark a port carries (`Server/<name>`,
+/// `BareMetalHost/<namespace>/<name>`) is allocated, running its user's OS (which
+/// may send any MAC or LLDP): a Server `claimed` says is bound to a claim; a
+/// BareMetalHost whose BMO state (`host_state`) is `provisioned` or `externally
+/// provisioned`. Anything else is not.
+pub fn allocated_mark(
+    mark: &str,
+    claimed: impl Fn(&str) -> bool,
+    host_state: impl Fn(&str, &str) -> Option<String>,
+) -> bool {
+    if let Some(name) = mark.strip_prefix("Server/") {
+        return claimed(name);
+    }
+    mark.strip_prefix("BareMetalHost/")
+        .and_then(|h| h.split_once('/'))
+        .and_then(|(ns, name)| host_state(ns, name))
+        .is_some_and(|state| {
+            crate::decide::phases::metal3_goal(Some(&state))
+                == Some(crate::api::ServerPhase::Provisioned)
+        })
 }
 
 /// Where a NIC that declares only its MAC is plugged in, from every port its MAC is
@@ -536,6 +559,31 @@ mod tests {
         Reading,
         Cabling,
     );
+
+    #[test]
+    fn a_claimed_server_and_a_provisioned_bare_metal_host_are_allocated() {
+        let claimed = |name: &str| name == "web-1";
+        let state = |ns: &str, name: &str| match (ns, name) {
+            ("hosts", "up") => Some("provisioned".to_owned()),
+            ("hosts", "ext") => Some("externally provisioned".to_owned()),
+            ("hosts", "new") => Some("provisioning".to_owned()),
+            ("hosts", "gone") => Some("deprovisioning".to_owned()),
+            _ => None,
+        };
+        for (mark, allocated) in [
+            ("Server/web-1", true),
+            ("Server/spare", false),
+            ("BareMetalHost/hosts/up", true),
+            ("BareMetalHost/hosts/ext", true),
+            ("BareMetalHost/hosts/new", false),
+            ("BareMetalHost/hosts/gone", false),
+            ("BareMetalHost/hosts/unknown", false),
+            ("BareMetalHost/no-name", false),
+            ("someone-else", false),
+        ] {
+            assert_eq!(allocated_mark(mark, claimed, state), allocated, "{mark}");
+        }
+    }
 
     #[test]
     fn verdicts() {

@@ -12,8 +12,16 @@
 //!   Switches that name it as their provider, matched on `name`
 //!   (case-insensitive). Anything else (an uplink, a typo) is refused with the
 //!   reason, and nothing is sent.
+//!   Third, patchbay's own neighbour reads: a NIC with neither is looked for by its
+//!   MAC on the ports the Switches' neighbour sources read
+//!   ([`crate::decide::cabling::discover`], only while the host is not yet
+//!   provisioned, never on another host's port), and the port found is kept in the
+//!   host's `patchbay.dev/discovered-ports` annotation ([`DISCOVERED_ANNOTATION`]):
+//!   a link once made stays until the infra team removes it, so nothing a host's OS
+//!   sends later moves it.
 //! - **Which NIC.** `macAddress` names it; `name` is matched to its MAC through
-//!   inspection. A NIC inspection has not reported yet waits, saying so.
+//!   inspection (the host's HardwareData `spec.hardware`, else its
+//!   `status.hardware`). A NIC inspection has not reported yet waits, saying so.
 //! - **What it carries.** The provisioning configuration the infra team set
 //!   (`--metal3-provisioning-configuration`) while the host is being inspected,
 //!   prepared, provisioned and deprovisioned; once `provisioned`, the
@@ -40,6 +48,11 @@ use crate::decide::validate::FieldError;
 /// The label on a SwitchPortConfiguration patchbay derived from a
 /// HostNetworkAttachment (its value: the attachment's name).
 pub const ATTACHMENT_LABEL: &str = "patchbay.dev/host-network-attachment";
+
+/// The annotation on a BareMetalHost where patchbay keeps the ports it discovered
+/// for the host's interfaces: a JSON object, MAC (lower case) to
+/// `namespace/SwitchPort`.
+pub const DISCOVERED_ANNOTATION: &str = "patchbay.dev/discovered-ports";
 
 /// The smallest MTU a patchbay configuration carries (upstream allows 68).
 const MIN_MTU: i64 = 576;
@@ -220,6 +233,61 @@ pub struct Fabric<'a> {
     /// Only some of the switches are known (`patchbay validate` on files): an
     /// interface on a switch not among them is not looked up, rather than refused.
     pub partial: bool,
+    /// The host's inspection data: its HardwareData's `spec.hardware`. `None`: the
+    /// host's own `status.hardware` (BMO writes both in v0.14).
+    pub inspection: Option<&'a Value>,
+}
+
+impl Fabric<'_> {
+    /// Whether SwitchPort `namespace/name` is a port declared on a BareMetalSwitch.
+    pub fn declares(&self, namespace: &str, name: &str) -> bool {
+        self.declared
+            .iter()
+            .any(|d| d.namespace == namespace && d.key == name)
+    }
+}
+
+/// An interface whose port neither its `switchPort` nor inspection names, and
+/// that patchbay has not discovered yet: what discovery looks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unplaced {
+    /// The interface's field (`spec.networkInterfaces[i]`).
+    pub field: String,
+    /// The NIC's name (its MAC when inspection gave none).
+    pub nic: String,
+    /// Its MAC, lower case.
+    pub mac: String,
+}
+
+/// The ports patchbay discovered for `host`'s interfaces
+/// ([`DISCOVERED_ANNOTATION`]): MAC to (namespace, SwitchPort). An annotation that
+/// does not parse counts as none.
+pub fn discovered(host: &BareMetalHost) -> std::collections::BTreeMap<String, (String, String)> {
+    host.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DISCOVERED_ANNOTATION))
+        .and_then(|v| serde_json::from_str::<std::collections::BTreeMap<String, String>>(v).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|(mac, port)| {
+            let (ns, name) = port.split_once('/')?;
+            Some((mac_key(&mac), (ns.to_owned(), name.to_owned())))
+        })
+        .collect()
+}
+
+/// The [`DISCOVERED_ANNOTATION`] value with `found` (MAC, namespace, SwitchPort)
+/// added to what `host` has.
+pub fn with_discovered(host: &BareMetalHost, found: &[(String, String, String)]) -> String {
+    let mut all: std::collections::BTreeMap<String, String> = discovered(host)
+        .into_iter()
+        .map(|(mac, (ns, name))| (mac, format!("{ns}/{name}")))
+        .collect();
+    for (mac, ns, name) in found {
+        all.insert(mac_key(mac), format!("{ns}/{name}"));
+    }
+    serde_json::to_string(&all).unwrap_or_default()
 }
 
 /// The host's `spec.networkInterfaces` as NICs.
@@ -232,6 +300,8 @@ pub struct Interfaces {
     pub refused: Vec<String>,
     /// Interfaces waiting (their NIC not inspected yet, no switch port known yet).
     pub waiting: Vec<String>,
+    /// The waiting interfaces whose MAC is known but no port: for discovery.
+    pub unplaced: Vec<Unplaced>,
 }
 
 /// One entry as written.
@@ -272,11 +342,8 @@ struct Inspected {
     lldp: Option<SwitchPortId>,
 }
 
-fn inspected(host: &BareMetalHost) -> Vec<Inspected> {
-    let nics = host
-        .status
-        .hardware
-        .as_ref()
+fn inspected(hardware: Option<&Value>) -> Vec<Inspected> {
+    let nics = hardware
         .and_then(|h| h.get("nics"))
         .and_then(Value::as_array);
     nics.into_iter()
@@ -321,7 +388,8 @@ pub fn network_interfaces(
         return out;
     };
     let ns = host.metadata.namespace.as_deref().unwrap_or_default();
-    let hardware = inspected(host);
+    let hardware = inspected(fabric.inspection.or(host.status.hardware.as_ref()));
+    let found = discovered(host);
     let mut seen = BTreeSet::new();
     for (i, raw) in entries.iter().enumerate() {
         let at = format!("spec.networkInterfaces[{i}]");
@@ -418,14 +486,44 @@ pub fn network_interfaces(
             .clone()
             .or_else(|| nic.map(|h| h.name.clone()).filter(|n| !n.is_empty()))
             .unwrap_or_else(|| nic_mac.clone());
-        // The switch port: as given, else the inspection's LLDP.
+        let cabled = |namespace: &str, name: &str| ServerNic {
+            name: nic_name.clone(),
+            mac: Some(nic_mac.clone()),
+            port: Some(CabledPortRef {
+                kind: Some(CabledPortKind::SwitchPort),
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+            }),
+            provisioning_configuration: provisioning.cloned(),
+            configuration: Some(ConfigurationRef {
+                name: attachment.0.clone(),
+                namespace: Some(attachment.1.clone().unwrap_or_else(|| ns.to_owned())),
+            }),
+        };
+        // The switch port: as given, else the inspection's LLDP, else where
+        // patchbay found the NIC's MAC (while still declared).
         let (switch_port, field) = match (entry.switch_port, nic.and_then(|h| h.lldp.clone())) {
             (Some(given), _) => (given, format!("{at}.switchPort")),
             (None, Some(lldp)) => (lldp, format!("the LLDP inspection found on NIC {nic_name}")),
             (None, None) => {
-                out.waiting.push(format!(
-                    "{at}: no switchPort, and inspection has reported no LLDP neighbour for NIC {nic_name}"
-                ));
+                match found
+                    .get(&nic_mac)
+                    .filter(|(pns, name)| fabric.declares(pns, name))
+                {
+                    Some((pns, name)) => out.nics.push(cabled(pns, name)),
+                    None => {
+                        out.waiting.push(format!(
+                            "{at}: no switchPort, inspection has reported no LLDP neighbour for \
+                             NIC {nic_name}, and its MAC {nic_mac} has not been found on a \
+                             declared port"
+                        ));
+                        out.unplaced.push(Unplaced {
+                            field: at.clone(),
+                            nic: nic_name.clone(),
+                            mac: nic_mac.clone(),
+                        });
+                    }
+                }
                 continue;
             }
         };
@@ -463,20 +561,7 @@ pub fn network_interfaces(
             ));
             continue;
         };
-        out.nics.push(ServerNic {
-            name: nic_name,
-            mac: Some(nic_mac),
-            port: Some(CabledPortRef {
-                kind: Some(CabledPortKind::SwitchPort),
-                name: port.key.to_owned(),
-                namespace: port.namespace.to_owned(),
-            }),
-            provisioning_configuration: provisioning.cloned(),
-            configuration: Some(ConfigurationRef {
-                name: attachment.0,
-                namespace: Some(attachment.1.unwrap_or_else(|| ns.to_owned())),
-            }),
-        });
+        out.nics.push(cabled(port.namespace, port.key));
     }
     out
 }

@@ -282,10 +282,13 @@ pub(super) struct Watches {
 
 /// Metal3's switch API, watched only with `--metal3-switches` (without it the
 /// CRDs may not be installed): the BareMetalSwitches (whose ports a host's
-/// interfaces are looked up among) and the HostNetworkAttachments.
+/// interfaces are looked up among), the HostNetworkAttachments and the
+/// HardwareData (a host's inspection; not waited for: until listed, a host's own
+/// `status.hardware` stands for it, as BMO v0.14 writes both).
 pub(super) struct Metal3Watches {
     pub(super) switches: Watch<crate::api::metal3_switch::BareMetalSwitch>,
     pub(super) attachments: Watch<crate::api::metal3_attachment::HostNetworkAttachment>,
+    pub(super) hardware: Watch<crate::api::metal3::HardwareData>,
 }
 
 impl Metal3Watches {
@@ -299,14 +302,19 @@ impl Metal3Watches {
         on.then(|| Metal3Watches {
             switches: Watch::whole(api_for(client, ns), wc, h.stopped()),
             attachments: Watch::whole(api_for(client, ns), wc, h.stopped()),
+            hardware: Watch::whole(api_for(client, ns), wc, h.stopped()),
         })
     }
 
-    /// Both watches, running.
+    /// The watches, running.
     pub(super) fn start(self) -> impl std::future::Future<Output = ()> + use<> {
-        let (a, b) = (self.switches.start(|_| {}), self.attachments.start(|_| {}));
+        let (a, b, c) = (
+            self.switches.start(|_| {}),
+            self.attachments.start(|_| {}),
+            self.hardware.start(|_| {}),
+        );
         async move {
-            futures::join!(a, b);
+            futures::join!(a, b, c);
         }
     }
 }

@@ -368,6 +368,7 @@ pub(super) fn hosts_and_claims(
     // ports they drive or are cabled to and the configurations they provision with.
     let store = alloc.hosts.store().clone();
     let (h1, h2, h3, h4) = (store.clone(), store.clone(), store.clone(), store.clone());
+    let h6 = store.clone();
     let host_ctl = Controller::for_shared_stream(hosts_for_hosts, store)
         .watches_shared_stream(w.ports.subscribe_ports(), move |p| {
             triggers::hosts_of_port(&h1.state(), CabledPortKind::SwitchPort, &p.metadata)
@@ -380,15 +381,27 @@ pub(super) fn hosts_and_claims(
         })
         .watches_shared_stream(w.switches.subscribe(), move |sw| {
             triggers::hosts_of_switch(&h4.state(), &sw)
+        })
+        // A Server linking to a host takes its ports over.
+        .watches_shared_stream(spec_changes(w.servers.subscribe()), move |s| {
+            triggers::hosts_of_server(&h6.state(), &s)
         });
     // With Metal3's switch API: a BareMetalSwitch that appears, changes or goes
     // wakes the hosts whose interfaces are looked up among its ports.
     let host_ctl = match metal3_api {
         Some(m) => {
             let h5 = alloc.hosts.store().clone();
-            host_ctl.watches_shared_stream(m.switches.subscribe(), move |_| {
-                triggers::hosts_with_interfaces(&h5.state())
-            })
+            host_ctl
+                .watches_shared_stream(m.switches.subscribe(), move |_| {
+                    triggers::hosts_with_interfaces(&h5.state())
+                })
+                // A host's HardwareData has the host's name.
+                .watches_shared_stream(m.hardware.subscribe(), |hd| {
+                    Some(
+                        ObjectRef::<crate::api::metal3::BareMetalHost>::new(&hd.name_any())
+                            .within(hd.metadata.namespace.as_deref().unwrap_or_default()),
+                    )
+                })
         }
         None => host_ctl,
     }
@@ -405,9 +418,11 @@ pub(super) fn hosts_and_claims(
             stores: ctx.stores.clone(),
             tenancy: ctx.settings.tenancy.clone(),
             bgp_nodes: ctx.settings.bgp_nodes.clone(),
+            bare_metal_hosts: alloc.hosts.store().clone(),
             metal3: metal3_api.map(|m| crate::controllers::host::Metal3World {
                 switches: m.switches.store.clone(),
                 switches_listed: m.switches.listed.clone(),
+                hardware: m.hardware.store.clone(),
                 provisioning: settings.metal3_provisioning.clone(),
             }),
         },

@@ -95,6 +95,7 @@ fn fabric() -> Fabric<'static> {
         switches: SWITCHES,
         declared: DECLARED,
         partial: false,
+        inspection: None,
     }
 }
 
@@ -237,4 +238,76 @@ fn interfaces_that_break_a_rule_or_name_an_undeclared_port_are_refused_and_unkno
         assert!(got.refused.is_empty() && got.nics.is_empty(), "{got:?}");
         assert!(got.waiting[0].contains(says), "{got:?}");
     }
+}
+
+#[test]
+fn a_nic_with_no_switch_port_and_no_lldp_takes_the_declared_port_patchbay_discovered() {
+    let web = json!({"name": "web"});
+    let mut h = host(
+        json!([{"macAddress": "52:54:00:00:00:07", "hostNetworkAttachment": web}]),
+        json!([]),
+    );
+    // Nothing found yet: waiting, and handed to discovery with its MAC.
+    let got = network_interfaces(&h, &fabric(), None);
+    assert!(got.nics.is_empty() && got.refused.is_empty(), "{got:?}");
+    assert_eq!(
+        got.unplaced,
+        vec![Unplaced {
+            field: "spec.networkInterfaces[0]".into(),
+            nic: "52:54:00:00:00:07".into(),
+            mac: "52:54:00:00:00:07".into(),
+        }]
+    );
+    assert!(got.waiting[0].contains("has not been found on a declared port"));
+    // Found: kept in the annotation (merged with what is there), then cabled there.
+    let value = with_discovered(
+        &h,
+        &[(
+            "52:54:00:00:00:07".into(),
+            "infra".into(),
+            "host-1-eth0".into(),
+        )],
+    );
+    assert_eq!(value, r#"{"52:54:00:00:00:07":"infra/host-1-eth0"}"#);
+    h.metadata.annotations = Some([(DISCOVERED_ANNOTATION.to_owned(), value)].into());
+    let got = network_interfaces(&h, &fabric(), None);
+    assert!(got.unplaced.is_empty() && got.waiting.is_empty(), "{got:?}");
+    let port = got.nics[0].port.as_ref().unwrap();
+    assert_eq!(
+        (port.namespace.as_str(), port.name.as_str()),
+        ("infra", "host-1-eth0")
+    );
+    // A link to a port nobody declares (any more) is not followed: looked for again.
+    h.metadata.annotations = Some(
+        [(
+            DISCOVERED_ANNOTATION.to_owned(),
+            r#"{"52:54:00:00:00:07":"infra/uplink"}"#.to_owned(),
+        )]
+        .into(),
+    );
+    let got = network_interfaces(&h, &fabric(), None);
+    assert!(got.nics.is_empty() && got.unplaced.len() == 1, "{got:?}");
+    // An annotation that does not parse counts as none.
+    h.metadata.annotations = Some([(DISCOVERED_ANNOTATION.to_owned(), "{".to_owned())].into());
+    assert!(discovered(&h).is_empty());
+}
+
+#[test]
+fn the_host_s_hardware_data_is_its_inspection_when_given() {
+    let h = host(
+        json!([{"name": "eth0", "hostNetworkAttachment": {"name": "web"}}]),
+        json!([]),
+    );
+    // The host's status has no such NIC; its HardwareData has, with LLDP.
+    let hardware = json!({"nics": [{"name": "eth0", "mac": "52:54:00:00:00:01",
+        "lldp": {"switchID": "aa:bb:cc:00:00:01", "portID": "GigabitEthernet1/0/1"}}]});
+    let with = Fabric {
+        inspection: Some(&hardware),
+        ..fabric()
+    };
+    let got = network_interfaces(&h, &with, None);
+    assert_eq!(got.nics.len(), 1, "{got:?}");
+    assert_eq!(got.nics[0].mac.as_deref(), Some("52:54:00:00:00:01"));
+    let without = network_interfaces(&h, &fabric(), None);
+    assert!(without.waiting[0].contains("has not been reported by inspection yet"));
 }

@@ -388,6 +388,7 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
         switches: &known,
         declared: &declared,
         partial: true,
+        inspection: None,
     };
     for (at, kind, ns, value) in &metal3_docs {
         let errors = match kind.as_str() {

@@ -35,10 +35,11 @@ const WALK: [(&str, &str); 3] = [
 ];
 
 /// Metal3's CRDs, as the tests install them.
-const CRDS: [&str; 3] = [
+const CRDS: [&str; 4] = [
     include_str!("../../../../testbed/crds/metal3.io_baremetalswitches.yaml"),
     include_str!("../../../../testbed/crds/metal3.io_hostnetworkattachments.yaml"),
     include_str!("../../../../testbed/crds/metal3.io_baremetalhosts.yaml"),
+    include_str!("../../../../testbed/crds/metal3.io_hardwaredata.yaml"),
 ];
 
 /// The examples, in order.
@@ -78,7 +79,8 @@ impl Metal3Host {
             api.create(&PostParams::default(), &crd).await?;
         }
         println!(
-            "installed Metal3's BareMetalSwitch, HostNetworkAttachment and BareMetalHost CRDs"
+            "installed Metal3's BareMetalSwitch, HostNetworkAttachment, BareMetalHost and \
+             HardwareData CRDs"
         );
         Ok(())
     }
