@@ -81,7 +81,7 @@ fn every_field_has_a_description() {
 }
 
 #[test]
-fn switchport_prints_state_switch_port_configuration_age() {
+fn switchport_prints_state_switch_port_configuration_host_reason_age() {
     let (_, crd) = crds()
         .into_iter()
         .find(|(_, c)| c.spec.names.kind == "SwitchPort")
@@ -94,7 +94,18 @@ fn switchport_prints_state_switch_port_configuration_age() {
         .iter()
         .map(|c| c.name.to_uppercase())
         .collect();
-    assert_eq!(columns, ["STATE", "SWITCH", "PORT", "CONFIGURATION", "AGE"]);
+    assert_eq!(
+        columns,
+        [
+            "STATE",
+            "SWITCH",
+            "PORT",
+            "CONFIGURATION",
+            "HOST",
+            "REASON",
+            "AGE"
+        ]
+    );
     assert!(version.subresources.as_ref().unwrap().status.is_some());
 }
 

@@ -107,7 +107,16 @@ async fn kubectl_applies_crds_and_examples_and_reads_them_back() {
     // The server prints the CRD's columns.
     let table = cluster.kubectl_ok(&["get", "switchports", "-n", &ns]);
     let header = table.lines().next().unwrap_or("");
-    for col in ["NAME", "STATE", "SWITCH", "PORT", "CONFIGURATION", "AGE"] {
+    for col in [
+        "NAME",
+        "STATE",
+        "SWITCH",
+        "PORT",
+        "CONFIGURATION",
+        "HOST",
+        "REASON",
+        "AGE",
+    ] {
         assert!(header.contains(col), "missing {col} in {header:?}");
     }
     assert!(

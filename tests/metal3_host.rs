@@ -325,6 +325,16 @@ async fn a_bare_metal_host_follows_its_network_interfaces_through_its_life() {
     });
     expect(&sim, "FastEthernet0/1", trunk.clone()).await;
     expect(&sim, "FastEthernet0/3", trunk).await;
+    // `kubectl get swp` shows each interface's port with its host and state.
+    let table = env.cluster.kubectl_ok(&["get", "swp", "-n", &ns]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("host-1-eth0 "))
+        .unwrap_or_default();
+    assert!(
+        row.contains("Active") && row.contains(&format!("BareMetalHost/{ns}/host-1")),
+        "{table}"
+    );
     host.step("deprovisioning").await;
     host.settled("Deprovisioning").await;
     expect(&sim, "FastEthernet0/1", access(10)).await;

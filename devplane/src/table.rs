@@ -1,6 +1,7 @@
 //! Server-side printing: `meta.k8s.io/v1` Table responses, so `kubectl get` shows a
 //! CRD's additionalPrinterColumns (STATE, SWITCH, PORT, …). Includes the small JSONPath
-//! subset printer columns use (`.a.b`, `.a[0]`, `.a[?(@.type=="Ready")].status`).
+//! subset printer columns use (`.a.b`, `.a[0]`, `.a[?(@.type=="Ready")].status`,
+//! `.metadata.annotations.example\.com/key`).
 //! Pure, no I/O.
 
 use serde_json::{Value, json};
@@ -14,11 +15,25 @@ pub fn jsonpath(obj: &Value, path: &str) -> Option<Value> {
     rest = rest.strip_prefix('$').unwrap_or(rest);
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('.') {
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            let field = &r[..end];
+            // A field name ends at an unescaped `.` or `[` (`\.` is a dot in the
+            // name, as in `.metadata.annotations.example\.com/key`).
+            let mut end = r.len();
+            let mut escaped = false;
+            for (i, c) in r.char_indices() {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '.' | '[' => {
+                        end = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let field = r[..end].replace("\\.", ".");
             current = current
                 .iter()
-                .filter_map(|v| v.get(field).cloned())
+                .filter_map(|v| v.get(&field).cloned())
                 .collect();
             rest = &r[end..];
         } else if let Some(r) = rest.strip_prefix('[') {
@@ -169,5 +184,10 @@ mod tests {
         );
         assert_eq!(jsonpath(&obj, ".spec.list[1]"), Some(json!(2)));
         assert_eq!(jsonpath(&obj, ".spec.missing"), None);
+        let annotated = json!({"metadata": {"annotations": {"patchbay.dev/host": "Server/a"}}});
+        assert_eq!(
+            jsonpath(&annotated, ".metadata.annotations.patchbay\\.dev/host"),
+            Some(json!("Server/a"))
+        );
     }
 }

@@ -31,6 +31,16 @@ use super::common::{ConfigurationRef, PortStatus};
         json_path = ".spec.configuration.name"
     ),
     printcolumn(
+        name = "Host",
+        type_ = "string",
+        json_path = ".metadata.annotations.patchbay\\.dev/host"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
