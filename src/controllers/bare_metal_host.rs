@@ -43,6 +43,10 @@ use crate::decide::metal3_host::{DISCOVERED_ANNOTATION, Unplaced, with_discovere
 use crate::decide::phases::{Driver, bare_metal_host_mark, bare_metal_host_nics};
 use crate::decide::status::Severity;
 
+/// How often a host a Server links to is looked at again: the Server's deletion
+/// reaches it by no event, and its own interfaces then drive its ports again.
+const LINKED_RECHECK: Duration = Duration::from_secs(300);
+
 /// Reconciles one BareMetalHost.
 pub(super) async fn reconcile(
     host: Arc<BareMetalHost>,
@@ -114,7 +118,7 @@ pub(super) async fn reconcile(
                 )
                 .await;
         }
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(LINKED_RECHECK));
     }
     // Metal3's own `networkInterfaces` (with --metal3-switches), else seed 003's
     // `spec.ports`.
@@ -163,7 +167,10 @@ pub(super) async fn reconcile(
         && waiting.is_empty()
         && phase.is_none()
         && super::host::marked(&ctx.world, &me).is_empty();
-    if linked || idle {
+    if linked {
+        return Ok(Action::requeue(LINKED_RECHECK));
+    }
+    if idle {
         return Ok(Action::await_change());
     }
     // Under tenancy a host's spec.ports names SwitchPorts and configurations of any
