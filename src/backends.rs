@@ -436,6 +436,23 @@ pub fn ovs_switch(provider: &ProviderSwitch) -> OvsSwitch {
     })
 }
 
+/// What `provider`'s device can configure, as the backend built for it would say,
+/// without building it (no Secret, nothing dialled): `patchbay plan`'s view. `None`
+/// when patchbay has no backend for it. A fixture switch configures everything.
+pub fn capabilities_of(provider: &ProviderSwitch) -> Option<patchbay_providers::Capabilities> {
+    let os = os_word(provider);
+    let options = provider.spec.options.clone().unwrap_or_default();
+    match provider.spec.backend {
+        Backend::Fixture => Some(patchbay_providers::Capabilities::all()),
+        Backend::Ssh => dialect::for_os(&os).map(|d| d.capabilities()),
+        Backend::Netconf => model::for_os(&os, options.model.as_deref()).map(|m| m.capabilities()),
+        Backend::Ansible => Some(patchbay_providers::ansible::builtin_capabilities()),
+        Backend::Ovsdb => Some(patchbay_providers::ovsdb::capabilities_for(
+            options.openflow.is_some(),
+        )),
+    }
+}
+
 /// The os word of `provider` (`ios`, `junos`, …).
 fn os_word(provider: &ProviderSwitch) -> String {
     serde_json::to_value(provider.spec.os)

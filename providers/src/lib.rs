@@ -25,6 +25,7 @@ pub mod fixture;
 pub mod heard;
 pub mod linux;
 pub mod netconf;
+pub mod offline;
 pub mod ovsdb;
 pub mod verify;
 

@@ -32,13 +32,11 @@ use crate::api::{
     SwitchPortConfigurationSpec, SwitchPortDefinition, configuration_hash,
 };
 use crate::decide::failure::Failure;
+use crate::decide::plan::{PortInputs, port_desired};
 use crate::decide::state_machine::PortTarget;
 use crate::decide::status::{Truth, set_condition};
-use crate::decide::tenancy::{TenancyVerdict, report_forbidden, with_pool_names};
-use crate::decide::validate::{
-    LagPeer, PortContext, desired_for_port, has_egress_rules, lag_members, port_device_role,
-    validate_provider, with_host_mac,
-};
+use crate::decide::tenancy::{TenancyVerdict, report_forbidden};
+use crate::decide::validate::{LagPeer, has_egress_rules, port_device_role, validate_provider};
 use crate::worker::PortKey;
 
 /// What a SwitchPort refers to, read once per reconcile.
@@ -318,56 +316,34 @@ fn prepare(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> PreparedPort 
     })
 }
 
-/// The desired device state of the linked configuration on this port.
+/// The desired device state of the linked configuration on this port: the one
+/// decision `patchbay plan` takes too ([`port_desired`]).
 fn desired(
     port: &SwitchPort,
     world: &PortWorld,
     capabilities: &Capabilities,
 ) -> Result<DesiredPort, Failure> {
-    let Some(cfg) = &world.config else {
-        return Err(Failure::configuration_not_found(
-            "SwitchPortConfiguration",
-            world.desired.as_ref(),
-        ));
-    };
-    if let Some(refused) = &world.tenancy.refused {
-        return Err(Failure::Forbidden(refused.clone()));
-    }
-    let Some(definition) = &world.definition else {
-        return Err(Failure::PortNotDefined {
-            port: port.name_any(),
-        });
-    };
     let switch_name = world
         .switch
         .as_ref()
         .map(|s| s.name_any())
         .unwrap_or_default();
     let port_key = port.name_any();
-    let desired = desired_for_port(
-        &cfg.spec,
-        &PortContext {
-            switch: &switch_name,
-            port_key: &port_key,
-            definition,
-            capabilities: Some(capabilities),
-        },
-    )
-    .map_err(Failure::InvalidConfiguration)?;
-    let mut desired = with_host_mac(
-        desired,
-        world.host_mac.as_deref(),
+    let lag = world
+        .lag
+        .as_ref()
+        .map(|(this, peers)| (this.view(), peers.iter().map(GroupPeer::view).collect()));
+    port_desired(&PortInputs {
+        switch: &switch_name,
+        port_key: &port_key,
+        definition: world.definition.as_ref(),
+        wanted: world.desired.as_ref(),
+        configuration: world.config.as_ref().map(|c| &c.spec),
         capabilities,
-        "give the Server NIC cabled to this SwitchPort a `mac`",
-    )
-    .map_err(Failure::InvalidConfiguration)?;
-    if let Some((this, peers)) = &world.lag {
-        let peers: Vec<LagPeer<'_>> = peers.iter().map(GroupPeer::view).collect();
-        desired.lag_members =
-            lag_members(&this.view(), &peers).map_err(Failure::InvalidConfiguration)?;
-    }
-    with_pool_names(&mut desired, &world.tenancy);
-    Ok(desired)
+        host_mac: world.host_mac.as_deref(),
+        lag,
+        tenancy: &world.tenancy,
+    })
 }
 
 /// A SwitchPort's steps, through its Switch's worker.

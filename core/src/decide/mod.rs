@@ -34,6 +34,7 @@
 //! | [`neighbors`] | what a Switch's status says its ports see (LLDP, MACs), when a read is written |
 //! | [`bgp`] | BGP to allocated hosts: grants, what a claim may announce, each host's peers, a ToR's neighbours |
 //! | [`bgp_nodes`] | which Kubernetes Nodes and MetalLB `BGPPeer`s carry a Server's peers (opt-in) |
+//! | [`plan`] | what one SwitchPort must carry on its device; what a change does to the fleet's ports before it is applied (`patchbay plan`) |
 
 pub mod admission;
 pub mod allocation;
@@ -51,6 +52,7 @@ pub mod metal3_switch;
 pub mod neighbors;
 pub mod own_writes;
 pub mod phases;
+pub mod plan;
 pub mod port_index;
 pub mod reachability;
 pub mod reconcile_queue;

@@ -403,6 +403,19 @@ impl AnsibleSwitch {
     }
 }
 
+/// What the built-in playbooks write and read back, whatever the switch (for ios,
+/// the cisco_ios SSH dialect's set: the simulator has no per-port MTU; the junos
+/// playbooks keep to the same set).
+pub fn builtin_capabilities() -> Capabilities {
+    Capabilities::new([
+        Capability::AccessVlan,
+        Capability::Trunk,
+        Capability::NativeVlan,
+        Capability::Disable,
+        Capability::Description,
+    ])
+}
+
 /// The environment variable marking every process of one run.
 pub const MARKER: &str = "PATCHBAY_ANSIBLE_RUN";
 
@@ -494,16 +507,7 @@ fn sweep(marker: &str) {
 #[async_trait]
 impl Device for AnsibleSwitch {
     fn capabilities(&self) -> Capabilities {
-        // What the built-in playbooks write and read back (for ios, the cisco_ios SSH
-        // dialect's set: the simulator has no per-port MTU; the junos playbooks keep
-        // to the same set).
-        Capabilities::new([
-            Capability::AccessVlan,
-            Capability::Trunk,
-            Capability::NativeVlan,
-            Capability::Disable,
-            Capability::Description,
-        ])
+        builtin_capabilities()
     }
 
     /// One run for the whole batch.

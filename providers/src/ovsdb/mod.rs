@@ -185,25 +185,31 @@ impl OvsSwitch {
     }
 }
 
+/// What Open vSwitch configures through patchbay: with an OpenFlow endpoint
+/// (`openflow`), also disabling and ACLs (egress rules by the host's MAC).
+pub fn capabilities_for(openflow: bool) -> Capabilities {
+    let mut caps = vec![
+        Capability::AccessVlan,
+        Capability::Trunk,
+        Capability::NativeVlan,
+        Capability::Description,
+        Capability::Mtu,
+        Capability::LinkAggregation,
+        Capability::LacpPassive,
+        Capability::StaticLag,
+    ];
+    if openflow {
+        caps.push(Capability::Disable);
+        caps.push(Capability::Acl);
+        return Capabilities::new(caps).egress_acl_by_host_mac();
+    }
+    Capabilities::new(caps)
+}
+
 #[async_trait]
 impl Device for OvsSwitch {
     fn capabilities(&self) -> Capabilities {
-        let mut caps = vec![
-            Capability::AccessVlan,
-            Capability::Trunk,
-            Capability::NativeVlan,
-            Capability::Description,
-            Capability::Mtu,
-            Capability::LinkAggregation,
-            Capability::LacpPassive,
-            Capability::StaticLag,
-        ];
-        if self.opts.openflow.is_some() {
-            caps.push(Capability::Disable);
-            caps.push(Capability::Acl);
-            return Capabilities::new(caps).egress_acl_by_host_mac();
-        }
-        Capabilities::new(caps)
+        capabilities_for(self.opts.openflow.is_some())
     }
 
     async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {

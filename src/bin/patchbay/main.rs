@@ -14,6 +14,7 @@ mod api_client;
 #[cfg(feature = "devtools")]
 mod demo;
 mod device;
+mod plan;
 #[cfg(feature = "devtools")]
 mod walk;
 
@@ -45,6 +46,27 @@ enum Command {
         /// YAML files (multi-document allowed); `-` reads standard input.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+    },
+    /// Show what applying manifests would change on the fleet's ports, before it is
+    /// done: each port that changes (its Switch, device port, host; what it carries
+    /// before and after, or why the operator would refuse it) and what each switch's
+    /// batch would send (SSH CLI lines, Ansible variables). Without --kubeconfig every
+    /// port starts clean; with it, from what the cluster's objects last set. Nothing
+    /// is written and no device is dialled. Exits 0 when nothing changes, 2 when ports
+    /// change (or would be refused), 1 on error.
+    Plan {
+        /// YAML files (multi-document allowed); `-` reads standard input.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Compare with the cluster this kubeconfig reaches (read only).
+        #[arg(long, value_name = "PATH")]
+        kubeconfig: Option<PathBuf>,
+        /// The namespace of objects that name none.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        /// `table` or `json`.
+        #[arg(long, short = 'o', value_enum, default_value = "table")]
+        output: plan::Output,
     },
     /// The demo: devplane, the CRDs, examples/, the operator on fixture switches, and
     /// a live table of the ports until Ctrl-C.
@@ -512,6 +534,22 @@ fn run() -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Plan {
+            files,
+            kubeconfig,
+            namespace,
+            output,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            Ok(rt.block_on(plan::run(plan::Request {
+                files,
+                kubeconfig,
+                namespace,
+                output,
+            })))
         }
         Command::Device(args) => {
             use device::{DeviceCommand, run};

@@ -1,0 +1,431 @@
+//! What a change does to the fleet's ports before it is applied (`patchbay plan`),
+//! and what one port must carry on its device (`port_desired`, the decision the
+//! SwitchPort controller acts on: the plan and the operator share it, so a plan
+//! refuses exactly what the operator would). Pure; table-tested.
+//!
+//! A plan compares two fleets, the objects as they are ("before": the live cluster,
+//! or nothing) and as they would be with the manifests applied ("after"), port by
+//! port: what each SwitchPort carries on its device in each (clean, a device-level
+//! port state, or refused with the operator's reason). Only ports whose outcome
+//! differs are listed. "Before" is what patchbay last established from the objects
+//! before; what the device really holds is a device read (`--read-devices`).
+//!
+//! What it follows, written down:
+//! - a SwitchPort's `spec.configuration`, the SwitchPortConfigurations, the Switch's
+//!   port entries (a new entry is a new SwitchPort, carrying nothing; a removed
+//!   entry's SwitchPort is deleted, its port cleaned) and the ProviderSwitch's
+//!   capabilities;
+//! - a Server NIC's MAC where an egress ACL needs it, as the operator looks it up.
+//!
+//! Not followed (shown as they are before): a host's phases (a Server or
+//! BareMetalHost edit moves its ports through the host controller, not here),
+//! VLANPool grants, and link-aggregation member checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::api::server::CabledPortKind;
+use crate::api::{
+    ConfigurationRef, ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration,
+    SwitchPortConfigurationSpec, SwitchPortDefinition,
+};
+use crate::decide::failure::Failure;
+use crate::decide::state_machine::PortTarget;
+use crate::decide::tenancy::{TenancyVerdict, with_pool_names};
+use crate::decide::validate::{LagPeer, PortContext, desired_for_port, lag_members, with_host_mac};
+use patchbay_model::{Capabilities, DesiredPort};
+
+/// What one SwitchPort's device state is decided from.
+pub struct PortInputs<'a> {
+    /// Its Switch's name.
+    pub switch: &'a str,
+    /// Its name (the Switch's port key).
+    pub port_key: &'a str,
+    /// The Switch's entry for it, if the Switch has one.
+    pub definition: Option<&'a SwitchPortDefinition>,
+    /// The configuration it names, for messages.
+    pub wanted: Option<&'a PortTarget>,
+    /// That configuration's spec, if it exists.
+    pub configuration: Option<&'a SwitchPortConfigurationSpec>,
+    /// What the port's device can configure.
+    pub capabilities: &'a Capabilities,
+    /// The MAC of the Server NIC cabled to it (for egress ACL rules).
+    pub host_mac: Option<&'a str>,
+    /// For a link-aggregation member: itself and every port carrying a
+    /// link-aggregation configuration.
+    pub lag: Option<(LagPeer<'a>, Vec<LagPeer<'a>>)>,
+    /// The tenancy check of the configuration.
+    pub tenancy: &'a TenancyVerdict,
+}
+
+/// The device-level state a SwitchPort linked to a configuration must reach, or why
+/// it must not be sent.
+pub fn port_desired(i: &PortInputs<'_>) -> Result<DesiredPort, Failure> {
+    let Some(spec) = i.configuration else {
+        return Err(Failure::configuration_not_found(
+            "SwitchPortConfiguration",
+            i.wanted,
+        ));
+    };
+    if let Some(refused) = &i.tenancy.refused {
+        return Err(Failure::Forbidden(refused.clone()));
+    }
+    let Some(definition) = i.definition else {
+        return Err(Failure::PortNotDefined {
+            port: i.port_key.to_owned(),
+        });
+    };
+    let desired = desired_for_port(
+        spec,
+        &PortContext {
+            switch: i.switch,
+            port_key: i.port_key,
+            definition,
+            capabilities: Some(i.capabilities),
+        },
+    )
+    .map_err(Failure::InvalidConfiguration)?;
+    let mut desired = with_host_mac(
+        desired,
+        i.host_mac,
+        i.capabilities,
+        "give the Server NIC cabled to this SwitchPort a `mac`",
+    )
+    .map_err(Failure::InvalidConfiguration)?;
+    if let Some((this, peers)) = &i.lag {
+        desired.lag_members = lag_members(this, peers).map_err(Failure::InvalidConfiguration)?;
+    }
+    with_pool_names(&mut desired, i.tenancy);
+    Ok(desired)
+}
+
+/// The objects a plan reads, as one side of the comparison.
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    /// ProviderSwitches.
+    pub providers: Vec<ProviderSwitch>,
+    /// Switches.
+    pub switches: Vec<Switch>,
+    /// SwitchPorts.
+    pub ports: Vec<SwitchPort>,
+    /// SwitchPortConfigurations.
+    pub configurations: Vec<SwitchPortConfiguration>,
+    /// Servers (cluster-scoped): the NIC MACs egress rules need.
+    pub servers: Vec<Server>,
+}
+
+fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// `base` with each object of `over` replacing the one of its kind, namespace and
+/// name (or added); `namespace` fills a namespaced object that names none.
+fn overlay<T: Clone>(
+    base: &[T],
+    over: &[T],
+    meta: impl Fn(&T) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    set_namespace: impl Fn(&mut T),
+) -> Vec<T> {
+    let mut all: BTreeMap<(String, String), T> =
+        base.iter().map(|o| (key(meta(o)), o.clone())).collect();
+    for o in over {
+        let mut o = o.clone();
+        set_namespace(&mut o);
+        all.insert(key(meta(&o)), o);
+    }
+    all.into_values().collect()
+}
+
+impl Fleet {
+    /// This fleet with `manifests` applied (as `kubectl apply` would: each object
+    /// replaces the one of its name), a namespaced object without a namespace going
+    /// into `namespace`.
+    pub fn with(&self, manifests: &Fleet, namespace: &str) -> Fleet {
+        fn ns(m: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, ns: &str) {
+            if m.namespace.as_deref().unwrap_or_default().is_empty() {
+                m.namespace = Some(ns.to_owned());
+            }
+        }
+        Fleet {
+            providers: overlay(
+                &self.providers,
+                &manifests.providers,
+                |o| &o.metadata,
+                |o| ns(&mut o.metadata, namespace),
+            ),
+            switches: overlay(
+                &self.switches,
+                &manifests.switches,
+                |o| &o.metadata,
+                |o| ns(&mut o.metadata, namespace),
+            ),
+            ports: overlay(
+                &self.ports,
+                &manifests.ports,
+                |o| &o.metadata,
+                |o| ns(&mut o.metadata, namespace),
+            ),
+            configurations: overlay(
+                &self.configurations,
+                &manifests.configurations,
+                |o| &o.metadata,
+                |o| ns(&mut o.metadata, namespace),
+            ),
+            servers: overlay(&self.servers, &manifests.servers, |o| &o.metadata, |_| {}),
+        }
+    }
+}
+
+/// What a port carries on its device, as decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Carry {
+    /// Nothing: the port's clean definition (no SwitchPort, or no configuration).
+    Clean,
+    /// This state.
+    Set(DesiredPort),
+    /// Refused, with the operator's reason (category: message); nothing is sent.
+    Refused(String),
+}
+
+impl Carry {
+    /// `clean`, `set`, `refused`: for tables.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Carry::Clean => "clean",
+            Carry::Set(_) => "set",
+            Carry::Refused(_) => "refused",
+        }
+    }
+}
+
+/// One port a change touches.
+#[derive(Debug, Clone)]
+pub struct PortChange {
+    /// The SwitchPort's namespace and name.
+    pub namespace: String,
+    /// Its name.
+    pub port: String,
+    /// Its Switch.
+    pub switch: String,
+    /// The device port (the Switch's entry's `name`), when known.
+    pub device_port: Option<String>,
+    /// The ProviderSwitch its Switch configures through.
+    pub provider: Option<ProviderSwitch>,
+    /// The host driving it (its `patchbay.dev/host` mark), if any.
+    pub host: Option<String>,
+    /// The configuration it names, before and after (`namespace/name`).
+    pub configuration: (Option<String>, Option<String>),
+    /// What it carries before.
+    pub before: Carry,
+    /// What it carries after.
+    pub after: Carry,
+}
+
+/// One side's view of one SwitchPort.
+struct Side<'a> {
+    fleet: &'a Fleet,
+    capabilities: &'a dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
+}
+
+impl Side<'_> {
+    fn switch(&self, ns: &str, name: &str) -> Option<&Switch> {
+        self.fleet
+            .switches
+            .iter()
+            .find(|s| key(&s.metadata) == (ns.to_owned(), name.to_owned()))
+    }
+
+    fn provider(&self, ns: &str, name: &str) -> Option<&ProviderSwitch> {
+        self.fleet
+            .providers
+            .iter()
+            .find(|p| key(&p.metadata) == (ns.to_owned(), name.to_owned()))
+    }
+
+    /// The SwitchPort `ns/name` of Switch `switch` (the object, or the one the
+    /// Switch controller would create for an entry): what it carries, and the
+    /// configuration it names.
+    fn carry(&self, ns: &str, name: &str, switch: &str) -> (Carry, Option<String>) {
+        let Some(sw) = self.switch(ns, switch) else {
+            return (Carry::Clean, None);
+        };
+        let Some(definition) = sw.spec.ports.get(name) else {
+            return (Carry::Clean, None);
+        };
+        let object = self
+            .fleet
+            .ports
+            .iter()
+            .find(|p| key(&p.metadata) == (ns.to_owned(), name.to_owned()));
+        let Some(reference) = object.and_then(|p| p.spec.configuration.clone()) else {
+            return (Carry::Clean, None);
+        };
+        let reference = ConfigurationRef {
+            namespace: Some(reference.namespace.clone().unwrap_or_else(|| ns.to_owned())),
+            ..reference
+        };
+        let cns = reference.namespace.clone().unwrap_or_default();
+        let words = format!("{cns}/{}", reference.name);
+        let Some(provider) = self.provider(ns, &sw.spec.provider.name) else {
+            return (
+                Carry::Refused(format!(
+                    "ProviderNotFound: ProviderSwitch {ns}/{} does not exist",
+                    sw.spec.provider.name
+                )),
+                Some(words),
+            );
+        };
+        let Some(capabilities) = (self.capabilities)(provider) else {
+            return (
+                Carry::Refused(format!(
+                    "InvalidProvider: ProviderSwitch {ns}/{} names no backend patchbay has \
+                     (backend {:?}, os {:?})",
+                    sw.spec.provider.name, provider.spec.backend, provider.spec.os
+                )),
+                Some(words),
+            );
+        };
+        let configuration = self
+            .fleet
+            .configurations
+            .iter()
+            .find(|c| key(&c.metadata) == (cns.clone(), reference.name.clone()));
+        let target = PortTarget {
+            configuration: reference.clone(),
+            hash: String::new(),
+        };
+        let host_mac = self
+            .fleet
+            .servers
+            .iter()
+            .flat_map(|s| s.spec.nics.iter())
+            .find(|n| {
+                crate::decide::phases::cabled_to(
+                    std::slice::from_ref(n),
+                    CabledPortKind::SwitchPort,
+                    ns,
+                    name,
+                )
+            })
+            .and_then(|n| n.mac.clone());
+        let tenancy = TenancyVerdict::default();
+        let inputs = PortInputs {
+            switch,
+            port_key: name,
+            definition: Some(definition),
+            wanted: Some(&target),
+            configuration: configuration.map(|c| &c.spec),
+            capabilities: &capabilities,
+            host_mac: host_mac.as_deref(),
+            lag: None,
+            tenancy: &tenancy,
+        };
+        let carry = match port_desired(&inputs) {
+            Ok(d) => Carry::Set(d),
+            Err(f) => Carry::Refused(format!("{}: {f}", f.category())),
+        };
+        (carry, Some(words))
+    }
+}
+
+/// The Switch a SwitchPort object belongs to: its Switch label, else its owner.
+fn switch_of(p: &SwitchPort) -> Option<String> {
+    p.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::api::keys::SWITCH_LABEL).cloned())
+        .or_else(|| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == "Switch")
+                .map(|o| o.name.clone())
+        })
+}
+
+/// Every port whose outcome differs between `before` and `after`, in namespace,
+/// Switch and port order. `capabilities` says what a ProviderSwitch's device can
+/// configure (`None`: no backend patchbay has).
+pub fn plan(
+    before: &Fleet,
+    after: &Fleet,
+    capabilities: &dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
+) -> Vec<PortChange> {
+    // Every SwitchPort either side has: the objects, and the entries of Switches
+    // (a SwitchPort of the entry's name, in the Switch's namespace).
+    let mut ports: BTreeSet<(String, String, String)> = BTreeSet::new();
+    for fleet in [before, after] {
+        for sw in &fleet.switches {
+            let (ns, name) = key(&sw.metadata);
+            for entry in sw.spec.ports.keys() {
+                ports.insert((ns.clone(), name.clone(), entry.clone()));
+            }
+        }
+        for p in &fleet.ports {
+            let (ns, name) = key(&p.metadata);
+            if let Some(sw) = switch_of(p) {
+                ports.insert((ns, sw, name));
+            }
+        }
+    }
+    let (b, a) = (
+        Side {
+            fleet: before,
+            capabilities,
+        },
+        Side {
+            fleet: after,
+            capabilities,
+        },
+    );
+    let mut changes = Vec::new();
+    for (ns, switch, port) in ports {
+        let (was, was_cfg) = b.carry(&ns, &port, &switch);
+        let (will, will_cfg) = a.carry(&ns, &port, &switch);
+        // The same outcome (refused alike included): nothing this change does.
+        if was == will {
+            continue;
+        }
+        let sw = a.switch(&ns, &switch).or_else(|| b.switch(&ns, &switch));
+        // Named after, else before (an entry removed by the change).
+        let device_port = [a.switch(&ns, &switch), b.switch(&ns, &switch)]
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.spec.ports.get(&port))
+            .map(|d| d.name.clone());
+        let provider = sw.and_then(|s| {
+            a.provider(&ns, &s.spec.provider.name)
+                .or_else(|| b.provider(&ns, &s.spec.provider.name))
+                .cloned()
+        });
+        let host = after
+            .ports
+            .iter()
+            .chain(before.ports.iter())
+            .find(|p| key(&p.metadata) == (ns.clone(), port.clone()))
+            .and_then(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(crate::api::keys::HOST_ANNOTATION).cloned())
+            });
+        changes.push(PortChange {
+            namespace: ns,
+            port,
+            switch,
+            device_port,
+            provider,
+            host,
+            configuration: (was_cfg, will_cfg),
+            before: was,
+            after: will,
+        });
+    }
+    changes
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+//! What a batch would send to a device, worked out without the device: each
+//! backend's own planning run against an assumed reading (the state patchbay last
+//! established on each port) instead of one read from the switch. `patchbay plan`
+//! shows these; what a device really holds differs where someone changed it by hand
+//! (a device read shows that). Pure.
+//!
+//! - SSH CLI: the dialect's plan for each port ([`Dialect::plan`]) and the batch's
+//!   script ([`Dialect::script`]): the lines one session types, in order.
+//! - Ansible: the variables the apply playbook is run with
+//!   ([`crate::ansible::contract::apply_vars`]).
+//! - NETCONF and Open vSwitch: not rendered without the device's running
+//!   configuration yet ([`Operations::NotRendered`]).
+
+use crate::cli::{Aggregates, Dialect, Reading};
+use crate::device::PortOperation;
+use crate::model::{DesiredPort, ObservedPort};
+
+/// One port of a batch: the state assumed on the device now (`None`: clean) and
+/// the operation.
+pub type Assumed = (Option<DesiredPort>, PortOperation);
+
+/// What a batch sends, as far as it is known without the device.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operations {
+    /// Lines typed in one session, in order (configuration mode, VLANs, ports,
+    /// leaving, saving).
+    Lines(Vec<String>),
+    /// The variables of one playbook run.
+    Variables(serde_json::Value),
+    /// Not worked out without the device, and why.
+    NotRendered(&'static str),
+}
+
+/// The SSH CLI script of a batch through `dialect` (`save`: the provider's
+/// `saveConfig`), from the assumed states.
+pub fn cli_script(dialect: &Dialect, save: bool, batch: &[Assumed]) -> Vec<String> {
+    let plans: Vec<_> = batch
+        .iter()
+        .map(|(now, op)| {
+            let now = now
+                .clone()
+                .unwrap_or_else(|| DesiredPort::clean(op.port().clone()));
+            let reading = Reading::of(ObservedPort::from_desired(&now));
+            dialect.plan(&reading, &Aggregates::default(), &op.target())
+        })
+        .collect();
+    dialect.script(&plans, save)
+}
+
+/// The Ansible apply playbook's variables for a batch.
+pub fn ansible_variables(batch: &[Assumed]) -> serde_json::Value {
+    let targets: Vec<DesiredPort> = batch.iter().map(|(_, op)| op.target()).collect();
+    crate::ansible::contract::apply_vars(&targets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::VlanMode;
+    use crate::values::{PortName, VlanId};
+
+    fn access(port: &str, vlan: u16) -> DesiredPort {
+        DesiredPort {
+            vlans: VlanMode::Access {
+                vlan: VlanId::new(vlan).unwrap(),
+            },
+            ..DesiredPort::clean(PortName::parse(port).unwrap())
+        }
+    }
+
+    #[test]
+    fn a_cli_batch_is_the_lines_the_dialect_plans_from_the_assumed_state() {
+        let ios = crate::cli::dialect::for_os("ios").unwrap();
+        let port = "GigabitEthernet1/0/1";
+        // Already carrying it: nothing to type.
+        let same = [(
+            Some(access(port, 100)),
+            PortOperation::Set(access(port, 100)),
+        )];
+        assert!(cli_script(&ios, true, &same).is_empty());
+        // Moved from 100 to 101: the port's lines, inside configuration mode, saved.
+        let lines = cli_script(
+            &ios,
+            true,
+            &[(
+                Some(access(port, 100)),
+                PortOperation::Set(access(port, 101)),
+            )],
+        );
+        let text = lines.join("\n");
+        assert!(text.contains("interface GigabitEthernet1/0/1"), "{text}");
+        assert!(text.contains("switchport access vlan 101"), "{text}");
+        assert!(
+            lines
+                .last()
+                .is_some_and(|l| l.contains("write memory") || l.contains("copy")),
+            "{text}"
+        );
+        // Without saving, no save line.
+        let unsaved = cli_script(
+            &ios,
+            false,
+            &[(
+                Some(access(port, 100)),
+                PortOperation::Set(access(port, 101)),
+            )],
+        );
+        assert!(unsaved.len() < lines.len(), "{unsaved:?}");
+    }
+
+    #[test]
+    fn an_ansible_batch_is_its_playbook_variables() {
+        let vars = ansible_variables(&[(
+            None,
+            PortOperation::Set(access("GigabitEthernet1/0/1", 100)),
+        )]);
+        assert_eq!(vars["patchbay_vlans"][0]["vlan_id"], 100, "{vars}");
+        assert_eq!(vars["patchbay_ports"][0]["access_vlan"], 100, "{vars}");
+    }
+}

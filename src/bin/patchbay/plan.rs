@@ -1,0 +1,397 @@
+//! `patchbay plan`: what applying manifests would do to the fleet's ports, before it
+//! is done. Reads the files (and, with `--kubeconfig`, the live cluster), asks the
+//! pure core which ports change ([`patchbay::decide::plan`], the operator's own
+//! decision for each port) and each switch's backend what its batch would send
+//! ([`patchbay_providers::offline`]), and prints a table or JSON. Nothing is written
+//! and no device is dialled. Exit code: 0 nothing changes, 2 ports change (or would
+//! be refused), 1 the plan could not be made.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use kube::api::{Api, ListParams};
+use patchbay::api::Backend;
+use patchbay::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration};
+use patchbay::decide::plan::{Carry, Fleet, PortChange, plan};
+use patchbay_providers::device::PortOperation;
+use patchbay_providers::model::{AdminState, DesiredPort, VlanMode};
+use patchbay_providers::offline::{Assumed, Operations, ansible_variables, cli_script};
+use patchbay_providers::values::PortName;
+use serde_json::{Value, json};
+
+/// How the plan is printed.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Output {
+    /// A table per port, then each switch's operations.
+    Table,
+    /// One JSON document.
+    Json,
+}
+
+/// What `patchbay plan` was asked.
+pub struct Request {
+    /// The manifests.
+    pub files: Vec<PathBuf>,
+    /// The live cluster to compare with.
+    pub kubeconfig: Option<PathBuf>,
+    /// Where a namespaced object that names none goes.
+    pub namespace: String,
+    /// Table or JSON.
+    pub output: Output,
+}
+
+/// The patchbay objects of the manifests; other kinds are skipped.
+fn manifests(files: &[PathBuf]) -> Result<(Fleet, Vec<String>)> {
+    let mut fleet = Fleet::default();
+    let mut skipped = Vec::new();
+    for file in files {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).context("reading standard input")?
+        } else {
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+        };
+        let docs = patchbay_providers::yaml::documents(&text)
+            .with_context(|| format!("{}: not YAML", file.display()))?;
+        for (i, doc) in docs.into_iter().enumerate() {
+            if doc.is_null() {
+                continue;
+            }
+            let at = format!("{} document {i}", file.display());
+            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+            fn typed<T: serde::de::DeserializeOwned>(doc: Value, at: &str) -> Result<T> {
+                serde_json::from_value(doc)
+                    .with_context(|| format!("{at}: run `patchbay validate` on it"))
+            }
+            match kind.as_str() {
+                "ProviderSwitch" => fleet.providers.push(typed(doc, &at)?),
+                "Switch" => fleet.switches.push(typed(doc, &at)?),
+                "SwitchPort" => fleet.ports.push(typed(doc, &at)?),
+                "SwitchPortConfiguration" => fleet.configurations.push(typed(doc, &at)?),
+                "Server" => fleet.servers.push(typed(doc, &at)?),
+                _ => skipped.push(format!("{at}: {kind} (not planned)")),
+            }
+        }
+    }
+    Ok((fleet, skipped))
+}
+
+/// The fleet as the cluster holds it.
+async fn live(kubeconfig: &PathBuf) -> Result<Fleet> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    let client = kube::Client::try_from(config)?;
+    async fn all<K>(client: &kube::Client) -> Result<Vec<K>>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::all(client.clone());
+        let kind = K::kind(&());
+        Ok(api
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("listing {kind}s"))?
+            .items)
+    }
+    Ok(Fleet {
+        providers: all::<ProviderSwitch>(&client).await?,
+        switches: all::<Switch>(&client).await?,
+        ports: all::<SwitchPort>(&client).await?,
+        configurations: all::<SwitchPortConfiguration>(&client).await?,
+        servers: all::<Server>(&client).await?,
+    })
+}
+
+/// A port state in a few words: `access 100`, `trunk native 10 allowed 20-21`,
+/// `disabled`, `mtu 9000`.
+fn words(d: &DesiredPort) -> String {
+    let mut out = match &d.vlans {
+        VlanMode::Unconfigured => "no VLANs".to_owned(),
+        VlanMode::Access { vlan } => format!("access {vlan}"),
+        VlanMode::Trunk { native, allowed } => {
+            let native = native.map(|n| format!(" native {n}")).unwrap_or_default();
+            format!("trunk{native} allowed {allowed}")
+        }
+    };
+    if d.admin == AdminState::Down {
+        out.push_str(", disabled");
+    }
+    if let Some(m) = d.mtu {
+        out.push_str(&format!(", mtu {}", m.get()));
+    }
+    if !d.acl.is_empty() {
+        out.push_str(&format!(", {} ACL rules", d.acl.len()));
+    }
+    if let Some(l) = d.lag {
+        out.push_str(&format!(", group {}", l.group.get()));
+    }
+    out
+}
+
+fn carry_words(c: &Carry, configuration: Option<&String>) -> String {
+    let named = configuration.map(|c| format!("{c}: ")).unwrap_or_default();
+    match c {
+        Carry::Clean => "clean".into(),
+        Carry::Set(d) => format!("{named}{}", words(d)),
+        Carry::Refused(why) => format!("{named}refused ({why})"),
+    }
+}
+
+/// One switch's batch: its ports in order, and what its backend would send.
+struct Batch<'a> {
+    switch: String,
+    backend: String,
+    changes: Vec<&'a PortChange>,
+    operations: Operations,
+}
+
+fn batches(changes: &[PortChange]) -> Vec<Batch<'_>> {
+    let mut by_switch: BTreeMap<(String, String), Vec<&PortChange>> = BTreeMap::new();
+    for c in changes {
+        by_switch
+            .entry((c.namespace.clone(), c.switch.clone()))
+            .or_default()
+            .push(c);
+    }
+    by_switch
+        .into_iter()
+        .map(|((ns, switch), changes)| {
+            let provider = changes.iter().find_map(|c| c.provider.as_ref());
+            let assumed: Vec<Assumed> = changes
+                .iter()
+                .filter_map(|c| {
+                    let port = PortName::parse(c.device_port.as_deref()?).ok()?;
+                    let now = match &c.before {
+                        Carry::Set(d) => Some(d.clone()),
+                        _ => None,
+                    };
+                    let op = match &c.after {
+                        Carry::Set(d) => PortOperation::Set(d.clone()),
+                        Carry::Clean => PortOperation::Reset(port),
+                        // Refused: nothing is sent for it.
+                        Carry::Refused(_) => return None,
+                    };
+                    Some((now, op))
+                })
+                .collect();
+            let (backend, operations) = match provider {
+                None => (
+                    "?".to_owned(),
+                    Operations::NotRendered("its ProviderSwitch is not known"),
+                ),
+                Some(p) => operations(p, &assumed),
+            };
+            Batch {
+                switch: format!("{ns}/{switch}"),
+                backend,
+                changes,
+                operations,
+            }
+        })
+        .collect()
+}
+
+/// What `provider`'s backend sends for `batch`, as far as it is known offline.
+fn operations(provider: &ProviderSwitch, batch: &[Assumed]) -> (String, Operations) {
+    let os = serde_json::to_value(provider.spec.os)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let backend = serde_json::to_value(provider.spec.backend)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let label = format!("{backend} {os}");
+    if batch.is_empty() {
+        return (label, Operations::Lines(Vec::new()));
+    }
+    let ops = match provider.spec.backend {
+        Backend::Ssh => match patchbay_providers::cli::dialect::for_os(&os) {
+            Some(d) => {
+                let save = provider
+                    .spec
+                    .options
+                    .as_ref()
+                    .and_then(|o| o.save_config)
+                    .unwrap_or(true);
+                Operations::Lines(cli_script(&d, save, batch))
+            }
+            None => Operations::NotRendered("no dialect for its os"),
+        },
+        Backend::Ansible => Operations::Variables(ansible_variables(batch)),
+        Backend::Netconf => Operations::NotRendered(
+            "NETCONF edits are worked out from the device's running configuration",
+        ),
+        Backend::Ovsdb => {
+            Operations::NotRendered("OVSDB transactions are worked out from the bridge's rows")
+        }
+        Backend::Fixture => Operations::NotRendered("an in-memory switch"),
+    };
+    (label, ops)
+}
+
+fn json_of(changes: &[PortChange], batches: &[Batch<'_>], live: bool) -> Value {
+    let carry = |c: &Carry| match c {
+        Carry::Clean => json!({"carries": "clean"}),
+        Carry::Set(d) => json!({"carries": "set", "state": words(d)}),
+        Carry::Refused(why) => json!({"carries": "refused", "reason": why}),
+    };
+    json!({
+        "assumes": if live {
+            "the state patchbay last established from the cluster's objects"
+        } else {
+            "no cluster: every port starts clean"
+        },
+        "ports": changes.iter().map(|c| json!({
+            "namespace": c.namespace, "port": c.port, "switch": c.switch,
+            "devicePort": c.device_port, "host": c.host,
+            "configuration": {"before": c.configuration.0, "after": c.configuration.1},
+            "before": carry(&c.before), "after": carry(&c.after),
+        })).collect::<Vec<_>>(),
+        "switches": batches.iter().map(|b| {
+            let ops = match &b.operations {
+                Operations::Lines(l) => json!({"lines": l}),
+                Operations::Variables(v) => json!({"variables": v}),
+                Operations::NotRendered(why) => json!({"notRendered": why}),
+            };
+            json!({"switch": b.switch, "backend": b.backend,
+                   "ports": b.changes.len(), "operations": ops})
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn print_table(changes: &[PortChange], batches: &[Batch<'_>], live: bool) {
+    let rows: Vec<[String; 6]> = changes
+        .iter()
+        .map(|c| {
+            [
+                format!("{}/{}", c.namespace, c.switch),
+                c.port.clone(),
+                c.device_port.clone().unwrap_or_else(|| "-".into()),
+                c.host.clone().unwrap_or_else(|| "-".into()),
+                carry_words(&c.before, c.configuration.0.as_ref()),
+                carry_words(&c.after, c.configuration.1.as_ref()),
+            ]
+        })
+        .collect();
+    let head = ["SWITCH", "PORT", "DEVICE PORT", "HOST", "BEFORE", "AFTER"];
+    let mut width = head.map(str::len);
+    for r in &rows {
+        for (w, cell) in width.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}   ", w = width[i]));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    if live {
+        println!(
+            "Assumes each port carries what patchbay last established from the cluster's objects."
+        );
+    } else {
+        println!("No cluster given: every port starts clean.");
+    }
+    println!();
+    line(&head.map(str::to_owned));
+    for r in &rows {
+        line(r);
+    }
+    for b in batches {
+        println!();
+        let sent = b
+            .changes
+            .iter()
+            .filter(|c| !matches!(c.after, Carry::Refused(_)))
+            .count();
+        println!(
+            "Switch {} ({}): {sent} port(s) in one batch{}",
+            b.switch,
+            b.backend,
+            if sent < b.changes.len() {
+                format!(
+                    ", {} refused: nothing sent for them",
+                    b.changes.len() - sent
+                )
+            } else {
+                String::new()
+            }
+        );
+        match &b.operations {
+            Operations::Lines(l) if l.is_empty() => println!("  (nothing to send)"),
+            Operations::Lines(l) => l.iter().for_each(|l| println!("  {l}")),
+            Operations::Variables(v) => {
+                println!("  ansible-playbook apply.yml with:");
+                let text = serde_json::to_string_pretty(v).unwrap_or_default();
+                text.lines().for_each(|l| println!("    {l}"));
+            }
+            Operations::NotRendered(why) => println!("  (operations not shown: {why})"),
+        }
+    }
+    let refused = changes
+        .iter()
+        .filter(|c| matches!(c.after, Carry::Refused(_)))
+        .count();
+    println!();
+    println!(
+        "Plan: {} port(s) on {} switch(es) change, {refused} of them refused.",
+        changes.len(),
+        batches.len()
+    );
+}
+
+/// Makes and prints the plan; the exit code.
+pub async fn run(req: Request) -> std::process::ExitCode {
+    match make(&req).await {
+        Ok(changed) => std::process::ExitCode::from(if changed { 2 } else { 0 }),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+async fn make(req: &Request) -> Result<bool> {
+    if req.files.is_empty() {
+        bail!("no manifests given");
+    }
+    let (manifests, skipped) = manifests(&req.files)?;
+    let before = match &req.kubeconfig {
+        Some(path) => live(path).await?,
+        None => Fleet::default(),
+    };
+    let after = before.with(&manifests, &req.namespace);
+    let changes = plan(&before, &after, &patchbay::backends::capabilities_of);
+    let batches = batches(&changes);
+    let live = req.kubeconfig.is_some();
+    match req.output {
+        Output::Json => {
+            let mut doc = json_of(&changes, &batches, live);
+            doc["skipped"] = json!(skipped);
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        }
+        Output::Table => {
+            if !skipped.is_empty() {
+                let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+                for s in &skipped {
+                    let kind = s.rsplit(": ").next().unwrap_or_default();
+                    *kinds
+                        .entry(kind.trim_end_matches(" (not planned)"))
+                        .or_default() += 1;
+                }
+                let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+                eprintln!("not planned: {} (`-o json` lists them)", kinds.join(", "));
+            }
+            print_table(&changes, &batches, live);
+        }
+    }
+    Ok(!changes.is_empty())
+}

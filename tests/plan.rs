@@ -1,0 +1,210 @@
+//! `patchbay plan` as a user runs it: against the examples alone (every port starts
+//! clean; tor-1's batch is the IOS lines, in order), and against a live cluster
+//! (devplane with the CRDs) whose objects the manifests edit: a shared
+//! configuration's edit lists every port it moves, with before and after; a link
+//! the operator would refuse (a VLAN outside the port's vlanRange) is listed as
+//! refused with the operator's reason and is absent from the switch's lines;
+//! nothing to change exits 0, changes exit 2, an unreadable file exits 1. Nothing
+//! is written to the cluster.
+
+mod support;
+
+use std::process::Command;
+
+use kube::api::Api;
+use patchbay::api::{SwitchPort, SwitchPortConfiguration};
+use serde_json::json;
+use support::Cluster;
+use support::env::Env;
+
+fn plan(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_patchbay"))
+        .arg("plan")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("patchbay runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_examples_alone_plan_every_linked_port_from_clean() {
+    let files: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| p.ends_with(".yaml"))
+        .collect();
+    let args: Vec<&str> = files.iter().map(String::as_str).collect();
+    let (code, out, err) = plan(&args);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        out.starts_with("No cluster given: every port starts clean."),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.contains(" server-7-eth1 "))
+        .unwrap_or_default();
+    assert!(
+        row.contains("FastEthernet0/8")
+            && row.contains("clean")
+            && row.contains("network-infra/provisioning: access 10"),
+        "{out}"
+    );
+    // tor-1's batch: the lines one session types, in order, saved at the end.
+    let batch: Vec<&str> = out
+        .split("Switch network-infra/tor-1 (ssh ios)")
+        .nth(1)
+        .unwrap_or_default()
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .collect();
+    assert_eq!(batch.first(), Some(&"configure terminal"), "{out}");
+    assert_eq!(batch.last(), Some(&"write memory"), "{out}");
+    let at = |line: &str| batch.iter().position(|l| *l == line);
+    assert!(
+        at("interface FastEthernet0/8") < at("interface FastEthernet0/9")
+            && at("switchport access vlan 10").is_some(),
+        "{batch:?}"
+    );
+    // The other kinds are said to be left out, not silently dropped.
+    assert!(
+        err.contains("not planned:") && err.contains("Secret"),
+        "{err}"
+    );
+    // An unreadable file is an error, not an empty plan.
+    let (code, _, err) = plan(&["examples/no-such-file.yaml"]);
+    assert_eq!(code, 1, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_is_planned_against_the_live_cluster_and_refusals_say_why() {
+    if !support::on_devplane() {
+        return; // installs the CRDs
+    }
+    let env = Env::without_operator(Cluster::start("plan").await).await;
+    let ns = env.cluster.namespace.clone();
+    env.create::<patchbay::api::ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "tor"},
+        "spec": {"backend": "ssh", "os": "ios", "address": "192.0.2.1",
+                 "credentialsSecretRef": {"name": "tor-login"}}
+    }))
+    .await;
+    env.create::<patchbay::api::Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "tor"},
+        "spec": {"provider": {"name": "tor"}, "ports": {
+            "p1": {"name": "FastEthernet0/1"},
+            "p2": {"name": "FastEthernet0/2", "vlanRange": "1-200"},
+            "p3": {"name": "FastEthernet0/3"}}}
+    }))
+    .await;
+    env.configuration("pxe", json!({"untaggedVLAN": 10})).await;
+    for (port, cfg) in [("p1", Some("pxe")), ("p2", Some("pxe")), ("p3", None)] {
+        let spec = cfg.map_or_else(|| json!({}), |c| json!({"configuration": {"name": c}}));
+        env.create::<SwitchPort>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPort",
+            "metadata": {"name": port, "labels": {"patchbay.dev/switch": "tor"}},
+            "spec": spec
+        }))
+        .await;
+    }
+    let write = |name: &str, text: String| {
+        let path = env.cluster.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let kubeconfig = env.cluster.kubeconfig.display().to_string();
+
+    // The same objects again: nothing to change.
+    let same = write(
+        "same.yaml",
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: pxe}\nspec: {untaggedVLAN: 10}\n"
+            .into(),
+    );
+    let (code, out, err) = plan(&["--kubeconfig", &kubeconfig, "-n", &ns, &same]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Plan: 0 port(s)"), "{out}");
+
+    // The shared configuration moved to VLAN 11 (p1 follows), and p2 (limited to
+    // VLANs 1-200) linked to a configuration on VLAN 300: refused there. p3 carries
+    // nothing before and after.
+    let edit = write(
+        "edit.yaml",
+        "\
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPortConfiguration
+metadata: {name: pxe}
+spec: {untaggedVLAN: 11}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPortConfiguration
+metadata: {name: far}
+spec: {untaggedVLAN: 300}
+---
+apiVersion: patchbay.dev/v1alpha1
+kind: SwitchPort
+metadata: {name: p2}
+spec: {configuration: {name: far}}
+"
+        .into(),
+    );
+    let (code, out, err) = plan(&["--kubeconfig", &kubeconfig, "-n", &ns, &edit]);
+    assert_eq!(code, 2, "{out}{err}");
+    let row = |port: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(port))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        row("p1").contains(&format!("{ns}/pxe: access 10"))
+            && row("p1").contains(&format!("{ns}/pxe: access 11")),
+        "{out}"
+    );
+    assert!(
+        row("p2").contains(&format!("{ns}/far: refused (InvalidConfiguration:"))
+            && row("p2").contains("300"),
+        "{out}"
+    );
+    assert!(row("p3").is_empty(), "p3 carries nothing either way: {out}");
+    assert!(out.contains("switchport access vlan 11"), "{out}");
+    assert!(
+        !out.contains("interface FastEthernet0/2"),
+        "nothing is sent for a refused port: {out}"
+    );
+    // The same as JSON.
+    let (code, json_out, _) = plan(&["--kubeconfig", &kubeconfig, "-n", &ns, "-o", "json", &edit]);
+    assert_eq!(code, 2);
+    let doc: serde_json::Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(doc["ports"].as_array().unwrap().len(), 2, "{doc}");
+    assert_eq!(doc["ports"][1]["after"]["carries"], "refused", "{doc}");
+    assert_eq!(doc["switches"][0]["ports"], 2, "{doc}");
+
+    // Nothing was written: the cluster still holds the objects as they were.
+    let pxe = env
+        .api::<SwitchPortConfiguration>()
+        .get("pxe")
+        .await
+        .unwrap();
+    assert_eq!(pxe.spec.port.untagged_vlan, Some(10));
+    let p2: SwitchPort = Api::namespaced(env.cluster.client.clone(), &ns)
+        .get("p2")
+        .await
+        .unwrap();
+    assert_eq!(
+        p2.spec.configuration.map(|c| c.name).as_deref(),
+        Some("pxe")
+    );
+    env.cluster.finish().await;
+}
