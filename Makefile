@@ -149,6 +149,7 @@ bench: deps fake-switch ovs sshd netconf lldp bgp ansible
 	bench/run.sh fleet -- fleet
 	bench/run.sh tenancy -- tenancy
 	bench/run.sh bgp -- bgp
+	bench/run.sh plan -- plan
 	bench/run.sh operator-tenancy BENCH_TENANCY=1 -- operator
 	bench/run.sh operator-bgp BENCH_BGP=1 -- operator
 	bench/run.sh operator-100k BENCH_SWITCHES=2000 BENCH_PORTS=50 BENCH_IDLE_SECONDS=30 -- operator

@@ -23,6 +23,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 use crate::api::server::CabledPortKind;
 use crate::api::{
     ConfigurationRef, ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration,
@@ -113,7 +115,7 @@ pub struct Fleet {
     pub servers: Vec<Server>,
 }
 
-fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+fn key(meta: &ObjectMeta) -> (String, String) {
     (
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
@@ -223,25 +225,60 @@ pub struct PortChange {
     pub after: Carry,
 }
 
-/// One side's view of one SwitchPort.
+type Key = (String, String);
+
+fn index<T>(objects: &[T], meta: impl Fn(&T) -> &ObjectMeta) -> BTreeMap<Key, &T> {
+    objects.iter().map(|o| (key(meta(o)), o)).collect()
+}
+
+/// One side of the comparison, indexed by namespace and name.
 struct Side<'a> {
-    fleet: &'a Fleet,
+    switches: BTreeMap<Key, &'a Switch>,
+    providers: BTreeMap<Key, &'a ProviderSwitch>,
+    ports: BTreeMap<Key, &'a SwitchPort>,
+    configurations: BTreeMap<Key, &'a SwitchPortConfiguration>,
+    /// The MAC of the Server NIC cabled to each SwitchPort.
+    host_macs: BTreeMap<Key, String>,
     capabilities: &'a dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
 }
 
-impl Side<'_> {
-    fn switch(&self, ns: &str, name: &str) -> Option<&Switch> {
-        self.fleet
-            .switches
+impl<'a> Side<'a> {
+    fn new(
+        fleet: &'a Fleet,
+        capabilities: &'a dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
+    ) -> Self {
+        let host_macs = fleet
+            .servers
             .iter()
-            .find(|s| key(&s.metadata) == (ns.to_owned(), name.to_owned()))
+            .flat_map(|s| s.spec.nics.iter())
+            .filter_map(|n| {
+                let port = n.port.as_ref()?;
+                let switch_port =
+                    port.kind.unwrap_or(CabledPortKind::SwitchPort) == CabledPortKind::SwitchPort;
+                switch_port.then(|| ((port.namespace.clone(), port.name.clone()), n.mac.clone()))
+            })
+            .filter_map(|(k, mac)| Some((k, mac?)))
+            .collect();
+        Side {
+            switches: index(&fleet.switches, |o| &o.metadata),
+            providers: index(&fleet.providers, |o| &o.metadata),
+            ports: index(&fleet.ports, |o| &o.metadata),
+            configurations: index(&fleet.configurations, |o| &o.metadata),
+            host_macs,
+            capabilities,
+        }
     }
 
-    fn provider(&self, ns: &str, name: &str) -> Option<&ProviderSwitch> {
-        self.fleet
-            .providers
-            .iter()
-            .find(|p| key(&p.metadata) == (ns.to_owned(), name.to_owned()))
+    fn switch(&self, ns: &str, name: &str) -> Option<&'a Switch> {
+        self.switches
+            .get(&(ns.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    fn provider(&self, ns: &str, name: &str) -> Option<&'a ProviderSwitch> {
+        self.providers
+            .get(&(ns.to_owned(), name.to_owned()))
+            .copied()
     }
 
     /// The SwitchPort `ns/name` of Switch `switch` (the object, or the one the
@@ -254,11 +291,7 @@ impl Side<'_> {
         let Some(definition) = sw.spec.ports.get(name) else {
             return (Carry::Clean, None);
         };
-        let object = self
-            .fleet
-            .ports
-            .iter()
-            .find(|p| key(&p.metadata) == (ns.to_owned(), name.to_owned()));
+        let object = self.ports.get(&(ns.to_owned(), name.to_owned()));
         let Some(reference) = object.and_then(|p| p.spec.configuration.clone()) else {
             return (Carry::Clean, None);
         };
@@ -288,28 +321,13 @@ impl Side<'_> {
             );
         };
         let configuration = self
-            .fleet
             .configurations
-            .iter()
-            .find(|c| key(&c.metadata) == (cns.clone(), reference.name.clone()));
+            .get(&(cns.clone(), reference.name.clone()));
         let target = PortTarget {
             configuration: reference.clone(),
             hash: String::new(),
         };
-        let host_mac = self
-            .fleet
-            .servers
-            .iter()
-            .flat_map(|s| s.spec.nics.iter())
-            .find(|n| {
-                crate::decide::phases::cabled_to(
-                    std::slice::from_ref(n),
-                    CabledPortKind::SwitchPort,
-                    ns,
-                    name,
-                )
-            })
-            .and_then(|n| n.mac.clone());
+        let host_mac = self.host_macs.get(&(ns.to_owned(), name.to_owned()));
         let tenancy = TenancyVerdict::default();
         let inputs = PortInputs {
             switch,
@@ -318,7 +336,7 @@ impl Side<'_> {
             wanted: Some(&target),
             configuration: configuration.map(|c| &c.spec),
             capabilities: &capabilities,
-            host_mac: host_mac.as_deref(),
+            host_mac: host_mac.map(String::as_str),
             lag: None,
             tenancy: &tenancy,
         };
@@ -372,14 +390,8 @@ pub fn plan(
         }
     }
     let (b, a) = (
-        Side {
-            fleet: before,
-            capabilities,
-        },
-        Side {
-            fleet: after,
-            capabilities,
-        },
+        Side::new(before, capabilities),
+        Side::new(after, capabilities),
     );
     let mut changes = Vec::new();
     for (ns, switch, port) in ports {
@@ -401,17 +413,13 @@ pub fn plan(
                 .or_else(|| b.provider(&ns, &s.spec.provider.name))
                 .cloned()
         });
-        let host = after
-            .ports
-            .iter()
-            .chain(before.ports.iter())
-            .find(|p| key(&p.metadata) == (ns.clone(), port.clone()))
-            .and_then(|p| {
-                p.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(crate::api::keys::HOST_ANNOTATION).cloned())
-            });
+        let at = (ns.clone(), port.clone());
+        let host = a.ports.get(&at).or_else(|| b.ports.get(&at)).and_then(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::api::keys::HOST_ANNOTATION).cloned())
+        });
         changes.push(PortChange {
             namespace: ns,
             port,
