@@ -22,7 +22,10 @@ where the operator expects it; every simulator has the same host key). With
 "connection_log", a line `<switch> open <time> <peer port>` is appended to that file for
 every TCP connection it accepts, `<switch> login …` once the connection has
 authenticated, and `<switch> close …` when it ends: tests count the operator's attempts
-(SSH handshakes) and its sessions (logins) from it. It observes; the simulated device behaves the same. When every switch listens,
+(SSH handshakes) and its sessions (logins) from it. With "command_log", every line a
+shell session receives is appended as `<switch>\t<line>` (a line typed where the
+device hides input, a password, as `<hidden>`): what the device was sent, in order.
+Both observe; the simulated device behaves the same. When every switch listens,
 OUT.json is written (atomically) with, per switch: name, model, address, port,
 username, password, enable_password, host_key_fingerprint (OpenSSH SHA256 form),
 known_hosts_line and ports (the device's port names). The process then serves until
@@ -168,6 +171,24 @@ def log_logins():
     SSHUserAuthServer._cbFinishedAuth = logged
 
 
+def log_commands(path):
+    """Appends every line an SSH shell session receives to `path` (see the module
+    docs), before the device processes it."""
+    from fake_switches.terminal.ssh import SwitchSSHShell
+
+    out = open(path, "a", buffering=1)
+    received = SwitchSSHShell.lineReceived
+
+    def logged(self, line):
+        hidden = self.get_actual_processor().replace_input is not False
+        name = self.switch_core.switch_configuration.name
+        text = "<hidden>" if hidden else line.decode(errors="replace")
+        out.write("%s\t%s\n" % (name, text))
+        return received(self, line)
+
+    SwitchSSHShell.lineReceived = logged
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -181,6 +202,8 @@ def main():
     described = []
     if connection_log:
         log_logins()
+    if spec.get("command_log"):
+        log_commands(spec["command_log"])
     if any(sw.get("ios_shims") for sw in spec["switches"]):
         install_ios_shims()
     for sw in spec["switches"]:

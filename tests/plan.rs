@@ -208,3 +208,180 @@ spec: {configuration: {name: far}}
     );
     env.cluster.finish().await;
 }
+
+/// The plan is what happens: a shared configuration's edit planned against the live
+/// cluster, then applied by the operator to a simulated Cisco IOS switch. The lines
+/// the switch's shells were sent (the simulator's command log, reads and the login
+/// left out) are the plan's lines for that switch: each batch framed as planned,
+/// each port's block as planned and sent once (the worker may split one planned
+/// batch in two: it sends a lone first change at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_is_what_the_switch_is_sent() {
+    use patchbay::api::PortState;
+    use patchbay_testbed::{FakeSwitches, SimSpec};
+    if !support::on_devplane() {
+        return; // reads the simulator's log beside the operator
+    }
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    let env = Env::start("plan-device").await;
+    let ns = env.cluster.namespace.clone();
+    env.switch(
+        "tor1",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[("p1", "FastEthernet0/1"), ("p2", "FastEthernet0/2")],
+    )
+    .await;
+    env.configuration("pxe", json!({"untaggedVLAN": 10})).await;
+    for p in ["p1", "p2"] {
+        env.link(p, Some("pxe")).await;
+    }
+    for p in ["p1", "p2"] {
+        env.wait_state(p, PortState::Active).await;
+    }
+    // Let the batch's read-back finish before marking where the edit starts.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let mark = sims.commands("tor1").len();
+
+    let edit = env.cluster.dir.join("edit.yaml");
+    std::fs::write(
+        &edit,
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: pxe}\nspec: {untaggedVLAN: 11}\n",
+    )
+    .unwrap();
+    let kubeconfig = env.cluster.kubeconfig.display().to_string();
+    let edit = edit.display().to_string();
+    let (code, out, err) = plan(&["--kubeconfig", &kubeconfig, "-n", &ns, "-o", "json", &edit]);
+    assert_eq!(code, 2, "{out}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let planned: Vec<String> = doc["switches"][0]["operations"]["lines"]
+        .as_array()
+        .expect("tor1's lines")
+        .iter()
+        .map(|l| l.as_str().unwrap().to_owned())
+        .collect();
+
+    // Apply it as the plan said, and wait for the switch to be sent the save.
+    let configs: Api<SwitchPortConfiguration> = env.api();
+    configs
+        .patch(
+            "pxe",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 11}})),
+        )
+        .await
+        .unwrap();
+    let is_config = |l: &String| {
+        let l = l.trim();
+        !(l.is_empty()
+            || l == "<hidden>"
+            || l == "enable"
+            || l.starts_with("show ")
+            || l.starts_with("terminal "))
+    };
+    let received = support::eventually(60, "the edit sent and saved", || async {
+        let sent: Vec<String> = sims.commands("tor1")[mark..]
+            .iter()
+            .filter(|l| is_config(l))
+            .cloned()
+            .collect();
+        let count = |what: &str| sent.iter().filter(|l| l.as_str() == what).count();
+        // Both ports sent, and every batch opened is saved.
+        let done = count("switchport access vlan 11") == 2
+            && count("write memory") == count("configure terminal");
+        done.then_some(sent)
+    })
+    .await;
+    for p in ["p1", "p2"] {
+        env.wait_state(p, PortState::Active).await;
+    }
+    // The worker sends the first change after a quiet spell at once and gathers the
+    // rest, so one planned batch may reach the switch as several. Each batch is
+    // framed as the plan shows (the same VLAN lines before, the same leaving and
+    // saving after), and every port's block is the plan's, each sent once.
+    let plan_shape = Shape::of(&planned);
+    let batches = split_batches(&received);
+    let mut sent_ports = Vec::new();
+    for batch in &batches {
+        let shape = Shape::of(batch);
+        assert_eq!(
+            (&shape.head, &shape.tail),
+            (&plan_shape.head, &plan_shape.tail),
+            "framed as planned: {batch:?} against {planned:?}"
+        );
+        for (port, block) in shape.ports {
+            assert_eq!(
+                plan_shape.ports.get(&port),
+                Some(&block),
+                "{port}'s lines as planned"
+            );
+            sent_ports.push(port);
+        }
+    }
+    sent_ports.sort();
+    let planned_ports: Vec<String> = plan_shape.ports.keys().cloned().collect();
+    assert_eq!(sent_ports, planned_ports, "each planned port sent once");
+    println!(
+        "planned one batch of {} lines; the switch was sent {} batch(es)",
+        planned.len(),
+        batches.len()
+    );
+    env.cluster.finish().await;
+}
+
+/// A CLI batch taken apart: the lines before the first `interface` block (entering
+/// configuration mode, VLANs), each `interface` block by its port, and the lines
+/// after the last block (leaving, saving).
+#[derive(Debug)]
+struct Shape {
+    head: Vec<String>,
+    ports: std::collections::BTreeMap<String, Vec<String>>,
+    tail: Vec<String>,
+}
+
+impl Shape {
+    fn of(lines: &[String]) -> Shape {
+        let mut shape = Shape {
+            head: Vec::new(),
+            ports: Default::default(),
+            tail: Vec::new(),
+        };
+        let mut current: Option<String> = None;
+        let mut seen_port = false;
+        for line in lines {
+            if let Some(port) = line.strip_prefix("interface ") {
+                current = Some(port.to_owned());
+                seen_port = true;
+                shape.ports.insert(port.to_owned(), vec![line.clone()]);
+                continue;
+            }
+            match &current {
+                Some(port) => {
+                    shape.ports.get_mut(port).unwrap().push(line.clone());
+                    if line == "exit" {
+                        current = None;
+                    }
+                }
+                None if seen_port => shape.tail.push(line.clone()),
+                None => shape.head.push(line.clone()),
+            }
+        }
+        shape
+    }
+}
+
+/// The configuration lines split into the batches that sent them (each opens
+/// with `configure terminal`).
+fn split_batches(lines: &[String]) -> Vec<Vec<String>> {
+    let mut batches: Vec<Vec<String>> = Vec::new();
+    for line in lines {
+        if line == "configure terminal" || batches.is_empty() {
+            batches.push(Vec::new());
+        }
+        batches.last_mut().unwrap().push(line.clone());
+    }
+    batches
+}

@@ -232,6 +232,7 @@ impl FakeSwitches {
             serde_json::json!({
                 "switches": specs,
                 "connection_log": connection_log,
+                "command_log": dir.join("commands.log"),
             })
             .to_string()
             .as_bytes(),
@@ -289,6 +290,18 @@ impl FakeSwitches {
             .iter()
             .find(|s| s.name == name)
             .unwrap_or_else(|| panic!("no simulated switch {name:?}"))
+    }
+
+    /// Every line switch `name`'s SSH shells were sent so far, in order (a line
+    /// typed at a hidden prompt, a password, is `<hidden>`).
+    pub fn commands(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("commands.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .filter(|(switch, _)| *switch == name)
+            .map(|(_, line)| line.to_owned())
+            .collect()
     }
 
     /// The launcher's PID.

@@ -313,7 +313,8 @@ fn print_table(changes: &[PortChange], batches: &[Batch<'_>], live: bool) {
             .filter(|c| !matches!(c.after, Carry::Refused(_)))
             .count();
         println!(
-            "Switch {} ({}): {sent} port(s) in one batch{}",
+            "Switch {} ({}): {sent} port(s) in one batch (a lone first change may go \
+             ahead in a batch of its own){}",
             b.switch,
             b.backend,
             if sent < b.changes.len() {
