@@ -5,7 +5,9 @@
 //! `?timeout=Ns`) before the write is stored; a denial comes back as the API server
 //! words it (`admission webhook "NAME" denied the request: MESSAGE`, with the
 //! webhook's status code), and a webhook that cannot be called fails the write or is
-//! skipped as its `failurePolicy` says (`Fail` by default).
+//! skipped as its `failurePolicy` says (`Fail` by default). An allowed answer's
+//! `warnings` reach the client as `Warning` headers, as kube-apiserver sends them
+//! (kubectl prints each as `Warning: …`).
 //!
 //! Supported: `rules` (apiGroups, apiVersions, operations, resources — no
 //! subresources — and scope), `namespaceSelector` (matchLabels and matchExpressions
@@ -247,8 +249,11 @@ fn denial(hook: &str, status: &Value) -> ApiError {
 }
 
 /// Calls every hook for `a`, in order; the first denial (or failure of a `Fail`
-/// hook) is the error the write fails with.
-pub async fn admit(hooks: &[Hook], a: &Attributes<'_>) -> Result<(), ApiError> {
+/// hook) is the error the write fails with. Otherwise the warnings the hooks'
+/// answers carry (`response.warnings`), in order, which kube-apiserver returns to
+/// the client as `Warning` headers.
+pub async fn admit(hooks: &[Hook], a: &Attributes<'_>) -> Result<Vec<String>, ApiError> {
+    let mut warnings = Vec::new();
     for (i, hook) in hooks.iter().enumerate() {
         let uid = format!(
             "devplane-{}-{i}-{}",
@@ -265,7 +270,7 @@ pub async fn admit(hooks: &[Hook], a: &Attributes<'_>) -> Result<(), ApiError> {
                 let response = answer.get("response").cloned().unwrap_or_default();
                 let same = response.get("uid").and_then(Value::as_str) == Some(uid.as_str());
                 match (same, response.get("allowed").and_then(Value::as_bool)) {
-                    (true, Some(true)) => {}
+                    (true, Some(true)) => warnings.extend(warnings_of(&response)),
                     (true, Some(false)) => {
                         return Err(denial(
                             &hook.name,
@@ -279,7 +284,23 @@ pub async fn admit(hooks: &[Hook], a: &Attributes<'_>) -> Result<(), ApiError> {
             Err(why) => failed(hook, &why)?,
         }
     }
-    Ok(())
+    Ok(warnings)
+}
+
+/// The warnings of an AdmissionReview's `response` (its `warnings` strings), as
+/// kube-apiserver passes them on: each cut to 256 characters, control characters
+/// dropped, at most 64.
+fn warnings_of(response: &Value) -> Vec<String> {
+    response
+        .get("warnings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|w| w.chars().filter(|c| !c.is_control()).take(256).collect())
+        .filter(|w: &String| !w.is_empty())
+        .take(64)
+        .collect()
 }
 
 fn failed(hook: &Hook, why: &str) -> Result<(), ApiError> {
@@ -439,6 +460,23 @@ mod tests {
         let bare = denial("x", &json!({}));
         assert_eq!(bare.code, 400);
         assert!(bare.message.ends_with("without explanation"));
+    }
+
+    #[test]
+    fn an_allowed_answer_s_warnings_are_passed_on_cleaned() {
+        let response = json!({"allowed": true, "warnings": [
+            "moves 212 ports on 9 switches",
+            "a\u{7}bell",
+            "",
+            42,
+            "x".repeat(300),
+        ]});
+        let w = warnings_of(&response);
+        assert_eq!(w[0], "moves 212 ports on 9 switches");
+        assert_eq!(w[1], "abell");
+        assert_eq!(w[2].len(), 256);
+        assert_eq!(w.len(), 3);
+        assert!(warnings_of(&json!({"allowed": true})).is_empty());
     }
 
     #[tokio::test]

@@ -817,7 +817,7 @@ async fn object_request(
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            admitted(
+            let admission = admitted(
                 shared,
                 &res,
                 &o.version,
@@ -829,13 +829,13 @@ async fn object_request(
             )
             .await?;
             let (obj, warnings) = shared.store().create(&key, &o.version, ns, body, &opts)?;
-            Ok(json_response(201, &obj, &warnings))
+            Ok(json_response(201, &obj, &[admission, warnings].concat()))
         }
         (Method::PUT, Some(name)) => {
             let opts = write_options(&q);
             let (bytes, ct) = read_body(req).await?;
             let body = parse_body(&bytes, ct.contains("yaml"))?;
-            admitted(
+            let admission = admitted(
                 shared,
                 &res,
                 &o.version,
@@ -849,7 +849,7 @@ async fn object_request(
             let (obj, warnings) = shared
                 .store()
                 .update(&key, &o.version, ns, &name, body, sub, &opts)?;
-            Ok(json_response(200, &obj, &warnings))
+            Ok(json_response(200, &obj, &[admission, warnings].concat()))
         }
         (Method::PATCH, Some(name)) => {
             let opts = write_options(&q);
@@ -882,7 +882,7 @@ async fn object_request(
             // A patch that creates (server-side apply of a new object) is a CREATE.
             let exists = shared.store().get(&key, &o.version, ns, &name).is_ok();
             let operation = if exists { "UPDATE" } else { "CREATE" };
-            admitted(
+            let admission = admitted(
                 shared,
                 &res,
                 &o.version,
@@ -898,7 +898,7 @@ async fn object_request(
             let (obj, warnings) = shared
                 .store()
                 .patch(&key, &o.version, ns, &name, ptype, body, sub, &opts)?;
-            Ok(json_response(200, &obj, &warnings))
+            Ok(json_response(200, &obj, &[admission, warnings].concat()))
         }
         (Method::DELETE, name) => {
             let (bytes, _) = read_body(req).await?;
@@ -968,9 +968,9 @@ async fn admitted(
     operation: &str,
     sub: Subresource,
     dry: impl FnOnce(&mut Store, &WriteOptions) -> Result<(Value, Vec<String>), ApiError>,
-) -> Result<(), ApiError> {
+) -> Result<Vec<String>, ApiError> {
     if sub != Subresource::Main {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let (hooks, candidate, old, namespace_labels) = {
         let mut store = shared.store();
@@ -985,7 +985,7 @@ async fn admitted(
             .map(|l| l.items.iter().map(|v| (**v).clone()).collect())
             .unwrap_or_default();
         if configs.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let namespace_labels = ns
             .and_then(|n| {
@@ -1013,7 +1013,7 @@ async fn admitted(
         };
         let hooks = crate::admission::matching(&configs, &probe);
         if hooks.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let old = store.get(&res.key(), version, ns, name).ok();
         let dry_opts = WriteOptions {
