@@ -75,6 +75,18 @@ fn the_examples_alone_plan_every_linked_port_from_clean() {
             && at("switchport access vlan 10").is_some(),
         "{batch:?}"
     );
+    // leaf-1 (Junos over NETCONF): the content of its one edit-config, by the
+    // device model: the VLANs, then the port's element.
+    let leaf = out
+        .split("Switch network-infra/leaf-1 (netconf junos)")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        leaf.contains("one edit-config of the candidate with:")
+            && leaf.contains("<vlan-id>101</vlan-id>")
+            && leaf.contains("<interface operation=\"replace\"><name>ge-0/0/1</name>"),
+        "{out}"
+    );
     // The other kinds are said to be left out, not silently dropped.
     assert!(
         err.contains("not planned:") && err.contains("Secret"),

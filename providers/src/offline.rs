@@ -8,12 +8,21 @@
 //!   script ([`Dialect::script`]): the lines one session types, in order.
 //! - Ansible: the variables the apply playbook is run with
 //!   ([`crate::ansible::contract::apply_vars`]).
-//! - NETCONF and Open vSwitch: not rendered without the device's running
-//!   configuration yet ([`Operations::NotRendered`]).
+//! - NETCONF: the `<config>` of the one edit-config a batch sends, by the device
+//!   model (each changing port's element, the VLANs it needs that the assumed states
+//!   do not carry already); the transaction around it (lock, validate, confirmed
+//!   commit) depends on what the device announces and is not shown. A
+//!   link-aggregation group's aggregate entry is not worked out offline.
+//! - Open vSwitch: not rendered without the bridge's rows
+//!   ([`Operations::NotRendered`]).
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cli::{Aggregates, Dialect, Reading};
 use crate::device::PortOperation;
-use crate::model::{DesiredPort, ObservedPort};
+use crate::model::{DesiredPort, ObservedPort, diff};
+use crate::netconf::model::Model;
+use crate::values::{VlanId, VlanName};
 
 /// One port of a batch: the state assumed on the device now (`None`: clean) and
 /// the operation.
@@ -27,6 +36,8 @@ pub enum Operations {
     Lines(Vec<String>),
     /// The variables of one playbook run.
     Variables(serde_json::Value),
+    /// The `<config>` elements of one NETCONF edit-config, rendered.
+    Edit(Vec<String>),
     /// Not worked out without the device, and why.
     NotRendered(&'static str),
 }
@@ -45,6 +56,49 @@ pub fn cli_script(dialect: &Dialect, save: bool, batch: &[Assumed]) -> Vec<Strin
         })
         .collect();
     dialect.script(&plans, save)
+}
+
+/// The `<config>` content of the edit-config a NETCONF batch sends through
+/// `model`, rendered; empty when no port differs from its assumed state.
+pub fn netconf_edit(model: &Model, batch: &[Assumed]) -> Vec<String> {
+    let existing: BTreeSet<VlanId> = batch
+        .iter()
+        .filter_map(|(now, _)| now.as_ref())
+        .flat_map(|d| d.vlans.vlans())
+        .collect();
+    let mut vlans: BTreeMap<VlanId, Option<VlanName>> = BTreeMap::new();
+    let mut elements = Vec::new();
+    for (now, op) in batch {
+        let target = op.target();
+        let now = now
+            .clone()
+            .unwrap_or_else(|| DesiredPort::clean(op.port().clone()));
+        if diff(&target, &ObservedPort::from_desired(&now)).is_empty() {
+            continue;
+        }
+        elements.push(
+            model
+                .port_element(&target)
+                .unwrap_or_else(|| model.remove_element(op.port())),
+        );
+        for v in target.vlans.vlans() {
+            if !existing.contains(&v) {
+                let slot = vlans.entry(v).or_insert(None);
+                if slot.is_none() {
+                    *slot = target.vlan_names.get(&v).cloned();
+                }
+            }
+        }
+    }
+    if elements.is_empty() {
+        return Vec::new();
+    }
+    let vlans: Vec<(VlanId, Option<VlanName>)> = vlans.into_iter().collect();
+    model
+        .edit(&vlans, elements)
+        .iter()
+        .map(|e| e.render())
+        .collect()
 }
 
 /// The Ansible apply playbook's variables for a batch.
@@ -106,6 +160,34 @@ mod tests {
             )],
         );
         assert!(unsaved.len() < lines.len(), "{unsaved:?}");
+    }
+
+    #[test]
+    fn a_netconf_batch_is_the_model_s_edit() {
+        let els = crate::netconf::model::for_os("junos", Some("junos-els")).unwrap();
+        let port = "ge-0/0/1";
+        assert!(
+            netconf_edit(
+                &els,
+                &[(
+                    Some(access(port, 100)),
+                    PortOperation::Set(access(port, 100))
+                )]
+            )
+            .is_empty()
+        );
+        let edit = netconf_edit(
+            &els,
+            &[(
+                Some(access(port, 100)),
+                PortOperation::Set(access(port, 101)),
+            )],
+        )
+        .join("");
+        assert!(edit.contains("<name>ge-0/0/1</name>"), "{edit}");
+        assert!(edit.contains("101"), "{edit}");
+        // VLAN 101 is new to what the batch assumed: it is created in the same edit.
+        assert!(edit.matches("101").count() >= 2, "{edit}");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! is done. Reads the files (and, with `--kubeconfig`, the live cluster), asks the
 //! pure core which ports change ([`patchbay::decide::plan`], the operator's own
 //! decision for each port) and each switch's backend what its batch would send
-//! ([`patchbay_providers::offline`]), and prints a table or JSON. Nothing is written
+//! ([`patchbay_providers::offline`]: SSH CLI lines, a NETCONF edit's content,
+//! Ansible's variables), and prints a table or JSON. Nothing is written
 //! and no device is dialled. Exit code: 0 nothing changes, 2 ports change (or would
 //! be refused), 1 the plan could not be made.
 
@@ -16,7 +17,9 @@ use patchbay::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfig
 use patchbay::decide::plan::{Carry, Fleet, PortChange, plan};
 use patchbay_providers::device::PortOperation;
 use patchbay_providers::model::{AdminState, DesiredPort, VlanMode};
-use patchbay_providers::offline::{Assumed, Operations, ansible_variables, cli_script};
+use patchbay_providers::offline::{
+    Assumed, Operations, ansible_variables, cli_script, netconf_edit,
+};
 use patchbay_providers::values::PortName;
 use serde_json::{Value, json};
 
@@ -220,9 +223,13 @@ fn operations(provider: &ProviderSwitch, batch: &[Assumed]) -> (String, Operatio
             None => Operations::NotRendered("no dialect for its os"),
         },
         Backend::Ansible => Operations::Variables(ansible_variables(batch)),
-        Backend::Netconf => Operations::NotRendered(
-            "NETCONF edits are worked out from the device's running configuration",
-        ),
+        Backend::Netconf => {
+            let model = provider.spec.options.as_ref().and_then(|o| o.model.clone());
+            match patchbay_providers::netconf::model::for_os(&os, model.as_deref()) {
+                Some(m) => Operations::Edit(netconf_edit(&m, batch)),
+                None => Operations::NotRendered("no NETCONF device model for its os"),
+            }
+        }
         Backend::Ovsdb => {
             Operations::NotRendered("OVSDB transactions are worked out from the bridge's rows")
         }
@@ -253,6 +260,7 @@ fn json_of(changes: &[PortChange], batches: &[Batch<'_>], live: bool) -> Value {
             let ops = match &b.operations {
                 Operations::Lines(l) => json!({"lines": l}),
                 Operations::Variables(v) => json!({"variables": v}),
+                Operations::Edit(e) => json!({"editConfig": e}),
                 Operations::NotRendered(why) => json!({"notRendered": why}),
             };
             json!({"switch": b.switch, "backend": b.backend,
@@ -333,6 +341,11 @@ fn print_table(changes: &[PortChange], batches: &[Batch<'_>], live: bool) {
                 println!("  ansible-playbook apply.yml with:");
                 let text = serde_json::to_string_pretty(v).unwrap_or_default();
                 text.lines().for_each(|l| println!("    {l}"));
+            }
+            Operations::Edit(e) if e.is_empty() => println!("  (nothing to send)"),
+            Operations::Edit(e) => {
+                println!("  one edit-config of the candidate with:");
+                e.iter().for_each(|x| println!("    {x}"));
             }
             Operations::NotRendered(why) => println!("  (operations not shown: {why})"),
         }
