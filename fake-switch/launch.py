@@ -25,7 +25,9 @@ authenticated, and `<switch> close …` when it ends: tests count the operator's
 (SSH handshakes) and its sessions (logins) from it. With "command_log", every line a
 shell session receives is appended as `<switch>\t<line>` (a line typed where the
 device hides input, a password, as `<hidden>`): what the device was sent, in order.
-Both observe; the simulated device behaves the same. When every switch listens,
+With "rpc_log", every NETCONF message after the client's hello is appended as
+`<switch>\t<message>` (on one line). They observe; the simulated device behaves the
+same. When every switch listens,
 OUT.json is written (atomically) with, per switch: name, model, address, port,
 username, password, enable_password, host_key_fingerprint (OpenSSH SHA256 form),
 known_hosts_line and ports (the device's port names). The process then serves until
@@ -189,6 +191,25 @@ def log_commands(path):
     SwitchSSHShell.lineReceived = logged
 
 
+def log_rpcs(path):
+    """Appends every NETCONF message a session receives after the hello to `path`
+    (see the module docs), before the device processes it."""
+    from fake_switches.netconf.netconf_protocol import NetconfProtocol
+
+    out = open(path, "a", buffering=1)
+    process = NetconfProtocol.process
+
+    def logged(self, data):
+        if self.been_greeted:
+            # fake_switches.juniper.<hostname>.<connection>.netconf
+            parts = self.logger.name.split(".")
+            name = parts[2] if len(parts) > 2 else "?"
+            out.write("%s\t%s\n" % (name, data.replace("\r", " ").replace("\n", " ")))
+        return process(self, data)
+
+    NetconfProtocol.process = logged
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -204,6 +225,8 @@ def main():
         log_logins()
     if spec.get("command_log"):
         log_commands(spec["command_log"])
+    if spec.get("rpc_log"):
+        log_rpcs(spec["rpc_log"])
     if any(sw.get("ios_shims") for sw in spec["switches"]):
         install_ios_shims()
     for sw in spec["switches"]:

@@ -5,7 +5,9 @@
 //! the operator would refuse (a VLAN outside the port's vlanRange) is listed as
 //! refused with the operator's reason and is absent from the switch's lines;
 //! nothing to change exits 0, changes exit 2, an unreadable file exits 1. Nothing
-//! is written to the cluster.
+//! is written to the cluster. And the plan is what happens: an edit planned, then
+//! applied by the operator, compared with what a simulated Cisco (SSH) and a
+//! simulated Juniper QFX (NETCONF) were sent, from the simulators' own logs.
 
 mod support;
 
@@ -396,4 +398,124 @@ fn split_batches(lines: &[String]) -> Vec<Vec<String>> {
         batches.last_mut().unwrap().push(line.clone());
     }
     batches
+}
+
+/// The same for NETCONF, on a simulated Juniper QFX (Junos ELS): the content of each
+/// edit-config the switch received (the simulator's NETCONF log) is the plan's —
+/// every port's element as planned and sent once; the VLAN the edit needs created
+/// as planned, in the first edit (a second batch finds it on the device already).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_is_what_a_netconf_switch_is_sent() {
+    use patchbay::api::PortState;
+    use patchbay_testbed::{FakeSwitches, SimSpec};
+    if !support::on_devplane() {
+        return; // reads the simulator's log beside the operator
+    }
+    let sims = FakeSwitches::start(&[SimSpec::new("qfx1", "juniper_qfx_copper_generic")]).unwrap();
+    let sim = sims.get("qfx1");
+    let env = Env::start("plan-netconf").await;
+    let ns = env.cluster.namespace.clone();
+    env.device(
+        "qfx1",
+        &[("username", &sim.username), ("password", &sim.password)],
+        json!({"backend": "netconf", "os": "junos", "address": sim.address, "port": sim.port,
+               "hostKey": {"fingerprint": sim.host_key_fingerprint},
+               "options": {"model": "junos-els"}}),
+        &[("p1", "ge-0/0/1"), ("p2", "ge-0/0/2")],
+    )
+    .await;
+    env.configuration("pxe", json!({"untaggedVLAN": 10})).await;
+    for p in ["p1", "p2"] {
+        env.link(p, Some("pxe")).await;
+    }
+    for p in ["p1", "p2"] {
+        env.wait_state(p, PortState::Active).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let mark = sims.rpcs("qfx1").len();
+
+    let edit = env.cluster.dir.join("edit.yaml");
+    std::fs::write(
+        &edit,
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: pxe}\nspec: {untaggedVLAN: 11}\n",
+    )
+    .unwrap();
+    let kubeconfig = env.cluster.kubeconfig.display().to_string();
+    let edit = edit.display().to_string();
+    let (code, out, err) = plan(&["--kubeconfig", &kubeconfig, "-n", &ns, "-o", "json", &edit]);
+    assert_eq!(code, 2, "{out}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let planned = doc["switches"][0]["operations"]["editConfig"]
+        .as_array()
+        .expect("qfx1's edit")
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect::<String>();
+
+    let configs: Api<SwitchPortConfiguration> = env.api();
+    configs
+        .patch(
+            "pxe",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 11}})),
+        )
+        .await
+        .unwrap();
+    // Each edit-config's <config> content, once both ports were sent and every edit
+    // committed.
+    let edits = support::eventually(60, "the edit sent and committed", || async {
+        let rpcs = sims.rpcs("qfx1")[mark..].to_vec();
+        let edits: Vec<String> = rpcs
+            .iter()
+            .filter_map(|m| {
+                let (_, rest) = m.split_once("<config")?;
+                let (_, inner) = rest.split_once('>')?;
+                let (inner, _) = inner.rsplit_once("</config>")?;
+                Some(inner.to_owned())
+            })
+            .collect();
+        let ports: usize = edits
+            .iter()
+            .map(|e| e.matches("<interface operation=").count())
+            .sum();
+        let commits = rpcs.iter().filter(|m| m.contains("<commit")).count();
+        (ports == 2 && commits >= edits.len()).then_some(edits)
+    })
+    .await;
+    for p in ["p1", "p2"] {
+        env.wait_state(p, PortState::Active).await;
+    }
+    let elements = |xml: &str| -> Vec<String> {
+        xml.split("<interface operation=")
+            .skip(1)
+            .map(|e| {
+                let end = e.find("</interface>").map_or(e.len(), |i| i + 12);
+                format!("<interface operation={}", &e[..end])
+            })
+            .collect()
+    };
+    let vlans = |xml: &str| -> Option<String> {
+        let start = xml.find("<vlans>")?;
+        let end = xml.find("</vlans>")? + 8;
+        Some(xml[start..end].to_owned())
+    };
+    let mut sent: Vec<String> = edits.iter().flat_map(|e| elements(e)).collect();
+    let mut want = elements(&planned);
+    sent.sort();
+    want.sort();
+    assert_eq!(sent, want, "each port's element as planned, sent once");
+    assert_eq!(
+        vlans(&edits[0]),
+        vlans(&planned),
+        "the VLAN created as planned: {edits:?}"
+    );
+    if edits.len() == 1 {
+        assert_eq!(edits[0], planned, "one edit: the plan's, whole");
+    }
+    println!(
+        "planned one edit; the switch was sent {} edit(s)",
+        edits.len()
+    );
+    env.cluster.finish().await;
 }

@@ -233,6 +233,7 @@ impl FakeSwitches {
                 "switches": specs,
                 "connection_log": connection_log,
                 "command_log": dir.join("commands.log"),
+                "rpc_log": dir.join("rpcs.log"),
             })
             .to_string()
             .as_bytes(),
@@ -301,6 +302,18 @@ impl FakeSwitches {
             .filter_map(|l| l.split_once('\t'))
             .filter(|(switch, _)| *switch == name)
             .map(|(_, line)| line.to_owned())
+            .collect()
+    }
+
+    /// Every NETCONF message switch `name` was sent after the hello so far, in
+    /// order, each on one line.
+    pub fn rpcs(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("rpcs.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .filter(|(switch, _)| *switch == name)
+            .map(|(_, m)| m.to_owned())
             .collect()
     }
 
