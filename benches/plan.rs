@@ -15,7 +15,6 @@ use std::time::Instant;
 use patchbay::decide::plan::{Carry, Fleet, plan};
 use patchbay_providers::device::PortOperation;
 use patchbay_providers::offline::{Assumed, cli_script};
-use patchbay_providers::values::PortName;
 use serde_json::json;
 
 fn env(name: &str, default: usize) -> usize {
@@ -78,7 +77,6 @@ fn measure(label: &str, before: &Fleet, manifests: &Fleet) {
         let (Carry::Set(now), Carry::Set(next)) = (&c.before, &c.after) else {
             continue;
         };
-        let _ = PortName::parse(c.device_port.as_deref().unwrap_or_default());
         by_switch
             .entry(&c.switch)
             .or_default()

@@ -454,7 +454,7 @@ pub fn capabilities_of(provider: &ProviderSwitch) -> Option<patchbay_providers::
 }
 
 /// The os word of `provider` (`ios`, `junos`, …).
-fn os_word(provider: &ProviderSwitch) -> String {
+pub fn os_word(provider: &ProviderSwitch) -> String {
     serde_json::to_value(provider.spec.os)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))

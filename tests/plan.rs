@@ -239,7 +239,6 @@ async fn the_plan_is_what_the_switch_is_sent() {
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
     let sim = sims.get("tor1");
     let env = Env::start("plan-device").await;
-    let ns = env.cluster.namespace.clone();
     env.switch(
         "tor1",
         "ios",
@@ -248,29 +247,9 @@ async fn the_plan_is_what_the_switch_is_sent() {
         &[("p1", "FastEthernet0/1"), ("p2", "FastEthernet0/2")],
     )
     .await;
-    env.configuration("pxe", json!({"untaggedVLAN": 10})).await;
-    for p in ["p1", "p2"] {
-        env.link(p, Some("pxe")).await;
-    }
-    for p in ["p1", "p2"] {
-        env.wait_state(p, PortState::Active).await;
-    }
-    // Let the batch's read-back finish before marking where the edit starts.
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    on_pxe(&env).await;
     let mark = sims.commands("tor1").len();
-
-    let edit = env.cluster.dir.join("edit.yaml");
-    std::fs::write(
-        &edit,
-        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
-         metadata: {name: pxe}\nspec: {untaggedVLAN: 11}\n",
-    )
-    .unwrap();
-    let kubeconfig = env.cluster.kubeconfig.display().to_string();
-    let edit = edit.display().to_string();
-    let (code, out, err) = plan(&["--kubeconfig", &kubeconfig, "-n", &ns, "-o", "json", &edit]);
-    assert_eq!(code, 2, "{out}{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let doc = plan_the_edit(&env);
     let planned: Vec<String> = doc["switches"][0]["operations"]["lines"]
         .as_array()
         .expect("tor1's lines")
@@ -279,15 +258,7 @@ async fn the_plan_is_what_the_switch_is_sent() {
         .collect();
 
     // Apply it as the plan said, and wait for the switch to be sent the save.
-    let configs: Api<SwitchPortConfiguration> = env.api();
-    configs
-        .patch(
-            "pxe",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 11}})),
-        )
-        .await
-        .unwrap();
+    apply_the_edit(&env).await;
     let is_config = |l: &String| {
         let l = l.trim();
         !(l.is_empty()
@@ -344,6 +315,50 @@ async fn the_plan_is_what_the_switch_is_sent() {
         batches.len()
     );
     env.cluster.finish().await;
+}
+
+/// Configuration `pxe` (access VLAN 10) on ports p1 and p2, both Active, and the
+/// batch's read-back over (what follows in the device's log is the edit's).
+async fn on_pxe(env: &Env) {
+    use patchbay::api::PortState;
+    env.configuration("pxe", json!({"untaggedVLAN": 10})).await;
+    for p in ["p1", "p2"] {
+        env.link(p, Some("pxe")).await;
+    }
+    for p in ["p1", "p2"] {
+        env.wait_state(p, PortState::Active).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+}
+
+/// `patchbay plan -o json` of moving `pxe` to VLAN 11, against the live cluster:
+/// the document (the plan lists changes: exit 2).
+fn plan_the_edit(env: &Env) -> serde_json::Value {
+    let edit = env.cluster.dir.join("edit.yaml");
+    std::fs::write(
+        &edit,
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: pxe}\nspec: {untaggedVLAN: 11}\n",
+    )
+    .unwrap();
+    let kubeconfig = env.cluster.kubeconfig.display().to_string();
+    let ns = env.cluster.namespace.clone();
+    let edit = edit.display().to_string();
+    let (code, out, err) = plan(&["--kubeconfig", &kubeconfig, "-n", &ns, "-o", "json", &edit]);
+    assert_eq!(code, 2, "{out}{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The planned edit applied: `pxe` moved to VLAN 11.
+async fn apply_the_edit(env: &Env) {
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "pxe",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 11}})),
+        )
+        .await
+        .unwrap();
 }
 
 /// A CLI batch taken apart: the lines before the first `interface` block (entering
@@ -414,7 +429,6 @@ async fn the_plan_is_what_a_netconf_switch_is_sent() {
     let sims = FakeSwitches::start(&[SimSpec::new("qfx1", "juniper_qfx_copper_generic")]).unwrap();
     let sim = sims.get("qfx1");
     let env = Env::start("plan-netconf").await;
-    let ns = env.cluster.namespace.clone();
     env.device(
         "qfx1",
         &[("username", &sim.username), ("password", &sim.password)],
@@ -424,28 +438,9 @@ async fn the_plan_is_what_a_netconf_switch_is_sent() {
         &[("p1", "ge-0/0/1"), ("p2", "ge-0/0/2")],
     )
     .await;
-    env.configuration("pxe", json!({"untaggedVLAN": 10})).await;
-    for p in ["p1", "p2"] {
-        env.link(p, Some("pxe")).await;
-    }
-    for p in ["p1", "p2"] {
-        env.wait_state(p, PortState::Active).await;
-    }
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    on_pxe(&env).await;
     let mark = sims.rpcs("qfx1").len();
-
-    let edit = env.cluster.dir.join("edit.yaml");
-    std::fs::write(
-        &edit,
-        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
-         metadata: {name: pxe}\nspec: {untaggedVLAN: 11}\n",
-    )
-    .unwrap();
-    let kubeconfig = env.cluster.kubeconfig.display().to_string();
-    let edit = edit.display().to_string();
-    let (code, out, err) = plan(&["--kubeconfig", &kubeconfig, "-n", &ns, "-o", "json", &edit]);
-    assert_eq!(code, 2, "{out}{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let doc = plan_the_edit(&env);
     let planned = doc["switches"][0]["operations"]["editConfig"]
         .as_array()
         .expect("qfx1's edit")
@@ -453,15 +448,7 @@ async fn the_plan_is_what_a_netconf_switch_is_sent() {
         .map(|e| e.as_str().unwrap())
         .collect::<String>();
 
-    let configs: Api<SwitchPortConfiguration> = env.api();
-    configs
-        .patch(
-            "pxe",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 11}})),
-        )
-        .await
-        .unwrap();
+    apply_the_edit(&env).await;
     // Each edit-config's <config> content, once both ports were sent and every edit
     // committed.
     let edits = support::eventually(60, "the edit sent and committed", || async {

@@ -296,24 +296,23 @@ impl FakeSwitches {
     /// Every line switch `name`'s SSH shells were sent so far, in order (a line
     /// typed at a hidden prompt, a password, is `<hidden>`).
     pub fn commands(&self, name: &str) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("commands.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split_once('\t'))
-            .filter(|(switch, _)| *switch == name)
-            .map(|(_, line)| line.to_owned())
-            .collect()
+        self.logged("commands.log", name)
     }
 
     /// Every NETCONF message switch `name` was sent after the hello so far, in
     /// order, each on one line.
     pub fn rpcs(&self, name: &str) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("rpcs.log"))
+        self.logged("rpcs.log", name)
+    }
+
+    /// Switch `name`'s entries of the launcher's log `file` (`<switch>\t<entry>`).
+    fn logged(&self, file: &str, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join(file))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.split_once('\t'))
             .filter(|(switch, _)| *switch == name)
-            .map(|(_, m)| m.to_owned())
+            .map(|(_, entry)| entry.to_owned())
             .collect()
     }
 

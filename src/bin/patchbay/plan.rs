@@ -197,10 +197,7 @@ fn batches(changes: &[PortChange]) -> Vec<Batch<'_>> {
 
 /// What `provider`'s backend sends for `batch`, as far as it is known offline.
 fn operations(provider: &ProviderSwitch, batch: &[Assumed]) -> (String, Operations) {
-    let os = serde_json::to_value(provider.spec.os)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
+    let os = patchbay::backends::os_word(provider);
     let backend = serde_json::to_value(provider.spec.backend)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
