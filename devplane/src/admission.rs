@@ -1,6 +1,7 @@
 //! Validating admission webhooks, called the way kube-apiserver calls them: every
 //! ValidatingWebhookConfiguration (admissionregistration.k8s.io/v1) whose rules
-//! match a CREATE or UPDATE of a resource (DELETE is not sent) is sent an AdmissionReview v1
+//! match a CREATE, UPDATE or DELETE of one object (a DELETE with the stored object as
+//! `oldObject` and no object; a collection's DELETE is not sent) is sent an AdmissionReview v1
 //! over HTTPS (its `clientConfig.url`, verified against its `caBundle`, with
 //! `?timeout=Ns`) before the write is stored; a denial comes back as the API server
 //! words it (`admission webhook "NAME" denied the request: MESSAGE`, with the

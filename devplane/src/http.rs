@@ -676,6 +676,7 @@ fn write_options(q: &HashMap<String, String>) -> WriteOptions {
 fn selectors(
     q: &HashMap<String, String>,
     res: &Resource,
+    version: &str,
 ) -> Result<(LabelSelector, FieldSelector), ApiError> {
     let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
@@ -683,6 +684,10 @@ fn selectors(
         q.get("fieldSelector").map(String::as_str).unwrap_or(""),
         &res.group,
         &res.plural,
+        res.selectable_fields
+            .get(version)
+            .map(Vec::as_slice)
+            .unwrap_or_default(),
     )
     .map_err(ApiError::bad_request)?;
     Ok((labels, fields))
@@ -774,7 +779,7 @@ async fn object_request(
             if let Some(delay) = shared.delay(|t| &t.lists, &res.plural) {
                 tokio::time::sleep(delay).await;
             }
-            let (labels, fields) = selectors(&q, &res)?;
+            let (labels, fields) = selectors(&q, &res, &o.version)?;
             let limit = q
                 .get("limit")
                 .and_then(|l| l.parse::<usize>().ok())
@@ -933,11 +938,22 @@ async fn object_request(
             };
             match name {
                 Some(name) => {
+                    let admission = admitted(
+                        shared,
+                        &res,
+                        &o.version,
+                        ns,
+                        &name,
+                        "DELETE",
+                        sub,
+                        |_, _| Err(ApiError::bad_request("a DELETE has no object to review")),
+                    )
+                    .await?;
                     let obj = shared.store().delete(&key, &o.version, ns, &name, &opts)?;
-                    Ok(json_response(200, &obj, &[]))
+                    Ok(json_response(200, &obj, &admission))
                 }
                 None => {
-                    let (labels, fields) = selectors(&q, &res)?;
+                    let (labels, fields) = selectors(&q, &res, &o.version)?;
                     let items = shared
                         .store()
                         .delete_collection(&key, &o.version, ns, &labels, &fields, &opts)?;
@@ -1016,11 +1032,16 @@ async fn admitted(
             return Ok(Vec::new());
         }
         let old = store.get(&res.key(), version, ns, name).ok();
-        let dry_opts = WriteOptions {
-            dry_run: true,
-            field_validation: FieldValidation::Ignore,
+        // A DELETE is reviewed with the stored object as `oldObject` and no object.
+        let candidate = if operation == "DELETE" {
+            None
+        } else {
+            let dry_opts = WriteOptions {
+                dry_run: true,
+                field_validation: FieldValidation::Ignore,
+            };
+            Some(dry(&mut store, &dry_opts)?.0)
         };
-        let (candidate, _) = dry(&mut store, &dry_opts)?;
         (hooks, candidate, old, probe.namespace_labels)
     };
     let attributes = crate::admission::Attributes {
@@ -1031,7 +1052,7 @@ async fn admitted(
         namespace: ns,
         name,
         operation,
-        object: Some(&candidate),
+        object: candidate.as_ref(),
         old_object: old.as_ref(),
         namespace_labels,
         dry_run: false,
@@ -1064,7 +1085,7 @@ fn watch(
     table: bool,
     include_object: &str,
 ) -> Result<Response<Body>, ApiError> {
-    let (labels, fields) = selectors(q, res)?;
+    let (labels, fields) = selectors(q, res, version)?;
     let rv = q.get("resourceVersion").map(String::as_str);
     let start = shared.store().watch(&res.key(), namespace, rv);
     let (tx, rx) = mpsc::channel::<Bytes>(1024);

@@ -57,6 +57,8 @@ pub struct Resource {
     pub schemas: BTreeMap<String, Value>,
     /// `additionalPrinterColumns` per version (custom resources only).
     pub printer_columns: BTreeMap<String, Vec<Value>>,
+    /// `selectableFields[].jsonPath` per version (custom resources only).
+    pub selectable_fields: BTreeMap<String, Vec<String>>,
     /// Whether this is a built-in kind.
     pub builtin: bool,
 }
@@ -125,6 +127,7 @@ impl Resource {
             categories: Vec::new(),
             schemas: BTreeMap::new(),
             printer_columns: BTreeMap::new(),
+            selectable_fields: BTreeMap::new(),
             builtin: true,
         }
     }
@@ -262,6 +265,7 @@ impl Resource {
         let mut versions = Vec::new();
         let mut schemas = BTreeMap::new();
         let mut columns = BTreeMap::new();
+        let mut selectable = BTreeMap::new();
         let mut status = false;
         for v in versions_json {
             let vname = s(v, "/name").ok_or("spec.versions[].name: Required value")?;
@@ -279,6 +283,17 @@ impl Resource {
             if let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
                 columns.insert(vname.clone(), cols.clone());
             }
+            let fields: Vec<String> = v
+                .get("selectableFields")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect();
+            if !fields.is_empty() {
+                selectable.insert(vname.clone(), fields);
+            }
             status |= v.pointer("/subresources/status").is_some();
         }
         let singular = s(spec, "/names/singular").unwrap_or_else(|| kind.to_lowercase());
@@ -295,6 +310,7 @@ impl Resource {
             categories: list("/names/categories"),
             schemas,
             printer_columns: columns,
+            selectable_fields: selectable,
             builtin: false,
         })
     }

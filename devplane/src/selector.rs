@@ -1,5 +1,6 @@
 //! Label selectors (equality and set-based) and field selectors (`metadata.name`,
-//! `metadata.namespace`), parsed from query strings and matched against objects.
+//! `metadata.namespace`, Events' field labels, and a custom resource's
+//! `selectableFields`), parsed from query strings and matched against objects.
 //! Pure, no I/O.
 
 use serde_json::Value;
@@ -119,19 +120,40 @@ impl LabelSelector {
 }
 
 /// A parsed field selector: `metadata.name` and `metadata.namespace` for every
-/// resource, and the labels the API server supports for Events in each group
-/// ([`crate::events::field_label`]), stored as the field they read.
+/// resource, the labels the API server supports for Events in each group
+/// ([`crate::events::field_label`]), stored as the field they read, and the paths a
+/// CustomResourceDefinition version declares in `selectableFields` (KEP-4358, GA in
+/// Kubernetes 1.32): `spec.configuration.name` for `.spec.configuration.name`; an
+/// absent field reads as the empty string, as kube-apiserver matches it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldSelector(Vec<(String, bool, String)>);
+pub struct FieldSelector(Vec<FieldRequirement>);
+
+/// One requirement of a field selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FieldRequirement {
+    /// The field read (a path into the stored object, or a name `matches` knows).
+    field: String,
+    /// `=` rather than `!=`.
+    equals: bool,
+    value: String,
+    /// A custom resource's selectable field: `field` is a dotted path.
+    path: bool,
+}
 
 impl FieldSelector {
     /// Parses `metadata.name=x,metadata.namespace!=y` for any resource.
     pub fn parse(input: &str) -> Result<Self, String> {
-        Self::parse_for(input, "", "")
+        Self::parse_for(input, "", "", &[])
     }
 
-    /// Parses a selector for resource `plural` of `group`.
-    pub fn parse_for(input: &str, group: &str, plural: &str) -> Result<Self, String> {
+    /// Parses a selector for resource `plural` of `group`, whose served version
+    /// declares `selectable` (`selectableFields[].jsonPath`, `.spec.x`).
+    pub fn parse_for(
+        input: &str,
+        group: &str,
+        plural: &str,
+        selectable: &[String],
+    ) -> Result<Self, String> {
         let events =
             plural == "events" && (group.is_empty() || group == crate::events::EVENTS_GROUP);
         let mut reqs = Vec::new();
@@ -146,8 +168,12 @@ impl FieldSelector {
                 return Err(format!("invalid field selector {part:?}"));
             };
             let field = field.trim();
+            let declared = selectable
+                .iter()
+                .any(|p| p.strip_prefix('.') == Some(field));
             let stored = match field {
                 "metadata.name" | "metadata.namespace" => field,
+                _ if declared => field,
                 _ if events => crate::events::field_label(group, field)
                     .ok_or_else(|| format!("field label not supported: {field}"))?,
                 _ => {
@@ -156,23 +182,30 @@ impl FieldSelector {
                     ));
                 }
             };
-            reqs.push((stored.to_owned(), eq, value.trim().to_owned()));
+            reqs.push(FieldRequirement {
+                field: stored.to_owned(),
+                equals: eq,
+                value: value.trim().to_owned(),
+                path: declared && !field.starts_with("metadata."),
+            });
         }
         Ok(Self(reqs))
     }
 
     /// Whether `obj` (as stored) satisfies every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(field, eq, value)| {
-            let actual = match field.as_str() {
+        self.0.iter().all(|r| {
+            let actual = match r.field.as_str() {
+                _ if r.path => selected(obj, &r.field),
                 "metadata.name" | "metadata.namespace" => obj
                     .get("metadata")
-                    .and_then(|m| m.get(&field["metadata.".len()..]))
+                    .and_then(|m| m.get(&r.field["metadata.".len()..]))
                     .and_then(Value::as_str)
-                    .unwrap_or(""),
-                other => crate::events::field_value(obj, other),
+                    .unwrap_or("")
+                    .into(),
+                other => crate::events::field_value(obj, other).into(),
             };
-            (actual == value) == *eq
+            (actual == r.value.as_str()) == r.equals
         })
     }
 
@@ -180,8 +213,26 @@ impl FieldSelector {
     pub fn pinned_name(&self) -> Option<&str> {
         self.0
             .iter()
-            .find(|(f, eq, _)| f == "metadata.name" && *eq)
-            .map(|(_, _, v)| v.as_str())
+            .find(|r| r.field == "metadata.name" && r.equals)
+            .map(|r| r.value.as_str())
+    }
+}
+
+/// The value a selectable field's path reads in `obj`: a string as it is, a number
+/// or boolean as its text, anything else (absent included) as the empty string.
+fn selected<'a>(obj: &'a Value, path: &str) -> std::borrow::Cow<'a, str> {
+    let mut at = obj;
+    for step in path.split('.') {
+        match at.get(step) {
+            Some(v) => at = v,
+            None => return "".into(),
+        }
+    }
+    match at {
+        Value::String(s) => s.as_str().into(),
+        Value::Number(n) => n.to_string().into(),
+        Value::Bool(b) => b.to_string().into(),
+        _ => "".into(),
     }
 }
 
@@ -240,6 +291,31 @@ mod tests {
     }
 
     #[test]
+    fn a_custom_resources_selectable_fields() {
+        let declared = [
+            ".spec.configuration.name".to_owned(),
+            ".spec.size".to_owned(),
+        ];
+        let parse = |s: &str| FieldSelector::parse_for(s, "patchbay.dev", "switchports", &declared);
+        let web = json!({"spec": {"configuration": {"name": "web"}, "size": 3}});
+        let bare = json!({"spec": {}});
+        assert!(parse("spec.configuration.name=web").unwrap().matches(&web));
+        assert!(!parse("spec.configuration.name=web").unwrap().matches(&bare));
+        assert!(
+            parse("spec.configuration.name!=web")
+                .unwrap()
+                .matches(&bare)
+        );
+        assert!(parse("spec.configuration.name=").unwrap().matches(&bare));
+        assert!(parse("spec.size=3,metadata.name!=x").unwrap().matches(&web));
+        let err = parse("spec.configuration.namespace=a").unwrap_err();
+        assert!(
+            err.contains("field label not supported: spec.configuration.namespace"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn event_field_selectors_in_both_groups() {
         let stored = json!({"metadata": {"name": "e1"},
                             "involvedObject": {"kind": "SwitchPort", "name": "p1"},
@@ -254,20 +330,21 @@ mod tests {
                 "regarding.kind=SwitchPort,regarding.name=p1,reportingController=patchbay",
             ),
         ] {
-            let s = FieldSelector::parse_for(selector, group, "events").unwrap();
+            let s = FieldSelector::parse_for(selector, group, "events", &[]).unwrap();
             assert!(s.matches(&stored), "{group}: {selector}");
         }
         assert!(
-            !FieldSelector::parse_for("involvedObject.name=p2", "", "events")
+            !FieldSelector::parse_for("involvedObject.name=p2", "", "events", &[])
                 .unwrap()
                 .matches(&stored)
         );
-        let err = FieldSelector::parse_for("involvedObject.kind=X", "patchbay.dev", "switchports")
-            .unwrap_err();
+        let err =
+            FieldSelector::parse_for("involvedObject.kind=X", "patchbay.dev", "switchports", &[])
+                .unwrap_err();
         assert!(
             err.starts_with("field label not supported: involvedObject.kind"),
             "{err}"
         );
-        assert!(FieldSelector::parse_for("regarding.kind=X", "", "events").is_err());
+        assert!(FieldSelector::parse_for("regarding.kind=X", "", "events", &[]).is_err());
     }
 }
