@@ -6,11 +6,29 @@
 //!
 //! each as the fleet diff (`decide::plan::plan`, the operator's own decision per
 //! port) and the rendering of every switch's batch (the dialect's lines from the
-//! assumed state). The target (issue 56): ≤ 2 s for the whole plan. Prints figures,
-//! asserts nothing. Run: `make bench` (or `cargo bench --bench plan`);
-//! `BENCH_SWITCHES` and `BENCH_PORTS` change the size.
+//! assumed state). The target (issue 56): ≤ 2 s for the whole plan.
+//!
+//! Then the blast radius at apply: the same 200 switches on devplane (in this
+//! process), every port on one configuration `wide`, and the blast-radius webhook's
+//! answer (`patchbay::blast_radius`, called in-process: the API reads, the plan and
+//! the wording, without TLS) to an edit of `wide` (every port moves) and of one
+//! ProviderSwitch (NETCONF for an IOS switch: its ports refused).
+//! Its bound is the webhook's 6 s deadline.
+//!
+//! Prints figures, asserts nothing. Run: `make bench` (or `cargo bench --bench
+//! plan`); `BENCH_SWITCHES` and `BENCH_PORTS` change the size, `BENCH_WEBHOOK=0`
+//! skips the devplane part.
+
+#[path = "support/cluster.rs"]
+#[allow(dead_code)]
+mod cluster;
 
 use std::time::Instant;
+
+use futures::StreamExt;
+use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
 
 use patchbay::decide::plan::{Carry, Fleet, plan};
 use patchbay_providers::device::PortOperation;
@@ -100,7 +118,152 @@ fn measure(label: &str, before: &Fleet, manifests: &Fleet) {
     );
 }
 
-fn main() {
+/// An UPDATE review of `kind` `name` in `infra`, from `old` to `new`.
+fn review(
+    kind: &str,
+    resource: &str,
+    old: serde_json::Value,
+    new: serde_json::Value,
+) -> AdmissionRequest<DynamicObject> {
+    let name = new["metadata"]["name"].clone();
+    let review: AdmissionReview<DynamicObject> = obj(json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "operation": "UPDATE", "namespace": "infra", "name": name,
+            "kind": {"group": "patchbay.dev", "version": "v1alpha1", "kind": kind},
+            "resource": {"group": "patchbay.dev", "version": "v1alpha1", "resource": resource},
+            "userInfo": {"username": "bench"},
+            "object": new, "oldObject": old}}));
+    review.try_into().expect("a request")
+}
+
+/// The blast-radius webhook's answer on devplane holding `switches` x `ports`.
+async fn webhook(switches: usize, ports: usize) {
+    let cluster = cluster::BenchCluster::start("planbench").await;
+    let client = cluster.client.clone();
+    let ns: k8s_openapi::api::core::v1::Namespace = obj(json!({"metadata": {"name": "infra"}}));
+    Api::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let mut objects: Vec<(String, serde_json::Value)> = vec![(
+        "switchportconfigurations".into(),
+        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+               "metadata": {"name": "wide"}, "spec": {"untaggedVLAN": 100}}),
+    )];
+    for s in 0..switches {
+        let name = format!("tor-{s}");
+        objects.push((
+            "providerswitches".into(),
+            json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": name},
+            "spec": {"backend": "ssh", "os": "ios", "address": "192.0.2.1"}}),
+        ));
+        let entries: serde_json::Map<String, serde_json::Value> = (0..ports)
+            .map(|p| {
+                (
+                    format!("{name}-p{p}"),
+                    json!({"name": format!("GigabitEthernet1/0/{}", p + 1)}),
+                )
+            })
+            .collect();
+        objects.push((
+            "switches".into(),
+            json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": name}, "spec": {"provider": {"name": name}, "ports": entries}}),
+        ));
+        for p in 0..ports {
+            objects.push((
+                "switchports".into(),
+                json!({
+                "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPort",
+                "metadata": {"name": format!("{name}-p{p}"),
+                             "labels": {"patchbay.dev/switch": name}},
+                "spec": {"configuration": {"name": "wide"}}}),
+            ));
+        }
+    }
+    let count = objects.len();
+    futures::stream::iter(objects)
+        .map(|(plural, o)| {
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                "infra",
+                &kube::discovery::ApiResource {
+                    group: "patchbay.dev".into(),
+                    version: "v1alpha1".into(),
+                    api_version: "patchbay.dev/v1alpha1".into(),
+                    kind: o["kind"].as_str().unwrap().into(),
+                    plural,
+                },
+            );
+            async move {
+                api.create(&PostParams::default(), &obj(o)).await.unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    println!(
+        "devplane: {count} objects created in {:.1} s ({} SwitchPorts on one configuration)",
+        t.elapsed().as_secs_f64(),
+        switches * ports
+    );
+    let radius = patchbay::blast_radius::BlastRadius::new(client);
+    let wide = |vlan: u32| {
+        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+                                  "metadata": {"name": "wide", "namespace": "infra"},
+                                  "spec": {"untaggedVLAN": vlan}})
+    };
+    let provider = |backend: &str| {
+        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+                                     "metadata": {"name": "tor-0", "namespace": "infra"},
+                                     "spec": {"backend": backend, "os": "ios", "address": "192.0.2.1"}})
+    };
+    for (label, request) in [
+        (
+            "the configuration every port uses edited",
+            review(
+                "SwitchPortConfiguration",
+                "switchportconfigurations",
+                wide(100),
+                wide(101),
+            ),
+        ),
+        (
+            "one ProviderSwitch moved to a backend with no IOS model",
+            review(
+                "ProviderSwitch",
+                "providerswitches",
+                provider("ssh"),
+                provider("netconf"),
+            ),
+        ),
+    ] {
+        let mut times = Vec::new();
+        let mut answer = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            answer = radius.warnings(&request).await;
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "blast radius, {label}: p50 {:.0} ms, max {:.0} ms over 5 answers (deadline {} s)",
+            times[2],
+            times[4],
+            patchbay::blast_radius::DEADLINE.as_secs()
+        );
+        for w in answer {
+            println!("  Warning: {w}");
+        }
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
     let (switches, ports) = (env("BENCH_SWITCHES", 200), env("BENCH_PORTS", 50));
     let t = Instant::now();
     let before = fleet(switches, ports);
@@ -127,4 +290,7 @@ fn main() {
     measure("one shared configuration edited", &before, &one);
     measure("all 20 configurations edited", &before, &all);
     measure("nothing edited", &before, &Fleet::default());
+    if env("BENCH_WEBHOOK", 1) != 0 {
+        webhook(switches, ports).await;
+    }
 }

@@ -136,6 +136,7 @@ async fn main() {
             ready: Arc::new(|| true),
             metrics: Arc::default(),
             admission: Some(hook.clone()),
+            radius: None,
         },
         std::future::pending::<()>(),
     ));
@@ -173,7 +174,7 @@ async fn main() {
         let review: AdmissionReview<DynamicObject> = serde_json::from_value(review).unwrap();
         let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
         let t = Instant::now();
-        let answer = hook.admit(&request);
+        let answer = hook.admit(&request).await;
         decide.push(t.elapsed());
         assert!(answer.allowed, "{answer:?}");
     }

@@ -28,12 +28,14 @@
 //! - [`probes`]: the metrics and the device gate every room reports through.
 //! - [`metrics`]: the metrics registry (state, rendered in the Prometheus format);
 //!   [`process_metrics`]: the standard `process_*` families, read from `/proc` at
-//!   each scrape; [`serve`]: the one HTTP server (metrics, health probes, the admission webhook
-//!   over TLS); [`webhook`]: the webhook's own caches and its answers.
+//!   each scrape; [`serve`]: the one HTTP server (metrics, health probes, the admission webhooks
+//!   over TLS); [`webhook`]: the tenancy webhook's own caches and its answers;
+//!   [`blast_radius`]: the warnings that say how far an edit reaches.
 
 pub use patchbay_core::{api, decide};
 
 pub mod backends;
+pub mod blast_radius;
 pub mod compact_port;
 pub mod controllers;
 pub mod grants;

@@ -289,11 +289,11 @@ impl Metrics {
         );
         r.register(
             "patchbay_admission_duration_seconds",
-            "How long the validating webhook takes to answer one AdmissionReview, by answer (allowed or denied)",
+            "How long a validating webhook takes to answer one AdmissionReview, by answer (allowed, denied, or warned: allowed with warnings)",
             m.admission_seconds.clone(),
         );
         r.register_collector(Box::new(crate::process_metrics::ProcessCollector));
-        for answer in ["allowed", "denied"] {
+        for answer in ["allowed", "denied", "warned"] {
             let _ = m.admission_seconds.get_or_create(&AnswerLabel { answer });
         }
         m
@@ -501,6 +501,7 @@ mod tests {
             "patchbay_reconciles_total{controller=\"Switch\",result=\"KubernetesError\"} 0\n",
             "patchbay_reconcile_duration_seconds_count{controller=\"Switch\"} 0\n",
             "patchbay_admission_duration_seconds_count{answer=\"denied\"} 0\n",
+            "patchbay_admission_duration_seconds_count{answer=\"warned\"} 0\n",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

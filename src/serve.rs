@@ -1,7 +1,8 @@
 //! The operator's one HTTP server, on hyper: `/metrics` (OpenMetrics text format,
 //! [`crate::metrics`]), `/healthz` (the process answers), `/readyz` (the caches are
-//! synced and, with leader election, the leader is known) and `POST /validate` (the
-//! validating admission webhook: an AdmissionReview v1 in, its answer out). One
+//! synced and, with leader election, the leader is known), `POST /validate` (the
+//! tenancy webhook, [`crate::webhook`]) and `POST /blast-radius` (the warnings of
+//! [`crate::blast_radius`]): an AdmissionReview v1 in, its answer out. One
 //! router, on up to two listeners: plain HTTP on `--metrics-address` (what a scraper
 //! and a kubelet probe use) and TLS on `--webhook-address` (what the API server
 //! calls). The TLS certificate is read from a directory (a mounted Secret: `tls.crt`,
@@ -32,11 +33,14 @@ const BODY_LIMIT: usize = 3 * 1024 * 1024;
 /// How long one connection may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What answers an admission request (see [`crate::webhook`]): kube-core's typed
-/// request in, its response out.
+/// What answers an admission request ([`crate::webhook`], [`crate::blast_radius`]):
+/// kube-core's typed request in, its response out.
 pub trait Admit: Send + Sync {
     /// The answer to one request.
-    fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse;
+    fn admit<'a>(
+        &'a self,
+        request: &'a AdmissionRequest<DynamicObject>,
+    ) -> futures::future::BoxFuture<'a, AdmissionResponse>;
 }
 
 /// What the router answers with.
@@ -46,8 +50,12 @@ pub struct Routes {
     pub ready: Arc<dyn Fn() -> bool + Send + Sync>,
     /// What `/metrics` renders (and where the webhook's timings go).
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// The webhook, when this process serves one (`/validate` is 404 otherwise).
+    /// The tenancy webhook, when this process serves one (`/validate` is 404
+    /// otherwise).
     pub admission: Option<Arc<dyn Admit>>,
+    /// The blast-radius webhook, when this process serves one (`/blast-radius` is
+    /// 404 otherwise).
+    pub radius: Option<Arc<dyn Admit>>,
 }
 
 /// Serves `routes` on `listener` until `shutdown` completes; with `tls`, every
@@ -118,9 +126,18 @@ fn reply(code: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body
 
 async fn answer(req: Request<Incoming>, routes: &Routes) -> Response<Body> {
     let path = req.uri().path().to_owned();
-    if path == "/validate" {
-        let Some(admission) = &routes.admission else {
-            return reply(404, TEXT, "not found: this process serves no webhook\n");
+    let webhook = match path.as_str() {
+        "/validate" => Some(&routes.admission),
+        "/blast-radius" => Some(&routes.radius),
+        _ => None,
+    };
+    if let Some(webhook) = webhook {
+        let Some(admission) = webhook else {
+            return reply(
+                404,
+                TEXT,
+                "not found: this process serves no such webhook\n",
+            );
         };
         if req.method() != Method::POST {
             return reply(405, TEXT, "only POST\n");
@@ -140,20 +157,22 @@ async fn answer(req: Request<Incoming>, routes: &Routes) -> Response<Body> {
                 "not an AdmissionReview v1 with a request (JSON)\n",
             );
         };
-        let response = admission.admit(&request);
-        let allowed = response.allowed;
-        let answer = response.into_review();
+        let response = admission.admit(&request).await;
+        let answer = match (response.allowed, &response.warnings) {
+            (false, _) => "denied",
+            (true, Some(w)) if !w.is_empty() => "warned",
+            (true, _) => "allowed",
+        };
+        let review = response.into_review();
         routes
             .metrics
             .admission_seconds
-            .get_or_create(&crate::metrics::AnswerLabel {
-                answer: if allowed { "allowed" } else { "denied" },
-            })
+            .get_or_create(&crate::metrics::AnswerLabel { answer })
             .observe(started.elapsed().as_secs_f64());
         return reply(
             200,
             "application/json",
-            serde_json::to_vec(&answer).unwrap_or_default(),
+            serde_json::to_vec(&review).unwrap_or_default(),
         );
     }
     let (code, content_type, body) =
@@ -194,7 +213,7 @@ pub fn respond(
         _ => (
             404,
             TEXT,
-            "not found: /metrics, /healthz, /readyz, /validate\n".into(),
+            "not found: /metrics, /healthz, /readyz, /validate, /blast-radius\n".into(),
         ),
     }
 }

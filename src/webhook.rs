@@ -81,7 +81,17 @@ impl Webhook {
 }
 
 impl Admit for Webhook {
-    fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    fn admit<'a>(
+        &'a self,
+        request: &'a AdmissionRequest<DynamicObject>,
+    ) -> futures::future::BoxFuture<'a, AdmissionResponse> {
+        Box::pin(std::future::ready(self.answer(request)))
+    }
+}
+
+impl Webhook {
+    /// The answer to `request`, from the caches.
+    fn answer(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let state = self.pools.state();
         let grants = self.grants.get(&state, Some(self.tenancy.parking_vlan));
         // Only a VLANPool's review judges pools anew (among all the others).

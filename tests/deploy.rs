@@ -8,6 +8,8 @@
 mod support;
 
 use std::collections::BTreeSet;
+
+use base64::Engine;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -202,18 +204,73 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
             rule("patchbay.dev", "switchportconfigurations", "patch"),
         ])
     );
-    let hook = of("ValidatingWebhookConfiguration");
-    assert_eq!(
-        hook.pointer("/webhooks/0/failurePolicy"),
-        Some(&Value::from("Fail"))
+    // Two webhooks through one Service: tenancy refuses (Fail: a down webhook
+    // admits nothing unchecked), the blast radius only warns (Ignore).
+    let hook = |name: &str| {
+        docs.iter()
+            .find(|d| {
+                d["kind"] == "ValidatingWebhookConfiguration" && d["metadata"]["name"] == name
+            })
+            .unwrap_or_else(|| panic!("{name} in deploy/tenancy"))
+    };
+    for (name, policy, path, operations) in [
+        (
+            "patchbay-tenancy",
+            "Fail",
+            "/validate",
+            vec!["CREATE", "UPDATE"],
+        ),
+        (
+            "patchbay-blast-radius",
+            "Ignore",
+            "/blast-radius",
+            vec!["UPDATE", "DELETE"],
+        ),
+    ] {
+        let hook = hook(name);
+        assert_eq!(
+            hook.pointer("/webhooks/0/failurePolicy"),
+            Some(&Value::from(policy)),
+            "{name}"
+        );
+        assert_eq!(
+            hook.pointer("/webhooks/0/clientConfig/service/name"),
+            of("Service").pointer("/metadata/name"),
+            "{name}"
+        );
+        assert_eq!(
+            hook.pointer("/webhooks/0/clientConfig/service/path"),
+            Some(&Value::from(path)),
+            "{name}"
+        );
+        assert_eq!(
+            hook.pointer("/webhooks/0/rules/0/operations"),
+            Some(&Value::from(operations)),
+            "{name}"
+        );
+    }
+    // deploy/blast-radius/: the webhook without tenancy (its flags are the binary's).
+    let rendered = cluster.kubectl_ok(&["kustomize", "deploy/blast-radius"]);
+    let br_docs: Vec<Value> = patchbay_providers::yaml::documents(&rendered).unwrap();
+    let br_args: Vec<&str> = br_docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .and_then(|d| d.pointer("/spec/template/spec/containers/0/args"))
+        .and_then(Value::as_array)
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        br_args.contains(&"--webhook-address=0.0.0.0:9443")
+            && !br_args.iter().any(|a| a.starts_with("--infra-namespace")),
+        "{br_args:?}"
     );
-    assert_eq!(
-        hook.pointer("/webhooks/0/clientConfig/service/name"),
-        of("Service").pointer("/metadata/name")
-    );
-    assert_eq!(
-        hook.pointer("/webhooks/0/clientConfig/service/path"),
-        Some(&Value::from("/validate"))
+    assert!(
+        br_docs
+            .iter()
+            .any(|d| d["kind"] == "ValidatingWebhookConfiguration"
+                && d["metadata"]["name"] == "patchbay-blast-radius")
     );
     let binding = kubectl_json(
         &cluster,
@@ -416,6 +473,12 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
     // do, every replica.
     let certs = cluster.dir.join("webhook");
     patchbay_testbed::webhook_certificate(&certs, "patchbay").unwrap();
+    // A free loopback port for the webhooks (the test calls the blast radius below).
+    let webhook_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let file = cluster.dir.join("all.yaml");
     std::fs::write(&file, manifests).unwrap();
     // From here on the test speaks only through kubectl: every other client is the
@@ -428,7 +491,11 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
         .arg(&cluster.kubeconfig)
         .args(["--namespace", &ns, "--lease-namespace", &ns])
         .args(["--infra-namespace", &ns, "--parking-vlan", "4000"])
-        .args(["--webhook-address", "127.0.0.1:0", "--webhook-cert-dir"])
+        .args([
+            "--webhook-address",
+            &format!("127.0.0.1:{webhook_port}"),
+            "--webhook-cert-dir",
+        ])
         .arg(&certs)
         .args(["--bgp-node-selector", "patchbay.dev/bgp=on"])
         .args(["--metallb-namespace", &ns])
@@ -510,6 +577,58 @@ spec: {{vlans: "200-209", namespaces: [{ns}-t]}}
         "{.status.state}",
         |s| s == "Active",
     );
+    // The blast-radius webhook asked about a Switch's edit (a dry run): it reads
+    // the Switch, its ports, their ProviderSwitch, configurations and Servers.
+    let ca = std::fs::read(certs.join("tls.crt")).unwrap();
+    let hook = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: {ns}-blast-radius}}
+webhooks:
+  - name: blast-radius.patchbay.dev
+    clientConfig: {{url: "https://127.0.0.1:{webhook_port}/blast-radius", caBundle: {}}}
+    rules: [{{apiGroups: [patchbay.dev], apiVersions: [v1alpha1], operations: [UPDATE, DELETE],
+              resources: [switchportconfigurations, switches, providerswitches, switchports]}}]
+    failurePolicy: Fail
+    sideEffects: None
+    admissionReviewVersions: [v1]
+"#,
+        base64::engine::general_purpose::STANDARD.encode(&ca)
+    );
+    let hook_file = cluster.dir.join("blast-radius.yaml");
+    std::fs::write(&hook_file, hook).unwrap();
+    cluster.kubectl_ok(&["apply", "-f", hook_file.to_str().unwrap()]);
+    let out = cluster.kubectl(&[
+        "label",
+        "switch",
+        "sw",
+        "-n",
+        &ns,
+        "--dry-run=server",
+        "edited=yes",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cluster.kubectl(&[
+        "patch",
+        "switch",
+        "sw",
+        "-n",
+        &ns,
+        "--dry-run=server",
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/ports/p1"}]"#,
+    ]);
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warned.contains("Warning: patchbay: this changes 1 port on 1 switch (1 cleaned)"),
+        "{warned}"
+    );
+    cluster.kubectl_ok(&[
+        "delete",
+        "validatingwebhookconfiguration",
+        &format!("{ns}-blast-radius"),
+    ]);
     // The BMC copy turned off, then the claim and the Switch deleted.
     cluster.kubectl_ok(&[
         "patch",

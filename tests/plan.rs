@@ -7,8 +7,13 @@
 //! nothing to change exits 0, changes exit 2, an unreadable file exits 1. Nothing
 //! is written to the cluster. And the plan is what happens: an edit planned, then
 //! applied by the operator, compared with what a simulated Cisco (SSH) and a
-//! simulated Juniper QFX (NETCONF) were sent, from the simulators' own logs.
+//! simulated Juniper QFX (NETCONF) were sent, from the simulators' own logs. And the
+//! blast radius at `kubectl apply`: the webhook's warning, printed by the real
+//! kubectl, for an edit (dry run and real), a no-op, a port's deletion and a
+//! Switch's entry removed, with the device read back unchanged by the dry runs.
 
+#[path = "../providers/tests/support/ssh_cases.rs"]
+mod ssh_cases;
 mod support;
 
 use std::process::Command;
@@ -314,6 +319,166 @@ async fn the_plan_is_what_the_switch_is_sent() {
         planned.len(),
         batches.len()
     );
+    env.cluster.finish().await;
+}
+
+/// The blast radius at apply: patchbay's webhook (served with TLS, registered as
+/// deploy/blast-radius/ registers it) answers every edit and deletion of a
+/// configuration, Switch or SwitchPort with a warning kubectl prints: how many ports
+/// on how many switches it moves and how. A dry run shows it and changes nothing on
+/// the switch; an edit that moves no port says nothing; the real edit says the same
+/// and the switch moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_warns_how_many_ports_an_edit_moves() {
+    use patchbay_testbed::{FakeSwitches, SimSpec};
+    use ssh_cases::{access, cisco_vlans};
+    use std::sync::Arc;
+    if !support::on_devplane() {
+        return; // registers a webhook on this machine's loopback
+    }
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    let env = Env::start("plan-radius").await;
+    env.switch(
+        "tor1",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[
+            ("p1", "FastEthernet0/1"),
+            ("p2", "FastEthernet0/2"),
+            ("p3", "FastEthernet0/3"),
+        ],
+    )
+    .await;
+    on_pxe(&env).await;
+    let dir = env.cluster.dir.join("webhook");
+    patchbay_testbed::webhook_certificate(&dir, "patchbay-webhook").unwrap();
+    let routes = patchbay::serve::Routes {
+        ready: Arc::new(|| true),
+        metrics: Arc::default(),
+        admission: None,
+        radius: Some(Arc::new(patchbay::blast_radius::BlastRadius::new(
+            env.cluster.client.clone(),
+        ))),
+    };
+    let addr = support::webhooks::serve(routes, &dir).await;
+    let url = format!("https://{addr}/blast-radius");
+    let ca = std::fs::read(dir.join("tls.crt")).unwrap();
+    support::webhooks::register(
+        env.cluster.client.clone(),
+        &support::webhooks::Registration {
+            name: "patchbay-blast-radius",
+            webhook: "blast-radius.patchbay.dev",
+            url: &url,
+            ca: &ca,
+            policy: "Ignore",
+            operations: &["UPDATE", "DELETE"],
+            resources: &[
+                "switchportconfigurations",
+                "switches",
+                "providerswitches",
+                "switchports",
+            ],
+        },
+    )
+    .await;
+    let ns = env.cluster.namespace.clone();
+    // The selectable field the webhook finds a configuration's ports by.
+    let selected = env.cluster.kubectl_ok(&[
+        "get",
+        "swp",
+        "-n",
+        &ns,
+        "--field-selector",
+        "spec.configuration.name=pxe",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        selected.lines().collect::<Vec<_>>(),
+        ["switchport.patchbay.dev/p1", "switchport.patchbay.dev/p2"]
+    );
+    let kubectl = |args: &[&str]| {
+        let out = env.cluster.kubectl(&[args, &["-n", &ns]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "kubectl {args:?}: {stderr}");
+        println!(
+            "$ kubectl {}\n{stderr}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("Warning: patchbay:"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let file = |name: &str, text: &str| {
+        let path = env.cluster.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let moved = |n: &str, how: &str| {
+        vec![format!(
+            "Warning: patchbay: this changes {n} on 1 switch ({how}); `patchbay plan` lists them"
+        )]
+    };
+    let (fe1, fe2) = ("FastEthernet0/1", "FastEthernet0/2");
+
+    // 1. A dry run of the edit: the warning, and nothing changes on the switch.
+    let edit = file(
+        "edit.yaml",
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: pxe}\nspec: {untaggedVLAN: 11}\n",
+    );
+    let warned = kubectl(&["apply", "--dry-run=server", "-f", &edit]);
+    assert_eq!(warned, moved("2 ports", "2 reconfigured"));
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for p in [fe1, fe2] {
+        assert_eq!(
+            cisco_vlans(sim, p).await,
+            access(10),
+            "{p} after the dry run"
+        );
+    }
+    // 2. An edit that moves no port (a label): no warning.
+    let label = file(
+        "label.yaml",
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: pxe, labels: {team: web}}\nspec: {untaggedVLAN: 10}\n",
+    );
+    assert_eq!(kubectl(&["apply", "-f", &label]), Vec::<String>::new());
+    // 3. A port's deletion (dry run): cleaned, the one port.
+    let warned = kubectl(&["delete", "swp", "p2", "--dry-run=server"]);
+    assert_eq!(warned, moved("1 port", "1 cleaned"));
+    // 4. The Switch's entry for p1 removed (dry run): its port cleaned.
+    let warned = kubectl(&[
+        "patch",
+        "switch",
+        "tor1",
+        "--dry-run=server",
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/ports/p1"}]"#,
+    ]);
+    assert_eq!(warned, moved("1 port", "1 cleaned"));
+    for p in [fe1, fe2] {
+        assert_eq!(
+            cisco_vlans(sim, p).await,
+            access(10),
+            "{p} after the dry runs"
+        );
+    }
+    // 5. The edit itself: the same warning, and the switch moves.
+    let warned = kubectl(&["apply", "-f", &edit]);
+    assert_eq!(warned, moved("2 ports", "2 reconfigured"));
+    for p in [fe1, fe2] {
+        support::eventually(60, "the port on VLAN 11", || async {
+            (cisco_vlans(sim, p).await == access(11)).then_some(())
+        })
+        .await;
+    }
     env.cluster.finish().await;
 }
 

@@ -15,8 +15,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use patchbay::api::{
@@ -227,23 +225,15 @@ fn tenancy(infra: &str) -> Tenancy {
 /// patchbay's webhook on a free loopback port, served from `dir`'s certificate;
 /// its address once its caches are listed.
 async fn webhook(client: kube::Client, t: Tenancy, dir: &Path) -> std::net::SocketAddr {
-    let tls = patchbay::serve::tls_acceptor(dir).expect("certificate loads");
     let (hook, caches) = patchbay::webhook::Webhook::start(client, t);
     tokio::spawn(caches);
-    let (listener, addr) = patchbay::serve::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
     let routes = patchbay::serve::Routes {
         ready: Arc::new(|| true),
         metrics: Arc::default(),
         admission: Some(hook.clone()),
+        radius: None,
     };
-    tokio::spawn(patchbay::serve::serve(
-        listener,
-        Some(tls),
-        routes,
-        std::future::pending::<()>(),
-    ));
+    let addr = support::webhooks::serve(routes, dir).await;
     eventually(30, "webhook caches listed", || async {
         hook.synced().then_some(())
     })
@@ -251,41 +241,27 @@ async fn webhook(client: kube::Client, t: Tenancy, dir: &Path) -> std::net::Sock
     addr
 }
 
-/// The ValidatingWebhookConfiguration `name` calling `url` (as deploy/ has it, with
-/// a URL instead of a Service), `policy` Fail or Ignore.
+/// The tenancy ValidatingWebhookConfiguration `name` calling `url` (as deploy/ has
+/// it, with a URL instead of a Service), `policy` Fail or Ignore.
 async fn register(client: kube::Client, name: &str, url: &str, ca: &[u8], policy: &str) {
-    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "tenancy.patchbay.dev",
-            "clientConfig": {"url": url,
-                             "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
-            "rules": [{"apiGroups": ["patchbay.dev"], "apiVersions": ["v1alpha1"],
-                       "operations": ["CREATE", "UPDATE"],
-                       "resources": ["switchportconfigurations", "smartnicconfigurations",
-                                     "serverclaims", "vlanpools"]}],
-            "failurePolicy": policy,
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-        }]
-    }))
-    .unwrap();
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
-    match api.get_opt(name).await.unwrap() {
-        None => {
-            api.create(&PostParams::default(), &config).await.unwrap();
-        }
-        Some(old) => {
-            let mut config = config;
-            config.metadata.resource_version = old.metadata.resource_version;
-            api.replace(name, &PostParams::default(), &config)
-                .await
-                .unwrap();
-        }
-    }
+    support::webhooks::register(
+        client,
+        &support::webhooks::Registration {
+            name,
+            webhook: "tenancy.patchbay.dev",
+            url,
+            ca,
+            policy,
+            operations: &["CREATE", "UPDATE"],
+            resources: &[
+                "switchportconfigurations",
+                "smartnicconfigurations",
+                "serverclaims",
+                "vlanpools",
+            ],
+        },
+    )
+    .await
 }
 
 async fn namespace(client: kube::Client, name: &str) {

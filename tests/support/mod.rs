@@ -9,6 +9,7 @@ pub mod cycle;
 pub mod env;
 #[path = "../../providers/tests/support/netns.rs"]
 pub mod netns;
+pub mod webhooks;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -22,6 +22,9 @@ use super::common::{ConfigurationRef, PortStatus};
     shortname = "swp",
     category = "patchbay",
     doc = "One switch port and the configuration it should carry; status.state follows the port state machine.",
+    // `kubectl get swp --field-selector spec.configuration.name=web`, and how the
+    // blast-radius webhook finds a configuration's ports (Kubernetes >= 1.31).
+    selectable = ".spec.configuration.name",
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
     printcolumn(name = "Switch", type_ = "string", json_path = ".status.switch"),
     printcolumn(name = "Port", type_ = "string", json_path = ".status.devicePort"),

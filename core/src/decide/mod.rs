@@ -35,11 +35,13 @@
 //! | [`bgp`] | BGP to allocated hosts: grants, what a claim may announce, each host's peers, a ToR's neighbours |
 //! | [`bgp_nodes`] | which Kubernetes Nodes and MetalLB `BGPPeer`s carry a Server's peers (opt-in) |
 //! | [`plan`] | what one SwitchPort must carry on its device; what a change does to the fleet's ports before it is applied (`patchbay plan`) |
+//! | [`blast_radius`] | where the webhook looks for the ports an edit moves, and the warning `kubectl apply` shows for them |
 
 pub mod admission;
 pub mod allocation;
 pub mod bgp;
 pub mod bgp_nodes;
+pub mod blast_radius;
 pub mod cabling;
 pub mod conditions;
 pub mod device_types;

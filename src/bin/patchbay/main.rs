@@ -164,9 +164,10 @@ struct RunArgs {
     /// 0.0.0.0:9090 in a pod) [default: off].
     #[arg(long, value_name = "ADDRESS", env = "PATCHBAY_METRICS_ADDRESS")]
     metrics_address: Option<std::net::SocketAddr>,
-    /// Serve the validating admission webhook (POST /validate, and the probes and
-    /// metrics too) with TLS on this address (e.g. 0.0.0.0:9443); needs
-    /// --webhook-cert-dir and tenancy (--infra-namespace) [default: off].
+    /// Serve the validating admission webhooks with TLS on this address (e.g.
+    /// 0.0.0.0:9443): POST /blast-radius (warnings that say how many ports an edit
+    /// moves) and, with tenancy (--infra-namespace), POST /validate; the probes and
+    /// metrics too. Needs --webhook-cert-dir [default: off].
     #[arg(long, value_name = "ADDRESS", env = "PATCHBAY_WEBHOOK_ADDRESS")]
     webhook_address: Option<std::net::SocketAddr>,
     /// The directory holding the webhook's `tls.crt` and `tls.key` (a mounted
@@ -350,6 +351,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
         }),
         metrics: probes.metrics.clone(),
         admission: None,
+        radius: None,
     };
     let stopped = |rx: &tokio::sync::watch::Receiver<bool>| {
         let mut rx = rx.clone();
@@ -358,26 +360,28 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
         }
     };
     if let Some(address) = args.webhook_address {
-        let Some(tenancy) = settings.tenancy.clone() else {
-            anyhow::bail!(
-                "--webhook-address: needs tenancy (--infra-namespace and --parking-vlan)"
-            );
-        };
         let Some(dir) = &args.webhook_cert_dir else {
             anyhow::bail!("--webhook-address: needs --webhook-cert-dir (tls.crt and tls.key)");
         };
         let tls = patchbay::serve::tls_acceptor(dir).context("--webhook-cert-dir")?;
-        let (webhook, caches) = patchbay::webhook::Webhook::start(client.clone(), tenancy);
-        let stop = stopped(&serving_stopped);
-        tokio::spawn(async move {
-            tokio::select! { _ = caches => {}, _ = stop => {} }
-        });
         let mut with_webhook = routes.clone();
-        with_webhook.admission = Some(webhook);
+        with_webhook.radius = Some(std::sync::Arc::new(
+            patchbay::blast_radius::BlastRadius::new(client.clone()),
+        ));
+        // The tenancy webhook only with tenancy: without it there is nothing to refuse.
+        if let Some(tenancy) = settings.tenancy.clone() {
+            let (webhook, caches) = patchbay::webhook::Webhook::start(client.clone(), tenancy);
+            let stop = stopped(&serving_stopped);
+            tokio::spawn(async move {
+                tokio::select! { _ = caches => {}, _ = stop => {} }
+            });
+            with_webhook.admission = Some(webhook);
+        }
         let (listener, bound) = patchbay::serve::bind(address)
             .await
             .with_context(|| format!("binding --webhook-address {address}"))?;
-        tracing::info!(address = %bound, "serving the admission webhook (TLS): /validate, /metrics, /healthz, /readyz");
+        tracing::info!(address = %bound, tenancy = with_webhook.admission.is_some(),
+            "serving the admission webhooks (TLS): /blast-radius, /validate with tenancy, /metrics, /healthz, /readyz");
         tokio::spawn(patchbay::serve::serve(
             listener,
             Some(tls),

@@ -1,0 +1,344 @@
+//! The blast-radius webhook's I/O: for an UPDATE or DELETE of a
+//! SwitchPortConfiguration, Switch, ProviderSwitch or SwitchPort, it reads the
+//! objects around the write from the API server and answers with warnings that say
+//! how many ports on how many switches the write moves and whose hosts those are
+//! (`kubectl apply` and `--dry-run=server` print them as `Warning: …`). It never
+//! denies. Every decision is the pure core's: [`crate::decide::blast_radius`] says
+//! where to look and words the answer, [`crate::decide::plan`] decides each port as
+//! the operator does.
+//!
+//! What it reads, and how (no cache: a replica keeps no port list for this, so
+//! every replica answers alike, leading or not, at no memory cost):
+//! - a configuration's ports by the SwitchPort CRD's selectable field
+//!   (`spec.configuration.name`, Kubernetes ≥ 1.31); an API server that refuses the
+//!   field selector is answered by a full list, filtered here;
+//! - a Switch's ports by their `patchbay.dev/switch` label; a ProviderSwitch's by
+//!   its Switches' names;
+//! - then each Switch, ProviderSwitch, configuration and Server those ports name,
+//!   one GET each (a list instead when there are many).
+//!
+//! Lists ask for `resourceVersion=0` (any version the API server's watch cache
+//! holds): a warning needs no quorum read. The whole answer is bounded by
+//! [`DEADLINE`]; past it, the warning says the radius is unknown and to run
+//! `patchbay plan`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, ListParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::api::keys::{HOST_ANNOTATION, SWITCH_LABEL};
+use crate::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration};
+use crate::decide::blast_radius::{HostFacts, Reach, reach, warnings};
+use crate::decide::plan::{Fleet, plan};
+use crate::serve::Admit;
+
+/// How long an answer may take before it gives up and says so. Below the
+/// webhook's `timeoutSeconds` (10 in deploy/), so the API server always hears back.
+pub const DEADLINE: Duration = Duration::from_secs(6);
+
+/// More distinct objects of a kind than this are listed instead of fetched one by one.
+const GET_AT_MOST: usize = 64;
+
+/// GETs in flight at once.
+const IN_FLIGHT: usize = 8;
+
+/// The webhook.
+pub struct BlastRadius {
+    client: Client,
+}
+
+impl BlastRadius {
+    /// The webhook, reading through `client`.
+    pub fn new(client: Client) -> Self {
+        BlastRadius { client }
+    }
+}
+
+fn any_version() -> ListParams {
+    ListParams::default().match_any()
+}
+
+fn named<K>(k: &K) -> (String, String)
+where
+    K: Resource,
+{
+    (
+        k.meta().namespace.clone().unwrap_or_default(),
+        k.meta().name.clone().unwrap_or_default(),
+    )
+}
+
+/// The Api of a namespaced kind in `ns`.
+fn within<K>(client: &Client) -> impl Fn(&str) -> Api<K> + '_
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    move |ns| Api::namespaced(client.clone(), ns)
+}
+
+/// The objects of `keys` (namespace, name; empty namespace: cluster-scoped, read
+/// through `api("")`), by GET when few, else by one list of the kind filtered here.
+/// Missing ones are skipped.
+async fn fetch<K>(
+    client: &Client,
+    api: impl Fn(&str) -> Api<K>,
+    keys: BTreeSet<(String, String)>,
+) -> kube::Result<Vec<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    if keys.len() > GET_AT_MOST {
+        let all: Api<K> = Api::all(client.clone());
+        let items = all.list(&any_version()).await?.items;
+        return Ok(items
+            .into_iter()
+            .filter(|o| keys.contains(&named(o)))
+            .collect());
+    }
+    futures::stream::iter(keys)
+        .map(|(ns, name)| {
+            let api = api(&ns);
+            async move { api.get_opt(&name).await }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_filter_map(|o| async move { Ok(o) })
+        .try_collect()
+        .await
+}
+
+/// The SwitchPorts `reach` points at.
+async fn ports(client: &Client, reach: &Reach) -> kube::Result<Vec<SwitchPort>> {
+    match reach {
+        Reach::Configuration { namespace, name } => {
+            let all: Api<SwitchPort> = Api::all(client.clone());
+            let selected = any_version().fields(&format!("spec.configuration.name={name}"));
+            let listed = match all.list(&selected).await {
+                Ok(l) => l.items,
+                // An API server without the CRD's selectable field (before 1.31):
+                // every port, filtered below.
+                Err(kube::Error::Api(e)) if e.code == 400 => all.list(&any_version()).await?.items,
+                Err(e) => return Err(e),
+            };
+            Ok(listed
+                .into_iter()
+                .filter(|p| {
+                    let Some(r) = &p.spec.configuration else {
+                        return false;
+                    };
+                    let ns = r
+                        .namespace
+                        .clone()
+                        .or_else(|| p.metadata.namespace.clone())
+                        .unwrap_or_default();
+                    r.name == *name && ns == *namespace
+                })
+                .collect())
+        }
+        Reach::Switch { namespace, name } => {
+            let api: Api<SwitchPort> = Api::namespaced(client.clone(), namespace);
+            let selected = any_version().labels(&format!("{SWITCH_LABEL}={name}"));
+            Ok(api.list(&selected).await?.items)
+        }
+        Reach::Provider { namespace, name } => {
+            let switches: Api<Switch> = Api::namespaced(client.clone(), namespace);
+            let names: Vec<String> = switches
+                .list(&any_version())
+                .await?
+                .items
+                .into_iter()
+                .filter(|s| s.spec.provider.name == *name)
+                .filter_map(|s| s.metadata.name)
+                .collect();
+            let api: Api<SwitchPort> = Api::namespaced(client.clone(), namespace);
+            let mut out = Vec::new();
+            for chunk in names.chunks(50) {
+                let selected =
+                    any_version().labels(&format!("{SWITCH_LABEL} in ({})", chunk.join(",")));
+                out.extend(api.list(&selected).await?.items);
+            }
+            Ok(out)
+        }
+        Reach::Port { namespace, name } => {
+            let api: Api<SwitchPort> = Api::namespaced(client.clone(), namespace);
+            Ok(api.get_opt(name).await?.into_iter().collect())
+        }
+    }
+}
+
+/// The fleet around `ports`: their Switches (and `extra`'s), the ProviderSwitches
+/// and configurations those name, and the Servers of their host marks.
+async fn around(
+    client: &Client,
+    ports: Vec<SwitchPort>,
+    extra_switches: BTreeSet<(String, String)>,
+) -> kube::Result<Fleet> {
+    let mut switch_keys = extra_switches;
+    let mut configuration_keys = BTreeSet::new();
+    let mut server_keys = BTreeSet::new();
+    for p in &ports {
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        if let Some(sw) = p.metadata.labels.as_ref().and_then(|l| l.get(SWITCH_LABEL)) {
+            switch_keys.insert((ns.clone(), sw.clone()));
+        }
+        if let Some(r) = &p.spec.configuration {
+            configuration_keys.insert((r.namespace.clone().unwrap_or(ns), r.name.clone()));
+        }
+        if let Some(server) = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(HOST_ANNOTATION))
+            .and_then(|m| m.strip_prefix("Server/"))
+        {
+            server_keys.insert((String::new(), server.to_owned()));
+        }
+    }
+    let switches: Vec<Switch> = fetch(client, within(client), switch_keys).await?;
+    let provider_keys = switches
+        .iter()
+        .map(|s| {
+            (
+                s.metadata.namespace.clone().unwrap_or_default(),
+                s.spec.provider.name.clone(),
+            )
+        })
+        .collect();
+    let (providers, configurations, servers) = futures::try_join!(
+        fetch(client, within::<ProviderSwitch>(client), provider_keys),
+        fetch(
+            client,
+            within::<SwitchPortConfiguration>(client),
+            configuration_keys
+        ),
+        fetch(client, |_| Api::<Server>::all(client.clone()), server_keys),
+    )?;
+    Ok(Fleet {
+        providers,
+        switches,
+        ports,
+        configurations,
+        servers,
+    })
+}
+
+/// `fleet` with `object` (of the reviewed kind) in place of its namesake, or without
+/// it (`None`: deleted).
+fn with_object(
+    fleet: &Fleet,
+    kind: &str,
+    key: &(String, String),
+    object: Option<&serde_json::Value>,
+) -> Result<Fleet, serde_json::Error> {
+    fn put<K: DeserializeOwned + Resource>(
+        list: &mut Vec<K>,
+        key: &(String, String),
+        object: Option<&serde_json::Value>,
+    ) -> Result<(), serde_json::Error> {
+        list.retain(|o| named(o) != *key);
+        if let Some(o) = object {
+            list.push(serde_json::from_value(o.clone())?);
+        }
+        Ok(())
+    }
+    let mut f = fleet.clone();
+    match kind {
+        "SwitchPortConfiguration" => put(&mut f.configurations, key, object)?,
+        "Switch" => put(&mut f.switches, key, object)?,
+        "ProviderSwitch" => put(&mut f.providers, key, object)?,
+        "SwitchPort" => put(&mut f.ports, key, object)?,
+        _ => {}
+    }
+    Ok(f)
+}
+
+impl BlastRadius {
+    /// The warnings for `request`: empty when it moves no port.
+    pub async fn warnings(&self, request: &AdmissionRequest<DynamicObject>) -> Vec<String> {
+        if !matches!(request.operation, Operation::Update | Operation::Delete) {
+            return Vec::new();
+        }
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let Some(reach) = reach(&request.kind.kind, &namespace, &request.name) else {
+            return Vec::new();
+        };
+        let started = Instant::now();
+        match tokio::time::timeout(DEADLINE, self.radius(request, &reach)).await {
+            Ok(Ok(w)) => {
+                tracing::debug!(kind = %request.kind.kind, name = %request.name,
+                    took_ms = started.elapsed().as_millis() as u64, warnings = w.len(), "blast radius");
+                w
+            }
+            Ok(Err(e)) => vec![format!(
+                "patchbay: could not work out which ports this changes ({e}); run `patchbay plan`"
+            )],
+            Err(_) => vec![format!(
+                "patchbay: could not work out which ports this changes within {} s; run `patchbay plan`",
+                DEADLINE.as_secs()
+            )],
+        }
+    }
+
+    async fn radius(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        reach: &Reach,
+    ) -> anyhow::Result<Vec<String>> {
+        let kind = request.kind.kind.as_str();
+        let key = (
+            request.namespace.clone().unwrap_or_default(),
+            request.name.clone(),
+        );
+        let value = |o: &Option<DynamicObject>| o.as_ref().map(serde_json::to_value).transpose();
+        let (old, new) = (value(&request.old_object)?, value(&request.object)?);
+        let ports = ports(&self.client, reach).await?;
+        let mut switches = BTreeSet::new();
+        if kind == "Switch" {
+            switches.insert(key.clone());
+        }
+        let fleet = around(&self.client, ports, switches).await?;
+        // Before: as stored (the review's old object); after: as written.
+        let before = with_object(&fleet, kind, &key, old.as_ref())?;
+        let after = with_object(&fleet, kind, &key, new.as_ref())?;
+        let changes = plan(&before, &after, &crate::backends::capabilities_of);
+        let hosts: BTreeMap<String, HostFacts> = fleet
+            .servers
+            .iter()
+            .map(|s| {
+                let status = s.status.as_ref();
+                (
+                    format!("Server/{}", s.metadata.name.clone().unwrap_or_default()),
+                    HostFacts {
+                        phase: status.and_then(|st| st.phase).map(|p| p.to_string()),
+                        claim: status
+                            .and_then(|st| st.claim.as_ref())
+                            .map(|c| format!("{}/{}", c.namespace, c.name)),
+                    },
+                )
+            })
+            .collect();
+        Ok(warnings(&changes, &hosts))
+    }
+}
+
+impl Admit for BlastRadius {
+    fn admit<'a>(
+        &'a self,
+        request: &'a AdmissionRequest<DynamicObject>,
+    ) -> BoxFuture<'a, AdmissionResponse> {
+        Box::pin(async move {
+            let mut response = AdmissionResponse::from(request);
+            let w = self.warnings(request).await;
+            if !w.is_empty() {
+                response.warnings = Some(w);
+            }
+            response
+        })
+    }
+}
