@@ -413,6 +413,29 @@ fn provider_switch_rules() {
         provider(v)
     };
     assert!(validate_provider(&with(json!({}))).is_ok());
+    assert!(
+        validate_provider(&with(
+            json!({"options": {"maxSessions": 2, "readSessions": 1}})
+        ))
+        .is_ok()
+    );
+    // The operator's share of the sessions: maxSessions (else its setting) less
+    // readSessions, never below one.
+    for (options, default, operator, tools) in [
+        (json!({}), 1, 1, 0),
+        (json!({}), 4, 4, 0),
+        (json!({"maxSessions": 2, "readSessions": 1}), 1, 1, 1),
+        (json!({"maxSessions": 4, "readSessions": 1}), 1, 3, 1),
+        (json!({"readSessions": 1}), 3, 2, 1),
+        (json!({"readSessions": 5}), 1, 1, 5),
+    ] {
+        let o: patchbay::api::BackendOptions = serde_json::from_value(options.clone()).unwrap();
+        assert_eq!(
+            (o.operator_sessions(default), o.tool_sessions()),
+            (operator, tools),
+            "{options} with the operator's default {default}"
+        );
+    }
     let cases = [
         (
             json!({"os": "ovs"}),
@@ -465,6 +488,23 @@ fn provider_switch_rules() {
             json!({"options": {"maxSessions": 0}}),
             "spec.options.maxSessions",
             "outside 1-16",
+        ),
+        // Sessions kept for read-only tools leave the operator at least one.
+        (
+            json!({"options": {"readSessions": 1}}),
+            "spec.options.readSessions",
+            "1 of maxSessions 1 leaves the operator no session to configure the device \
+             (set maxSessions to at least 2)",
+        ),
+        (
+            json!({"options": {"maxSessions": 3, "readSessions": 3}}),
+            "spec.options.readSessions",
+            "leaves the operator no session",
+        ),
+        (
+            json!({"options": {"maxSessions": 2, "readSessions": -1}}),
+            "spec.options.readSessions",
+            "outside 0-15",
         ),
         (
             json!({"options": {"model": "junos-els"}}),

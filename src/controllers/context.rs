@@ -612,15 +612,15 @@ impl Context {
     }
 
     /// At most this many sessions to the device: the ProviderSwitch's
-    /// `options.maxSessions` (1–16), else the operator's setting.
+    /// `options.maxSessions` (1–16), else the operator's setting, less the
+    /// `readSessions` kept for read-only tools.
     fn max_sessions(&self, provider: &ProviderSwitch) -> usize {
         provider
             .spec
             .options
-            .as_ref()
-            .and_then(|o| o.max_sessions)
-            .map(|n| n.clamp(1, 16) as usize)
-            .unwrap_or(self.settings.max_sessions)
+            .clone()
+            .unwrap_or_default()
+            .operator_sessions(self.settings.max_sessions)
     }
 
     /// Where the worker of device `key` sends its notices: a port notice to the

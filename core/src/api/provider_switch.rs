@@ -251,4 +251,29 @@ pub struct BackendOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]
     pub max_sessions: Option<i64>,
+    /// Sessions of `maxSessions` kept for read-only tools (`patchbay plan
+    /// --read-devices`, one session each); the operator uses the rest. Default 0:
+    /// no tool reads this device. Must leave the operator at least one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 15))]
+    pub read_sessions: Option<i64>,
+}
+
+impl BackendOptions {
+    /// The sessions the operator itself may open to the device: `maxSessions` (else
+    /// `default`, the operator's setting) less `readSessions`, at least one.
+    pub fn operator_sessions(&self, default: usize) -> usize {
+        let max = self
+            .max_sessions
+            .map(|n| n.clamp(1, 16) as usize)
+            .unwrap_or(default);
+        max.saturating_sub(self.tool_sessions()).max(1)
+    }
+
+    /// The sessions kept for read-only tools (`readSessions`, 0 when unset).
+    pub fn tool_sessions(&self) -> usize {
+        self.read_sessions
+            .map(|n| n.clamp(0, 15) as usize)
+            .unwrap_or(0)
+    }
 }

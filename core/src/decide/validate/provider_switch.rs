@@ -175,6 +175,21 @@ pub fn validate_provider(spec: &ProviderSwitchSpec) -> Result<(), ValidationErro
         {
             errors.push("spec.options.maxSessions", format!("{n} is outside 1-16"));
         }
+        if let Some(r) = opts.read_sessions {
+            let max = opts.max_sessions.unwrap_or(1);
+            if !(0..=15).contains(&r) {
+                errors.push("spec.options.readSessions", format!("{r} is outside 0-15"));
+            } else if r > 0 && r >= max {
+                errors.push(
+                    "spec.options.readSessions",
+                    format!(
+                        "{r} of maxSessions {max} leaves the operator no session to configure \
+                         the device (set maxSessions to at least {})",
+                        r + 1
+                    ),
+                );
+            }
+        }
         match (&opts.bridge, spec.backend) {
             (Some(b), Backend::Ovsdb) => {
                 errors.check("spec.options.bridge", BridgeName::parse(b));
