@@ -32,7 +32,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionReview};
 
 use patchbay::decide::plan::{Carry, Fleet, plan};
 use patchbay_providers::device::PortOperation;
-use patchbay_providers::offline::{Assumed, cli_script};
+use patchbay_providers::offline::{Assumed, assumed, cli_script};
 use serde_json::json;
 
 fn env(name: &str, default: usize) -> usize {
@@ -98,7 +98,7 @@ fn measure(label: &str, before: &Fleet, manifests: &Fleet) {
         by_switch
             .entry(&c.switch)
             .or_default()
-            .push((Some(now.clone()), PortOperation::Set(next.clone())));
+            .push((assumed(Some(now)), PortOperation::Set(next.clone())));
     }
     let lines: usize = by_switch
         .values()

@@ -482,6 +482,167 @@ async fn kubectl_apply_warns_how_many_ports_an_edit_moves() {
     env.cluster.finish().await;
 }
 
+/// `--read-devices`: the plan reads a switch only where its ProviderSwitch keeps a
+/// session for tools (`options.readSessions`), with one session that sends no
+/// configuration, and plans from what the switch holds: a port someone moved by
+/// hand shows as differing, and a port already carrying the target gets no lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_devices_plans_from_what_the_switch_holds() {
+    use patchbay_providers::Device as _;
+    use patchbay_testbed::{FakeSwitches, SimSpec};
+    if !support::on_devplane() {
+        return; // reads the simulator's log beside the operator
+    }
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    // No drift repair during the test: the hand edit below stays on the switch.
+    let env = Env::start_with("plan-read", |s| {
+        s.drift_interval = std::time::Duration::from_secs(3600)
+    })
+    .await;
+    env.switch(
+        "tor1",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[("p1", "FastEthernet0/1"), ("p2", "FastEthernet0/2")],
+    )
+    .await;
+    on_pxe(&env).await;
+    let edit = env.cluster.dir.join("edit.yaml");
+    std::fs::write(
+        &edit,
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: pxe}\nspec: {untaggedVLAN: 11}\n",
+    )
+    .unwrap();
+    let kubeconfig = env.cluster.kubeconfig.display().to_string();
+    let ns = env.cluster.namespace.clone();
+    let edit = edit.display().to_string();
+    let read_plan = || {
+        let (code, out, err) = plan(&[
+            "--kubeconfig",
+            &kubeconfig,
+            "-n",
+            &ns,
+            "-o",
+            "json",
+            "--read-devices",
+            &edit,
+        ]);
+        assert_eq!(code, 2, "{out}{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let port_of = |doc: &serde_json::Value, name: &str| {
+        doc["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["port"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {doc}"))
+    };
+
+    // 1. The ProviderSwitch keeps no session for tools: not read, nothing dialled.
+    let mark = sims.commands("tor1").len();
+    let doc = read_plan();
+    assert_eq!(port_of(&doc, "p1")["device"]["read"], false, "{doc}");
+    assert!(
+        port_of(&doc, "p1")["device"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("options.readSessions is 0"),
+        "{doc}"
+    );
+    assert_eq!(
+        sims.commands("tor1").len(),
+        mark,
+        "nothing sent to the switch"
+    );
+
+    // 2. One session of two kept for tools: read, one session, no configuration.
+    env.api::<patchbay::api::ProviderSwitch>()
+        .patch(
+            "tor1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"options": {"maxSessions": 2, "readSessions": 1}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    // The operator takes the new settings (its ports are looked at again): wait
+    // until the switch hears nothing for 3 s.
+    let mut seen = sims.commands("tor1").len();
+    for _ in 0..20 {
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let now = sims.commands("tor1").len();
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    // Someone moves p2 to VLAN 11 on the switch by hand.
+    ssh_cases::backend("ios", sim)
+        .set_port(&ssh_cases::access_port("FastEthernet0/2", 11))
+        .await
+        .unwrap();
+    let mark = sims.commands("tor1").len();
+    let doc = read_plan();
+    let sent: Vec<String> = sims.commands("tor1")[mark..].to_vec();
+    assert_eq!(
+        sent.iter().filter(|l| *l == "terminal length 0").count(),
+        1,
+        "one session: {sent:?}"
+    );
+    let (p1, p2) = (port_of(&doc, "p1"), port_of(&doc, "p2"));
+    assert_eq!(
+        (
+            p1["device"]["state"].as_str(),
+            p1["device"]["differs"].as_bool()
+        ),
+        (Some("access 10"), Some(false)),
+        "{p1}"
+    );
+    assert_eq!(
+        (
+            p2["device"]["state"].as_str(),
+            p2["device"]["differs"].as_bool()
+        ),
+        (Some("access 11"), Some(true)),
+        "{p2}"
+    );
+    // Planned from the reading: p2 already carries VLAN 11, so only p1 is sent.
+    let lines: Vec<&str> = doc["switches"][0]["operations"]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(lines.contains(&"interface FastEthernet0/1"), "{lines:?}");
+    assert!(!lines.contains(&"interface FastEthernet0/2"), "{lines:?}");
+    assert!(
+        !sent
+            .iter()
+            .any(|l| l.starts_with("configure") || l.starts_with("interface")),
+        "the read sends no configuration: {sent:?}"
+    );
+    // The table says it too.
+    let (code, table, err) = plan(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "-n",
+        &ns,
+        "--read-devices",
+        &edit,
+    ]);
+    assert_eq!(code, 2, "{table}{err}");
+    println!("$ patchbay plan --kubeconfig kubeconfig -n {ns} --read-devices edit.yaml\n{table}");
+    assert!(table.contains("access 11 (DIFFERS)"), "{table}");
+    assert!(table.contains("1 port(s) differ on the device"), "{table}");
+    env.cluster.finish().await;
+}
+
 /// Configuration `pxe` (access VLAN 10) on ports p1 and p2, both Active, and the
 /// batch's read-back over (what follows in the device's log is the edit's).
 async fn on_pxe(env: &Env) {

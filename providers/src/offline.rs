@@ -15,6 +15,9 @@
 //!   link-aggregation group's aggregate entry is not worked out offline.
 //! - Open vSwitch: not rendered without the bridge's rows
 //!   ([`Operations::NotRendered`]).
+//!
+//! What a batch starts from is the assumed state or, where a plan read the device
+//! (`patchbay plan --read-devices`), the reading: the same planning either way.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,9 +27,21 @@ use crate::model::{DesiredPort, ObservedPort, diff};
 use crate::netconf::model::Model;
 use crate::values::{VlanId, VlanName};
 
-/// One port of a batch: the state assumed on the device now (`None`: clean) and
-/// the operation.
-pub type Assumed = (Option<DesiredPort>, PortOperation);
+/// One port of a batch: what the device holds now (`None`: clean) — assumed (the
+/// state patchbay last established, as a device that applied it reports it:
+/// [`assumed`]) or read from the device — and the operation.
+pub type Assumed = (Option<ObservedPort>, PortOperation);
+
+/// What a device that carries `state` reports (`None`: clean).
+pub fn assumed(state: Option<&DesiredPort>) -> Option<ObservedPort> {
+    state.map(ObservedPort::from_desired)
+}
+
+/// What the device holds for `op`'s port: `now`, else a clean port.
+fn now_of(now: &Option<ObservedPort>, op: &PortOperation) -> ObservedPort {
+    now.clone()
+        .unwrap_or_else(|| ObservedPort::from_desired(&DesiredPort::clean(op.port().clone())))
+}
 
 /// What a batch sends, as far as it is known without the device.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,10 +63,7 @@ pub fn cli_script(dialect: &Dialect, save: bool, batch: &[Assumed]) -> Vec<Strin
     let plans: Vec<_> = batch
         .iter()
         .map(|(now, op)| {
-            let now = now
-                .clone()
-                .unwrap_or_else(|| DesiredPort::clean(op.port().clone()));
-            let reading = Reading::of(ObservedPort::from_desired(&now));
+            let reading = Reading::of(now_of(now, op));
             dialect.plan(&reading, &Aggregates::default(), &op.target())
         })
         .collect();
@@ -63,17 +75,14 @@ pub fn cli_script(dialect: &Dialect, save: bool, batch: &[Assumed]) -> Vec<Strin
 pub fn netconf_edit(model: &Model, batch: &[Assumed]) -> Vec<String> {
     let existing: BTreeSet<VlanId> = batch
         .iter()
-        .filter_map(|(now, _)| now.as_ref())
-        .flat_map(|d| d.vlans.vlans())
+        .filter_map(|(now, _)| now.as_ref()?.vlans.as_ref())
+        .flat_map(|v| v.vlans())
         .collect();
     let mut vlans: BTreeMap<VlanId, Option<VlanName>> = BTreeMap::new();
     let mut elements = Vec::new();
     for (now, op) in batch {
         let target = op.target();
-        let now = now
-            .clone()
-            .unwrap_or_else(|| DesiredPort::clean(op.port().clone()));
-        if diff(&target, &ObservedPort::from_desired(&now)).is_empty() {
+        if diff(&target, &now_of(now, op)).is_empty() {
             continue;
         }
         elements.push(
@@ -128,7 +137,7 @@ mod tests {
         let port = "GigabitEthernet1/0/1";
         // Already carrying it: nothing to type.
         let same = [(
-            Some(access(port, 100)),
+            assumed(Some(&access(port, 100))),
             PortOperation::Set(access(port, 100)),
         )];
         assert!(cli_script(&ios, true, &same).is_empty());
@@ -137,7 +146,7 @@ mod tests {
             &ios,
             true,
             &[(
-                Some(access(port, 100)),
+                assumed(Some(&access(port, 100))),
                 PortOperation::Set(access(port, 101)),
             )],
         );
@@ -155,7 +164,7 @@ mod tests {
             &ios,
             false,
             &[(
-                Some(access(port, 100)),
+                assumed(Some(&access(port, 100))),
                 PortOperation::Set(access(port, 101)),
             )],
         );
@@ -170,7 +179,7 @@ mod tests {
             netconf_edit(
                 &els,
                 &[(
-                    Some(access(port, 100)),
+                    assumed(Some(&access(port, 100))),
                     PortOperation::Set(access(port, 100))
                 )]
             )
@@ -179,7 +188,7 @@ mod tests {
         let edit = netconf_edit(
             &els,
             &[(
-                Some(access(port, 100)),
+                assumed(Some(&access(port, 100))),
                 PortOperation::Set(access(port, 101)),
             )],
         )

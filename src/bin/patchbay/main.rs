@@ -50,10 +50,11 @@ enum Command {
     /// Show what applying manifests would change on the fleet's ports, before it is
     /// done: each port that changes (its Switch, device port, host; what it carries
     /// before and after, or why the operator would refuse it) and what each switch's
-    /// batch would send (SSH CLI lines, Ansible variables). Without --kubeconfig every
-    /// port starts clean; with it, from what the cluster's objects last set. Nothing
-    /// is written and no device is dialled. Exits 0 when nothing changes, 2 when ports
-    /// change (or would be refused), 1 on error.
+    /// batch would send (SSH CLI lines, a NETCONF edit, Ansible variables). Without
+    /// --kubeconfig every port starts clean; with it, from what the cluster's objects
+    /// last set, or with --read-devices from what the devices hold. Nothing is written.
+    /// Exits 0 when nothing changes, 2 when ports change (or would be refused), 1 on
+    /// error.
     Plan {
         /// YAML files (multi-document allowed); `-` reads standard input.
         #[arg(required = true, value_name = "FILE")]
@@ -67,6 +68,12 @@ enum Command {
         /// `table` or `json`.
         #[arg(long, short = 'o', value_enum, default_value = "table")]
         output: plan::Output,
+        /// Read each changing port from its switch (one read-only session per
+        /// switch, only where its ProviderSwitch keeps `options.readSessions` for
+        /// tools) and plan from what it holds. Needs --kubeconfig (the Secrets are
+        /// read from the cluster).
+        #[arg(long, requires = "kubeconfig")]
+        read_devices: bool,
     },
     /// The demo: devplane, the CRDs, examples/, the operator on fixture switches, and
     /// a live table of the ports until Ctrl-C.
@@ -544,6 +551,7 @@ fn run() -> Result<ExitCode> {
             kubeconfig,
             namespace,
             output,
+            read_devices,
         } => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -553,6 +561,7 @@ fn run() -> Result<ExitCode> {
                 kubeconfig,
                 namespace,
                 output,
+                read_devices,
             })))
         }
         Command::Device(args) => {

@@ -3,22 +3,27 @@
 //! pure core which ports change ([`patchbay::decide::plan`], the operator's own
 //! decision for each port) and each switch's backend what its batch would send
 //! ([`patchbay_providers::offline`]: SSH CLI lines, a NETCONF edit's content,
-//! Ansible's variables), and prints a table or JSON. Nothing is written
-//! and no device is dialled. Exit code: 0 nothing changes, 2 ports change (or would
-//! be refused), 1 the plan could not be made.
+//! Ansible's variables), and prints a table or JSON. Nothing is written. No device
+//! is dialled, except with `--read-devices`: then each switch with changing ports
+//! is read once (one session, `get_ports` of those ports) where its ProviderSwitch
+//! keeps `options.readSessions` for tools, and its batch is planned from what it
+//! holds. Exit code: 0 nothing changes, 2 ports change (or would be refused), 1 the
+//! plan could not be made.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use patchbay::api::Backend;
 use patchbay::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration};
 use patchbay::decide::plan::{Carry, Fleet, PortChange, plan};
 use patchbay_providers::device::PortOperation;
-use patchbay_providers::model::{AdminState, DesiredPort, VlanMode};
+use patchbay_providers::model::{AdminState, DesiredPort, ObservedPort, VlanMode, diff};
 use patchbay_providers::offline::{
-    Assumed, Operations, ansible_variables, cli_script, netconf_edit,
+    Assumed, Operations, ansible_variables, assumed, cli_script, netconf_edit,
 };
 use patchbay_providers::values::PortName;
 use serde_json::{Value, json};
@@ -42,6 +47,8 @@ pub struct Request {
     pub namespace: String,
     /// Table or JSON.
     pub output: Output,
+    /// Read the changing ports from their switches.
+    pub read_devices: bool,
 }
 
 /// The patchbay objects of the manifests; other kinds are skipped.
@@ -79,12 +86,16 @@ fn manifests(files: &[PathBuf]) -> Result<(Fleet, Vec<String>)> {
     Ok((fleet, skipped))
 }
 
-/// The fleet as the cluster holds it.
-async fn live(kubeconfig: &PathBuf) -> Result<Fleet> {
+/// A client for the cluster `kubeconfig` reaches.
+async fn client(kubeconfig: &PathBuf) -> Result<kube::Client> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("reading {}", kubeconfig.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    let client = kube::Client::try_from(config)?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The fleet as the cluster holds it.
+async fn live(client: &kube::Client) -> Result<Fleet> {
     async fn all<K>(client: &kube::Client) -> Result<Vec<K>>
     where
         K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -98,38 +109,171 @@ async fn live(kubeconfig: &PathBuf) -> Result<Fleet> {
             .items)
     }
     Ok(Fleet {
-        providers: all::<ProviderSwitch>(&client).await?,
-        switches: all::<Switch>(&client).await?,
-        ports: all::<SwitchPort>(&client).await?,
-        configurations: all::<SwitchPortConfiguration>(&client).await?,
-        servers: all::<Server>(&client).await?,
+        providers: all::<ProviderSwitch>(client).await?,
+        switches: all::<Switch>(client).await?,
+        ports: all::<SwitchPort>(client).await?,
+        configurations: all::<SwitchPortConfiguration>(client).await?,
+        servers: all::<Server>(client).await?,
     })
 }
 
-/// A port state in a few words: `access 100`, `trunk native 10 allowed 20-21`,
-/// `disabled`, `mtu 9000`.
-fn words(d: &DesiredPort) -> String {
-    let mut out = match &d.vlans {
-        VlanMode::Unconfigured => "no VLANs".to_owned(),
-        VlanMode::Access { vlan } => format!("access {vlan}"),
-        VlanMode::Trunk { native, allowed } => {
+/// What a switch's read gave: each port's reading by device port name, or why the
+/// switch was not read.
+enum Read {
+    Ports(BTreeMap<String, std::result::Result<ObservedPort, String>>),
+    Not(String),
+}
+
+/// Switches read at once.
+const READS_IN_FLIGHT: usize = 8;
+
+/// Reads every switch with changing ports, one session each, where its
+/// ProviderSwitch keeps sessions for tools (`options.readSessions`): the readings by
+/// (namespace, Switch).
+async fn read_devices(
+    client: &kube::Client,
+    changes: &[PortChange],
+) -> BTreeMap<(String, String), Read> {
+    let mut groups: BTreeMap<(String, String), Vec<&PortChange>> = BTreeMap::new();
+    for c in changes {
+        groups
+            .entry((c.namespace.clone(), c.switch.clone()))
+            .or_default()
+            .push(c);
+    }
+    futures::stream::iter(groups)
+        .map(|(key, changes)| async move {
+            let read = read_switch(client, &key.0, &changes).await;
+            (key, read)
+        })
+        .buffer_unordered(READS_IN_FLIGHT)
+        .collect()
+        .await
+}
+
+async fn read_switch(client: &kube::Client, ns: &str, changes: &[&PortChange]) -> Read {
+    let Some(provider) = changes.iter().find_map(|c| c.provider.as_ref()) else {
+        return Read::Not("its ProviderSwitch is not known".into());
+    };
+    let options = provider.spec.options.clone().unwrap_or_default();
+    if options.tool_sessions() == 0 {
+        return Read::Not(
+            "its ProviderSwitch keeps no session for tools (options.readSessions is 0): \
+             every one of its maxSessions is the operator's"
+                .into(),
+        );
+    }
+    let secret = match &provider.spec.credentials_secret_ref {
+        None => None,
+        Some(r) => {
+            let ns = r.namespace.clone().unwrap_or_else(|| ns.to_owned());
+            match Api::<Secret>::namespaced(client.clone(), &ns)
+                .get(&r.name)
+                .await
+            {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    return Read::Not(format!(
+                        "its credentials Secret {ns}/{} could not be read: {e}",
+                        r.name
+                    ));
+                }
+            }
+        }
+    };
+    let ports: Vec<PortName> = changes
+        .iter()
+        .filter_map(|c| PortName::parse(c.device_port.as_deref()?).ok())
+        .collect();
+    let backends = patchbay::backends::Backends::default();
+    let device = match backends.build(provider, secret.as_ref(), &ports) {
+        Ok(d) => d,
+        Err(e) => return Read::Not(format!("no backend: {e}")),
+    };
+    let read = device.get_ports(&ports).await;
+    device.close_idle().await;
+    match read {
+        Ok(reads) => Read::Ports(
+            reads
+                .into_iter()
+                .map(|(p, r)| (p.as_str().to_owned(), r.map_err(|e| e.to_string())))
+                .collect(),
+        ),
+        Err(e) => Read::Not(format!("the read failed: {e}")),
+    }
+}
+
+/// What a change's port holds on the device, as a plan shows it.
+enum Held<'a> {
+    /// Not read (no `--read-devices`, or the switch was not read: why).
+    Assumed(Option<&'a str>),
+    /// Read; whether it differs from what patchbay last established.
+    Read(&'a ObservedPort, bool),
+    /// The port's read failed.
+    Failed(&'a str),
+}
+
+fn held<'a>(c: &PortChange, reads: &'a BTreeMap<(String, String), Read>) -> Held<'a> {
+    match reads.get(&(c.namespace.clone(), c.switch.clone())) {
+        None => Held::Assumed(None),
+        Some(Read::Not(why)) => Held::Assumed(Some(why)),
+        Some(Read::Ports(ports)) => match c.device_port.as_ref().and_then(|p| ports.get(p)) {
+            None => Held::Failed("not read"),
+            Some(Err(e)) => Held::Failed(e),
+            Some(Ok(o)) => {
+                let established = match &c.before {
+                    Carry::Set(d) => d.clone(),
+                    _ => DesiredPort::clean(o.port.clone()),
+                };
+                Held::Read(o, !diff(&established, o).is_empty())
+            }
+        },
+    }
+}
+
+/// A reading in a few words (see [`words`]); what the device did not report is left
+/// out.
+fn observed_words(o: &ObservedPort) -> String {
+    let mut out = match &o.vlans {
+        None => "VLANs not read".to_owned(),
+        Some(VlanMode::Unconfigured) => "no VLANs".to_owned(),
+        Some(VlanMode::Access { vlan }) => format!("access {vlan}"),
+        Some(VlanMode::Trunk { native, allowed }) => {
             let native = native.map(|n| format!(" native {n}")).unwrap_or_default();
             format!("trunk{native} allowed {allowed}")
         }
     };
-    if d.admin == AdminState::Down {
+    if o.admin == Some(AdminState::Down) {
         out.push_str(", disabled");
     }
-    if let Some(m) = d.mtu {
+    if let Some(Some(m)) = o.mtu {
         out.push_str(&format!(", mtu {}", m.get()));
     }
-    if !d.acl.is_empty() {
-        out.push_str(&format!(", {} ACL rules", d.acl.len()));
+    if let Some(acl) = &o.acl
+        && !acl.is_empty()
+    {
+        out.push_str(&format!(", {} ACL rules", acl.len()));
     }
-    if let Some(l) = d.lag {
+    if let Some(Some(l)) = o.lag {
         out.push_str(&format!(", group {}", l.group.get()));
     }
     out
+}
+
+fn held_words(h: &Held<'_>) -> String {
+    match h {
+        Held::Assumed(None) => "-".into(),
+        Held::Assumed(Some(_)) => "not read".into(),
+        Held::Read(o, false) => format!("{} (as established)", observed_words(o)),
+        Held::Read(o, true) => format!("{} (DIFFERS)", observed_words(o)),
+        Held::Failed(e) => format!("read failed: {e}"),
+    }
+}
+
+/// A port state in a few words: `access 100`, `trunk native 10 allowed 20-21`,
+/// `disabled`, `mtu 9000` (as a device that carries it reports it).
+fn words(d: &DesiredPort) -> String {
+    observed_words(&ObservedPort::from_desired(d))
 }
 
 fn carry_words(c: &Carry, configuration: Option<&String>) -> String {
@@ -149,7 +293,10 @@ struct Batch<'a> {
     operations: Operations,
 }
 
-fn batches(changes: &[PortChange]) -> Vec<Batch<'_>> {
+fn batches<'a>(
+    changes: &'a [PortChange],
+    reads: &BTreeMap<(String, String), Read>,
+) -> Vec<Batch<'a>> {
     let mut by_switch: BTreeMap<(String, String), Vec<&PortChange>> = BTreeMap::new();
     for c in changes {
         by_switch
@@ -165,8 +312,11 @@ fn batches(changes: &[PortChange]) -> Vec<Batch<'_>> {
                 .iter()
                 .filter_map(|c| {
                     let port = PortName::parse(c.device_port.as_deref()?).ok()?;
-                    let now = match &c.before {
-                        Carry::Set(d) => Some(d.clone()),
+                    // What the device holds, where it was read; else what patchbay
+                    // last established.
+                    let now = match (held(c, reads), &c.before) {
+                        (Held::Read(o, _), _) => Some(o.clone()),
+                        (_, Carry::Set(d)) => assumed(Some(d)),
                         _ => None,
                     };
                     let op = match &c.after {
@@ -235,14 +385,29 @@ fn operations(provider: &ProviderSwitch, batch: &[Assumed]) -> (String, Operatio
     (label, ops)
 }
 
-fn json_of(changes: &[PortChange], batches: &[Batch<'_>], live: bool) -> Value {
+fn json_of(
+    changes: &[PortChange],
+    batches: &[Batch<'_>],
+    live: bool,
+    reads: &BTreeMap<(String, String), Read>,
+) -> Value {
+    let device = |c: &PortChange| match held(c, reads) {
+        Held::Assumed(None) => Value::Null,
+        Held::Assumed(Some(why)) => json!({"read": false, "why": why}),
+        Held::Read(o, differs) => {
+            json!({"read": true, "state": observed_words(o), "differs": differs})
+        }
+        Held::Failed(e) => json!({"read": false, "why": e}),
+    };
     let carry = |c: &Carry| match c {
         Carry::Clean => json!({"carries": "clean"}),
         Carry::Set(d) => json!({"carries": "set", "state": words(d)}),
         Carry::Refused(why) => json!({"carries": "refused", "reason": why}),
     };
     json!({
-        "assumes": if live {
+        "assumes": if !reads.is_empty() {
+            "what each read switch holds; elsewhere the state patchbay last established"
+        } else if live {
             "the state patchbay last established from the cluster's objects"
         } else {
             "no cluster: every port starts clean"
@@ -252,6 +417,7 @@ fn json_of(changes: &[PortChange], batches: &[Batch<'_>], live: bool) -> Value {
             "devicePort": c.device_port, "host": c.host,
             "configuration": {"before": c.configuration.0, "after": c.configuration.1},
             "before": carry(&c.before), "after": carry(&c.after),
+            "device": device(c),
         })).collect::<Vec<_>>(),
         "switches": batches.iter().map(|b| {
             let ops = match &b.operations {
@@ -266,22 +432,36 @@ fn json_of(changes: &[PortChange], batches: &[Batch<'_>], live: bool) -> Value {
     })
 }
 
-fn print_table(changes: &[PortChange], batches: &[Batch<'_>], live: bool) {
-    let rows: Vec<[String; 6]> = changes
+fn print_table(
+    changes: &[PortChange],
+    batches: &[Batch<'_>],
+    live: bool,
+    reads: &BTreeMap<(String, String), Read>,
+) {
+    let read = !reads.is_empty();
+    let rows: Vec<Vec<String>> = changes
         .iter()
         .map(|c| {
-            [
+            let mut row = vec![
                 format!("{}/{}", c.namespace, c.switch),
                 c.port.clone(),
                 c.device_port.clone().unwrap_or_else(|| "-".into()),
                 c.host.clone().unwrap_or_else(|| "-".into()),
                 carry_words(&c.before, c.configuration.0.as_ref()),
-                carry_words(&c.after, c.configuration.1.as_ref()),
-            ]
+            ];
+            if read {
+                row.push(held_words(&held(c, reads)));
+            }
+            row.push(carry_words(&c.after, c.configuration.1.as_ref()));
+            row
         })
         .collect();
-    let head = ["SWITCH", "PORT", "DEVICE PORT", "HOST", "BEFORE", "AFTER"];
-    let mut width = head.map(str::len);
+    let mut head = vec!["SWITCH", "PORT", "DEVICE PORT", "HOST", "BEFORE"];
+    if read {
+        head.push("ON THE DEVICE");
+    }
+    head.push("AFTER");
+    let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (w, cell) in width.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -298,7 +478,12 @@ fn print_table(changes: &[PortChange], batches: &[Batch<'_>], live: bool) {
         }
         println!("{}", out.trim_end());
     };
-    if live {
+    if read {
+        println!(
+            "Read from each switch where its ProviderSwitch allows (options.readSessions); \
+             elsewhere assumes what patchbay last established."
+        );
+    } else if live {
         println!(
             "Assumes each port carries what patchbay last established from the cluster's objects."
         );
@@ -306,7 +491,7 @@ fn print_table(changes: &[PortChange], batches: &[Batch<'_>], live: bool) {
         println!("No cluster given: every port starts clean.");
     }
     println!();
-    line(&head.map(str::to_owned));
+    line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>());
     for r in &rows {
         line(r);
     }
@@ -317,8 +502,14 @@ fn print_table(changes: &[PortChange], batches: &[Batch<'_>], live: bool) {
             .iter()
             .filter(|c| !matches!(c.after, Carry::Refused(_)))
             .count();
+        let source = match reads.get(&(b.changes[0].namespace.clone(), b.changes[0].switch.clone()))
+        {
+            None => String::new(),
+            Some(Read::Ports(_)) => ", planned from what it holds (read)".into(),
+            Some(Read::Not(why)) => format!(", not read ({why})"),
+        };
         println!(
-            "Switch {} ({}): {sent} port(s) in one batch (a lone first change may go \
+            "Switch {} ({}){source}: {sent} port(s) in one batch (a lone first change may go \
              ahead in a batch of its own){}",
             b.switch,
             b.backend,
@@ -357,6 +548,19 @@ fn print_table(changes: &[PortChange], batches: &[Batch<'_>], live: bool) {
         changes.len(),
         batches.len()
     );
+    if read {
+        let differ = changes
+            .iter()
+            .filter(|c| matches!(held(c, reads), Held::Read(_, true)))
+            .count();
+        let not_read = reads.values().filter(|r| matches!(r, Read::Not(_))).count();
+        println!(
+            "Read {} of {} switch(es); {differ} port(s) differ on the device from what \
+             patchbay last established.",
+            reads.len() - not_read,
+            reads.len()
+        );
+    }
 }
 
 /// Makes and prints the plan; the exit code.
@@ -375,17 +579,25 @@ async fn make(req: &Request) -> Result<bool> {
         bail!("no manifests given");
     }
     let (manifests, skipped) = manifests(&req.files)?;
-    let before = match &req.kubeconfig {
-        Some(path) => live(path).await?,
+    let client = match &req.kubeconfig {
+        Some(path) => Some(client(path).await?),
+        None => None,
+    };
+    let before = match &client {
+        Some(c) => live(c).await?,
         None => Fleet::default(),
     };
     let after = before.with(&manifests, &req.namespace);
     let changes = plan(&before, &after, &patchbay::backends::capabilities_of);
-    let batches = batches(&changes);
+    let reads = match (&client, req.read_devices) {
+        (Some(c), true) => read_devices(c, &changes).await,
+        _ => BTreeMap::new(),
+    };
+    let batches = batches(&changes, &reads);
     let live = req.kubeconfig.is_some();
     match req.output {
         Output::Json => {
-            let mut doc = json_of(&changes, &batches, live);
+            let mut doc = json_of(&changes, &batches, live, &reads);
             doc["skipped"] = json!(skipped);
             println!("{}", serde_json::to_string_pretty(&doc)?);
         }
@@ -401,7 +613,7 @@ async fn make(req: &Request) -> Result<bool> {
                 let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
                 eprintln!("not planned: {} (`-o json` lists them)", kinds.join(", "));
             }
-            print_table(&changes, &batches, live);
+            print_table(&changes, &batches, live, &reads);
         }
     }
     Ok(!changes.is_empty())
