@@ -15,9 +15,15 @@
 //! ProviderSwitch (NETCONF for an IOS switch: its ports refused).
 //! Its bound is the webhook's 6 s deadline.
 //!
+//! And `--read-devices` on the fleet benchmark's simulators: 50 simulated Cisco
+//! 2960s x 20 ports (one fake-switches process), every port on one configuration,
+//! its edit planned against devplane and every changing port read from its switch
+//! (`patchbay::device_reads`: one session per switch, 8 switches at once).
+//!
 //! Prints figures, asserts nothing. Run: `make bench` (or `cargo bench --bench
 //! plan`); `BENCH_SWITCHES` and `BENCH_PORTS` change the size, `BENCH_WEBHOOK=0`
-//! skips the devplane part.
+//! skips the devplane part, `BENCH_READ_SWITCHES` (50; 0 skips it) and
+//! `BENCH_READ_PORTS` (20) size the reads.
 
 #[path = "support/cluster.rs"]
 #[allow(dead_code)]
@@ -262,6 +268,159 @@ async fn webhook(switches: usize, ports: usize) {
     }
 }
 
+/// Every object of kind `K` in the cluster.
+async fn all<K>(client: &kube::Client) -> Vec<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Api::<K>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .expect("a list")
+        .items
+}
+
+/// `--read-devices` on `switches` simulated Cisco switches x `ports` ports.
+async fn reads(switches: usize, ports: usize) {
+    use patchbay::api::{ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
+    use patchbay_testbed::{FakeSwitches, SimSpec};
+    let specs: Vec<SimSpec> = (0..switches)
+        .map(|i| SimSpec::new(&format!("rd{i:02}"), "cisco_2960_24TT_L").with_ios_shims())
+        .collect();
+    let t = Instant::now();
+    let fleet = FakeSwitches::start(&specs).expect("simulators (make fake-switch)");
+    println!(
+        "simulators: {switches} Cisco 2960s up in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let cluster = cluster::BenchCluster::start("planreads").await;
+    let client = cluster.client.clone();
+    let ns: k8s_openapi::api::core::v1::Namespace = obj(json!({"metadata": {"name": "reads"}}));
+    Api::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let api = |kind: &str| -> Api<DynamicObject> {
+        let plural = match kind {
+            "ProviderSwitch" | "Switch" => format!("{}es", kind.to_lowercase()),
+            _ => format!("{}s", kind.to_lowercase()),
+        };
+        let (group, version) = if kind == "Secret" {
+            ("", "v1")
+        } else {
+            ("patchbay.dev", "v1alpha1")
+        };
+        Api::namespaced_with(
+            client.clone(),
+            "reads",
+            &kube::discovery::ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version: if group.is_empty() {
+                    version.into()
+                } else {
+                    format!("{group}/{version}")
+                },
+                kind: kind.into(),
+                plural,
+            },
+        )
+    };
+    let create = |kind: &str, o: serde_json::Value| {
+        let api = api(kind);
+        async move {
+            api.create(&PostParams::default(), &obj(o)).await.unwrap();
+        }
+    };
+    create(
+        "SwitchPortConfiguration",
+        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+               "metadata": {"name": "wide"}, "spec": {"untaggedVLAN": 100}}),
+    )
+    .await;
+    for i in 0..switches {
+        let sim = fleet.get(&format!("rd{i:02}"));
+        create(
+            "Secret",
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("login-{}", sim.name)},
+            "stringData": {"username": sim.username, "password": sim.password,
+                           "enablePassword": sim.enable_password}}),
+        )
+        .await;
+        create(
+            "ProviderSwitch",
+            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": sim.name},
+            "spec": {"backend": "ssh", "os": "ios", "address": sim.address, "port": sim.port,
+                     "credentialsSecretRef": {"name": format!("login-{}", sim.name)},
+                     "hostKey": {"fingerprint": sim.host_key_fingerprint},
+                     "options": {"maxSessions": 2, "readSessions": 1}}}),
+        )
+        .await;
+        let entries: serde_json::Map<String, serde_json::Value> = (1..=ports)
+            .map(|k| {
+                (
+                    format!("{}-p{k}", sim.name),
+                    json!({"name": format!("FastEthernet0/{k}")}),
+                )
+            })
+            .collect();
+        create(
+            "Switch",
+            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": sim.name},
+            "spec": {"provider": {"name": sim.name}, "ports": entries}}),
+        )
+        .await;
+        for k in 1..=ports {
+            create(
+                "SwitchPort",
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPort",
+                "metadata": {"name": format!("{}-p{k}", sim.name),
+                             "labels": {"patchbay.dev/switch": sim.name}},
+                "spec": {"configuration": {"name": "wide"}}}),
+            )
+            .await;
+        }
+    }
+    let before = Fleet {
+        providers: all::<ProviderSwitch>(&client).await,
+        switches: all::<Switch>(&client).await,
+        ports: all::<SwitchPort>(&client).await,
+        configurations: all::<SwitchPortConfiguration>(&client).await,
+        servers: Vec::new(),
+    };
+    let edit = Fleet {
+        configurations: vec![obj(json!({
+            "metadata": {"name": "wide"}, "spec": {"untaggedVLAN": 101}}))],
+        ..Fleet::default()
+    };
+    let after = before.with(&edit, "reads");
+    let changes = plan(&before, &after, &patchbay::backends::capabilities_of);
+    let t = Instant::now();
+    let read = patchbay::device_reads::read_devices(&client, &changes).await;
+    let took = t.elapsed().as_secs_f64();
+    let (mut ok, mut failed, mut not_read) = (0, 0, 0);
+    for r in read.values() {
+        match r {
+            patchbay::device_reads::Read::Ports(p) => {
+                ok += p.values().filter(|r| r.is_ok()).count();
+                failed += p.values().filter(|r| r.is_err()).count();
+            }
+            patchbay::device_reads::Read::Not(_) => not_read += 1,
+        }
+    }
+    println!(
+        "--read-devices: {} changing ports on {} simulated Cisco switches read in {took:.2} s \
+         ({} switches at once, one session each): {ok} read, {failed} failed, {not_read} \
+         switches not read",
+        changes.len(),
+        read.len(),
+        patchbay::device_reads::READS_IN_FLIGHT
+    );
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let (switches, ports) = (env("BENCH_SWITCHES", 200), env("BENCH_PORTS", 50));
@@ -292,5 +451,9 @@ async fn main() {
     measure("nothing edited", &before, &Fleet::default());
     if env("BENCH_WEBHOOK", 1) != 0 {
         webhook(switches, ports).await;
+    }
+    let read_switches = env("BENCH_READ_SWITCHES", 50);
+    if read_switches != 0 {
+        reads(read_switches, env("BENCH_READ_PORTS", 20)).await;
     }
 }

@@ -30,7 +30,8 @@
 //!   [`process_metrics`]: the standard `process_*` families, read from `/proc` at
 //!   each scrape; [`serve`]: the one HTTP server (metrics, health probes, the admission webhooks
 //!   over TLS); [`webhook`]: the tenancy webhook's own caches and its answers;
-//!   [`blast_radius`]: the warnings that say how far an edit reaches.
+//!   [`blast_radius`]: the warnings that say how far an edit reaches;
+//!   [`device_reads`]: the switches' own state for `patchbay plan --read-devices`.
 
 pub use patchbay_core::{api, decide};
 
@@ -38,6 +39,7 @@ pub mod backends;
 pub mod blast_radius;
 pub mod compact_port;
 pub mod controllers;
+pub mod device_reads;
 pub mod grants;
 pub mod lease;
 pub mod metrics;

@@ -4,9 +4,9 @@
 //! decision for each port) and each switch's backend what its batch would send
 //! ([`patchbay_providers::offline`]: SSH CLI lines, a NETCONF edit's content,
 //! Ansible's variables), and prints a table or JSON. Nothing is written. No device
-//! is dialled, except with `--read-devices`: then each switch with changing ports
-//! is read once (one session, `get_ports` of those ports) where its ProviderSwitch
-//! keeps `options.readSessions` for tools, and its batch is planned from what it
+//! is dialled, except with `--read-devices` ([`patchbay::device_reads`]: one
+//! read-only session per switch where its ProviderSwitch keeps
+//! `options.readSessions`), and then each batch is planned from what the switch
 //! holds. Exit code: 0 nothing changes, 2 ports change (or would be refused), 1 the
 //! plan could not be made.
 
@@ -14,12 +14,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use patchbay::api::Backend;
 use patchbay::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration};
 use patchbay::decide::plan::{Carry, Fleet, PortChange, plan};
+use patchbay::device_reads::{Read, read_devices};
 use patchbay_providers::device::PortOperation;
 use patchbay_providers::model::{AdminState, DesiredPort, ObservedPort, VlanMode, diff};
 use patchbay_providers::offline::{
@@ -115,92 +114,6 @@ async fn live(client: &kube::Client) -> Result<Fleet> {
         configurations: all::<SwitchPortConfiguration>(client).await?,
         servers: all::<Server>(client).await?,
     })
-}
-
-/// What a switch's read gave: each port's reading by device port name, or why the
-/// switch was not read.
-enum Read {
-    Ports(BTreeMap<String, std::result::Result<ObservedPort, String>>),
-    Not(String),
-}
-
-/// Switches read at once.
-const READS_IN_FLIGHT: usize = 8;
-
-/// Reads every switch with changing ports, one session each, where its
-/// ProviderSwitch keeps sessions for tools (`options.readSessions`): the readings by
-/// (namespace, Switch).
-async fn read_devices(
-    client: &kube::Client,
-    changes: &[PortChange],
-) -> BTreeMap<(String, String), Read> {
-    let mut groups: BTreeMap<(String, String), Vec<&PortChange>> = BTreeMap::new();
-    for c in changes {
-        groups
-            .entry((c.namespace.clone(), c.switch.clone()))
-            .or_default()
-            .push(c);
-    }
-    futures::stream::iter(groups)
-        .map(|(key, changes)| async move {
-            let read = read_switch(client, &key.0, &changes).await;
-            (key, read)
-        })
-        .buffer_unordered(READS_IN_FLIGHT)
-        .collect()
-        .await
-}
-
-async fn read_switch(client: &kube::Client, ns: &str, changes: &[&PortChange]) -> Read {
-    let Some(provider) = changes.iter().find_map(|c| c.provider.as_ref()) else {
-        return Read::Not("its ProviderSwitch is not known".into());
-    };
-    let options = provider.spec.options.clone().unwrap_or_default();
-    if options.tool_sessions() == 0 {
-        return Read::Not(
-            "its ProviderSwitch keeps no session for tools (options.readSessions is 0): \
-             every one of its maxSessions is the operator's"
-                .into(),
-        );
-    }
-    let secret = match &provider.spec.credentials_secret_ref {
-        None => None,
-        Some(r) => {
-            let ns = r.namespace.clone().unwrap_or_else(|| ns.to_owned());
-            match Api::<Secret>::namespaced(client.clone(), &ns)
-                .get(&r.name)
-                .await
-            {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    return Read::Not(format!(
-                        "its credentials Secret {ns}/{} could not be read: {e}",
-                        r.name
-                    ));
-                }
-            }
-        }
-    };
-    let ports: Vec<PortName> = changes
-        .iter()
-        .filter_map(|c| PortName::parse(c.device_port.as_deref()?).ok())
-        .collect();
-    let backends = patchbay::backends::Backends::default();
-    let device = match backends.build(provider, secret.as_ref(), &ports) {
-        Ok(d) => d,
-        Err(e) => return Read::Not(format!("no backend: {e}")),
-    };
-    let read = device.get_ports(&ports).await;
-    device.close_idle().await;
-    match read {
-        Ok(reads) => Read::Ports(
-            reads
-                .into_iter()
-                .map(|(p, r)| (p.as_str().to_owned(), r.map_err(|e| e.to_string())))
-                .collect(),
-        ),
-        Err(e) => Read::Not(format!("the read failed: {e}")),
-    }
 }
 
 /// What a change's port holds on the device, as a plan shows it.
