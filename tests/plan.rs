@@ -7,7 +7,8 @@
 //! nothing to change exits 0, changes exit 2, an unreadable file exits 1. Nothing
 //! is written to the cluster. And the plan is what happens: an edit planned, then
 //! applied by the operator, compared with what a simulated Cisco (SSH) and a
-//! simulated Juniper QFX (NETCONF) were sent, from the simulators' own logs. And the
+//! simulated Juniper QFX (NETCONF) were sent, from the simulators' own logs, and
+//! with what an Ansible-driven Cisco's apply playbook was given. And the
 //! blast radius at `kubectl apply`: the webhook's warning, printed by the real
 //! kubectl, for an edit (dry run and real), a no-op, a port's deletion and a
 //! Switch's entry removed, with the device read back unchanged by the dry runs.
@@ -479,6 +480,130 @@ async fn kubectl_apply_warns_how_many_ports_an_edit_moves() {
         })
         .await;
     }
+    env.cluster.finish().await;
+}
+
+/// The same for Ansible, on the Cisco simulator driven through the built-in IOS
+/// playbooks: the variables every apply run received (`ansible-playbook` behind a
+/// wrapper that keeps each run's `-e @vars.json`, which holds ports and VLANs only)
+/// are the plan's: every port's entry as planned and sent once, each run's VLANs as
+/// planned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_is_what_an_ansible_run_is_given() {
+    use patchbay::api::PortState;
+    use patchbay_testbed::{FakeSwitches, SimSpec};
+    use std::os::unix::fs::PermissionsExt;
+    if !support::on_devplane() {
+        return; // runs the operator in this process, with its wrapper
+    }
+    let real = patchbay_testbed::ansible_playbook().expect("make ansible");
+    let sims =
+        FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic").with_ios_shims()]).unwrap();
+    let sim = sims.get("tor1");
+    let dir = std::env::temp_dir().join(format!("patchbay-plan-ansible-{}", std::process::id()));
+    let runs = dir.join("runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    let wrapper = dir.join("ansible-playbook");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n\
+             for a in \"$@\"; do case \"$a\" in @*) cp \"${{a#@}}\" \"{}/$(date +%s%N).json\";; esac; done\n\
+             exec {} \"$@\"\n",
+            runs.display(),
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let w = wrapper.clone();
+    let env = Env::start_with("plan-ansible", move |s| {
+        s.ansible_playbook = w;
+        s.drift_interval = std::time::Duration::from_secs(3600);
+    })
+    .await;
+    env.device(
+        "tor1",
+        &[
+            ("username", &sim.username),
+            ("password", &sim.password),
+            ("enablePassword", &sim.enable_password),
+        ],
+        json!({"backend": "ansible", "os": "ios", "address": sim.address, "port": sim.port,
+               "hostKey": {"fingerprint": sim.host_key_fingerprint}}),
+        &[("p1", "FastEthernet0/1"), ("p2", "FastEthernet0/2")],
+    )
+    .await;
+    on_pxe(&env).await;
+    // The apply runs' variables from `since` on (read runs are given none).
+    let applies = |since: usize| -> (usize, Vec<serde_json::Value>) {
+        let mut files: Vec<_> = std::fs::read_dir(&runs)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let vars = files[since.min(files.len())..]
+            .iter()
+            .map(|f| {
+                serde_json::from_slice::<serde_json::Value>(&std::fs::read(f).unwrap()).unwrap()
+            })
+            .filter(|v| v.get("patchbay_ports").is_some())
+            .collect();
+        (files.len(), vars)
+    };
+    let (mark, _) = applies(0);
+    let doc = plan_the_edit(&env);
+    let planned = doc["switches"][0]["operations"]["variables"].clone();
+    assert!(planned["patchbay_ports"].is_array(), "{doc}");
+
+    apply_the_edit(&env).await;
+    let received = support::eventually(120, "both ports' apply runs", || async {
+        let (_, vars) = applies(mark);
+        let sent: usize = vars
+            .iter()
+            .map(|v| v["patchbay_ports"].as_array().map_or(0, Vec::len))
+            .sum();
+        (sent >= 2).then_some(vars)
+    })
+    .await;
+    for p in ["p1", "p2"] {
+        env.wait_state(p, PortState::Active).await;
+    }
+    // Every port's entry is the plan's, sent once; every run's VLANs are the plan's.
+    let by_name = |v: &serde_json::Value| -> Vec<(String, serde_json::Value)> {
+        v["patchbay_ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap().to_owned(), p.clone()))
+            .collect()
+    };
+    let plan_ports: std::collections::BTreeMap<String, serde_json::Value> =
+        by_name(&planned).into_iter().collect();
+    let mut sent = Vec::new();
+    for run in &received {
+        assert_eq!(run["patchbay_vlans"], planned["patchbay_vlans"], "{run}");
+        for (name, entry) in by_name(run) {
+            assert_eq!(
+                plan_ports.get(&name),
+                Some(&entry),
+                "{name}'s variables as planned"
+            );
+            sent.push(name);
+        }
+    }
+    sent.sort();
+    assert_eq!(
+        sent,
+        plan_ports.keys().cloned().collect::<Vec<_>>(),
+        "each planned port sent once"
+    );
+    println!(
+        "planned one run for {} ports; the switch's apply playbook ran {} time(s)",
+        plan_ports.len(),
+        received.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     env.cluster.finish().await;
 }
 
