@@ -389,7 +389,7 @@ async fn reads(switches: usize, ports: usize) {
         switches: all::<Switch>(&client).await,
         ports: all::<SwitchPort>(&client).await,
         configurations: all::<SwitchPortConfiguration>(&client).await,
-        servers: Vec::new(),
+        ..Fleet::default()
     };
     let edit = Fleet {
         configurations: vec![obj(json!({

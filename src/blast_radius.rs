@@ -225,6 +225,7 @@ async fn around(
         ports,
         configurations,
         servers,
+        ..Fleet::default()
     })
 }
 

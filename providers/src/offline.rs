@@ -13,8 +13,9 @@
 //!   do not carry already); the transaction around it (lock, validate, confirmed
 //!   commit) depends on what the device announces and is not shown. A
 //!   link-aggregation group's aggregate entry is not worked out offline.
-//! - Open vSwitch: not rendered without the bridge's rows
-//!   ([`Operations::NotRendered`]).
+//! - Open vSwitch: the operations of the batch's one OVSDB transaction
+//!   ([`crate::ovsdb::offline_transaction`]), rows selected by name where the device
+//!   selects them by `_uuid`; OpenFlow (admin state, ACL flows) is not shown.
 //!
 //! What a batch starts from is the assumed state or, where a plan read the device
 //! (`patchbay plan --read-devices`), the reading: the same planning either way.
@@ -53,6 +54,8 @@ pub enum Operations {
     Variables(serde_json::Value),
     /// The `<config>` elements of one NETCONF edit-config, rendered.
     Edit(Vec<String>),
+    /// The operations of one OVSDB `transact` on `Open_vSwitch`.
+    Transact(Vec<serde_json::Value>),
     /// Not worked out without the device, and why.
     NotRendered(&'static str),
 }
@@ -108,6 +111,14 @@ pub fn netconf_edit(model: &Model, batch: &[Assumed]) -> Vec<String> {
         .iter()
         .map(|e| e.render())
         .collect()
+}
+
+/// The OVSDB transaction of a batch on a SmartNIC's Open vSwitch.
+pub fn ovsdb_transaction(batch: &[Assumed]) -> Operations {
+    match crate::ovsdb::offline_transaction(batch) {
+        Ok(ops) => Operations::Transact(ops),
+        Err(_) => Operations::NotRendered("a port's VLANs cannot be written as OVSDB columns"),
+    }
 }
 
 /// The Ansible apply playbook's variables for a batch.
@@ -197,6 +208,31 @@ mod tests {
         assert!(edit.contains("101"), "{edit}");
         // VLAN 101 is new to what the batch assumed: it is created in the same edit.
         assert!(edit.matches("101").count() >= 2, "{edit}");
+    }
+
+    #[test]
+    fn an_ovsdb_batch_is_one_transaction_by_port_name() {
+        let same = [(
+            assumed(Some(&access("h1", 20))),
+            PortOperation::Set(access("h1", 20)),
+        )];
+        assert_eq!(ovsdb_transaction(&same), Operations::Transact(Vec::new()));
+        let Operations::Transact(ops) = ovsdb_transaction(&[(
+            assumed(Some(&access("h1", 20))),
+            PortOperation::Set(access("h1", 21)),
+        )]) else {
+            panic!("a transaction")
+        };
+        assert_eq!(
+            ops[0],
+            serde_json::json!({"op": "update", "table": "Port",
+                "where": [["name", "==", "h1"]],
+                "row": {"tag": ["set", [21]], "trunks": ["set", []],
+                        "vlan_mode": ["set", ["access"]]}})
+        );
+        // Closed by next_cfg += 1 and its read, as the device's batch is.
+        assert_eq!(ops.len(), 3, "{ops:?}");
+        assert_eq!(ops[1]["table"], "Open_vSwitch");
     }
 
     #[test]

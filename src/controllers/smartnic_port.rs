@@ -39,7 +39,6 @@ use std::sync::Arc;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use patchbay_providers::Capability;
 use patchbay_providers::values::PortName;
 use serde_json::json;
 use tracing::Instrument;
@@ -54,13 +53,11 @@ use crate::api::{
     SmartNicConfiguration, SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
 };
 use crate::decide::failure::Failure;
+use crate::decide::plan::{SmartNicInputs, smartnic_desired};
 use crate::decide::state_machine::{Outcome, PortTarget};
 use crate::decide::tenancy::{Carrying, Reference, is_shared, judge};
-use crate::decide::tenancy::{TenancyVerdict, report_forbidden, with_pool_names};
-use crate::decide::validate::{
-    ValidationErrors, capability_errors, has_egress_rules, smartnic_configuration_to_desired,
-    validate_provider, validate_smartnic_port, with_host_mac,
-};
+use crate::decide::tenancy::{TenancyVerdict, report_forbidden};
+use crate::decide::validate::{has_egress_rules, validate_provider, validate_smartnic_port};
 use crate::worker::PortKey;
 
 /// The next port of a chain and what it must carry.
@@ -292,35 +289,14 @@ fn prepare(ctx: &Context, port: &SmartNicPort, world: &World) -> PreparedPort {
         acquire_device(ctx, provider, &name)
     });
     PreparedPort::new(device_port.clone(), device, |capabilities| {
-        let Some(cfg) = &world.config else {
-            return Err(Failure::configuration_not_found(
-                "SmartNicConfiguration",
-                world.desired.as_ref(),
-            ));
-        };
-        if let Some(refused) = &world.tenancy.refused {
-            return Err(Failure::Forbidden(refused.clone()));
-        }
-        let mut desired = smartnic_configuration_to_desired(&cfg.spec, device_port.clone()?)
-            .and_then(|d| {
-                with_host_mac(
-                    d,
-                    world.host_mac.as_deref(),
-                    capabilities,
-                    "set the SmartNicPort's spec.hostMac, or the `mac` of the Server NIC \
-                     cabled to it",
-                )
-            })
-            .map_err(Failure::InvalidConfiguration)?;
-        let missing = capability_errors(&desired, capabilities, "this SmartNIC", |c| {
-            matches!(c, Capability::Disable | Capability::Acl)
-                .then_some("the ProviderSwitch has no options.openflow")
-        });
-        if !missing.is_empty() {
-            return Err(Failure::InvalidConfiguration(ValidationErrors(missing)));
-        }
-        with_pool_names(&mut desired, &world.tenancy);
-        Ok(desired)
+        smartnic_desired(&SmartNicInputs {
+            device_port: device_port.clone()?,
+            wanted: world.desired.as_ref(),
+            configuration: world.config.as_ref().map(|c| &c.spec),
+            capabilities,
+            host_mac: world.host_mac.as_deref(),
+            tenancy: &world.tenancy,
+        })
     })
 }
 

@@ -159,6 +159,7 @@ mod tests {
 
     fn change(switch: &str, port: &str, host: Option<&str>, after: Carry) -> PortChange {
         PortChange {
+            kind: crate::decide::plan::PortKind::SwitchPort,
             namespace: "infra".into(),
             port: port.into(),
             switch: switch.into(),

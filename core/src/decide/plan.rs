@@ -27,14 +27,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::server::CabledPortKind;
 use crate::api::{
-    ConfigurationRef, ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration,
-    SwitchPortConfigurationSpec, SwitchPortDefinition,
+    ConfigurationRef, ProviderSwitch, Server, SmartNicConfiguration, SmartNicConfigurationSpec,
+    SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration, SwitchPortConfigurationSpec,
+    SwitchPortDefinition,
 };
 use crate::decide::failure::Failure;
 use crate::decide::state_machine::PortTarget;
 use crate::decide::tenancy::{TenancyVerdict, with_pool_names};
-use crate::decide::validate::{LagPeer, PortContext, desired_for_port, lag_members, with_host_mac};
-use patchbay_model::{Capabilities, DesiredPort};
+use crate::decide::validate::{
+    LagPeer, PortContext, ValidationErrors, capability_errors, desired_for_port, lag_members,
+    smartnic_configuration_to_desired, with_host_mac,
+};
+use patchbay_model::values::PortName;
+use patchbay_model::{Capabilities, Capability, DesiredPort};
 
 /// What one SwitchPort's device state is decided from.
 pub struct PortInputs<'a> {
@@ -100,6 +105,56 @@ pub fn port_desired(i: &PortInputs<'_>) -> Result<DesiredPort, Failure> {
     Ok(desired)
 }
 
+/// What one SmartNicPort's bridge-port state is decided from.
+pub struct SmartNicInputs<'a> {
+    /// Its bridge port (`spec.portName`).
+    pub device_port: PortName,
+    /// The configuration it names, for messages.
+    pub wanted: Option<&'a PortTarget>,
+    /// That SmartNicConfiguration's spec, if it exists.
+    pub configuration: Option<&'a SmartNicConfigurationSpec>,
+    /// What its SmartNIC can configure.
+    pub capabilities: &'a Capabilities,
+    /// `spec.hostMac`, else the MAC of the Server NIC cabled to it.
+    pub host_mac: Option<&'a str>,
+    /// The tenancy check of the configuration.
+    pub tenancy: &'a TenancyVerdict,
+}
+
+/// The state a SmartNicPort linked to a configuration must reach on its bridge, or
+/// why it must not be sent (the SmartNicPort controller's decision, and the plan's).
+pub fn smartnic_desired(i: &SmartNicInputs<'_>) -> Result<DesiredPort, Failure> {
+    let Some(spec) = i.configuration else {
+        return Err(Failure::configuration_not_found(
+            "SmartNicConfiguration",
+            i.wanted,
+        ));
+    };
+    if let Some(refused) = &i.tenancy.refused {
+        return Err(Failure::Forbidden(refused.clone()));
+    }
+    let mut desired = smartnic_configuration_to_desired(spec, i.device_port.clone())
+        .and_then(|d| {
+            with_host_mac(
+                d,
+                i.host_mac,
+                i.capabilities,
+                "set the SmartNicPort's spec.hostMac, or the `mac` of the Server NIC \
+                 cabled to it",
+            )
+        })
+        .map_err(Failure::InvalidConfiguration)?;
+    let missing = capability_errors(&desired, i.capabilities, "this SmartNIC", |c| {
+        matches!(c, Capability::Disable | Capability::Acl)
+            .then_some("the ProviderSwitch has no options.openflow")
+    });
+    if !missing.is_empty() {
+        return Err(Failure::InvalidConfiguration(ValidationErrors(missing)));
+    }
+    with_pool_names(&mut desired, i.tenancy);
+    Ok(desired)
+}
+
 /// The objects a plan reads, as one side of the comparison.
 #[derive(Debug, Clone, Default)]
 pub struct Fleet {
@@ -113,6 +168,10 @@ pub struct Fleet {
     pub configurations: Vec<SwitchPortConfiguration>,
     /// Servers (cluster-scoped): the NIC MACs egress rules need.
     pub servers: Vec<Server>,
+    /// SmartNicPorts.
+    pub smartnic_ports: Vec<SmartNicPort>,
+    /// SmartNicConfigurations.
+    pub smartnic_configurations: Vec<SmartNicConfiguration>,
 }
 
 fn key(meta: &ObjectMeta) -> (String, String) {
@@ -176,6 +235,18 @@ impl Fleet {
                 |o| ns(&mut o.metadata, namespace),
             ),
             servers: overlay(&self.servers, &manifests.servers, |o| &o.metadata, |_| {}),
+            smartnic_ports: overlay(
+                &self.smartnic_ports,
+                &manifests.smartnic_ports,
+                |o| &o.metadata,
+                |o| ns(&mut o.metadata, namespace),
+            ),
+            smartnic_configurations: overlay(
+                &self.smartnic_configurations,
+                &manifests.smartnic_configurations,
+                |o| &o.metadata,
+                |o| ns(&mut o.metadata, namespace),
+            ),
         }
     }
 }
@@ -202,14 +273,25 @@ impl Carry {
     }
 }
 
+/// The kind of a port object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PortKind {
+    /// A SwitchPort (a Switch's port).
+    SwitchPort,
+    /// A SmartNicPort (a bridge port of a SmartNIC's Open vSwitch).
+    SmartNicPort,
+}
+
 /// One port a change touches.
 #[derive(Debug, Clone)]
 pub struct PortChange {
+    /// SwitchPort or SmartNicPort.
+    pub kind: PortKind,
     /// The SwitchPort's namespace and name.
     pub namespace: String,
     /// Its name.
     pub port: String,
-    /// Its Switch.
+    /// Its Switch; for a SmartNicPort, its ProviderSwitch.
     pub switch: String,
     /// The device port (the Switch's entry's `name`), when known.
     pub device_port: Option<String>,
@@ -237,8 +319,12 @@ struct Side<'a> {
     providers: BTreeMap<Key, &'a ProviderSwitch>,
     ports: BTreeMap<Key, &'a SwitchPort>,
     configurations: BTreeMap<Key, &'a SwitchPortConfiguration>,
+    smartnic_ports: BTreeMap<Key, &'a SmartNicPort>,
+    smartnic_configurations: BTreeMap<Key, &'a SmartNicConfiguration>,
     /// The MAC of the Server NIC cabled to each SwitchPort.
     host_macs: BTreeMap<Key, String>,
+    /// The MAC of the Server NIC cabled to each SmartNicPort.
+    smartnic_host_macs: BTreeMap<Key, String>,
     capabilities: &'a dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
 }
 
@@ -247,26 +333,102 @@ impl<'a> Side<'a> {
         fleet: &'a Fleet,
         capabilities: &'a dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
     ) -> Self {
-        let host_macs = fleet
-            .servers
-            .iter()
-            .flat_map(|s| s.spec.nics.iter())
-            .filter_map(|n| {
-                let port = n.port.as_ref()?;
-                let switch_port =
-                    port.kind.unwrap_or(CabledPortKind::SwitchPort) == CabledPortKind::SwitchPort;
-                switch_port.then(|| ((port.namespace.clone(), port.name.clone()), n.mac.clone()))
-            })
-            .filter_map(|(k, mac)| Some((k, mac?)))
-            .collect();
+        let macs = |kind: CabledPortKind| -> BTreeMap<Key, String> {
+            fleet
+                .servers
+                .iter()
+                .flat_map(|s| s.spec.nics.iter())
+                .filter_map(|n| {
+                    let port = n.port.as_ref()?;
+                    (port.port_kind() == kind)
+                        .then(|| ((port.namespace.clone(), port.name.clone()), n.mac.clone()))
+                })
+                .filter_map(|(k, mac)| Some((k, mac?)))
+                .collect()
+        };
+        let host_macs = macs(CabledPortKind::SwitchPort);
+        let smartnic_host_macs = macs(CabledPortKind::SmartNicPort);
         Side {
             switches: index(&fleet.switches, |o| &o.metadata),
             providers: index(&fleet.providers, |o| &o.metadata),
             ports: index(&fleet.ports, |o| &o.metadata),
             configurations: index(&fleet.configurations, |o| &o.metadata),
+            smartnic_ports: index(&fleet.smartnic_ports, |o| &o.metadata),
+            smartnic_configurations: index(&fleet.smartnic_configurations, |o| &o.metadata),
             host_macs,
+            smartnic_host_macs,
             capabilities,
         }
+    }
+
+    /// The capabilities of ProviderSwitch `ns/name`, or why a port of it is refused.
+    fn capabilities_of(&self, ns: &str, name: &str) -> Result<Capabilities, String> {
+        let Some(provider) = self.provider(ns, name) else {
+            return Err(format!(
+                "ProviderNotFound: ProviderSwitch {ns}/{name} does not exist"
+            ));
+        };
+        (self.capabilities)(provider).ok_or_else(|| {
+            format!(
+                "InvalidProvider: ProviderSwitch {ns}/{name} names no backend patchbay has \
+                 (backend {:?}, os {:?})",
+                provider.spec.backend, provider.spec.os
+            )
+        })
+    }
+
+    /// SmartNicPort `ns/name`: what it carries on its bridge, and the configuration
+    /// it names.
+    fn smartnic_carry(&self, ns: &str, name: &str) -> (Carry, Option<String>) {
+        let Some(port) = self.smartnic_ports.get(&(ns.to_owned(), name.to_owned())) else {
+            return (Carry::Clean, None);
+        };
+        let Some(reference) = port.spec.configuration.clone() else {
+            return (Carry::Clean, None);
+        };
+        let cns = reference.namespace.clone().unwrap_or_else(|| ns.to_owned());
+        let words = format!("{cns}/{}", reference.name);
+        let capabilities = match self.capabilities_of(ns, &port.spec.provider.name) {
+            Ok(c) => c,
+            Err(why) => return (Carry::Refused(why), Some(words)),
+        };
+        let device_port = match PortName::parse(&port.spec.port_name) {
+            Ok(p) => p,
+            Err(e) => {
+                return (
+                    Carry::Refused(format!("InvalidPortName: spec.portName: {e}")),
+                    Some(words),
+                );
+            }
+        };
+        let target = PortTarget {
+            configuration: ConfigurationRef {
+                namespace: Some(cns.clone()),
+                ..reference.clone()
+            },
+            hash: String::new(),
+        };
+        let host_mac = port.spec.host_mac.as_deref().or_else(|| {
+            self.smartnic_host_macs
+                .get(&(ns.to_owned(), name.to_owned()))
+                .map(String::as_str)
+        });
+        let tenancy = TenancyVerdict::default();
+        let configuration = self
+            .smartnic_configurations
+            .get(&(cns, reference.name.clone()));
+        let carry = match smartnic_desired(&SmartNicInputs {
+            device_port,
+            wanted: Some(&target),
+            configuration: configuration.map(|c| &c.spec),
+            capabilities: &capabilities,
+            host_mac,
+            tenancy: &tenancy,
+        }) {
+            Ok(d) => Carry::Set(d),
+            Err(f) => Carry::Refused(format!("{}: {f}", f.category())),
+        };
+        (carry, Some(words))
     }
 
     fn switch(&self, ns: &str, name: &str) -> Option<&'a Switch> {
@@ -301,24 +463,9 @@ impl<'a> Side<'a> {
         };
         let cns = reference.namespace.clone().unwrap_or_default();
         let words = format!("{cns}/{}", reference.name);
-        let Some(provider) = self.provider(ns, &sw.spec.provider.name) else {
-            return (
-                Carry::Refused(format!(
-                    "ProviderNotFound: ProviderSwitch {ns}/{} does not exist",
-                    sw.spec.provider.name
-                )),
-                Some(words),
-            );
-        };
-        let Some(capabilities) = (self.capabilities)(provider) else {
-            return (
-                Carry::Refused(format!(
-                    "InvalidProvider: ProviderSwitch {ns}/{} names no backend patchbay has \
-                     (backend {:?}, os {:?})",
-                    sw.spec.provider.name, provider.spec.backend, provider.spec.os
-                )),
-                Some(words),
-            );
+        let capabilities = match self.capabilities_of(ns, &sw.spec.provider.name) {
+            Ok(c) => c,
+            Err(why) => return (Carry::Refused(why), Some(words)),
         };
         let configuration = self
             .configurations
@@ -421,12 +568,54 @@ pub fn plan(
                 .and_then(|a| a.get(crate::api::keys::HOST_ANNOTATION).cloned())
         });
         changes.push(PortChange {
+            kind: PortKind::SwitchPort,
             namespace: ns,
             port,
             switch,
             device_port,
             provider,
             host,
+            configuration: (was_cfg, will_cfg),
+            before: was,
+            after: will,
+        });
+    }
+    // SmartNicPorts: each is its own object (no Switch entries); its "switch" is
+    // its ProviderSwitch.
+    let mut smartnics: BTreeSet<Key> = BTreeSet::new();
+    for fleet in [before, after] {
+        smartnics.extend(fleet.smartnic_ports.iter().map(|p| key(&p.metadata)));
+    }
+    for (ns, name) in smartnics {
+        let (was, was_cfg) = b.smartnic_carry(&ns, &name);
+        let (will, will_cfg) = a.smartnic_carry(&ns, &name);
+        if was == will {
+            continue;
+        }
+        let at = (ns.clone(), name.clone());
+        let Some(port) = a
+            .smartnic_ports
+            .get(&at)
+            .or_else(|| b.smartnic_ports.get(&at))
+        else {
+            continue;
+        };
+        let provider = &port.spec.provider.name;
+        changes.push(PortChange {
+            kind: PortKind::SmartNicPort,
+            namespace: ns.clone(),
+            port: name,
+            switch: provider.clone(),
+            device_port: Some(port.spec.port_name.clone()),
+            provider: a
+                .provider(&ns, provider)
+                .or_else(|| b.provider(&ns, provider))
+                .cloned(),
+            host: port
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::api::keys::HOST_ANNOTATION).cloned()),
             configuration: (was_cfg, will_cfg),
             before: was,
             after: will,

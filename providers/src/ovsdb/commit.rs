@@ -25,11 +25,7 @@ impl OvsSwitch {
         conn: &mut Connection,
         mut ops: Vec<Value>,
     ) -> Result<(), DeviceError> {
-        ops.push(json!({"op": "mutate", "table": "Open_vSwitch", "where": [],
-            "mutations": [["next_cfg", "+=", 1]]}));
-        ops.push(
-            json!({"op": "select", "table": "Open_vSwitch", "where": [], "columns": ["next_cfg"]}),
-        );
+        ops.extend(cfg_ops());
         let results = conn.transact(DB, &ops).await?;
         let target = results
             .last()

@@ -81,6 +81,7 @@ mod commit;
 mod neighbor_source;
 mod plan;
 mod read;
+pub use plan::offline_transaction;
 use plan::*;
 
 /// The `external_ids` key that holds a port's description.

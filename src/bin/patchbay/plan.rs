@@ -16,13 +16,16 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use kube::api::{Api, ListParams};
 use patchbay::api::Backend;
-use patchbay::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration};
-use patchbay::decide::plan::{Carry, Fleet, PortChange, plan};
-use patchbay::device_reads::{Read, read_devices};
+use patchbay::api::{
+    ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration,
+};
+use patchbay::decide::plan::{Carry, Fleet, PortChange, PortKind, plan};
+use patchbay::device_reads::{Group, Read, group, read_devices};
 use patchbay_providers::device::PortOperation;
 use patchbay_providers::model::{AdminState, DesiredPort, ObservedPort, VlanMode, diff};
 use patchbay_providers::offline::{
-    Assumed, Operations, ansible_variables, assumed, cli_script, netconf_edit,
+    Assumed, Operations, ansible_variables, assumed, cli_script, netconf_edit, ovsdb_transaction,
 };
 use patchbay_providers::values::PortName;
 use serde_json::{Value, json};
@@ -78,6 +81,8 @@ fn manifests(files: &[PathBuf]) -> Result<(Fleet, Vec<String>)> {
                 "SwitchPort" => fleet.ports.push(typed(doc, &at)?),
                 "SwitchPortConfiguration" => fleet.configurations.push(typed(doc, &at)?),
                 "Server" => fleet.servers.push(typed(doc, &at)?),
+                "SmartNicPort" => fleet.smartnic_ports.push(typed(doc, &at)?),
+                "SmartNicConfiguration" => fleet.smartnic_configurations.push(typed(doc, &at)?),
                 _ => skipped.push(format!("{at}: {kind} (not planned)")),
             }
         }
@@ -113,6 +118,8 @@ async fn live(client: &kube::Client) -> Result<Fleet> {
         ports: all::<SwitchPort>(client).await?,
         configurations: all::<SwitchPortConfiguration>(client).await?,
         servers: all::<Server>(client).await?,
+        smartnic_ports: all::<SmartNicPort>(client).await?,
+        smartnic_configurations: all::<SmartNicConfiguration>(client).await?,
     })
 }
 
@@ -126,8 +133,8 @@ enum Held<'a> {
     Failed(&'a str),
 }
 
-fn held<'a>(c: &PortChange, reads: &'a BTreeMap<(String, String), Read>) -> Held<'a> {
-    match reads.get(&(c.namespace.clone(), c.switch.clone())) {
+fn held<'a>(c: &PortChange, reads: &'a BTreeMap<Group, Read>) -> Held<'a> {
+    match reads.get(&group(c)) {
         None => Held::Assumed(None),
         Some(Read::Not(why)) => Held::Assumed(Some(why)),
         Some(Read::Ports(ports)) => match c.device_port.as_ref().and_then(|p| ports.get(p)) {
@@ -189,6 +196,14 @@ fn words(d: &DesiredPort) -> String {
     observed_words(&ObservedPort::from_desired(d))
 }
 
+/// A Switch as the table names it; a SmartNicPort's is its ProviderSwitch.
+fn switch_words(ns: &str, switch: &str, kind: PortKind) -> String {
+    match kind {
+        PortKind::SwitchPort => format!("{ns}/{switch}"),
+        PortKind::SmartNicPort => format!("{ns}/{switch} (SmartNIC)"),
+    }
+}
+
 fn carry_words(c: &Carry, configuration: Option<&String>) -> String {
     let named = configuration.map(|c| format!("{c}: ")).unwrap_or_default();
     match c {
@@ -206,20 +221,14 @@ struct Batch<'a> {
     operations: Operations,
 }
 
-fn batches<'a>(
-    changes: &'a [PortChange],
-    reads: &BTreeMap<(String, String), Read>,
-) -> Vec<Batch<'a>> {
-    let mut by_switch: BTreeMap<(String, String), Vec<&PortChange>> = BTreeMap::new();
+fn batches<'a>(changes: &'a [PortChange], reads: &BTreeMap<Group, Read>) -> Vec<Batch<'a>> {
+    let mut by_switch: BTreeMap<Group, Vec<&PortChange>> = BTreeMap::new();
     for c in changes {
-        by_switch
-            .entry((c.namespace.clone(), c.switch.clone()))
-            .or_default()
-            .push(c);
+        by_switch.entry(group(c)).or_default().push(c);
     }
     by_switch
         .into_iter()
-        .map(|((ns, switch), changes)| {
+        .map(|((ns, switch, kind), changes)| {
             let provider = changes.iter().find_map(|c| c.provider.as_ref());
             let assumed: Vec<Assumed> = changes
                 .iter()
@@ -249,7 +258,7 @@ fn batches<'a>(
                 Some(p) => operations(p, &assumed),
             };
             Batch {
-                switch: format!("{ns}/{switch}"),
+                switch: switch_words(&ns, &switch, kind),
                 backend,
                 changes,
                 operations,
@@ -290,9 +299,7 @@ fn operations(provider: &ProviderSwitch, batch: &[Assumed]) -> (String, Operatio
                 None => Operations::NotRendered("no NETCONF device model for its os"),
             }
         }
-        Backend::Ovsdb => {
-            Operations::NotRendered("OVSDB transactions are worked out from the bridge's rows")
-        }
+        Backend::Ovsdb => ovsdb_transaction(batch),
         Backend::Fixture => Operations::NotRendered("an in-memory switch"),
     };
     (label, ops)
@@ -302,7 +309,7 @@ fn json_of(
     changes: &[PortChange],
     batches: &[Batch<'_>],
     live: bool,
-    reads: &BTreeMap<(String, String), Read>,
+    reads: &BTreeMap<Group, Read>,
 ) -> Value {
     let device = |c: &PortChange| match held(c, reads) {
         Held::Assumed(None) => Value::Null,
@@ -326,6 +333,10 @@ fn json_of(
             "no cluster: every port starts clean"
         },
         "ports": changes.iter().map(|c| json!({
+            "kind": match c.kind {
+                PortKind::SwitchPort => "SwitchPort",
+                PortKind::SmartNicPort => "SmartNicPort",
+            },
             "namespace": c.namespace, "port": c.port, "switch": c.switch,
             "devicePort": c.device_port, "host": c.host,
             "configuration": {"before": c.configuration.0, "after": c.configuration.1},
@@ -337,6 +348,7 @@ fn json_of(
                 Operations::Lines(l) => json!({"lines": l}),
                 Operations::Variables(v) => json!({"variables": v}),
                 Operations::Edit(e) => json!({"editConfig": e}),
+                Operations::Transact(t) => json!({"transact": t}),
                 Operations::NotRendered(why) => json!({"notRendered": why}),
             };
             json!({"switch": b.switch, "backend": b.backend,
@@ -349,14 +361,14 @@ fn print_table(
     changes: &[PortChange],
     batches: &[Batch<'_>],
     live: bool,
-    reads: &BTreeMap<(String, String), Read>,
+    reads: &BTreeMap<Group, Read>,
 ) {
     let read = !reads.is_empty();
     let rows: Vec<Vec<String>> = changes
         .iter()
         .map(|c| {
             let mut row = vec![
-                format!("{}/{}", c.namespace, c.switch),
+                switch_words(&c.namespace, &c.switch, c.kind),
                 c.port.clone(),
                 c.device_port.clone().unwrap_or_else(|| "-".into()),
                 c.host.clone().unwrap_or_else(|| "-".into()),
@@ -415,8 +427,7 @@ fn print_table(
             .iter()
             .filter(|c| !matches!(c.after, Carry::Refused(_)))
             .count();
-        let source = match reads.get(&(b.changes[0].namespace.clone(), b.changes[0].switch.clone()))
-        {
+        let source = match reads.get(&group(b.changes[0])) {
             None => String::new(),
             Some(Read::Ports(_)) => ", planned from what it holds (read)".into(),
             Some(Read::Not(why)) => format!(", not read ({why})"),
@@ -447,6 +458,14 @@ fn print_table(
             Operations::Edit(e) => {
                 println!("  one edit-config of the candidate with:");
                 e.iter().for_each(|x| println!("    {x}"));
+            }
+            Operations::Transact(t) if t.is_empty() => println!("  (nothing to send)"),
+            Operations::Transact(t) => {
+                println!(
+                    "  one OVSDB transact on Open_vSwitch (rows by name here; the device's \
+                     by _uuid; OpenFlow not shown):"
+                );
+                t.iter().for_each(|op| println!("    {op}"));
             }
             Operations::NotRendered(why) => println!("  (operations not shown: {why})"),
         }

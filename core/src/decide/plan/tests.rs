@@ -30,7 +30,7 @@ fn fleet(os: &str, web: serde_json::Value) -> Fleet {
         ],
         configurations: vec![obj(json!({
             "metadata": {"name": "web", "namespace": "infra"}, "spec": web}))],
-        servers: Vec::new(),
+        ..Fleet::default()
     }
 }
 
@@ -158,4 +158,65 @@ fn a_new_switch_entry_carries_nothing_and_a_removed_one_is_cleaned() {
         changes[0].device_port.as_deref(),
         Some("GigabitEthernet1/0/1")
     );
+}
+
+/// A SmartNIC's Open vSwitch (`snic`, no OpenFlow) with bridge port `h1` on
+/// SmartNicConfiguration `nic-a`.
+fn smartnic_fleet(nic_a: serde_json::Value) -> Fleet {
+    Fleet {
+        providers: vec![obj(json!({
+            "metadata": {"name": "snic", "namespace": "infra"},
+            "spec": {"backend": "ovsdb", "os": "ovs", "address": "192.0.2.9",
+                     "options": {"bridge": "br0"}}}))],
+        smartnic_configurations: vec![obj(json!({
+            "metadata": {"name": "nic-a", "namespace": "infra"}, "spec": nic_a}))],
+        smartnic_ports: vec![obj(json!({
+            "metadata": {"name": "h1", "namespace": "infra"},
+            "spec": {"provider": {"name": "snic"}, "portName": "h1",
+                     "configuration": {"name": "nic-a"}}}))],
+        ..Fleet::default()
+    }
+}
+
+#[test]
+fn a_smartnic_configuration_edit_moves_its_bridge_ports() {
+    let ovs = |p: &ProviderSwitch| {
+        (p.spec.backend == crate::api::Backend::Ovsdb)
+            .then(|| Capabilities::new([Capability::Trunk, Capability::AccessVlan]))
+    };
+    let before = smartnic_fleet(json!({"untaggedVLAN": 20}));
+    assert!(plan(&before, &before, &ovs).is_empty());
+    let edit = |spec: serde_json::Value| Fleet {
+        smartnic_configurations: vec![obj(json!({"metadata": {"name": "nic-a"}, "spec": spec}))],
+        ..Fleet::default()
+    };
+    let after = before.with(&edit(json!({"untaggedVLAN": 21})), "infra");
+    let changes = plan(&before, &after, &ovs);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let c = &changes[0];
+    assert_eq!(
+        (
+            c.kind,
+            c.switch.as_str(),
+            c.port.as_str(),
+            c.device_port.as_deref()
+        ),
+        (PortKind::SmartNicPort, "snic", "h1", Some("h1"))
+    );
+    assert!(matches!(vlans(&c.before), Some(VlanMode::Access { vlan }) if vlan.get() == 20));
+    assert!(matches!(vlans(&c.after), Some(VlanMode::Access { vlan }) if vlan.get() == 21));
+    // An ACL on a bridge without OpenFlow: refused as the SmartNicPort controller
+    // refuses it, naming what is missing.
+    let acl = before.with(
+        &edit(
+            json!({"untaggedVLAN": 20, "acl": [{"type": "ipv4", "action": "deny",
+            "protocol": "tcp", "direction": "ingress", "dstPortRange": "22"}]}),
+        ),
+        "infra",
+    );
+    let changes = plan(&before, &acl, &ovs);
+    let Carry::Refused(why) = &changes[0].after else {
+        panic!("{changes:?}")
+    };
+    assert!(why.contains("options.openflow"), "{why}");
 }
