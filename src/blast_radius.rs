@@ -1,5 +1,6 @@
 //! The blast-radius webhook's I/O: for an UPDATE or DELETE of a
-//! SwitchPortConfiguration, Switch, ProviderSwitch or SwitchPort, it reads the
+//! SwitchPortConfiguration, Switch, ProviderSwitch, SwitchPort,
+//! SmartNicConfiguration or SmartNicPort, it reads the
 //! objects around the write from the API server and answers with warnings that say
 //! how many ports on how many switches the write moves and whose hosts those are
 //! (`kubectl apply` and `--dry-run=server` print them as `Warning: …`). It never
@@ -9,11 +10,12 @@
 //!
 //! What it reads, and how (no cache: a replica keeps no port list for this, so
 //! every replica answers alike, leading or not, at no memory cost):
-//! - a configuration's ports by the SwitchPort CRD's selectable field
-//!   (`spec.configuration.name`, Kubernetes ≥ 1.31); an API server that refuses the
-//!   field selector is answered by a full list, filtered here;
+//! - a configuration's ports by the SwitchPort (SmartNicPort) CRD's selectable
+//!   field (`spec.configuration.name`, Kubernetes ≥ 1.31); an API server that
+//!   refuses the field selector is answered by a full list, filtered here;
 //! - a Switch's ports by their `patchbay.dev/switch` label; a ProviderSwitch's by
-//!   its Switches' names;
+//!   its Switches' names, and the SmartNicPorts naming it; a SmartNicPort is the
+//!   review's own object;
 //! - then each Switch, ProviderSwitch, configuration and Server those ports name,
 //!   one GET each (a list instead when there are many).
 //!
@@ -34,7 +36,10 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::api::keys::{HOST_ANNOTATION, SWITCH_LABEL};
-use crate::api::{ProviderSwitch, Server, Switch, SwitchPort, SwitchPortConfiguration};
+use crate::api::{
+    ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration,
+};
 use crate::decide::blast_radius::{HostFacts, Reach, reach, warnings};
 use crate::decide::plan::{Fleet, plan};
 use crate::serve::Admit;
@@ -113,34 +118,89 @@ where
         .await
 }
 
-/// The SwitchPorts `reach` points at.
-async fn ports(client: &Client, reach: &Reach) -> kube::Result<Vec<SwitchPort>> {
-    match reach {
-        Reach::Configuration { namespace, name } => {
-            let all: Api<SwitchPort> = Api::all(client.clone());
-            let selected = any_version().fields(&format!("spec.configuration.name={name}"));
-            let listed = match all.list(&selected).await {
-                Ok(l) => l.items,
-                // An API server without the CRD's selectable field (before 1.31):
-                // every port, filtered below.
-                Err(kube::Error::Api(e)) if e.code == 400 => all.list(&any_version()).await?.items,
-                Err(e) => return Err(e),
+/// The ports of kind `K` whose `spec.configuration` (`reference`) names
+/// configuration `namespace/name`: by the CRD's selectable field, else (an API
+/// server before 1.31 refuses the field selector) every port, filtered here.
+async fn configured<K>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reference: impl Fn(&K) -> Option<&crate::api::ConfigurationRef>,
+) -> kube::Result<Vec<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let all: Api<K> = Api::all(client.clone());
+    let selected = any_version().fields(&format!("spec.configuration.name={name}"));
+    let listed = match all.list(&selected).await {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(e)) if e.code == 400 => all.list(&any_version()).await?.items,
+        Err(e) => return Err(e),
+    };
+    Ok(listed
+        .into_iter()
+        .filter(|p| {
+            let Some(r) = reference(p) else {
+                return false;
             };
-            Ok(listed
+            let ns = r
+                .namespace
+                .clone()
+                .or_else(|| p.meta().namespace.clone())
+                .unwrap_or_default();
+            r.name == name && ns == namespace
+        })
+        .collect())
+}
+
+/// The SwitchPorts and SmartNicPorts `reach` points at; `reviewed` is the review's
+/// stored object (a SmartNicPort's own).
+async fn ports(
+    client: &Client,
+    reach: &Reach,
+    reviewed: Option<&serde_json::Value>,
+) -> anyhow::Result<(Vec<SwitchPort>, Vec<SmartNicPort>)> {
+    Ok(match reach {
+        Reach::Configuration { namespace, name } => (
+            configured(client, namespace, name, |p: &SwitchPort| {
+                p.spec.configuration.as_ref()
+            })
+            .await?,
+            Vec::new(),
+        ),
+        Reach::SmartNicConfiguration { namespace, name } => (
+            Vec::new(),
+            configured(client, namespace, name, |p: &SmartNicPort| {
+                p.spec.configuration.as_ref()
+            })
+            .await?,
+        ),
+        Reach::SmartNicPort => (
+            Vec::new(),
+            reviewed
+                .map(|o| serde_json::from_value(o.clone()))
+                .transpose()?
                 .into_iter()
-                .filter(|p| {
-                    let Some(r) = &p.spec.configuration else {
-                        return false;
-                    };
-                    let ns = r
-                        .namespace
-                        .clone()
-                        .or_else(|| p.metadata.namespace.clone())
-                        .unwrap_or_default();
-                    r.name == *name && ns == *namespace
-                })
-                .collect())
+                .collect(),
+        ),
+        Reach::Provider { namespace, name } => {
+            let snics: Api<SmartNicPort> = Api::namespaced(client.clone(), namespace);
+            let on_it = snics
+                .list(&any_version())
+                .await?
+                .items
+                .into_iter()
+                .filter(|p| p.spec.provider.name == *name)
+                .collect();
+            (switch_ports(client, reach).await?, on_it)
         }
+        _ => (switch_ports(client, reach).await?, Vec::new()),
+    })
+}
+
+/// The SwitchPorts of a Switch, of a ProviderSwitch's Switches, or one SwitchPort.
+async fn switch_ports(client: &Client, reach: &Reach) -> kube::Result<Vec<SwitchPort>> {
+    match reach {
         Reach::Switch { namespace, name } => {
             let api: Api<SwitchPort> = Api::namespaced(client.clone(), namespace);
             let selected = any_version().labels(&format!("{SWITCH_LABEL}={name}"));
@@ -169,19 +229,33 @@ async fn ports(client: &Client, reach: &Reach) -> kube::Result<Vec<SwitchPort>> 
             let api: Api<SwitchPort> = Api::namespaced(client.clone(), namespace);
             Ok(api.get_opt(name).await?.into_iter().collect())
         }
+        _ => Ok(Vec::new()),
     }
 }
 
-/// The fleet around `ports`: their Switches (and `extra`'s), the ProviderSwitches
-/// and configurations those name, and the Servers of their host marks.
+/// The fleet around `ports` and `smartnic_ports`: their Switches (and `extra`'s), the
+/// ProviderSwitches and configurations those name, and the Servers of their host
+/// marks.
 async fn around(
     client: &Client,
-    ports: Vec<SwitchPort>,
+    (ports, smartnic_ports): (Vec<SwitchPort>, Vec<SmartNicPort>),
     extra_switches: BTreeSet<(String, String)>,
 ) -> kube::Result<Fleet> {
     let mut switch_keys = extra_switches;
     let mut configuration_keys = BTreeSet::new();
+    let mut smartnic_configuration_keys = BTreeSet::new();
+    let mut provider_keys = BTreeSet::new();
     let mut server_keys = BTreeSet::new();
+    let mut host = |meta: &kube::core::ObjectMeta| {
+        if let Some(server) = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(HOST_ANNOTATION))
+            .and_then(|m| m.strip_prefix("Server/"))
+        {
+            server_keys.insert((String::new(), server.to_owned()));
+        }
+    };
     for p in &ports {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         if let Some(sw) = p.metadata.labels.as_ref().and_then(|l| l.get(SWITCH_LABEL)) {
@@ -190,32 +264,34 @@ async fn around(
         if let Some(r) = &p.spec.configuration {
             configuration_keys.insert((r.namespace.clone().unwrap_or(ns), r.name.clone()));
         }
-        if let Some(server) = p
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(HOST_ANNOTATION))
-            .and_then(|m| m.strip_prefix("Server/"))
-        {
-            server_keys.insert((String::new(), server.to_owned()));
+        host(&p.metadata);
+    }
+    for p in &smartnic_ports {
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        provider_keys.insert((ns.clone(), p.spec.provider.name.clone()));
+        if let Some(r) = &p.spec.configuration {
+            smartnic_configuration_keys.insert((r.namespace.clone().unwrap_or(ns), r.name.clone()));
         }
+        host(&p.metadata);
     }
     let switches: Vec<Switch> = fetch(client, within(client), switch_keys).await?;
-    let provider_keys = switches
-        .iter()
-        .map(|s| {
-            (
-                s.metadata.namespace.clone().unwrap_or_default(),
-                s.spec.provider.name.clone(),
-            )
-        })
-        .collect();
-    let (providers, configurations, servers) = futures::try_join!(
+    provider_keys.extend(switches.iter().map(|s| {
+        (
+            s.metadata.namespace.clone().unwrap_or_default(),
+            s.spec.provider.name.clone(),
+        )
+    }));
+    let (providers, configurations, smartnic_configurations, servers) = futures::try_join!(
         fetch(client, within::<ProviderSwitch>(client), provider_keys),
         fetch(
             client,
             within::<SwitchPortConfiguration>(client),
             configuration_keys
+        ),
+        fetch(
+            client,
+            within::<SmartNicConfiguration>(client),
+            smartnic_configuration_keys
         ),
         fetch(client, |_| Api::<Server>::all(client.clone()), server_keys),
     )?;
@@ -225,7 +301,8 @@ async fn around(
         ports,
         configurations,
         servers,
-        ..Fleet::default()
+        smartnic_ports,
+        smartnic_configurations,
     })
 }
 
@@ -254,6 +331,8 @@ fn with_object(
         "Switch" => put(&mut f.switches, key, object)?,
         "ProviderSwitch" => put(&mut f.providers, key, object)?,
         "SwitchPort" => put(&mut f.ports, key, object)?,
+        "SmartNicConfiguration" => put(&mut f.smartnic_configurations, key, object)?,
+        "SmartNicPort" => put(&mut f.smartnic_ports, key, object)?,
         _ => {}
     }
     Ok(f)
@@ -298,7 +377,7 @@ impl BlastRadius {
         );
         let value = |o: &Option<DynamicObject>| o.as_ref().map(serde_json::to_value).transpose();
         let (old, new) = (value(&request.old_object)?, value(&request.object)?);
-        let ports = ports(&self.client, reach).await?;
+        let ports = ports(&self.client, reach, old.as_ref()).await?;
         let mut switches = BTreeSet::new();
         if kind == "Switch" {
             switches.insert(key.clone());

@@ -8,7 +8,8 @@
 //! is written to the cluster. And the plan is what happens: an edit planned, then
 //! applied by the operator, compared with what a simulated Cisco (SSH) and a
 //! simulated Juniper QFX (NETCONF) were sent, from the simulators' own logs, and
-//! with what an Ansible-driven Cisco's apply playbook was given. And the
+//! with what an Ansible-driven Cisco's apply playbook was given and the OVSDB
+//! transactions a SmartNIC's Open vSwitch received. And the
 //! blast radius at `kubectl apply`: the webhook's warning, printed by the real
 //! kubectl, for an edit (dry run and real), a no-op, a port's deletion and a
 //! Switch's entry removed, with the device read back unchanged by the dry runs.
@@ -333,7 +334,6 @@ async fn the_plan_is_what_the_switch_is_sent() {
 async fn kubectl_apply_warns_how_many_ports_an_edit_moves() {
     use patchbay_testbed::{FakeSwitches, SimSpec};
     use ssh_cases::{access, cisco_vlans};
-    use std::sync::Arc;
     if !support::on_devplane() {
         return; // registers a webhook on this machine's loopback
     }
@@ -353,37 +353,7 @@ async fn kubectl_apply_warns_how_many_ports_an_edit_moves() {
     )
     .await;
     on_pxe(&env).await;
-    let dir = env.cluster.dir.join("webhook");
-    patchbay_testbed::webhook_certificate(&dir, "patchbay-webhook").unwrap();
-    let routes = patchbay::serve::Routes {
-        ready: Arc::new(|| true),
-        metrics: Arc::default(),
-        admission: None,
-        radius: Some(Arc::new(patchbay::blast_radius::BlastRadius::new(
-            env.cluster.client.clone(),
-        ))),
-    };
-    let addr = support::webhooks::serve(routes, &dir).await;
-    let url = format!("https://{addr}/blast-radius");
-    let ca = std::fs::read(dir.join("tls.crt")).unwrap();
-    support::webhooks::register(
-        env.cluster.client.clone(),
-        &support::webhooks::Registration {
-            name: "patchbay-blast-radius",
-            webhook: "blast-radius.patchbay.dev",
-            url: &url,
-            ca: &ca,
-            policy: "Ignore",
-            operations: &["UPDATE", "DELETE"],
-            resources: &[
-                "switchportconfigurations",
-                "switches",
-                "providerswitches",
-                "switchports",
-            ],
-        },
-    )
-    .await;
+    blast_radius_webhook(&env).await;
     let ns = env.cluster.namespace.clone();
     // The selectable field the webhook finds a configuration's ports by.
     let selected = env.cluster.kubectl_ok(&[
@@ -607,6 +577,182 @@ async fn the_plan_is_what_an_ansible_run_is_given() {
     env.cluster.finish().await;
 }
 
+/// The same for a SmartNIC's Open vSwitch: the plan of a SmartNicConfiguration's
+/// edit shows the batch's OVSDB transaction, and the `transact` requests
+/// ovsdb-server received (its own JSON-RPC log, turned on for the edit) carry the
+/// plan's Port operations, each once, closed by the plan's `next_cfg` operations.
+/// The plan selects rows by name, the device by `_uuid`: the `where` is left out
+/// of the comparison. `kubectl apply --dry-run=server` of the edit warns of the
+/// same two ports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_is_what_an_open_vswitch_is_sent() {
+    use patchbay::api::{PortState, SmartNicPort};
+    use patchbay_testbed::OvsSim;
+    if !support::on_devplane() {
+        return; // reads ovsdb-server's log beside the operator
+    }
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    for p in ["h1", "h2"] {
+        ovs.vsctl(&[
+            "add-port",
+            "br0",
+            p,
+            "--",
+            "set",
+            "Interface",
+            p,
+            "type=internal",
+        ])
+        .unwrap();
+    }
+    let env = Env::start("plan-ovs").await;
+    env.create::<patchbay::api::ProviderSwitch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+        "metadata": {"name": "snic"},
+        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                 "port": ovs.info.ovsdb_port, "options": {"bridge": "br0"}}}))
+        .await;
+    env.create::<patchbay::api::SmartNicConfiguration>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicConfiguration",
+        "metadata": {"name": "nic"}, "spec": {"untaggedVLAN": 20}}))
+        .await;
+    for p in ["h1", "h2"] {
+        env.create::<SmartNicPort>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+            "metadata": {"name": p},
+            "spec": {"provider": {"name": "snic"}, "portName": p,
+                     "configuration": {"name": "nic"}}}))
+            .await;
+    }
+    let active = |p: &SmartNicPort| {
+        p.status.as_ref().and_then(|s| s.state) == Some(PortState::Active)
+            && p.status
+                .as_ref()
+                .and_then(|s| s.configuration_hash.clone())
+                .is_some()
+    };
+    for p in ["h1", "h2"] {
+        env.wait_obj::<SmartNicPort>(p, "Active on nic", active)
+            .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // ovsdb-server logs every JSON-RPC message from here on.
+    let log = ovs.info.dir.join("ovsdb-server.log");
+    let out = std::process::Command::new("ovs-appctl")
+        .arg("-t")
+        .arg(ovs.info.dir.join("ovsdb-server.ctl"))
+        .args(["vlog/set", "jsonrpc:file:dbg"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mark = std::fs::read(&log).unwrap().len();
+
+    let edit = env.cluster.dir.join("edit.yaml");
+    std::fs::write(
+        &edit,
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SmartNicConfiguration\n\
+         metadata: {name: nic}\nspec: {untaggedVLAN: 21}\n",
+    )
+    .unwrap();
+    let kubeconfig = env.cluster.kubeconfig.display().to_string();
+    let ns = env.cluster.namespace.clone();
+    // The blast radius of the same edit at `kubectl apply --dry-run=server`.
+    blast_radius_webhook(&env).await;
+    let out = env.cluster.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-n",
+        &ns,
+        "-f",
+        &edit.display().to_string(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "Warning: patchbay: this changes 2 ports on 1 switch (2 reconfigured); \
+             `patchbay plan` lists them"
+        ),
+        "{stderr}"
+    );
+    let (code, out, err) = plan(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "-n",
+        &ns,
+        "-o",
+        "json",
+        &edit.display().to_string(),
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let planned: Vec<serde_json::Value> = doc["switches"][0]["operations"]["transact"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a transaction: {doc}"))
+        .clone();
+
+    env.api::<patchbay::api::SmartNicConfiguration>()
+        .patch(
+            "nic",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 21}})),
+        )
+        .await
+        .unwrap();
+    for p in ["h1", "h2"] {
+        support::eventually(60, "the bridge port on VLAN 21", || async {
+            (ovs.vsctl(&["get", "Port", p, "tag"]).ok()?.trim() == "21").then_some(())
+        })
+        .await;
+    }
+    // The transact requests ovsdb-server received since the mark.
+    let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap()[mark..]).into_owned();
+    let transacts: Vec<Vec<serde_json::Value>> = text
+        .lines()
+        .filter(|l| l.contains("received request, method=\"transact\""))
+        .filter_map(|l| {
+            let params = l.split_once("params=")?.1;
+            let params = &params[..params.rfind(", id=")?];
+            let v: serde_json::Value = serde_json::from_str(params).ok()?;
+            Some(v.as_array()?[1..].to_vec())
+        })
+        .collect();
+    // Port and Interface writes, without the row selection.
+    let writes = |ops: &[serde_json::Value]| -> Vec<String> {
+        let mut w: Vec<String> = ops
+            .iter()
+            .filter(|o| matches!(o["table"].as_str(), Some("Port" | "Interface")))
+            .filter(|o| o["op"] != "select")
+            .map(|o| {
+                let mut o = o.clone();
+                o.as_object_mut().unwrap().remove("where");
+                o.to_string()
+            })
+            .collect();
+        w.sort();
+        w
+    };
+    let batches: Vec<&Vec<serde_json::Value>> =
+        transacts.iter().filter(|t| !writes(t).is_empty()).collect();
+    assert!(!batches.is_empty(), "no write received: {text}");
+    let mut sent = Vec::new();
+    for t in &batches {
+        assert_eq!(
+            &t[t.len() - 2..],
+            &planned[planned.len() - 2..],
+            "closed by next_cfg as planned: {t:?}"
+        );
+        sent.extend(writes(t));
+    }
+    sent.sort();
+    assert_eq!(sent, writes(&planned), "the plan's writes, each once");
+    println!(
+        "planned one transaction of {} operations; ovsdb-server received {} transaction(s) with writes",
+        planned.len(),
+        batches.len()
+    );
+    env.cluster.finish().await;
+}
+
 /// `--read-devices`: the plan reads a switch only where its ProviderSwitch keeps a
 /// session for tools (`options.readSessions`), with one session that sends no
 /// configuration, and plans from what the switch holds: a port someone moved by
@@ -766,6 +912,45 @@ async fn read_devices_plans_from_what_the_switch_holds() {
     assert!(table.contains("access 11 (DIFFERS)"), "{table}");
     assert!(table.contains("1 port(s) differ on the device"), "{table}");
     env.cluster.finish().await;
+}
+
+/// patchbay's blast-radius webhook served with TLS on loopback and registered as
+/// deploy/blast-radius/ registers it (a URL instead of the Service).
+async fn blast_radius_webhook(env: &Env) {
+    use std::sync::Arc;
+    let dir = env.cluster.dir.join("webhook");
+    patchbay_testbed::webhook_certificate(&dir, "patchbay-webhook").unwrap();
+    let routes = patchbay::serve::Routes {
+        ready: Arc::new(|| true),
+        metrics: Arc::default(),
+        admission: None,
+        radius: Some(Arc::new(patchbay::blast_radius::BlastRadius::new(
+            env.cluster.client.clone(),
+        ))),
+    };
+    let addr = support::webhooks::serve(routes, &dir).await;
+    let url = format!("https://{addr}/blast-radius");
+    let ca = std::fs::read(dir.join("tls.crt")).unwrap();
+    support::webhooks::register(
+        env.cluster.client.clone(),
+        &support::webhooks::Registration {
+            name: "patchbay-blast-radius",
+            webhook: "blast-radius.patchbay.dev",
+            url: &url,
+            ca: &ca,
+            policy: "Ignore",
+            operations: &["UPDATE", "DELETE"],
+            resources: &[
+                "switchportconfigurations",
+                "switches",
+                "providerswitches",
+                "switchports",
+                "smartnicconfigurations",
+                "smartnicports",
+            ],
+        },
+    )
+    .await;
 }
 
 /// Configuration `pxe` (access VLAN 10) on ports p1 and p2, both Active, and the

@@ -23,6 +23,9 @@ use super::switch::ProviderRef;
     shortname = "snp",
     category = "patchbay",
     doc = "A port on a SmartNIC's Open vSwitch bridge, chained to the switch port it is cabled to.",
+    // `kubectl get snp --field-selector spec.configuration.name=nic-a`, and how the
+    // blast-radius webhook finds a configuration's ports (Kubernetes >= 1.31).
+    selectable = ".spec.configuration.name",
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
     printcolumn(name = "Provider", type_ = "string", json_path = ".status.provider"),
     printcolumn(name = "Port", type_ = "string", json_path = ".status.devicePort"),

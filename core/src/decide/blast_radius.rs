@@ -1,5 +1,6 @@
 //! The blast radius at `kubectl apply`: which ports an edit or a deletion of a
-//! SwitchPortConfiguration, Switch, ProviderSwitch or SwitchPort may move (where the
+//! SwitchPortConfiguration, Switch, ProviderSwitch, SwitchPort, SmartNicConfiguration
+//! or SmartNicPort may move (where the
 //! webhook looks for them), and the admission warnings that say what it changes
 //! ("patchbay: this changes 212 ports on 9 switches (209 reconfigured, 3 refused by
 //! patchbay)…", "patchbay: 3 hosts on those ports: 3 Provisioned of claim
@@ -33,7 +34,18 @@ pub enum Reach {
         /// Its name.
         name: String,
     },
-    /// The Switches configured through this ProviderSwitch, and their ports.
+    /// The SmartNicPorts whose `spec.configuration` names this
+    /// SmartNicConfiguration.
+    SmartNicConfiguration {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// This SmartNicPort (the review's object: nothing to look up).
+    SmartNicPort,
+    /// The Switches configured through this ProviderSwitch, and their ports; and
+    /// the SmartNicPorts on it.
     Provider {
         /// Its namespace.
         namespace: String,
@@ -58,6 +70,8 @@ pub fn reach(kind: &str, namespace: &str, name: &str) -> Option<Reach> {
         "Switch" => Reach::Switch { namespace, name },
         "ProviderSwitch" => Reach::Provider { namespace, name },
         "SwitchPort" => Reach::Port { namespace, name },
+        "SmartNicConfiguration" => Reach::SmartNicConfiguration { namespace, name },
+        "SmartNicPort" => Reach::SmartNicPort,
         _ => return None,
     })
 }
