@@ -23,15 +23,9 @@ async fn the_operator_configures_edits_and_cleans_a_port_through_ansible() {
         FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic").with_ios_shims()]).unwrap();
     let sim = sims.get("tor1");
     let env = Env::start_with("ansible", |s| s.drift_interval = Duration::from_secs(2)).await;
-    env.device(
+    env.ansible_switch(
         "tor1",
-        &[
-            ("username", &sim.username),
-            ("password", &sim.password),
-            ("enablePassword", &sim.enable_password),
-        ],
-        json!({"backend": "ansible", "os": "ios", "address": sim.address, "port": sim.port,
-               "hostKey": {"fingerprint": sim.host_key_fingerprint}}),
+        sim,
         &[
             ("tor1-p1", "FastEthernet0/1"),
             ("tor1-p2", "FastEthernet0/2"),

@@ -239,22 +239,10 @@ spec: {configuration: {name: far}}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plan_is_what_the_switch_is_sent() {
     use patchbay::api::PortState;
-    use patchbay_testbed::{FakeSwitches, SimSpec};
     if !support::on_devplane() {
         return; // reads the simulator's log beside the operator
     }
-    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
-    let sim = sims.get("tor1");
-    let env = Env::start("plan-device").await;
-    env.switch(
-        "tor1",
-        "ios",
-        sim,
-        &sim.host_key_fingerprint,
-        &[("p1", "FastEthernet0/1"), ("p2", "FastEthernet0/2")],
-    )
-    .await;
-    on_pxe(&env).await;
+    let (sims, env) = cisco_on_pxe("plan-device", &[], |_| {}).await;
     let mark = sims.commands("tor1").len();
     let doc = plan_the_edit(&env);
     let planned: Vec<String> = doc["switches"][0]["operations"]["lines"]
@@ -332,27 +320,12 @@ async fn the_plan_is_what_the_switch_is_sent() {
 /// and the switch moves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_warns_how_many_ports_an_edit_moves() {
-    use patchbay_testbed::{FakeSwitches, SimSpec};
     use ssh_cases::{access, cisco_vlans};
     if !support::on_devplane() {
         return; // registers a webhook on this machine's loopback
     }
-    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let (sims, env) = cisco_on_pxe("plan-radius", &[("p3", "FastEthernet0/3")], |_| {}).await;
     let sim = sims.get("tor1");
-    let env = Env::start("plan-radius").await;
-    env.switch(
-        "tor1",
-        "ios",
-        sim,
-        &sim.host_key_fingerprint,
-        &[
-            ("p1", "FastEthernet0/1"),
-            ("p2", "FastEthernet0/2"),
-            ("p3", "FastEthernet0/3"),
-        ],
-    )
-    .await;
-    on_pxe(&env).await;
     blast_radius_webhook(&env).await;
     let ns = env.cluster.namespace.clone();
     // The selectable field the webhook finds a configuration's ports by.
@@ -492,15 +465,9 @@ async fn the_plan_is_what_an_ansible_run_is_given() {
         s.drift_interval = std::time::Duration::from_secs(3600);
     })
     .await;
-    env.device(
+    env.ansible_switch(
         "tor1",
-        &[
-            ("username", &sim.username),
-            ("password", &sim.password),
-            ("enablePassword", &sim.enable_password),
-        ],
-        json!({"backend": "ansible", "os": "ios", "address": sim.address, "port": sim.port,
-               "hostKey": {"fingerprint": sim.host_key_fingerprint}}),
+        sim,
         &[("p1", "FastEthernet0/1"), ("p2", "FastEthernet0/2")],
     )
     .await;
@@ -760,26 +727,15 @@ async fn the_plan_is_what_an_open_vswitch_is_sent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_devices_plans_from_what_the_switch_holds() {
     use patchbay_providers::Device as _;
-    use patchbay_testbed::{FakeSwitches, SimSpec};
     if !support::on_devplane() {
         return; // reads the simulator's log beside the operator
     }
-    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
-    let sim = sims.get("tor1");
     // No drift repair during the test: the hand edit below stays on the switch.
-    let env = Env::start_with("plan-read", |s| {
+    let (sims, env) = cisco_on_pxe("plan-read", &[], |s| {
         s.drift_interval = std::time::Duration::from_secs(3600)
     })
     .await;
-    env.switch(
-        "tor1",
-        "ios",
-        sim,
-        &sim.host_key_fingerprint,
-        &[("p1", "FastEthernet0/1"), ("p2", "FastEthernet0/2")],
-    )
-    .await;
-    on_pxe(&env).await;
+    let sim = sims.get("tor1");
     let edit = env.cluster.dir.join("edit.yaml");
     std::fs::write(
         &edit,
@@ -951,6 +907,26 @@ async fn blast_radius_webhook(env: &Env) {
         },
     )
     .await;
+}
+
+/// A simulated Cisco IOS switch `tor1` behind ProviderSwitch and Switch `tor1`
+/// with ports p1 and p2 (and `more`), the operator running with `edit` made to the
+/// test settings, and `pxe` Active on p1 and p2 ([`on_pxe`]).
+async fn cisco_on_pxe(
+    test: &str,
+    more: &[(&str, &str)],
+    edit: impl FnOnce(&mut patchbay::settings::Settings),
+) -> (patchbay_testbed::FakeSwitches, Env) {
+    use patchbay_testbed::{FakeSwitches, SimSpec};
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let env = Env::start_with(test, edit).await;
+    let sim = sims.get("tor1");
+    let mut ports = vec![("p1", "FastEthernet0/1"), ("p2", "FastEthernet0/2")];
+    ports.extend_from_slice(more);
+    env.switch("tor1", "ios", sim, &sim.host_key_fingerprint, &ports)
+        .await;
+    on_pxe(&env).await;
+    (sims, env)
 }
 
 /// Configuration `pxe` (access VLAN 10) on ports p1 and p2, both Active, and the

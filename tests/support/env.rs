@@ -149,6 +149,24 @@ impl Env {
         .await;
     }
 
+    /// `sim` (a Cisco simulator with the IOS shims) driven through Ansible and its
+    /// built-in IOS playbooks as ProviderSwitch `name`, with a Switch of that name
+    /// ([`Env::device`]).
+    pub async fn ansible_switch(&self, name: &str, sim: &SimSwitch, ports: &[(&str, &str)]) {
+        self.device(
+            name,
+            &[
+                ("username", &sim.username),
+                ("password", &sim.password),
+                ("enablePassword", &sim.enable_password),
+            ],
+            json!({"backend": "ansible", "os": "ios", "address": sim.address, "port": sim.port,
+                   "hostKey": {"fingerprint": sim.host_key_fingerprint}}),
+            ports,
+        )
+        .await;
+    }
+
     /// The Linux side of a switch as ProviderSwitch `name` (and the Switch of that
     /// name [`Env::device`] makes with it), read only: `fabric`'s lldpd over its sshd,
     /// with a key login and a pinned host key. A Switch names it in
