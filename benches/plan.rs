@@ -142,66 +142,39 @@ fn review(
     review.try_into().expect("a request")
 }
 
-/// The blast-radius webhook's answer on devplane holding `switches` x `ports`.
-async fn webhook(switches: usize, ports: usize) {
-    let cluster = cluster::BenchCluster::start("planbench").await;
+/// devplane in this process with namespace `ns` holding `objects` (each with its
+/// apiVersion and kind; created 16 at a time): the cluster, and how long the
+/// creates took.
+async fn devplane_with(
+    tag: &str,
+    ns: &str,
+    objects: Vec<serde_json::Value>,
+) -> (cluster::BenchCluster, std::time::Duration) {
+    let cluster = cluster::BenchCluster::start(tag).await;
     let client = cluster.client.clone();
-    let ns: k8s_openapi::api::core::v1::Namespace = obj(json!({"metadata": {"name": "infra"}}));
+    let namespace: k8s_openapi::api::core::v1::Namespace = obj(json!({"metadata": {"name": ns}}));
     Api::all(client.clone())
-        .create(&PostParams::default(), &ns)
+        .create(&PostParams::default(), &namespace)
         .await
         .unwrap();
     let t = Instant::now();
-    let mut objects: Vec<(String, serde_json::Value)> = vec![(
-        "switchportconfigurations".into(),
-        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
-               "metadata": {"name": "wide"}, "spec": {"untaggedVLAN": 100}}),
-    )];
-    for s in 0..switches {
-        let name = format!("tor-{s}");
-        objects.push((
-            "providerswitches".into(),
-            json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-            "metadata": {"name": name},
-            "spec": {"backend": "ssh", "os": "ios", "address": "192.0.2.1"}}),
-        ));
-        let entries: serde_json::Map<String, serde_json::Value> = (0..ports)
-            .map(|p| {
-                (
-                    format!("{name}-p{p}"),
-                    json!({"name": format!("GigabitEthernet1/0/{}", p + 1)}),
-                )
-            })
-            .collect();
-        objects.push((
-            "switches".into(),
-            json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-            "metadata": {"name": name}, "spec": {"provider": {"name": name}, "ports": entries}}),
-        ));
-        for p in 0..ports {
-            objects.push((
-                "switchports".into(),
-                json!({
-                "apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPort",
-                "metadata": {"name": format!("{name}-p{p}"),
-                             "labels": {"patchbay.dev/switch": name}},
-                "spec": {"configuration": {"name": "wide"}}}),
-            ));
-        }
-    }
-    let count = objects.len();
     futures::stream::iter(objects)
-        .map(|(plural, o)| {
+        .map(|o| {
+            let kind = o["kind"].as_str().expect("a kind").to_owned();
+            let api_version = o["apiVersion"].as_str().expect("an apiVersion").to_owned();
+            let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+            let plural = match kind.as_str() {
+                "ProviderSwitch" | "Switch" => format!("{}es", kind.to_lowercase()),
+                _ => format!("{}s", kind.to_lowercase()),
+            };
             let api: Api<DynamicObject> = Api::namespaced_with(
                 client.clone(),
-                "infra",
+                ns,
                 &kube::discovery::ApiResource {
-                    group: "patchbay.dev".into(),
-                    version: "v1alpha1".into(),
-                    api_version: "patchbay.dev/v1alpha1".into(),
-                    kind: o["kind"].as_str().unwrap().into(),
+                    group: group.into(),
+                    version: version.into(),
+                    api_version: api_version.clone(),
+                    kind,
                     plural,
                 },
             );
@@ -212,9 +185,49 @@ async fn webhook(switches: usize, ports: usize) {
         .buffer_unordered(16)
         .collect::<Vec<()>>()
         .await;
+    (cluster, t.elapsed())
+}
+
+/// The blast-radius webhook's answer on devplane holding `switches` x `ports`.
+async fn webhook(switches: usize, ports: usize) {
+    let mut objects = vec![
+        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
+               "metadata": {"name": "wide"}, "spec": {"untaggedVLAN": 100}}),
+    ];
+    for s in 0..switches {
+        let name = format!("tor-{s}");
+        objects.push(
+            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": name},
+            "spec": {"backend": "ssh", "os": "ios", "address": "192.0.2.1"}}),
+        );
+        let entries: serde_json::Map<String, serde_json::Value> = (0..ports)
+            .map(|p| {
+                (
+                    format!("{name}-p{p}"),
+                    json!({"name": format!("GigabitEthernet1/0/{}", p + 1)}),
+                )
+            })
+            .collect();
+        objects.push(
+            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": name}, "spec": {"provider": {"name": name}, "ports": entries}}),
+        );
+        for p in 0..ports {
+            objects.push(
+                json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPort",
+                "metadata": {"name": format!("{name}-p{p}"),
+                             "labels": {"patchbay.dev/switch": name}},
+                "spec": {"configuration": {"name": "wide"}}}),
+            );
+        }
+    }
+    let count = objects.len();
+    let (cluster, took) = devplane_with("planbench", "infra", objects).await;
+    let client = cluster.client.clone();
     println!(
         "devplane: {count} objects created in {:.1} s ({} SwitchPorts on one configuration)",
-        t.elapsed().as_secs_f64(),
+        took.as_secs_f64(),
         switches * ports
     );
     let radius = patchbay::blast_radius::BlastRadius::new(client);
@@ -293,71 +306,24 @@ async fn reads(switches: usize, ports: usize) {
         "simulators: {switches} Cisco 2960s up in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let cluster = cluster::BenchCluster::start("planreads").await;
-    let client = cluster.client.clone();
-    let ns: k8s_openapi::api::core::v1::Namespace = obj(json!({"metadata": {"name": "reads"}}));
-    Api::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    let api = |kind: &str| -> Api<DynamicObject> {
-        let plural = match kind {
-            "ProviderSwitch" | "Switch" => format!("{}es", kind.to_lowercase()),
-            _ => format!("{}s", kind.to_lowercase()),
-        };
-        let (group, version) = if kind == "Secret" {
-            ("", "v1")
-        } else {
-            ("patchbay.dev", "v1alpha1")
-        };
-        Api::namespaced_with(
-            client.clone(),
-            "reads",
-            &kube::discovery::ApiResource {
-                group: group.into(),
-                version: version.into(),
-                api_version: if group.is_empty() {
-                    version.into()
-                } else {
-                    format!("{group}/{version}")
-                },
-                kind: kind.into(),
-                plural,
-            },
-        )
-    };
-    let create = |kind: &str, o: serde_json::Value| {
-        let api = api(kind);
-        async move {
-            api.create(&PostParams::default(), &obj(o)).await.unwrap();
-        }
-    };
-    create(
-        "SwitchPortConfiguration",
+    let mut objects = vec![
         json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
                "metadata": {"name": "wide"}, "spec": {"untaggedVLAN": 100}}),
-    )
-    .await;
+    ];
     for i in 0..switches {
         let sim = fleet.get(&format!("rd{i:02}"));
-        create(
-            "Secret",
-            json!({"apiVersion": "v1", "kind": "Secret",
+        objects.push(json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": format!("login-{}", sim.name)},
             "stringData": {"username": sim.username, "password": sim.password,
-                           "enablePassword": sim.enable_password}}),
-        )
-        .await;
-        create(
-            "ProviderSwitch",
+                           "enablePassword": sim.enable_password}}));
+        objects.push(
             json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
             "metadata": {"name": sim.name},
             "spec": {"backend": "ssh", "os": "ios", "address": sim.address, "port": sim.port,
                      "credentialsSecretRef": {"name": format!("login-{}", sim.name)},
                      "hostKey": {"fingerprint": sim.host_key_fingerprint},
                      "options": {"maxSessions": 2, "readSessions": 1}}}),
-        )
-        .await;
+        );
         let entries: serde_json::Map<String, serde_json::Value> = (1..=ports)
             .map(|k| {
                 (
@@ -366,24 +332,22 @@ async fn reads(switches: usize, ports: usize) {
                 )
             })
             .collect();
-        create(
-            "Switch",
+        objects.push(
             json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
             "metadata": {"name": sim.name},
             "spec": {"provider": {"name": sim.name}, "ports": entries}}),
-        )
-        .await;
+        );
         for k in 1..=ports {
-            create(
-                "SwitchPort",
+            objects.push(
                 json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPort",
                 "metadata": {"name": format!("{}-p{k}", sim.name),
                              "labels": {"patchbay.dev/switch": sim.name}},
                 "spec": {"configuration": {"name": "wide"}}}),
-            )
-            .await;
+            );
         }
     }
+    let (cluster, _) = devplane_with("planreads", "reads", objects).await;
+    let client = cluster.client.clone();
     let before = Fleet {
         providers: all::<ProviderSwitch>(&client).await,
         switches: all::<Switch>(&client).await,
