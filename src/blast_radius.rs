@@ -20,7 +20,9 @@
 //!   one GET each (a list instead when there are many).
 //!
 //! Lists ask for `resourceVersion=0` (any version the API server's watch cache
-//! holds): a warning needs no quorum read. The whole answer is bounded by
+//! holds): a warning needs no quorum read. An update that leaves the spec and the
+//! labels as they were (the operator's own finalizer and mark writes) is answered
+//! at once, reading nothing. The whole answer is bounded by
 //! [`DEADLINE`]; past it, the warning says the radius is unknown and to run
 //! `patchbay plan`.
 
@@ -40,7 +42,7 @@ use crate::api::{
     ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration,
 };
-use crate::decide::blast_radius::{HostFacts, Reach, reach, warnings};
+use crate::decide::blast_radius::{HostFacts, Reach, moves_nothing, reach, warnings};
 use crate::decide::plan::{Fleet, plan};
 use crate::serve::Admit;
 
@@ -348,6 +350,13 @@ impl BlastRadius {
         let Some(reach) = reach(&request.kind.kind, &namespace, &request.name) else {
             return Vec::new();
         };
+        if request.operation == Operation::Update
+            && let (Some(old), Some(new)) = (&request.old_object, &request.object)
+            && let (Ok(old), Ok(new)) = (serde_json::to_value(old), serde_json::to_value(new))
+            && moves_nothing(&old, &new)
+        {
+            return Vec::new();
+        }
         let started = Instant::now();
         match tokio::time::timeout(DEADLINE, self.radius(request, &reach)).await {
             Ok(Ok(w)) => {

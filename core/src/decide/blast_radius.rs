@@ -76,6 +76,15 @@ pub fn reach(kind: &str, namespace: &str, name: &str) -> Option<Reach> {
     })
 }
 
+/// Whether an UPDATE from `old` to `new` can move no port whatever the fleet holds:
+/// the spec and the labels (a SwitchPort's Switch label says which Switch it is of)
+/// are as they were. The operator's own writes of finalizers, marks and other
+/// annotations are such updates; the webhook answers them without reading anything.
+pub fn moves_nothing(old: &serde_json::Value, new: &serde_json::Value) -> bool {
+    old.get("spec") == new.get("spec")
+        && old.pointer("/metadata/labels") == new.pointer("/metadata/labels")
+}
+
 /// What the warning says of one host (by its `patchbay.dev/host` mark).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostFacts {
@@ -215,6 +224,22 @@ mod tests {
         ));
         assert_eq!(reach("VLANPool", "", "p"), None);
         assert_eq!(reach("ServerClaim", "t", "c"), None);
+    }
+
+    #[test]
+    fn metadata_only_updates_move_nothing() {
+        let port = serde_json::json!({"metadata": {"name": "p1",
+            "labels": {"patchbay.dev/switch": "tor"}}, "spec": {"configuration": {"name": "web"}}});
+        let mut marked = port.clone();
+        marked["metadata"]["annotations"] = serde_json::json!({"patchbay.dev/host": "Server/a"});
+        marked["metadata"]["finalizers"] = serde_json::json!(["patchbay.dev/cleanup"]);
+        assert!(moves_nothing(&port, &marked));
+        let mut relinked = port.clone();
+        relinked["spec"]["configuration"]["name"] = "db".into();
+        assert!(!moves_nothing(&port, &relinked));
+        let mut moved = port.clone();
+        moved["metadata"]["labels"]["patchbay.dev/switch"] = "tor-2".into();
+        assert!(!moves_nothing(&port, &moved));
     }
 
     #[test]
