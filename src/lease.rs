@@ -86,6 +86,12 @@ pub struct Elector {
     identity: String,
     timings: Timings,
     devices: DeviceGate,
+    /// Held across each of the run loop's read-and-write steps and across
+    /// [`Elector::release`]; `true` once released. So a renewal never lands between
+    /// the release's read and its write (the write would fail on the
+    /// resourceVersion), and the loop writes nothing after it (it would take the
+    /// released Lease straight back).
+    released: tokio::sync::Mutex<bool>,
 }
 
 fn micro_now() -> MicroTime {
@@ -109,6 +115,7 @@ impl Elector {
             identity: identity.to_owned(),
             timings,
             devices,
+            released: tokio::sync::Mutex::new(false),
         }
     }
 
@@ -124,6 +131,12 @@ impl Elector {
         let mut renewed_at: Option<Instant> = None;
         loop {
             if report.is_closed() {
+                return;
+            }
+            // Held until the step's outcome is acted on: a release waits for it,
+            // and nothing here reopens the device gate after a release.
+            let released = self.released.lock().await;
+            if *released {
                 return;
             }
             let result = self.try_once(&mut seen, &mut seen_at).await;
@@ -172,6 +185,7 @@ impl Elector {
                 report.send_modify(|l| l.leading = false);
                 return;
             }
+            drop(released);
             tokio::time::sleep(self.timings.retry_period).await;
         }
     }
@@ -266,8 +280,13 @@ impl Elector {
 
     /// Gives the Lease up (on a graceful stop), so another replica takes over at its
     /// next retry instead of after the lease duration. Devices are off limits from
-    /// here on.
+    /// here on, and [`Elector::run`] writes the Lease no more.
     pub async fn release(&self) {
+        self.devices.set(false);
+        let mut released = self.released.lock().await;
+        *released = true;
+        // Closed again: a step that ended while this waited for its turn may have
+        // renewed and reopened the gate.
         self.devices.set(false);
         let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
             return;

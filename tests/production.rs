@@ -524,6 +524,66 @@ fn unix_now() -> f64 {
         .as_secs_f64()
 }
 
+/// A release while the elector renews: the renewal loop renewing every 10 ms (so a
+/// renewal between the release's read and its write is likely, as CI once saw at
+/// 0.5 s), each of 20 releases lands, and the Lease stays released after it (the
+/// loop writes nothing more, where it used to take the free Lease straight back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_lands_while_the_lease_is_being_renewed_and_stays() {
+    use patchbay::lease::{DeviceGate, Elector, Leadership};
+    use patchbay_core::decide::lease::Timings;
+    let cluster = Cluster::start("lease-release").await;
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let timings = Timings {
+        lease_duration: Duration::from_millis(600),
+        renew_deadline: Duration::from_millis(400),
+        retry_period: Duration::from_millis(10),
+    };
+    for round in 0..20 {
+        let name = format!("lease-{round}");
+        let gate = DeviceGate::default();
+        let elector = std::sync::Arc::new(Elector::new(
+            cluster.client.clone(),
+            &cluster.namespace,
+            &name,
+            "me",
+            timings,
+            gate.clone(),
+        ));
+        let (tx, mut rx) = tokio::sync::watch::channel(Leadership::default());
+        let running = elector.clone();
+        let run = tokio::spawn(async move { running.run(tx).await });
+        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|l| l.leading))
+            .await
+            .expect("leads")
+            .unwrap();
+        // Some renewals, then the release in the middle of the loop.
+        tokio::time::sleep(Duration::from_millis(30 + 7 * round)).await;
+        elector.release().await;
+        assert!(!gate.allows(), "devices are off limits after the release");
+        let holder = |l: k8s_openapi::api::coordination::v1::Lease| {
+            l.spec.and_then(|s| s.holder_identity).unwrap_or_default()
+        };
+        assert_eq!(
+            holder(api.get(&name).await.unwrap()),
+            "",
+            "round {round}: released"
+        );
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("the loop ends after the release")
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            holder(api.get(&name).await.unwrap()),
+            "",
+            "round {round}: still released"
+        );
+    }
+    cluster.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_one_acts_and_the_other_finishes_when_the_leader_is_killed() {
     let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
