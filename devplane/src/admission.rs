@@ -420,6 +420,19 @@ mod tests {
         }
     }
 
+    /// The review says whether the write is a dry run, as kube-apiserver's does
+    /// (`kubectl apply --dry-run=server`): a webhook with side effects skips them.
+    #[test]
+    fn the_review_says_a_dry_run() {
+        let o = json!({"metadata": {"name": "web"}});
+        let mut a = attrs("UPDATE", Some("a"), &o);
+        assert_eq!(review(&a, "u")["request"]["dryRun"], json!(false));
+        a.dry_run = true;
+        let r = review(&a, "u");
+        assert_eq!(r["request"]["dryRun"], json!(true));
+        assert_eq!(r["request"]["operation"], json!("UPDATE"));
+    }
+
     #[test]
     fn rules_and_selectors_choose_the_webhooks() {
         let configs = vec![json!({"webhooks": [

@@ -830,6 +830,7 @@ async fn object_request(
                 &name,
                 "CREATE",
                 sub,
+                opts.dry_run,
                 |store, dry| store.create(&key, &o.version, ns, body.clone(), dry),
             )
             .await?;
@@ -848,6 +849,7 @@ async fn object_request(
                 &name,
                 "UPDATE",
                 sub,
+                opts.dry_run,
                 |store, dry| store.update(&key, &o.version, ns, &name, body.clone(), sub, dry),
             )
             .await?;
@@ -895,6 +897,7 @@ async fn object_request(
                 &name,
                 operation,
                 sub,
+                opts.dry_run,
                 |store, dry| {
                     store.patch(&key, &o.version, ns, &name, ptype, body.clone(), sub, dry)
                 },
@@ -946,6 +949,7 @@ async fn object_request(
                         &name,
                         "DELETE",
                         sub,
+                        opts.dry_run,
                         |_, _| Err(ApiError::bad_request("a DELETE has no object to review")),
                     )
                     .await?;
@@ -971,7 +975,8 @@ async fn object_request(
 
 /// Calls the validating webhooks that match a write (see [`crate::admission`]):
 /// `dry` makes the write without storing it, so the webhooks see the object as it
-/// would be stored. Status writes are not sent (no rule names a subresource here).
+/// would be stored; `dry_run` says the request itself is a dry run (the review's
+/// `dryRun`, as kube-apiserver sends it). Status writes are not sent (no rule names a subresource here).
 /// The write itself follows separately, as in kube-apiserver the stored object can
 /// differ from the reviewed one only by a concurrent write in between.
 #[allow(clippy::too_many_arguments)]
@@ -983,6 +988,7 @@ async fn admitted(
     name: &str,
     operation: &str,
     sub: Subresource,
+    dry_run: bool,
     dry: impl FnOnce(&mut Store, &WriteOptions) -> Result<(Value, Vec<String>), ApiError>,
 ) -> Result<Vec<String>, ApiError> {
     if sub != Subresource::Main {
@@ -1055,7 +1061,7 @@ async fn admitted(
         object: candidate.as_ref(),
         old_object: old.as_ref(),
         namespace_labels,
-        dry_run: false,
+        dry_run,
     };
     crate::admission::admit(&hooks, &attributes).await
 }
