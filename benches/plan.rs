@@ -36,10 +36,16 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 
-use patchbay::decide::plan::{Carry, Fleet, plan};
+use patchbay::decide::plan::{Carry, Fleet, Rules, plan};
 use patchbay_providers::device::PortOperation;
 use patchbay_providers::offline::{Assumed, assumed, cli_script};
 use serde_json::json;
+
+/// The operator's rules without tenancy (the fleet has no VLANPools).
+const UNTENANTED: Rules<'static> = Rules {
+    capabilities: &patchbay::backends::capabilities_of,
+    tenancy: None,
+};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -93,7 +99,7 @@ fn measure(label: &str, before: &Fleet, manifests: &Fleet) {
     let t0 = Instant::now();
     let after = before.with(manifests, "infra");
     let t1 = Instant::now();
-    let changes = plan(before, &after, &patchbay::backends::capabilities_of);
+    let changes = plan(before, &after, UNTENANTED);
     let t2 = Instant::now();
     let ios = patchbay_providers::cli::dialect::for_os("ios").expect("the ios dialect");
     let mut by_switch: std::collections::BTreeMap<&str, Vec<Assumed>> = Default::default();
@@ -124,7 +130,7 @@ fn measure(label: &str, before: &Fleet, manifests: &Fleet) {
     );
 }
 
-/// An UPDATE review of `kind` `name` in `infra`, from `old` to `new`.
+/// An UPDATE review of `kind` from `old` to `new` (its name and namespace `new`'s).
 fn review(
     kind: &str,
     resource: &str,
@@ -132,9 +138,11 @@ fn review(
     new: serde_json::Value,
 ) -> AdmissionRequest<DynamicObject> {
     let name = new["metadata"]["name"].clone();
+    // Cluster-scoped objects (a VLANPool) name no namespace.
+    let namespace = new["metadata"]["namespace"].clone();
     let review: AdmissionReview<DynamicObject> = obj(json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "u", "operation": "UPDATE", "namespace": "infra", "name": name,
+        "request": {"uid": "u", "operation": "UPDATE", "namespace": namespace, "name": name,
             "kind": {"group": "patchbay.dev", "version": "v1alpha1", "kind": kind},
             "resource": {"group": "patchbay.dev", "version": "v1alpha1", "resource": resource},
             "userInfo": {"username": "bench"},
@@ -230,7 +238,22 @@ async fn webhook(switches: usize, ports: usize) {
         took.as_secs_f64(),
         switches * ports
     );
-    let radius = patchbay::blast_radius::BlastRadius::new(client);
+    let radius = patchbay::blast_radius::BlastRadius::new(client.clone(), None);
+    // With tenancy on, as deploy/tenancy/ runs it: a pool's edit reads every port.
+    let tenanted = patchbay::blast_radius::BlastRadius::new(
+        client,
+        Some(patchbay::decide::tenancy::Tenancy {
+            infra_namespace: "infra".into(),
+            parking_vlan: patchbay_providers::values::VlanId::new(999).unwrap(),
+            trusted_host_namespaces: Default::default(),
+            allow_bmc_credentials: false,
+        }),
+    );
+    let pool = |vlans: &str| {
+        json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "VLANPool",
+               "metadata": {"name": "tenant-a"},
+               "spec": {"vlans": vlans, "namespaces": ["tenant-a"]}})
+    };
     let wide = |vlan: u32| {
         json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",
                                   "metadata": {"name": "wide", "namespace": "infra"},
@@ -241,9 +264,10 @@ async fn webhook(switches: usize, ports: usize) {
                                      "metadata": {"name": "tor-0", "namespace": "infra"},
                                      "spec": {"backend": backend, "os": "ios", "address": "192.0.2.1"}})
     };
-    for (label, request) in [
+    for (label, radius, request) in [
         (
             "the configuration every port uses edited",
+            &radius,
             review(
                 "SwitchPortConfiguration",
                 "switchportconfigurations",
@@ -253,12 +277,18 @@ async fn webhook(switches: usize, ports: usize) {
         ),
         (
             "one ProviderSwitch moved to a backend with no IOS model",
+            &radius,
             review(
                 "ProviderSwitch",
                 "providerswitches",
                 provider("ssh"),
                 provider("netconf"),
             ),
+        ),
+        (
+            "a VLANPool edited under tenancy (every port read; none serves its tenant)",
+            &tenanted,
+            review("VLANPool", "vlanpools", pool("200-209"), pool("200-219")),
         ),
     ] {
         let mut times = Vec::new();
@@ -361,7 +391,7 @@ async fn reads(switches: usize, ports: usize) {
         ..Fleet::default()
     };
     let after = before.with(&edit, "reads");
-    let changes = plan(&before, &after, &patchbay::backends::capabilities_of);
+    let changes = plan(&before, &after, UNTENANTED);
     let t = Instant::now();
     let read = patchbay::device_reads::read_devices(&client, &changes).await;
     let took = t.elapsed().as_secs_f64();

@@ -1,6 +1,6 @@
 //! The blast-radius webhook's I/O: for an UPDATE or DELETE of a
 //! SwitchPortConfiguration, Switch, ProviderSwitch, SwitchPort,
-//! SmartNicConfiguration or SmartNicPort, it reads the
+//! SmartNicConfiguration, SmartNicPort or (with tenancy on) VLANPool, it reads the
 //! objects around the write from the API server and answers with warnings that say
 //! how many ports on how many switches the write moves and whose hosts those are
 //! (`kubectl apply` and `--dry-run=server` print them as `Warning: …`). It never
@@ -16,8 +16,15 @@
 //! - a Switch's ports by their `patchbay.dev/switch` label; a ProviderSwitch's by
 //!   its Switches' names, and the SmartNicPorts naming it; a SmartNicPort is the
 //!   review's own object;
+//! - a VLANPool's: every SwitchPort and SmartNicPort (a pool's grant follows whom a
+//!   port serves, its claim's namespace, which only the Servers say; pools are
+//!   edited rarely);
 //! - then each Switch, ProviderSwitch, configuration and Server those ports name,
-//!   one GET each (a list instead when there are many).
+//!   one GET each (a list instead when there are many); with tenancy on, every
+//!   VLANPool, and the SmartNicPort a chained SwitchPort serves through.
+//!
+//! Tenancy is the operator's own (`--infra-namespace`, `--parking-vlan`): a port a
+//! change would take outside its tenant's grants is counted `refused by patchbay`.
 //!
 //! Lists ask for `resourceVersion=0` (any version the API server's watch cache
 //! holds): a warning needs no quorum read. An update that leaves the spec and the
@@ -37,13 +44,15 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::api::keys::CHAINED_FROM_ANNOTATION;
 use crate::api::keys::{HOST_ANNOTATION, SWITCH_LABEL};
 use crate::api::{
     ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration,
+    SwitchPortConfiguration, VLANPool,
 };
 use crate::decide::blast_radius::{HostFacts, Reach, moves_nothing, reach, warnings};
-use crate::decide::plan::{Fleet, plan};
+use crate::decide::plan::{Fleet, Rules, plan};
+use crate::decide::tenancy::Tenancy;
 use crate::serve::Admit;
 
 /// How long an answer may take before it gives up and says so. Below the
@@ -59,12 +68,14 @@ const IN_FLIGHT: usize = 8;
 /// The webhook.
 pub struct BlastRadius {
     client: Client,
+    tenancy: Option<Tenancy>,
 }
 
 impl BlastRadius {
-    /// The webhook, reading through `client`.
-    pub fn new(client: Client) -> Self {
-        BlastRadius { client }
+    /// The webhook, reading through `client`, deciding under the operator's
+    /// `tenancy` settings (`None`: tenancy off).
+    pub fn new(client: Client, tenancy: Option<Tenancy>) -> Self {
+        BlastRadius { client, tenancy }
     }
 }
 
@@ -177,6 +188,15 @@ async fn ports(
             })
             .await?,
         ),
+        Reach::Everywhere => {
+            let (all_ports, all_snics, lp) = (
+                Api::<SwitchPort>::all(client.clone()),
+                Api::<SmartNicPort>::all(client.clone()),
+                any_version(),
+            );
+            let (ports, snics) = futures::try_join!(all_ports.list(&lp), all_snics.list(&lp))?;
+            (ports.items, snics.items)
+        }
         Reach::SmartNicPort => (
             Vec::new(),
             reviewed
@@ -237,11 +257,13 @@ async fn switch_ports(client: &Client, reach: &Reach) -> kube::Result<Vec<Switch
 
 /// The fleet around `ports` and `smartnic_ports`: their Switches (and `extra`'s), the
 /// ProviderSwitches and configurations those name, and the Servers of their host
-/// marks.
+/// marks; with `tenancy`, the VLANPools and the SmartNicPorts chained SwitchPorts
+/// serve through.
 async fn around(
     client: &Client,
-    (ports, smartnic_ports): (Vec<SwitchPort>, Vec<SmartNicPort>),
+    (ports, mut smartnic_ports): (Vec<SwitchPort>, Vec<SmartNicPort>),
     extra_switches: BTreeSet<(String, String)>,
+    tenancy: bool,
 ) -> kube::Result<Fleet> {
     let mut switch_keys = extra_switches;
     let mut configuration_keys = BTreeSet::new();
@@ -268,6 +290,22 @@ async fn around(
         }
         host(&p.metadata);
     }
+    // Whom a chained SwitchPort serves is its SmartNicPort's business.
+    let have: BTreeSet<(String, String)> = smartnic_ports.iter().map(named).collect();
+    let chained: BTreeSet<(String, String)> = ports
+        .iter()
+        .filter(|_| tenancy)
+        .filter_map(|p| {
+            p.metadata
+                .annotations
+                .as_ref()?
+                .get(CHAINED_FROM_ANNOTATION)
+        })
+        .filter_map(|from| from.split_once('/'))
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+        .filter(|k| !have.contains(k))
+        .collect();
+    smartnic_ports.extend(fetch(client, within::<SmartNicPort>(client), chained).await?);
     for p in &smartnic_ports {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         provider_keys.insert((ns.clone(), p.spec.provider.name.clone()));
@@ -283,7 +321,17 @@ async fn around(
             s.spec.provider.name.clone(),
         )
     }));
-    let (providers, configurations, smartnic_configurations, servers) = futures::try_join!(
+    let pools = async {
+        if tenancy {
+            Ok(Api::<VLANPool>::all(client.clone())
+                .list(&any_version())
+                .await?
+                .items)
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    let (providers, configurations, smartnic_configurations, servers, pools) = futures::try_join!(
         fetch(client, within::<ProviderSwitch>(client), provider_keys),
         fetch(
             client,
@@ -296,6 +344,7 @@ async fn around(
             smartnic_configuration_keys
         ),
         fetch(client, |_| Api::<Server>::all(client.clone()), server_keys),
+        pools,
     )?;
     Ok(Fleet {
         providers,
@@ -305,6 +354,7 @@ async fn around(
         servers,
         smartnic_ports,
         smartnic_configurations,
+        pools,
     })
 }
 
@@ -335,6 +385,7 @@ fn with_object(
         "SwitchPort" => put(&mut f.ports, key, object)?,
         "SmartNicConfiguration" => put(&mut f.smartnic_configurations, key, object)?,
         "SmartNicPort" => put(&mut f.smartnic_ports, key, object)?,
+        "VLANPool" => put(&mut f.pools, key, object)?,
         _ => {}
     }
     Ok(f)
@@ -347,7 +398,12 @@ impl BlastRadius {
             return Vec::new();
         }
         let namespace = request.namespace.clone().unwrap_or_default();
-        let Some(reach) = reach(&request.kind.kind, &namespace, &request.name) else {
+        let Some(reach) = reach(
+            &request.kind.kind,
+            &namespace,
+            &request.name,
+            self.tenancy.is_some(),
+        ) else {
             return Vec::new();
         };
         if request.operation == Operation::Update
@@ -391,11 +447,18 @@ impl BlastRadius {
         if kind == "Switch" {
             switches.insert(key.clone());
         }
-        let fleet = around(&self.client, ports, switches).await?;
+        let fleet = around(&self.client, ports, switches, self.tenancy.is_some()).await?;
         // Before: as stored (the review's old object); after: as written.
         let before = with_object(&fleet, kind, &key, old.as_ref())?;
         let after = with_object(&fleet, kind, &key, new.as_ref())?;
-        let changes = plan(&before, &after, &crate::backends::capabilities_of);
+        let changes = plan(
+            &before,
+            &after,
+            Rules {
+                capabilities: &crate::backends::capabilities_of,
+                tenancy: self.tenancy.as_ref(),
+            },
+        );
         let hosts: BTreeMap<String, HostFacts> = fleet
             .servers
             .iter()
@@ -405,9 +468,6 @@ impl BlastRadius {
                     format!("Server/{}", s.metadata.name.clone().unwrap_or_default()),
                     HostFacts {
                         phase: status.and_then(|st| st.phase).map(|p| p.to_string()),
-                        claim: status
-                            .and_then(|st| st.claim.as_ref())
-                            .map(|c| format!("{}/{}", c.namespace, c.name)),
                     },
                 )
             })

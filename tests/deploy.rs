@@ -568,7 +568,8 @@ webhooks:
   - name: blast-radius.patchbay.dev
     clientConfig: {{url: "https://127.0.0.1:{webhook_port}/blast-radius", caBundle: {}}}
     rules: [{{apiGroups: [patchbay.dev], apiVersions: [v1alpha1], operations: [UPDATE, DELETE],
-              resources: [switchportconfigurations, switches, providerswitches, switchports]}}]
+              resources: [switchportconfigurations, switches, providerswitches, switchports,
+                          vlanpools]}}]
     failurePolicy: Fail
     sideEffects: None
     admissionReviewVersions: [v1]
@@ -604,6 +605,21 @@ webhooks:
         warned.contains("Warning: patchbay: this changes 1 port on 1 switch (1 cleaned)"),
         "{warned}"
     );
+    // A pool's edit (tenancy is on): every port read, and the pools; the tenant's
+    // pool serves no port here, so nothing moves and nothing is said — a read the
+    // operator's RBAC did not allow would say "could not work out which ports".
+    let out = cluster.kubectl(&[
+        "patch",
+        "vlanpool",
+        &tenant,
+        "--dry-run=server",
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"vlans": "210-219"}}"#,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(!warned.contains("Warning"), "{warned}");
     cluster.kubectl_ok(&[
         "delete",
         "validatingwebhookconfiguration",

@@ -870,41 +870,13 @@ async fn read_devices_plans_from_what_the_switch_holds() {
     env.cluster.finish().await;
 }
 
-/// patchbay's blast-radius webhook served with TLS on loopback and registered as
-/// deploy/blast-radius/ registers it (a URL instead of the Service).
+/// patchbay's blast-radius webhook (tenancy off), registered as deploy/blast-radius/
+/// registers it.
 async fn blast_radius_webhook(env: &Env) {
-    use std::sync::Arc;
-    let dir = env.cluster.dir.join("webhook");
-    patchbay_testbed::webhook_certificate(&dir, "patchbay-webhook").unwrap();
-    let routes = patchbay::serve::Routes {
-        ready: Arc::new(|| true),
-        metrics: Arc::default(),
-        admission: None,
-        radius: Some(Arc::new(patchbay::blast_radius::BlastRadius::new(
-            env.cluster.client.clone(),
-        ))),
-    };
-    let addr = support::webhooks::serve(routes, &dir).await;
-    let url = format!("https://{addr}/blast-radius");
-    let ca = std::fs::read(dir.join("tls.crt")).unwrap();
-    support::webhooks::register(
+    support::webhooks::blast_radius(
         env.cluster.client.clone(),
-        &support::webhooks::Registration {
-            name: "patchbay-blast-radius",
-            webhook: "blast-radius.patchbay.dev",
-            url: &url,
-            ca: &ca,
-            policy: "Ignore",
-            operations: &["UPDATE", "DELETE"],
-            resources: &[
-                "switchportconfigurations",
-                "switches",
-                "providerswitches",
-                "switchports",
-                "smartnicconfigurations",
-                "smartnicports",
-            ],
-        },
+        &env.cluster.dir.join("webhook"),
+        None,
     )
     .await;
 }

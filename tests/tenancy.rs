@@ -724,3 +724,139 @@ async fn a_parked_smartnic_port_receives_no_tenants_tagged_frames() {
     );
     env.cluster.finish().await;
 }
+
+/// A pool's edit, seen before it is made (issue 56): tenant B's claim runs on VLAN
+/// 300 on tor1-p2; the infra team narrows B's pool so that 300 leaves it. With the
+/// operator's tenancy settings `patchbay plan` shows the port refused, with the
+/// claim and the operator's reason (without them it says grants were not checked);
+/// `kubectl apply --dry-run=server` warns of the refused port and whose host it is,
+/// and the switch is untouched; the real edit is refused by the operator as planned
+/// (the port Forbidden with the same reason) and the switch keeps VLAN 300 (a grant
+/// revoked under a live tenant is reported, never ripped off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_edit_is_planned_and_warned_as_the_operator_refuses_it() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let f = fabric("tenancy-plan", &sim).await;
+    let (infra, b) = (f.infra().to_owned(), f.b.clone());
+    support::webhooks::blast_radius(
+        f.client(),
+        &f.env.cluster.dir.join("webhook"),
+        Some(tenancy(&infra)),
+    )
+    .await;
+    f.server("b", 2, "tor1-p2").await;
+    let out = f.apply(
+        &b,
+        "b-web.yaml",
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\nmetadata:\n  name: web\n\
+         spec:\n  untaggedVLAN: 300\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = f.apply(&b, "b-claim.yaml", &f.claim_yaml("web", "b", "web", None));
+    assert!(out.status.success(), "{}", stderr(&out));
+    f.claim_condition(&b, "web", "Allocated", "True").await;
+    f.installed("b").await;
+    expect_cisco(&sim, "FastEthernet0/2", access(300), "B's network").await;
+
+    let pool = f.env.cluster.dir.join("pool-b.yaml");
+    std::fs::write(
+        &pool,
+        format!(
+            "apiVersion: patchbay.dev/v1alpha1\nkind: VLANPool\nmetadata:\n  name: {}\n\
+             spec:\n  vlans: \"301-309\"\n  namespaces: [{b}]\n",
+            f.pool_name("b")
+        ),
+    )
+    .unwrap();
+    let why = format!(
+        "SwitchPortConfiguration {b}/web spec.untaggedVLAN: VLAN 300 is not granted to \
+         namespace {b} on Switch tor1: no VLANPool grants it"
+    );
+    let plan = |tenancy: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_patchbay"))
+            .args(["plan", "--kubeconfig"])
+            .arg(&f.env.cluster.kubeconfig)
+            .args(tenancy)
+            .arg(&pool)
+            .env_remove("PATCHBAY_INFRA_NAMESPACE")
+            .env_remove("PATCHBAY_PARKING_VLAN")
+            .env_remove("PATCHBAY_CONFIG")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    // 1. The plan with the operator's settings: tor1-p2 refused, claim and reason.
+    let (code, table) = plan(&["--infra-namespace", &infra, "--parking-vlan", "999"]);
+    println!(
+        "$ patchbay plan --kubeconfig … --infra-namespace {infra} --parking-vlan 999 pool-b.yaml\n{table}"
+    );
+    assert_eq!(code, Some(2), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.contains("tor1-p2"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains(&format!("{b}/web")), "the claim: {row}");
+    assert!(row.contains("refused (Forbidden: "), "{row}");
+    assert!(row.contains(&why), "{row}");
+    assert!(table.contains("VLANPool grants checked"), "{table}");
+    assert!(
+        table.contains("1 port(s) on 1 switch(es) change, 1 of them refused"),
+        "{table}"
+    );
+    // Without them: nothing is refused, and the plan says grants went unchecked.
+    let (code, table) = plan(&[]);
+    assert_eq!(code, Some(0), "{table}");
+    assert!(table.contains("VLANPool grants NOT checked"), "{table}");
+
+    // 2. The dry run warns of the refused port and whose host it is; nothing moves.
+    let out = f
+        .env
+        .cluster
+        .kubectl(&["apply", "--dry-run=server", "-f", pool.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let warned = stderr(&out);
+    println!("$ kubectl apply --dry-run=server -f pool-b.yaml\n{warned}");
+    assert!(
+        warned
+            .contains("Warning: patchbay: this changes 1 port on 1 switch (1 refused by patchbay)"),
+        "{warned}"
+    );
+    assert!(warned.contains(&format!("of claim {b}/web")), "{warned}");
+    stays(
+        &sim,
+        "FastEthernet0/2",
+        &access(300),
+        2,
+        "after the dry run",
+    )
+    .await;
+
+    // 3. The edit made: the operator refuses exactly as planned, and keeps VLAN 300.
+    let out = f
+        .env
+        .cluster
+        .kubectl(&["apply", "-f", pool.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let port = f
+        .port_where("tor1-p2", "Forbidden", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                find_condition(&s.conditions, "Forbidden").is_some_and(|(t, _, _)| t == "True")
+            })
+        })
+        .await;
+    let (_, _, message) = condition(&port, "Forbidden").unwrap();
+    assert!(message.contains(&why), "{message}");
+    stays(
+        &sim,
+        "FastEthernet0/2",
+        &access(300),
+        2,
+        "a revoked grant is kept",
+    )
+    .await;
+    f.env.cluster.finish().await;
+}

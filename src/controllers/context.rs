@@ -26,7 +26,7 @@ use crate::decide::failure::{BackendError, Failure};
 use crate::decide::own_writes::OwnWrites;
 use crate::decide::phases::cabled_nic;
 use crate::decide::port_index::PortIndex;
-use crate::decide::tenancy::{self, Grants, TenancyVerdict};
+use crate::decide::tenancy::{self, Carried, Grants, TenancyVerdict};
 use crate::grants::GrantsCache;
 use crate::settings::Settings;
 use crate::worker::{Notice, Notifier, SwitchWorker, WorkerConfig};
@@ -237,7 +237,7 @@ impl Stores {
 
     /// Whether a port (`kind`, `meta`) on `switch` (its Switch; a SmartNicPort's
     /// ProviderSwitch) may carry `carried`, under `tenancy` (`None`: not checked):
-    /// [`tenancy::judge`] on what the caches hold.
+    /// [`tenancy::judge_carried`] on what the caches hold.
     pub fn tenancy_verdict(
         &self,
         tenancy: Option<&tenancy::Tenancy>,
@@ -250,25 +250,12 @@ impl Stores {
             return TenancyVerdict::default();
         };
         let tenant = self.serving_namespace(kind, meta, Some(carried.reference));
-        let cns = carried.reference.namespace.as_deref().unwrap_or_default();
-        let what = format!("{} {cns}/{}", carried.kind, carried.reference.name);
-        tenancy::judge(
-            Some(t),
+        tenancy::judge_carried(
+            t,
             &self.grants(Some(t.parking_vlan)),
-            &tenancy::Carrying {
-                tenant: &tenant,
-                switch,
-                reference: Some(tenancy::Reference {
-                    namespace: cns,
-                    shared: tenancy::is_shared(carried.labels),
-                    field: format!("the port serves namespace {tenant}; {what}"),
-                }),
-                settings: Some(tenancy::Settings {
-                    port: carried.port,
-                    group: carried.group,
-                    what,
-                }),
-            },
+            &tenant,
+            switch,
+            carried,
         )
     }
 
@@ -307,20 +294,6 @@ impl Stores {
             .get(&ObjectRef::new(name).within(ns))
             .map(|c| (*c).clone())
     }
-}
-
-/// A configuration as the tenancy check reads it.
-pub struct Carried<'a> {
-    /// Its kind, for messages.
-    pub kind: &'static str,
-    /// Its reference, namespace resolved.
-    pub reference: &'a crate::api::ConfigurationRef,
-    /// Its labels ([`crate::api::keys::SHARED_LABEL`]).
-    pub labels: Option<&'a std::collections::BTreeMap<String, String>>,
-    /// Its VLANs.
-    pub port: &'a crate::api::configuration::PortSettingsSpec,
-    /// Its link-aggregation group (`spec.linkAggregation.group`).
-    pub group: Option<i64>,
 }
 
 /// Shared state of the controllers.

@@ -43,7 +43,7 @@ use patchbay_providers::values::PortName;
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Carried, Context};
+use super::context::Context;
 use super::port_loop::{DeviceHandle, DriveInput, PortSteps, PreparedPort, Progress, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_action};
@@ -55,6 +55,7 @@ use crate::api::{
 use crate::decide::failure::Failure;
 use crate::decide::plan::{SmartNicInputs, smartnic_desired};
 use crate::decide::state_machine::{Outcome, PortTarget};
+use crate::decide::tenancy::Carried;
 use crate::decide::tenancy::{Carrying, Reference, is_shared, judge};
 use crate::decide::tenancy::{TenancyVerdict, report_forbidden};
 use crate::decide::validate::{has_egress_rules, validate_provider, validate_smartnic_port};

@@ -22,7 +22,7 @@ use patchbay_providers::{Capabilities, DesiredPort};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::context::{Carried, Context, SharedPortIndex, switch_device_ports};
+use super::context::{Context, SharedPortIndex, switch_device_ports};
 use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, PreparedPort, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_after};
@@ -35,6 +35,7 @@ use crate::decide::failure::Failure;
 use crate::decide::plan::{PortInputs, port_desired};
 use crate::decide::state_machine::PortTarget;
 use crate::decide::status::{Truth, set_condition};
+use crate::decide::tenancy::Carried;
 use crate::decide::tenancy::{TenancyVerdict, report_forbidden};
 use crate::decide::validate::{LagPeer, has_egress_rules, port_device_role, validate_provider};
 use crate::worker::PortKey;

@@ -77,3 +77,51 @@ pub async fn register(client: kube::Client, r: &Registration<'_>) {
         }
     }
 }
+
+/// The resources deploy/blast-radius/ sends to the blast-radius webhook.
+pub const BLAST_RADIUS_RESOURCES: &[&str] = &[
+    "switchportconfigurations",
+    "switches",
+    "providerswitches",
+    "switchports",
+    "smartnicconfigurations",
+    "smartnicports",
+    "vlanpools",
+];
+
+/// patchbay's blast-radius webhook, deciding under `tenancy` as the operator does,
+/// served from a certificate made in `dir` and registered as deploy/blast-radius/
+/// registers it (a URL instead of the Service).
+pub async fn blast_radius(
+    client: kube::Client,
+    dir: &Path,
+    tenancy: Option<patchbay::decide::tenancy::Tenancy>,
+) {
+    use std::sync::Arc;
+    patchbay_testbed::webhook_certificate(dir, "patchbay-webhook").unwrap();
+    let routes = patchbay::serve::Routes {
+        ready: Arc::new(|| true),
+        metrics: Arc::default(),
+        admission: None,
+        radius: Some(Arc::new(patchbay::blast_radius::BlastRadius::new(
+            client.clone(),
+            tenancy,
+        ))),
+    };
+    let addr = serve(routes, dir).await;
+    let url = format!("https://{addr}/blast-radius");
+    let ca = std::fs::read(dir.join("tls.crt")).unwrap();
+    register(
+        client,
+        &Registration {
+            name: "patchbay-blast-radius",
+            webhook: "blast-radius.patchbay.dev",
+            url: &url,
+            ca: &ca,
+            policy: "Ignore",
+            operations: &["UPDATE", "DELETE"],
+            resources: BLAST_RADIUS_RESOURCES,
+        },
+    )
+    .await;
+}

@@ -1,6 +1,6 @@
 //! The blast radius at `kubectl apply`: which ports an edit or a deletion of a
-//! SwitchPortConfiguration, Switch, ProviderSwitch, SwitchPort, SmartNicConfiguration
-//! or SmartNicPort may move (where the
+//! SwitchPortConfiguration, Switch, ProviderSwitch, SwitchPort, SmartNicConfiguration,
+//! SmartNicPort or (with tenancy on) VLANPool may move (where the
 //! webhook looks for them), and the admission warnings that say what it changes
 //! ("patchbay: this changes 212 ports on 9 switches (209 reconfigured, 3 refused by
 //! patchbay)…", "patchbay: 3 hosts on those ports: 3 Provisioned of claim
@@ -59,13 +59,18 @@ pub enum Reach {
         /// Its name.
         name: String,
     },
+    /// Every port: a VLANPool's grants apply to whomever a port serves (its claim's
+    /// namespace), which only the Servers say.
+    Everywhere,
 }
 
 /// Where to look for the ports an object of `kind` may move; `None` for a kind the
-/// blast radius does not cover.
-pub fn reach(kind: &str, namespace: &str, name: &str) -> Option<Reach> {
+/// blast radius does not cover (a VLANPool with `tenancy` off: pools grant nothing
+/// then).
+pub fn reach(kind: &str, namespace: &str, name: &str, tenancy: bool) -> Option<Reach> {
     let (namespace, name) = (namespace.to_owned(), name.to_owned());
     Some(match kind {
+        "VLANPool" if tenancy => Reach::Everywhere,
         "SwitchPortConfiguration" => Reach::Configuration { namespace, name },
         "Switch" => Reach::Switch { namespace, name },
         "ProviderSwitch" => Reach::Provider { namespace, name },
@@ -85,13 +90,12 @@ pub fn moves_nothing(old: &serde_json::Value, new: &serde_json::Value) -> bool {
         && old.pointer("/metadata/labels") == new.pointer("/metadata/labels")
 }
 
-/// What the warning says of one host (by its `patchbay.dev/host` mark).
+/// What the warning says of one host (by its `patchbay.dev/host` mark); the claim
+/// holding it is the plan's ([`PortChange::claim`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostFacts {
     /// Its phase (`Provisioned`), when known.
     pub phase: Option<String>,
-    /// The claim its ports carry (`namespace/name`), if any.
-    pub claim: Option<String>,
 }
 
 /// The longest warning written (kube-apiserver cuts a warning at 256 characters).
@@ -133,12 +137,15 @@ pub fn warnings(changes: &[PortChange], hosts: &BTreeMap<String, HostFacts>) -> 
         how.join(", ")
     )];
     // Hosts, grouped by what they are: kind, phase, claim.
-    let marks: BTreeSet<&str> = changes.iter().filter_map(|c| c.host.as_deref()).collect();
+    let marks: BTreeMap<&str, Option<&str>> = changes
+        .iter()
+        .filter_map(|c| Some((c.host.as_deref()?, c.claim.as_deref())))
+        .collect();
     if marks.is_empty() {
         return out;
     }
     let mut groups: BTreeMap<String, usize> = BTreeMap::new();
-    for mark in &marks {
+    for (mark, claim) in &marks {
         let kind = mark.split('/').next().unwrap_or_default();
         let facts = hosts.get(*mark).cloned().unwrap_or_default();
         let mut what = match (kind, facts.phase) {
@@ -147,7 +154,7 @@ pub fn warnings(changes: &[PortChange], hosts: &BTreeMap<String, HostFacts>) -> 
             (other, Some(p)) => format!("{other} {p}"),
             (other, None) => other.to_owned(),
         };
-        if let Some(claim) = facts.claim {
+        if let Some(claim) = claim {
             what.push_str(&format!(" of claim {claim}"));
         }
         *groups.entry(what).or_default() += 1;
@@ -189,6 +196,7 @@ mod tests {
             device_port: None,
             provider: None,
             host: host.map(str::to_owned),
+            claim: None,
             configuration: (None, None),
             before: Carry::Clean,
             after,
@@ -204,26 +212,28 @@ mod tests {
     #[test]
     fn the_kinds_it_looks_at() {
         assert_eq!(
-            reach("SwitchPortConfiguration", "t", "web"),
+            reach("SwitchPortConfiguration", "t", "web", false),
             Some(Reach::Configuration {
                 namespace: "t".into(),
                 name: "web".into()
             })
         );
         assert!(matches!(
-            reach("Switch", "i", "tor"),
+            reach("Switch", "i", "tor", false),
             Some(Reach::Switch { .. })
         ));
         assert!(matches!(
-            reach("ProviderSwitch", "i", "tor"),
+            reach("ProviderSwitch", "i", "tor", false),
             Some(Reach::Provider { .. })
         ));
         assert!(matches!(
-            reach("SwitchPort", "i", "p"),
+            reach("SwitchPort", "i", "p", false),
             Some(Reach::Port { .. })
         ));
-        assert_eq!(reach("VLANPool", "", "p"), None);
-        assert_eq!(reach("ServerClaim", "t", "c"), None);
+        // A pool moves ports only under tenancy, and then any port.
+        assert_eq!(reach("VLANPool", "", "p", false), None);
+        assert_eq!(reach("VLANPool", "", "p", true), Some(Reach::Everywhere));
+        assert_eq!(reach("ServerClaim", "t", "c", true), None);
     }
 
     #[test]
@@ -249,17 +259,20 @@ mod tests {
 
     #[test]
     fn ports_switches_and_hosts_are_counted() {
+        let of_web = |mut c: PortChange| {
+            c.claim = Some("web/web".into());
+            c
+        };
         let changes = vec![
-            change("tor-1", "p1", Some("Server/a"), set()),
-            change("tor-1", "p2", Some("Server/a"), set()),
-            change("tor-2", "p1", Some("Server/b"), set()),
+            of_web(change("tor-1", "p1", Some("Server/a"), set())),
+            of_web(change("tor-1", "p2", Some("Server/a"), set())),
+            of_web(change("tor-2", "p1", Some("Server/b"), set())),
             change("tor-2", "p2", Some("Server/c"), Carry::Clean),
             change("tor-3", "p1", None, Carry::Refused("Invalid: no".into())),
             change("tor-3", "p2", Some("BareMetalHost/m/h1"), set()),
         ];
         let web = HostFacts {
             phase: Some("Provisioned".into()),
-            claim: Some("web/web".into()),
         };
         let hosts = BTreeMap::from([
             ("Server/a".to_owned(), web.clone()),
@@ -268,7 +281,6 @@ mod tests {
                 "Server/c".to_owned(),
                 HostFacts {
                     phase: Some("Available".into()),
-                    claim: None,
                 },
             ),
         ]);
@@ -296,12 +308,14 @@ mod tests {
     fn many_kinds_of_host_stay_within_a_warning() {
         let changes: Vec<PortChange> = (0..40)
             .map(|i| {
-                change(
+                let mut c = change(
                     "tor",
                     &format!("p{i}"),
                     Some(&format!("Server/s{i}")),
                     set(),
-                )
+                );
+                c.claim = Some(format!("tenant-{i}/claim-{i}"));
+                c
             })
             .collect();
         let hosts: BTreeMap<String, HostFacts> = (0..40)
@@ -310,7 +324,6 @@ mod tests {
                     format!("Server/s{i}"),
                     HostFacts {
                         phase: Some("Provisioned".into()),
-                        claim: Some(format!("tenant-{i}/claim-{i}")),
                     },
                 )
             })

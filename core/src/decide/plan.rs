@@ -15,11 +15,18 @@
 //!   port entries (a new entry is a new SwitchPort, carrying nothing; a removed
 //!   entry's SwitchPort is deleted, its port cleaned) and the ProviderSwitch's
 //!   capabilities;
-//! - a Server NIC's MAC where an egress ACL needs it, as the operator looks it up.
+//! - a Server NIC's MAC where an egress ACL needs it, as the operator looks it up;
+//! - with the operator's tenancy settings ([`Rules::tenancy`]), the VLANPools: a port
+//!   serving a tenant ([`crate::decide::tenancy::serving_namespace`]: its claim's
+//!   namespace) may carry only what the pools grant that namespace, asked through
+//!   the same [`crate::decide::tenancy::judge_carried`] as the operator's.
+//!
+//! - a link-aggregation member's group: checked against the namespace's other
+//!   members (one Switch, one configuration, one Server), as the operator checks it.
 //!
 //! Not followed (shown as they are before): a host's phases (a Server or
-//! BareMetalHost edit moves its ports through the host controller, not here),
-//! VLANPool grants, and link-aggregation member checks.
+//! BareMetalHost edit moves its ports through the host controller, not here), and a
+//! SmartNicPort's chain to the SwitchPort behind it (`nextPortRef`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,11 +36,14 @@ use crate::api::server::CabledPortKind;
 use crate::api::{
     ConfigurationRef, ProviderSwitch, Server, SmartNicConfiguration, SmartNicConfigurationSpec,
     SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration, SwitchPortConfigurationSpec,
-    SwitchPortDefinition,
+    SwitchPortDefinition, VLANPool,
 };
 use crate::decide::failure::Failure;
 use crate::decide::state_machine::PortTarget;
-use crate::decide::tenancy::{TenancyVerdict, with_pool_names};
+use crate::decide::tenancy::{
+    Carried, Grants, Lookups, Tenancy, TenancyVerdict, judge_carried, serving_namespace,
+    with_pool_names,
+};
 use crate::decide::validate::{
     LagPeer, PortContext, ValidationErrors, capability_errors, desired_for_port, lag_members,
     smartnic_configuration_to_desired, with_host_mac,
@@ -172,6 +182,8 @@ pub struct Fleet {
     pub smartnic_ports: Vec<SmartNicPort>,
     /// SmartNicConfigurations.
     pub smartnic_configurations: Vec<SmartNicConfiguration>,
+    /// VLANPools (cluster-scoped): what tenants may carry, with tenancy on.
+    pub pools: Vec<VLANPool>,
 }
 
 fn key(meta: &ObjectMeta) -> (String, String) {
@@ -247,8 +259,19 @@ impl Fleet {
                 |o| &o.metadata,
                 |o| ns(&mut o.metadata, namespace),
             ),
+            pools: overlay(&self.pools, &manifests.pools, |o| &o.metadata, |_| {}),
         }
     }
+}
+
+/// What decides a port besides the objects: the rules the operator runs with.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    /// What a ProviderSwitch's device can configure (`None`: no backend patchbay has).
+    pub capabilities: &'a dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
+    /// The operator's tenancy settings (`--infra-namespace`, `--parking-vlan`, …);
+    /// `None`: tenancy off, no grant checked.
+    pub tenancy: Option<&'a Tenancy>,
 }
 
 /// What a port carries on its device, as decided.
@@ -299,6 +322,9 @@ pub struct PortChange {
     pub provider: Option<ProviderSwitch>,
     /// The host driving it (its `patchbay.dev/host` mark), if any.
     pub host: Option<String>,
+    /// The claim holding that host (`namespace/name`, a Server's `status.claim`),
+    /// after the change, else before.
+    pub claim: Option<String>,
     /// The configuration it names, before and after (`namespace/name`).
     pub configuration: (Option<String>, Option<String>),
     /// What it carries before.
@@ -325,14 +351,42 @@ struct Side<'a> {
     host_macs: BTreeMap<Key, String>,
     /// The MAC of the Server NIC cabled to each SmartNicPort.
     smartnic_host_macs: BTreeMap<Key, String>,
-    capabilities: &'a dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
+    /// Servers by name (shared: the tenancy lookups hand them out).
+    servers: BTreeMap<String, std::sync::Arc<Server>>,
+    rules: Rules<'a>,
+    /// What the pools grant (empty with tenancy off).
+    grants: Grants,
+    /// The Server whose NIC is cabled to each SwitchPort.
+    cabled: BTreeMap<Key, &'a str>,
+    /// Per namespace: its SwitchPorts carrying a link-aggregation configuration
+    /// (what the operator checks a group member against).
+    lag_peers: BTreeMap<String, Vec<LagMember<'a>>>,
+}
+
+/// A SwitchPort carrying a link-aggregation configuration, as the group check
+/// reads it ([`LagPeer`], owned where the fleet does not hold the value).
+struct LagMember<'a> {
+    name: &'a str,
+    switch: String,
+    device_port: Option<PortName>,
+    server: Option<&'a str>,
+    spec: &'a SwitchPortConfigurationSpec,
+}
+
+impl LagMember<'_> {
+    fn view(&self) -> LagPeer<'_> {
+        LagPeer {
+            name: self.name,
+            switch: &self.switch,
+            device_port: self.device_port.clone(),
+            server: self.server,
+            spec: self.spec,
+        }
+    }
 }
 
 impl<'a> Side<'a> {
-    fn new(
-        fleet: &'a Fleet,
-        capabilities: &'a dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
-    ) -> Self {
+    fn new(fleet: &'a Fleet, rules: Rules<'a>) -> Self {
         let macs = |kind: CabledPortKind| -> BTreeMap<Key, String> {
             fleet
                 .servers
@@ -348,17 +402,108 @@ impl<'a> Side<'a> {
         };
         let host_macs = macs(CabledPortKind::SwitchPort);
         let smartnic_host_macs = macs(CabledPortKind::SmartNicPort);
+        let cabled: BTreeMap<Key, &'a str> = fleet
+            .servers
+            .iter()
+            .flat_map(|s| {
+                let server = s.metadata.name.as_deref().unwrap_or_default();
+                s.spec.nics.iter().filter_map(move |n| {
+                    let port = n.port.as_ref()?;
+                    (port.port_kind() == CabledPortKind::SwitchPort)
+                        .then(|| ((port.namespace.clone(), port.name.clone()), server))
+                })
+            })
+            .collect();
+        let switches = index(&fleet.switches, |o| &o.metadata);
+        let configurations = index(&fleet.configurations, |o| &o.metadata);
+        let mut lag_peers: BTreeMap<String, Vec<LagMember<'a>>> = BTreeMap::new();
+        for p in &fleet.ports {
+            let (ns, name) = key(&p.metadata);
+            let Some(r) = &p.spec.configuration else {
+                continue;
+            };
+            let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
+            let Some(c) = configurations.get(&(cns, r.name.clone())) else {
+                continue;
+            };
+            if c.spec.link_aggregation.is_none() {
+                continue;
+            }
+            let switch = switch_of(p).unwrap_or_default();
+            let device_port = switches
+                .get(&(ns.clone(), switch.clone()))
+                .and_then(|s| s.spec.ports.get(&name))
+                .and_then(|d| PortName::parse(&d.name).ok());
+            lag_peers.entry(ns.clone()).or_default().push(LagMember {
+                name: p.metadata.name.as_deref().unwrap_or_default(),
+                switch,
+                device_port,
+                server: cabled.get(&(ns, name)).copied(),
+                spec: &c.spec,
+            });
+        }
         Side {
-            switches: index(&fleet.switches, |o| &o.metadata),
+            switches,
             providers: index(&fleet.providers, |o| &o.metadata),
             ports: index(&fleet.ports, |o| &o.metadata),
-            configurations: index(&fleet.configurations, |o| &o.metadata),
+            configurations,
             smartnic_ports: index(&fleet.smartnic_ports, |o| &o.metadata),
             smartnic_configurations: index(&fleet.smartnic_configurations, |o| &o.metadata),
             host_macs,
             smartnic_host_macs,
-            capabilities,
+            servers: fleet
+                .servers
+                .iter()
+                .map(|s| {
+                    (
+                        s.metadata.name.clone().unwrap_or_default(),
+                        std::sync::Arc::new(s.clone()),
+                    )
+                })
+                .collect(),
+            rules,
+            grants: match rules.tenancy {
+                Some(t) => Grants::new(&fleet.pools, Some(t.parking_vlan)),
+                None => Grants::default(),
+            },
+            cabled,
+            lag_peers,
         }
+    }
+
+    /// Whether a port (`kind`, `meta`) on `switch` may carry `carried`, as the
+    /// operator's tenancy check says (granted with tenancy off).
+    fn tenancy_verdict(
+        &self,
+        kind: CabledPortKind,
+        meta: &ObjectMeta,
+        switch: &str,
+        carried: &Carried<'_>,
+    ) -> TenancyVerdict {
+        let Some(t) = self.rules.tenancy else {
+            return TenancyVerdict::default();
+        };
+        let tenant = serving_namespace(
+            kind,
+            meta,
+            Some(carried.reference),
+            &Lookups {
+                server: &|name| self.servers.get(name).cloned(),
+                smartnic: &|ns, name| {
+                    self.smartnic_ports
+                        .get(&(ns.to_owned(), name.to_owned()))
+                        .map(|p| std::sync::Arc::new((*p).clone()))
+                },
+            },
+        );
+        judge_carried(t, &self.grants, &tenant, Some(switch), carried)
+    }
+
+    /// The claim holding the host of mark `host` (`Server/name`), if any.
+    fn claim_of(&self, host: Option<&str>) -> Option<String> {
+        let server = self.servers.get(host?.strip_prefix("Server/")?)?;
+        let claim = server.status.as_ref()?.claim.as_ref()?;
+        Some(format!("{}/{}", claim.namespace, claim.name))
     }
 
     /// The capabilities of ProviderSwitch `ns/name`, or why a port of it is refused.
@@ -368,7 +513,7 @@ impl<'a> Side<'a> {
                 "ProviderNotFound: ProviderSwitch {ns}/{name} does not exist"
             ));
         };
-        (self.capabilities)(provider).ok_or_else(|| {
+        (self.rules.capabilities)(provider).ok_or_else(|| {
             format!(
                 "InvalidProvider: ProviderSwitch {ns}/{name} names no backend patchbay has \
                  (backend {:?}, os {:?})",
@@ -413,10 +558,24 @@ impl<'a> Side<'a> {
                 .get(&(ns.to_owned(), name.to_owned()))
                 .map(String::as_str)
         });
-        let tenancy = TenancyVerdict::default();
         let configuration = self
             .smartnic_configurations
             .get(&(cns, reference.name.clone()));
+        let tenancy = match configuration {
+            Some(c) => self.tenancy_verdict(
+                CabledPortKind::SmartNicPort,
+                &port.metadata,
+                &port.spec.provider.name,
+                &Carried {
+                    kind: "SmartNicConfiguration",
+                    reference: &target.configuration,
+                    labels: c.metadata.labels.as_ref(),
+                    port: &c.spec.port,
+                    group: None,
+                },
+            ),
+            None => TenancyVerdict::default(),
+        };
         let carry = match smartnic_desired(&SmartNicInputs {
             device_port,
             wanted: Some(&target),
@@ -426,7 +585,7 @@ impl<'a> Side<'a> {
             tenancy: &tenancy,
         }) {
             Ok(d) => Carry::Set(d),
-            Err(f) => Carry::Refused(format!("{}: {f}", f.category())),
+            Err(f) => Carry::Refused(refusal(&f)),
         };
         (carry, Some(words))
     }
@@ -453,8 +612,10 @@ impl<'a> Side<'a> {
         let Some(definition) = sw.spec.ports.get(name) else {
             return (Carry::Clean, None);
         };
-        let object = self.ports.get(&(ns.to_owned(), name.to_owned()));
-        let Some(reference) = object.and_then(|p| p.spec.configuration.clone()) else {
+        let Some(object) = self.ports.get(&(ns.to_owned(), name.to_owned())) else {
+            return (Carry::Clean, None);
+        };
+        let Some(reference) = object.spec.configuration.clone() else {
             return (Carry::Clean, None);
         };
         let reference = ConfigurationRef {
@@ -475,7 +636,42 @@ impl<'a> Side<'a> {
             hash: String::new(),
         };
         let host_mac = self.host_macs.get(&(ns.to_owned(), name.to_owned()));
-        let tenancy = TenancyVerdict::default();
+        let tenancy = match configuration {
+            Some(c) => self.tenancy_verdict(
+                CabledPortKind::SwitchPort,
+                &object.metadata,
+                switch,
+                &Carried {
+                    kind: "SwitchPortConfiguration",
+                    reference: &reference,
+                    labels: c.metadata.labels.as_ref(),
+                    port: &c.spec.port,
+                    group: c.spec.link_aggregation.as_ref().map(|l| l.group),
+                },
+            ),
+            None => TenancyVerdict::default(),
+        };
+        // A group member is checked against the namespace's other members, as the
+        // operator checks it.
+        let lag = configuration
+            .filter(|c| c.spec.link_aggregation.is_some())
+            .map(|c| {
+                let me = LagPeer {
+                    name,
+                    switch,
+                    device_port: PortName::parse(&definition.name).ok(),
+                    server: self.cabled.get(&(ns.to_owned(), name.to_owned())).copied(),
+                    spec: &c.spec,
+                };
+                let peers: Vec<LagPeer<'_>> = self
+                    .lag_peers
+                    .get(ns)
+                    .into_iter()
+                    .flatten()
+                    .map(LagMember::view)
+                    .collect();
+                (me, peers)
+            });
         let inputs = PortInputs {
             switch,
             port_key: name,
@@ -484,15 +680,34 @@ impl<'a> Side<'a> {
             configuration: configuration.map(|c| &c.spec),
             capabilities: &capabilities,
             host_mac: host_mac.map(String::as_str),
-            lag: None,
+            lag,
             tenancy: &tenancy,
         };
         let carry = match port_desired(&inputs) {
             Ok(d) => Carry::Set(d),
-            Err(f) => Carry::Refused(format!("{}: {f}", f.category())),
+            Err(f) => Carry::Refused(refusal(&f)),
         };
         (carry, Some(words))
     }
+}
+
+/// How a plan words the operator's refusal: its category, then its message (the
+/// message's own leading category word left out: `Forbidden: SwitchPortConfiguration
+/// …`, not `Forbidden: forbidden: …`).
+fn refusal(f: &Failure) -> String {
+    let category = f.category();
+    let message = f.to_string();
+    let message = message
+        .strip_prefix(&format!("{}: ", category.to_lowercase()))
+        .unwrap_or(&message);
+    format!("{category}: {message}")
+}
+
+/// A port's `patchbay.dev/host` mark.
+fn host_mark(meta: &ObjectMeta) -> Option<String> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::api::keys::HOST_ANNOTATION).cloned())
 }
 
 /// The Switch a SwitchPort object belongs to: its Switch label, else its owner.
@@ -512,13 +727,8 @@ fn switch_of(p: &SwitchPort) -> Option<String> {
 }
 
 /// Every port whose outcome differs between `before` and `after`, in namespace,
-/// Switch and port order. `capabilities` says what a ProviderSwitch's device can
-/// configure (`None`: no backend patchbay has).
-pub fn plan(
-    before: &Fleet,
-    after: &Fleet,
-    capabilities: &dyn Fn(&ProviderSwitch) -> Option<Capabilities>,
-) -> Vec<PortChange> {
+/// Switch and port order, each decided under `rules` as the operator decides it.
+pub fn plan(before: &Fleet, after: &Fleet, rules: Rules<'_>) -> Vec<PortChange> {
     // Every SwitchPort either side has: the objects, and the entries of Switches
     // (a SwitchPort of the entry's name, in the Switch's namespace).
     let mut ports: BTreeSet<(String, String, String)> = BTreeSet::new();
@@ -536,10 +746,7 @@ pub fn plan(
             }
         }
     }
-    let (b, a) = (
-        Side::new(before, capabilities),
-        Side::new(after, capabilities),
-    );
+    let (b, a) = (Side::new(before, rules), Side::new(after, rules));
     let mut changes = Vec::new();
     for (ns, switch, port) in ports {
         let (was, was_cfg) = b.carry(&ns, &port, &switch);
@@ -561,12 +768,11 @@ pub fn plan(
                 .cloned()
         });
         let at = (ns.clone(), port.clone());
-        let host = a.ports.get(&at).or_else(|| b.ports.get(&at)).and_then(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(crate::api::keys::HOST_ANNOTATION).cloned())
-        });
+        let host = a
+            .ports
+            .get(&at)
+            .or_else(|| b.ports.get(&at))
+            .and_then(|p| host_mark(&p.metadata));
         changes.push(PortChange {
             kind: PortKind::SwitchPort,
             namespace: ns,
@@ -574,6 +780,9 @@ pub fn plan(
             switch,
             device_port,
             provider,
+            claim: a
+                .claim_of(host.as_deref())
+                .or_else(|| b.claim_of(host.as_deref())),
             host,
             configuration: (was_cfg, will_cfg),
             before: was,
@@ -601,6 +810,7 @@ pub fn plan(
             continue;
         };
         let provider = &port.spec.provider.name;
+        let host = host_mark(&port.metadata);
         changes.push(PortChange {
             kind: PortKind::SmartNicPort,
             namespace: ns.clone(),
@@ -611,11 +821,10 @@ pub fn plan(
                 .provider(&ns, provider)
                 .or_else(|| b.provider(&ns, provider))
                 .cloned(),
-            host: port
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(crate::api::keys::HOST_ANNOTATION).cloned()),
+            claim: a
+                .claim_of(host.as_deref())
+                .or_else(|| b.claim_of(host.as_deref())),
+            host,
             configuration: (was_cfg, will_cfg),
             before: was,
             after: will,

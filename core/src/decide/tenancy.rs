@@ -593,6 +593,54 @@ pub fn judge(tenancy: Option<&Tenancy>, grants: &Grants, c: &Carrying<'_>) -> Te
     }
 }
 
+/// A configuration a port is to carry, as the tenancy check reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Carried<'a> {
+    /// Its kind, for messages.
+    pub kind: &'static str,
+    /// Its reference, namespace resolved.
+    pub reference: &'a ConfigurationRef,
+    /// Its labels ([`SHARED_LABEL`]).
+    pub labels: Option<&'a BTreeMap<String, String>>,
+    /// Its VLANs.
+    pub port: &'a PortSettingsSpec,
+    /// Its link-aggregation group (`spec.linkAggregation.group`).
+    pub group: Option<i64>,
+}
+
+/// Whether a port serving `tenant` ([`serving_namespace`]) on `switch` (its Switch;
+/// a SmartNicPort's ProviderSwitch) may carry `carried`: [`judge`] with the port's
+/// reference and settings. The SwitchPort and SmartNicPort controllers and
+/// `patchbay plan` ask this, each with its own view of the objects.
+pub fn judge_carried(
+    tenancy: &Tenancy,
+    grants: &Grants,
+    tenant: &str,
+    switch: Option<&str>,
+    carried: &Carried<'_>,
+) -> TenancyVerdict {
+    let cns = carried.reference.namespace.as_deref().unwrap_or_default();
+    let what = format!("{} {cns}/{}", carried.kind, carried.reference.name);
+    judge(
+        Some(tenancy),
+        grants,
+        &Carrying {
+            tenant,
+            switch,
+            reference: Some(Reference {
+                namespace: cns,
+                shared: is_shared(carried.labels),
+                field: format!("the port serves namespace {tenant}; {what}"),
+            }),
+            settings: Some(Settings {
+                port: carried.port,
+                group: carried.group,
+                what,
+            }),
+        },
+    )
+}
+
 /// What [`serving_namespace`] looks up in the caches.
 pub struct Lookups<'a> {
     /// A Server by name.

@@ -74,6 +74,21 @@ enum Command {
         /// read from the cluster).
         #[arg(long, requires = "kubeconfig")]
         read_devices: bool,
+        /// The operator's config file (as `patchbay run --config`): its tenancy
+        /// settings apply to the plan.
+        #[arg(long, value_name = "FILE", env = "PATCHBAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// As the operator's `--infra-namespace`: with it the plan checks VLANPool
+        /// grants as the operator does (give the operator's settings, or the plan
+        /// shows grants as unchecked) [default: none, tenancy off].
+        #[arg(long, env = "PATCHBAY_INFRA_NAMESPACE")]
+        infra_namespace: Option<String>,
+        /// As the operator's `--parking-vlan`; required with --infra-namespace.
+        #[arg(long, env = "PATCHBAY_PARKING_VLAN")]
+        parking_vlan: Option<u16>,
+        /// As the operator's `--trusted-host-namespaces`.
+        #[arg(long, env = "PATCHBAY_TRUSTED_HOST_NAMESPACES", value_delimiter = ',')]
+        trusted_host_namespaces: Option<Vec<String>>,
     },
     /// The demo: devplane, the CRDs, examples/, the operator on fixture switches, and
     /// a live table of the ports until Ctrl-C.
@@ -373,7 +388,7 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
         let tls = patchbay::serve::tls_acceptor(dir).context("--webhook-cert-dir")?;
         let mut with_webhook = routes.clone();
         with_webhook.radius = Some(std::sync::Arc::new(
-            patchbay::blast_radius::BlastRadius::new(client.clone()),
+            patchbay::blast_radius::BlastRadius::new(client.clone(), settings.tenancy.clone()),
         ));
         // The tenancy webhook only with tenancy: without it there is nothing to refuse.
         if let Some(tenancy) = settings.tenancy.clone() {
@@ -552,7 +567,28 @@ fn run() -> Result<ExitCode> {
             namespace,
             output,
             read_devices,
+            config,
+            infra_namespace,
+            parking_vlan,
+            trusted_host_namespaces,
         } => {
+            // The operator's own resolution (flag, environment, file), so the plan
+            // refuses with the operator's settings or not at all.
+            let tenancy = match patchbay::settings::Settings::resolve(
+                &patchbay::settings::SettingsArgs {
+                    infra_namespace,
+                    parking_vlan,
+                    trusted_host_namespaces,
+                    ..Default::default()
+                },
+                config.as_deref(),
+            ) {
+                Ok(s) => s.tenancy,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(1));
+                }
+            };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -562,6 +598,7 @@ fn run() -> Result<ExitCode> {
                 namespace,
                 output,
                 read_devices,
+                tenancy,
             })))
         }
         Command::Device(args) => {

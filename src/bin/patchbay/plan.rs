@@ -18,9 +18,9 @@ use kube::api::{Api, ListParams};
 use patchbay::api::Backend;
 use patchbay::api::{
     ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration,
+    SwitchPortConfiguration, VLANPool,
 };
-use patchbay::decide::plan::{Carry, Fleet, PortChange, PortKind, plan};
+use patchbay::decide::plan::{Carry, Fleet, PortChange, PortKind, Rules, plan};
 use patchbay::device_reads::{Group, Read, group, read_devices};
 use patchbay_providers::device::PortOperation;
 use patchbay_providers::model::{AdminState, DesiredPort, ObservedPort, VlanMode, diff};
@@ -51,6 +51,8 @@ pub struct Request {
     pub output: Output,
     /// Read the changing ports from their switches.
     pub read_devices: bool,
+    /// The operator's tenancy settings (`None`: grants not checked).
+    pub tenancy: Option<patchbay::decide::tenancy::Tenancy>,
 }
 
 /// The patchbay objects of the manifests; other kinds are skipped.
@@ -83,6 +85,7 @@ fn manifests(files: &[PathBuf]) -> Result<(Fleet, Vec<String>)> {
                 "Server" => fleet.servers.push(typed(doc, &at)?),
                 "SmartNicPort" => fleet.smartnic_ports.push(typed(doc, &at)?),
                 "SmartNicConfiguration" => fleet.smartnic_configurations.push(typed(doc, &at)?),
+                "VLANPool" => fleet.pools.push(typed(doc, &at)?),
                 _ => skipped.push(format!("{at}: {kind} (not planned)")),
             }
         }
@@ -120,6 +123,7 @@ async fn live(client: &kube::Client) -> Result<Fleet> {
         servers: all::<Server>(client).await?,
         smartnic_ports: all::<SmartNicPort>(client).await?,
         smartnic_configurations: all::<SmartNicConfiguration>(client).await?,
+        pools: all::<VLANPool>(client).await?,
     })
 }
 
@@ -310,6 +314,7 @@ fn json_of(
     batches: &[Batch<'_>],
     live: bool,
     reads: &BTreeMap<Group, Read>,
+    grants: Option<&str>,
 ) -> Value {
     let device = |c: &PortChange| match held(c, reads) {
         Held::Assumed(None) => Value::Null,
@@ -332,13 +337,14 @@ fn json_of(
         } else {
             "no cluster: every port starts clean"
         },
+        "grants": grants,
         "ports": changes.iter().map(|c| json!({
             "kind": match c.kind {
                 PortKind::SwitchPort => "SwitchPort",
                 PortKind::SmartNicPort => "SmartNicPort",
             },
             "namespace": c.namespace, "port": c.port, "switch": c.switch,
-            "devicePort": c.device_port, "host": c.host,
+            "devicePort": c.device_port, "host": c.host, "claim": c.claim,
             "configuration": {"before": c.configuration.0, "after": c.configuration.1},
             "before": carry(&c.before), "after": carry(&c.after),
             "device": device(c),
@@ -362,6 +368,7 @@ fn print_table(
     batches: &[Batch<'_>],
     live: bool,
     reads: &BTreeMap<Group, Read>,
+    grants: Option<&str>,
 ) {
     let read = !reads.is_empty();
     let rows: Vec<Vec<String>> = changes
@@ -372,6 +379,7 @@ fn print_table(
                 c.port.clone(),
                 c.device_port.clone().unwrap_or_else(|| "-".into()),
                 c.host.clone().unwrap_or_else(|| "-".into()),
+                c.claim.clone().unwrap_or_else(|| "-".into()),
                 carry_words(&c.before, c.configuration.0.as_ref()),
             ];
             if read {
@@ -381,7 +389,7 @@ fn print_table(
             row
         })
         .collect();
-    let mut head = vec!["SWITCH", "PORT", "DEVICE PORT", "HOST", "BEFORE"];
+    let mut head = vec!["SWITCH", "PORT", "DEVICE PORT", "HOST", "CLAIM", "BEFORE"];
     if read {
         head.push("ON THE DEVICE");
     }
@@ -414,6 +422,9 @@ fn print_table(
         );
     } else {
         println!("No cluster given: every port starts clean.");
+    }
+    if let Some(g) = grants {
+        println!("{g}.");
     }
     println!();
     line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>());
@@ -520,16 +531,38 @@ async fn make(req: &Request) -> Result<bool> {
         None => Fleet::default(),
     };
     let after = before.with(&manifests, &req.namespace);
-    let changes = plan(&before, &after, &patchbay::backends::capabilities_of);
+    let changes = plan(
+        &before,
+        &after,
+        Rules {
+            capabilities: &patchbay::backends::capabilities_of,
+            tenancy: req.tenancy.as_ref(),
+        },
+    );
+    // Pools in play and tenancy off here: the plan cannot say what they refuse.
+    let unchecked = req.tenancy.is_none() && !after.pools.is_empty();
     let reads = match (&client, req.read_devices) {
         (Some(c), true) => read_devices(c, &changes).await,
         _ => BTreeMap::new(),
     };
     let batches = batches(&changes, &reads);
     let live = req.kubeconfig.is_some();
+    let grants = match &req.tenancy {
+        Some(t) => Some(format!(
+            "VLANPool grants checked as the operator checks them (infra namespace {}, \
+             parking VLAN {})",
+            t.infra_namespace, t.parking_vlan
+        )),
+        None if unchecked => Some(format!(
+            "VLANPool grants NOT checked: {} VLANPool(s) in play and no tenancy settings; \
+             give the operator's --infra-namespace and --parking-vlan (or --config)",
+            after.pools.len()
+        )),
+        None => None,
+    };
     match req.output {
         Output::Json => {
-            let mut doc = json_of(&changes, &batches, live, &reads);
+            let mut doc = json_of(&changes, &batches, live, &reads, grants.as_deref());
             doc["skipped"] = json!(skipped);
             println!("{}", serde_json::to_string_pretty(&doc)?);
         }
@@ -545,7 +578,7 @@ async fn make(req: &Request) -> Result<bool> {
                 let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
                 eprintln!("not planned: {} (`-o json` lists them)", kinds.join(", "));
             }
-            print_table(&changes, &batches, live, &reads);
+            print_table(&changes, &batches, live, &reads, grants.as_deref());
         }
     }
     Ok(!changes.is_empty())

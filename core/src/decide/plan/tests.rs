@@ -43,6 +43,14 @@ fn caps(p: &ProviderSwitch) -> Option<Capabilities> {
     }
 }
 
+/// The rules with tenancy off.
+fn untenanted(capabilities: &dyn Fn(&ProviderSwitch) -> Option<Capabilities>) -> Rules<'_> {
+    Rules {
+        capabilities,
+        tenancy: None,
+    }
+}
+
 fn vlans(c: &Carry) -> Option<VlanMode> {
     match c {
         Carry::Set(d) => Some(d.vlans.clone()),
@@ -54,7 +62,7 @@ fn vlans(c: &Carry) -> Option<VlanMode> {
 fn an_edit_lists_the_ports_it_moves_and_nothing_else() {
     let before = fleet("ios", json!({"untaggedVLAN": 100}));
     // Nothing changes: nothing listed.
-    assert!(plan(&before, &before, &caps).is_empty());
+    assert!(plan(&before, &before, untenanted(&caps)).is_empty());
     // The configuration edited: p1 moves from access 100 to 101; p2 (no
     // configuration) is not listed.
     let manifests = Fleet {
@@ -63,7 +71,7 @@ fn an_edit_lists_the_ports_it_moves_and_nothing_else() {
         ..Fleet::default()
     };
     let after = before.with(&manifests, "infra");
-    let changes = plan(&before, &after, &caps);
+    let changes = plan(&before, &after, untenanted(&caps));
     assert_eq!(changes.len(), 1, "{changes:?}");
     let c = &changes[0];
     assert_eq!(
@@ -119,7 +127,7 @@ fn what_the_operator_would_refuse_is_listed_as_refused_with_its_reason() {
     ];
     for (manifests, port, says) in rows {
         let after = before.with(&manifests, "infra");
-        let changes = plan(&before, &after, &caps);
+        let changes = plan(&before, &after, untenanted(&caps));
         let c = changes
             .iter()
             .find(|c| c.port == port)
@@ -147,7 +155,7 @@ fn a_new_switch_entry_carries_nothing_and_a_removed_one_is_cleaned() {
         },
         "infra",
     );
-    let changes = plan(&before, &after, &caps);
+    let changes = plan(&before, &after, untenanted(&caps));
     // p1's entry is gone: its SwitchPort is deleted, the port cleaned. p3 is new and
     // carries nothing: no device change, not listed.
     assert_eq!(changes.len(), 1, "{changes:?}");
@@ -185,13 +193,13 @@ fn a_smartnic_configuration_edit_moves_its_bridge_ports() {
             .then(|| Capabilities::new([Capability::Trunk, Capability::AccessVlan]))
     };
     let before = smartnic_fleet(json!({"untaggedVLAN": 20}));
-    assert!(plan(&before, &before, &ovs).is_empty());
+    assert!(plan(&before, &before, untenanted(&ovs)).is_empty());
     let edit = |spec: serde_json::Value| Fleet {
         smartnic_configurations: vec![obj(json!({"metadata": {"name": "nic-a"}, "spec": spec}))],
         ..Fleet::default()
     };
     let after = before.with(&edit(json!({"untaggedVLAN": 21})), "infra");
-    let changes = plan(&before, &after, &ovs);
+    let changes = plan(&before, &after, untenanted(&ovs));
     assert_eq!(changes.len(), 1, "{changes:?}");
     let c = &changes[0];
     assert_eq!(
@@ -214,9 +222,159 @@ fn a_smartnic_configuration_edit_moves_its_bridge_ports() {
         ),
         "infra",
     );
-    let changes = plan(&before, &acl, &ovs);
+    let changes = plan(&before, &acl, untenanted(&ovs));
     let Carry::Refused(why) = &changes[0].after else {
         panic!("{changes:?}")
     };
     assert!(why.contains("options.openflow"), "{why}");
+}
+
+/// A Server cabled to infra/p1, held by claim tenant-a/web; p1 carries tenant-a's
+/// `web` (VLAN 100) while it serves that claim; one pool grants `vlans` to tenant-a.
+fn tenant_fleet(vlans: &str) -> Fleet {
+    let mut f = fleet("ios", json!({}));
+    f.configurations = vec![obj(json!({
+        "metadata": {"name": "web", "namespace": "tenant-a"},
+        "spec": {"untaggedVLAN": 100}}))];
+    f.ports[0].spec.configuration = Some(ConfigurationRef {
+        name: "web".into(),
+        namespace: Some("tenant-a".into()),
+    });
+    f.servers = vec![obj(json!({
+        "metadata": {"name": "web-1"},
+        "spec": {"bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": "infra"}},
+                 "bootMac": "aa:bb:cc:dd:ee:01", "site": "dc1",
+                 "nics": [{"name": "eth0", "port": {"name": "p1", "namespace": "infra"}}]},
+        "status": {"claim": {"name": "web", "namespace": "tenant-a", "uid": "u",
+                             "role": "worker", "since": "2026-01-01T00:00:00Z"}}}))];
+    f.pools = vec![obj(json!({
+        "metadata": {"name": "tenant-a"},
+        "spec": {"vlans": vlans, "namespaces": ["tenant-a"]}}))];
+    f
+}
+
+/// With the operator's tenancy settings the plan refuses what the operator would: a
+/// pool edit that takes VLAN 100 away from tenant-a refuses the port serving
+/// tenant-a's claim, with the operator's words; the claim is shown. Without them
+/// the same edit changes nothing (pools grant nothing with tenancy off).
+#[test]
+fn a_pool_that_stops_granting_refuses_the_tenants_ports_under_tenancy() {
+    let tenancy = Tenancy {
+        infra_namespace: "infra".into(),
+        parking_vlan: patchbay_model::values::VlanId::new(999).unwrap(),
+        trusted_host_namespaces: Default::default(),
+        allow_bmc_credentials: false,
+    };
+    let rules = Rules {
+        capabilities: &caps,
+        tenancy: Some(&tenancy),
+    };
+    let before = tenant_fleet("100-199");
+    let after = before.with(
+        &Fleet {
+            pools: tenant_fleet("200-299").pools,
+            ..Fleet::default()
+        },
+        "infra",
+    );
+    assert!(plan(&before, &before, rules).is_empty());
+    let changes = plan(&before, &after, rules);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let c = &changes[0];
+    assert_eq!(c.port, "p1");
+    assert_eq!(c.claim.as_deref(), Some("tenant-a/web"));
+    assert_eq!(
+        vlans(&c.before),
+        Some(VlanMode::Access {
+            vlan: patchbay_model::values::VlanId::new(100).unwrap()
+        })
+    );
+    let Carry::Refused(why) = &c.after else {
+        panic!("{:?}", c.after)
+    };
+    assert!(
+        why.starts_with("Forbidden: ")
+            && why.contains("VLAN 100 is not granted to namespace tenant-a on Switch tor"),
+        "{why}"
+    );
+    // Tenancy off: the same edit moves nothing.
+    assert!(plan(&before, &after, untenanted(&caps)).is_empty());
+    // A port serving the infra namespace (no claim) is not checked at all.
+    let mut unclaimed = before.clone();
+    unclaimed.servers[0].status = None;
+    let unclaimed_after = unclaimed.with(
+        &Fleet {
+            pools: after.pools.clone(),
+            ..Fleet::default()
+        },
+        "infra",
+    );
+    // infra/p1 carries tenant-a's configuration: named by an infra port, that is
+    // infra's choice; it serves infra and is granted.
+    assert!(plan(&unclaimed, &unclaimed_after, rules).is_empty());
+}
+
+/// A link-aggregation group is checked as the operator checks it: p1 and p2 of
+/// Server web-1 bundle in group 1 carrying `bond`; moving p2 to `bond-b` (same group,
+/// another VLAN) refuses both members, p1 too though its own configuration did not
+/// change.
+#[test]
+fn a_group_member_is_checked_against_the_others() {
+    let mut before = fleet("ios", json!({}));
+    before.switches[0]
+        .spec
+        .ports
+        .get_mut("p2")
+        .unwrap()
+        .vlan_range = None;
+    before.configurations = vec![
+        obj(json!({"metadata": {"name": "bond", "namespace": "infra"},
+                   "spec": {"untaggedVLAN": 100, "linkAggregation": {"group": 1}}})),
+        obj(json!({"metadata": {"name": "bond-b", "namespace": "infra"},
+                   "spec": {"untaggedVLAN": 200, "linkAggregation": {"group": 1}}})),
+    ];
+    for p in &mut before.ports {
+        p.spec.configuration = Some(ConfigurationRef {
+            name: "bond".into(),
+            namespace: None,
+        });
+    }
+    before.servers = vec![obj(json!({
+        "metadata": {"name": "web-1"},
+        "spec": {"bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": "infra"}},
+                 "bootMac": "aa:bb:cc:dd:ee:01", "site": "dc1",
+                 "nics": [{"name": "eth0", "port": {"name": "p1", "namespace": "infra"}},
+                          {"name": "eth1", "port": {"name": "p2", "namespace": "infra"}}]}}))];
+    let rules = untenanted(&caps);
+    assert!(plan(&before, &before, rules).is_empty());
+    let mut moved = before.ports[1].clone();
+    moved.spec.configuration = Some(ConfigurationRef {
+        name: "bond-b".into(),
+        namespace: None,
+    });
+    let after = before.with(
+        &Fleet {
+            ports: vec![moved],
+            ..Fleet::default()
+        },
+        "infra",
+    );
+    let changes = plan(&before, &after, rules);
+    let refused: Vec<(&str, &str)> = changes
+        .iter()
+        .filter_map(|c| match &c.after {
+            Carry::Refused(why) => Some((c.port.as_str(), why.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 2, "{changes:?}");
+    assert_eq!(refused[0].0, "p1");
+    assert!(
+        refused[0]
+            .1
+            .contains("SwitchPort \"p2\" in group 1 carries a different configuration"),
+        "{}",
+        refused[0].1
+    );
+    assert_eq!(vlans(&changes[0].before), vlans(&changes[1].before));
 }
