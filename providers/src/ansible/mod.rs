@@ -494,13 +494,23 @@ pub fn marked(marker: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Kills every process of the run marked `marker`.
+/// Kills every process of the run marked `marker`, and waits (at most a second)
+/// until none is left: a process sent SIGKILL lives on for a moment, and a run
+/// that returned while its processes were still dying would outlive itself.
 fn sweep(marker: &str) {
-    for pid in marked(marker) {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .stderr(std::process::Stdio::null())
-            .status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        let left = marked(marker);
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return;
+        }
+        for pid in left {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
