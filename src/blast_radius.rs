@@ -19,9 +19,14 @@
 //! - a VLANPool's: every SwitchPort and SmartNicPort (a pool's grant follows whom a
 //!   port serves, its claim's namespace, which only the Servers say; pools are
 //!   edited rarely);
-//! - then each Switch, ProviderSwitch, configuration and Server those ports name,
+//! - chains both ways: the SmartNicPort that claimed a SwitchPort, and the
+//!   SwitchPort behind a SmartNicPort (`nextPortRef`), so the plan writes chains as
+//!   the controller does;
+//! - then each Switch, ProviderSwitch, configuration (a SmartNicConfiguration's
+//!   `nextConfigurationRef` included) and Server those ports name, and what the
+//!   review's old and new objects name (a port relinked to another configuration),
 //!   one GET each (a list instead when there are many); with tenancy on, every
-//!   VLANPool, and the SmartNicPort a chained SwitchPort serves through.
+//!   VLANPool.
 //!
 //! Tenancy is the operator's own (`--infra-namespace`, `--parking-vlan`): a port a
 //! change would take outside its tenant's grants is counted `refused by patchbay`.
@@ -255,19 +260,82 @@ async fn switch_ports(client: &Client, reach: &Reach) -> kube::Result<Vec<Switch
     }
 }
 
-/// The fleet around `ports` and `smartnic_ports`: their Switches (and `extra`'s), the
-/// ProviderSwitches and configurations those name, and the Servers of their host
-/// marks; with `tenancy`, the VLANPools and the SmartNicPorts chained SwitchPorts
-/// serve through.
+/// The key of `r` (a reference whose namespace defaults to `ns`).
+fn reference_key(ns: &str, name: &str, namespace: Option<&String>) -> (String, String) {
+    (
+        namespace.cloned().unwrap_or_else(|| ns.to_owned()),
+        name.to_owned(),
+    )
+}
+
+/// The fleet around `ports` and `smartnic_ports`: the SmartNicPorts that claimed
+/// those SwitchPorts and the SwitchPorts behind those SmartNicPorts (chains), their
+/// Switches (and `extra`'s), the ProviderSwitches and configurations those name
+/// (a SmartNicConfiguration's `nextConfigurationRef` included), the Servers of their
+/// host marks, and with `tenancy` the VLANPools. `reviewed` holds the review's old
+/// and new objects: what they name is read too, they are not put in the fleet.
 async fn around(
     client: &Client,
-    (ports, mut smartnic_ports): (Vec<SwitchPort>, Vec<SmartNicPort>),
+    (mut ports, mut smartnic_ports): (Vec<SwitchPort>, Vec<SmartNicPort>),
     extra_switches: BTreeSet<(String, String)>,
+    reviewed: &Fleet,
     tenancy: bool,
 ) -> kube::Result<Fleet> {
+    // Chains, both ways: the SmartNicPort a SwitchPort was claimed by, and the
+    // SwitchPort behind a SmartNicPort.
+    let have: BTreeSet<(String, String)> = smartnic_ports.iter().map(named).collect();
+    let claimants: BTreeSet<(String, String)> = ports
+        .iter()
+        .chain(&reviewed.ports)
+        .filter_map(|p| {
+            p.metadata
+                .annotations
+                .as_ref()?
+                .get(CHAINED_FROM_ANNOTATION)
+        })
+        .filter_map(|from| from.split_once('/'))
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+        .filter(|k| !have.contains(k))
+        .collect();
+    smartnic_ports.extend(fetch(client, within::<SmartNicPort>(client), claimants).await?);
+    let have: BTreeSet<(String, String)> = ports.iter().map(named).collect();
+    let behind: BTreeSet<(String, String)> = smartnic_ports
+        .iter()
+        .chain(&reviewed.smartnic_ports)
+        .filter_map(|p| {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            let next = p.spec.next_port_ref.as_ref()?;
+            Some(reference_key(&ns, &next.name, next.namespace.as_ref()))
+        })
+        .filter(|k| !have.contains(k))
+        .collect();
+    ports.extend(fetch(client, within::<SwitchPort>(client), behind).await?);
+    // The SmartNicConfigurations first: they name SwitchPortConfigurations.
+    let smartnic_configuration_keys: BTreeSet<(String, String)> = smartnic_ports
+        .iter()
+        .chain(&reviewed.smartnic_ports)
+        .filter_map(|p| {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            let r = p.spec.configuration.as_ref()?;
+            Some(reference_key(&ns, &r.name, r.namespace.as_ref()))
+        })
+        .collect();
+    let smartnic_configurations: Vec<SmartNicConfiguration> = fetch(
+        client,
+        within::<SmartNicConfiguration>(client),
+        smartnic_configuration_keys,
+    )
+    .await?;
     let mut switch_keys = extra_switches;
-    let mut configuration_keys = BTreeSet::new();
-    let mut smartnic_configuration_keys = BTreeSet::new();
+    let mut configuration_keys: BTreeSet<(String, String)> = smartnic_configurations
+        .iter()
+        .chain(&reviewed.smartnic_configurations)
+        .filter_map(|c| {
+            let ns = c.metadata.namespace.clone().unwrap_or_default();
+            let r = c.spec.next_configuration_ref.as_ref()?;
+            Some(reference_key(&ns, &r.name, r.namespace.as_ref()))
+        })
+        .collect();
     let mut provider_keys = BTreeSet::new();
     let mut server_keys = BTreeSet::new();
     let mut host = |meta: &kube::core::ObjectMeta| {
@@ -280,42 +348,23 @@ async fn around(
             server_keys.insert((String::new(), server.to_owned()));
         }
     };
-    for p in &ports {
+    for p in ports.iter().chain(&reviewed.ports) {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         if let Some(sw) = p.metadata.labels.as_ref().and_then(|l| l.get(SWITCH_LABEL)) {
             switch_keys.insert((ns.clone(), sw.clone()));
         }
         if let Some(r) = &p.spec.configuration {
-            configuration_keys.insert((r.namespace.clone().unwrap_or(ns), r.name.clone()));
+            configuration_keys.insert(reference_key(&ns, &r.name, r.namespace.as_ref()));
         }
         host(&p.metadata);
     }
-    // Whom a chained SwitchPort serves is its SmartNicPort's business.
-    let have: BTreeSet<(String, String)> = smartnic_ports.iter().map(named).collect();
-    let chained: BTreeSet<(String, String)> = ports
-        .iter()
-        .filter(|_| tenancy)
-        .filter_map(|p| {
-            p.metadata
-                .annotations
-                .as_ref()?
-                .get(CHAINED_FROM_ANNOTATION)
-        })
-        .filter_map(|from| from.split_once('/'))
-        .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
-        .filter(|k| !have.contains(k))
-        .collect();
-    smartnic_ports.extend(fetch(client, within::<SmartNicPort>(client), chained).await?);
-    for p in &smartnic_ports {
+    for p in smartnic_ports.iter().chain(&reviewed.smartnic_ports) {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
-        provider_keys.insert((ns.clone(), p.spec.provider.name.clone()));
-        if let Some(r) = &p.spec.configuration {
-            smartnic_configuration_keys.insert((r.namespace.clone().unwrap_or(ns), r.name.clone()));
-        }
+        provider_keys.insert((ns, p.spec.provider.name.clone()));
         host(&p.metadata);
     }
     let switches: Vec<Switch> = fetch(client, within(client), switch_keys).await?;
-    provider_keys.extend(switches.iter().map(|s| {
+    provider_keys.extend(switches.iter().chain(&reviewed.switches).map(|s| {
         (
             s.metadata.namespace.clone().unwrap_or_default(),
             s.spec.provider.name.clone(),
@@ -331,17 +380,12 @@ async fn around(
             Ok(Vec::new())
         }
     };
-    let (providers, configurations, smartnic_configurations, servers, pools) = futures::try_join!(
+    let (providers, configurations, servers, pools) = futures::try_join!(
         fetch(client, within::<ProviderSwitch>(client), provider_keys),
         fetch(
             client,
             within::<SwitchPortConfiguration>(client),
             configuration_keys
-        ),
-        fetch(
-            client,
-            within::<SmartNicConfiguration>(client),
-            smartnic_configuration_keys
         ),
         fetch(client, |_| Api::<Server>::all(client.clone()), server_keys),
         pools,
@@ -447,7 +491,22 @@ impl BlastRadius {
         if kind == "Switch" {
             switches.insert(key.clone());
         }
-        let fleet = around(&self.client, ports, switches, self.tenancy.is_some()).await?;
+        // What the old and the new object name is read too (a SwitchPort relinked
+        // to another configuration, a SmartNicConfiguration's next configuration).
+        let reviewed = with_object(
+            &with_object(&Fleet::default(), kind, &key, old.as_ref())?,
+            kind,
+            &(String::new(), String::new()),
+            new.as_ref(),
+        )?;
+        let fleet = around(
+            &self.client,
+            ports,
+            switches,
+            &reviewed,
+            self.tenancy.is_some(),
+        )
+        .await?;
         // Before: as stored (the review's old object); after: as written.
         let before = with_object(&fleet, kind, &key, old.as_ref())?;
         let after = with_object(&fleet, kind, &key, new.as_ref())?;

@@ -396,6 +396,24 @@ async fn kubectl_apply_warns_how_many_ports_an_edit_moves() {
     // 3. A port's deletion (dry run): cleaned, the one port.
     let warned = kubectl(&["delete", "swp", "p2", "--dry-run=server"]);
     assert_eq!(warned, moved("1 port", "1 cleaned"));
+    // 3b. A port relinked to another configuration (dry run): that configuration
+    // is read too, so the port is reconfigured (not refused as "not found").
+    let web = file(
+        "web.yaml",
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: web}\nspec: {untaggedVLAN: 12}\n",
+    );
+    kubectl(&["apply", "-f", &web]);
+    let warned = kubectl(&[
+        "patch",
+        "swp",
+        "p2",
+        "--dry-run=server",
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"configuration": {"name": "web"}}}"#,
+    ]);
+    assert_eq!(warned, moved("1 port", "1 reconfigured"));
     // 4. The Switch's entry for p1 removed (dry run): its port cleaned.
     let warned = kubectl(&[
         "patch",

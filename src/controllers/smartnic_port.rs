@@ -53,11 +53,11 @@ use crate::api::{
     SmartNicConfiguration, SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
 };
 use crate::decide::failure::Failure;
-use crate::decide::plan::{SmartNicInputs, smartnic_desired};
+use crate::decide::plan::{NextPortClaim, SmartNicInputs, claim_next_port, smartnic_desired};
 use crate::decide::state_machine::{Outcome, PortTarget};
 use crate::decide::tenancy::Carried;
-use crate::decide::tenancy::{Carrying, Reference, is_shared, judge};
 use crate::decide::tenancy::{TenancyVerdict, report_forbidden};
+use crate::decide::tenancy::{is_shared, judge_next_reference};
 use crate::decide::validate::{has_egress_rules, validate_provider, validate_smartnic_port};
 use crate::worker::PortKey;
 
@@ -185,22 +185,16 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
                 .as_ref()
                 .and_then(|o| o.metadata.labels.as_ref()),
         );
-        tenancy.merge(judge(
-            Some(t),
+        tenancy.merge(judge_next_reference(
+            t,
             &ctx.stores.grants(Some(t.parking_vlan)),
-            &Carrying {
-                tenant: &tenant,
-                switch: None,
-                reference: Some(Reference {
-                    namespace: c.config.namespace.as_deref().unwrap_or_default(),
-                    shared,
-                    field: format!(
-                        "SmartNicConfiguration {cns}/{} spec.nextConfigurationRef",
-                        r.name
-                    ),
-                }),
-                settings: None,
-            },
+            &tenant,
+            c.config.namespace.as_deref().unwrap_or_default(),
+            shared,
+            format!(
+                "SmartNicConfiguration {cns}/{} spec.nextConfigurationRef",
+                r.name
+            ),
         ));
     }
     let inputs = inputs_digest(&json!({
@@ -329,36 +323,15 @@ impl SmartNicSteps<'_> {
     /// Claims the next SwitchPort and sets its configuration. Refuses a port
     /// claimed by another SmartNicPort or configured by somebody else.
     async fn claim(&self, chain: &Chain) -> Result<bool, Failure> {
-        let Some(next) = &chain.port else {
-            return Err(Failure::NextPortNotFound {
-                port: format!("{}/{}", chain.port_ns, chain.port_name),
-            });
-        };
         let me = self.me();
-        let claimed_by = next.annotations().get(CHAINED_FROM_ANNOTATION);
-        if let Some(other) = claimed_by
-            && *other != me
-        {
-            return Err(Failure::NextPortClaimed {
-                port: format!("{}/{}", chain.port_ns, chain.port_name),
-                by: other.clone(),
-            });
-        }
-        let carries = next.spec.configuration.as_ref().map(|r| ConfigurationRef {
-            name: r.name.clone(),
-            namespace: Some(r.namespace.clone().unwrap_or_else(|| chain.port_ns.clone())),
-        });
-        if claimed_by.is_none()
-            && let Some(c) = &carries
-            && *c != chain.config
-        {
-            return Err(Failure::NextPortInUse {
-                port: format!("{}/{}", chain.port_ns, chain.port_name),
-                configuration: c.name.clone(),
-            });
-        }
-        if claimed_by.is_some() && carries.as_ref() == Some(&chain.config) {
-            return Ok(false);
+        match claim_next_port(
+            chain.port.as_ref(),
+            &me,
+            (&chain.port_ns, &chain.port_name),
+            &chain.config,
+        )? {
+            NextPortClaim::Held => return Ok(false),
+            NextPortClaim::Claim => {}
         }
         let api: Api<SwitchPort> = Api::namespaced(self.ctx.client.clone(), &chain.port_ns);
         api.patch(

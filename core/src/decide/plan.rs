@@ -24,9 +24,12 @@
 //! - a link-aggregation member's group: checked against the namespace's other
 //!   members (one Switch, one configuration, one Server), as the operator checks it.
 //!
+//! - a SmartNicPort's chain: the SwitchPort behind it (`nextPortRef`) carries what
+//!   its SmartNicConfiguration's `nextConfigurationRef` names, claimed and released
+//!   as the SmartNicPort controller does it (`chains`).
+//!
 //! Not followed (shown as they are before): a host's phases (a Server or
-//! BareMetalHost edit moves its ports through the host controller, not here), and a
-//! SmartNicPort's chain to the SwitchPort behind it (`nextPortRef`).
+//! BareMetalHost edit moves its ports through the host controller, not here).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,8 +44,8 @@ use crate::api::{
 use crate::decide::failure::Failure;
 use crate::decide::state_machine::PortTarget;
 use crate::decide::tenancy::{
-    Carried, Grants, Lookups, Tenancy, TenancyVerdict, judge_carried, serving_namespace,
-    with_pool_names,
+    Carried, Grants, Lookups, Tenancy, TenancyVerdict, is_shared, judge_carried,
+    judge_next_reference, serving_namespace, with_pool_names,
 };
 use crate::decide::validate::{
     LagPeer, PortContext, ValidationErrors, capability_errors, desired_for_port, lag_members,
@@ -50,6 +53,9 @@ use crate::decide::validate::{
 };
 use patchbay_model::values::PortName;
 use patchbay_model::{Capabilities, Capability, DesiredPort};
+
+mod chains;
+pub use chains::{NextPortClaim, claim_next_port};
 
 /// What one SwitchPort's device state is decided from.
 pub struct PortInputs<'a> {
@@ -361,6 +367,8 @@ struct Side<'a> {
     /// Per namespace: its SwitchPorts carrying a link-aggregation configuration
     /// (what the operator checks a group member against).
     lag_peers: BTreeMap<String, Vec<LagMember<'a>>>,
+    /// SmartNicPorts whose chain's claim is refused ([`chains::project`]).
+    chain_refusals: BTreeMap<Key, Failure>,
 }
 
 /// A SwitchPort carrying a link-aggregation configuration, as the group check
@@ -468,7 +476,41 @@ impl<'a> Side<'a> {
             },
             cabled,
             lag_peers,
+            chain_refusals: BTreeMap::new(),
         }
+    }
+
+    /// What the SmartNicPort controller does with SmartNicPort `ns/name`, as far as
+    /// its chain goes.
+    fn chain_step(&self, ns: &str, name: &str) -> chains::Step {
+        match self.smartnic_carry(ns, name).0 {
+            Carry::Set(_) => chains::Step::Applies,
+            Carry::Clean => chains::Step::Cleans,
+            Carry::Refused(_) => chains::Step::Holds,
+        }
+    }
+
+    /// Whom a port (`kind`, `meta`, carrying `reference`) serves, as the operator
+    /// works it out.
+    fn serving(
+        &self,
+        kind: CabledPortKind,
+        meta: &ObjectMeta,
+        reference: &ConfigurationRef,
+    ) -> String {
+        serving_namespace(
+            kind,
+            meta,
+            Some(reference),
+            &Lookups {
+                server: &|name| self.servers.get(name).cloned(),
+                smartnic: &|ns, name| {
+                    self.smartnic_ports
+                        .get(&(ns.to_owned(), name.to_owned()))
+                        .map(|p| std::sync::Arc::new((*p).clone()))
+                },
+            },
+        )
     }
 
     /// Whether a port (`kind`, `meta`) on `switch` may carry `carried`, as the
@@ -483,19 +525,7 @@ impl<'a> Side<'a> {
         let Some(t) = self.rules.tenancy else {
             return TenancyVerdict::default();
         };
-        let tenant = serving_namespace(
-            kind,
-            meta,
-            Some(carried.reference),
-            &Lookups {
-                server: &|name| self.servers.get(name).cloned(),
-                smartnic: &|ns, name| {
-                    self.smartnic_ports
-                        .get(&(ns.to_owned(), name.to_owned()))
-                        .map(|p| std::sync::Arc::new((*p).clone()))
-                },
-            },
-        );
+        let tenant = self.serving(kind, meta, carried.reference);
         judge_carried(t, &self.grants, &tenant, Some(switch), carried)
     }
 
@@ -560,7 +590,7 @@ impl<'a> Side<'a> {
         });
         let configuration = self
             .smartnic_configurations
-            .get(&(cns, reference.name.clone()));
+            .get(&(cns.clone(), reference.name.clone()));
         let tenancy = match configuration {
             Some(c) => self.tenancy_verdict(
                 CabledPortKind::SmartNicPort,
@@ -576,6 +606,37 @@ impl<'a> Side<'a> {
             ),
             None => TenancyVerdict::default(),
         };
+        let mut tenancy = tenancy;
+        // The next port's configuration stays in the namespace the port serves (or
+        // is a shared infra one), as the controller checks it.
+        if let (Some(t), Some(c), Some(_)) = (
+            self.rules.tenancy,
+            configuration,
+            port.spec.next_port_ref.as_ref(),
+        ) && let Some(next) = &c.spec.next_configuration_ref
+        {
+            let next_ns = next.namespace.clone().unwrap_or_else(|| cns.clone());
+            let shared = self
+                .configurations
+                .get(&(next_ns.clone(), next.name.clone()))
+                .is_some_and(|o| is_shared(o.metadata.labels.as_ref()));
+            let tenant = self.serving(
+                CabledPortKind::SmartNicPort,
+                &port.metadata,
+                &target.configuration,
+            );
+            tenancy.merge(judge_next_reference(
+                t,
+                &self.grants,
+                &tenant,
+                &next_ns,
+                shared,
+                format!(
+                    "SmartNicConfiguration {cns}/{} spec.nextConfigurationRef",
+                    reference.name
+                ),
+            ));
+        }
         let carry = match smartnic_desired(&SmartNicInputs {
             device_port,
             wanted: Some(&target),
@@ -584,6 +645,15 @@ impl<'a> Side<'a> {
             host_mac,
             tenancy: &tenancy,
         }) {
+            Ok(_)
+                if self
+                    .chain_refusals
+                    .contains_key(&(ns.to_owned(), name.to_owned())) =>
+            {
+                Carry::Refused(refusal(
+                    &self.chain_refusals[&(ns.to_owned(), name.to_owned())],
+                ))
+            }
             Ok(d) => Carry::Set(d),
             Err(f) => Carry::Refused(refusal(&f)),
         };
@@ -726,9 +796,37 @@ fn switch_of(p: &SwitchPort) -> Option<String> {
         })
 }
 
+/// `unchained`, or when chains were written ([`chains::project`]) the side of the
+/// fleet with them.
+fn chained<'s>(
+    unchained: Side<'s>,
+    projected: &'s Option<(Fleet, BTreeMap<Key, Failure>)>,
+    rules: Rules<'s>,
+) -> Side<'s> {
+    match projected {
+        None => unchained,
+        Some((fleet, refusals)) => {
+            let mut side = Side::new(fleet, rules);
+            side.chain_refusals = refusals.clone();
+            side
+        }
+    }
+}
+
 /// Every port whose outcome differs between `before` and `after`, in namespace,
 /// Switch and port order, each decided under `rules` as the operator decides it.
 pub fn plan(before: &Fleet, after: &Fleet, rules: Rules<'_>) -> Vec<PortChange> {
+    // Each side as the SmartNicPort controller would leave it: chains written on
+    // the SwitchPorts behind them.
+    let (b0, a0) = (Side::new(before, rules), Side::new(after, rules));
+    let before_chained = chains::project(before, |ns, n| b0.chain_step(ns, n));
+    let after_chained = chains::project(after, |ns, n| a0.chain_step(ns, n));
+    let (b, a) = (
+        chained(b0, &before_chained, rules),
+        chained(a0, &after_chained, rules),
+    );
+    let before = before_chained.as_ref().map_or(before, |(f, _)| f);
+    let after = after_chained.as_ref().map_or(after, |(f, _)| f);
     // Every SwitchPort either side has: the objects, and the entries of Switches
     // (a SwitchPort of the entry's name, in the Switch's namespace).
     let mut ports: BTreeSet<(String, String, String)> = BTreeSet::new();
@@ -746,7 +844,6 @@ pub fn plan(before: &Fleet, after: &Fleet, rules: Rules<'_>) -> Vec<PortChange> 
             }
         }
     }
-    let (b, a) = (Side::new(before, rules), Side::new(after, rules));
     let mut changes = Vec::new();
     for (ns, switch, port) in ports {
         let (was, was_cfg) = b.carry(&ns, &port, &switch);

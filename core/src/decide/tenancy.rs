@@ -641,6 +641,34 @@ pub fn judge_carried(
     )
 }
 
+/// Whether a SmartNicConfiguration's `nextConfigurationRef` (to a configuration of
+/// `namespace`, labelled shared or not; `field` words where) may be named for a
+/// SmartNicPort serving `tenant`: the reference alone (the next SwitchPort's own
+/// check judges what it carries). The SmartNicPort controller and the plan ask this.
+pub fn judge_next_reference(
+    tenancy: &Tenancy,
+    grants: &Grants,
+    tenant: &str,
+    namespace: &str,
+    shared: bool,
+    field: String,
+) -> TenancyVerdict {
+    judge(
+        Some(tenancy),
+        grants,
+        &Carrying {
+            tenant,
+            switch: None,
+            reference: Some(Reference {
+                namespace,
+                shared,
+                field,
+            }),
+            settings: None,
+        },
+    )
+}
+
 /// What [`serving_namespace`] looks up in the caches.
 pub struct Lookups<'a> {
     /// A Server by name.

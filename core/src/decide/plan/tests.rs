@@ -378,3 +378,118 @@ fn a_group_member_is_checked_against_the_others() {
     );
     assert_eq!(vlans(&changes[0].before), vlans(&changes[1].before));
 }
+
+/// The Cisco fleet of [`fleet`] (p2 limited to VLANs 200-299) and the SmartNIC of
+/// [`smartnic_fleet`] in one: bridge port h1 chains to SwitchPort p2
+/// (`nextPortRef`), and `nic-a` names `next` (`nextConfigurationRef`) for it; `web2`
+/// (VLAN 200) and `web3` (VLAN 201) exist. The live state, as the controller left
+/// it: p2 claimed by infra/h1 and carrying `web2`.
+fn chained_fleet() -> Fleet {
+    let mut f = fleet("ios", json!({"untaggedVLAN": 100}));
+    let nic = smartnic_fleet(json!({"untaggedVLAN": 20,
+                                    "nextConfigurationRef": {"name": "web2"}}));
+    f.providers.extend(nic.providers);
+    f.smartnic_configurations = nic.smartnic_configurations;
+    f.smartnic_ports = nic.smartnic_ports;
+    f.smartnic_ports[0].spec.next_port_ref = Some(obj(json!({"name": "p2"})));
+    for (name, vlan) in [("web2", 200), ("web3", 201)] {
+        f.configurations.push(obj(json!({
+            "metadata": {"name": name, "namespace": "infra"}, "spec": {"untaggedVLAN": vlan}})));
+    }
+    f.ports[1].spec.configuration = Some(ConfigurationRef {
+        name: "web2".into(),
+        namespace: Some("infra".into()),
+    });
+    f.ports[1].metadata.annotations = Some(
+        [(
+            crate::api::keys::CHAINED_FROM_ANNOTATION.to_owned(),
+            "infra/h1".to_owned(),
+        )]
+        .into(),
+    );
+    f
+}
+
+/// A SmartNIC chain is followed as the SmartNicPort controller writes it: a
+/// SmartNicConfiguration's `nextConfigurationRef` edit moves the SwitchPort behind
+/// the bridge port; a bridge port cleaned releases it; a second bridge port naming
+/// the same SwitchPort is refused (it is claimed), and nothing else moves.
+#[test]
+fn a_smartnic_chain_moves_the_switch_port_behind_it() {
+    let all = |p: &ProviderSwitch| match p.spec.backend {
+        crate::api::Backend::Ovsdb => Some(Capabilities::new([
+            Capability::Trunk,
+            Capability::AccessVlan,
+        ])),
+        _ => caps(p),
+    };
+    let rules = untenanted(&all);
+    let before = chained_fleet();
+    assert!(plan(&before, &before, rules).is_empty());
+    let nic = |spec: serde_json::Value| Fleet {
+        smartnic_configurations: vec![obj(json!({"metadata": {"name": "nic-a"}, "spec": spec}))],
+        ..Fleet::default()
+    };
+    // The next configuration edited: p2 moves from VLAN 200 to 201; h1's own
+    // bridge port is as it was.
+    let after = before.with(
+        &nic(json!({"untaggedVLAN": 20, "nextConfigurationRef": {"name": "web3"}})),
+        "infra",
+    );
+    let changes = plan(&before, &after, rules);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let c = &changes[0];
+    assert_eq!((c.kind, c.port.as_str()), (PortKind::SwitchPort, "p2"));
+    assert_eq!(
+        c.configuration,
+        (Some("infra/web2".into()), Some("infra/web3".into()))
+    );
+    assert!(matches!(vlans(&c.after), Some(VlanMode::Access { vlan }) if vlan.get() == 201));
+    // h1 cleaned (its configuration removed): h1 and p2 both clean.
+    let mut cleaned = before.smartnic_ports[0].clone();
+    cleaned.spec.configuration = None;
+    let after = before.with(
+        &Fleet {
+            smartnic_ports: vec![cleaned],
+            ..Fleet::default()
+        },
+        "infra",
+    );
+    let changes = plan(&before, &after, rules);
+    let moved: Vec<(&str, &str)> = changes
+        .iter()
+        .map(|c| (c.port.as_str(), c.after.word()))
+        .collect();
+    assert_eq!(moved, [("p2", "clean"), ("h1", "clean")], "{changes:?}");
+    // A second bridge port chaining to p2: refused as claimed by h1; p2 stays.
+    let mut h2 = before.smartnic_ports[0].clone();
+    h2.metadata.name = Some("h2".into());
+    h2.spec.port_name = "h2".into();
+    let after = before.with(
+        &Fleet {
+            smartnic_ports: vec![h2],
+            ..Fleet::default()
+        },
+        "infra",
+    );
+    let changes = plan(&before, &after, rules);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let Carry::Refused(why) = &changes[0].after else {
+        panic!("{changes:?}")
+    };
+    assert_eq!(changes[0].port, "h2");
+    assert!(why.starts_with("NextPortClaimed: "), "{why}");
+    assert!(why.contains("infra/h1"), "{why}");
+    // From files alone (nothing claimed yet): the chain claims p2, which moves.
+    let mut fresh = before.clone();
+    fresh.ports[1].spec.configuration = None;
+    fresh.ports[1].metadata.annotations = None;
+    let unchained = Fleet {
+        smartnic_ports: Vec::new(),
+        ..fresh.clone()
+    };
+    let changes = plan(&unchained, &fresh, rules);
+    let p2 = changes.iter().find(|c| c.port == "p2").expect("p2 moves");
+    assert_eq!(p2.before, Carry::Clean);
+    assert!(matches!(vlans(&p2.after), Some(VlanMode::Access { vlan }) if vlan.get() == 200));
+}
