@@ -80,18 +80,32 @@ pub struct PortInputs<'a> {
     pub tenancy: &'a TenancyVerdict,
 }
 
+/// The configuration (of `kind`) a port names, once it exists and tenancy grants it:
+/// the first two checks of both ports' decisions.
+fn granted<'s, S>(
+    configuration: Option<&'s S>,
+    kind: &'static str,
+    wanted: Option<&PortTarget>,
+    tenancy: &TenancyVerdict,
+) -> Result<&'s S, Failure> {
+    let Some(spec) = configuration else {
+        return Err(Failure::configuration_not_found(kind, wanted));
+    };
+    if let Some(refused) = &tenancy.refused {
+        return Err(Failure::Forbidden(refused.clone()));
+    }
+    Ok(spec)
+}
+
 /// The device-level state a SwitchPort linked to a configuration must reach, or why
 /// it must not be sent.
 pub fn port_desired(i: &PortInputs<'_>) -> Result<DesiredPort, Failure> {
-    let Some(spec) = i.configuration else {
-        return Err(Failure::configuration_not_found(
-            "SwitchPortConfiguration",
-            i.wanted,
-        ));
-    };
-    if let Some(refused) = &i.tenancy.refused {
-        return Err(Failure::Forbidden(refused.clone()));
-    }
+    let spec = granted(
+        i.configuration,
+        "SwitchPortConfiguration",
+        i.wanted,
+        i.tenancy,
+    )?;
     let Some(definition) = i.definition else {
         return Err(Failure::PortNotDefined {
             port: i.port_key.to_owned(),
@@ -140,15 +154,12 @@ pub struct SmartNicInputs<'a> {
 /// The state a SmartNicPort linked to a configuration must reach on its bridge, or
 /// why it must not be sent (the SmartNicPort controller's decision, and the plan's).
 pub fn smartnic_desired(i: &SmartNicInputs<'_>) -> Result<DesiredPort, Failure> {
-    let Some(spec) = i.configuration else {
-        return Err(Failure::configuration_not_found(
-            "SmartNicConfiguration",
-            i.wanted,
-        ));
-    };
-    if let Some(refused) = &i.tenancy.refused {
-        return Err(Failure::Forbidden(refused.clone()));
-    }
+    let spec = granted(
+        i.configuration,
+        "SmartNicConfiguration",
+        i.wanted,
+        i.tenancy,
+    )?;
     let mut desired = smartnic_configuration_to_desired(spec, i.device_port.clone())
         .and_then(|d| {
             with_host_mac(
