@@ -114,7 +114,7 @@ fn measure(label: &str, before: &Fleet, manifests: &Fleet) {
     }
     let lines: usize = by_switch
         .values()
-        .map(|batch| cli_script(&ios, true, batch).len())
+        .map(|batch| cli_script(&ios, true, batch, &[]).len())
         .sum();
     let t3 = Instant::now();
     let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1000.0;

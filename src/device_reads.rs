@@ -14,7 +14,7 @@ use kube::api::Api;
 use patchbay_providers::model::ObservedPort;
 use patchbay_providers::values::PortName;
 
-use crate::decide::plan::{PortChange, PortKind};
+use crate::decide::plan::{Place, PortChange, place_of};
 
 /// What a switch's read gave: each port's reading by device port name, or why the
 /// switch was not read.
@@ -25,25 +25,16 @@ pub enum Read {
     Not(String),
 }
 
-/// The device a change's port is on: its namespace, Switch (a SmartNicPort's
-/// ProviderSwitch) and kind; a plan's batches and reads are grouped by it.
-pub type Group = (String, String, PortKind);
-
-/// The device `c`'s port is on.
-pub fn group(c: &PortChange) -> Group {
-    (c.namespace.clone(), c.switch.clone(), c.kind)
-}
-
 /// Switches read at once.
 pub const READS_IN_FLIGHT: usize = 8;
 
 /// Reads every switch with changing ports, one session each, where its
 /// ProviderSwitch keeps sessions for tools (`options.readSessions`): the readings by
 /// (namespace, Switch).
-pub async fn read_devices(client: &kube::Client, changes: &[PortChange]) -> BTreeMap<Group, Read> {
-    let mut groups: BTreeMap<Group, Vec<&PortChange>> = BTreeMap::new();
+pub async fn read_devices(client: &kube::Client, changes: &[PortChange]) -> BTreeMap<Place, Read> {
+    let mut groups: BTreeMap<Place, Vec<&PortChange>> = BTreeMap::new();
     for c in changes {
-        groups.entry(group(c)).or_default().push(c);
+        groups.entry(place_of(c)).or_default().push(c);
     }
     futures::stream::iter(groups)
         .map(|(key, changes)| async move {

@@ -623,14 +623,7 @@ async fn the_plan_is_what_an_open_vswitch_is_sent() {
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     // ovsdb-server logs every JSON-RPC message from here on.
     let log = ovs.info.dir.join("ovsdb-server.log");
-    let out = std::process::Command::new("ovs-appctl")
-        .arg("-t")
-        .arg(ovs.info.dir.join("ovsdb-server.ctl"))
-        .args(["vlog/set", "jsonrpc:file:dbg"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let mark = std::fs::read(&log).unwrap().len();
+    let mark = log_jsonrpc(&ovs);
 
     let edit = env.cluster.dir.join("edit.yaml");
     std::fs::write(
@@ -689,18 +682,7 @@ async fn the_plan_is_what_an_open_vswitch_is_sent() {
         })
         .await;
     }
-    // The transact requests ovsdb-server received since the mark.
-    let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap()[mark..]).into_owned();
-    let transacts: Vec<Vec<serde_json::Value>> = text
-        .lines()
-        .filter(|l| l.contains("received request, method=\"transact\""))
-        .filter_map(|l| {
-            let params = l.split_once("params=")?.1;
-            let params = &params[..params.rfind(", id=")?];
-            let v: serde_json::Value = serde_json::from_str(params).ok()?;
-            Some(v.as_array()?[1..].to_vec())
-        })
-        .collect();
+    let (text, transacts) = transacts_since(&log, mark);
     // Port and Interface writes, without the row selection.
     let writes = |ops: &[serde_json::Value]| -> Vec<String> {
         let mut w: Vec<String> = ops
@@ -734,6 +716,220 @@ async fn the_plan_is_what_an_open_vswitch_is_sent() {
         "planned one transaction of {} operations; ovsdb-server received {} transaction(s) with writes",
         planned.len(),
         batches.len()
+    );
+    env.cluster.finish().await;
+}
+
+/// Has `ovs`'s ovsdb-server log every JSON-RPC message from here on: the log's length
+/// now (where [`transacts_since`] starts).
+fn log_jsonrpc(ovs: &patchbay_testbed::OvsSim) -> usize {
+    let out = std::process::Command::new("ovs-appctl")
+        .arg("-t")
+        .arg(ovs.info.dir.join("ovsdb-server.ctl"))
+        .args(["vlog/set", "jsonrpc:file:dbg"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::fs::read(ovs.info.dir.join("ovsdb-server.log"))
+        .unwrap()
+        .len()
+}
+
+/// The log's text from `mark`, and the operations of each `transact` request
+/// ovsdb-server received in it.
+fn transacts_since(log: &std::path::Path, mark: usize) -> (String, Vec<Vec<serde_json::Value>>) {
+    let text = String::from_utf8_lossy(&std::fs::read(log).unwrap()[mark..]).into_owned();
+    let transacts = text
+        .lines()
+        .filter(|l| l.contains("received request, method=\"transact\""))
+        .filter_map(|l| {
+            let params = l.split_once("params=")?.1;
+            let params = &params[..params.rfind(", id=")?];
+            let v: serde_json::Value = serde_json::from_str(params).ok()?;
+            Some(v.as_array()?[1..].to_vec())
+        })
+        .collect();
+    (text, transacts)
+}
+
+/// A group's plan on Open vSwitch is what the bridge is sent: two ports of an
+/// `ovsdb` Switch carrying VLAN 30 alone, their configuration edited to bundle them
+/// in group 5. The plan's one transaction (each member's Port off the bridge, bond5
+/// inserted holding both Interfaces) against the transactions ovsdb-server logged,
+/// the device's row uuids read as the plan names them (`<Port l1t>`,
+/// `<Interface l1t>`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_of_a_group_is_what_an_open_vswitch_bridge_is_sent() {
+    use patchbay::api::PortState;
+    use patchbay_testbed::OvsSim;
+    if !support::on_devplane() {
+        return; // reads ovsdb-server's log beside the operator
+    }
+    let ovs = OvsSim::start(&["br-tor"]).expect("Open vSwitch starts");
+    for p in ["l1t", "l2t"] {
+        ovs.vsctl(&[
+            "add-port",
+            "br-tor",
+            p,
+            "--",
+            "set",
+            "Interface",
+            p,
+            "type=internal",
+        ])
+        .unwrap();
+    }
+    let env = Env::start("plan-ovs-lag").await;
+    env.device(
+        "tor",
+        &[],
+        json!({"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+               "port": ovs.info.ovsdb_port, "options": {"bridge": "br-tor"}}),
+        &[("p1", "l1t"), ("p2", "l2t")],
+    )
+    .await;
+    env.configuration("uplink", json!({"untaggedVLAN": 30}))
+        .await;
+    for p in ["p1", "p2"] {
+        env.link(p, Some("uplink")).await;
+    }
+    for p in ["p1", "p2"] {
+        env.wait_state(p, PortState::Active).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // The device's uuids, named as the plan names its rows.
+    let mut names = std::collections::BTreeMap::new();
+    for table in ["Port", "Interface"] {
+        let out = ovs
+            .vsctl(&["--format=json", "--columns=_uuid,name", "list", table])
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        for row in v["data"].as_array().unwrap() {
+            let uuid = row[0][1].as_str().unwrap().to_owned();
+            names.insert(uuid, format!("<{table} {}>", row[1].as_str().unwrap()));
+        }
+    }
+    let mark = log_jsonrpc(&ovs);
+
+    let edit = env.cluster.dir.join("group.yaml");
+    std::fs::write(
+        &edit,
+        "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+         metadata: {name: uplink}\nspec: {untaggedVLAN: 30, linkAggregation: {group: 5}}\n",
+    )
+    .unwrap();
+    let kubeconfig = env.cluster.kubeconfig.display().to_string();
+    let ns = env.cluster.namespace.clone();
+    let (code, out, err) = plan(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "-n",
+        &ns,
+        "-o",
+        "json",
+        &edit.display().to_string(),
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let planned: Vec<serde_json::Value> = doc["switches"][0]["operations"]["transact"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a transaction: {doc}"))
+        .clone();
+    assert!(
+        planned
+            .iter()
+            .any(|o| o["op"] == "insert" && o["row"]["name"] == "bond5"),
+        "bond5 planned: {planned:#?}"
+    );
+
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "uplink",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"linkAggregation": {"group": 5}}})),
+        )
+        .await
+        .unwrap();
+    support::eventually(60, "bond5 holding both members", || async {
+        let ifaces = ovs.vsctl(&["get", "Port", "bond5", "interfaces"]).ok()?;
+        (ifaces.matches(',').count() == 1).then_some(())
+    })
+    .await;
+    for p in ["p1", "p2"] {
+        env.wait_state(p, PortState::Active).await;
+    }
+    let (text, transacts) = transacts_since(&ovs.info.dir.join("ovsdb-server.log"), mark);
+    // A device uuid as the plan names its row, and a selection of a named row by
+    // its name.
+    fn named(
+        v: &serde_json::Value,
+        names: &std::collections::BTreeMap<String, String>,
+    ) -> serde_json::Value {
+        match v {
+            serde_json::Value::Array(a)
+                if a.len() == 2
+                    && a[0] == "uuid"
+                    && a[1].as_str().is_some_and(|u| names.contains_key(u)) =>
+            {
+                json!(["uuid", names[a[1].as_str().unwrap()]])
+            }
+            serde_json::Value::Array(a) => {
+                let a: Vec<serde_json::Value> = a.iter().map(|x| named(x, names)).collect();
+                match (a.first(), a.get(2).and_then(|r| r[1].as_str())) {
+                    // A set's members in one order (the device's follows its uuids).
+                    (Some(f), _) if f == "set" && a.len() == 2 && a[1].is_array() => {
+                        let mut members = a[1].as_array().unwrap().clone();
+                        members.sort_by_key(|m| m.to_string());
+                        json!(["set", members])
+                    }
+                    (Some(f), Some(row)) if f == "_uuid" && a.len() == 3 => {
+                        let name = row.trim_end_matches('>').split_once(' ').map(|(_, n)| n);
+                        name.map_or(json!(a), |n| json!(["name", "==", n]))
+                    }
+                    _ => json!(a),
+                }
+            }
+            serde_json::Value::Object(o) => {
+                json!(
+                    o.iter()
+                        .map(|(k, x)| (k.clone(), named(x, names)))
+                        .collect::<serde_json::Map<_, _>>()
+                )
+            }
+            other => other.clone(),
+        }
+    }
+    // The writes to the bridge's ports and their rows.
+    let writes = |ops: &[serde_json::Value]| -> Vec<String> {
+        let mut w: Vec<String> = ops
+            .iter()
+            .filter(|o| matches!(o["table"].as_str(), Some("Port" | "Interface" | "Bridge")))
+            .filter(|o| o["op"] != "select")
+            .map(|o| named(o, &names).to_string())
+            .collect();
+        w.sort();
+        w
+    };
+    // patchbay's transactions (closed by `next_cfg += 1`; ovs-vswitchd writes its
+    // own, without it).
+    let batches: Vec<Vec<String>> = transacts
+        .iter()
+        .filter(|t| {
+            t.iter()
+                .any(|o| o["table"] == "Open_vSwitch" && o["op"] == "mutate")
+        })
+        .map(|t| writes(t))
+        .filter(|w| !w.is_empty())
+        .collect();
+    assert_eq!(
+        batches.len(),
+        1,
+        "the group in one transaction: {batches:#?}\n{text}"
+    );
+    assert_eq!(batches[0], writes(&planned), "the plan's writes");
+    println!(
+        "planned {} writes for group 5; ovsdb-server received them in one transaction",
+        batches[0].len()
     );
     env.cluster.finish().await;
 }

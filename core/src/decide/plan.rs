@@ -28,8 +28,13 @@
 //!   its SmartNicConfiguration's `nextConfigurationRef` names, claimed and released
 //!   as the SmartNicPort controller does it (`chains`).
 //!
-//! Not followed (shown as they are before): a host's phases (a Server or
-//! BareMetalHost edit moves its ports through the host controller, not here).
+//! Not followed, by decision (shown as they are before): a host's phases. A Server,
+//! ServerClaim or BareMetalHost edit moves its ports through the host controller,
+//! on facts no manifest holds (the provisioning state, the installer's signal, the
+//! cabling confirmed on the wire, the BGP session).
+//!
+//! A switch's batch plans a link-aggregation group's entries from the members that
+//! move and those that stay ([`unchanged_members`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -939,6 +944,73 @@ pub fn plan(before: &Fleet, after: &Fleet, rules: Rules<'_>) -> Vec<PortChange> 
         });
     }
     changes
+}
+
+/// Where a port is: its namespace, its Switch (a SmartNicPort's ProviderSwitch) and
+/// its kind; a switch's batch holds the changes of one place.
+pub type Place = (String, String, PortKind);
+
+/// The place of `c`'s port.
+pub fn place_of(c: &PortChange) -> Place {
+    (c.namespace.clone(), c.switch.clone(), c.kind)
+}
+
+/// The link-aggregation members `changes` leave as they are: for each place where a
+/// change joins or leaves a group, what every other port there that carries a group
+/// carries in `after` (a device batch plans an aggregate's entry, or an Open
+/// vSwitch bond's rows, from the group's members that stay as well as those that
+/// move). Empty when no change touches a group.
+pub fn unchanged_members(
+    after: &Fleet,
+    rules: Rules<'_>,
+    changes: &[PortChange],
+) -> BTreeMap<Place, Vec<DesiredPort>> {
+    let grouped = |c: &Carry| matches!(c, Carry::Set(d) if d.lag.is_some());
+    let places: BTreeSet<Place> = changes
+        .iter()
+        .filter(|c| grouped(&c.before) || grouped(&c.after))
+        .map(place_of)
+        .collect();
+    if places.is_empty() {
+        return BTreeMap::new();
+    }
+    let changing: BTreeSet<(Place, &str)> = changes
+        .iter()
+        .map(|c| (place_of(c), c.port.as_str()))
+        .collect();
+    let a0 = Side::new(after, rules);
+    let projected = chains::project(after, |ns, n| a0.chain_step(ns, n));
+    let a = chained(a0, &projected, rules);
+    let after = projected.as_ref().map_or(after, |(f, _)| f);
+    let mut out: BTreeMap<Place, Vec<DesiredPort>> = BTreeMap::new();
+    let mut keep = |place: Place, name: &str, carry: Carry| {
+        if let Carry::Set(d) = carry
+            && d.lag.is_some()
+            && !changing.contains(&(place.clone(), name))
+        {
+            out.entry(place).or_default().push(d);
+        }
+    };
+    for p in &after.ports {
+        let (ns, name) = key(&p.metadata);
+        let Some(switch) = switch_of(p) else {
+            continue;
+        };
+        let place = (ns, switch, PortKind::SwitchPort);
+        if places.contains(&place) {
+            let carry = a.carry(&place.0, &name, &place.1).0;
+            keep(place, &name, carry);
+        }
+    }
+    for p in &after.smartnic_ports {
+        let (ns, name) = key(&p.metadata);
+        let place = (ns, p.spec.provider.name.clone(), PortKind::SmartNicPort);
+        if places.contains(&place) {
+            let carry = a.smartnic_carry(&place.0, &name).0;
+            keep(place, &name, carry);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -80,6 +80,7 @@ use xml::Element;
 
 mod apply;
 mod plan;
+pub use plan::offline_edit;
 mod sessions;
 use apply::*;
 use plan::*;

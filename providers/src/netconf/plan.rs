@@ -126,54 +126,29 @@ impl NetconfSwitch {
         (outcomes, pending)
     }
 
-    /// Link aggregation in the edit: each group's aggregate entry goes before its
-    /// first changing member; an aggregate is removed after the last member leaving
-    /// it, and only when no member remains (on the device and not leaving, or
-    /// joining in this batch).
+    /// Link aggregation in the edit ([`order_groups`]): an aggregate stays while a
+    /// port the device holds in it stays (not in the batch, or staying in it).
     pub(super) fn order_groups(
         &self,
         ops: &[PortOperation],
         entries: &BTreeMap<String, &Element>,
         pending: &mut [Pending],
     ) {
-        let mut placed = BTreeSet::new();
-        for p in pending.iter_mut() {
-            if let Some(m) = p.target.lag
-                && placed.insert(m.group.get())
-            {
-                p.before.extend(self.model.aggregate_element(&p.target));
-            }
-        }
         let group_in_batch = |port: &str| {
             ops.iter()
                 .find(|op| op.port().as_str() == port)
                 .map(|op| op.target().lag.map(|l| l.group.get()))
         };
-        let mut removed = BTreeSet::new();
-        for p in pending.iter_mut().rev() {
-            let Some(name) = p.leaves.and_then(|g| self.model.aggregate_name(g)) else {
-                continue;
-            };
-            let kept = placed
-                .iter()
-                .any(|g| self.model.aggregate_name(*g).as_deref() == Some(name.as_str()))
-                || entries.iter().any(|(port, e)| {
-                    self.model.bundle_of(e).as_deref() == Some(name.as_str())
-                        && match group_in_batch(port) {
-                            None => true,
-                            Some(g) => {
-                                g.and_then(|g| self.model.aggregate_name(g)).as_deref()
-                                    == Some(name.as_str())
-                            }
-                        }
-                });
-            if !kept
-                && let Ok(aggregate) = PortName::parse(&name)
-                && removed.insert(name)
-            {
-                p.after.push(self.model.remove_element(&aggregate));
-            }
-        }
+        let model = &self.model;
+        order_groups(model, pending, |name| {
+            entries.iter().any(|(port, e)| {
+                model.bundle_of(e).as_deref() == Some(name)
+                    && match group_in_batch(port) {
+                        None => true,
+                        Some(g) => g.and_then(|g| model.aggregate_name(g)).as_deref() == Some(name),
+                    }
+            })
+        });
     }
 
     /// The VLANs `pending` needs that `existing` lacks, with their names.
@@ -244,6 +219,99 @@ impl NetconfSwitch {
             })
             .collect()
     }
+}
+
+/// Link aggregation in an edit: each group's aggregate entry goes before its first
+/// changing member; an aggregate is removed after the last member leaving it, and
+/// only when no member remains — none joins or stays among the changing ports, and
+/// `stays(aggregate name)` says no other port is left in it.
+pub(super) fn order_groups(model: &Model, pending: &mut [Pending], stays: impl Fn(&str) -> bool) {
+    let mut placed = BTreeSet::new();
+    for p in pending.iter_mut() {
+        if let Some(m) = p.target.lag
+            && placed.insert(m.group.get())
+        {
+            p.before.extend(model.aggregate_element(&p.target));
+        }
+    }
+    let mut removed = BTreeSet::new();
+    for p in pending.iter_mut().rev() {
+        let Some(name) = p.leaves.and_then(|g| model.aggregate_name(g)) else {
+            continue;
+        };
+        let kept = placed
+            .iter()
+            .any(|g| model.aggregate_name(*g).as_deref() == Some(name.as_str()))
+            || stays(&name);
+        if !kept
+            && let Ok(aggregate) = PortName::parse(&name)
+            && removed.insert(name)
+        {
+            p.after.push(model.remove_element(&aggregate));
+        }
+    }
+}
+
+/// The `<config>` content of the edit-config a batch sends through `model`, worked
+/// out without the device: `batch` holds each port's state (assumed, or read) and
+/// operation, `others` what the switch's other group members carry (an aggregate
+/// stays while one of them is in it). The device's own planning: each changing
+/// port's element, its group's aggregate before the first member and removed after
+/// the last leaving one, the VLANs the batch's states do not carry already. Empty
+/// when no port differs from its state.
+pub fn offline_edit(
+    model: &Model,
+    batch: &[(Option<ObservedPort>, PortOperation)],
+    others: &[DesiredPort],
+) -> Vec<Element> {
+    let mut existing = BTreeSet::new();
+    let mut pending = Vec::new();
+    for (index, (now, op)) in batch.iter().enumerate() {
+        let target = op.target();
+        let now = now
+            .clone()
+            .unwrap_or_else(|| ObservedPort::from_desired(&DesiredPort::clean(op.port().clone())));
+        existing.extend(now.vlans.iter().flat_map(|v| v.vlans()));
+        if diff(&target, &now).is_empty() {
+            continue;
+        }
+        let element = model
+            .port_element(&target)
+            .unwrap_or_else(|| model.remove_element(op.port()));
+        let leaves = now
+            .lag
+            .flatten()
+            .map(|m| m.group.get())
+            .filter(|g| target.lag.map(|l| l.group.get()) != Some(*g));
+        pending.push(Pending {
+            index,
+            target,
+            element,
+            before: Vec::new(),
+            after: Vec::new(),
+            leaves,
+        });
+    }
+    if pending.is_empty() {
+        return Vec::new();
+    }
+    let in_group = |d: &DesiredPort, name: &str| {
+        d.lag
+            .and_then(|l| model.aggregate_name(l.group.get()))
+            .as_deref()
+            == Some(name)
+    };
+    order_groups(model, &mut pending, |name| {
+        batch.iter().any(|(_, op)| in_group(&op.target(), name))
+            || others.iter().any(|d| in_group(d, name))
+    });
+    model.edit(
+        &NetconfSwitch::vlans_to_create(&pending, &existing),
+        pending
+            .iter()
+            .flat_map(|p| p.before.iter().chain([&p.element]).chain(&p.after).cloned())
+            .collect(),
+    )
 }
 
 /// The VLANs a desired port uses.

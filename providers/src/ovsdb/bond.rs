@@ -33,7 +33,7 @@ pub fn bond_name(group: u16) -> String {
     format!("bond{group}")
 }
 
-fn lacp_word(mode: LagMode) -> &'static str {
+pub(super) fn lacp_word(mode: LagMode) -> &'static str {
     match mode {
         LagMode::Active => "active",
         LagMode::Passive => "passive",

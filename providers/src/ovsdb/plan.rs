@@ -61,44 +61,145 @@ pub(super) fn cfg_ops() -> [Value; 2] {
 
 /// The transaction (the `transact` params after the database name) a batch sends
 /// for `batch` (each port's assumed or read state, and its operation), worked out
-/// without the device: rows selected by name instead of `_uuid`, each port taken as
-/// one Port row with one Interface of its name (a bond member's rows are the
-/// bond's and are not worked out here). Empty when no port changes. OpenFlow (the
-/// admin state, ACL flows) is not part of it.
+/// without the device on bridge `bridge`: each port taken as one Port row with one
+/// Interface of its name, a group's members as the bond `bond<group>` holding their
+/// Interfaces (`others`: the switch's other group members, as they stay). The
+/// device's own planning, rows selected by name where the device selects them by
+/// `_uuid`; where an operation references a row (a bridge's `ports`, a bond's
+/// `interfaces`) the reference reads `<Port NAME>` or `<Interface NAME>` in place of
+/// the row's uuid. Empty when no port changes. OpenFlow (the admin state, ACL flows)
+/// is not part of it.
 pub fn offline_transaction(
+    bridge: &str,
     batch: &[(Option<ObservedPort>, PortOperation)],
+    others: &[DesiredPort],
 ) -> Result<Vec<Value>, DeviceError> {
+    let port_ref = |name: &str| format!("<Port {name}>");
+    let iface_ref = |name: &str| format!("<Interface {name}>");
+    let states: Vec<(ObservedPort, DesiredPort)> = batch
+        .iter()
+        .map(|(now, op)| {
+            let now = now.clone().unwrap_or_else(|| {
+                ObservedPort::from_desired(&DesiredPort::clean(op.port().clone()))
+            });
+            (now, op.target())
+        })
+        .collect();
+    // Each group's bond as the states hold it: its members' interfaces, its VLANs
+    // and LACP mode (a member's).
+    let mut bonds: BTreeMap<u16, PortRow> = BTreeMap::new();
+    let held = states
+        .iter()
+        .filter_map(|(now, _)| Some((now.lag.flatten()?, now.port.as_str(), now.vlans.clone())))
+        .chain(
+            others
+                .iter()
+                .filter_map(|d| Some((d.lag?, d.port.as_str(), Some(d.vlans.clone())))),
+        );
+    for (m, name, vlans) in held {
+        let g = m.group.get();
+        let cols = columns(vlans.as_ref().unwrap_or(&VlanMode::Unconfigured))?;
+        let bond = bonds.entry(g).or_insert_with(|| PortRow {
+            uuid: port_ref(&bond::bond_name(g)),
+            name: bond::bond_name(g),
+            tag: cols.tag,
+            trunks: cols.trunks,
+            vlan_mode: cols.vlan_mode.map(str::to_owned),
+            lacp: Some(bond::lacp_word(m.mode).to_owned()),
+            lag: Some(g),
+            ..PortRow::default()
+        });
+        bond.all_ifaces.push(iface_ref(name));
+    }
     let mut ops = Vec::new();
-    for (now, op) in batch {
-        let name = op.port().as_str().to_owned();
-        let now = now
+    let mut members: Vec<(usize, PortRow)> = Vec::new();
+    for (i, (now, target)) in states.iter().enumerate() {
+        let name = now.port.as_str().to_owned();
+        let iface = IfaceRow {
+            uuid: iface_ref(&name),
+            name: name.clone(),
+            mtu_request: now.mtu.flatten().map(|m| i64::from(m.get())),
+            ..IfaceRow::default()
+        };
+        let description = now
+            .description
             .clone()
-            .unwrap_or_else(|| ObservedPort::from_desired(&DesiredPort::clean(op.port().clone())));
+            .flatten()
+            .map(|d| d.as_str().to_owned());
+        let group = now.lag.flatten().map(|m| m.group.get());
+        if let Some(g) = group {
+            // A member: its bond's row, with only its own interface.
+            let bond = &bonds[&g];
+            members.push((
+                i,
+                PortRow {
+                    ifaces: vec![IfaceRow {
+                        description,
+                        ..iface
+                    }],
+                    member: true,
+                    ..bond.clone()
+                },
+            ));
+            continue;
+        }
         let cols = columns(now.vlans.as_ref().unwrap_or(&VlanMode::Unconfigured))?;
         let row = PortRow {
+            uuid: port_ref(&name),
             name: name.clone(),
             tag: cols.tag,
             trunks: cols.trunks,
             vlan_mode: cols.vlan_mode.map(str::to_owned),
-            description: now.description.flatten().map(|d| d.as_str().to_owned()),
-            ifaces: vec![IfaceRow {
-                name: name.clone(),
-                mtu_request: now.mtu.flatten().map(|m| i64::from(m.get())),
-                ..IfaceRow::default()
-            }],
+            description,
+            all_ifaces: vec![iface.uuid.clone()],
+            ifaces: vec![iface],
             ..PortRow::default()
         };
+        if target.lag.is_some() {
+            members.push((i, row));
+            continue;
+        }
         ops.extend(row_ops(
-            &op.target(),
+            target,
             &row,
             &json!([["name", "==", name]]),
             |f| json!([["name", "==", f.name]]),
         )?);
     }
+    if !members.is_empty() {
+        let planned: Vec<bond::Member<'_>> = members
+            .iter()
+            .map(|(i, row)| bond::Member {
+                desired: &states[*i].1,
+                row,
+            })
+            .collect();
+        let (lag_ops, _) = bond::plan(bridge, &planned, &bonds)?;
+        ops.extend(lag_ops.into_iter().map(by_name));
+    }
     if !ops.is_empty() {
         ops.extend(cfg_ops());
     }
     Ok(ops)
+}
+
+/// `op` with each `_uuid` selection of a named placeholder (`<Port NAME>`,
+/// `<Interface NAME>`) turned into a selection by name.
+fn by_name(mut op: Value) -> Value {
+    if let Some(clauses) = op.get_mut("where").and_then(Value::as_array_mut) {
+        for c in clauses {
+            let named = c[2][1]
+                .as_str()
+                .filter(|_| c[0] == "_uuid")
+                .and_then(|u| u.strip_suffix('>'))
+                .and_then(|u| u.split_once(' '))
+                .map(|(_, name)| name.to_owned());
+            if let Some(name) = named {
+                *c = json!(["name", "==", name]);
+            }
+        }
+    }
+    op
 }
 
 impl OvsSwitch {

@@ -20,8 +20,10 @@ use patchbay::api::{
     ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, VLANPool,
 };
-use patchbay::decide::plan::{Carry, Fleet, PortChange, PortKind, Rules, plan};
-use patchbay::device_reads::{Group, Read, group, read_devices};
+use patchbay::decide::plan::{
+    Carry, Fleet, Place, PortChange, PortKind, Rules, place_of, plan, unchanged_members,
+};
+use patchbay::device_reads::{Read, read_devices};
 use patchbay_providers::device::PortOperation;
 use patchbay_providers::model::{AdminState, DesiredPort, ObservedPort, VlanMode, diff};
 use patchbay_providers::offline::{
@@ -137,8 +139,8 @@ enum Held<'a> {
     Failed(&'a str),
 }
 
-fn held<'a>(c: &PortChange, reads: &'a BTreeMap<Group, Read>) -> Held<'a> {
-    match reads.get(&group(c)) {
+fn held<'a>(c: &PortChange, reads: &'a BTreeMap<Place, Read>) -> Held<'a> {
+    match reads.get(&place_of(c)) {
         None => Held::Assumed(None),
         Some(Read::Not(why)) => Held::Assumed(Some(why)),
         Some(Read::Ports(ports)) => match c.device_port.as_ref().and_then(|p| ports.get(p)) {
@@ -217,6 +219,14 @@ fn carry_words(c: &Carry, configuration: Option<&String>) -> String {
     }
 }
 
+/// What a plan says about itself, besides the ports: a line each, where it has one.
+struct Notes {
+    /// Whether the VLANPools' grants were checked.
+    grants: Option<String>,
+    /// Servers in the files, whose phases the plan does not follow.
+    hosts: Option<String>,
+}
+
 /// One switch's batch: its ports in order, and what its backend would send.
 struct Batch<'a> {
     switch: String,
@@ -225,14 +235,26 @@ struct Batch<'a> {
     operations: Operations,
 }
 
-fn batches<'a>(changes: &'a [PortChange], reads: &BTreeMap<Group, Read>) -> Vec<Batch<'a>> {
-    let mut by_switch: BTreeMap<Group, Vec<&PortChange>> = BTreeMap::new();
+fn batches<'a>(
+    changes: &'a [PortChange],
+    reads: &BTreeMap<Place, Read>,
+    members: &BTreeMap<Place, Vec<DesiredPort>>,
+) -> Vec<Batch<'a>> {
+    let mut by_switch: BTreeMap<Place, Vec<&PortChange>> = BTreeMap::new();
     for c in changes {
-        by_switch.entry(group(c)).or_default().push(c);
+        by_switch.entry(place_of(c)).or_default().push(c);
     }
     by_switch
         .into_iter()
-        .map(|((ns, switch, kind), changes)| {
+        .map(|(place, changes)| {
+            // The group members that stay as the device holds them: those the
+            // change leaves alone, and those it would refuse (nothing is sent).
+            let mut others = members.get(&place).cloned().unwrap_or_default();
+            others.extend(changes.iter().filter_map(|c| match (&c.before, &c.after) {
+                (Carry::Set(d), Carry::Refused(_)) if d.lag.is_some() => Some(d.clone()),
+                _ => None,
+            }));
+            let (ns, switch, kind) = place;
             let provider = changes.iter().find_map(|c| c.provider.as_ref());
             let assumed: Vec<Assumed> = changes
                 .iter()
@@ -259,7 +281,7 @@ fn batches<'a>(changes: &'a [PortChange], reads: &BTreeMap<Group, Read>) -> Vec<
                     "?".to_owned(),
                     Operations::NotRendered("its ProviderSwitch is not known"),
                 ),
-                Some(p) => operations(p, &assumed),
+                Some(p) => operations(p, &assumed, &others),
             };
             Batch {
                 switch: switch_words(&ns, &switch, kind),
@@ -272,7 +294,11 @@ fn batches<'a>(changes: &'a [PortChange], reads: &BTreeMap<Group, Read>) -> Vec<
 }
 
 /// What `provider`'s backend sends for `batch`, as far as it is known offline.
-fn operations(provider: &ProviderSwitch, batch: &[Assumed]) -> (String, Operations) {
+fn operations(
+    provider: &ProviderSwitch,
+    batch: &[Assumed],
+    others: &[DesiredPort],
+) -> (String, Operations) {
     let os = patchbay::backends::os_word(provider);
     let backend = serde_json::to_value(provider.spec.backend)
         .ok()
@@ -291,7 +317,7 @@ fn operations(provider: &ProviderSwitch, batch: &[Assumed]) -> (String, Operatio
                     .as_ref()
                     .and_then(|o| o.save_config)
                     .unwrap_or(true);
-                Operations::Lines(cli_script(&d, save, batch))
+                Operations::Lines(cli_script(&d, save, batch, others))
             }
             None => Operations::NotRendered("no dialect for its os"),
         },
@@ -299,11 +325,18 @@ fn operations(provider: &ProviderSwitch, batch: &[Assumed]) -> (String, Operatio
         Backend::Netconf => {
             let model = provider.spec.options.as_ref().and_then(|o| o.model.clone());
             match patchbay_providers::netconf::model::for_os(&os, model.as_deref()) {
-                Some(m) => Operations::Edit(netconf_edit(&m, batch)),
+                Some(m) => Operations::Edit(netconf_edit(&m, batch, others)),
                 None => Operations::NotRendered("no NETCONF device model for its os"),
             }
         }
-        Backend::Ovsdb => ovsdb_transaction(batch),
+        Backend::Ovsdb => {
+            let bridge = provider
+                .spec
+                .options
+                .as_ref()
+                .and_then(|o| o.bridge.clone());
+            ovsdb_transaction(bridge.as_deref().unwrap_or_default(), batch, others)
+        }
         Backend::Fixture => Operations::NotRendered("an in-memory switch"),
     };
     (label, ops)
@@ -313,8 +346,8 @@ fn json_of(
     changes: &[PortChange],
     batches: &[Batch<'_>],
     live: bool,
-    reads: &BTreeMap<Group, Read>,
-    grants: Option<&str>,
+    reads: &BTreeMap<Place, Read>,
+    notes: &Notes,
 ) -> Value {
     let device = |c: &PortChange| match held(c, reads) {
         Held::Assumed(None) => Value::Null,
@@ -337,7 +370,8 @@ fn json_of(
         } else {
             "no cluster: every port starts clean"
         },
-        "grants": grants,
+        "grants": notes.grants,
+        "hosts": notes.hosts,
         "ports": changes.iter().map(|c| json!({
             "kind": match c.kind {
                 PortKind::SwitchPort => "SwitchPort",
@@ -367,8 +401,8 @@ fn print_table(
     changes: &[PortChange],
     batches: &[Batch<'_>],
     live: bool,
-    reads: &BTreeMap<Group, Read>,
-    grants: Option<&str>,
+    reads: &BTreeMap<Place, Read>,
+    notes: &Notes,
 ) {
     let read = !reads.is_empty();
     let rows: Vec<Vec<String>> = changes
@@ -423,8 +457,8 @@ fn print_table(
     } else {
         println!("No cluster given: every port starts clean.");
     }
-    if let Some(g) = grants {
-        println!("{g}.");
+    for n in [&notes.grants, &notes.hosts].into_iter().flatten() {
+        println!("{n}.");
     }
     println!();
     line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>());
@@ -438,7 +472,7 @@ fn print_table(
             .iter()
             .filter(|c| !matches!(c.after, Carry::Refused(_)))
             .count();
-        let source = match reads.get(&group(b.changes[0])) {
+        let source = match reads.get(&place_of(b.changes[0])) {
             None => String::new(),
             Some(Read::Ports(_)) => ", planned from what it holds (read)".into(),
             Some(Read::Not(why)) => format!(", not read ({why})"),
@@ -531,21 +565,21 @@ async fn make(req: &Request) -> Result<bool> {
         None => Fleet::default(),
     };
     let after = before.with(&manifests, &req.namespace);
-    let changes = plan(
-        &before,
-        &after,
-        Rules {
-            capabilities: &patchbay::backends::capabilities_of,
-            tenancy: req.tenancy.as_ref(),
-        },
-    );
+    let rules = Rules {
+        capabilities: &patchbay::backends::capabilities_of,
+        tenancy: req.tenancy.as_ref(),
+    };
+    let changes = plan(&before, &after, rules);
     // Pools in play and tenancy off here: the plan cannot say what they refuse.
     let unchecked = req.tenancy.is_none() && !after.pools.is_empty();
     let reads = match (&client, req.read_devices) {
         (Some(c), true) => read_devices(c, &changes).await,
         _ => BTreeMap::new(),
     };
-    let batches = batches(&changes, &reads);
+    // The group members that stay, where a change joins or leaves a group: an
+    // aggregate's entries depend on them.
+    let members = unchanged_members(&after, rules, &changes);
+    let batches = batches(&changes, &reads, &members);
     let live = req.kubeconfig.is_some();
     let grants = match &req.tenancy {
         Some(t) => Some(format!(
@@ -560,9 +594,20 @@ async fn make(req: &Request) -> Result<bool> {
         )),
         None => None,
     };
+    // Servers in the files are read for NIC MACs and whom ports serve; where their
+    // ports go next is the host controller's to decide.
+    let hosts = (!manifests.servers.is_empty()).then(|| {
+        format!(
+            "Host phases NOT followed: {} Server(s) in the files are read for NIC MACs and \
+             tenants; the ports a host drives move through the host controller (its \
+             status.ports), not shown here",
+            manifests.servers.len()
+        )
+    });
+    let notes = Notes { grants, hosts };
     match req.output {
         Output::Json => {
-            let mut doc = json_of(&changes, &batches, live, &reads, grants.as_deref());
+            let mut doc = json_of(&changes, &batches, live, &reads, &notes);
             doc["skipped"] = json!(skipped);
             println!("{}", serde_json::to_string_pretty(&doc)?);
         }
@@ -578,7 +623,7 @@ async fn make(req: &Request) -> Result<bool> {
                 let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
                 eprintln!("not planned: {} (`-o json` lists them)", kinds.join(", "));
             }
-            print_table(&changes, &batches, live, &reads, grants.as_deref());
+            print_table(&changes, &batches, live, &reads, &notes);
         }
     }
     Ok(!changes.is_empty())

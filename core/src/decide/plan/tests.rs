@@ -379,6 +379,67 @@ fn a_group_member_is_checked_against_the_others() {
     assert_eq!(vlans(&changes[0].before), vlans(&changes[1].before));
 }
 
+#[test]
+fn a_member_leaving_its_group_comes_with_the_members_that_stay() {
+    let mut before = fleet("ios", json!({}));
+    before.switches[0]
+        .spec
+        .ports
+        .get_mut("p2")
+        .unwrap()
+        .vlan_range = None;
+    before.configurations = vec![obj(
+        json!({"metadata": {"name": "bond", "namespace": "infra"},
+               "spec": {"untaggedVLAN": 100, "linkAggregation": {"group": 1}}}),
+    )];
+    for p in &mut before.ports {
+        p.spec.configuration = Some(ConfigurationRef {
+            name: "bond".into(),
+            namespace: None,
+        });
+    }
+    let rules = untenanted(&caps);
+    // p2 leaves (unlinked). Each member's state names the group's members: both
+    // move, none stays.
+    let mut left = before.ports[1].clone();
+    left.spec.configuration = None;
+    let after = before.with(
+        &Fleet {
+            ports: vec![left],
+            ..Fleet::default()
+        },
+        "infra",
+    );
+    let changes = plan(&before, &after, rules);
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(unchanged_members(&after, rules, &changes).is_empty());
+    // p2's entry disabled: p2 is refused (nothing is sent for it), p1 stays as it
+    // is, in group 1, and its batch needs to know.
+    let mut disabled = before.clone();
+    disabled.switches[0]
+        .spec
+        .ports
+        .get_mut("p2")
+        .unwrap()
+        .disabled = true;
+    let changes = plan(&before, &disabled, rules);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].after.word(), "refused");
+    let members = unchanged_members(&disabled, rules, &changes);
+    let place = ("infra".to_owned(), "tor".to_owned(), PortKind::SwitchPort);
+    assert_eq!(members.keys().collect::<Vec<_>>(), [&place]);
+    let stays = &members[&place];
+    assert_eq!(stays.len(), 1, "{stays:?}");
+    assert_eq!(stays[0].port.as_str(), "GigabitEthernet1/0/1");
+    assert_eq!(stays[0].lag.map(|l| l.group.get()), Some(1));
+    // A change that touches no group asks for none.
+    let single = fleet("ios", json!({"untaggedVLAN": 100}));
+    let edited = fleet("ios", json!({"untaggedVLAN": 101}));
+    let moved = plan(&single, &edited, rules);
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert!(unchanged_members(&edited, rules, &moved).is_empty());
+}
+
 /// The Cisco fleet of [`fleet`] (p2 limited to VLANs 200-299) and the SmartNIC of
 /// [`smartnic_fleet`] in one: bridge port h1 chains to SwitchPort p2
 /// (`nextPortRef`), and `nic-a` names `next` (`nextConfigurationRef`) for it; `web2`

@@ -134,6 +134,17 @@ impl Reading {
         }
     }
 
+    /// The reading of a port that carries `observed` as patchbay leaves it: its VLAN
+    /// lines those `observed` gives, and a member line for its group (an offline
+    /// plan's assumption).
+    pub fn assumed(observed: ObservedPort) -> Self {
+        Self {
+            own_vlans: observed.vlans.clone().unwrap_or(VlanMode::Unconfigured),
+            channel: observed.lag.flatten().map(|m| (m.group, Some(m.mode))),
+            observed,
+        }
+    }
+
     /// The group the port's member line names.
     pub fn channel_group(&self) -> Option<LagGroup> {
         self.channel.map(|(g, _)| g)
