@@ -15,27 +15,11 @@ use patchbay_testbed::OvsSim;
 use serde_json::json;
 use support::env::Env;
 
-fn add_ports(ovs: &OvsSim, names: &[&str]) {
-    for n in names {
-        ovs.vsctl(&[
-            "add-port",
-            "br-tor",
-            n,
-            "--",
-            "set",
-            "Interface",
-            n,
-            "type=internal",
-        ])
-        .unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_goes_to_the_device_whole_in_any_link_order_and_with_a_lagging_cache() {
     let ovs = OvsSim::start(&["br-tor"]).expect("Open vSwitch starts");
     let devices = ["l1t", "l2t", "l3t", "l4t", "l5t", "l6t"];
-    add_ports(&ovs, &devices);
+    ovs.add_internal_ports("br-tor", &devices).unwrap();
     let history = ovs.monitor_ports().unwrap();
     let env = Env::start("lag-order").await;
     let keys = ["p1", "p2", "p3", "p4", "p5", "p6"];

@@ -577,19 +577,7 @@ async fn the_plan_is_what_an_open_vswitch_is_sent() {
         return; // reads ovsdb-server's log beside the operator
     }
     let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
-    for p in ["h1", "h2"] {
-        ovs.vsctl(&[
-            "add-port",
-            "br0",
-            p,
-            "--",
-            "set",
-            "Interface",
-            p,
-            "type=internal",
-        ])
-        .unwrap();
-    }
+    ovs.add_internal_ports("br0", &["h1", "h2"]).unwrap();
     let env = Env::start("plan-ovs").await;
     env.create::<patchbay::api::ProviderSwitch>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
@@ -652,21 +640,7 @@ async fn the_plan_is_what_an_open_vswitch_is_sent() {
         ),
         "{stderr}"
     );
-    let (code, out, err) = plan(&[
-        "--kubeconfig",
-        &kubeconfig,
-        "-n",
-        &ns,
-        "-o",
-        "json",
-        &edit.display().to_string(),
-    ]);
-    assert_eq!(code, 2, "{out}{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let planned: Vec<serde_json::Value> = doc["switches"][0]["operations"]["transact"]
-        .as_array()
-        .unwrap_or_else(|| panic!("a transaction: {doc}"))
-        .clone();
+    let planned = planned_transaction(&kubeconfig, &ns, &edit);
 
     env.api::<patchbay::api::SmartNicConfiguration>()
         .patch(
@@ -720,6 +694,30 @@ async fn the_plan_is_what_an_open_vswitch_is_sent() {
     env.cluster.finish().await;
 }
 
+/// The one OVSDB transaction `patchbay plan -o json` plans for `edit` against the
+/// cluster (changes: exit 2).
+fn planned_transaction(
+    kubeconfig: &str,
+    ns: &str,
+    edit: &std::path::Path,
+) -> Vec<serde_json::Value> {
+    let (code, out, err) = plan(&[
+        "--kubeconfig",
+        kubeconfig,
+        "-n",
+        ns,
+        "-o",
+        "json",
+        &edit.display().to_string(),
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    doc["switches"][0]["operations"]["transact"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a transaction: {doc}"))
+        .clone()
+}
+
 /// Has `ovs`'s ovsdb-server log every JSON-RPC message from here on: the log's length
 /// now (where [`transacts_since`] starts).
 fn log_jsonrpc(ovs: &patchbay_testbed::OvsSim) -> usize {
@@ -766,19 +764,7 @@ async fn the_plan_of_a_group_is_what_an_open_vswitch_bridge_is_sent() {
         return; // reads ovsdb-server's log beside the operator
     }
     let ovs = OvsSim::start(&["br-tor"]).expect("Open vSwitch starts");
-    for p in ["l1t", "l2t"] {
-        ovs.vsctl(&[
-            "add-port",
-            "br-tor",
-            p,
-            "--",
-            "set",
-            "Interface",
-            p,
-            "type=internal",
-        ])
-        .unwrap();
-    }
+    ovs.add_internal_ports("br-tor", &["l1t", "l2t"]).unwrap();
     let env = Env::start("plan-ovs-lag").await;
     env.device(
         "tor",
@@ -820,21 +806,7 @@ async fn the_plan_of_a_group_is_what_an_open_vswitch_bridge_is_sent() {
     .unwrap();
     let kubeconfig = env.cluster.kubeconfig.display().to_string();
     let ns = env.cluster.namespace.clone();
-    let (code, out, err) = plan(&[
-        "--kubeconfig",
-        &kubeconfig,
-        "-n",
-        &ns,
-        "-o",
-        "json",
-        &edit.display().to_string(),
-    ]);
-    assert_eq!(code, 2, "{out}{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let planned: Vec<serde_json::Value> = doc["switches"][0]["operations"]["transact"]
-        .as_array()
-        .unwrap_or_else(|| panic!("a transaction: {doc}"))
-        .clone();
+    let planned = planned_transaction(&kubeconfig, &ns, &edit);
     assert!(
         planned
             .iter()

@@ -623,6 +623,24 @@ impl OvsSim {
         stdout_of(cmd, &format!("ovs-vsctl {}", args.join(" ")))
     }
 
+    /// Adds an internal port of each of `names` to `bridge` (a port patchbay can
+    /// configure, with no link behind it).
+    pub fn add_internal_ports(&self, bridge: &str, names: &[&str]) -> Result<()> {
+        for n in names {
+            self.vsctl(&[
+                "add-port",
+                bridge,
+                n,
+                "--",
+                "set",
+                "Interface",
+                n,
+                "type=internal",
+            ])?;
+        }
+        Ok(())
+    }
+
     /// Starts recording every change to the Port table's names and interfaces
     /// (`ovsdb-client monitor`, tests only): what a test reads afterwards is the
     /// history, not only the end state. Stopped (by its PID) when dropped.
