@@ -1250,7 +1250,11 @@ mod tests {
         {
             Err(WorkerError::Device(e)) => {
                 assert_eq!(e.category(), "DeviceSlow");
-                assert!(!e.is_session_failure() && e.is_transient(), "{e}");
+                assert_eq!(
+                    crate::decide::retry::Retry::of_device(&e),
+                    crate::decide::retry::Retry::Transient,
+                    "{e}"
+                );
                 assert!(
                     e.to_string().starts_with(
                         "the device was still answering when the session reached 0.5 s"

@@ -3,7 +3,9 @@
 //! example is accepted by the validator `patchbay validate` runs — or is marked as
 //! a deliberate bad example (`<!-- bad example -->` on the line before the fence)
 //! and is refused. Documents `validate` skips (kinds that are not patchbay's) are
-//! listed here by kind and printed; they are not counted as accepted.
+//! listed here by kind and printed; they are not counted as accepted. The
+//! error-policy table of docs/architecture.md is checked against the retry
+//! policy's own table.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -421,4 +423,24 @@ fn the_path_finder_finds_paths_and_skips_templates() {
     assert!(named_paths("`providers/dialects/<name>.yaml`, `target/bench-out/x.txt`").is_empty());
     assert!(named_paths("https://github.com/metal3-io/x/y.md and /etc/ssh/sshd.yaml").is_empty());
     assert!(named_paths("a/b and ports/s").is_empty());
+}
+
+/// The error-policy table in docs/architecture.md is the retry policy's own table
+/// (`decide::retry::TABLE`): a row per class, each "retried" cell its words.
+#[test]
+fn the_error_policy_table_is_the_retry_policy() {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
+    for (class, words) in patchbay::decide::retry::TABLE {
+        let name = format!("`{class:?}`");
+        let row = rows
+            .iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("docs/architecture.md has no row for {name}"));
+        assert_eq!(row[2], *words, "the retried cell of {name}");
+    }
 }

@@ -267,25 +267,6 @@ pub enum DeviceError {
 }
 
 impl DeviceError {
-    /// Whether retrying the same operation soon may succeed (network trouble, a busy
-    /// device), as opposed to a failure that needs a human or a spec change.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            DeviceError::Unreachable { .. }
-            | DeviceError::Timeout { .. }
-            | DeviceError::Silent { .. }
-            | DeviceError::Overran { .. }
-            | DeviceError::Protocol { .. }
-            | DeviceError::VerificationFailed { .. } => true,
-            DeviceError::RpcRejected { error, .. } => error.is_busy(),
-            DeviceError::AuthenticationFailed { .. }
-            | DeviceError::HostKeyMismatch { .. }
-            | DeviceError::CommandRejected { .. }
-            | DeviceError::UnknownPort { .. }
-            | DeviceError::Unsupported { .. } => false,
-        }
-    }
-
     /// Whether the failure is the whole device's rather than one port's: it could not
     /// be reached, did not answer in time (or at all), or refused the session
     /// (credentials, host key). Such a failure says nothing about the port; the
@@ -450,7 +431,7 @@ mod tests {
             cause.source().expect("the I/O error").to_string(),
             "refused"
         );
-        assert!(e.is_session_failure() && e.is_transient());
+        assert!(e.is_session_failure());
         // Clones compare equal: batch replies hand the same error to many ports.
         assert_eq!(e.clone(), e);
     }

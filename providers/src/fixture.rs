@@ -648,7 +648,7 @@ mod tests {
         let sw = FixtureSwitch::new("tor1", [p("Gi0/1")]);
         sw.fail_next(FixtureFailure::Timeout);
         let err = sw.set_port(&access("Gi0/1", 100)).await.unwrap_err();
-        assert!(err.is_transient());
+        assert!(err.is_session_failure(), "{err}");
         sw.set_unreachable(true);
         assert!(matches!(
             sw.get_port(&p("Gi0/1")).await,

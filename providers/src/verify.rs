@@ -182,7 +182,7 @@ mod tests {
         });
         sw.expect_get_port().never();
         let err = apply_verified(&sw, &desired).await.unwrap_err();
-        assert!(!err.is_transient());
+        assert!(matches!(err, DeviceError::CommandRejected { .. }), "{err}");
         assert!(err.to_string().contains("switchport access vlan 100"));
     }
 }

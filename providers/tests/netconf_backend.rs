@@ -490,7 +490,10 @@ async fn a_value_the_server_refuses_fails_its_port_only_and_running_never_holds_
                 text.contains("eth1") && text.contains("invalid-value"),
                 "{text}"
             );
-            assert!(!results[0].outcome.as_ref().unwrap_err().is_transient());
+            assert!(matches!(
+                results[0].outcome.as_ref().unwrap_err(),
+                DeviceError::RpcRejected { error, .. } if !error.is_busy()
+            ));
         }
         other => panic!("{other:?}"),
     }
@@ -530,7 +533,7 @@ async fn a_lock_held_by_another_session_is_transient_and_names_it() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(err.is_transient());
+    assert!(matches!(&err, DeviceError::RpcRejected { error, .. } if error.is_busy()));
     assert_eq!(err.category(), "LockDenied");
     assert!(
         err.to_string().contains(&format!("session {holder_id}")),

@@ -540,7 +540,7 @@ async fn password(
 ) -> Result<Option<SecretString>, Failure> {
     Ok(password_bytes(&ctx.client, namespace, name)
         .await
-        .map_err(|e| Failure::Kubernetes(Arc::new(e)))?
+        .map_err(super::kube_failure)?
         .and_then(|v| String::from_utf8(v.0).ok())
         .map(SecretString::new))
 }

@@ -424,7 +424,7 @@ impl Context {
             .secrets
             .of_provider(&self.client, &provider)
             .await
-            .map_err(Failure::kubernetes)?;
+            .map_err(super::kube_failure)?;
         Ok((provider, secret))
     }
 

@@ -58,7 +58,8 @@ pub use runtime::run;
 use kube::runtime::controller::Action;
 
 use crate::api::configuration_hash;
-use crate::decide::failure::ReconcileRetry;
+use crate::decide::failure::Failure;
+use crate::decide::retry::Retry;
 use crate::decide::state_machine::Requeue;
 
 /// Errors of the controllers' Kubernetes I/O (device failures are port conditions,
@@ -82,6 +83,21 @@ pub enum ControllerError {
     Waiting(String),
 }
 
+/// The status code the API server answered `e` with, if it answered.
+pub fn api_status(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// A failed request to the API server as a port's failure, classed by the status
+/// code it answered with.
+pub fn kube_failure(e: kube::Error) -> Failure {
+    let status = api_status(&e);
+    Failure::kubernetes(e, status)
+}
+
 impl ControllerError {
     /// The categories a failed reconcile is counted under (a waiting one counts as
     /// `ok`).
@@ -92,27 +108,24 @@ impl ControllerError {
         "SwitchesInUse",
     ];
 
-    /// How the reconcile is tried again ([`ReconcileRetry`]): a step that waits is
-    /// not a failure; a Kubernetes answer by its status code; anything else from the
-    /// client (transport, timeouts) may pass.
-    pub fn retry(&self) -> ReconcileRetry {
+    /// The reconcile's class in the one retry policy ([`Retry`]): a step that
+    /// waits is not a failure; a Kubernetes answer by its status code; anything
+    /// else from the client (transport, timeouts) may pass.
+    pub fn retry(&self) -> Retry {
         use kube::runtime::finalizer::Error as F;
-        fn kube(e: &kube::Error) -> ReconcileRetry {
-            match e {
-                kube::Error::Api(s) => ReconcileRetry::of_status(s.code),
-                _ => ReconcileRetry::Transient,
-            }
+        fn kube(e: &kube::Error) -> Retry {
+            api_status(e).map_or(Retry::Transient, Retry::of_status)
         }
         match self {
             ControllerError::Kube(e) => kube(e),
             ControllerError::Finalizer(f) => match f.as_ref() {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.retry(),
                 F::AddFinalizer(e) | F::RemoveFinalizer(e) => kube(e),
-                _ => ReconcileRetry::Persistent,
+                _ => Retry::Rejected,
             },
             ControllerError::PortsRemaining(_)
             | ControllerError::SwitchesRemaining(_)
-            | ControllerError::Waiting(_) => ReconcileRetry::Waiting,
+            | ControllerError::Waiting(_) => Retry::Waiting,
         }
     }
 

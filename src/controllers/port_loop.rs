@@ -595,7 +595,15 @@ pub async fn drive_port(
             park_new: steps.parking().is_some(),
             outcome,
         };
-        let d = decide(&facts);
+        let mut d = decide(&facts);
+        // A look past the backoff's cap takes its turn in the operator's one budget.
+        if let Some(floor) = d.budgeted {
+            let at = super::runtime::RECHECKS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .grant(now, floor);
+            d = d.paid(at, now);
+        }
         tracing::debug!(?state, outcome = ?facts.outcome, drift_check_due, next = %d.state, step = ?d.step, health = ?d.health, "decision");
         failures = d.failures;
         last_attempt = d.attempt.clone();
@@ -710,7 +718,7 @@ pub async fn drive_port(
                 if let Some(o) = f.outage() {
                     outage = Some(o.clone());
                 }
-                outcome = Some(Outcome::Failed(f.kind()));
+                outcome = Some(Outcome::Failed(f.retry()));
                 tracing::warn!(category = f.category(), error = %f, "port step failed");
                 metrics
                     .failures

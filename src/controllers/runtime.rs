@@ -52,7 +52,7 @@ use crate::api::{
 };
 use crate::backends::Backends;
 use crate::compact_port::CompactPort;
-use crate::decide::failure::ReconcileRetry;
+use crate::decide::retry::{Retry, WAITING_REQUEUE};
 use crate::metrics::{ControllerLabel, Metrics, ReconcileLabels};
 use crate::settings::Settings;
 use crate::triggers;
@@ -71,6 +71,7 @@ mod watches;
 mod wiring;
 use background::*;
 use harness::*;
+pub(crate) use retry::RECHECKS;
 use retry::*;
 use watches::*;
 use wiring::*;

@@ -343,7 +343,7 @@ impl SmartNicSteps<'_> {
             })),
         )
         .await
-        .map_err(Failure::kubernetes)?;
+        .map_err(super::kube_failure)?;
         Ok(true)
     }
 
@@ -413,7 +413,7 @@ impl SmartNicSteps<'_> {
             {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(Failure::kubernetes(e)),
+                Err(e) => return Err(super::kube_failure(e)),
             }
         }
         Ok(pending)

@@ -144,7 +144,7 @@ async fn check(
         .secrets
         .of_provider(&ctx.client, &provider)
         .await
-        .map_err(Failure::kubernetes)?;
+        .map_err(super::kube_failure)?;
     check_credentials(&provider, secret.as_deref())?;
     let entry = ctx.ensure_worker(&provider, secret.as_deref(), &device_ports)?;
     Ok(entry.worker.reachability())

@@ -1,7 +1,7 @@
 //! What can go wrong with a port, a Switch or a ProviderSwitch: one failure type for
 //! every controller, with a bounded [`Failure::category`] (the condition reason, the
-//! Event reason, a metric label) and the retry policy it calls for
-//! ([`Failure::kind`], [`Failure::is_transient`]). Device, backend, validation and
+//! Event reason, a metric label) and its class in the one retry policy
+//! ([`Failure::retry`], [`crate::decide::retry`]). Device, backend, validation and
 //! Kubernetes errors are kept as the failure's `source()`. Pure data, no I/O.
 
 use std::time::Duration;
@@ -11,7 +11,8 @@ use patchbay_model::{Cause, DeviceError};
 
 use crate::api::keys::SKIP_CLEANUP_ANNOTATION;
 use crate::decide::reachability::Outage;
-use crate::decide::state_machine::{Backoff, FailureKind, PortTarget};
+use crate::decide::retry::Retry;
+use crate::decide::state_machine::PortTarget;
 use crate::decide::validate::ValidationErrors;
 
 /// Why a step, or a check of a Switch or ProviderSwitch, failed.
@@ -141,8 +142,14 @@ pub enum Failure {
     #[error("forbidden: {}", .0.join("; "))]
     Forbidden(Vec<String>),
     /// The API server refused or failed a request made on the port's behalf.
-    #[error("{0}")]
-    Kubernetes(#[source] std::sync::Arc<dyn std::error::Error + Send + Sync>),
+    #[error("{error}")]
+    Kubernetes {
+        /// The client's error.
+        #[source]
+        error: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+        /// The API server's status code, when it answered.
+        status: Option<u16>,
+    },
 }
 
 impl Failure {
@@ -218,25 +225,27 @@ impl Failure {
             Failure::NotLeading => "NotLeader",
             Failure::WorkerStopped => "WorkerStopped",
             Failure::Forbidden(_) => "Forbidden",
-            Failure::Kubernetes(_) => "KubernetesError",
+            Failure::Kubernetes { .. } => "KubernetesError",
         }
     }
 
-    /// How the state machine retries it: after a backoff (the port's own trouble, or
-    /// an object that is not there yet), not until an input changes (invalid input),
-    /// or when the switch answers again.
-    pub fn kind(&self) -> FailureKind {
+    /// Its class in the one retry policy ([`crate::decide::retry`]): the switch's
+    /// (it does not answer), the input's (invalid, forbidden, a capability the
+    /// device lacks: only when an input changes), the API server's by its status
+    /// code, and otherwise the port's own (after the backoff: a device's refusal, an
+    /// object not there yet, a group still incomplete, this replica not leading).
+    pub fn retry(&self) -> Retry {
         match self {
-            Failure::SwitchDown(_) => FailureKind::SwitchDown,
-            Failure::Device(_)
-            | Failure::SwitchNotFound
+            Failure::SwitchDown(_) => Retry::SwitchDown,
+            Failure::Device(e) => Retry::of_device(e),
+            Failure::Kubernetes { status, .. } => status.map_or(Retry::Transient, Retry::of_status),
+            Failure::SwitchNotFound
             | Failure::ProviderNotFound { .. }
             | Failure::ConfigurationNotFound { .. }
             | Failure::NextPortNotFound { .. }
             | Failure::GroupIncomplete(_)
             | Failure::NotLeading
-            | Failure::WorkerStopped
-            | Failure::Kubernetes(_) => FailureKind::Transient,
+            | Failure::WorkerStopped => Retry::Transient,
             Failure::Backend(_)
             | Failure::InvalidConfiguration(_)
             | Failure::InvalidProvider { .. }
@@ -248,14 +257,8 @@ impl Failure {
             | Failure::PortNotDefined { .. }
             | Failure::NextPortClaimed { .. }
             | Failure::NextPortInUse { .. }
-            | Failure::Forbidden(_) => FailureKind::Invalid,
+            | Failure::Forbidden(_) => Retry::Invalid,
         }
-    }
-
-    /// Whether trying again (after a backoff, or when the switch answers) may
-    /// succeed, as opposed to waiting for a person to change something.
-    pub fn is_transient(&self) -> bool {
-        self.kind() != FailureKind::Invalid
     }
 
     /// The switch's outage, when the switch does not answer.
@@ -287,9 +290,16 @@ impl From<BackendError> for Failure {
 
 impl Failure {
     /// A request to the API server failed (the client's error, kept as the
-    /// source): this crate has no client, so the operator hands its errors in.
-    pub fn kubernetes(e: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Failure::Kubernetes(std::sync::Arc::new(e))
+    /// source, and the status code it answered with, if it did): this crate has no
+    /// client, so the operator hands its errors in.
+    pub fn kubernetes(
+        e: impl std::error::Error + Send + Sync + 'static,
+        status: Option<u16>,
+    ) -> Self {
+        Failure::Kubernetes {
+            error: std::sync::Arc::new(e),
+            status,
+        }
     }
 }
 
@@ -400,65 +410,6 @@ pub enum WorkerError {
     WorkerStopped,
 }
 
-/// How a reconcile that returned an error (a Kubernetes call that failed, a step
-/// that must wait) is tried again. Device failures are not reconcile errors: they are
-/// port conditions with their own backoff ([`Failure::kind`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReconcileRetry {
-    /// Not an error: the object waits for something else to finish first (a
-    /// Switch for its ports, a ProviderSwitch for its users). Looked at again after
-    /// [`WAITING_REQUEUE`]; counted as `ok` in the metrics.
-    Waiting,
-    /// Somebody else wrote first (409): read again almost at once, backing off from
-    /// 50 ms if it keeps happening.
-    Conflict,
-    /// May pass by itself (the API server unreachable, 429, 5xx, a timeout): back
-    /// off per object, from 1 s doubling to 60 s.
-    Transient,
-    /// Will not pass by trying again (403 forbidden, 422 invalid, 400, 404 gone):
-    /// wait for the object to change, and look again after [`PERSISTENT_RECHECK`] in
-    /// case what refused it (a Role, an admission webhook) was fixed without touching
-    /// the object.
-    Persistent,
-}
-
-/// How soon a waiting object is looked at again.
-pub const WAITING_REQUEUE: Duration = Duration::from_secs(1);
-/// How soon an object whose reconcile failed for good is looked at again when
-/// nothing changes it.
-pub const PERSISTENT_RECHECK: Duration = Duration::from_secs(300);
-const CONFLICT_BACKOFF: Backoff = Backoff {
-    base: Duration::from_millis(50),
-    cap: Duration::from_secs(30),
-};
-const TRANSIENT_BACKOFF: Backoff = Backoff {
-    base: Duration::from_secs(1),
-    cap: Duration::from_secs(60),
-};
-
-impl ReconcileRetry {
-    /// The class of an API server answer's status code.
-    pub fn of_status(code: u16) -> Self {
-        match code {
-            409 => Self::Conflict,
-            429 | 500..=599 => Self::Transient,
-            400..=499 => Self::Persistent,
-            _ => Self::Transient,
-        }
-    }
-
-    /// When to look again after the object's `failures`-th consecutive failed
-    /// reconcile (≥ 1).
-    pub fn after(self, failures: u32) -> Duration {
-        match self {
-            Self::Waiting => WAITING_REQUEUE,
-            Self::Conflict => CONFLICT_BACKOFF.delay(failures),
-            Self::Transient => TRANSIENT_BACKOFF.delay(failures),
-            Self::Persistent => PERSISTENT_RECHECK,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,7 +497,7 @@ mod tests {
             Failure::NotLeading,
             Failure::WorkerStopped,
             Failure::Forbidden(vec![]),
-            Failure::kubernetes(std::io::Error::other("the API server went away")),
+            Failure::kubernetes(std::io::Error::other("the API server went away"), None),
         ];
         all.extend(backend.into_iter().map(Failure::Backend));
         fn covered(f: &Failure) {
@@ -572,7 +523,7 @@ mod tests {
                 | Failure::NotLeading
                 | Failure::WorkerStopped
                 | Failure::Forbidden(_)
-                | Failure::Kubernetes(_) => {}
+                | Failure::Kubernetes { .. } => {}
             }
             if let Failure::Backend(b) = f {
                 match b {
@@ -626,32 +577,32 @@ mod tests {
                 next_probe: now,
             },
         };
-        let rows: Vec<(Failure, &str, FailureKind, &str)> = vec![
+        let rows: Vec<(Failure, &str, Retry, &str)> = vec![
             (
                 Failure::Device(DeviceError::CommandRejected {
                     command: "switchport access vlan 10".into(),
                     output: "% Invalid input".into(),
                 }),
                 "CommandRejected",
-                FailureKind::Transient,
+                Retry::Transient,
                 "the device rejected `switchport access vlan 10`: % Invalid input",
             ),
             (
                 Failure::SwitchDown(Box::new(outage)),
                 "DeviceUnreachable",
-                FailureKind::SwitchDown,
+                Retry::SwitchDown,
                 "cannot reach the device at 10.0.0.1:22: connection refused",
             ),
             (
                 Failure::Backend(BackendError::HostKeyNotPinned),
                 "HostKeyNotPinned",
-                FailureKind::Invalid,
+                Retry::Invalid,
                 "host key: no host key pinned",
             ),
             (
                 Failure::InvalidConfiguration(errors("spec.mtu", "too big")),
                 "InvalidConfiguration",
-                FailureKind::Invalid,
+                Retry::Invalid,
                 "spec.mtu: too big",
             ),
             (
@@ -660,7 +611,7 @@ mod tests {
                     errors: errors("spec.address", "bad"),
                 },
                 "InvalidProvider",
-                FailureKind::Invalid,
+                Retry::Invalid,
                 "ProviderSwitch tor-1: spec.address: bad",
             ),
             (
@@ -669,7 +620,7 @@ mod tests {
                     error: ValueError("bad name".into()),
                 },
                 "InvalidPortName",
-                FailureKind::Invalid,
+                Retry::Invalid,
                 "spec.portName: bad name",
             ),
             (
@@ -678,7 +629,7 @@ mod tests {
                     field: "spec.provider",
                 },
                 "ProviderNotFound",
-                FailureKind::Transient,
+                Retry::Transient,
                 "ProviderSwitch \"tor-1\" (spec.provider) not found",
             ),
             (
@@ -687,7 +638,7 @@ mod tests {
                     name: "ns/web".into(),
                 },
                 "ConfigurationNotFound",
-                FailureKind::Transient,
+                Retry::Transient,
                 "SwitchPortConfiguration ns/web not found (spec.configuration)",
             ),
             (
@@ -696,20 +647,19 @@ mod tests {
                     configuration: "web".into(),
                 },
                 "NextPortInUse",
-                FailureKind::Invalid,
+                Retry::Invalid,
                 "spec.nextPortRef: SwitchPort ns/p1 carries SwitchPortConfiguration web",
             ),
             (
                 Failure::SwitchNotFound,
                 "SwitchNotFound",
-                FailureKind::Transient,
+                Retry::Transient,
                 "annotate it patchbay.dev/skip-device-cleanup=true",
             ),
         ];
         for (failure, category, kind, words) in rows {
             assert_eq!(failure.category(), category, "{failure}");
-            assert_eq!(failure.kind(), kind, "{failure}");
-            assert_eq!(failure.is_transient(), kind != FailureKind::Invalid);
+            assert_eq!(failure.retry(), kind, "{failure}");
             let text = failure.to_string();
             assert!(
                 text.starts_with(words) || text.contains(words),
@@ -728,30 +678,5 @@ mod tests {
         let cause = device.source().expect("its cause");
         assert_eq!(cause.to_string(), "sending: broken pipe");
         assert_eq!(cause.source().unwrap().to_string(), "broken pipe");
-    }
-
-    #[test]
-    fn reconcile_errors_are_retried_by_class_and_per_object_count() {
-        use super::ReconcileRetry as R;
-        let ms = Duration::from_millis;
-        let s = Duration::from_secs;
-        let rows: &[(u16, u32, R, Duration)] = &[
-            (409, 1, R::Conflict, ms(50)),
-            (409, 3, R::Conflict, ms(200)),
-            (409, 20, R::Conflict, s(30)),
-            (503, 1, R::Transient, s(1)),
-            (500, 2, R::Transient, s(2)),
-            (429, 4, R::Transient, s(8)),
-            (504, 30, R::Transient, s(60)),
-            (403, 1, R::Persistent, s(300)),
-            (422, 1, R::Persistent, s(300)),
-            (400, 9, R::Persistent, s(300)),
-            (404, 1, R::Persistent, s(300)),
-        ];
-        for (code, failures, class, after) in rows {
-            assert_eq!(R::of_status(*code), *class, "{code}");
-            assert_eq!(class.after(*failures), *after, "{code} after {failures}");
-        }
-        assert_eq!(R::Waiting.after(7), s(1));
     }
 }

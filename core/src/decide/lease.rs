@@ -226,7 +226,10 @@ mod tests {
             let e = overrun(bound, started, *heard);
             assert_eq!(e.category(), *category, "{heard:?}");
             assert_eq!(e.is_session_failure(), *down, "{heard:?}");
-            assert!(e.is_transient(), "{heard:?}");
+            assert!(
+                crate::decide::retry::Retry::of_device(&e).looks_again(),
+                "{heard:?}"
+            );
             assert_eq!(e.to_string(), *message, "{heard:?}");
         }
     }

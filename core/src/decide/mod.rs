@@ -21,7 +21,7 @@
 //! | [`inventory`] | a claim's `hosts.ini` and `hosts.yaml` |
 //! | [`conditions`] | a condition set by Kubernetes conventions; the status merge patch; an Event's type and note |
 //! | [`status`] | facts → status and conditions (ports, Switches, providers; claims, Servers and host conditions in `status/hosts.rs`) |
-//! | [`failure`] | what can go wrong: one type, a bounded category, the retry policy |
+//! | [`failure`] | what can go wrong: one type, a bounded category, its retry class |
 //! | [`port_index`] | which SwitchPorts each Switch has (kept from the watch's events) |
 //! | [`own_writes`] | which port events are only the echo of this process's own write |
 //! | [`lease`] | what a replica does with the Lease it sees |
@@ -29,6 +29,7 @@
 //! | [`lobby`] | when a link-aggregation group's held changes go as one batch |
 //! | [`slack`] | when a bookkeeping map gives back the table a burst grew |
 //! | [`reconcile_queue`] | which SwitchPort reconciles next: woken once, one run per port, a timer only for a retry |
+//! | [`retry`] | one retry policy: each failure's class, when it is looked at again, one budget for failures that last |
 //! | [`device_types`] | which backend drives a Metal3 BareMetalSwitch's networking-generic-switch device type, or why none (data: `device_types.yaml`) |
 //! | [`cabling`] | whether a NIC is plugged where its host says (from what its port sees), and what happens to the port |
 //! | [`neighbors`] | what a Switch's status says its ports see (LLDP, MACs), when a read is written |
@@ -58,6 +59,7 @@ pub mod plan;
 pub mod port_index;
 pub mod reachability;
 pub mod reconcile_queue;
+pub mod retry;
 pub mod slack;
 pub mod state_machine;
 pub mod status;

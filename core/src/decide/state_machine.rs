@@ -22,9 +22,14 @@
 //! and nothing touches the device again before the failure's retry time, *whatever
 //! woke the reconcile* (an event, the port's own status write, a requeue):
 //!
+//! - each failure is retried as its class in the one retry policy says
+//!   ([`crate::decide::retry`]);
 //! - a failure of the port (a rejected command, a read-back that differs, a missing
 //!   object) is retried after an exponential backoff from its time (`base` doubling
-//!   to `cap`), written to status as `nextRetryTime`;
+//!   to `cap`), written to status as `nextRetryTime`; once the backoff reaches its
+//!   cap, the retry takes its turn in the operator's one budget
+//!   ([`Decision::budgeted`]), as does a refusal by the API server (5 minutes at the
+//!   earliest);
 //! - an invalid configuration, port or provider is not retried at all: the port waits
 //!   for one of its inputs to change;
 //! - a switch that does not answer (unreachable, timeout, authentication, host key) is
@@ -41,6 +46,9 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+
+pub use crate::decide::retry::Retry;
+use crate::decide::retry::{Look, look};
 
 use crate::api::{ConfigurationRef, DriftPolicy, PortState};
 
@@ -79,21 +87,7 @@ pub enum Outcome {
     /// should the wake be lost.
     HandedOff,
     /// The step failed.
-    Failed(FailureKind),
-}
-
-/// How a step failed, which decides when it is tried again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureKind {
-    /// The port's own trouble (a rejected command, a read-back that differs, an
-    /// object not found yet): retried after the backoff.
-    Transient,
-    /// The configuration, port or provider is invalid: not retried until an input
-    /// changes.
-    Invalid,
-    /// The switch does not answer (see [`SwitchOutage`]): retried when the switch's
-    /// worker finds it answering again.
-    SwitchDown,
+    Failed(Retry),
 }
 
 /// A switch whose worker found it not answering: the worker probes it again at
@@ -155,7 +149,7 @@ pub enum Health {
     /// Active, but the device differs and the drift policy is report-only.
     Drifted,
     /// The step just failed.
-    Failed(FailureKind),
+    Failed(Retry),
     /// Waiting out the retry time of an earlier failure: the conditions and the
     /// error stay as that failure left them.
     BackingOff,
@@ -280,6 +274,10 @@ pub struct Decision {
     pub next_retry: Option<Timestamp>,
     /// How the port is doing.
     pub health: Health,
+    /// A retry the operator's one budget pays for, at this floor
+    /// ([`crate::decide::retry::Budget`]): `next_retry` is the floor until the
+    /// caller takes its turn ([`Decision::paid`]).
+    pub budgeted: Option<Duration>,
 }
 
 impl Decision {
@@ -294,7 +292,16 @@ impl Decision {
             last_failure: None,
             next_retry: None,
             health,
+            budgeted: None,
         }
+    }
+
+    /// The decision with its retry at `at`, the turn the operator's budget granted
+    /// for a look past the backoff's cap ([`Decision::budgeted`]).
+    pub fn paid(mut self, at: Timestamp, now: Timestamp) -> Self {
+        self.next_retry = Some(at);
+        self.requeue = Requeue::After(until(at, now));
+        self
     }
 
     fn applied(mut self, change: AppliedChange) -> Self {
@@ -556,7 +563,7 @@ fn after(facts: &PortFacts<'_>, outcome: Outcome) -> Decision {
                     .applied(AppliedChange::Clear)
             }
         }
-        Outcome::Failed(FailureKind::SwitchDown) if facts.switch_outage.is_some() => {
+        Outcome::Failed(Retry::SwitchDown) if facts.switch_outage.is_some() => {
             let outage = facts.switch_outage.unwrap_or(SwitchOutage {
                 failures: 1,
                 last_failure: facts.now,
@@ -576,18 +583,27 @@ fn after(facts: &PortFacts<'_>, outcome: Outcome) -> Decision {
                 0
             };
             let failures = previous.saturating_add(1);
-            let (requeue, next_retry) = match kind {
-                FailureKind::Invalid => (Requeue::Never, None),
-                FailureKind::Transient | FailureKind::SwitchDown => (
-                    Requeue::After(facts.backoff.delay(failures)),
-                    Some(facts.backoff.retry_at(facts.now, failures)),
+            // One policy for every failure (`decide::retry`). A look the budget
+            // pays for is at its floor here; the caller takes its turn
+            // ([`Decision::paid`]).
+            let (next_retry, budgeted) = match look(kind, failures, &facts.backoff) {
+                Look::After(d) => (Some(facts.now.checked_add(d).unwrap_or(facts.now)), None),
+                Look::Paid(floor) => (
+                    Some(facts.now.checked_add(floor).unwrap_or(facts.now)),
+                    Some(floor),
                 ),
+                Look::OnChange => (None, None),
+            };
+            let requeue = match next_retry {
+                Some(at) => Requeue::After(until(at, facts.now)),
+                None => Requeue::Never,
             };
             let mut d = Decision::new(state, Step::None, requeue, Health::Failed(kind));
             d.failures = failures;
             d.attempt = key;
             d.last_failure = Some(facts.now);
             d.next_retry = next_retry;
+            d.budgeted = budgeted;
             d
         }
     }
@@ -631,6 +647,51 @@ mod tests {
             park_new: false,
             outcome: None,
         }
+    }
+
+    #[test]
+    fn failures_past_the_cap_take_their_turn_in_the_operators_one_budget() {
+        use crate::decide::retry::{Budget, RECHECKS_PER_SECOND};
+        let mut budget = Budget::new(RECHECKS_PER_SECOND);
+        let want = target("cfg", "h1");
+        let failed = |failures: u32, kind: Retry| {
+            let mut f = facts(Some(PortState::Configuring));
+            f.desired = Some(&want);
+            f.failures = failures;
+            f.last_attempt = Some("apply/i");
+            f.outcome = Some(Outcome::Failed(kind));
+            decide(&f)
+        };
+        let secs = |at: Option<Timestamp>| at.map(|at| at.duration_since(t0()).as_secs_f64());
+        // Three ports failing for the 20th time in a row at the same instant: the
+        // backoff says 5 minutes for each; the budget spaces them half a second.
+        let retries: Vec<Option<f64>> = (0..3)
+            .map(|_| {
+                let d = failed(19, Retry::Transient);
+                assert_eq!(d.failures, 20);
+                assert_eq!(d.budgeted, Some(Duration::from_secs(300)));
+                let at = budget.grant(t0(), d.budgeted.unwrap());
+                secs(d.paid(at, t0()).next_retry)
+            })
+            .collect();
+        assert_eq!(retries, [Some(300.0), Some(300.5), Some(301.0)]);
+        // Below the cap, the budget is not asked: the port's own backoff.
+        let d = failed(0, Retry::Transient);
+        assert_eq!((d.budgeted, secs(d.next_retry)), (None, Some(5.0)));
+        // A refusal by the API server on the port's behalf (403): 5 minutes at the
+        // earliest, paid from the budget too.
+        let d = failed(0, Retry::Rejected);
+        assert_eq!(d.budgeted, Some(Duration::from_secs(300)));
+        let at = budget.grant(t0(), d.budgeted.unwrap());
+        let d = d.paid(at, t0());
+        assert_eq!(secs(d.next_retry), Some(301.5));
+        assert_eq!(d.requeue, Requeue::After(Duration::from_millis(301_500)));
+        // Invalid input: only when it changes.
+        let d = failed(0, Retry::Invalid);
+        assert_eq!(
+            (d.budgeted, d.next_retry, d.requeue),
+            (None, None, Requeue::Never)
+        );
     }
 
     #[test]
@@ -835,13 +896,13 @@ mod tests {
                 name: "first transient failure: stay, back off 5s",
                 facts: with(f(Some(Configuring)), &|p| {
                     p.desired = Some(a);
-                    p.outcome = Some(Outcome::Failed(FailureKind::Transient))
+                    p.outcome = Some(Outcome::Failed(Retry::Transient))
                 }),
                 state: Configuring,
                 step: A::None,
                 requeue: secs(5),
                 applied: Keep,
-                health: Failed(FailureKind::Transient),
+                health: Failed(Retry::Transient),
             },
             Row {
                 name: "fourth failure at the same target: 40s",
@@ -849,13 +910,13 @@ mod tests {
                     p.desired = Some(a);
                     p.failures = 3;
                     p.last_attempt = Some("apply/i");
-                    p.outcome = Some(Outcome::Failed(FailureKind::Transient))
+                    p.outcome = Some(Outcome::Failed(Retry::Transient))
                 }),
                 state: Configuring,
                 step: A::None,
                 requeue: secs(40),
                 applied: Keep,
-                health: Failed(FailureKind::Transient),
+                health: Failed(Retry::Transient),
             },
             Row {
                 name: "backoff is capped at 5 minutes",
@@ -863,13 +924,13 @@ mod tests {
                     p.desired = Some(a);
                     p.failures = 40;
                     p.last_attempt = Some("apply/i");
-                    p.outcome = Some(Outcome::Failed(FailureKind::Transient))
+                    p.outcome = Some(Outcome::Failed(Retry::Transient))
                 }),
                 state: Configuring,
                 step: A::None,
                 requeue: secs(300),
                 applied: Keep,
-                health: Failed(FailureKind::Transient),
+                health: Failed(Retry::Transient),
             },
             Row {
                 name: "a spec change resets the backoff",
@@ -878,25 +939,25 @@ mod tests {
                     p.inputs = "i2";
                     p.failures = 6;
                     p.last_attempt = Some("apply/i");
-                    p.outcome = Some(Outcome::Failed(FailureKind::Transient))
+                    p.outcome = Some(Outcome::Failed(Retry::Transient))
                 }),
                 state: Configuring,
                 step: A::None,
                 requeue: secs(5),
                 applied: Keep,
-                health: Failed(FailureKind::Transient),
+                health: Failed(Retry::Transient),
             },
             Row {
                 name: "invalid configuration: stay, wait for a change",
                 facts: with(f(Some(Configuring)), &|p| {
                     p.desired = Some(a);
-                    p.outcome = Some(Outcome::Failed(FailureKind::Invalid))
+                    p.outcome = Some(Outcome::Failed(Retry::Invalid))
                 }),
                 state: Configuring,
                 step: A::None,
                 requeue: Requeue::Never,
                 applied: Keep,
-                health: Failed(FailureKind::Invalid),
+                health: Failed(Retry::Invalid),
             },
             // Active
             Row {
@@ -969,13 +1030,13 @@ mod tests {
                 facts: with(f(Some(Active)), &|p| {
                     p.desired = Some(a);
                     p.applied = Some(a);
-                    p.outcome = Some(Outcome::Failed(FailureKind::Transient))
+                    p.outcome = Some(Outcome::Failed(Retry::Transient))
                 }),
                 state: Active,
                 step: A::None,
                 requeue: secs(5),
                 applied: Keep,
-                health: Failed(FailureKind::Transient),
+                health: Failed(Retry::Transient),
             },
             Row {
                 name: "update: a new configuration ref -> Configuring",
@@ -1103,13 +1164,13 @@ mod tests {
                     p.applied = Some(a);
                     p.failures = 1;
                     p.last_attempt = Some("clean/i");
-                    p.outcome = Some(Outcome::Failed(FailureKind::Transient))
+                    p.outcome = Some(Outcome::Failed(Retry::Transient))
                 }),
                 state: Cleaning,
                 step: A::None,
                 requeue: secs(10),
                 applied: Keep,
-                health: Failed(FailureKind::Transient),
+                health: Failed(Retry::Transient),
             },
             Row {
                 name: "skip-cleanup set while Cleaning is stuck -> Deleting",
@@ -1183,7 +1244,7 @@ mod tests {
             let d = step(
                 count,
                 last.as_deref(),
-                Some(Outcome::Failed(FailureKind::Transient)),
+                Some(Outcome::Failed(Retry::Transient)),
             );
             if let Requeue::After(t) = d.requeue {
                 delays.push(t.as_secs());
@@ -1295,7 +1356,7 @@ mod tests {
                     }
                     _ if !device_ok => {
                         self.device.push("failed");
-                        Outcome::Failed(FailureKind::Transient)
+                        Outcome::Failed(Retry::Transient)
                     }
                     Step::Apply => {
                         self.device.push("apply");
@@ -1464,7 +1525,7 @@ mod tests {
         let a = target("tenant", "h-t");
         let mut p = facts(Some(Configuring));
         p.desired = Some(&a);
-        p.outcome = Some(Outcome::Failed(FailureKind::Invalid));
+        p.outcome = Some(Outcome::Failed(Retry::Invalid));
         let failed = decide(&p);
         assert_eq!(failed.requeue, Requeue::Never);
         assert_eq!(failed.next_retry, None);
@@ -1517,7 +1578,7 @@ mod tests {
         let mut p = facts(Some(Configuring));
         p.desired = Some(&a);
         p.switch_outage = Some(outage);
-        p.outcome = Some(Outcome::Failed(FailureKind::SwitchDown));
+        p.outcome = Some(Outcome::Failed(Retry::SwitchDown));
         let d = decide(&p);
         assert_eq!((d.health, d.failures), (Health::SwitchDown, 3));
         // A probe due within the backoff base still leaves the worker time to probe.

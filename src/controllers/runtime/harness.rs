@@ -44,9 +44,9 @@ where
                 .observe(started.elapsed().as_secs_f64());
             let (outcome, result) = match result {
                 Ok(a) => ("ok", Ok(a)),
-                Err(e) if e.retry() == ReconcileRetry::Waiting => {
+                Err(e) if e.retry() == Retry::Waiting => {
                     tracing::debug!(reason = %e, controller, "waiting");
-                    ("ok", Ok(N::retry(ReconcileRetry::Waiting.after(1))))
+                    ("ok", Ok(N::retry(WAITING_REQUEUE)))
                 }
                 Err(e) => (e.category(), Err(e)),
             };

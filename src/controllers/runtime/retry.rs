@@ -3,6 +3,9 @@
 //! what its next wake is. No I/O: state and timings.
 
 use super::*;
+use crate::decide::retry::{
+    Budget, RECHECK_FLOOR, RECHECKS_PER_SECOND, RECONCILE_BACKOFF, next_look,
+};
 
 /// A stream of what arrives on `rx`.
 pub(super) fn notices<T: Send + 'static>(
@@ -22,8 +25,16 @@ pub(super) fn log_errors<T, E: std::fmt::Display>(
     }
 }
 
+/// The operator's one budget for looks at failures that last (past their backoff's
+/// cap, or refused by the API server): every controller and every port draws on it
+/// ([`crate::decide::retry::Budget`]).
+pub(crate) static RECHECKS: std::sync::Mutex<Budget> = std::sync::Mutex::new(Budget {
+    per_second: RECHECKS_PER_SECOND,
+    last: None,
+});
+
 /// Each object's consecutive failed reconciles (keyed by controller and object): what the
-/// error policy backs off by ([`ReconcileRetry::after`]). A reconcile that succeeds
+/// error policy backs off by ([`next_look`]). A reconcile that succeeds
 /// (or waits) clears its object's count.
 #[derive(Default)]
 pub(super) struct Retries(pub(super) parking_lot::Mutex<std::collections::HashMap<String, u32>>);
@@ -67,7 +78,10 @@ impl Retries {
 }
 
 /// How long after `e` the object `obj` of `controller` is retried: per object, by the
-/// error's class (see [`ReconcileRetry`]).
+/// error's class in the one retry policy ([`next_look`], the reconcile backoff),
+/// looks past the cap paid from [`RECHECKS`]. An error that retries only on a change
+/// is still looked at after the recheck floor: a reconcile error is the API
+/// server's, and what refused it may change without the object.
 pub(super) fn retry_after_error<K: kube::Resource>(
     controller: &'static str,
     retries: &Retries,
@@ -75,7 +89,17 @@ pub(super) fn retry_after_error<K: kube::Resource>(
     e: &ControllerError,
 ) -> Duration {
     let class = e.retry();
-    let after = class.after(retries.count(&Retries::key(controller, obj)));
+    let now = jiff::Timestamp::now();
+    let at = next_look(
+        class,
+        retries.count(&Retries::key(controller, obj)),
+        now,
+        &RECONCILE_BACKOFF,
+        &mut RECHECKS.lock().unwrap_or_else(|p| p.into_inner()),
+    );
+    let after = at
+        .and_then(|at| Duration::try_from(at.duration_since(now)).ok())
+        .unwrap_or(RECHECK_FLOOR);
     tracing::debug!(error = %e, category = e.category(), ?class, ?after, controller, "reconcile error");
     after
 }

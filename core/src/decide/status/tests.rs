@@ -3,7 +3,7 @@
 use super::*;
 use crate::api::{ConfigurationRef, ServerClaimBinding};
 use crate::decide::failure::BackendError;
-use crate::decide::state_machine::{FailureKind, SwitchOutage};
+use crate::decide::state_machine::{Retry, SwitchOutage};
 use crate::decide::validate::{FieldError, ValidationErrors};
 use patchbay_model::{Cause, DeviceError};
 use serde_json::json;
@@ -130,7 +130,7 @@ fn port_status_table() {
                 last_attempt: &attempt,
                 last_failure: Some(t(99)),
                 failure: Some(&invalid),
-                ..base(Health::Failed(FailureKind::Invalid))
+                ..base(Health::Failed(Retry::Invalid))
             },
             ready: (
                 "False",
