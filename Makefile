@@ -142,6 +142,7 @@ bench: deps fake-switch ovs sshd netconf lldp bgp ansible
 	bench/run.sh ssh -- ssh
 	bench/run.sh ovsdb -- ovsdb
 	bench/run.sh failures -- failures
+	bench/run.sh retry -- retry
 	bench/run.sh claims -- claims
 	bench/run.sh hosts -- hosts
 	bench/run.sh netconf -- netconf

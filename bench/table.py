@@ -17,7 +17,7 @@ import sys
 ORDER = [
     "devplane", "operator", "operator-tenancy", "operator-bgp", "operator-100k", "operator-neighbors",
     "operator-neighbors-off", "ssh", "ovsdb",
-    "failures", "claims", "hosts", "netconf", "ansible", "fleet", "tenancy", "bgp", "plan",
+    "failures", "retry", "claims", "hosts", "netconf", "ansible", "fleet", "tenancy", "bgp", "plan",
 ]
 START = "<!-- figures:start (bench/table.py writes this table from target/bench-out; do not edit) -->"
 END = "<!-- figures:end -->"

@@ -27,6 +27,9 @@ pub struct Settings {
     pub max_sessions: usize,
     /// Retry backoff after failures.
     pub backoff: Backoff,
+    /// Looks a second the whole operator spends on failures that last
+    /// ([`crate::decide::retry::Budget`]).
+    pub rechecks_per_second: f64,
     /// Latency of every operation on fixture devices (demos and benchmarks).
     pub fixture_latency: Duration,
     /// The longest a device batch may take (set from the leader election's timings:
@@ -58,6 +61,7 @@ impl Default for Settings {
             drift_interval: Duration::from_secs(300),
             max_sessions: 1,
             backoff: Backoff::default(),
+            rechecks_per_second: crate::decide::retry::RECHECKS_PER_SECOND,
             fixture_latency: Duration::ZERO,
             batch_timeout: None,
             ansible_playbook: PathBuf::from("ansible-playbook"),
@@ -116,6 +120,12 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_BACKOFF_CAP_SECONDS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_cap_seconds: Option<f64>,
+    /// Looks a second the whole operator spends on failures that last: retries past
+    /// the backoff's cap and the API server's refusals, each no sooner than its own
+    /// time [default: 2].
+    #[arg(long, env = "PATCHBAY_RECHECKS_PER_SECOND")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rechecks_per_second: Option<f64>,
     /// Latency of every fixture-device operation, in milliseconds [default: 0].
     #[arg(long, env = "PATCHBAY_FIXTURE_LATENCY_MS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -301,6 +311,15 @@ impl Settings {
                 reason: "must not be below backoffBaseSeconds".into(),
             });
         }
+        let rechecks = args
+            .rechecks_per_second
+            .unwrap_or(crate::decide::retry::RECHECKS_PER_SECOND);
+        if !(rechecks.is_finite() && rechecks > 0.0) {
+            return Err(SettingsError::Invalid {
+                field: "rechecksPerSecond",
+                reason: format!("{rechecks} is not a positive number"),
+            });
+        }
         let window = args.batch_window_ms.unwrap_or(100);
         if window > 10_000 {
             return Err(SettingsError::Invalid {
@@ -374,6 +393,7 @@ impl Settings {
             drift_interval: drift,
             max_sessions,
             backoff: Backoff { base, cap },
+            rechecks_per_second: rechecks,
             fixture_latency: Duration::from_millis(args.fixture_latency_ms.unwrap_or(0)),
             batch_timeout: None,
             ansible_playbook: args
@@ -502,6 +522,27 @@ mod tests {
                 err.starts_with("parkingVlan: ") && err.contains(word),
                 "{err}"
             );
+        }
+    }
+
+    #[test]
+    fn the_recheck_budget_is_a_positive_rate() {
+        let rate = |r: Option<f64>| {
+            Settings::resolve(
+                &SettingsArgs {
+                    rechecks_per_second: r,
+                    ..Default::default()
+                },
+                None,
+            )
+            .map(|s| s.rechecks_per_second)
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(rate(None), Ok(crate::decide::retry::RECHECKS_PER_SECOND));
+        assert_eq!(rate(Some(0.5)), Ok(0.5));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let err = rate(Some(bad)).unwrap_err();
+            assert!(err.starts_with("rechecksPerSecond: "), "{err}");
         }
     }
 

@@ -45,6 +45,7 @@ fn test_settings(namespace: &str) -> Settings {
             base: Duration::from_millis(200),
             cap: Duration::from_secs(1),
         },
+        rechecks_per_second: patchbay::decide::retry::RECHECKS_PER_SECOND,
         fixture_latency: Duration::from_millis(2),
         batch_timeout: None,
         ansible_playbook: "ansible-playbook".into(),

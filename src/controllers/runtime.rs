@@ -93,6 +93,9 @@ pub async fn run(
 ) {
     let ns = settings.namespace.clone();
     let ns = ns.as_deref();
+    // The process's one recheck budget, at the rate this operator was given.
+    *RECHECKS.lock().unwrap_or_else(|p| p.into_inner()) =
+        crate::decide::retry::Budget::new(settings.rechecks_per_second);
     let wc = watcher::Config::default();
     // Every reconcile waits for every cache's first list; see `Synced`.
     let (sync_gate, synced) = Synced::new();

@@ -55,6 +55,7 @@ impl Env {
                 base: Duration::from_millis(300),
                 cap: Duration::from_secs(2),
             },
+            rechecks_per_second: patchbay::decide::retry::RECHECKS_PER_SECOND,
             fixture_latency: Duration::ZERO,
             batch_timeout: None,
             ansible_playbook: patchbay_testbed::ansible_playbook()

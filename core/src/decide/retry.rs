@@ -126,36 +126,87 @@ impl Retry {
     }
 }
 
-/// The one budget for looks nobody asked for: after `floor` at the earliest, and no
-/// two closer than `1 / per_second` across the whole operator. Holds only the last
-/// look it granted.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The one budget for looks nobody asked for: each after its own floor at the
+/// earliest, and at most `per_second` in any second across the whole operator. Time
+/// is cut in one-second slots (longer below one look a second); a look takes the
+/// first slot from its earliest time that has room, so a look due in a second is
+/// not held behind one due in five minutes. Holds the slots granted from now on.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Budget {
     /// Looks a second.
     pub per_second: f64,
-    /// The last look granted.
-    pub last: Option<Timestamp>,
+    /// Looks granted per slot (by slot number), slots before now forgotten.
+    used: std::collections::BTreeMap<i64, u32>,
+    /// From a full slot, the next slot that may have room (followed and shortened
+    /// on each grant, so a run of full slots is crossed in one step).
+    skip: std::collections::BTreeMap<i64, i64>,
 }
 
 impl Budget {
     /// A budget of `per_second` looks a second.
-    pub fn new(per_second: f64) -> Self {
+    pub const fn new(per_second: f64) -> Self {
         Self {
             per_second,
-            last: None,
+            used: std::collections::BTreeMap::new(),
+            skip: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// One slot's length in milliseconds, and how many looks it holds.
+    fn slot(&self) -> (i64, u32) {
+        if self.per_second >= 1.0 {
+            (1_000, self.per_second.min(f64::from(u32::MAX)) as u32)
+        } else {
+            ((1_000.0 / self.per_second.max(1e-6)).ceil() as i64, 1)
+        }
+    }
+
+    /// The first slot from `from` with room.
+    fn free(&mut self, from: i64) -> i64 {
+        let mut at = from;
+        let mut path = Vec::new();
+        while let Some(&next) = self.skip.get(&at) {
+            path.push(at);
+            at = next;
+        }
+        for p in path {
+            self.skip.insert(p, at);
+        }
+        at
     }
 
     /// Grants a look `floor` after `now` at the earliest: when it is, counted.
     pub fn grant(&mut self, now: Timestamp, floor: Duration) -> Timestamp {
+        let (width, room) = self.slot();
+        let current = now.as_millisecond().div_euclid(width);
+        while let Some((&k, _)) = self.used.first_key_value()
+            && k < current
+        {
+            self.used.pop_first();
+        }
+        while let Some((&k, _)) = self.skip.first_key_value()
+            && k < current
+        {
+            self.skip.pop_first();
+        }
         let earliest = now.checked_add(floor).unwrap_or(now);
-        let spacing = Duration::from_secs_f64(1.0 / self.per_second.max(1e-3));
-        let at = match self.last {
-            Some(last) => earliest.max(last.checked_add(spacing).unwrap_or(last)),
-            None => earliest,
-        };
-        self.last = Some(at);
-        at
+        let slot = self.free(earliest.as_millisecond().div_euclid(width));
+        let used = self.used.entry(slot).or_insert(0);
+        let turn = i64::from(*used);
+        *used += 1;
+        if *used >= room {
+            self.skip.insert(slot, slot + 1);
+        }
+        // Spread within the slot, never before the look's own earliest time.
+        let at = slot * width + turn * width / i64::from(room.max(1));
+        Timestamp::from_millisecond(at)
+            .map(|t| t.max(earliest))
+            .unwrap_or(earliest)
+    }
+
+    /// No budget: every look at its own time (tests, and where nothing is shared).
+    pub fn unbounded() -> Self {
+        Self::new(f64::MAX)
     }
 }
 
@@ -213,13 +264,6 @@ pub fn next_look(
     budget: &mut Budget,
 ) -> Option<Timestamp> {
     look(retry, failures, backoff).at(now, budget)
-}
-
-impl Budget {
-    /// No budget: every look at its own time (tests, and where nothing is shared).
-    pub fn unbounded() -> Self {
-        Self::new(f64::MAX)
-    }
 }
 
 #[cfg(test)]
@@ -342,25 +386,32 @@ mod tests {
             cap: Duration::from_secs(300),
         };
         let mut budget = Budget::new(RECHECKS_PER_SECOND);
-        // 10,000 objects rejected at the same second: each gets its own slot, half a
-        // second apart, none sooner than 5 minutes.
-        let looks: Vec<Timestamp> = (0..10_000)
+        // 10,000 objects rejected at the same second: each gets its own turn, two a
+        // second, none sooner than 5 minutes.
+        let mut looks: Vec<Timestamp> = (0..10_000)
             .map(|_| next_look(Retry::Rejected, 1, t(0), &backoff, &mut budget).unwrap())
             .collect();
         assert_eq!(looks[0], t(300));
         let last = looks.last().unwrap().duration_since(t(0)).as_secs_f64();
-        assert!((5_299.0..=5_300.0).contains(&last), "{last}");
-        // Over the hour after the first look, at most RECHECKS_PER_SECOND a second.
-        let hour = looks
-            .iter()
-            .filter(|at| **at >= t(300) && **at < t(3_900))
-            .count();
-        assert!(hour as f64 <= 3_600.0 * RECHECKS_PER_SECOND + 1.0, "{hour}");
-        // A transient failure below its cap is not held back by the budget; at its
-        // cap it takes the next slot.
+        assert_eq!(last, 5_299.5);
+        // In any second, at most RECHECKS_PER_SECOND.
+        looks.sort();
+        for w in looks.windows(3) {
+            assert!(w[2].duration_since(w[0]).as_secs_f64() >= 1.0, "{w:?}");
+        }
+        // One more due within their span waits for the first slot with room.
+        let more = next_look(Retry::Transient, 9, t(10), &backoff, &mut budget).unwrap();
+        assert_eq!(more, t(5_300), "{more}");
+        // A look due sooner is not held behind a later one.
+        let mut quiet = Budget::new(RECHECKS_PER_SECOND);
+        let far = quiet.grant(t(0), Duration::from_secs(300));
+        let near = quiet.grant(t(0), Duration::from_secs(1));
+        assert_eq!((far, near), (t(300), t(1)));
+        // A transient failure below its cap is not held back by the budget.
         let below = next_look(Retry::Transient, 2, t(10), &backoff, &mut budget).unwrap();
         assert_eq!(below, t(20));
-        let capped = next_look(Retry::Transient, 9, t(10), &backoff, &mut budget).unwrap();
-        assert!(capped > *looks.last().unwrap(), "{capped}");
+        // Slots in the past are forgotten.
+        quiet.grant(t(1_000), Duration::ZERO);
+        assert_eq!(quiet.used.len(), 1);
     }
 }

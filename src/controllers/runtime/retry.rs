@@ -28,10 +28,8 @@ pub(super) fn log_errors<T, E: std::fmt::Display>(
 /// The operator's one budget for looks at failures that last (past their backoff's
 /// cap, or refused by the API server): every controller and every port draws on it
 /// ([`crate::decide::retry::Budget`]).
-pub(crate) static RECHECKS: std::sync::Mutex<Budget> = std::sync::Mutex::new(Budget {
-    per_second: RECHECKS_PER_SECOND,
-    last: None,
-});
+pub(crate) static RECHECKS: std::sync::Mutex<Budget> =
+    std::sync::Mutex::new(Budget::new(RECHECKS_PER_SECOND));
 
 /// Each object's consecutive failed reconciles (keyed by controller and object): what the
 /// error policy backs off by ([`next_look`]). A reconcile that succeeds
