@@ -14,6 +14,7 @@
 //! ([`crate::probes::Probes`]), and each controller's `controller` × `result`
 //! when it starts ([`Metrics::controller_started`]).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -171,6 +172,9 @@ pub struct Metrics {
     pub failures: Family<CategoryLabel, Counter>,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// The SwitchPort runner's queue, as the runner last left it (read at each
+    /// scrape: [`QueueCollector`]).
+    pub port_queue: Arc<QueueWatch>,
     /// How long the admission webhook takes to answer.
     pub admission_seconds: Seconds<AnswerLabel>,
     /// The port gauge's label sets last set (see [`Metrics::set_ports`]).
@@ -206,6 +210,7 @@ impl Metrics {
             drift_repaired: Family::default(),
             failures: Family::default(),
             leader: Gauge::default(),
+            port_queue: Default::default(),
             admission_seconds: Family::new_with_constructor(seconds),
             port_states: parking_lot::Mutex::default(),
             known_ports: Vec::new(),
@@ -293,6 +298,7 @@ impl Metrics {
             m.admission_seconds.clone(),
         );
         r.register_collector(Box::new(crate::process_metrics::ProcessCollector));
+        r.register_collector(Box::new(QueueCollector(m.port_queue.clone())));
         for answer in ["allowed", "denied", "warned"] {
             let _ = m.admission_seconds.get_or_create(&AnswerLabel { answer });
         }
@@ -516,5 +522,80 @@ mod tests {
         let text = m.render();
         assert!(text.contains("patchbay_ports{kind=\"SwitchPort\",state=\"Active\"} 0.0\n"));
         assert!(!text.contains("Weird"), "{text}");
+    }
+}
+
+/// What a reconcile runner's queue holds, as the runner last left it: how many keys
+/// wait for a slot, since when the longest-waiting one waits, since when the
+/// longest-running reconcile runs. Ages are taken at the scrape, so a runner that
+/// stopped turning shows them growing.
+#[derive(Debug, Default)]
+pub struct QueueWatch(parking_lot::Mutex<QueueSnapshot>);
+
+/// One [`QueueWatch`] reading.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSnapshot {
+    /// Keys woken and waiting for a slot.
+    pub depth: usize,
+    /// Since when the longest-waiting key waits.
+    pub oldest_waiting: Option<std::time::Instant>,
+    /// Since when the longest-running reconcile runs.
+    pub longest_running: Option<std::time::Instant>,
+}
+
+impl QueueWatch {
+    /// The runner's queue as it is now.
+    pub fn publish(&self, snapshot: QueueSnapshot) {
+        *self.0.lock() = snapshot;
+    }
+
+    /// The last reading.
+    pub fn read(&self) -> QueueSnapshot {
+        *self.0.lock()
+    }
+}
+
+/// The SwitchPort runner's queue families, computed at each scrape from its
+/// [`QueueWatch`] (controller-runtime's workqueue families, by the same meaning:
+/// `workqueue_depth`, `workqueue_longest_running_processor_seconds`; the oldest wait
+/// in place of its `workqueue_unfinished_work_seconds` sum).
+#[derive(Debug)]
+pub struct QueueCollector(pub Arc<QueueWatch>);
+
+impl prometheus_client::collector::Collector for QueueCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let q = self.0.read();
+        let now = std::time::Instant::now();
+        let age = |since: Option<std::time::Instant>| {
+            since.map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64())
+        };
+        let depth = ConstGauge::new(q.depth as i64);
+        depth.encode(encoder.encode_descriptor(
+            "patchbay_port_queue_depth",
+            "SwitchPorts woken and waiting for a reconcile slot",
+            None,
+            depth.metric_type(),
+        )?)?;
+        for (name, help, value) in [
+            (
+                "patchbay_port_queue_oldest_wait_seconds",
+                "How long the SwitchPort waiting longest for a reconcile slot has waited (a woken port, or a retry that came due); 0 when none waits",
+                age(q.oldest_waiting),
+            ),
+            (
+                "patchbay_port_queue_longest_running_seconds",
+                "How long the longest-running SwitchPort reconcile has run; 0 when none runs",
+                age(q.longest_running),
+            ),
+        ] {
+            let g = ConstGauge::new(value);
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        Ok(())
     }
 }

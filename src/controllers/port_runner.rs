@@ -30,6 +30,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use kube::runtime::reflector::{Lookup, ObjectRef};
 
 use crate::decide::reconcile_queue::ReconcileQueue;
+use crate::metrics::{QueueSnapshot, QueueWatch};
 
 /// A reconcile as the runner runs it: the object, to when to retry it (`None`: only
 /// when woken).
@@ -69,7 +70,22 @@ fn wake<K: Lookup<DynamicType = ()>>(
     mut key: ObjectRef<K>,
 ) {
     key.extra = Default::default();
-    queue.wake(key);
+    queue.wake(key, tokio::time::Instant::now().into_std());
+}
+
+/// `run`, publishing its queue to `watch` at every turn (the metrics read it).
+pub async fn run_watched<K>(
+    wakes: impl Stream<Item = ObjectRef<K>> + Send,
+    store: impl Fn(&ObjectRef<K>) -> Option<Arc<K>> + Send,
+    concurrency: usize,
+    reconcile: Reconcile<K>,
+    listed: impl Future<Output = bool> + Send,
+    stop: impl Future<Output = ()> + Send,
+    watch: Arc<QueueWatch>,
+) where
+    K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    turn(wakes, store, concurrency, reconcile, listed, stop, &watch).await;
 }
 
 /// Runs `reconcile` for every port `wakes` names, from `store`, once `listed`
@@ -82,6 +98,21 @@ pub async fn run<K>(
     reconcile: Reconcile<K>,
     listed: impl Future<Output = bool> + Send,
     stop: impl Future<Output = ()> + Send,
+) where
+    K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let watch = QueueWatch::default();
+    turn(wakes, store, concurrency, reconcile, listed, stop, &watch).await;
+}
+
+async fn turn<K>(
+    wakes: impl Stream<Item = ObjectRef<K>> + Send,
+    store: impl Fn(&ObjectRef<K>) -> Option<Arc<K>> + Send,
+    concurrency: usize,
+    reconcile: Reconcile<K>,
+    listed: impl Future<Output = bool> + Send,
+    stop: impl Future<Output = ()> + Send,
+    watch: &QueueWatch,
 ) where
     K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
@@ -102,11 +133,17 @@ pub async fn run<K>(
                         running.push(task.map(move |retry| (key, retry.flatten())));
                     }
                     None => {
-                        queue.finished(&key, None);
+                        queue.finished(&key, None, now);
                     }
                 }
             }
         }
+        let now = tokio::time::Instant::now().into_std();
+        watch.publish(QueueSnapshot {
+            depth: queue.ready(),
+            oldest_waiting: queue.oldest_waiting(now),
+            longest_running: queue.longest_running(),
+        });
         if stopping && running.is_empty() {
             return;
         }
@@ -120,8 +157,8 @@ pub async fn run<K>(
             biased;
             () = &mut stop, if !stopping => stopping = true,
             Some((key, retry)) = running.next(), if !running.is_empty() => {
-                let at = retry.map(|after| tokio::time::Instant::now().into_std() + after);
-                queue.finished(&key, at);
+                let now = tokio::time::Instant::now().into_std();
+                queue.finished(&key, retry.map(|after| now + after), now);
             }
             listed = &mut listed, if !ready => {
                 ready = listed;
@@ -251,6 +288,43 @@ mod tests {
         }
         stop_tx.send(()).unwrap();
         runner.await.unwrap();
+    }
+
+    /// A runner whose only slot is held by a reconcile that never returns: its
+    /// queue shows the port waiting behind it, and both ages grow.
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_runner_shows_its_waiting_port_and_its_longest_run() {
+        let (_w, s) = store(&["a", "b"]);
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let watch = Arc::new(QueueWatch::default());
+        let hangs: Reconcile<ConfigMap> = Arc::new(|_| futures::future::pending().boxed());
+        tokio::spawn(run_watched(
+            rx,
+            move |k| s.get(k),
+            1,
+            hangs,
+            futures::future::ready(true),
+            stop_rx.map(|_| ()),
+            watch.clone(),
+        ));
+        let t0 = tokio::time::Instant::now().into_std();
+        tx.unbounded_send(key("a")).unwrap();
+        tx.unbounded_send(key("b")).unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let q = watch.read();
+        assert_eq!(q.depth, 1, "b waits behind a: {q:?}");
+        let now = tokio::time::Instant::now().into_std();
+        let age = |since: Option<std::time::Instant>| since.map(|s| now - s);
+        assert!(
+            age(q.oldest_waiting).is_some_and(|a| a >= Duration::from_secs(29)),
+            "{q:?}"
+        );
+        assert!(
+            age(q.longest_running).is_some_and(|a| a >= Duration::from_secs(29)),
+            "{q:?}"
+        );
+        assert!(q.oldest_waiting.is_some_and(|s| s >= t0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -27,12 +27,12 @@ use super::slack;
 /// The keys waiting to run, running, and waiting for their retry time.
 #[derive(Debug)]
 pub struct ReconcileQueue<K> {
-    /// Woken keys, in the order they were first woken.
-    ready: VecDeque<K>,
+    /// Woken keys, in the order they were first woken, with when.
+    ready: VecDeque<(K, Instant)>,
     /// The keys in `ready`.
     queued: HashSet<K>,
-    /// Each running key, and whether it was woken while running.
-    running: HashMap<K, bool>,
+    /// Each running key: whether it was woken while running, and when it started.
+    running: HashMap<K, (bool, Instant)>,
     /// Each key waiting for its retry: when, and its place in `timers`.
     due: HashMap<K, (Instant, u64)>,
     /// The same, ordered by time (the second part orders keys due at the same time).
@@ -57,8 +57,8 @@ impl<K> Default for ReconcileQueue<K> {
 impl<K: Clone + Eq + Hash> ReconcileQueue<K> {
     /// Something `key` depends on changed: run it as soon as a slot is free (after
     /// its current run, if it is running).
-    pub fn wake(&mut self, key: K) {
-        if let Some(again) = self.running.get_mut(&key) {
+    pub fn wake(&mut self, key: K, now: Instant) {
+        if let Some((again, _)) = self.running.get_mut(&key) {
             *again = true;
             return;
         }
@@ -67,14 +67,14 @@ impl<K: Clone + Eq + Hash> ReconcileQueue<K> {
         }
         self.cancel_timer(&key);
         self.queued.insert(key.clone());
-        self.ready.push_back(key);
+        self.ready.push_back((key, now));
     }
 
     /// The next key to run at `now`, if any: the first woken, else the earliest
     /// timer due by `now`. It counts as running until [`Self::finished`].
     pub fn next(&mut self, now: Instant) -> Option<K> {
         let key = match self.ready.pop_front() {
-            Some(key) => {
+            Some((key, _)) => {
                 self.queued.remove(&key);
                 slack::release_set(&mut self.queued);
                 slack::release_deque(&mut self.ready);
@@ -90,19 +90,19 @@ impl<K: Clone + Eq + Hash> ReconcileQueue<K> {
                 key
             }
         };
-        self.running.insert(key.clone(), false);
+        self.running.insert(key.clone(), (false, now));
         Some(key)
     }
 
     /// `key`'s run has finished (or did not start: its object is gone) and asked to
     /// run again at `retry_at`, if given. Returns whether it is queued to run again.
-    pub fn finished(&mut self, key: &K, retry_at: Option<Instant>) -> bool {
-        let Some(again) = slack::remove(&mut self.running, key) else {
+    pub fn finished(&mut self, key: &K, retry_at: Option<Instant>, now: Instant) -> bool {
+        let Some((again, _)) = slack::remove(&mut self.running, key) else {
             return false;
         };
         if again {
             self.queued.insert(key.clone());
-            self.ready.push_back(key.clone());
+            self.ready.push_back((key.clone(), now));
             return true;
         }
         if let Some(at) = retry_at {
@@ -131,6 +131,20 @@ impl<K: Clone + Eq + Hash> ReconcileQueue<K> {
     /// Keys waiting for their retry time.
     pub fn waiting(&self) -> usize {
         self.due.len()
+    }
+
+    /// Since when the longest-waiting key has waited for a slot at `now`: the first
+    /// woken, or a retry that came due and has not run (every slot taken), whichever
+    /// waits longer.
+    pub fn oldest_waiting(&self, now: Instant) -> Option<Instant> {
+        let woken = self.ready.front().map(|(_, at)| *at);
+        let due = self.next_due().filter(|at| *at <= now);
+        woken.into_iter().chain(due).min()
+    }
+
+    /// Since when the longest-running key runs.
+    pub fn longest_running(&self) -> Option<Instant> {
+        self.running.values().map(|(_, since)| *since).min()
     }
 
     /// The slots the tables hold (their capacities), to see that a burst's are given
@@ -164,7 +178,7 @@ mod tests {
         let now = Instant::now();
         let mut q = ReconcileQueue::default();
         for k in ["a", "b", "a", "c", "b", "a"] {
-            q.wake(k);
+            q.wake(k, now);
         }
         assert_eq!(q.ready(), 3);
         assert_eq!(drain(&mut q, now), ["a", "b", "c"]);
@@ -177,16 +191,16 @@ mod tests {
         let now = Instant::now();
         let later = now + Duration::from_secs(5);
         let mut q = ReconcileQueue::default();
-        q.wake("a");
+        q.wake("a", now);
         assert_eq!(q.next(now), Some("a"));
         // Woken twice while running: not run twice at once, and once more after.
-        q.wake("a");
-        q.wake("a");
+        q.wake("a", now);
+        q.wake("a", now);
         assert_eq!(q.next(now), None, "one run of a key at a time");
-        assert!(q.finished(&"a", Some(later)), "queued to run again");
+        assert!(q.finished(&"a", Some(later), now), "queued to run again");
         assert_eq!(q.waiting(), 0, "the retry is dropped; the re-run asks anew");
         assert_eq!(q.next(now), Some("a"));
-        assert!(!q.finished(&"a", None));
+        assert!(!q.finished(&"a", None, now));
         assert_eq!(q.next(later), None);
         assert_eq!(q.running() + q.ready() + q.waiting(), 0);
     }
@@ -197,21 +211,21 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let mut q = ReconcileQueue::default();
         for k in ["a", "b", "c"] {
-            q.wake(k);
+            q.wake(k, t0);
         }
         assert_eq!(drain(&mut q, t0), ["a", "b", "c"]);
-        q.finished(&"a", Some(at(10)));
-        q.finished(&"b", Some(at(5)));
-        q.finished(&"c", None);
+        q.finished(&"a", Some(at(10)), t0);
+        q.finished(&"b", Some(at(5)), t0);
+        q.finished(&"c", None, t0);
         assert_eq!((q.waiting(), q.next_due()), (2, Some(at(5))));
         assert_eq!(q.next(at(4)), None, "nothing due yet");
         assert_eq!(q.next(at(5)), Some("b"));
-        q.finished(&"b", None);
+        q.finished(&"b", None, t0);
         // Woken before its timer: runs now, and the timer is gone.
-        q.wake("a");
+        q.wake("a", t0);
         assert_eq!((q.waiting(), q.next_due()), (0, None));
         assert_eq!(q.next(at(6)), Some("a"));
-        q.finished(&"a", None);
+        q.finished(&"a", None, t0);
         assert_eq!(q.next(at(20)), None, "the dropped timer does not fire");
     }
 
@@ -220,13 +234,13 @@ mod tests {
         let t0 = Instant::now();
         let mut q = ReconcileQueue::default();
         for k in ["a", "b", "c"] {
-            q.wake(k);
+            q.wake(k, t0);
         }
         assert_eq!(drain(&mut q, t0), ["a", "b", "c"]);
-        q.finished(&"b", Some(t0));
-        q.finished(&"a", Some(t0));
-        q.wake("c");
-        q.finished(&"c", None);
+        q.finished(&"b", Some(t0), t0);
+        q.finished(&"a", Some(t0), t0);
+        q.wake("c", t0);
+        q.finished(&"c", None, t0);
         assert_eq!(drain(&mut q, t0), ["c", "b", "a"]);
     }
 
@@ -234,10 +248,10 @@ mod tests {
     fn a_key_whose_object_is_gone_is_finished_without_a_retry_and_an_unknown_key_is_ignored() {
         let now = Instant::now();
         let mut q = ReconcileQueue::default();
-        q.wake("gone");
+        q.wake("gone", now);
         assert_eq!(q.next(now), Some("gone"));
-        assert!(!q.finished(&"gone", None));
-        assert!(!q.finished(&"never", Some(now)));
+        assert!(!q.finished(&"gone", None, now));
+        assert!(!q.finished(&"never", Some(now), now));
         assert_eq!(q.running() + q.ready() + q.waiting(), 0);
     }
 
@@ -247,7 +261,7 @@ mod tests {
         let keys: Vec<String> = (0..10_000).map(|i| format!("port-{i}")).collect();
         let mut q = ReconcileQueue::default();
         for k in &keys {
-            q.wake(k.clone());
+            q.wake(k.clone(), now);
         }
         assert!(q.slots() >= 20_000, "{} slots while 10,000 wait", q.slots());
         // Run with 64 at a time, as the operator does, one in ten asking a retry.
@@ -257,11 +271,11 @@ mod tests {
             running.push_back(k);
             if running.len() == 64 {
                 let k = running.pop_front().unwrap();
-                q.finished(&k, retry(&k));
+                q.finished(&k, retry(&k), now);
             }
         }
         for k in running {
-            q.finished(&k, retry(&k));
+            q.finished(&k, retry(&k), now);
         }
         assert_eq!((q.running(), q.ready(), q.waiting()), (0, 0, 1_000));
         assert!(
@@ -271,8 +285,31 @@ mod tests {
         );
         let later = now + Duration::from_secs(60);
         while let Some(k) = q.next(later) {
-            q.finished(&k, None);
+            q.finished(&k, None, now);
         }
         assert_eq!(q.slots(), 0, "an empty queue keeps no table");
+    }
+
+    #[test]
+    fn the_longest_wait_and_the_longest_run_are_known() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut q = ReconcileQueue::default();
+        assert_eq!((q.oldest_waiting(t0), q.longest_running()), (None, None));
+        q.wake("a", at(1));
+        q.wake("b", at(2));
+        assert_eq!(q.oldest_waiting(at(3)), Some(at(1)));
+        assert_eq!(q.next(at(4)), Some("a"));
+        assert_eq!(q.oldest_waiting(at(4)), Some(at(2)));
+        assert_eq!(q.longest_running(), Some(at(4)));
+        assert_eq!(q.next(at(5)), Some("b"));
+        assert_eq!(q.oldest_waiting(at(5)), None);
+        // A retry that came due waits from its time; one not due yet does not wait.
+        q.finished(&"a", Some(at(7)), at(6));
+        assert_eq!(q.oldest_waiting(at(6)), None);
+        assert_eq!(q.oldest_waiting(at(9)), Some(at(7)));
+        assert_eq!(q.longest_running(), Some(at(5)));
+        q.finished(&"b", None, at(9));
+        assert_eq!(q.longest_running(), None);
     }
 }

@@ -190,13 +190,14 @@ impl Harness {
             .boxed()
         });
         let synced = self.synced.clone();
-        port_runner::run(
+        port_runner::run_watched(
             wakes,
             move |key| ports.get(key),
             PORT_RECONCILES.into(),
             run,
             async move { synced.wait().await },
             self.stopped(),
+            self.metrics.port_queue.clone(),
         )
     }
 }
