@@ -52,7 +52,9 @@
 //! writer, in order) and the old result is dropped; a port entering a new state
 //! drops whatever it handed off before ([`SwitchWorker::forget_hand_off`]). Results
 //! live in memory only: an operator that stops between hand-off and result leaves
-//! the port in Configuring or Cleaning, which the next one applies again.
+//! the port in Configuring or Cleaning, which the next one applies again. A result
+//! no port takes within ten minutes (its port deleted with the finalizer removed by
+//! hand, so nothing told the worker) is forgotten at the next sweep of answers.
 //! A failed result sent before the switch last came back (its device replaced, or
 //! answering again after being down) is not handed to the port: it tells of a
 //! switch that is no longer there, so the operation is sent again instead. Without
@@ -340,8 +342,11 @@ impl Shared {
         let Some(entry) = h.by_port.get_mut(key).filter(|e| e.id == id) else {
             return;
         };
+        let now = tokio::time::Instant::now();
         entry.result = Some(result);
+        entry.answered = Some(now);
         h.in_flight -= 1;
+        h.sweep(now);
         let settled = h.in_flight == 0;
         drop(h);
         if settled {
@@ -504,6 +509,7 @@ impl SwitchWorker {
                 id,
                 sent_in: comebacks,
                 result: None,
+                answered: None,
             },
         );
         drop(h);
@@ -928,6 +934,30 @@ mod tests {
         new.fail_next(patchbay_providers::fixture::FixtureFailure::Rejected);
         let r = sent_and_answered(&worker, &PortOperation::Set(access("Gi0/1", 20))).await;
         assert!(r.is_err(), "{r:?}");
+    }
+
+    /// A port deleted with its finalizer removed by hand never takes its answer:
+    /// the answer is forgotten once it has waited ANSWER_KEPT, at the next sweep.
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_no_port_takes_is_forgotten() {
+        let fixture = FixtureSwitch::new("tor", vec![p("Gi0/1"), p("Gi0/2")]);
+        let (notify, _seen) = recorder();
+        let worker = SwitchWorker::spawn(Arc::new(fixture), config(), Vec::new(), notify);
+        let kept = |k: &str| worker.shared.hand_offs.lock().by_port.contains_key(&key(k));
+        worker.hand_off(&key("gone"), PortOperation::Set(access("Gi0/1", 10)));
+        worker.hand_offs_settled().await;
+        assert!(kept("gone"), "answered, waiting for its port");
+        // Nine minutes on, another port's answer: still kept.
+        tokio::time::sleep(Duration::from_secs(540)).await;
+        worker.hand_off(&key("b"), PortOperation::Set(access("Gi0/2", 10)));
+        worker.hand_offs_settled().await;
+        assert!(kept("gone"));
+        // Past ten minutes, the next answer sweeps it away; the fresh one stays.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        worker.hand_off(&key("b"), PortOperation::Set(access("Gi0/2", 11)));
+        worker.hand_offs_settled().await;
+        assert!(!kept("gone"));
+        assert!(kept("b"));
     }
 
     #[tokio::test]

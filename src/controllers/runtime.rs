@@ -220,6 +220,38 @@ mod tests {
     }
 
     #[test]
+    fn spec_changes_pass_new_generations_and_forget_deleted_objects() {
+        let server = |name: &str, uid: &str, generation: i64| {
+            let mut s = Server::new(name, serde_json::from_value(serde_json::json!({
+                "bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "b", "namespace": "n"}},
+                "bootMac": "aa:bb:cc:dd:ee:01", "site": "dc1"})).unwrap());
+            s.metadata.uid = Some(uid.into());
+            s.metadata.generation = Some(generation);
+            s
+        };
+        let mut seen = Generations::default();
+        let none = std::collections::HashSet::new;
+        assert!(seen.changed(&server("web-1", "u1", 1), 1, none));
+        // A status write (same generation) passes nothing; a spec edit does.
+        assert!(!seen.changed(&server("web-1", "u1", 1), 1, none));
+        assert!(seen.changed(&server("web-1", "u1", 2), 1, none));
+        // Deleted and created again under its name: a new object.
+        assert!(seen.changed(&server("web-1", "u2", 1), 1, none));
+        // 1,000 Servers come and go while the cache holds 10: remembered stays
+        // bounded by the cache, not by history.
+        for i in 0..1_000 {
+            let held: std::collections::HashSet<String> =
+                ((i.max(10) - 10)..i).map(|k| format!("s{k}")).collect();
+            seen.changed(
+                &server(&format!("web-{i}"), &format!("s{i}"), 1),
+                10,
+                || held,
+            );
+            assert!(seen.len() <= 2 * 10 + 64 + 1, "{}", seen.len());
+        }
+    }
+
+    #[test]
     fn a_cached_port_keeps_no_labels_and_its_owners_only_when_no_label_names_its_switch() {
         let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             kind: "Switch".into(),

@@ -27,6 +27,33 @@ pub(super) struct HandOffs {
     /// The operator is stopping: nothing new is sent (see
     /// [`SwitchWorker::close_hand_offs`]).
     pub(super) closed: bool,
+    /// When answers nobody took were last forgotten ([`ANSWER_KEPT`]).
+    pub(super) swept: Option<tokio::time::Instant>,
+}
+
+/// How long an answer waits for its port to take it. A port takes its answer on the
+/// wake the answer sends, within seconds; one that never does is gone (deleted with
+/// its finalizer removed by hand, so nothing told the worker), and its answer is
+/// forgotten at the next sweep, at most once a sweep interval.
+pub(super) const ANSWER_KEPT: Duration = Duration::from_secs(600);
+
+impl HandOffs {
+    /// Forgets the answers no port took within [`ANSWER_KEPT`], at most once per
+    /// [`ANSWER_KEPT`].
+    pub(super) fn sweep(&mut self, now: tokio::time::Instant) {
+        if self
+            .swept
+            .is_some_and(|t| now.duration_since(t) < ANSWER_KEPT)
+        {
+            return;
+        }
+        self.swept = Some(now);
+        self.by_port.retain(|_, e| {
+            e.answered
+                .is_none_or(|at| now.duration_since(at) < ANSWER_KEPT)
+        });
+        self.by_port.shrink_to_fit();
+    }
 }
 
 pub(super) struct HandedOff {
@@ -36,6 +63,8 @@ pub(super) struct HandedOff {
     pub(super) sent_in: u64,
     /// The worker's answer, once it came.
     pub(super) result: Option<Result<PortChange, WorkerError>>,
+    /// When it came.
+    pub(super) answered: Option<tokio::time::Instant>,
 }
 
 /// Where a handed-off operation is.

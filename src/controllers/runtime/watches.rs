@@ -94,19 +94,59 @@ impl<K> Record for K where
 }
 
 /// The objects of a shared stream whose spec changed (`metadata.generation` moved,
-/// or first seen): a Server's status, written often, wakes no port.
+/// or first seen): a Server's status, written often, wakes no port. Objects are
+/// told apart by uid, so one deleted and created again under its name is new.
 pub(super) fn spec_changes<K>(
     stream: impl futures::Stream<Item = Arc<K>> + Send + 'static,
+    store: kube::runtime::reflector::Store<K>,
 ) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
 where
-    K: kube::Resource + Send + Sync + 'static,
+    K: kube::Resource + Record,
 {
-    let mut seen = std::collections::HashMap::<String, i64>::new();
+    let mut seen = Generations::default();
     stream.filter(move |o| {
-        let key = object_key(o.as_ref());
-        let generation = o.meta().generation.unwrap_or_default();
-        futures::future::ready(seen.insert(key, generation) != Some(generation))
+        let changed = seen.changed(o.as_ref(), store.len(), || {
+            store.state().iter().map(|o| identity(o.as_ref())).collect()
+        });
+        futures::future::ready(changed)
     })
+}
+
+/// An object's identity for [`Generations`]: its uid, else its key.
+fn identity<K: kube::Resource>(o: &K) -> String {
+    o.meta().uid.clone().unwrap_or_else(|| object_key(o))
+}
+
+/// The generation last seen of each object; forgets the objects the cache no longer
+/// holds (deleted) once it remembers twice as many as the cache holds, so a fleet
+/// whose objects come and go does not grow it.
+#[derive(Default)]
+pub(super) struct Generations(std::collections::HashMap<String, i64>);
+
+impl Generations {
+    /// Whether `o` is new or its generation moved; `held` is how many objects the
+    /// cache holds, `identities` their identities (asked only to forget).
+    pub(super) fn changed<K: kube::Resource>(
+        &mut self,
+        o: &K,
+        held: usize,
+        identities: impl FnOnce() -> std::collections::HashSet<String>,
+    ) -> bool {
+        let generation = o.meta().generation.unwrap_or_default();
+        let changed = self.0.insert(identity(o), generation) != Some(generation);
+        if self.0.len() > 2 * held + 64 {
+            let keep = identities();
+            self.0.retain(|k, _| keep.contains(k));
+            self.0.shrink_to_fit();
+        }
+        changed
+    }
+
+    /// Objects remembered.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// What [`shared_watch`] does with each event before the cache sees it.

@@ -31,7 +31,7 @@ where
     type Wakes = futures::stream::BoxStream<'static, Vec<ObjectRef<SwitchPort>>>;
     let wakes: [Wakes; 8] = [
         own.map(|p| vec![ObjectRef::from_obj(&*p)]).boxed(),
-        spec_changes(w.servers.subscribe())
+        spec_changes(w.servers.subscribe(), w.servers.store.clone())
             .map(|s| triggers::ports_cabled_to::<SwitchPort>(&s, CabledPortKind::SwitchPort))
             .boxed(),
         w.pools
@@ -194,9 +194,10 @@ pub(super) fn smartnic_ports(
     let (n1, n2, n3, n4) = (snics.clone(), snics.clone(), snics.clone(), snics.clone());
     let own = own_triggers(w.smartnics.subscribe(), ctx, |p| p.status.as_ref());
     let controller = Controller::for_shared_stream(own, snics.clone())
-        .watches_shared_stream(spec_changes(w.servers.subscribe()), |s| {
-            triggers::ports_cabled_to::<SmartNicPort>(&s, CabledPortKind::SmartNicPort)
-        })
+        .watches_shared_stream(
+            spec_changes(w.servers.subscribe(), w.servers.store.clone()),
+            |s| triggers::ports_cabled_to::<SmartNicPort>(&s, CabledPortKind::SmartNicPort),
+        )
         .watches_shared_stream(w.pools.subscribe(), move |_| {
             n4.state()
                 .iter()
@@ -383,9 +384,10 @@ pub(super) fn hosts_and_claims(
             triggers::hosts_of_switch(&h4.state(), &sw)
         })
         // A Server linking to a host takes its ports over.
-        .watches_shared_stream(spec_changes(w.servers.subscribe()), move |s| {
-            triggers::hosts_of_server(&h6.state(), &s)
-        });
+        .watches_shared_stream(
+            spec_changes(w.servers.subscribe(), w.servers.store.clone()),
+            move |s| triggers::hosts_of_server(&h6.state(), &s),
+        );
     // With Metal3's switch API: a BareMetalSwitch that appears, changes or goes
     // wakes the hosts whose interfaces are looked up among its ports.
     let host_ctl = match metal3_api {
