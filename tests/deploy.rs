@@ -57,6 +57,9 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
         "clusterrole.rbac.authorization.k8s.io/patchbay-infra",
         "clusterrole.rbac.authorization.k8s.io/patchbay-tenant",
         "clusterrolebinding.rbac.authorization.k8s.io/patchbay-operator",
+        "prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/patchbay",
+        "flowschema.flowcontrol.apiserver.k8s.io/patchbay",
+        "flowschema.flowcontrol.apiserver.k8s.io/patchbay-leader-election",
     ] {
         assert!(
             out.contains(&format!("{expected} created")),
@@ -89,6 +92,31 @@ async fn kubectl_apply_k_deploy_installs_the_operator_its_rbac_and_the_crds() {
         pod.pointer("/serviceAccountName"),
         Some(&Value::from("patchbay"))
     );
+    // Priority and Fairness: both FlowSchemas select the account the operator runs
+    // as, the Lease one only its Lease calls, each to a level that exists or is one
+    // of the cluster's suggested ones.
+    for (schema, level) in [
+        ("patchbay", "patchbay"),
+        ("patchbay-leader-election", "leader-election"),
+    ] {
+        let f = kubectl_json(&cluster, &["get", "flowschema", schema]);
+        assert_eq!(
+            f.pointer("/spec/rules/0/subjects/0/serviceAccount"),
+            Some(&serde_json::json!({"name": "patchbay", "namespace": "patchbay-system"})),
+            "{schema}"
+        );
+        assert_eq!(
+            f.pointer("/spec/priorityLevelConfiguration/name"),
+            Some(&Value::from(level))
+        );
+    }
+    let lease_rule = kubectl_json(&cluster, &["get", "flowschema", "patchbay-leader-election"]);
+    assert_eq!(
+        lease_rule.pointer("/spec/rules/0/resourceRules/0/resources"),
+        Some(&serde_json::json!(["leases"]))
+    );
+    let level = kubectl_json(&cluster, &["get", "prioritylevelconfiguration", "patchbay"]);
+    assert_eq!(level.pointer("/spec/type"), Some(&Value::from("Limited")));
     assert_eq!(
         pod.pointer("/securityContext/runAsNonRoot"),
         Some(&Value::Bool(true))

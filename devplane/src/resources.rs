@@ -215,6 +215,26 @@ impl Resource {
                 false,
                 &[],
             ),
+            // Stored and served for `kubectl apply -k deploy/`; nothing enforces
+            // Priority and Fairness.
+            Self::builtin(
+                "flowcontrol.apiserver.k8s.io",
+                "v1",
+                "flowschemas",
+                "FlowSchema",
+                false,
+                true,
+                &[],
+            ),
+            Self::builtin(
+                "flowcontrol.apiserver.k8s.io",
+                "v1",
+                "prioritylevelconfigurations",
+                "PriorityLevelConfiguration",
+                false,
+                true,
+                &[],
+            ),
             // Called on writes (crate::admission), as kube-apiserver does.
             Self::builtin(
                 "admissionregistration.k8s.io",
