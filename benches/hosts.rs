@@ -20,8 +20,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use cluster::{BenchCluster, PortWatch};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use cluster::{BenchCluster, PortWatch, create, fixture_switches};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use patchbay::api::{
     PortState, ProviderSwitch, Server, ServerClaim, Switch, SwitchPortConfiguration,
 };
@@ -68,14 +68,6 @@ fn operator(client: kube::Client, ns: &str, latency: Duration) -> tokio::sync::o
         },
     ));
     stop
-}
-
-async fn create<K>(api: &Api<K>, v: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(v).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
 }
 
 async fn configurations(client: &kube::Client, ns: &str) {
@@ -271,26 +263,7 @@ async fn fleet(latency: Duration) -> (Duration, Duration) {
     cluster
         .namespace_with_login(ns, &[("username", "u"), ("password", "p")])
         .await;
-    let providers: Api<ProviderSwitch> = Api::namespaced(client.clone(), ns);
-    let switches: Api<Switch> = Api::namespaced(client.clone(), ns);
-    for s in 0..SWITCHES {
-        let name = format!("sw{s:03}");
-        create(
-            &providers,
-            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-                   "metadata": {"name": name},
-                   "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1",
-                            "credentialsSecretRef": {"name": "login"}}}),
-        )
-        .await;
-        create(
-            &switches,
-            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch", "metadata": {"name": name},
-                   "spec": {"provider": {"name": name}, "ports": {
-                       format!("{name}-p0"): {"name": "Gi0/0"}}}}),
-        )
-        .await;
-    }
+    fixture_switches(&client, ns, SWITCHES, 1).await;
     configurations(&client, ns).await;
     let servers: Api<Server> = Api::all(client.clone());
     // Server i has NICs on switches 2i and 2i+1 (one NIC per switch: 100 Servers).
@@ -298,7 +271,7 @@ async fn fleet(latency: Duration) -> (Duration, Duration) {
     let mut names = Vec::new();
     let site = format!("fleet-{}", latency.as_millis());
     for i in 0..SWITCHES / 2 {
-        let p: Vec<String> = (0..2).map(|k| format!("sw{:03}-p0", 2 * i + k)).collect();
+        let p: Vec<String> = (0..2).map(|k| format!("sw{:03}-p00", 2 * i + k)).collect();
         let name = format!("{site}-{i:03}");
         server(&servers, ns, &name, 1000 + i, &site, &p).await;
         all_ports.extend(p);

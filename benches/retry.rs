@@ -20,9 +20,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use cluster::{BenchCluster, PortWatch, request_diff};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
+use cluster::{BenchCluster, PortWatch, create, fixture_switches, request_diff};
+use kube::api::{Api, Patch, PatchParams};
+use patchbay::api::{PortState, SwitchPort, SwitchPortConfiguration};
 use patchbay::backends::Backends;
 use patchbay::decide::state_machine::Backoff;
 use patchbay::settings::Settings;
@@ -32,14 +32,6 @@ use serde_json::json;
 use support::env_usize;
 
 const NS: &str = "bench";
-
-async fn create<K>(api: &Api<K>, v: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(v).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
-}
 
 /// What one run measured.
 struct Figures {
@@ -56,36 +48,7 @@ async fn run(switches: usize, ports: usize, window: Duration, rechecks: f64) -> 
     cluster
         .namespace_with_login(NS, &[("username", "u"), ("password", "p")])
         .await;
-    let providers: Api<ProviderSwitch> = Api::namespaced(client.clone(), NS);
-    let switch_api: Api<Switch> = Api::namespaced(client.clone(), NS);
-    let mut keys = Vec::new();
-    for s in 0..switches {
-        let name = format!("sw{s:03}");
-        create(
-            &providers,
-            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-                   "metadata": {"name": name},
-                   "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1",
-                            "credentialsSecretRef": {"name": "login"}}}),
-        )
-        .await;
-        let entries: serde_json::Map<String, serde_json::Value> = (0..ports)
-            .map(|i| {
-                keys.push(format!("{name}-p{i:02}"));
-                (
-                    format!("{name}-p{i:02}"),
-                    json!({"name": format!("Gi0/{i}")}),
-                )
-            })
-            .collect();
-        create(
-            &switch_api,
-            json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-                   "metadata": {"name": name},
-                   "spec": {"provider": {"name": name}, "ports": entries}}),
-        )
-        .await;
-    }
+    let keys = fixture_switches(&client, NS, switches, ports).await;
     create(
         &Api::<SwitchPortConfiguration>::namespaced(client.clone(), NS),
         json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "SwitchPortConfiguration",

@@ -250,3 +250,56 @@ impl PortWatch {
         }
     }
 }
+
+/// Creates `v` (a whole object of `K`) through `api`.
+#[allow(dead_code)]
+pub async fn create<K>(api: &Api<K>, v: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(v).unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+/// In `ns` (with Secret `login`): `switches` fixture ProviderSwitches and Switches
+/// `sw000`, `sw001`, …, each with `ports` entries `swNNN-pMM` on `Gi0/M`. Returns the
+/// entries' names (the SwitchPorts the Switch controller creates).
+#[allow(dead_code)]
+pub async fn fixture_switches(
+    client: &Client,
+    ns: &str,
+    switches: usize,
+    ports: usize,
+) -> Vec<String> {
+    let providers: Api<patchbay::api::ProviderSwitch> = Api::namespaced(client.clone(), ns);
+    let switch_api: Api<patchbay::api::Switch> = Api::namespaced(client.clone(), ns);
+    let mut keys = Vec::new();
+    for s in 0..switches {
+        let name = format!("sw{s:03}");
+        create(
+            &providers,
+            serde_json::json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+                   "metadata": {"name": name},
+                   "spec": {"backend": "fixture", "os": "fixture", "address": "127.0.0.1",
+                            "credentialsSecretRef": {"name": "login"}}}),
+        )
+        .await;
+        let entries: serde_json::Map<String, serde_json::Value> = (0..ports)
+            .map(|i| {
+                keys.push(format!("{name}-p{i:02}"));
+                (
+                    format!("{name}-p{i:02}"),
+                    serde_json::json!({"name": format!("Gi0/{i}")}),
+                )
+            })
+            .collect();
+        create(
+            &switch_api,
+            serde_json::json!({"apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+                   "metadata": {"name": name},
+                   "spec": {"provider": {"name": name}, "ports": entries}}),
+        )
+        .await;
+    }
+    keys
+}

@@ -73,21 +73,6 @@ fn wake<K: Lookup<DynamicType = ()>>(
     queue.wake(key, tokio::time::Instant::now().into_std());
 }
 
-/// `run`, publishing its queue to `watch` at every turn (the metrics read it).
-pub async fn run_watched<K>(
-    wakes: impl Stream<Item = ObjectRef<K>> + Send,
-    store: impl Fn(&ObjectRef<K>) -> Option<Arc<K>> + Send,
-    concurrency: usize,
-    reconcile: Reconcile<K>,
-    listed: impl Future<Output = bool> + Send,
-    stop: impl Future<Output = ()> + Send,
-    watch: Arc<QueueWatch>,
-) where
-    K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    turn(wakes, store, concurrency, reconcile, listed, stop, &watch).await;
-}
-
 /// Runs `reconcile` for every port `wakes` names, from `store`, once `listed`
 /// completes with `true` (`false`: the operator stops before the caches listed),
 /// until `stop` completes and the reconciles running then have finished.
@@ -101,18 +86,19 @@ pub async fn run<K>(
 ) where
     K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let watch = QueueWatch::default();
-    turn(wakes, store, concurrency, reconcile, listed, stop, &watch).await;
+    let watch = Arc::new(QueueWatch::default());
+    run_watched(wakes, store, concurrency, reconcile, listed, stop, watch).await;
 }
 
-async fn turn<K>(
+/// [`run`], publishing its queue to `watch` at every turn (the metrics read it).
+pub async fn run_watched<K>(
     wakes: impl Stream<Item = ObjectRef<K>> + Send,
     store: impl Fn(&ObjectRef<K>) -> Option<Arc<K>> + Send,
     concurrency: usize,
     reconcile: Reconcile<K>,
     listed: impl Future<Output = bool> + Send,
     stop: impl Future<Output = ()> + Send,
-    watch: &QueueWatch,
+    watch: Arc<QueueWatch>,
 ) where
     K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
