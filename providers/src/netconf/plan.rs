@@ -108,11 +108,7 @@ impl NetconfSwitch {
                     continue;
                 }
             };
-            let left = observed
-                .lag
-                .flatten()
-                .map(|m| m.group.get())
-                .filter(|g| target.lag.map(|l| l.group.get()) != Some(*g));
+            let left = leaves(&observed, &target);
             pending.push(Pending {
                 index: i,
                 target,
@@ -221,6 +217,15 @@ impl NetconfSwitch {
     }
 }
 
+/// The group a port in `observed` leaves to become `target`, if any.
+fn leaves(observed: &ObservedPort, target: &DesiredPort) -> Option<u16> {
+    observed
+        .lag
+        .flatten()
+        .map(|m| m.group.get())
+        .filter(|g| target.lag.map(|l| l.group.get()) != Some(*g))
+}
+
 /// Link aggregation in an edit: each group's aggregate entry goes before its first
 /// changing member; an aggregate is removed after the last member leaving it, and
 /// only when no member remains — none joins or stays among the changing ports, and
@@ -278,11 +283,7 @@ pub fn offline_edit(
         let element = model
             .port_element(&target)
             .unwrap_or_else(|| model.remove_element(op.port()));
-        let leaves = now
-            .lag
-            .flatten()
-            .map(|m| m.group.get())
-            .filter(|g| target.lag.map(|l| l.group.get()) != Some(*g));
+        let leaves = leaves(&now, &target);
         pending.push(Pending {
             index,
             target,

@@ -318,27 +318,30 @@ fn a_pool_that_stops_granting_refuses_the_tenants_ports_under_tenancy() {
 /// Server web-1 bundle in group 1 carrying `bond`; moving p2 to `bond-b` (same group,
 /// another VLAN) refuses both members, p1 too though its own configuration did not
 /// change.
-#[test]
-fn a_group_member_is_checked_against_the_others() {
-    let mut before = fleet("ios", json!({}));
-    before.switches[0]
-        .spec
-        .ports
-        .get_mut("p2")
-        .unwrap()
-        .vlan_range = None;
-    before.configurations = vec![
-        obj(json!({"metadata": {"name": "bond", "namespace": "infra"},
-                   "spec": {"untaggedVLAN": 100, "linkAggregation": {"group": 1}}})),
-        obj(json!({"metadata": {"name": "bond-b", "namespace": "infra"},
-                   "spec": {"untaggedVLAN": 200, "linkAggregation": {"group": 1}}})),
-    ];
-    for p in &mut before.ports {
+/// [`fleet`] with p1 and p2 (any VLAN) both on `bond`: VLAN 100, group 1.
+fn bonded() -> Fleet {
+    let mut f = fleet("ios", json!({}));
+    f.switches[0].spec.ports.get_mut("p2").unwrap().vlan_range = None;
+    f.configurations = vec![obj(
+        json!({"metadata": {"name": "bond", "namespace": "infra"},
+               "spec": {"untaggedVLAN": 100, "linkAggregation": {"group": 1}}}),
+    )];
+    for p in &mut f.ports {
         p.spec.configuration = Some(ConfigurationRef {
             name: "bond".into(),
             namespace: None,
         });
     }
+    f
+}
+
+#[test]
+fn a_group_member_is_checked_against_the_others() {
+    let mut before = bonded();
+    before.configurations.push(obj(
+        json!({"metadata": {"name": "bond-b", "namespace": "infra"},
+               "spec": {"untaggedVLAN": 200, "linkAggregation": {"group": 1}}}),
+    ));
     before.servers = vec![obj(json!({
         "metadata": {"name": "web-1"},
         "spec": {"bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": "infra"}},
@@ -381,23 +384,7 @@ fn a_group_member_is_checked_against_the_others() {
 
 #[test]
 fn a_member_leaving_its_group_comes_with_the_members_that_stay() {
-    let mut before = fleet("ios", json!({}));
-    before.switches[0]
-        .spec
-        .ports
-        .get_mut("p2")
-        .unwrap()
-        .vlan_range = None;
-    before.configurations = vec![obj(
-        json!({"metadata": {"name": "bond", "namespace": "infra"},
-               "spec": {"untaggedVLAN": 100, "linkAggregation": {"group": 1}}}),
-    )];
-    for p in &mut before.ports {
-        p.spec.configuration = Some(ConfigurationRef {
-            name: "bond".into(),
-            namespace: None,
-        });
-    }
+    let before = bonded();
     let rules = untenanted(&caps);
     // p2 leaves (unlinked). Each member's state names the group's members: both
     // move, none stays.
