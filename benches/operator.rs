@@ -20,6 +20,13 @@
 //! fixture device as the speaker (in memory), ASN 65000, a `bgpAddress` on every port
 //! (a /31 each), `intervalSeconds` 30; no host is bound, so the cost is keeping the
 //! speakers (one read per Switch per interval) and the claims' and Servers' checks.
+//!
+//! `BENCH_BREAK_WATCHES=N` (issue 58) breaks every SwitchPort watch N times while the
+//! ports link, once more than half of them are Active and then each time another
+//! 1/(2N) of them are: odd breaks close the connection (the operator watches again
+//! from where it was), even ones end it 410 Gone (the operator lists again). It
+//! prints the lists and objects listed, and how many ports went back from Active
+//! (a port acting on a status older than its own write would).
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -28,9 +35,9 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster::{BenchCluster, proc_cpu_ticks, proc_kib, request_diff};
+use cluster::{BenchCluster, metric_sum, proc_cpu_ticks, proc_kib, request_diff};
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
 use serde_json::json;
 
@@ -43,22 +50,6 @@ const DRIFT_INTERVAL_SECONDS: u64 = 300;
 /// over backends), read from its metrics endpoint.
 fn drift_sweeps(at: std::net::SocketAddr) -> Option<f64> {
     metric_sum(at, "patchbay_drift_sweeps_total")
-}
-
-/// The sum of every series of counter `name` on the operator's metrics endpoint.
-fn metric_sum(at: std::net::SocketAddr, name: &str) -> Option<f64> {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(at).ok()?;
-    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    conn.read_to_string(&mut body).ok()?;
-    Some(
-        body.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
-    )
 }
 
 /// Writes of Switch status (`switches/status`, any verb but reads) served so far.
@@ -82,26 +73,38 @@ fn env_or(key: &str, default: usize) -> usize {
 
 /// Port states kept current from one watch (relisting 10,000 ports to count them
 /// would load the API server more than the operator does).
+/// It also counts the ports seen leaving Active (none of this benchmark's changes
+/// takes a port out of Active).
 #[derive(Clone, Default)]
-struct StateCounter(std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>);
+struct StateCounter(
+    std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+);
 
 impl StateCounter {
     fn start(ports: Api<SwitchPort>) -> Self {
         let counter = StateCounter::default();
         let map = counter.0.clone();
+        let left_active = counter.1.clone();
         tokio::spawn(async move {
             let stream = kube::runtime::watcher(ports, kube::runtime::watcher::Config::default());
             let mut stream = std::pin::pin!(stream);
-            while let Some(Ok(event)) = stream.next().await {
+            // An error (a 410 Gone) is followed by the watcher's own relist.
+            while let Some(event) = stream.next().await {
+                let Ok(event) = event else { continue };
                 let record = |p: SwitchPort| {
                     let state = p
                         .status
                         .and_then(|s| s.state)
                         .map(|s| s.to_string())
                         .unwrap_or_else(|| "(none)".into());
-                    map.lock()
+                    let before = map
+                        .lock()
                         .unwrap()
-                        .insert(p.metadata.name.unwrap_or_default(), state);
+                        .insert(p.metadata.name.unwrap_or_default(), state.clone());
+                    if before.as_deref() == Some("Active") && state != "Active" {
+                        left_active.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                 };
                 match event {
                     kube::runtime::watcher::Event::Apply(p)
@@ -125,6 +128,11 @@ impl StateCounter {
             .values()
             .filter(|s| *s == state)
             .count()
+    }
+
+    /// Ports seen going from Active to another state so far.
+    fn left_active(&self) -> usize {
+        self.1.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -169,6 +177,7 @@ async fn main() {
     let tenancy = env_or("BENCH_TENANCY", 0) == 1;
     let neighbor_seconds = env_or("BENCH_NEIGHBOR_SECONDS", 0);
     let bgp = env_or("BENCH_BGP", 0) == 1;
+    let breaks = env_or("BENCH_BREAK_WATCHES", 0);
     // `BENCH_OPERATOR_LOG=<file>`: the operator's debug log goes there.
     let log = std::env::var_os("BENCH_OPERATOR_LOG");
     let cluster = BenchCluster::start("opbench").await;
@@ -319,41 +328,71 @@ async fn main() {
     phase.report(&cluster, pid, "creating");
 
     let phase = Phase::start(&cluster, pid);
+    let lists0 = (
+        cluster.server.request_count("list", "switchports"),
+        cluster.server.objects_listed("switchports"),
+        cluster.server.request_count("watch", "switchports"),
+    );
     let started = Instant::now();
-    futures::stream::iter(0..total)
-        .map(|i| {
-            let ports = ports.clone();
-            async move {
-                let name = format!("sw{:03}-p{:02}", i / ports_n, i % ports_n);
-                ports
-                    .patch(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(
-                            json!({"spec": {"configuration": {"name": format!("cfg-{}", i % 10)}}}),
-                        ),
-                    )
-                    .await
-                    .unwrap();
-            }
+    // The watch breaks happen while waiting for Active, so linking runs beside them.
+    let linking = {
+        let ports = ports.clone();
+        let keys: Vec<String> = (0..total)
+            .map(|i| format!("sw{:03}-p{:02}", i / ports_n, i % ports_n))
+            .collect();
+        tokio::spawn(async move {
+            cluster::link_all(&ports, &keys).await;
+            Instant::now()
         })
-        .buffer_unordered(32)
-        .collect::<Vec<_>>()
-        .await;
-    let linked = started.elapsed();
+    };
+    let mut broken = 0;
     while counter.count(&PortState::Active.to_string()) < total {
         if started.elapsed() > Duration::from_secs(600) {
             println!("  gave up after 600 s: {} Active", counter.count("Active"));
             break;
         }
+        // Break k (1-based) once more than (1/2 + (k-1)/(2N)) of the ports are Active.
+        if broken < breaks && counter.count("Active") * 2 * breaks > total * (breaks + broken) {
+            broken += 1;
+            let how = if broken % 2 == 1 {
+                patchbay_devplane::WatchBreak::Closed
+            } else {
+                patchbay_devplane::WatchBreak::Gone
+            };
+            println!(
+                "  watch break {broken} ({how:?}) at {} Active, {:.1} s after the first link",
+                counter.count("Active"),
+                started.elapsed().as_secs_f64()
+            );
+            cluster.server.break_watches("switchports", how);
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let to_active = started.elapsed();
+    let linked = linking.await.expect("linking") - started;
     println!(
         "  configuration linked to every port in {:.1} s; all {total} ports Active {:.1} s after the first link, {:.1} s after the last",
         linked.as_secs_f64(),
         to_active.as_secs_f64(),
         (to_active - linked).as_secs_f64()
+    );
+    let writes = |c: &BTreeMap<(String, String), u64>, verb: &str, res: &str| {
+        c.get(&(verb.to_owned(), res.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    };
+    let now = cluster.server.request_counts();
+    println!(
+        "  per linked port: {:.2} status writes, {:.2} Events; {} ports went back from Active; SwitchPort lists: {} requests, {} objects, {} watch requests",
+        (writes(&now, "patch", "switchports/status")
+            - writes(&phase.requests, "patch", "switchports/status")) as f64
+            / total as f64,
+        (writes(&now, "create", "events") - writes(&phase.requests, "create", "events")) as f64
+            / total as f64,
+        counter.left_active(),
+        cluster.server.request_count("list", "switchports") - lists0.0,
+        cluster.server.objects_listed("switchports") - lists0.1,
+        cluster.server.request_count("watch", "switchports") - lists0.2,
     );
     phase.report(&cluster, pid, "linking");
     let phase = Phase::start(&cluster, pid);
@@ -431,6 +470,24 @@ async fn main() {
             (b - a) / idle,
             switches_n as f64 / 30.0,
             writes1.saturating_sub(writes0)
+        );
+    }
+    {
+        // What idling costs the API server: the Lease apart, everything else.
+        let now = cluster.server.request_counts();
+        let (mut lease, mut other) = (0, 0);
+        for (k, n) in &now {
+            let d = n - phase.requests.get(k).copied().unwrap_or(0);
+            if k.1 == "leases" {
+                lease += d;
+            } else {
+                other += d;
+            }
+        }
+        println!(
+            "  API requests while idle: {:.2}/s besides the Lease ({:.2}/s renewing it), every client counted",
+            other as f64 / idle,
+            lease as f64 / idle
         );
     }
     phase.report(&cluster, pid, "idle");

@@ -72,14 +72,32 @@ use patchbay_providers::{BgpSpeaker, Cause, Device, NeighborSource};
 
 use crate::api::{Backend, BackendOptions, DeviceOs, ProviderSwitch};
 
-/// The in-memory fixture devices of this process.
+/// The in-memory fixture devices of this process, each kept in a file of `dir`
+/// when one is given.
 #[derive(Clone, Default)]
-pub struct FixtureRegistry(Arc<Mutex<HashMap<String, FixtureSwitch>>>);
+pub struct FixtureRegistry {
+    devices: Arc<Mutex<HashMap<String, FixtureSwitch>>>,
+    dir: Option<std::path::PathBuf>,
+}
 
 impl FixtureRegistry {
+    /// Fixture devices that keep their ports' configuration in `dir`, one file per
+    /// ProviderSwitch (`namespace_name.json`): the next process meets them as this
+    /// one left them, as a real fleet outlives the operator
+    /// ([`FixtureSwitch::keep_in`]; `--fixture-state-dir`, for benchmarks).
+    pub fn kept_in(dir: std::path::PathBuf) -> Self {
+        Self {
+            devices: Arc::default(),
+            dir: Some(dir),
+        }
+    }
+
     /// The fixture device of ProviderSwitch `namespace/name`, if it exists yet.
     pub fn get(&self, namespace: &str, name: &str) -> Option<FixtureSwitch> {
-        self.0.lock().get(&format!("{namespace}/{name}")).cloned()
+        self.devices
+            .lock()
+            .get(&format!("{namespace}/{name}"))
+            .cloned()
     }
 
     fn get_or_create(
@@ -89,11 +107,20 @@ impl FixtureRegistry {
         latency: Duration,
         log_limit: Option<usize>,
     ) -> FixtureSwitch {
-        let mut map = self.0.lock();
+        let mut map = self.devices.lock();
         let device = map.entry(key.clone()).or_insert_with(|| {
+            let file = self
+                .dir
+                .as_ref()
+                .map(|dir| dir.join(format!("{}.json", key.replace('/', "_"))));
             let d = FixtureSwitch::new(key, Vec::<PortName>::new());
             d.set_latency(latency);
             d.set_log_limit(log_limit);
+            if let Some(file) = file
+                && let Err(e) = d.keep_in(file.clone())
+            {
+                tracing::warn!(file = %file.display(), error = %e, "fixture: its kept ports could not be read");
+            }
             d
         });
         device.add_ports(ports);

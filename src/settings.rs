@@ -32,6 +32,9 @@ pub struct Settings {
     pub rechecks_per_second: f64,
     /// Latency of every operation on fixture devices (demos and benchmarks).
     pub fixture_latency: Duration,
+    /// Where fixture devices keep their ports across processes (benchmarks of a
+    /// restart or a takeover); `None`: in memory only.
+    pub fixture_state_dir: Option<PathBuf>,
     /// The longest a device batch may take (set from the leader election's timings:
     /// `leaseDuration − renewDeadline`); `None`: unbounded.
     pub batch_timeout: Option<Duration>,
@@ -63,6 +66,7 @@ impl Default for Settings {
             backoff: Backoff::default(),
             rechecks_per_second: crate::decide::retry::RECHECKS_PER_SECOND,
             fixture_latency: Duration::ZERO,
+            fixture_state_dir: None,
             batch_timeout: None,
             ansible_playbook: PathBuf::from("ansible-playbook"),
             tenancy: None,
@@ -130,6 +134,12 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_FIXTURE_LATENCY_MS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixture_latency_ms: Option<u64>,
+    /// A directory where fixture devices keep their ports' configuration, so the
+    /// next operator process meets them as this one left them (benchmarks of a
+    /// restart or a takeover) [default: none, in memory].
+    #[arg(long, env = "PATCHBAY_FIXTURE_STATE_DIR")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixture_state_dir: Option<PathBuf>,
     /// The `ansible-playbook` executable of the Ansible backend [default:
     /// ansible-playbook, from PATH].
     #[arg(long, env = "PATCHBAY_ANSIBLE_PLAYBOOK")]
@@ -395,6 +405,7 @@ impl Settings {
             backoff: Backoff { base, cap },
             rechecks_per_second: rechecks,
             fixture_latency: Duration::from_millis(args.fixture_latency_ms.unwrap_or(0)),
+            fixture_state_dir: args.fixture_state_dir.clone(),
             batch_timeout: None,
             ansible_playbook: args
                 .ansible_playbook

@@ -36,10 +36,13 @@ pub struct Webhook {
 
 fn cache<K: Cached>(api: Api<K>) -> (Store<K>, futures::future::BoxFuture<'static, ()>) {
     let (store, writer) = reflector::store();
-    let run = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .applied_objects()
-        .for_each(|_| async {});
+    let run = reflector::reflector(
+        writer,
+        watcher(api, crate::controllers::runtime::watch_config()),
+    )
+    .default_backoff()
+    .applied_objects()
+    .for_each(|_| async {});
     (store, Box::pin(run))
 }
 

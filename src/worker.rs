@@ -110,7 +110,7 @@ use crate::api::CabledPortKind;
 use crate::decide::failure::WorkerError;
 use crate::decide::lease;
 use crate::decide::lobby::{GroupVerdict, group_verdict, missing};
-use crate::decide::reachability::{Admission, Link, Outage, Reachability};
+use crate::decide::reachability::{Admission, Link, Outage, Reachability, WorkerStart};
 use crate::decide::slack;
 use crate::decide::state_machine::Backoff;
 use crate::metrics::{BackendLabel, OperationLabels};
@@ -149,6 +149,9 @@ pub struct WorkerConfig {
     pub batch_quiet: Duration,
     /// How often tracked ports are read back for drift (and the switch probed).
     pub drift_interval: Duration,
+    /// Whether the switch is believed to answer and when its first sweep comes
+    /// ([`crate::decide::reachability::worker_start`]).
+    pub start: crate::decide::reachability::WorkerStart,
     /// Most batches (device sessions) at once.
     pub max_sessions: usize,
     /// How the switch is probed again after a session failure.
@@ -401,6 +404,13 @@ impl SwitchWorker {
             settled: Notify::new(),
             health: Mutex::new(HealthState {
                 probe_ports,
+                link: Link {
+                    reach: match config.start {
+                        WorkerStart::Fresh => Reachability::Unknown,
+                        WorkerStart::Resumed { .. } => Reachability::Reachable,
+                    },
+                    probing: false,
+                },
                 ..Default::default()
             }),
             comebacks: AtomicU64::new(0),
@@ -743,6 +753,7 @@ mod tests {
             batch_window: Duration::from_millis(50),
             batch_quiet: Duration::from_millis(50),
             drift_interval: Duration::from_secs(3600),
+            start: WorkerStart::Fresh,
             max_sessions: 1,
             backoff: Backoff {
                 base: Duration::from_millis(400),
@@ -1133,6 +1144,44 @@ mod tests {
             .filter(|o| matches!(o, LoggedOperation::Get { .. }))
             .count();
         assert!(gets >= 2 && gets % 2 == 0, "{gets}");
+    }
+
+    #[tokio::test]
+    async fn a_resumed_switch_is_believed_answering_and_swept_on_its_schedule_a_fresh_one_at_once()
+    {
+        let reads = |fixture: &FixtureSwitch| {
+            fixture
+                .operations()
+                .iter()
+                .filter(|o| matches!(o, LoggedOperation::Get { .. }))
+                .count()
+        };
+        let mut cfg = config();
+        cfg.drift_interval = Duration::from_secs(10);
+        // Fresh: unknown, and read at once (the first reachability check).
+        let fresh = FixtureSwitch::new("fresh", [p("Gi0/1")]);
+        let (notify, _) = recorder();
+        let worker = SwitchWorker::spawn(
+            Arc::new(fresh.clone()),
+            cfg.clone(),
+            vec![p("Gi0/1")],
+            notify,
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(reads(&fresh), 1);
+        assert_eq!(worker.reachability(), Reachability::Reachable);
+        // Resumed: answering from the start, and no session before its first sweep.
+        let resumed = FixtureSwitch::new("resumed", [p("Gi0/1")]);
+        cfg.start = WorkerStart::Resumed {
+            first_sweep: Duration::from_millis(400),
+        };
+        let (notify, _) = recorder();
+        let worker = SwitchWorker::spawn(Arc::new(resumed.clone()), cfg, vec![p("Gi0/1")], notify);
+        assert_eq!(worker.reachability(), Reachability::Reachable);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(reads(&resumed), 0, "{:?}", resumed.operations());
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(reads(&resumed), 1, "its first sweep came");
     }
 
     #[tokio::test]

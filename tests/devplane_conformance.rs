@@ -233,6 +233,62 @@ async fn delayed_watch_events_arrive_late_and_in_order_and_slow_lists_answer_lat
 }
 
 #[tokio::test]
+async fn watches_broken_on_demand_close_or_end_gone_and_lists_count_their_objects() {
+    if !on_devplane() {
+        eprintln!("skipped: faults of devplane's");
+        return;
+    }
+    let (cluster, api) = setup("breaks").await;
+    let devplane = cluster.devplane().unwrap();
+    for i in 0..5 {
+        api.create(&PostParams::default(), &widget(&format!("w{i}"), 1))
+            .await
+            .unwrap();
+    }
+    let listed = devplane.objects_listed("widgets");
+    let pages = api.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(pages.items.len(), 2);
+    assert_eq!(
+        devplane.objects_listed("widgets") - listed,
+        2,
+        "a page counts its own"
+    );
+    let now = list_rv(&api).await;
+    let open = |rv: String| {
+        let api = api.clone();
+        async move {
+            api.watch(&WatchParams::default().timeout(30), &rv)
+                .await
+                .unwrap()
+                .boxed()
+        }
+    };
+    // Closed: the stream ends with no event; watching again from the same version
+    // works (nothing expired).
+    let mut closed = open(now.clone()).await;
+    devplane.break_watches("widgets", patchbay_devplane::WatchBreak::Closed);
+    let ended = tokio::time::timeout(Duration::from_secs(5), closed.try_next()).await;
+    assert!(matches!(ended, Ok(Ok(None))), "{ended:?}");
+    let mut again = open(now.clone()).await;
+    api.create(&PostParams::default(), &widget("w5", 1))
+        .await
+        .unwrap();
+    match again.try_next().await.unwrap() {
+        Some(WatchEvent::Added(w)) => assert_eq!(w.name_any(), "w5"),
+        other => panic!("the watch started after the break is open: {other:?}"),
+    }
+    // Gone: the stream ends with 410, as for a compacted version.
+    devplane.break_watches("widgets", patchbay_devplane::WatchBreak::Gone);
+    match tokio::time::timeout(Duration::from_secs(5), again.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Error(e)))) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"))
+        }
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+    cluster.finish().await;
+}
+
+#[tokio::test]
 async fn a_stale_update_conflicts_and_generate_name_creates_unique_names() {
     let (cluster, api) = setup("conflict").await;
     let first = api

@@ -152,6 +152,9 @@ pub fn proc_cpu_ticks(pid: u32) -> u64 {
 #[allow(dead_code)]
 pub struct PortWatch {
     seen: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, PortStatus>>>,
+    /// Per port: the last resourceVersion seen and how many different ones were seen
+    /// (every write of the port: spec, status or metadata).
+    versions: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (String, u64)>>>,
     error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     changed: std::sync::Arc<tokio::sync::Notify>,
 }
@@ -164,11 +167,13 @@ impl PortWatch {
         use kube::runtime::{WatchStreamExt, watcher};
         let watch = Self {
             seen: Default::default(),
+            versions: Default::default(),
             error: Default::default(),
             changed: Default::default(),
         };
-        let (s, e, n) = (
+        let (s, v, e, n) = (
             watch.seen.clone(),
+            watch.versions.clone(),
             watch.error.clone(),
             watch.changed.clone(),
         );
@@ -177,18 +182,38 @@ impl PortWatch {
             let mut w = watcher(api, watcher::Config::default())
                 .applied_objects()
                 .boxed();
-            while let Some(Ok(p)) = w.next().await {
+            // An error (a 410 Gone) is followed by the watcher's own relist.
+            while let Some(p) = w.next().await {
+                let Ok(p) = p else { continue };
                 let st = p.status.clone().unwrap_or_default();
                 if let Some(err) = &st.last_error {
                     *e.lock().unwrap() = Some(err.clone());
                 }
-                s.lock()
-                    .unwrap()
-                    .insert(p.metadata.name.clone().unwrap_or_default(), st);
+                let name = p.metadata.name.clone().unwrap_or_default();
+                {
+                    let rv = p.metadata.resource_version.clone().unwrap_or_default();
+                    let mut versions = v.lock().unwrap();
+                    let entry = versions.entry(name.clone()).or_default();
+                    if entry.0 != rv {
+                        *entry = (rv, entry.1 + 1);
+                    }
+                }
+                s.lock().unwrap().insert(name, st);
                 n.notify_waiters();
             }
         });
         watch
+    }
+
+    /// How many versions of each port were seen so far: two readings apart, the
+    /// ports written in between.
+    pub fn versions(&self) -> std::collections::HashMap<String, u64> {
+        self.versions
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, (_, n))| (k.clone(), *n))
+            .collect()
     }
 
     /// The status of `port` as last seen (default when not seen yet).
@@ -302,4 +327,53 @@ pub async fn fixture_switches(
         .await;
     }
     keys
+}
+
+/// The sum of every series whose line starts with `name` (a metric's name, or its
+/// name and the start of its labels) on an operator's metrics endpoint; `None` when
+/// the endpoint does not answer.
+#[allow(dead_code)]
+pub fn metric_sum(at: std::net::SocketAddr, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(at).ok()?;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body).ok()?;
+    Some(
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+/// Links port `keys[i]` to configuration `cfg-{i % 10}` (32 patches in flight).
+#[allow(dead_code)]
+pub async fn link_all(ports: &Api<SwitchPort>, keys: &[String]) {
+    use futures::StreamExt;
+    // Each patch owns what it uses, so the whole may run on a task of its own.
+    let patches: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (ports, name) = (ports.clone(), name.clone());
+            async move {
+                ports
+                    .patch(
+                        &name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(serde_json::json!(
+                            {"spec": {"configuration": {"name": format!("cfg-{}", i % 10)}}}
+                        )),
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .collect();
+    futures::stream::iter(patches)
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
 }

@@ -77,6 +77,31 @@ struct FaultTable {
     refusals: BTreeMap<(String, String), u16>,
     /// (verb, resource) → how many such requests arrived.
     counts: BTreeMap<(String, String), u64>,
+    /// resource → how many objects its lists returned (every page).
+    listed: BTreeMap<String, u64>,
+    /// resource → the signal its open watches end on (see [`DevPlane::break_watches`]).
+    breaks: BTreeMap<String, tokio::sync::watch::Sender<Option<WatchBreak>>>,
+}
+
+/// How [`DevPlane::break_watches`] ends the open watches of a resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchBreak {
+    /// The connection closes, as when an API server restarts or a load balancer
+    /// drops it: the client watches again from the last resourceVersion it saw.
+    Closed,
+    /// The stream ends with an ERROR event, 410 Gone (`Expired`), as when etcd
+    /// compacted the version the watch stood at: the client must list again.
+    Gone,
+}
+
+impl FaultTable {
+    /// The signal the watches of `resource` end on (made on first use).
+    fn breaker(&mut self, resource: &str) -> tokio::sync::watch::Receiver<Option<WatchBreak>> {
+        self.breaks
+            .entry(resource.to_owned())
+            .or_insert_with(|| tokio::sync::watch::channel(None).0)
+            .subscribe()
+    }
 }
 
 type Faults = Arc<Mutex<FaultTable>>;
@@ -224,6 +249,26 @@ impl DevPlane {
             Some(c) => t.refusals.insert(key, c),
             None => t.refusals.remove(&key),
         };
+    }
+
+    /// Ends every watch of `resource` (its plural: `switchports`) open now, `how` a
+    /// real API server's watches end; watches started afterwards are not affected.
+    pub fn break_watches(&self, resource: &str, how: WatchBreak) {
+        let mut t = self.delays.lock();
+        let _ = t.breaker(resource);
+        if let Some(tx) = t.breaks.get(resource) {
+            tx.send_replace(Some(how));
+        }
+    }
+
+    /// How many objects the lists of `resource` returned so far, every page counted.
+    pub fn objects_listed(&self, resource: &str) -> u64 {
+        self.delays
+            .lock()
+            .listed
+            .get(resource)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// How many `verb` requests on `resource` arrived so far (answered or refused).
@@ -795,6 +840,12 @@ async fn object_request(
                     .map(String::as_str)
                     .filter(|c| !c.is_empty()),
             )?;
+            *shared
+                .delays
+                .lock()
+                .listed
+                .entry(res.plural.clone())
+                .or_default() += list.items.len() as u64;
             let mut meta = json!({"resourceVersion": list.resource_version.to_string()});
             if let Some(c) = &list.continue_token {
                 meta["continue"] = json!(c);
@@ -1107,6 +1158,8 @@ fn watch(
     let namespace = namespace.map(str::to_owned);
     let include_object = include_object.to_owned();
     let key: ResKey = res.storage_key();
+    // Subscribed now: a break asked for before this watch started is not its own.
+    let mut broken = shared.delays.lock().breaker(&res.plural);
     let shared = shared.clone();
     tokio::spawn(async move {
         let encode = |etype: &str, obj: Value| -> Bytes {
@@ -1168,6 +1221,15 @@ fn watch(
             tokio::select! {
                 _ = &mut deadline => return,
                 _ = tx.closed() => return,
+                Ok(()) = broken.changed() => {
+                    if *broken.borrow_and_update() == Some(WatchBreak::Gone) {
+                        let gone = ApiError::gone(format!(
+                            "too old resource version: {last_rv}"
+                        ));
+                        let _ = tx.send(encode("ERROR", gone.to_status())).await;
+                    }
+                    return;
+                }
                 _ = ticker.tick(), if bookmarks => {
                     let bm = json!({"kind": res.kind, "apiVersion": res.api_version(&version),
                                     "metadata": {"resourceVersion": last_rv.to_string()}});

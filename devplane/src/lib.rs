@@ -16,4 +16,4 @@ pub mod selector;
 pub mod store;
 pub mod table;
 
-pub use http::{AuditEntry, Config, DevPlane};
+pub use http::{AuditEntry, Config, DevPlane, WatchBreak};

@@ -102,6 +102,12 @@ struct FixtureState {
     bgp_sessions: usize,
     /// BGP sessions asked of it, served or failed.
     bgp_attempts: usize,
+    /// Where its ports' configuration is kept across processes (see
+    /// [`FixtureSwitch::keep_in`]): the last configuration written to each port, and
+    /// whether a write changed one since it was saved.
+    file: Option<std::path::PathBuf>,
+    kept: BTreeMap<PortName, DesiredPort>,
+    unsaved: bool,
 }
 
 impl FixtureState {
@@ -163,6 +169,9 @@ impl FixtureSwitch {
                 bgp: crate::bgp::SpeakerState::default(),
                 bgp_sessions: 0,
                 bgp_attempts: 0,
+                file: None,
+                kept: BTreeMap::new(),
+                unsaved: false,
             })),
             heard: Heard::default(),
         }
@@ -267,6 +276,55 @@ impl FixtureSwitch {
         self.lock().log.clear();
     }
 
+    /// Keeps its ports' configuration in `path` (JSON), as a real switch keeps its
+    /// own across the operator's restarts: what `path` holds is taken now (over the
+    /// ports it has), and every session that changes a port writes it back when it
+    /// ends. A benchmark of a restart or a takeover gives every process the same
+    /// files, so the next operator meets the devices as the last one left them.
+    pub fn keep_in(&self, path: std::path::PathBuf) -> std::io::Result<()> {
+        // What was written, not what was read: a read-back's "known to be absent"
+        // (`Some(None)`) does not survive JSON, a configuration does.
+        let kept: Vec<(PortName, DesiredPort)> = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(std::io::Error::other)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut st = self.lock();
+        for (port, desired) in kept {
+            st.ports
+                .insert(port.clone(), ObservedPort::from_desired(&desired));
+            st.kept.insert(port, desired);
+        }
+        st.file = Some(path);
+        Ok(())
+    }
+
+    /// Writes its ports to its file (see [`FixtureSwitch::keep_in`]) when a write
+    /// changed one since the last save.
+    fn save(&self) {
+        let (path, ports) = {
+            let mut st = self.lock();
+            let Some(path) = st.file.clone().filter(|_| st.unsaved) else {
+                return;
+            };
+            st.unsaved = false;
+            let ports: Vec<(PortName, DesiredPort)> = st
+                .kept
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            (path, ports)
+        };
+        let tmp = path.with_extension("tmp");
+        let written = serde_json::to_vec(&ports)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            tracing::warn!(device = %self.name, error = %e, "fixture: its ports could not be kept");
+        }
+    }
+
     /// The largest number of sessions that were open at the same time.
     pub fn max_concurrent_sessions(&self) -> usize {
         self.lock().max_sessions_seen
@@ -359,6 +417,10 @@ impl FixtureSwitch {
         let changed = *current != wanted;
         if changed && failure.is_none() {
             *current = wanted;
+            if st.file.is_some() {
+                st.kept.insert(target.port.clone(), target.clone());
+                st.unsaved = true;
+            }
         }
         let entry = if reset {
             LoggedOperation::Reset {
@@ -414,12 +476,16 @@ impl Device for FixtureSwitch {
 
     async fn set_port(&self, desired: &DesiredPort) -> Result<PortChange, DeviceError> {
         let _session = self.open_session();
-        self.write(desired.clone(), false).await
+        let change = self.write(desired.clone(), false).await;
+        self.save();
+        change
     }
 
     async fn reset_port(&self, port: &PortName) -> Result<PortChange, DeviceError> {
         let _session = self.open_session();
-        self.write(DesiredPort::clean(port.clone()), true).await
+        let change = self.write(DesiredPort::clean(port.clone()), true).await;
+        self.save();
+        change
     }
 
     async fn apply_batch(&self, ops: &[PortOperation]) -> Result<Vec<PortResult>, DeviceError> {
@@ -443,6 +509,7 @@ impl Device for FixtureSwitch {
                 outcome,
             });
         }
+        self.save();
         Ok(results)
     }
 
@@ -641,6 +708,39 @@ mod tests {
             sw.port_state(&p("Gi0/1")).unwrap().vlans,
             Some(VlanMode::Unconfigured)
         );
+    }
+
+    #[tokio::test]
+    async fn a_device_kept_in_a_file_is_met_again_as_it_was_left() {
+        let path =
+            std::env::temp_dir().join(format!("patchbay-fixture-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let first = FixtureSwitch::new("tor1", [p("Gi0/1"), p("Gi0/2")]);
+        first.keep_in(path.clone()).unwrap();
+        let batch = [PortOperation::Set(access("Gi0/1", 100))];
+        apply_batch_verified(&first, &batch).await.unwrap();
+        // Another process's device of the same switch: Gi0/1 as the first left it.
+        let second = FixtureSwitch::new("tor1", [p("Gi0/1"), p("Gi0/2")]);
+        second.keep_in(path.clone()).unwrap();
+        assert_eq!(
+            second.port_state(&p("Gi0/1")).unwrap().vlans,
+            Some(access("Gi0/1", 100).vlans)
+        );
+        assert_eq!(
+            apply_verified(&second, &access("Gi0/1", 100))
+                .await
+                .unwrap(),
+            PortChange::Unchanged
+        );
+        // A reset is kept too.
+        reset_verified(&second, &p("Gi0/1")).await.unwrap();
+        let third = FixtureSwitch::new("tor1", Vec::<PortName>::new());
+        third.keep_in(path.clone()).unwrap();
+        assert_eq!(
+            third.port_state(&p("Gi0/1")).unwrap().vlans,
+            Some(VlanMode::Unconfigured)
+        );
+        let _ = std::fs::remove_file(&path);
     }
 
     #[tokio::test]

@@ -535,12 +535,29 @@ impl Context {
             return Ok(entry.clone());
         }
         let device = self.backends.build(provider, secret, ports)?;
+        // A switch an earlier operator found answering is believed to answer still,
+        // and swept on its own schedule (a restart or a takeover opens no session of
+        // its own); any other is checked at once.
+        let reachable_before = self.stores.switches.state().iter().any(|s| {
+            s.namespace().as_deref() == Some(key.0.as_str())
+                && s.spec.provider.name == key.1
+                && s.status.as_ref().is_some_and(|st| {
+                    crate::decide::status::find_condition(&st.conditions, "DeviceReachable")
+                        .is_some_and(|c| c.status == "True")
+                })
+        });
         let worker = SwitchWorker::spawn(
             device.clone(),
             WorkerConfig {
                 batch_window: self.settings.batch_window,
                 batch_quiet: self.settings.batch_quiet,
                 drift_interval: self.settings.drift_interval,
+                start: crate::decide::reachability::worker_start(
+                    &format!("{}/{}", key.0, key.1),
+                    self.settings.drift_interval,
+                    jiff::Timestamp::now(),
+                    reachable_before,
+                ),
                 max_sessions: self.max_sessions(provider),
                 backoff: self.settings.backoff,
                 backend: provider.spec.backend.name(),

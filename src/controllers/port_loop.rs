@@ -638,13 +638,16 @@ pub async fn drive_port(
                 ledger.record(&meta.uid, Written::of(&status));
                 written = status.clone();
             }
-            record
-                .publish(
-                    Severity::Normal,
-                    &d.state.to_string(),
-                    &format!("{from} -> {}", d.state),
-                )
-                .await;
+            // One Event where the work ends, not one where it starts.
+            if !d.state.is_in_progress() {
+                record
+                    .publish(
+                        Severity::Normal,
+                        &d.state.to_string(),
+                        &format!("{from} -> {}", d.state),
+                    )
+                    .await;
+            }
         }
         drift_check_due = false;
         let step = d.step;

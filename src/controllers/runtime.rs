@@ -68,6 +68,7 @@ mod background;
 mod harness;
 mod retry;
 mod watches;
+pub use watches::watch_config;
 mod wiring;
 use background::*;
 use harness::*;
@@ -96,7 +97,7 @@ pub async fn run(
     // The process's one recheck budget, at the rate this operator was given.
     *RECHECKS.lock().unwrap_or_else(|p| p.into_inner()) =
         crate::decide::retry::Budget::new(settings.rechecks_per_second);
-    let wc = watcher::Config::default();
+    let wc = watches::watch_config();
     // Every reconcile waits for every cache's first list; see `Synced`.
     let (sync_gate, synced) = Synced::new();
     let (stop, _) = tokio::sync::broadcast::channel::<()>(1);

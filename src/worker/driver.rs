@@ -43,8 +43,14 @@ pub(super) async fn run(
     shared: Arc<Shared>,
 ) {
     let mut driver = Driver::new(device, config.max_sessions);
-    // The first tick is immediate: the first reachability check.
-    let mut sweep = tokio::time::interval(config.drift_interval);
+    // A fresh switch's first tick is immediate: the first reachability check. A
+    // resumed one's comes on its own schedule.
+    let first = match config.start {
+        WorkerStart::Fresh => Duration::ZERO,
+        WorkerStart::Resumed { first_sweep } => first_sweep,
+    };
+    let mut sweep =
+        tokio::time::interval_at(tokio::time::Instant::now() + first, config.drift_interval);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_arrival: Option<tokio::time::Instant> = None;
     let mut lobby = Lobby::default();

@@ -57,6 +57,7 @@ impl Env {
             },
             rechecks_per_second: patchbay::decide::retry::RECHECKS_PER_SECOND,
             fixture_latency: Duration::ZERO,
+            fixture_state_dir: None,
             batch_timeout: None,
             ansible_playbook: patchbay_testbed::ansible_playbook()
                 .unwrap_or_else(|_| "ansible-playbook".into()),

@@ -71,6 +71,14 @@ impl PortState {
         PortState::Cleaning,
         PortState::Deleting,
     ];
+
+    /// Whether the state is work under way (Configuring, Cleaning): the state that
+    /// follows says how it ended. A transition into one gets no Event of its own, so
+    /// a linked port leaves one Normal Event (`Active`), not two; status, the
+    /// transitions metric and the log still show it.
+    pub fn is_in_progress(self) -> bool {
+        matches!(self, PortState::Configuring | PortState::Cleaning)
+    }
 }
 
 impl std::fmt::Display for PortState {

@@ -147,8 +147,101 @@ impl Link {
     }
 }
 
+/// How a switch's new worker starts (at the operator's start, a takeover, or the
+/// first port of a new switch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerStart {
+    /// Nobody found the switch answering (it is new, or was down when last seen):
+    /// whether it answers is not known, and it is checked at once.
+    Fresh,
+    /// A previous operator found it answering (its Switch says `DeviceReachable=True`):
+    /// it is believed to answer still, and its first drift sweep comes when its own
+    /// schedule says, `first_sweep` from now — not at once, so a restart or a
+    /// takeover opens no session the drift sweep would not have opened anyway.
+    Resumed {
+        /// How long until its first sweep.
+        first_sweep: std::time::Duration,
+    },
+}
+
+/// How the worker of `device` (`namespace/name`) starts at `now`, the drift interval
+/// being `interval`, and whether its Switch last showed it answering.
+///
+/// Every switch's sweeps keep one phase of the wall clock, taken from its name: they
+/// fall at the instants `t` where `t mod interval` is the name's offset. So however
+/// often the operator restarts or fails over, a resumed switch is swept once per
+/// interval, and the fleet's sweeps stay spread evenly over it.
+pub fn worker_start(
+    device: &str,
+    interval: std::time::Duration,
+    now: Timestamp,
+    reachable_before: bool,
+) -> WorkerStart {
+    let period = interval.as_millis().max(1) as i128;
+    if !reachable_before {
+        return WorkerStart::Fresh;
+    }
+    let offset = i128::from(fnv1a(device.as_bytes())) % period;
+    let phase = i128::from(now.as_millisecond()).rem_euclid(period);
+    let wait = (offset - phase).rem_euclid(period);
+    WorkerStart::Resumed {
+        first_sweep: std::time::Duration::from_millis(wait as u64),
+    }
+}
+
+/// FNV-1a, 64 bits: the same offset for a name in every process and release.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_worker_starts_fresh_unless_its_switch_answered_and_then_keeps_the_phase_of_its_name() {
+        use std::time::Duration;
+        let interval = Duration::from_secs(300);
+        let at = |ms: i64| Timestamp::from_millisecond(ms).unwrap();
+        let first = |name: &str, now: Timestamp| match worker_start(name, interval, now, true) {
+            WorkerStart::Resumed { first_sweep } => first_sweep,
+            WorkerStart::Fresh => panic!("{name} was answering"),
+        };
+        let cases: [(&str, bool, bool); 3] = [
+            // (device, reachable before, resumed)
+            ("bench/sw000", false, false),
+            ("bench/sw000", true, true),
+            ("infra/tor-1", true, true),
+        ];
+        for (device, before, resumed) in cases {
+            let start = worker_start(device, interval, at(1_700_000_000_000), before);
+            assert_eq!(
+                matches!(start, WorkerStart::Resumed { .. }),
+                resumed,
+                "{device} {before}: {start:?}"
+            );
+        }
+        // Started at two moments, the first sweep falls at the same instant, within
+        // one interval of either start.
+        let (t1, t2) = (1_700_000_000_000, 1_700_000_017_345);
+        let due1 = t1 + first("bench/sw000", at(t1)).as_millis() as i64;
+        let due2 = t2 + first("bench/sw000", at(t2)).as_millis() as i64;
+        assert!(
+            due1 == due2 || (due1 - due2).abs() == 300_000,
+            "{due1} {due2}"
+        );
+        assert!(first("bench/sw000", at(t1)) < interval);
+        // Names spread: 2,000 switches' offsets cover the interval, none in a
+        // second holding more than a handful.
+        let mut per_second = std::collections::BTreeMap::<u64, usize>::new();
+        for s in 0..2000 {
+            let wait = first(&format!("bench/sw{s:03}"), at(t1));
+            *per_second.entry(wait.as_secs()).or_default() += 1;
+        }
+        assert!(per_second.len() > 250, "{} seconds used", per_second.len());
+        assert!(per_second.values().all(|n| *n <= 20), "{per_second:?}");
+    }
+
     use std::time::Duration;
 
     use patchbay_model::Cause;

@@ -435,6 +435,11 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
     probes.metrics.leader.set(1);
     tracing::info!("leading: starting the controllers");
     let backends = patchbay::backends::Backends {
+        fixtures: settings
+            .fixture_state_dir
+            .clone()
+            .map(patchbay::backends::FixtureRegistry::kept_in)
+            .unwrap_or_default(),
         fixture_latency: settings.fixture_latency,
         fixture_log_limit: Some(patchbay::backends::FIXTURE_LOG_LIMIT),
         ansible_playbook: settings.ansible_playbook.clone(),

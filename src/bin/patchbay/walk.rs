@@ -292,6 +292,7 @@ pub async fn run() -> Result<()> {
             batch_window: Duration::from_millis(10),
             batch_quiet: Duration::from_millis(10),
             drift_interval: Duration::from_secs(3600),
+            start: patchbay::decide::reachability::WorkerStart::Fresh,
             max_sessions: 1,
             probes: patchbay::probes::Probes::default(),
             backoff: Backoff::default(),

@@ -5,6 +5,25 @@
 
 use super::*;
 
+/// How every watch of the operator lists and watches (the decision, issue 58):
+///
+/// - **`Any` list semantics** (`resourceVersion=0`, `NotOlderThan`): a relist —
+///   at start, at a takeover, after a 410 Gone — is answered from the API server's
+///   watch cache, not by a quorum read of etcd per page. kube-rs's default,
+///   `MostRecent`, makes a relist of 100,000 SwitchPorts ~200 quorum reads. What
+///   `Any` may give is a list a little behind etcd; the watch that follows brings
+///   the rest, and a port never acts on a status older than one this process wrote
+///   (the status ledger, `port_loop`), so a stale list costs at most a wake.
+/// - **Pages of 500** (kube-rs's and client-go's default) where the server pages
+///   an `Any` list at all: a relist then holds one page of raw JSON at a time, which
+///   keeps the operator's peak at 100,000 ports inside its memory target.
+/// - **No streaming lists** (`sendInitialEvents`, Kubernetes' WatchList): not on
+///   by default in the API servers patchbay supports, and kube-rs falls back to
+///   nothing when the server refuses them.
+pub fn watch_config() -> watcher::Config {
+    watcher::Config::default().any_semantic().page_size(500)
+}
+
 /// One watch shared by several controllers: its cache, a subscription per reader
 /// (each sees an object only once the cache holds it, so a controller woken by it
 /// reads what woke it), whether the cache holds its first list, and the future that
