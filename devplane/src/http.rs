@@ -849,7 +849,6 @@ async fn object_request(
             let mut meta = json!({"resourceVersion": list.resource_version.to_string()});
             if let Some(c) = &list.continue_token {
                 meta["continue"] = json!(c);
-                meta["remainingItemCount"] = json!(list.remaining.unwrap_or(0));
             }
             if table {
                 let refs: Vec<&Value> = list.items.iter().map(|a| a.as_ref()).collect();

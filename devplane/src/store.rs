@@ -6,6 +6,7 @@
 //! Pure data structure, no I/O: the HTTP layer locks it and calls in.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -314,8 +315,6 @@ pub struct ListResult {
     pub resource_version: u64,
     /// Continue token when `limit` cut the list.
     pub continue_token: Option<String>,
-    /// Items left after this page.
-    pub remaining: Option<u64>,
 }
 
 /// What a watch starts from.
@@ -721,10 +720,21 @@ impl Store {
             },
             name: String::new(),
         };
+        // A page starts right after the continue token's key and stops one match past
+        // its limit, as etcd's range read does: paging a collection costs its size
+        // once, not once per page.
+        let start = match start_after {
+            Some((namespace, name)) => Bound::Excluded(ObjKey {
+                res: rk.clone(),
+                namespace,
+                name,
+            }),
+            None => Bound::Included(lower),
+        };
         let mut items = Vec::new();
-        let mut matched_after = 0u64;
+        let mut more = false;
         let mut last: Option<(String, String)> = None;
-        for (k, obj) in self.objects.range(lower..) {
+        for (k, obj) in self.objects.range((start, Bound::Unbounded)) {
             if k.res != rk {
                 break;
             }
@@ -735,22 +745,17 @@ impl Store {
                 // Keys are ordered by namespace: past ours, nothing more matches.
                 break;
             }
-            if let Some((sns, sname)) = &start_after
-                && (&k.namespace, &k.name) <= (sns, sname)
-            {
-                continue;
-            }
             if !labels.matches(obj) || !fields.matches(obj) {
                 continue;
             }
             if limit.is_some_and(|l| items.len() >= l) {
-                matched_after += 1;
-                continue;
+                more = true;
+                break;
             }
             last = Some((k.namespace.clone(), k.name.clone()));
             items.push(Arc::new(Self::present(&res, version, obj)));
         }
-        let continue_token = (matched_after > 0).then(|| {
+        let continue_token = more.then(|| {
             let (ns, name) = last.unwrap_or_default();
             base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .encode(json!({"ns": ns, "name": name, "rv": list_rv}).to_string())
@@ -758,7 +763,6 @@ impl Store {
         Ok(ListResult {
             items,
             resource_version: list_rv,
-            remaining: continue_token.as_ref().map(|_| matched_after),
             continue_token,
         })
     }
