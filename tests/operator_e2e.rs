@@ -653,6 +653,96 @@ async fn an_operator_killed_while_configuring_resumes_and_finishes() {
     env.finish().await;
 }
 
+/// A restart (or a takeover) with every port Active and nothing changed rewrites
+/// nothing: no device write, no port or Switch written. The new operator is live: a
+/// port changed after it started is applied.
+#[tokio::test]
+async fn an_operator_restarted_with_every_port_active_writes_nothing() {
+    let mut env = Env::start("restart-steady").await;
+    env.switch(
+        "tor-1",
+        &[
+            ("a", "Gi0/1", None),
+            ("b", "Gi0/2", None),
+            ("c", "Gi0/3", None),
+        ],
+        "Reconcile",
+    )
+    .await;
+    env.configuration("cfg", json!({"untaggedVLAN": 20})).await;
+    env.configuration("other", json!({"untaggedVLAN": 30}))
+        .await;
+    for port in ["a", "b", "c"] {
+        env.link(port, Some("cfg")).await;
+    }
+    for port in ["a", "b", "c"] {
+        env.wait_state(port, PortState::Active).await;
+    }
+    let switches: Api<Switch> = env.api();
+    eventually(20, "the Switch shows its device answering", || async {
+        let sw = switches.get("tor-1").await.ok()?;
+        let reachable = sw
+            .status?
+            .conditions
+            .into_iter()
+            .any(|c| c.type_ == "DeviceReachable" && c.status == "True");
+        reachable.then_some(())
+    })
+    .await;
+    // Let the last status writes land, then note every object's version.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ports: Api<SwitchPort> = env.api();
+    let mut before = Vec::new();
+    for port in ["a", "b", "c"] {
+        before.push(ports.get(port).await.unwrap().resource_version());
+    }
+    let switch_before = switches.get("tor-1").await.unwrap().resource_version();
+    let device = env.device("tor-1");
+    device.clear_log();
+    // Every operation that would change a port, changed or not (a re-apply of an
+    // unchanged port would change nothing and still be one).
+    let sent = |device: &FixtureSwitch| -> Vec<LoggedOperation> {
+        device
+            .operations()
+            .into_iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    LoggedOperation::Set { .. }
+                        | LoggedOperation::Reset { .. }
+                        | LoggedOperation::Batch { .. }
+                )
+            })
+            .collect()
+    };
+    env.kill_operator();
+    // The drift sweep far away: a resumed switch is swept on its own schedule.
+    env.settings.drift_interval = Duration::from_secs(3600);
+    env.start_operator();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(sent(&device), [], "nothing sent to the device");
+    let mut after = Vec::new();
+    for port in ["a", "b", "c"] {
+        after.push(ports.get(port).await.unwrap().resource_version());
+    }
+    assert_eq!(before, after, "no port was written");
+    assert_eq!(
+        switch_before,
+        switches.get("tor-1").await.unwrap().resource_version(),
+        "the Switch was not written"
+    );
+    // Live: a change made now is applied.
+    env.link("b", Some("other")).await;
+    eventually(20, "the change applied", || async {
+        (device.port_state(&p("Gi0/2"))?.vlans == Some(VlanMode::Access { vlan: vlan(30) }))
+            .then_some(())
+    })
+    .await;
+    let sent = sent(&device);
+    assert_eq!(sent.len(), 2, "one batch of the changed port: {sent:?}");
+    env.finish().await;
+}
+
 #[tokio::test]
 async fn an_invalid_configuration_is_refused_naming_the_field_and_the_device_is_untouched() {
     let env = Env::start("invalid").await;
