@@ -158,11 +158,8 @@ impl Reading {
             .iter()
             .filter(|(k, n)| *k != CHANGED && self.versions.get(*k) != Some(n))
             .count();
-        let count = |c: &std::collections::BTreeMap<(String, String), u64>, v: &str, res: &str| {
-            c.get(&(v.to_owned(), res.to_owned())).copied().unwrap_or(0)
-        };
         let delta =
-            |v: &str, res: &str| count(&now.requests, v, res) - count(&self.requests, v, res);
+            |v: &str, res: &str| cluster::requests_between(&self.requests, &now.requests, v, res);
         let ((changed, unchanged), (batches, sweeps)) = r.device();
         println!(
             "  {what}: {written} ports written besides {CHANGED}; {} SwitchPort status writes, {} Switch status writes, {} Events, {} SwitchPort lists ({} watches); device operations {changed:.0} changed, {unchanged:.0} unchanged; device sessions {:.0} ({batches:.0} batches, {sweeps:.0} drift sweeps)",

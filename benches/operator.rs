@@ -376,19 +376,12 @@ async fn main() {
         to_active.as_secs_f64(),
         (to_active - linked).as_secs_f64()
     );
-    let writes = |c: &BTreeMap<(String, String), u64>, verb: &str, res: &str| {
-        c.get(&(verb.to_owned(), res.to_owned()))
-            .copied()
-            .unwrap_or(0)
-    };
     let now = cluster.server.request_counts();
     println!(
         "  per linked port: {:.2} status writes, {:.2} Events; {} ports went back from Active; SwitchPort lists: {} requests, {} objects, {} watch requests",
-        (writes(&now, "patch", "switchports/status")
-            - writes(&phase.requests, "patch", "switchports/status")) as f64
+        cluster::requests_between(&phase.requests, &now, "patch", "switchports/status") as f64
             / total as f64,
-        (writes(&now, "create", "events") - writes(&phase.requests, "create", "events")) as f64
-            / total as f64,
+        cluster::requests_between(&phase.requests, &now, "create", "events") as f64 / total as f64,
         counter.left_active(),
         cluster.server.request_count("list", "switchports") - lists0.0,
         cluster.server.objects_listed("switchports") - lists0.1,

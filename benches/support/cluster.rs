@@ -93,6 +93,19 @@ impl BenchCluster {
     }
 }
 
+/// How many `verb` requests on `resource` two [`patchbay_devplane::DevPlane::request_counts`]
+/// readings apart: `after` less `before`.
+#[allow(dead_code)]
+pub fn requests_between(
+    before: &BTreeMap<(String, String), u64>,
+    after: &BTreeMap<(String, String), u64>,
+    verb: &str,
+    resource: &str,
+) -> u64 {
+    let key = (verb.to_owned(), resource.to_owned());
+    after.get(&key).copied().unwrap_or(0) - before.get(&key).copied().unwrap_or(0)
+}
+
 /// Requests per (verb, resource) between two [`patchbay_devplane::DevPlane::request_counts`]
 /// readings, largest first, as `verb resource: n` (at most `top`).
 #[allow(dead_code)]

@@ -96,11 +96,10 @@ pub enum WatchBreak {
 
 impl FaultTable {
     /// The signal the watches of `resource` end on (made on first use).
-    fn breaker(&mut self, resource: &str) -> tokio::sync::watch::Receiver<Option<WatchBreak>> {
+    fn breaker(&mut self, resource: &str) -> &tokio::sync::watch::Sender<Option<WatchBreak>> {
         self.breaks
             .entry(resource.to_owned())
             .or_insert_with(|| tokio::sync::watch::channel(None).0)
-            .subscribe()
     }
 }
 
@@ -254,11 +253,7 @@ impl DevPlane {
     /// Ends every watch of `resource` (its plural: `switchports`) open now, `how` a
     /// real API server's watches end; watches started afterwards are not affected.
     pub fn break_watches(&self, resource: &str, how: WatchBreak) {
-        let mut t = self.delays.lock();
-        let _ = t.breaker(resource);
-        if let Some(tx) = t.breaks.get(resource) {
-            tx.send_replace(Some(how));
-        }
+        self.delays.lock().breaker(resource).send_replace(Some(how));
     }
 
     /// How many objects the lists of `resource` returned so far, every page counted.
@@ -1158,7 +1153,7 @@ fn watch(
     let include_object = include_object.to_owned();
     let key: ResKey = res.storage_key();
     // Subscribed now: a break asked for before this watch started is not its own.
-    let mut broken = shared.delays.lock().breaker(&res.plural);
+    let mut broken = shared.delays.lock().breaker(&res.plural).subscribe();
     let shared = shared.clone();
     tokio::spawn(async move {
         let encode = |etype: &str, obj: Value| -> Bytes {

@@ -538,14 +538,18 @@ impl Context {
         // A switch an earlier operator found answering is believed to answer still,
         // and swept on its own schedule (a restart or a takeover opens no session of
         // its own); any other is checked at once.
-        let reachable_before = self.stores.switches.state().iter().any(|s| {
-            s.namespace().as_deref() == Some(key.0.as_str())
-                && s.spec.provider.name == key.1
-                && s.status.as_ref().is_some_and(|st| {
-                    crate::decide::status::find_condition(&st.conditions, "DeviceReachable")
-                        .is_some_and(|c| c.status == "True")
-                })
-        });
+        let reachable_before = self
+            .stores
+            .switches
+            .find(|s| {
+                s.spec.provider.name == key.1
+                    && s.namespace().as_deref() == Some(key.0.as_str())
+                    && s.status.as_ref().is_some_and(|st| {
+                        crate::decide::status::find_condition(&st.conditions, "DeviceReachable")
+                            .is_some_and(|c| c.status == "True")
+                    })
+            })
+            .is_some();
         let worker = SwitchWorker::spawn(
             device.clone(),
             WorkerConfig {

@@ -177,10 +177,10 @@ pub fn worker_start(
     now: Timestamp,
     reachable_before: bool,
 ) -> WorkerStart {
-    let period = interval.as_millis().max(1) as i128;
     if !reachable_before {
         return WorkerStart::Fresh;
     }
+    let period = interval.as_millis().max(1) as i128;
     let offset = i128::from(fnv1a(device.as_bytes())) % period;
     let phase = i128::from(now.as_millisecond()).rem_euclid(period);
     let wait = (offset - phase).rem_euclid(period);
