@@ -60,6 +60,7 @@ pub mod port_index;
 pub mod reachability;
 pub mod reconcile_queue;
 pub mod retry;
+pub mod rollout;
 pub mod slack;
 pub mod state_machine;
 pub mod status;
