@@ -75,23 +75,9 @@ fn wake<K: Lookup<DynamicType = ()>>(
 
 /// Runs `reconcile` for every port `wakes` names, from `store`, once `listed`
 /// completes with `true` (`false`: the operator stops before the caches listed),
-/// until `stop` completes and the reconciles running then have finished.
+/// until `stop` completes and the reconciles running then have finished; its queue
+/// is published to `watch` at every turn (the metrics read it).
 pub async fn run<K>(
-    wakes: impl Stream<Item = ObjectRef<K>> + Send,
-    store: impl Fn(&ObjectRef<K>) -> Option<Arc<K>> + Send,
-    concurrency: usize,
-    reconcile: Reconcile<K>,
-    listed: impl Future<Output = bool> + Send,
-    stop: impl Future<Output = ()> + Send,
-) where
-    K: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    let watch = Arc::new(QueueWatch::default());
-    run_watched(wakes, store, concurrency, reconcile, listed, stop, watch).await;
-}
-
-/// [`run`], publishing its queue to `watch` at every turn (the metrics read it).
-pub async fn run_watched<K>(
     wakes: impl Stream<Item = ObjectRef<K>> + Send,
     store: impl Fn(&ObjectRef<K>) -> Option<Arc<K>> + Send,
     concurrency: usize,
@@ -263,6 +249,7 @@ mod tests {
             recording(&seen, 10, |_, _| None),
             futures::future::ready(true),
             stop_rx.map(|_| ()),
+            Arc::default(),
         ));
         tokio::time::sleep(Duration::from_secs(1)).await;
         {
@@ -285,7 +272,7 @@ mod tests {
         let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let watch = Arc::new(QueueWatch::default());
         let hangs: Reconcile<ConfigMap> = Arc::new(|_| futures::future::pending().boxed());
-        tokio::spawn(run_watched(
+        tokio::spawn(run(
             rx,
             move |k| s.get(k),
             1,
@@ -326,6 +313,7 @@ mod tests {
             recording(&seen, 100, |_, _| None),
             futures::future::ready(true),
             stop_rx.map(|_| ()),
+            Arc::default(),
         ));
         tx.unbounded_send(key("a")).unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -356,6 +344,7 @@ mod tests {
             }),
             futures::future::ready(true),
             stop_rx.map(|_| ()),
+            Arc::default(),
         ));
         tx.unbounded_send(key("retry")).unwrap();
         tx.unbounded_send(key("quiet")).unwrap();
@@ -382,6 +371,7 @@ mod tests {
             recording(&seen, 1, |_, _| None),
             listed_rx.map(|r| r.is_ok()),
             stop_rx.map(|_| ()),
+            Arc::default(),
         ));
         tx.unbounded_send(key("a")).unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -434,6 +424,7 @@ mod tests {
             reconcile,
             futures::future::ready(true),
             stop_rx.map(|_| ()),
+            Arc::default(),
         ));
         tx.unbounded_send(key("b")).unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -465,6 +456,7 @@ mod tests {
             recording(&seen, 1_000, |_, _| Some(Duration::from_millis(1))),
             futures::future::ready(true),
             stop_rx.map(|_| ()),
+            Arc::default(),
         ));
         tx.unbounded_send(key("a")).unwrap();
         tx.unbounded_send(key("b")).unwrap();

@@ -190,7 +190,7 @@ impl Harness {
             .boxed()
         });
         let synced = self.synced.clone();
-        port_runner::run_watched(
+        port_runner::run(
             wakes,
             move |key| ports.get(key),
             PORT_RECONCILES.into(),
