@@ -53,6 +53,9 @@ pub struct Settings {
     /// inspected, prepared, provisioned and deprovisioned
     /// (`--metal3-provisioning-configuration namespace/name`); `None`: clean.
     pub metal3_provisioning: Option<crate::api::ConfigurationRef>,
+    /// How a configuration's edit rolls out when its `spec.rollout` leaves a field
+    /// out, and the limits a tenant's policy stays within.
+    pub rollout: crate::decide::rollout::Defaults,
 }
 
 impl Default for Settings {
@@ -73,6 +76,7 @@ impl Default for Settings {
             bgp_nodes: None,
             metal3_switches: false,
             metal3_provisioning: None,
+            rollout: crate::decide::rollout::Defaults::default(),
         }
     }
 }
@@ -191,6 +195,40 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_METAL3_PROVISIONING_CONFIGURATION")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metal3_provisioning_configuration: Option<String>,
+    /// A configuration edit's first wave when its spec.rollout names none: this
+    /// many ports [default: 1].
+    #[arg(long, env = "PATCHBAY_ROLLOUT_CANARY_PORTS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_canary_ports: Option<u32>,
+    /// The most ports a configuration edit changes at once, a count or a
+    /// percentage, when its spec.rollout says nothing [default: 25%].
+    #[arg(long, env = "PATCHBAY_ROLLOUT_MAX_UNAVAILABLE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_max_unavailable: Option<String>,
+    /// The same, on any one switch [default: 50%].
+    #[arg(long, env = "PATCHBAY_ROLLOUT_MAX_UNAVAILABLE_PER_SWITCH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_max_unavailable_per_switch: Option<String>,
+    /// Seconds a wave's ports must read back Active before the next wave, when
+    /// spec.rollout says nothing [default: 0].
+    #[arg(long, env = "PATCHBAY_ROLLOUT_MIN_WAIT_SECONDS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_min_wait_seconds: Option<u32>,
+    /// Seconds a wave may take to pass its gates before it is rolled back, when
+    /// spec.rollout says nothing [default: 600].
+    #[arg(long, env = "PATCHBAY_ROLLOUT_PROGRESS_DEADLINE_SECONDS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_progress_deadline_seconds: Option<u32>,
+    /// With tenancy: the most maxUnavailable a tenant's configuration may ask for
+    /// (count or percentage) [default: no limit].
+    #[arg(long, env = "PATCHBAY_ROLLOUT_TENANT_MAX_UNAVAILABLE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_tenant_max_unavailable: Option<String>,
+    /// With tenancy: the most maxUnavailablePerSwitch a tenant's configuration may
+    /// ask for [default: no limit].
+    #[arg(long, env = "PATCHBAY_ROLLOUT_TENANT_MAX_UNAVAILABLE_PER_SWITCH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_tenant_max_unavailable_per_switch: Option<String>,
 }
 
 impl SettingsArgs {
@@ -396,7 +434,9 @@ impl Settings {
                 metallb_namespace: metallb.clone().filter(|n| !n.is_empty()),
             }),
         };
+        let rollout = rollout_defaults(&args)?;
         Ok(Settings {
+            rollout,
             namespace: args.namespace.clone(),
             batch_window: Duration::from_millis(window),
             batch_quiet: Duration::from_millis(quiet.min(window)),
@@ -435,6 +475,72 @@ impl Settings {
             },
         })
     }
+}
+
+/// The rollout settings: the default policy and a tenant's limits.
+fn rollout_defaults(
+    args: &SettingsArgs,
+) -> Result<crate::decide::rollout::Defaults, SettingsError> {
+    use crate::decide::rollout::{Amount, Canary, Defaults, Limits};
+    let d = Defaults::default();
+    let amount = |value: &Option<String>, field: &'static str, default: Amount| {
+        value
+            .as_deref()
+            .map(|v| Amount::parse(v).map_err(|reason| SettingsError::Invalid { field, reason }))
+            .transpose()
+            .map(|a| a.unwrap_or(default))
+    };
+    let mut policy = d.policy;
+    if let Some(n) = args.rollout_canary_ports {
+        if n == 0 {
+            return Err(SettingsError::Invalid {
+                field: "rolloutCanaryPorts",
+                reason: "0 would never move a port: at least 1".into(),
+            });
+        }
+        policy.canary = Canary::Ports(n);
+    }
+    policy.max_unavailable = amount(
+        &args.rollout_max_unavailable,
+        "rolloutMaxUnavailable",
+        policy.max_unavailable,
+    )?;
+    policy.max_unavailable_per_switch = amount(
+        &args.rollout_max_unavailable_per_switch,
+        "rolloutMaxUnavailablePerSwitch",
+        policy.max_unavailable_per_switch,
+    )?;
+    let limits = match (
+        &args.rollout_tenant_max_unavailable,
+        &args.rollout_tenant_max_unavailable_per_switch,
+    ) {
+        (None, None) => None,
+        (overall, per_switch) => Some(Limits {
+            max_unavailable: amount(overall, "rolloutTenantMaxUnavailable", Amount::Percent(100))?,
+            max_unavailable_per_switch: amount(
+                per_switch,
+                "rolloutTenantMaxUnavailablePerSwitch",
+                Amount::Percent(100),
+            )?,
+        }),
+    };
+    let deadline = args
+        .rollout_progress_deadline_seconds
+        .map_or(d.progress_deadline_seconds, i64::from);
+    if deadline < 10 {
+        return Err(SettingsError::Invalid {
+            field: "rolloutProgressDeadlineSeconds",
+            reason: format!("{deadline} is below 10"),
+        });
+    }
+    Ok(Defaults {
+        policy,
+        min_wait_seconds: args
+            .rollout_min_wait_seconds
+            .map_or(d.min_wait_seconds, i64::from),
+        progress_deadline_seconds: deadline,
+        limits,
+    })
 }
 
 #[cfg(test)]

@@ -653,6 +653,39 @@ webhooks:
         "validatingwebhookconfiguration",
         &format!("{ns}-blast-radius"),
     ]);
+    // A configuration edited twelve times keeps its last ten revisions: the
+    // oldest ControllerRevisions are deleted.
+    for vlan in 1..=12 {
+        let file = cluster.dir.join("history.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+                 metadata: {{name: history, namespace: {ns}}}\nspec: {{untaggedVLAN: {vlan}}}\n"
+            ),
+        )
+        .unwrap();
+        cluster.kubectl_ok(&["apply", "-f", file.to_str().unwrap()]);
+        wait_jsonpath(
+            &cluster,
+            &["get", "switchportconfiguration", "history", "-n", &ns],
+            "{.status.rollout.currentRevisionNumber}",
+            |s| s == vlan.to_string(),
+        );
+    }
+    wait_jsonpath(
+        &cluster,
+        &[
+            "get",
+            "controllerrevisions",
+            "-n",
+            &ns,
+            "-l",
+            "patchbay.dev/configuration=history",
+        ],
+        "{.items[*].revision}",
+        |s| s.split_whitespace().count() == 10 && !s.split_whitespace().any(|n| n == "1"),
+    );
     // The BMC copy turned off, then the claim and the Switch deleted.
     cluster.kubectl_ok(&[
         "patch",

@@ -54,6 +54,7 @@ fn test_settings(namespace: &str) -> Settings {
         bgp_nodes: None,
         metal3_switches: false,
         metal3_provisioning: None,
+        rollout: Default::default(),
     }
 }
 
@@ -1406,5 +1407,365 @@ async fn a_switch_creates_each_port_once_adopts_one_made_ahead_and_deletes_a_rem
     for kept in ["p1", "p2", "ahead"] {
         assert!(api.get_opt(kept).await.unwrap().is_some(), "{kept} kept");
     }
+    env.finish().await;
+}
+
+/// The access VLAN each device port of `ports` carries on its fixture device.
+fn access_vlans(env: &Env, ports: &[(&str, &str)]) -> BTreeMap<String, Option<u16>> {
+    ports
+        .iter()
+        .map(|(switch, dev)| {
+            let vlan = match env.device(switch).port_state(&p(dev)).and_then(|s| s.vlans) {
+                Some(VlanMode::Access { vlan }) => Some(vlan.get()),
+                _ => None,
+            };
+            (format!("{switch}/{dev}"), vlan)
+        })
+        .collect()
+}
+
+/// Two fixture switches of three ports each (`a1..a3` on tor-a, `b1..b3` on tor-b),
+/// every port Active on configuration `shared` (access VLAN 10, `rollout` its
+/// policy); returns the (switch, device port) pairs.
+async fn shared_fleet(env: &Env, rollout: serde_json::Value) -> Vec<(&'static str, &'static str)> {
+    env.switch(
+        "tor-a",
+        &[
+            ("a1", "Gi0/1", None),
+            ("a2", "Gi0/2", None),
+            ("a3", "Gi0/3", None),
+        ],
+        "Reconcile",
+    )
+    .await;
+    env.switch(
+        "tor-b",
+        &[
+            ("b1", "Gi0/1", None),
+            ("b2", "Gi0/2", None),
+            ("b3", "Gi0/3", None),
+        ],
+        "Reconcile",
+    )
+    .await;
+    env.configuration("shared", json!({"untaggedVLAN": 10, "rollout": rollout}))
+        .await;
+    for port in ["a1", "a2", "a3", "b1", "b2", "b3"] {
+        env.link(port, Some("shared")).await;
+    }
+    for port in ["a1", "a2", "a3", "b1", "b2", "b3"] {
+        env.wait_state(port, PortState::Active).await;
+    }
+    // The first revision is recorded before the edit.
+    env.wait_rollout("the first revision", |r| r.phase == "Complete")
+        .await;
+    vec![
+        ("tor-a", "Gi0/1"),
+        ("tor-a", "Gi0/2"),
+        ("tor-a", "Gi0/3"),
+        ("tor-b", "Gi0/1"),
+        ("tor-b", "Gi0/2"),
+        ("tor-b", "Gi0/3"),
+    ]
+}
+
+impl Env {
+    /// Polls configuration `shared` until its rollout status satisfies `check`.
+    async fn wait_rollout(
+        &self,
+        what: &str,
+        check: impl Fn(&patchbay::api::RolloutStatus) -> bool,
+    ) -> patchbay::api::RolloutStatus {
+        let api: Api<SwitchPortConfiguration> = self.api();
+        eventually(30, what, || async {
+            let c = api.get_opt("shared").await.ok()??;
+            let r = c.status?.rollout?;
+            check(&r).then_some(r)
+        })
+        .await
+    }
+
+    async fn edit_shared(&self, patch: serde_json::Value) {
+        self.api::<SwitchPortConfiguration>()
+            .patch(
+                "shared",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": patch })),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Device ports seen on VLAN `to`, sampled every 50 ms until all of `ports` are or
+/// `secs` pass: each sample where the set grew, as the ports that joined.
+async fn waves_seen(env: &Env, ports: &[(&str, &str)], to: u16, secs: u64) -> Vec<Vec<String>> {
+    let mut seen: std::collections::BTreeSet<String> = Default::default();
+    let mut steps = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while seen.len() < ports.len() && std::time::Instant::now() < deadline {
+        let now: std::collections::BTreeSet<String> = access_vlans(env, ports)
+            .into_iter()
+            .filter(|(_, v)| *v == Some(to))
+            .map(|(k, _)| k)
+            .collect();
+        let joined: Vec<String> = now.difference(&seen).cloned().collect();
+        if !joined.is_empty() {
+            steps.push(joined);
+        }
+        seen = now;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    steps
+}
+
+/// An edit of a configuration six ports on two switches carry reaches the devices
+/// in waves: the canary alone, then at most two ports at a time and one per switch,
+/// each wave after the one before read back Active and waited its minimum. The
+/// status counts the ports and switches on the new revision, and both revisions
+/// are kept as ControllerRevisions.
+#[tokio::test]
+async fn an_edit_rolls_out_in_waves_each_gated_on_the_one_before() {
+    let env = Env::start("rollout-waves").await;
+    let ports = shared_fleet(
+        &env,
+        json!({"canary": {"ports": 1}, "maxUnavailable": 2, "maxUnavailablePerSwitch": 1,
+               "minWaitSeconds": 1}),
+    )
+    .await;
+    env.edit_shared(json!({"untaggedVLAN": 20})).await;
+    let steps = waves_seen(&env, &ports, 20, 40).await;
+    let flat: Vec<&String> = steps.iter().flatten().collect();
+    assert_eq!(flat.len(), 6, "every port reached VLAN 20: {steps:?}");
+    assert_eq!(
+        steps[0],
+        ["tor-a/Gi0/1"],
+        "the canary first, alone: {steps:?}"
+    );
+    for step in &steps {
+        assert!(step.len() <= 2, "at most two at once: {steps:?}");
+        let on_a = step.iter().filter(|k| k.starts_with("tor-a/")).count();
+        assert!(
+            on_a <= 1 && step.len() - on_a <= 1,
+            "one per switch: {steps:?}"
+        );
+    }
+    // Canary, then waves of two (one per switch): 1, 2, 2, 1.
+    assert_eq!(steps.len(), 4, "{steps:?}");
+    let r = env
+        .wait_rollout("the rollout to complete", |r| {
+            r.phase == "Complete" && r.updated_ports == 6
+        })
+        .await;
+    assert_eq!(
+        (r.current_revision_number, r.update_revision_number),
+        (2, 2)
+    );
+    assert_eq!((r.ports, r.switches.as_str(), r.wave), (6, "2/2", 4));
+    let revisions: Api<k8s_openapi::api::apps::v1::ControllerRevision> = env.api();
+    let kept = revisions
+        .list(&ListParams::default().labels("patchbay.dev/configuration=shared"))
+        .await
+        .unwrap();
+    let mut numbers: Vec<i64> = kept.items.iter().filter_map(|c| c.revision).collect();
+    numbers.sort();
+    assert_eq!(numbers, [1, 2]);
+    assert!(
+        kept.items
+            .iter()
+            .any(|c| c.name_any() == r.current_revision && c.data.0["untaggedVLAN"] == 20),
+        "{kept:?}"
+    );
+    env.finish().await;
+}
+
+/// A wave whose port fails to apply the new revision is put back: its ports carry
+/// the previous revision again (read back on the device), the rollout stops, the
+/// ports not reached are never touched, and the configuration says which gate
+/// failed, on which ports, with a Warning Event. Drift repair keeps the failed
+/// wave on the previous revision.
+#[tokio::test]
+async fn a_wave_that_fails_its_gate_goes_back_and_the_ports_not_reached_are_untouched() {
+    let env = Env::start("rollout-back").await;
+    let ports = shared_fleet(
+        &env,
+        json!({"canary": {"ports": 1}, "maxUnavailable": 2, "maxUnavailablePerSwitch": 1}),
+    )
+    .await;
+    // tor-b's first port refuses the new configuration.
+    env.device("tor-b")
+        .fail_port(&p("Gi0/1"), Some(FixtureFailure::Rejected));
+    for (switch, _) in &ports {
+        env.device(switch).clear_log();
+    }
+    env.edit_shared(json!({"untaggedVLAN": 20})).await;
+    let r = env
+        .wait_rollout("the rollout to be rolled back", |r| {
+            r.phase == "RolledBack" && r.wave_ports.is_empty()
+        })
+        .await;
+    assert!(
+        r.message.contains("gate PortsActive failed"),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("b1"), "{}", r.message);
+    assert_eq!(r.wave, 2, "{r:?}");
+    env.device("tor-b").fail_port(&p("Gi0/1"), None);
+    // The failed wave (a2 on tor-a, b1 on tor-b) back on VLAN 10, the canary
+    // stays on 20; a3, b2, b3 never written.
+    env.wait_for("a2", "a2 back on the previous revision", |p| {
+        p.status.as_ref().and_then(|s| s.state) == Some(PortState::Active)
+            && p.annotations().get("patchbay.dev/rollout").is_none()
+    })
+    .await;
+    env.wait_for("b1", "b1 Active on the previous revision", |p| {
+        p.status.as_ref().and_then(|s| s.state) == Some(PortState::Active)
+    })
+    .await;
+    // Longer than a few drift sweeps (400 ms): nothing moves the failed wave again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let vlans = access_vlans(&env, &ports);
+    let want: BTreeMap<String, Option<u16>> = [
+        ("tor-a/Gi0/1", 20),
+        ("tor-a/Gi0/2", 10),
+        ("tor-a/Gi0/3", 10),
+        ("tor-b/Gi0/1", 10),
+        ("tor-b/Gi0/2", 10),
+        ("tor-b/Gi0/3", 10),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), Some(v)))
+    .collect();
+    assert_eq!(vlans, want);
+    for (switch, untouched) in [("tor-a", "Gi0/3"), ("tor-b", "Gi0/2"), ("tor-b", "Gi0/3")] {
+        let writes: Vec<_> = env
+            .device(switch)
+            .operations()
+            .into_iter()
+            .filter(|o| match o {
+                LoggedOperation::Set { desired, changed } => {
+                    *changed && desired.port.as_str() == untouched
+                }
+                _ => false,
+            })
+            .collect();
+        assert!(
+            writes.is_empty(),
+            "{switch}/{untouched} was written: {writes:?}"
+        );
+    }
+    let config: SwitchPortConfiguration = env.api().get("shared").await.unwrap();
+    let progressing = config
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap();
+    assert_eq!(
+        (progressing.status.as_str(), progressing.reason.as_str()),
+        ("False", "RolledBack")
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = env.api();
+    let warned = eventually(10, "a RolledBack Warning", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("RolledBack")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("shared")
+        })
+    })
+    .await;
+    assert_eq!(warned.type_.as_deref(), Some("Warning"));
+    assert!(warned.note.unwrap_or_default().contains("b1"));
+    env.finish().await;
+}
+
+/// Paused, nothing moves; resumed, the rollout goes on; an
+/// operator killed mid-rollout resumes it from what it stored (no port written
+/// twice, the waves keep their bounds); aborted, every port it reached goes back.
+#[tokio::test]
+async fn a_rollout_pauses_resumes_after_a_kill_and_aborts() {
+    let mut env = Env::start("rollout-control").await;
+    let ports = shared_fleet(
+        &env,
+        json!({"canary": {"ports": 1}, "maxUnavailable": 1, "paused": true}),
+    )
+    .await;
+    env.edit_shared(json!({"untaggedVLAN": 30})).await;
+    // Paused before its first wave: nothing moves.
+    let r = env
+        .wait_rollout("the rollout to be held", |r| {
+            r.phase == "Paused" && r.update_revision_number == 2
+        })
+        .await;
+    assert_eq!(r.wave, 0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let on_30 = |env: &Env| {
+        access_vlans(env, &ports)
+            .into_values()
+            .filter(|v| *v == Some(30))
+            .count()
+    };
+    assert_eq!(on_30(&env), 0, "nothing moved while paused");
+    // Resumed with a minimum wait, killed mid-rollout, started again.
+    env.edit_shared(json!({"rollout": {"paused": false, "minWaitSeconds": 1}}))
+        .await;
+    env.wait_rollout("a wave after the canary", |r| r.wave >= 2)
+        .await;
+    env.kill_operator();
+    let moved_at_kill = on_30(&env);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.start_operator();
+    let r = env
+        .wait_rollout("the rollout to complete after the restart", |r| {
+            r.phase == "Complete" && r.updated_ports == 6
+        })
+        .await;
+    assert_eq!(r.wave, 6, "one port a wave, none repeated: {r:?}");
+    assert!(
+        moved_at_kill < 6,
+        "killed before the end ({moved_at_kill} moved)"
+    );
+    assert_eq!(on_30(&env), 6);
+    for (switch, dev) in &ports {
+        let writes = env
+            .device(switch)
+            .operations()
+            .into_iter()
+            .filter(|o| matches!(o, LoggedOperation::Set { desired, changed: true }
+                if desired.port.as_str() == *dev && matches!(desired.vlans, VlanMode::Access { vlan } if vlan.get() == 30)))
+            .count();
+        assert_eq!(writes, 1, "{switch}/{dev} written once with VLAN 30");
+    }
+
+    // Abort: the next edit reaches two ports or more, then is aborted; every one
+    // goes back.
+    env.edit_shared(json!({"untaggedVLAN": 40, "rollout": {"minWaitSeconds": 2}}))
+        .await;
+    env.wait_rollout("revision 3's second wave", |r| {
+        r.update_revision_number == 3 && r.wave >= 2
+    })
+    .await;
+    eventually(20, "two ports on VLAN 40", || async {
+        let n = access_vlans(&env, &ports)
+            .into_values()
+            .filter(|v| *v == Some(40))
+            .count();
+        (n >= 2).then_some(())
+    })
+    .await;
+    env.edit_shared(json!({"rollout": {"abortRevision": 3}}))
+        .await;
+    let r = env
+        .wait_rollout("the abort", |r| {
+            r.phase == "Aborted" && r.wave_ports.is_empty()
+        })
+        .await;
+    assert_eq!(r.current_revision_number, 2);
+    eventually(20, "every port back on VLAN 30", || async {
+        (on_30(&env) == 6).then_some(())
+    })
+    .await;
     env.finish().await;
 }

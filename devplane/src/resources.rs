@@ -1,7 +1,7 @@
 //! The kinds the server serves: the built-in ones (Namespace, Secret, ConfigMap,
-//! Event in core/v1 and events.k8s.io/v1, Lease, CustomResourceDefinition, and —
-//! stored and served only — ServiceAccount, Node, Deployment and the RBAC kinds) and those
-//! installed through CRDs. Pure data, no I/O.
+//! Event in core/v1 and events.k8s.io/v1, Lease, ControllerRevision,
+//! CustomResourceDefinition, and — stored and served only — ServiceAccount, Node,
+//! Deployment and the RBAC kinds) and those installed through CRDs. Pure data, no I/O.
 
 use std::collections::BTreeMap;
 
@@ -169,6 +169,16 @@ impl Resource {
                 true,
                 false,
                 &["sa"],
+            ),
+            // A configuration's revisions (patchbay's rollouts keep them here).
+            Self::builtin(
+                "apps",
+                "v1",
+                "controllerrevisions",
+                "ControllerRevision",
+                true,
+                false,
+                &[],
             ),
             Self::builtin(
                 "apps",

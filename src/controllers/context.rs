@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -163,6 +164,8 @@ pub struct Stores {
     pub servers: Store<Server>,
     /// ServerClaims: what a Server's role asks of BGP.
     pub claims: Store<ServerClaim>,
+    /// The configurations' ControllerRevisions (their rollouts' revisions).
+    pub revisions: Store<ControllerRevision>,
     grants: Arc<GrantsCache>,
     /// The Switches with valid BGP, last computed ([`super::bgp_fleet::bgp_switches`]).
     pub(super) bgp_switches: Arc<super::bgp_fleet::BgpSwitchesCache>,
@@ -187,6 +190,7 @@ impl Stores {
             pools,
             servers,
             claims,
+            revisions: kube::runtime::reflector::store().0,
             grants: Arc::default(),
             bgp_switches: Arc::default(),
         }
@@ -293,6 +297,49 @@ impl Stores {
         self.configurations
             .get(&ObjectRef::new(name).within(ns))
             .map(|c| (*c).clone())
+    }
+
+    /// These caches, with the configurations' revisions read from `revisions`.
+    pub fn with_revisions(mut self, revisions: Store<ControllerRevision>) -> Self {
+        self.revisions = revisions;
+        self
+    }
+
+    /// The configuration `ns/name` as a port whose rollout pin is `pin` carries it:
+    /// its spec at the revision the configuration's rollout gives the port
+    /// ([`crate::decide::rollout::revision_of`]), which is the spec as it stands
+    /// unless a rollout holds the port on an earlier one. `Err` names a revision the
+    /// cache does not hold (not listed yet, or deleted): the port waits rather than
+    /// take a spec its rollout has not reached.
+    pub fn configuration_carried(
+        &self,
+        ns: &str,
+        name: &str,
+        pin: Option<&str>,
+    ) -> Result<Option<SwitchPortConfiguration>, String> {
+        let Some(mut config) = self.configuration(ns, name) else {
+            return Ok(None);
+        };
+        let rollout = config.status.as_ref().and_then(|s| s.rollout.as_ref());
+        let Some(revision) = crate::decide::rollout::revision_of(pin, rollout) else {
+            return Ok(Some(config));
+        };
+        let live = crate::decide::rollout::revision_name(name, &config.spec.content_hash());
+        if revision == live {
+            return Ok(Some(config));
+        }
+        let spec = self
+            .revisions
+            .get(&ObjectRef::new(revision).within(ns))
+            .and_then(|r| serde_json::from_value(r.data.0.clone()).ok())
+            .ok_or_else(|| {
+                format!(
+                    "revision {revision} of SwitchPortConfiguration {ns}/{name} (the one this \
+                     port's rollout gives it) is not in the cache"
+                )
+            })?;
+        config.spec = spec;
+        Ok(Some(config))
     }
 }
 

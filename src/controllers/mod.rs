@@ -15,6 +15,7 @@
 //! | [`server`], [`bare_metal_host`] | the host controllers over [`host`] | Kubernetes |
 //! | [`bgp`] | a Switch's BGP speaker kept to its hosts' neighbours; each Server's peers published (annotations, password Secrets); decisions: [`crate::decide::bgp`] | Kubernetes, device (the speaker's own session) |
 //! | [`bgp_nodes`] | opted in: a Server's peers on its Kubernetes Nodes and MetalLB `BGPPeer`s; decisions: [`crate::decide::bgp_nodes`] | Kubernetes |
+//! | [`rollout`] | a SwitchPortConfiguration's edit rolled out in waves: ControllerRevisions, each moved port's pin, gates, rollback; decisions: [`crate::decide::rollout`] | Kubernetes |
 //! | [`vlan_pool`] | VLANPool conditions and each namespace's grants ConfigMap | Kubernetes |
 //! | [`smartnic_port`] | the SmartNicPort controller: a bridge port chained to its SwitchPort | Kubernetes, device (via the worker) |
 //! | [`port_loop`] | the state-machine loop every port runs (and `demo --walk`), over two traits | none of its own |
@@ -44,6 +45,7 @@ pub mod port_loop;
 pub mod port_record;
 pub mod port_runner;
 pub mod provider_switch;
+pub mod rollout;
 pub mod runtime;
 pub mod secrets;
 pub mod server;

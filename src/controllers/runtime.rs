@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config, Controller};
@@ -42,7 +43,7 @@ use super::host::HostWorld;
 use super::server_claim::Allocator;
 use super::{
     ControllerError, bare_metal_host, metal3, metal3_attachment, metal3_switch, port_runner,
-    provider_switch, server, server_claim, smartnic_port, switch, switch_port, vlan_pool,
+    provider_switch, rollout, server, server_claim, smartnic_port, switch, switch_port, vlan_pool,
 };
 use crate::api::server::CabledPortKind;
 use crate::api::{Cached, PortState};
@@ -148,6 +149,7 @@ pub async fn run(
     let snic_configs = api_for::<SmartNicConfiguration>(&client, ns);
     let port_ctl = switch_ports(&watches, &harness, &ctx, secrets, woken.ports);
     let switch_ctl = switches(&watches, &harness, &ctx, woken.switches);
+    let rollout_ctl = rollouts(&watches, &harness, &ctx);
     let provider_ctl = provider_switches(&watches, &harness, &ctx, woken.providers);
     let snic_ctl = smartnic_ports(&watches, &harness, &ctx, snic_configs, &wc, woken.smartnics);
     let hosts = hosts_and_claims(
@@ -196,6 +198,7 @@ pub async fn run(
         sync_gate.open_when(listed),
         port_ctl,
         switch_ctl,
+        rollout_ctl,
         provider_ctl,
         snic_ctl,
         hosts,

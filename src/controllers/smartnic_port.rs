@@ -140,7 +140,7 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             "nextPort": chain.as_ref().map(|c| format!("{}/{}", c.port_ns, c.port_name)),
             "next": chain.as_ref().map(|c| c.config_obj.as_ref().map_or_else(
                 || "missing".to_owned(),
-                |o| configuration_hash(&o.spec),
+                |o| o.spec.content_hash(),
             )),
         })),
     };
@@ -351,10 +351,7 @@ impl SmartNicSteps<'_> {
     fn next_not_ready(&self, chain: &Chain) -> Option<String> {
         let next = chain.port.as_ref()?;
         let status = next.status.clone().unwrap_or_default();
-        let hash = chain
-            .config_obj
-            .as_ref()
-            .map(|o| configuration_hash(&o.spec));
+        let hash = chain.config_obj.as_ref().map(|o| o.spec.content_hash());
         let ready = status.state == Some(PortState::Active)
             && status.configuration_ref.as_ref() == Some(&chain.config)
             && hash.is_some()

@@ -26,10 +26,10 @@ use super::context::{Context, SharedPortIndex, switch_device_ports};
 use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, PreparedPort, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_after};
-use crate::api::keys::{SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL};
+use crate::api::keys::{ROLLOUT_ANNOTATION, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL};
 use crate::api::{
     CabledPortKind, ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
-    SwitchPortConfigurationSpec, SwitchPortDefinition, configuration_hash,
+    SwitchPortConfigurationSpec, SwitchPortDefinition,
 };
 use crate::decide::failure::Failure;
 use crate::decide::plan::{PortInputs, port_desired};
@@ -98,10 +98,17 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         None => (None, None),
         Some(r) => {
             let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
-            let cfg = stores.configuration(&cns, &r.name);
+            // The configuration at the revision its rollout gives this port.
+            let pin = port
+                .annotations()
+                .get(ROLLOUT_ANNOTATION)
+                .map(String::as_str);
+            let cfg = stores
+                .configuration_carried(&cns, &r.name, pin)
+                .map_err(ControllerError::Waiting)?;
             let hash = cfg
                 .as_ref()
-                .map(|c| configuration_hash(&c.spec))
+                .map(|c| c.spec.content_hash())
                 .unwrap_or_else(|| "missing".into());
             let configuration = ConfigurationRef {
                 name: r.name.clone(),

@@ -65,6 +65,7 @@ impl Env {
             bgp_nodes: None,
             metal3_switches: false,
             metal3_provisioning: None,
+            rollout: Default::default(),
         };
         edit(&mut settings);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

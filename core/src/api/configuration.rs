@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::pattern;
+use super::rollout::ConfigurationStatus;
 
 /// What a switch port should carry. Tenants create these and name them in their
 /// ServerClaims (the infra team also links them from SwitchPorts); editing one
@@ -23,8 +24,30 @@ use super::common::pattern;
     shortname = "swpc",
     category = "patchbay",
     doc = "What a switch port should carry: untagged and tagged VLANs, ACL, admin state, MTU, description, link aggregation.",
+    status = "ConfigurationStatus",
     printcolumn(name = "Untagged", type_ = "integer", json_path = ".spec.untaggedVLAN"),
     printcolumn(name = "Disabled", type_ = "boolean", json_path = ".spec.disabled"),
+    printcolumn(
+        name = "Rollout",
+        type_ = "string",
+        json_path = ".status.rollout.phase"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.rollout.updateRevisionNumber"
+    ),
+    printcolumn(
+        name = "Updated",
+        type_ = "integer",
+        json_path = ".status.rollout.updatedPorts"
+    ),
+    printcolumn(name = "Ports", type_ = "integer", json_path = ".status.rollout.ports"),
+    printcolumn(
+        name = "Switches",
+        type_ = "string",
+        json_path = ".status.rollout.switches"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -53,6 +76,26 @@ pub struct SwitchPortConfigurationSpec {
     /// of provisioning configurations (PXE needs single links).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_aggregation: Option<LinkAggregationSpec>,
+    /// How an edit reaches the ports already carrying this configuration: in waves
+    /// (a canary, then at most `maxUnavailable` ports at a time), each gated on its
+    /// ports reading back Active. Absent: the operator's default policy. Not part of
+    /// the configuration's revision: editing it moves no port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::rollout::RolloutSpec>,
+}
+
+impl SwitchPortConfigurationSpec {
+    /// SHA-256 of what a port carries from this spec (everything but `rollout`):
+    /// the revision's identity, and what a port's `status.configurationHash` holds.
+    pub fn content_hash(&self) -> String {
+        if self.rollout.is_none() {
+            return super::configuration_hash(self);
+        }
+        super::configuration_hash(&SwitchPortConfigurationSpec {
+            rollout: None,
+            ..self.clone()
+        })
+    }
 }
 
 /// What every port configuration carries — a switch port's

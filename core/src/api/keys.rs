@@ -45,3 +45,15 @@ pub const FINALIZER: &str = "patchbay.dev/cleanup";
 
 /// The field manager of patchbay's server-side applies.
 pub const MANAGER: &str = "patchbay";
+
+/// Annotation on a SwitchPort a rollout moved: `<updateRevision>.<attempt>` of its
+/// configuration's `status.rollout`. While it names the rollout under way, the port
+/// carries the update revision; otherwise the configuration's current revision.
+pub const ROLLOUT_ANNOTATION: &str = "patchbay.dev/rollout";
+
+/// Label on the ControllerRevisions of a SwitchPortConfiguration: its name.
+pub const CONFIGURATION_LABEL: &str = "patchbay.dev/configuration";
+
+/// How many revisions of a configuration are kept (the current and update ones
+/// always), like a Deployment's default `revisionHistoryLimit`.
+pub const REVISION_HISTORY: usize = 10;

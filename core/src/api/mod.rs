@@ -14,6 +14,7 @@ pub mod metal3_attachment;
 pub mod metal3_switch;
 pub mod provider_switch;
 pub mod quantity;
+pub mod rollout;
 pub mod server;
 pub mod smartnic;
 pub mod switch;
@@ -40,6 +41,7 @@ pub use configuration::{
 pub use provider_switch::{
     Backend, BackendOptions, DeviceOs, HostKeyPin, ProviderSwitch, ProviderSwitchSpec,
 };
+pub use rollout::{CanarySpec, ConfigurationStatus, RolloutSpec, RolloutStatus};
 pub use server::{
     BgpPeer, CabledPortKind, HardwareSpec, NamespacedObjectRef, Server, ServerClaimBinding,
     ServerPhase, ServerSpec, ServerStatus,

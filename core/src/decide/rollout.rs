@@ -15,7 +15,11 @@
 //! resume from the wave it stored. A wave takes from the switches in turn, so it
 //! spreads over switches instead of emptying one before the next.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::api::{RolloutSpec, RolloutStatus};
 
 /// A count of ports, or a percentage of the ports a rollout reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +95,71 @@ pub struct Target<'a> {
     pub switch: &'a str,
 }
 
+/// Each switch's ports (indices into `targets`), in port-name order; switches in
+/// name order.
+fn queues(targets: &[Target<'_>]) -> Vec<VecDeque<usize>> {
+    let mut by_switch: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, t) in targets.iter().enumerate() {
+        by_switch.entry(t.switch).or_default().push(i);
+    }
+    by_switch
+        .into_values()
+        .map(|mut ports| {
+            ports.sort_by(|a, b| targets[*a].port.cmp(targets[*b].port));
+            ports.into()
+        })
+        .collect()
+}
+
+/// The canary, taken from the queues: from the first switch on, a switch at a time.
+fn take_canary(
+    queues: &mut [VecDeque<usize>],
+    canary: Canary,
+    overall: usize,
+    per_switch: usize,
+) -> Vec<usize> {
+    let Some(first) = queues.first() else {
+        return Vec::new();
+    };
+    let size = match canary {
+        Canary::Ports(n) => (n as usize).clamp(1, overall),
+        Canary::OneSwitch => first.len().min(per_switch).min(overall),
+    };
+    let mut out = Vec::new();
+    for queue in queues.iter_mut() {
+        let take = (size - out.len()).min(per_switch).min(queue.len());
+        out.extend(queue.drain(..take));
+        if out.len() == size || canary == Canary::OneSwitch {
+            break;
+        }
+    }
+    out
+}
+
+/// A wave taken from the queues: from the switches in turn, within both bounds.
+fn take_wave(queues: &mut [VecDeque<usize>], overall: usize, per_switch: usize) -> Vec<usize> {
+    let mut wave = Vec::new();
+    let mut taken = vec![0usize; queues.len()];
+    loop {
+        let mut moved = false;
+        for (s, queue) in queues.iter_mut().enumerate() {
+            if wave.len() == overall {
+                return wave;
+            }
+            if taken[s] < per_switch
+                && let Some(i) = queue.pop_front()
+            {
+                wave.push(i);
+                taken[s] += 1;
+                moved = true;
+            }
+        }
+        if !moved {
+            return wave;
+        }
+    }
+}
+
 /// The waves of a rollout: indices into `targets`, the canary first. Every port is in
 /// exactly one wave; the same targets and policy give the same waves.
 pub fn waves(targets: &[Target<'_>], policy: &Policy) -> Vec<Vec<usize>> {
@@ -100,60 +169,32 @@ pub fn waves(targets: &[Target<'_>], policy: &Policy) -> Vec<Vec<usize>> {
     }
     let overall = policy.max_unavailable.of(total);
     let per_switch = policy.max_unavailable_per_switch.of(total);
-    // Each switch's ports, in name order; switches in name order.
-    let mut by_switch: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, t) in targets.iter().enumerate() {
-        by_switch.entry(t.switch).or_default().push(i);
-    }
-    let mut queues: Vec<std::collections::VecDeque<usize>> = by_switch
-        .into_values()
-        .map(|mut ports| {
-            ports.sort_by(|a, b| targets[*a].port.cmp(targets[*b].port));
-            ports.into()
-        })
-        .collect();
-    let mut out = Vec::new();
-    // The canary: from the first switch on, a switch at a time.
-    let canary_size = match policy.canary {
-        Canary::Ports(n) => (n as usize).clamp(1, overall),
-        Canary::OneSwitch => queues[0].len().min(per_switch).min(overall),
-    };
-    let mut canary = Vec::new();
-    for queue in &mut queues {
-        let take = (canary_size - canary.len())
-            .min(per_switch)
-            .min(queue.len());
-        canary.extend(queue.drain(..take));
-        if canary.len() == canary_size || policy.canary == Canary::OneSwitch {
-            break;
-        }
-    }
-    out.push(canary);
-    // Then waves that take from the switches in turn.
+    let mut queues = queues(targets);
+    let mut out = vec![take_canary(&mut queues, policy.canary, overall, per_switch)];
     while queues.iter().any(|q| !q.is_empty()) {
-        let mut wave = Vec::new();
-        let mut taken = vec![0usize; queues.len()];
-        'fill: loop {
-            let mut moved = false;
-            for (s, queue) in queues.iter_mut().enumerate() {
-                if wave.len() == overall {
-                    break 'fill;
-                }
-                if taken[s] < per_switch
-                    && let Some(i) = queue.pop_front()
-                {
-                    wave.push(i);
-                    taken[s] += 1;
-                    moved = true;
-                }
-            }
-            if !moved {
-                break;
-            }
-        }
-        out.push(wave);
+        out.push(take_wave(&mut queues, overall, per_switch));
     }
     out
+}
+
+/// The next wave of a rollout under way: indices into `remaining` (the ports not
+/// moved yet), bounded as a share of `total` (every port the rollout reaches, so a
+/// percentage keeps its size as the rollout goes); the canary when `first`.
+pub fn next_wave(
+    remaining: &[Target<'_>],
+    total: usize,
+    policy: &Policy,
+    first: bool,
+) -> Vec<usize> {
+    let total = total.max(remaining.len());
+    let overall = policy.max_unavailable.of(total);
+    let per_switch = policy.max_unavailable_per_switch.of(total);
+    let mut queues = queues(remaining);
+    if first {
+        take_canary(&mut queues, policy.canary, overall, per_switch)
+    } else {
+        take_wave(&mut queues, overall, per_switch)
+    }
 }
 
 /// The most a tenant's policy may ask for, set by the infra team.
@@ -203,6 +244,328 @@ pub fn check_within(policy: &Policy, limits: &Limits, total: usize) -> Vec<(Stri
         ));
     }
     refused
+}
+
+/// The operator's default for each policy field a configuration leaves out, and
+/// the infra team's limits on what a tenant's configuration may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Defaults {
+    /// The policy of a configuration without `spec.rollout`.
+    pub policy: Policy,
+    /// Seconds a wave's ports must read back Active before the next wave.
+    pub min_wait_seconds: i64,
+    /// Seconds a wave may take to pass its gate.
+    pub progress_deadline_seconds: i64,
+    /// The most a tenant's (a namespace other than the infra team's) policy may ask
+    /// for; `None`: no limit.
+    pub limits: Option<Limits>,
+}
+
+impl Default for Defaults {
+    /// One port first, then a quarter of the ports at a time and at most half a
+    /// switch's; a wave passes once its ports read back Active; ten minutes each.
+    fn default() -> Self {
+        Defaults {
+            policy: Policy {
+                canary: Canary::Ports(1),
+                max_unavailable: Amount::Percent(25),
+                max_unavailable_per_switch: Amount::Percent(50),
+            },
+            min_wait_seconds: 0,
+            progress_deadline_seconds: 600,
+            limits: None,
+        }
+    }
+}
+
+/// A configuration's rollout: its policy and timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rollout {
+    /// The waves' shape.
+    pub policy: Policy,
+    /// Seconds a wave's ports must read back Active before the next wave.
+    pub min_wait_seconds: i64,
+    /// Seconds a wave may take to pass its gate.
+    pub progress_deadline_seconds: i64,
+}
+
+/// An int-or-percent field of `spec.rollout`.
+fn amount(value: &IntOrString) -> Result<Amount, String> {
+    match value {
+        IntOrString::Int(n) if *n > 0 => Ok(Amount::Count(*n as u32)),
+        IntOrString::Int(n) => Amount::parse(&n.to_string()),
+        IntOrString::String(s) => Amount::parse(s),
+    }
+}
+
+/// The rollout of a configuration with `spec` (its fields over `defaults`), held to
+/// the infra team's limits when `tenant` for `total` ports; every field refused is
+/// named (`spec.rollout.…`) with why.
+pub fn rollout_of(
+    spec: Option<&RolloutSpec>,
+    defaults: &Defaults,
+    tenant: bool,
+    total: usize,
+) -> Result<Rollout, Vec<(String, String)>> {
+    let mut refused = Vec::new();
+    let mut policy = defaults.policy;
+    let Some(spec) = spec else {
+        return Ok(Rollout {
+            policy,
+            min_wait_seconds: defaults.min_wait_seconds,
+            progress_deadline_seconds: defaults.progress_deadline_seconds,
+        });
+    };
+    let mut field = |name: &str, value: &Option<IntOrString>, into: &mut Amount| {
+        if let Some(v) = value {
+            match amount(v) {
+                Ok(a) => *into = a,
+                Err(why) => refused.push((format!("spec.rollout.{name}"), why)),
+            }
+        }
+    };
+    field(
+        "maxUnavailable",
+        &spec.max_unavailable,
+        &mut policy.max_unavailable,
+    );
+    field(
+        "maxUnavailablePerSwitch",
+        &spec.max_unavailable_per_switch,
+        &mut policy.max_unavailable_per_switch,
+    );
+    if let Some(c) = &spec.canary {
+        match (c.ports, c.one_switch) {
+            (Some(_), true) => refused.push((
+                "spec.rollout.canary".into(),
+                "ports and oneSwitch are two canaries: name one".into(),
+            )),
+            (Some(n), false) if n >= 1 => policy.canary = Canary::Ports(n as u32),
+            (Some(n), false) => refused.push((
+                "spec.rollout.canary.ports".into(),
+                format!("{n} would never move a port: at least 1"),
+            )),
+            (None, true) => policy.canary = Canary::OneSwitch,
+            (None, false) => {}
+        }
+    }
+    if tenant && let Some(limits) = &defaults.limits {
+        refused.extend(check_within(&policy, limits, total));
+    }
+    if !refused.is_empty() {
+        return Err(refused);
+    }
+    Ok(Rollout {
+        policy,
+        min_wait_seconds: spec.min_wait_seconds.unwrap_or(defaults.min_wait_seconds),
+        progress_deadline_seconds: spec
+            .progress_deadline_seconds
+            .unwrap_or(defaults.progress_deadline_seconds),
+    })
+}
+
+/// The name of a configuration's ControllerRevision for the content hash `hash`
+/// (`<configuration>-<first 10 hex digits>`, as a StatefulSet names its own).
+pub fn revision_name(configuration: &str, hash: &str) -> String {
+    let base: String = configuration.chars().take(242).collect();
+    format!("{base}-{}", &hash[..hash.len().min(10)])
+}
+
+/// What a port moved by the rollout of `status` carries as its
+/// [`crate::api::keys::ROLLOUT_ANNOTATION`].
+pub fn pin(status: &RolloutStatus) -> String {
+    format!("{}.{}", status.update_revision, status.attempt)
+}
+
+/// The ControllerRevision a port with the pin `pin` carries of a configuration
+/// whose rollout stands at `status`: the update revision when the rollout under way
+/// moved it (a rolled-back wave's ports lose their pin; the waves before it keep
+/// theirs), else the current one. `None`: no rollout yet, the spec as it is.
+pub fn revision_of<'a>(pin: Option<&str>, status: Option<&'a RolloutStatus>) -> Option<&'a str> {
+    let status = status?;
+    let moved = pin.is_some_and(|p| {
+        p.strip_prefix(status.update_revision.as_str())
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|attempt| attempt == status.attempt.to_string())
+    });
+    Some(if moved {
+        &status.update_revision
+    } else {
+        &status.current_revision
+    })
+}
+
+/// What one port carrying the configuration shows the rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortFacts<'a> {
+    /// The port, `namespace/name`.
+    pub key: &'a str,
+    /// Its switch.
+    pub switch: &'a str,
+    /// Whether the rollout under way moved it (its pin names the rollout).
+    pub moved: bool,
+    /// Whether it reads back Active with the update revision applied.
+    pub active_on_update: bool,
+    /// When its last attempt failed (Unix seconds), if it failed.
+    pub failed_at: Option<i64>,
+}
+
+/// What the stored progress says of the wave under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress<'a> {
+    /// Waves committed so far.
+    pub wave: i64,
+    /// The ports of the wave under way (empty between waves).
+    pub wave_ports: &'a [String],
+    /// When it was committed (Unix seconds).
+    pub committed_at: Option<i64>,
+}
+
+/// The gates a wave passes, by the names a rolled-back rollout reports.
+pub mod gate {
+    /// Every port of the wave read back Active with the update revision, and none
+    /// failed an attempt since the wave's commit.
+    pub const PORTS_ACTIVE: &str = "PortsActive";
+    /// The wave passed its gates within `progressDeadlineSeconds`.
+    pub const PROGRESS_DEADLINE: &str = "ProgressDeadline";
+}
+
+/// What the rollout does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Move these ports (indices into the facts): the next wave.
+    Commit(Vec<usize>),
+    /// The wave's gate has not passed yet: look again after this many seconds.
+    Wait {
+        /// Seconds until the next look.
+        after: i64,
+        /// What it waits on.
+        message: String,
+    },
+    /// The wave under way passed its gates.
+    Passed,
+    /// Every port is on the update revision.
+    Complete,
+    /// Held between waves (`spec.rollout.paused`).
+    Paused,
+    /// A gate failed: the wave's ports go back to the previous revision and the
+    /// rollout stops.
+    RollBack {
+        /// The gate that failed.
+        gate: &'static str,
+        /// The wave's ports (`namespace/name`).
+        ports: Vec<String>,
+        /// What it saw.
+        message: String,
+    },
+}
+
+/// The next step of a rollout at `now` (Unix seconds), from its stored `progress`
+/// and what every port carrying the configuration shows.
+pub fn step(
+    now: i64,
+    rollout: &Rollout,
+    progress: &Progress<'_>,
+    ports: &[PortFacts<'_>],
+    paused: bool,
+) -> Step {
+    if !progress.wave_ports.is_empty() {
+        return judge_wave(now, rollout, progress, ports);
+    }
+    let remaining: Vec<usize> = (0..ports.len()).filter(|i| !ports[*i].moved).collect();
+    if remaining.is_empty() {
+        return Step::Complete;
+    }
+    if paused {
+        return Step::Paused;
+    }
+    let targets: Vec<Target<'_>> = remaining
+        .iter()
+        .map(|i| Target {
+            port: ports[*i].key,
+            switch: ports[*i].switch,
+        })
+        .collect();
+    let wave = next_wave(&targets, ports.len(), &rollout.policy, progress.wave == 0);
+    Step::Commit(wave.into_iter().map(|i| remaining[i]).collect())
+}
+
+/// The gates of the wave under way.
+fn judge_wave(
+    now: i64,
+    rollout: &Rollout,
+    progress: &Progress<'_>,
+    ports: &[PortFacts<'_>],
+) -> Step {
+    let committed = progress.committed_at.unwrap_or(now);
+    let wave: Vec<&PortFacts<'_>> = progress
+        .wave_ports
+        .iter()
+        .filter_map(|k| ports.iter().find(|p| p.key == k))
+        .collect();
+    let failed: Vec<String> = wave
+        .iter()
+        // Strictly after the commit's second: statuses keep whole seconds, and a
+        // failure of the previous revision in the same second is not this one's (a
+        // failure of this one in that second shows again at its next attempt).
+        .filter(|p| p.failed_at.is_some_and(|t| t > committed))
+        .map(|p| p.key.to_owned())
+        .collect();
+    if !failed.is_empty() {
+        return Step::RollBack {
+            gate: gate::PORTS_ACTIVE,
+            message: format!(
+                "{} of the {} port(s) of wave {} failed to apply the update revision: {}",
+                failed.len(),
+                wave.len(),
+                progress.wave,
+                failed.join(", ")
+            ),
+            ports: progress.wave_ports.to_vec(),
+        };
+    }
+    let pending: Vec<&str> = wave
+        .iter()
+        .filter(|p| !p.active_on_update)
+        .map(|p| p.key)
+        .collect();
+    let elapsed = now - committed;
+    if elapsed > rollout.progress_deadline_seconds {
+        return Step::RollBack {
+            gate: gate::PROGRESS_DEADLINE,
+            message: format!(
+                "wave {} did not pass its gates within {} s: {} port(s) not Active on the update revision ({})",
+                progress.wave,
+                rollout.progress_deadline_seconds,
+                pending.len(),
+                pending.join(", ")
+            ),
+            ports: progress.wave_ports.to_vec(),
+        };
+    }
+    if !pending.is_empty() {
+        return Step::Wait {
+            after: 2,
+            message: format!(
+                "wave {}: {} of {} port(s) not yet read back Active on the update revision",
+                progress.wave,
+                pending.len(),
+                wave.len()
+            ),
+        };
+    }
+    if elapsed < rollout.min_wait_seconds {
+        return Step::Wait {
+            after: rollout.min_wait_seconds - elapsed,
+            message: format!(
+                "wave {}: Active; waiting {} s more (minWaitSeconds {})",
+                progress.wave,
+                rollout.min_wait_seconds - elapsed,
+                rollout.min_wait_seconds
+            ),
+        };
+    }
+    Step::Passed
 }
 
 #[cfg(test)]
@@ -361,5 +724,306 @@ mod tests {
         );
         assert!(refused[0].1.contains("200 ports at once"), "{refused:?}");
         assert!(refused[0].1.contains("limit of 20"), "{refused:?}");
+    }
+
+    fn spec(json: serde_json::Value) -> RolloutSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_spec_overrides_the_defaults_field_by_field_and_a_bad_field_is_named() {
+        let limits = Limits {
+            max_unavailable: Amount::Percent(10),
+            max_unavailable_per_switch: Amount::Count(2),
+        };
+        let defaults = Defaults {
+            limits: Some(limits),
+            ..Defaults::default()
+        };
+        // (spec, tenant, outcome: Ok(policy fields) or the fields refused)
+        type Want = Result<(Canary, Amount, Amount, i64), Vec<&'static str>>;
+        let cases: Vec<(Option<serde_json::Value>, bool, Want)> = vec![
+            (
+                None,
+                true,
+                Ok((
+                    Canary::Ports(1),
+                    Amount::Percent(25),
+                    Amount::Percent(50),
+                    0,
+                )),
+            ),
+            (
+                Some(serde_json::json!({"maxUnavailable": 5, "minWaitSeconds": 30})),
+                false,
+                Ok((Canary::Ports(1), Amount::Count(5), Amount::Percent(50), 30)),
+            ),
+            (
+                Some(
+                    serde_json::json!({"canary": {"oneSwitch": true}, "maxUnavailablePerSwitch": "10%"}),
+                ),
+                false,
+                Ok((
+                    Canary::OneSwitch,
+                    Amount::Percent(25),
+                    Amount::Percent(10),
+                    0,
+                )),
+            ),
+            (
+                Some(
+                    serde_json::json!({"maxUnavailable": 0, "canary": {"ports": 2, "oneSwitch": true}}),
+                ),
+                false,
+                Err(vec!["spec.rollout.maxUnavailable", "spec.rollout.canary"]),
+            ),
+            (
+                Some(
+                    serde_json::json!({"maxUnavailable": "100%", "maxUnavailablePerSwitch": "150%"}),
+                ),
+                false,
+                Err(vec!["spec.rollout.maxUnavailablePerSwitch"]),
+            ),
+            // Within infra's limits for the infra team, above them for a tenant.
+            (
+                Some(serde_json::json!({"maxUnavailable": "100%", "maxUnavailablePerSwitch": 1})),
+                false,
+                Ok((Canary::Ports(1), Amount::Percent(100), Amount::Count(1), 0)),
+            ),
+            (
+                Some(serde_json::json!({"maxUnavailable": "100%", "maxUnavailablePerSwitch": 1})),
+                true,
+                Err(vec!["spec.rollout.maxUnavailable"]),
+            ),
+        ];
+        for (json, tenant, want) in cases {
+            let s = json.clone().map(spec);
+            let got = rollout_of(s.as_ref(), &defaults, tenant, 100);
+            match (got, want) {
+                (Ok(r), Ok((canary, overall, per_switch, wait))) => {
+                    assert_eq!(
+                        (
+                            r.policy.canary,
+                            r.policy.max_unavailable,
+                            r.policy.max_unavailable_per_switch,
+                            r.min_wait_seconds
+                        ),
+                        (canary, overall, per_switch, wait),
+                        "{json:?}"
+                    );
+                }
+                (Err(refused), Err(fields)) => {
+                    let got: Vec<&str> = refused.iter().map(|(f, _)| f.as_str()).collect();
+                    assert_eq!(got, fields, "{json:?}: {refused:?}");
+                }
+                (got, want) => panic!("{json:?}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    fn facts<'a>(
+        keys: &'a [(String, String)],
+        moved: &[usize],
+        active: &[usize],
+        failed: &[(usize, i64)],
+    ) -> Vec<PortFacts<'a>> {
+        keys.iter()
+            .enumerate()
+            .map(|(i, (switch, key))| PortFacts {
+                key,
+                switch,
+                moved: moved.contains(&i),
+                active_on_update: active.contains(&i),
+                failed_at: failed.iter().find(|(j, _)| *j == i).map(|(_, t)| *t),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rollout_steps_canary_waves_gates_and_completes_or_rolls_back() {
+        let keys = fleet(2, 4); // sw0-p00..03, sw1-p00..03
+        let rollout = Rollout {
+            policy: Policy {
+                canary: Canary::Ports(1),
+                max_unavailable: Amount::Count(4),
+                max_unavailable_per_switch: Amount::Count(2),
+            },
+            min_wait_seconds: 10,
+            progress_deadline_seconds: 60,
+        };
+        let none: [String; 0] = [];
+        let between = |wave| Progress {
+            wave,
+            wave_ports: &none,
+            committed_at: None,
+        };
+        // Nothing moved: the canary, one port.
+        assert_eq!(
+            step(
+                100,
+                &rollout,
+                &between(0),
+                &facts(&keys, &[], &[], &[]),
+                false
+            ),
+            Step::Commit(vec![0])
+        );
+        // After it: a wave of 4, 2 per switch.
+        assert_eq!(
+            step(
+                100,
+                &rollout,
+                &between(1),
+                &facts(&keys, &[0], &[0], &[]),
+                false
+            ),
+            Step::Commit(vec![1, 4, 2, 5])
+        );
+        // Paused between waves; every port moved: complete.
+        assert_eq!(
+            step(
+                100,
+                &rollout,
+                &between(1),
+                &facts(&keys, &[0], &[0], &[]),
+                true
+            ),
+            Step::Paused
+        );
+        let all: Vec<usize> = (0..8).collect();
+        assert_eq!(
+            step(
+                100,
+                &rollout,
+                &between(3),
+                &facts(&keys, &all, &all, &[]),
+                false
+            ),
+            Step::Complete
+        );
+        // A wave under way, committed at 100.
+        let wave = vec!["sw0-p01".to_owned(), "sw1-p00".to_owned()];
+        let under_way = Progress {
+            wave: 2,
+            wave_ports: &wave,
+            committed_at: Some(100),
+        };
+        let moved = [0, 1, 4];
+        // Not Active yet: wait; Active but inside the minimum wait: wait the rest.
+        assert!(matches!(
+            step(
+                103,
+                &rollout,
+                &under_way,
+                &facts(&keys, &moved, &[0, 1], &[]),
+                false
+            ),
+            Step::Wait { after: 2, .. }
+        ));
+        assert!(matches!(
+            step(
+                104,
+                &rollout,
+                &under_way,
+                &facts(&keys, &moved, &moved, &[]),
+                false
+            ),
+            Step::Wait { after: 6, .. }
+        ));
+        assert_eq!(
+            step(
+                110,
+                &rollout,
+                &under_way,
+                &facts(&keys, &moved, &moved, &[]),
+                false
+            ),
+            Step::Passed
+        );
+        // Paused mid-wave: the wave still finishes its gate.
+        assert_eq!(
+            step(
+                110,
+                &rollout,
+                &under_way,
+                &facts(&keys, &moved, &moved, &[]),
+                true
+            ),
+            Step::Passed
+        );
+        // A failure since the commit rolls the wave back (one before it does not).
+        let failed = step(
+            104,
+            &rollout,
+            &under_way,
+            &facts(&keys, &moved, &[0], &[(4, 101), (1, 90)]),
+            false,
+        );
+        match failed {
+            Step::RollBack {
+                gate,
+                ports,
+                message,
+            } => {
+                assert_eq!(gate, gate::PORTS_ACTIVE);
+                assert_eq!(ports, wave);
+                assert!(
+                    message.contains("sw1-p00") && !message.contains("sw0-p01"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // A failure before the commit, or in its second, is the previous one's.
+        for before in [90, 100] {
+            assert!(matches!(
+                step(
+                    104,
+                    &rollout,
+                    &under_way,
+                    &facts(&keys, &moved, &[0], &[(1, before)]),
+                    false
+                ),
+                Step::Wait { .. }
+            ));
+        }
+        // Past the deadline without passing.
+        assert!(matches!(
+            step(
+                161,
+                &rollout,
+                &under_way,
+                &facts(&keys, &moved, &[0, 1], &[]),
+                false
+            ),
+            Step::RollBack {
+                gate: gate::PROGRESS_DEADLINE,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_port_carries_the_update_revision_only_with_the_pin_of_the_rollout_under_way() {
+        let status = RolloutStatus {
+            current_revision: "web-aaaaaaaaaa".into(),
+            update_revision: "web-bbbbbbbbbb".into(),
+            attempt: 3,
+            ..RolloutStatus::default()
+        };
+        assert_eq!(pin(&status), "web-bbbbbbbbbb.3");
+        let cases = [
+            (None, Some("web-aaaaaaaaaa")),
+            (Some("web-bbbbbbbbbb.3"), Some("web-bbbbbbbbbb")),
+            // An earlier rollout of the same content, or of another revision.
+            (Some("web-bbbbbbbbbb.2"), Some("web-aaaaaaaaaa")),
+            (Some("web-bbbbbbbbbb.33"), Some("web-aaaaaaaaaa")),
+            (Some("web-cccccccccc.3"), Some("web-aaaaaaaaaa")),
+        ];
+        for (p, want) in cases {
+            assert_eq!(revision_of(p, Some(&status)), want, "{p:?}");
+        }
+        assert_eq!(revision_of(Some("web-bbbbbbbbbb.3"), None), None);
+        assert_eq!(revision_name("web", &"ab".repeat(32)), "web-ababababab");
     }
 }

@@ -15,7 +15,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use patchbay::api::{
     ConfigurationRef, DriftPolicy, PortStatus, SwitchPortConfiguration, SwitchPortDefinition,
-    configuration_hash,
 };
 use patchbay::controllers::ControllerError;
 use patchbay::controllers::port_loop::{
@@ -191,7 +190,7 @@ impl Walk {
                 name: c.metadata.name.clone().unwrap_or_default(),
                 namespace: Some("network-infra".into()),
             },
-            hash: configuration_hash(&c.spec),
+            hash: c.spec.content_hash(),
         });
         let status = self.record.status.lock().unwrap().clone();
         let input = DriveInput {

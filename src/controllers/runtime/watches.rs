@@ -122,9 +122,39 @@ pub(super) fn spec_changes<K>(
 where
     K: kube::Resource + Record,
 {
+    changes_of(stream, store, |o| o.meta().generation.unwrap_or_default())
+}
+
+/// The SwitchPortConfigurations whose ports carry something else: the spec
+/// changed, or the rollout's current revision moved (a rollout's other status
+/// writes, one or more a wave, wake no port: the pins it writes wake the ports
+/// it moves).
+pub(super) fn carried_changes(
+    stream: impl futures::Stream<Item = Arc<SwitchPortConfiguration>> + Send + 'static,
+    store: kube::runtime::reflector::Store<SwitchPortConfiguration>,
+) -> impl futures::Stream<Item = Arc<SwitchPortConfiguration>> + Send + 'static {
+    changes_of(stream, store, |c| {
+        let current = c
+            .status
+            .as_ref()
+            .and_then(|s| s.rollout.as_ref())
+            .map_or(0, |r| r.current_revision_number);
+        c.metadata.generation.unwrap_or_default() ^ (current << 40)
+    })
+}
+
+/// The objects of a shared stream whose `version` moved, or first seen.
+fn changes_of<K>(
+    stream: impl futures::Stream<Item = Arc<K>> + Send + 'static,
+    store: kube::runtime::reflector::Store<K>,
+    version: impl Fn(&K) -> i64 + Send + 'static,
+) -> impl futures::Stream<Item = Arc<K>> + Send + 'static
+where
+    K: kube::Resource + Record,
+{
     let mut seen = Generations::default();
     stream.filter(move |o| {
-        let changed = seen.changed(o.as_ref(), store.len(), || {
+        let changed = seen.moved(o.as_ref(), version(o), store.len(), || {
             store.state().iter().map(|o| identity(o.as_ref())).collect()
         });
         futures::future::ready(changed)
@@ -136,7 +166,7 @@ fn identity<K: kube::Resource>(o: &K) -> String {
     o.meta().uid.clone().unwrap_or_else(|| object_key(o))
 }
 
-/// The generation last seen of each object; forgets the objects the cache no longer
+/// The version (its generation, or what a caller counts) last seen of each object; forgets the objects the cache no longer
 /// holds (deleted) once it remembers twice as many as the cache holds, so a fleet
 /// whose objects come and go does not grow it.
 #[derive(Default)]
@@ -145,6 +175,7 @@ pub(super) struct Generations(std::collections::HashMap<String, i64>);
 impl Generations {
     /// Whether `o` is new or its generation moved; `held` is how many objects the
     /// cache holds, `identities` their identities (asked only to forget).
+    #[cfg(test)]
     pub(super) fn changed<K: kube::Resource>(
         &mut self,
         o: &K,
@@ -152,7 +183,19 @@ impl Generations {
         identities: impl FnOnce() -> std::collections::HashSet<String>,
     ) -> bool {
         let generation = o.meta().generation.unwrap_or_default();
-        let changed = self.0.insert(identity(o), generation) != Some(generation);
+        self.moved(o, generation, held, identities)
+    }
+
+    /// Whether `o` is new or its `version` moved; `held` and `identities` as for
+    /// [`Generations::changed`].
+    pub(super) fn moved<K: kube::Resource>(
+        &mut self,
+        o: &K,
+        version: i64,
+        held: usize,
+        identities: impl FnOnce() -> std::collections::HashSet<String>,
+    ) -> bool {
+        let changed = self.0.insert(identity(o), version) != Some(version);
         if self.0.len() > 2 * held + 64 {
             let keep = identities();
             self.0.retain(|k, _| keep.contains(k));
@@ -337,6 +380,9 @@ pub(super) struct Watches {
     pub(super) claims: Watch<ServerClaim>,
     pub(super) servers: Watch<Server>,
     pub(super) pools: Watch<VLANPool>,
+    /// The configurations' ControllerRevisions (labelled with their
+    /// configuration): what a port a rollout holds back carries.
+    pub(super) revisions: Watch<ControllerRevision>,
 }
 
 /// Metal3's switch API, watched only with `--metal3-switches` (without it the
@@ -403,6 +449,11 @@ impl Watches {
             claims: Watch::whole(api_for(client, ns), wc, h.stopped()),
             servers: Watch::whole(kube::Api::all(client.clone()), wc, h.stopped()),
             pools: Watch::whole(kube::Api::all(client.clone()), wc, h.stopped()),
+            revisions: Watch::whole(
+                api_for(client, ns),
+                &wc.clone().labels(crate::api::keys::CONFIGURATION_LABEL),
+                h.stopped(),
+            ),
         }
     }
 
@@ -417,6 +468,7 @@ impl Watches {
             self.claims.listed.clone(),
             self.servers.listed.clone(),
             self.pools.listed.clone(),
+            self.revisions.listed.clone(),
         ]
     }
 
@@ -431,6 +483,7 @@ impl Watches {
             self.servers.store.clone(),
             self.claims.store.clone(),
         )
+        .with_revisions(self.revisions.store.clone())
     }
 
     /// Every watch, running, each with what its deletions wake.
@@ -574,7 +627,9 @@ impl Watches {
                 );
             })
         };
+        let revision_watch = self.revisions.start(|_| {});
         run_parts(parts![
+            revision_watch,
             port_watch,
             switch_watch,
             provider_watch,

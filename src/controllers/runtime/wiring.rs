@@ -43,8 +43,7 @@ where
                     .collect::<Vec<_>>()
             })
             .boxed(),
-        w.configs
-            .subscribe()
+        carried_changes(w.configs.subscribe(), w.configs.store.clone())
             .map(move |c| {
                 triggers::ports_using_configuration(
                     &p1.state(),
@@ -92,6 +91,22 @@ where
     // (hand-offs), so the slots no longer bound the batch sizes; they bound the
     // reconciles computing at once.
     h.run_ports(wakes, w.ports.cache(), switch_port::reconcile, ctx.clone())
+}
+
+/// Rollouts: each SwitchPortConfiguration's, woken by its own changes and, while a
+/// wave of it is under way, by the changes of the ports carrying it.
+pub(super) fn rollouts(
+    w: &Watches,
+    h: &Harness,
+    ctx: &Arc<Context>,
+) -> impl std::future::Future<Output = ()> + Send + use<> {
+    let configs = w.configs.store.clone();
+    let controller = Controller::for_shared_stream(w.configs.subscribe(), configs.clone())
+        .watches_shared_stream(w.ports.subscribe_ports(), move |p| {
+            rollout::rollout_of_port(&configs, &p)
+        })
+        .with_config(Config::default().concurrency(4));
+    h.run("Rollout", controller, rollout::reconcile, ctx.clone())
 }
 
 /// Switches: woken by their ports (owns), their ProviderSwitch and their worker's

@@ -1,0 +1,120 @@
+//! A configuration's rollout policy (`spec.rollout`) and its progress
+//! (`status.rollout`): how an edit of a SwitchPortConfiguration reaches the ports
+//! already carrying it. Pure data, no I/O; what the fields mean for the waves is
+//! [`crate::decide::rollout`]'s.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How an edit rolls out. Every field is optional: what is left out comes from the
+/// operator's default policy. With tenancy on, a tenant's policy may ask for no more
+/// at once than the infra team's limits (the configuration is refused field by
+/// field otherwise, and nothing moves).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// The first wave: `ports: N` (N ports, on as few switches as the order gives)
+    /// or `oneSwitch: true` (the first switch's ports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanarySpec>,
+    /// The most ports changing at once: a count, or a percentage of the ports the
+    /// rollout reaches (rounded down, at least one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+    /// The most ports changing at once on any one switch (count or percentage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable_per_switch: Option<IntOrString>,
+    /// Seconds a wave's ports must have read back Active before the next wave
+    /// starts (the gate's minimum wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub min_wait_seconds: Option<i64>,
+    /// Seconds a wave may take to pass its gate; past it the wave is rolled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 86400))]
+    pub progress_deadline_seconds: Option<i64>,
+    /// True holds the rollout after the wave under way (resume: false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// The revision number (`status.rollout.updateRevisionNumber`) to abort: every
+    /// port it reached goes back to the previous revision, and it is not tried again
+    /// (a later edit is a new revision and rolls out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub abort_revision: Option<i64>,
+}
+
+/// The first wave of a rollout.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanarySpec {
+    /// This many ports first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub ports: Option<i64>,
+    /// True: the ports of one switch first (within maxUnavailablePerSwitch).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub one_switch: bool,
+}
+
+/// A configuration's status.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigurationStatus {
+    /// The metadata.generation the rollout controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Where its last edit stands on the ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+    /// Conditions (Kubernetes conventions): `Progressing` (True while a rollout
+    /// moves or waits on a gate; False with reason `RolledBack`, `Aborted`,
+    /// `Paused` or `Refused`), `Complete`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A rollout's progress, stored so that an operator killed mid-rollout resumes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The ControllerRevision ports carry unless the rollout moved them (the last
+    /// revision that completed).
+    pub current_revision: String,
+    /// Its number.
+    pub current_revision_number: i64,
+    /// The ControllerRevision of the spec (the one rolling out, or done).
+    pub update_revision: String,
+    /// Its number.
+    pub update_revision_number: i64,
+    /// Which rollout of this configuration this is (counts up): a port moved by it
+    /// carries `patchbay.dev/rollout: <updateRevision>.<attempt>`.
+    pub attempt: i64,
+    /// `Progressing`, `Paused`, `Complete`, `RolledBack` (a gate failed),
+    /// `Aborted` (spec.rollout.abortRevision), `Refused` (the policy is above
+    /// the infra team's limits).
+    pub phase: String,
+    /// Waves committed so far (the canary is wave 1).
+    pub wave: i64,
+    /// The ports (`namespace/name`) of the wave under way, or being put back;
+    /// empty between waves. Always written (a status merge patch replaces it).
+    #[serde(default)]
+    pub wave_ports: Vec<String>,
+    /// When the wave under way was committed (RFC 3339). Written as null between
+    /// waves, so a merge patch removes it.
+    #[serde(default)]
+    pub wave_committed_at: Option<String>,
+    /// Ports carrying this configuration.
+    pub ports: i64,
+    /// Of those, on the update revision and read back Active with it.
+    pub updated_ports: i64,
+    /// Switches with a port on the update revision, of the switches with ports
+    /// carrying this configuration (`2/4`).
+    pub switches: String,
+    /// What the rollout waits on, or why it stopped.
+    #[serde(default)]
+    pub message: String,
+}

@@ -1,0 +1,594 @@
+//! SwitchPortConfiguration rollouts: an edit reaches the ports carrying the
+//! configuration in waves, each gated, rolled back when a gate fails. Kubernetes I/O
+//! (ControllerRevisions, the configuration's status, each moved port's
+//! [`ROLLOUT_ANNOTATION`], Events); every decision is [`crate::decide::rollout`]'s.
+//!
+//! How a port follows: a port carries its configuration's `status.rollout.
+//! currentRevision` unless its pin names the rollout under way
+//! (`<updateRevision>.<attempt>`), then the update revision
+//! ([`super::context::Stores::configuration_carried`]). So an edit moves no port by
+//! itself; this controller moves them by pinning them, a wave at a time.
+//!
+//! What is stored, in this order, so that a process killed at any point resumes
+//! and never leaves a wave half-done:
+//! 1. the revision, as a ControllerRevision `<configuration>-<hash>` (its spec
+//!    without `rollout`; the last [`REVISION_HISTORY`] kept);
+//! 2. the wave, in `status.rollout` (`wave`, `wavePorts`, `waveCommittedAt`),
+//!    before any port is pinned;
+//! 3. the pins. Every reconcile pins whatever port of the stored wave is not
+//!    pinned yet (a wave is re-committed whole after a restart), and unpins whatever
+//!    port of a stored rollback or abort still is.
+//!
+//! An edit while a rollout is under way waits for it to finish (complete, rolled
+//! back or aborted); the newest spec then rolls out from the current revision.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::decide::status::Severity;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::ControllerError;
+use super::context::Context;
+use crate::api::keys::{
+    CONFIGURATION_LABEL, HOST_ANNOTATION, MANAGER, REVISION_HISTORY, ROLLOUT_ANNOTATION,
+};
+use crate::api::{
+    ConfigurationStatus, PortState, RolloutStatus, SwitchPort, SwitchPortConfiguration,
+    SwitchPortConfigurationSpec,
+};
+use crate::decide::conditions::{Truth, set_condition};
+use crate::decide::rollout::{
+    self as decide, PortFacts, Progress, Step, pin, revision_name, rollout_of,
+};
+
+/// Phases of `status.rollout.phase`.
+pub mod phase {
+    /// Waves under way.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Held between waves.
+    pub const PAUSED: &str = "Paused";
+    /// Every port on the update revision.
+    pub const COMPLETE: &str = "Complete";
+    /// A gate failed; the failed wave went back.
+    pub const ROLLED_BACK: &str = "RolledBack";
+    /// Aborted: every port moved went back.
+    pub const ABORTED: &str = "Aborted";
+    /// The policy asks for more than the infra team allows.
+    pub const REFUSED: &str = "Refused";
+}
+
+/// A port carrying the configuration, as the rollout reads it.
+struct Carrier {
+    key: String,
+    switch: String,
+    pinned: Option<String>,
+    state: Option<PortState>,
+    applied: Option<String>,
+    failed_at: Option<i64>,
+    host: Option<String>,
+}
+
+/// The ports carrying `ns/name`, from the cache, in key order.
+fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
+    let mut out: Vec<Carrier> = ctx
+        .ports
+        .0
+        .state()
+        .iter()
+        .filter(|p| {
+            p.configuration()
+                .is_some_and(|(n, in_ns)| n == name && in_ns.unwrap_or(p.namespace()) == ns)
+        })
+        .map(|p| {
+            let status = p.status();
+            let port = p.to_port();
+            Carrier {
+                key: format!("{}/{}", p.namespace(), p.name()),
+                switch: super::switch_port::switch_name(&port, &ctx.port_index)
+                    .map(|s| format!("{}/{s}", p.namespace()))
+                    .unwrap_or_default(),
+                pinned: p.annotation(ROLLOUT_ANNOTATION).map(str::to_owned),
+                state: p.state(),
+                applied: status.as_ref().and_then(|s| s.configuration_hash.clone()),
+                failed_at: status
+                    .as_ref()
+                    .and_then(|s| s.last_failure_time.as_ref())
+                    .map(|t| t.0.as_second()),
+                host: p.annotation(HOST_ANNOTATION).map(str::to_owned),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    out
+}
+
+/// Whether a content hash is the one a revision is named by.
+fn is_revision(hash: Option<&str>, revision: &str) -> bool {
+    let suffix = revision.rsplit('-').next().unwrap_or_default();
+    hash.is_some_and(|h| !suffix.is_empty() && h.starts_with(suffix))
+}
+
+/// Keeps a configuration's rollout going: see the module doc.
+pub async fn reconcile(
+    config: Arc<SwitchPortConfiguration>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    if config.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = config.namespace().unwrap_or_default();
+    let name = config.name_any();
+    let now = jiff::Timestamp::now();
+    let old = config.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let spec_revision = revision_name(&name, &config.spec.content_hash());
+    let mut wait = None;
+    let mut event = None;
+    match status.rollout.as_mut() {
+        // First sight: the spec as it stands is the current revision.
+        None => {
+            let number = ensure_revision(&ctx, &config, &spec_revision, None).await?;
+            status.rollout = Some(RolloutStatus {
+                current_revision: spec_revision.clone(),
+                current_revision_number: number,
+                update_revision: spec_revision,
+                update_revision_number: number,
+                attempt: 0,
+                phase: phase::COMPLETE.into(),
+                ..RolloutStatus::default()
+            });
+        }
+        Some(r) => {
+            // Put back what a stored rollback or abort has not put back yet.
+            if matches!(r.phase.as_str(), phase::ROLLED_BACK | phase::ABORTED)
+                && !r.wave_ports.is_empty()
+            {
+                unpin(&ctx, &r.wave_ports).await?;
+                r.wave_ports.clear();
+                r.wave_committed_at = None;
+            }
+            let settled = matches!(
+                r.phase.as_str(),
+                phase::COMPLETE | phase::ROLLED_BACK | phase::ABORTED | phase::REFUSED
+            );
+            if settled && spec_revision != r.update_revision {
+                // A new edit: a new rollout from the current revision.
+                let number = ensure_revision(&ctx, &config, &spec_revision, Some(r)).await?;
+                r.update_revision = spec_revision.clone();
+                r.update_revision_number = number;
+                r.attempt += 1;
+                r.phase = phase::PROGRESSING.into();
+                r.wave = 0;
+                r.wave_ports.clear();
+                r.wave_committed_at = None;
+                r.message.clear();
+                prune_revisions(&ctx, &ns, &name, r).await;
+            }
+            if !matches!(
+                r.phase.as_str(),
+                phase::ROLLED_BACK | phase::ABORTED | phase::COMPLETE
+            ) {
+                let (w, e) = advance(&ctx, &config, r, now).await?;
+                wait = w;
+                event = e;
+            }
+            if spec_revision != r.update_revision
+                && matches!(r.phase.as_str(), phase::PROGRESSING | phase::PAUSED)
+            {
+                r.message = format!(
+                    "{} (the spec was edited again: its revision rolls out once this one is done)",
+                    r.message
+                );
+            }
+        }
+    }
+    let r = status.rollout.as_ref().expect("set above");
+    let counts = counts(&carriers(&ctx, &ns, &name), r);
+    let r = status.rollout.as_mut().expect("set above");
+    (r.ports, r.updated_ports, r.switches) = counts;
+    set_conditions(&mut status, config.metadata.generation, now);
+    status.observed_generation = config.metadata.generation;
+    if status != old {
+        let api: Api<SwitchPortConfiguration> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await?;
+    }
+    if let Some((severity, reason, note)) = event {
+        ctx.events
+            .publish(config.as_ref(), severity, reason, &note)
+            .await;
+    }
+    Ok(match wait {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+/// What happened that an Event reports.
+type Reported = Option<(Severity, &'static str, String)>;
+
+/// One step of the rollout `r` (Progressing or Paused), done: see the module doc.
+/// Returns when to look again, and what to report.
+async fn advance(
+    ctx: &Context,
+    config: &SwitchPortConfiguration,
+    r: &mut RolloutStatus,
+    now: jiff::Timestamp,
+) -> Result<(Option<Duration>, Reported), ControllerError> {
+    let ns = config.namespace().unwrap_or_default();
+    let name = config.name_any();
+    let ports = carriers(ctx, &ns, &name);
+    let spec = config.spec.rollout.as_ref();
+    if spec.and_then(|s| s.abort_revision) == Some(r.update_revision_number) {
+        let moved: Vec<String> = ports
+            .iter()
+            .filter(|p| p.pinned.as_deref() == Some(pin(r).as_str()))
+            .map(|p| p.key.clone())
+            .collect();
+        r.message = format!(
+            "revision {} aborted (spec.rollout.abortRevision): {} port(s) it had reached go back to revision {}",
+            r.update_revision_number,
+            moved.len(),
+            r.current_revision_number
+        );
+        r.phase = phase::ABORTED.into();
+        r.wave_ports = moved;
+        r.wave_committed_at = None;
+        return Ok((
+            Some(Duration::ZERO),
+            Some((Severity::Warning, "RolloutAborted", r.message.clone())),
+        ));
+    }
+    let tenant = ctx
+        .settings
+        .tenancy
+        .as_ref()
+        .is_some_and(|t| t.infra_namespace != ns);
+    let rollout = match rollout_of(spec, &ctx.settings.rollout, tenant, ports.len()) {
+        Ok(rollout) => rollout,
+        Err(refused) => {
+            let why: Vec<String> = refused.iter().map(|(f, w)| format!("{f}: {w}")).collect();
+            r.message = format!("nothing moved: {}", why.join("; "));
+            let was = std::mem::replace(&mut r.phase, phase::REFUSED.into());
+            let event = (was != phase::REFUSED)
+                .then(|| (Severity::Warning, "RolloutRefused", r.message.clone()));
+            return Ok((None, event));
+        }
+    };
+    let moved_pin = pin(r);
+    let update_hash_of = |p: &Carrier| is_revision(p.applied.as_deref(), &r.update_revision);
+    let facts: Vec<PortFacts<'_>> = ports
+        .iter()
+        .map(|p| PortFacts {
+            key: &p.key,
+            switch: &p.switch,
+            moved: p.pinned.as_deref() == Some(moved_pin.as_str()),
+            active_on_update: p.state == Some(PortState::Active) && update_hash_of(p),
+            failed_at: p.failed_at,
+        })
+        .collect();
+    // A wave stored but not pinned whole (a process killed mid-commit): pin the rest.
+    let unpinned: Vec<String> = r
+        .wave_ports
+        .iter()
+        .filter(|k| !facts.iter().any(|f| f.key == k.as_str() && f.moved))
+        .filter(|k| facts.iter().any(|f| f.key == k.as_str()))
+        .cloned()
+        .collect();
+    pin_ports(ctx, &unpinned, &moved_pin).await?;
+    let committed_at = r
+        .wave_committed_at
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_second());
+    let paused = spec.is_some_and(|s| s.paused);
+    let step = decide::step(
+        now.as_second(),
+        &rollout,
+        &Progress {
+            wave: r.wave,
+            wave_ports: &r.wave_ports,
+            committed_at,
+        },
+        &facts,
+        paused,
+    );
+    let mut report = None;
+    let look = match step {
+        Step::Commit(wave) => {
+            let keys: Vec<String> = wave.iter().map(|i| ports[*i].key.clone()).collect();
+            r.wave += 1;
+            r.phase = phase::PROGRESSING.into();
+            r.message = format!(
+                "wave {}: {} port(s) moving to revision {}",
+                r.wave,
+                keys.len(),
+                r.update_revision_number
+            );
+            r.wave_ports = keys;
+            r.wave_committed_at = Some(now.to_string());
+            // The wave is stored (the caller writes the status) before any port
+            // is pinned: the next reconcile pins it.
+            Some(Duration::ZERO)
+        }
+        Step::Wait { after, message } => {
+            r.phase = phase::PROGRESSING.into();
+            r.message = message;
+            Some(Duration::from_secs(after.max(1) as u64))
+        }
+        Step::Passed => {
+            r.message = format!("wave {} passed its gates", r.wave);
+            r.wave_ports.clear();
+            r.wave_committed_at = None;
+            Some(Duration::ZERO)
+        }
+        Step::Paused => {
+            r.phase = phase::PAUSED.into();
+            r.message = format!("paused after wave {} (spec.rollout.paused)", r.wave);
+            None
+        }
+        Step::Complete => {
+            r.phase = phase::COMPLETE.into();
+            r.current_revision = r.update_revision.clone();
+            r.current_revision_number = r.update_revision_number;
+            r.message = format!(
+                "revision {} on all {} port(s)",
+                r.update_revision_number,
+                ports.len()
+            );
+            r.wave_ports.clear();
+            r.wave_committed_at = None;
+            report = Some((Severity::Normal, "RolloutComplete", r.message.clone()));
+            None
+        }
+        Step::RollBack {
+            gate,
+            ports: wave,
+            message,
+        } => {
+            let hosts: BTreeSet<&str> = ports
+                .iter()
+                .filter(|p| wave.contains(&p.key))
+                .filter_map(|p| p.host.as_deref())
+                .collect();
+            r.phase = phase::ROLLED_BACK.into();
+            r.message = format!(
+                "gate {gate} failed: {message}; wave {} ({}) goes back to revision {}{}",
+                r.wave,
+                wave.join(", "),
+                r.current_revision_number,
+                if hosts.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; hosts {}",
+                        hosts.into_iter().collect::<Vec<_>>().join(", ")
+                    )
+                }
+            );
+            r.wave_ports = wave;
+            r.wave_committed_at = None;
+            report = Some((Severity::Warning, "RolledBack", r.message.clone()));
+            Some(Duration::ZERO)
+        }
+    };
+    Ok((look, report))
+}
+
+/// `(ports, updated, "switches moved/switches")` of the rollout `r`.
+fn counts(ports: &[Carrier], r: &RolloutStatus) -> (i64, i64, String) {
+    let complete = r.current_revision == r.update_revision;
+    let pinned = pin(r);
+    let on_update = |p: &Carrier| complete || p.pinned.as_deref() == Some(pinned.as_str());
+    let updated = ports
+        .iter()
+        .filter(|p| on_update(p))
+        .filter(|p| {
+            p.state == Some(PortState::Active)
+                && is_revision(p.applied.as_deref(), &r.update_revision)
+        })
+        .count();
+    let switches: BTreeSet<&str> = ports.iter().map(|p| p.switch.as_str()).collect();
+    let reached: BTreeSet<&str> = ports
+        .iter()
+        .filter(|p| on_update(p))
+        .map(|p| p.switch.as_str())
+        .collect();
+    (
+        ports.len() as i64,
+        updated as i64,
+        format!("{}/{}", reached.len(), switches.len()),
+    )
+}
+
+/// The configuration's conditions from its rollout.
+fn set_conditions(status: &mut ConfigurationStatus, generation: Option<i64>, now: jiff::Timestamp) {
+    let Some(r) = status.rollout.clone() else {
+        return;
+    };
+    let (progressing, reason) = match r.phase.as_str() {
+        phase::PROGRESSING => (Truth::True, "WaveInProgress"),
+        phase::COMPLETE => (Truth::False, "Complete"),
+        phase::PAUSED => (Truth::False, "Paused"),
+        phase::ROLLED_BACK => (Truth::False, "RolledBack"),
+        phase::ABORTED => (Truth::False, "Aborted"),
+        _ => (Truth::False, "Refused"),
+    };
+    let message = if r.message.is_empty() {
+        format!("revision {}", r.update_revision_number)
+    } else {
+        r.message.clone()
+    };
+    set_condition(
+        &mut status.conditions,
+        "Progressing",
+        progressing,
+        reason,
+        message.clone(),
+        generation,
+        now,
+    );
+    let complete = r.phase == phase::COMPLETE;
+    set_condition(
+        &mut status.conditions,
+        "Complete",
+        if complete { Truth::True } else { Truth::False },
+        if complete { "AllPortsUpdated" } else { reason },
+        message,
+        generation,
+        now,
+    );
+}
+
+/// Pins `ports` (`namespace/name`) to the rollout `value`.
+async fn pin_ports(ctx: &Context, ports: &[String], value: &str) -> Result<(), ControllerError> {
+    for key in ports {
+        annotate(ctx, key, Some(value)).await?;
+    }
+    Ok(())
+}
+
+/// Takes the pin off `ports` (`namespace/name`): they carry the current revision.
+async fn unpin(ctx: &Context, ports: &[String]) -> Result<(), ControllerError> {
+    for key in ports {
+        let pinned = ctx.ports.0.state().iter().any(|p| {
+            format!("{}/{}", p.namespace(), p.name()) == *key
+                && p.annotation(ROLLOUT_ANNOTATION).is_some()
+        });
+        if pinned {
+            annotate(ctx, key, None).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets (or removes) a port's pin; a port gone meanwhile is skipped.
+async fn annotate(ctx: &Context, key: &str, value: Option<&str>) -> Result<(), ControllerError> {
+    let Some((ns, name)) = key.split_once('/') else {
+        return Ok(());
+    };
+    let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = json!({"metadata": {"annotations": {ROLLOUT_ANNOTATION: value}}});
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The ControllerRevision `revision` of `config` (its spec without `rollout`),
+/// created when missing; returns its number: the one it has when it is the
+/// rollout's update revision already, else one past the rollout's latest.
+async fn ensure_revision(
+    ctx: &Context,
+    config: &SwitchPortConfiguration,
+    revision: &str,
+    rollout: Option<&RolloutStatus>,
+) -> Result<i64, ControllerError> {
+    let ns = config.namespace().unwrap_or_default();
+    if let Some(r) = rollout
+        && r.update_revision == revision
+    {
+        return Ok(r.update_revision_number);
+    }
+    let number = rollout.map_or(1, |r| {
+        r.update_revision_number.max(r.current_revision_number) + 1
+    });
+    let data = serde_json::to_value(SwitchPortConfigurationSpec {
+        rollout: None,
+        ..config.spec.clone()
+    })
+    .unwrap_or_default();
+    let owner = OwnerReference {
+        api_version: SwitchPortConfiguration::api_version(&()).into_owned(),
+        kind: SwitchPortConfiguration::kind(&()).into_owned(),
+        name: config.name_any(),
+        uid: config.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let object = json!({
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": revision,
+            "namespace": ns,
+            "labels": {CONFIGURATION_LABEL: config.name_any()},
+            "ownerReferences": [owner],
+        },
+        "data": RawExtension(data),
+        "revision": number,
+    });
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ns);
+    api.patch(
+        revision,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await?;
+    Ok(number)
+}
+
+/// Deletes the configuration's oldest revisions beyond [`REVISION_HISTORY`], never
+/// the current or the update one. Best effort: a failure is logged.
+async fn prune_revisions(ctx: &Context, ns: &str, name: &str, r: &RolloutStatus) {
+    let mut revisions: Vec<(i64, String)> = ctx
+        .stores
+        .revisions
+        .state()
+        .iter()
+        .filter(|c| c.namespace().as_deref() == Some(ns))
+        .filter(|c| c.labels().get(CONFIGURATION_LABEL).map(String::as_str) == Some(name))
+        .map(|c| (c.revision.unwrap_or_default(), c.name_any()))
+        .filter(|(_, n)| *n != r.current_revision && *n != r.update_revision)
+        .collect();
+    revisions.sort();
+    let keep = REVISION_HISTORY.saturating_sub(2);
+    let excess = revisions.len().saturating_sub(keep);
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    for (_, old) in revisions.into_iter().take(excess) {
+        if let Err(e) = api.delete(&old, &DeleteParams::default()).await {
+            tracing::warn!(revision = %old, error = %e, "pruning an old revision failed");
+        }
+    }
+}
+
+/// The configuration whose rollout a port's change may move: the one it carries,
+/// while a wave of its rollout is under way (only then does a port's change
+/// matter to the rollout; otherwise the periodic look and the configuration's own
+/// changes drive it).
+pub fn rollout_of_port(
+    configs: &kube::runtime::reflector::Store<SwitchPortConfiguration>,
+    port: &SwitchPort,
+) -> Option<ObjectRef<SwitchPortConfiguration>> {
+    let r = port.spec.configuration.as_ref()?;
+    let ns = r
+        .namespace
+        .clone()
+        .or_else(|| port.namespace())
+        .unwrap_or_default();
+    let key = ObjectRef::new(&r.name).within(&ns);
+    let config = configs.get(&key)?;
+    let under_way = config
+        .status
+        .as_ref()
+        .and_then(|s| s.rollout.as_ref())
+        .is_some_and(|r| !r.wave_ports.is_empty());
+    under_way.then_some(key)
+}
