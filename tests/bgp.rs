@@ -28,7 +28,9 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
 };
-use patchbay::api::{ProviderSwitch, Server, ServerClaim, ServerPhase, Switch};
+use patchbay::api::{
+    ProviderSwitch, Server, ServerClaim, ServerPhase, Switch, SwitchPortConfiguration,
+};
 use patchbay::decide::bgp_nodes::BgpNodes;
 use patchbay::decide::tenancy::Tenancy;
 use patchbay_providers::values::VlanId;
@@ -298,6 +300,45 @@ impl Bed {
         )
     }
 
+    /// The node's speaker, configured only from what patchbay published on Server
+    /// `s` (and the password of its Secret): its address and a route to the ToR on
+    /// its NIC, GoBGP with the peer. Returns it, its address and the peer's.
+    fn node_speaker(&self, s: &Server, password: &str) -> (Gobgp, String, String) {
+        let node_ns = &self.hosts.namespaces[1];
+        let (src, peer) = (annotation(s, "src-ip"), annotation(s, "peer-ip"));
+        ip(&[
+            "-n",
+            node_ns,
+            "addr",
+            "add",
+            &format!("{src}/32"),
+            "dev",
+            "eth0",
+        ]);
+        ip(&[
+            "-n",
+            node_ns,
+            "route",
+            "add",
+            &format!("{peer}/32"),
+            "dev",
+            "eth0",
+        ]);
+        let node = Gobgp::start(
+            node_ns,
+            annotation(s, "node-asn").parse().unwrap(),
+            &src,
+            &[GobgpPeer {
+                address: peer.clone(),
+                asn: annotation(s, "peer-asn").parse().unwrap(),
+                local_address: src.clone(),
+                password: Some(password.to_owned()),
+            }],
+        )
+        .expect("GoBGP starts");
+        (node, src, peer)
+    }
+
     fn tag(&self) -> String {
         self.ovs
             .vsctl(&["get", "Port", &self.hosts.ports[1], "tag"])
@@ -342,38 +383,7 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
 
     // The node configures its speaker from that: its address and a route to the
     // ToR on its NIC, GoBGP with the peer and the password.
-    let node_ns = &bed.hosts.namespaces[1];
-    let (src, peer) = (annotation(&s, "src-ip"), annotation(&s, "peer-ip"));
-    ip(&[
-        "-n",
-        node_ns,
-        "addr",
-        "add",
-        &format!("{src}/32"),
-        "dev",
-        "eth0",
-    ]);
-    ip(&[
-        "-n",
-        node_ns,
-        "route",
-        "add",
-        &format!("{peer}/32"),
-        "dev",
-        "eth0",
-    ]);
-    let node = Gobgp::start(
-        node_ns,
-        annotation(&s, "node-asn").parse().unwrap(),
-        &src,
-        &[GobgpPeer {
-            address: peer.clone(),
-            asn: annotation(&s, "peer-asn").parse().unwrap(),
-            local_address: src.clone(),
-            password: Some(password.clone()),
-        }],
-    )
-    .expect("GoBGP starts");
+    let (node, src, peer) = bed.node_speaker(&s, &password);
     node.announce("192.0.2.5/32").unwrap();
     node.announce("203.0.113.7/32").unwrap();
 
@@ -1009,4 +1019,118 @@ async fn under_tenancy_a_tenant_peers_only_within_its_grants_and_never_with_anot
     assert_eq!(lists(&bed.frr), a_lists, "A's filter unchanged, no other");
     assert_eq!(bed.tag(), "100", "the host's port still carries A's VLAN");
     bed.env.cluster.finish().await;
+}
+
+/// A rollout's BGP gate, on real speakers: the tenant configuration edited so that
+/// the host's port leaves its peering VLAN. The canary (that port) goes Active on
+/// the bridge, the session drops within the hold time, FRR's read says so → the
+/// port goes back to the peering VLAN, the session is Established again, the
+/// rollout stops (`RolledBack`, naming the gate, the port and the host), and the
+/// other switch's port carrying the same configuration is never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_that_breaks_a_hosts_bgp_fails_its_gate_and_goes_back() {
+    let bed = Bed::start("bgp-rollout").await;
+    let ns = bed.env.cluster.namespace.clone();
+    // Another switch (a fixture device, after "tor" in name order), one port on the
+    // same tenant configuration.
+    bed.env
+        .device(
+            "zz-spare",
+            &[("username", "patchbay"), ("password", "unused")],
+            json!({"backend": "fixture", "os": "fixture", "address": "127.0.0.1"}),
+            &[("zz-p1", "Gi0/1")],
+        )
+        .await;
+    bed.env.link("zz-p1", Some("tenant")).await;
+    bed.env
+        .wait_state("zz-p1", patchbay::api::PortState::Active)
+        .await;
+    bed.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
+        .await;
+    bed.provision().await;
+    let s = bed
+        .server("its peer published", |s| {
+            s.annotations()
+                .contains_key("patchbay.dev/bgp-peers-0-src-ip")
+        })
+        .await;
+    let secret = bed
+        .env
+        .api::<Secret>()
+        .get(&annotation(&s, "password-secret"))
+        .await
+        .unwrap();
+    let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    let (node, src, peer) = bed.node_speaker(&s, &password);
+    let established =
+        || bed.frr.peer_states().unwrap() == vec![(src.clone(), "Established".to_owned())];
+    bed.until("Established on FRR", 60, established).await;
+    bed.until("Established on GoBGP", 30, || node.established(&peer))
+        .await;
+    assert_eq!(bed.tag(), TENANT_VLAN);
+    // The Switch's status has read the session (the gate's evidence).
+    bed.env
+        .wait_obj::<Switch>("tor", "the session in the Switch's status", |sw| {
+            sw.status
+                .as_ref()
+                .and_then(|s| s.bgp.as_ref())
+                .is_some_and(|b| b.neighbors.iter().any(|n| n.state == "Established"))
+        })
+        .await;
+    let spare = bed.env.fixtures.get(&ns, "zz-spare").unwrap();
+    spare.clear_log();
+
+    // The edit: off the peering VLAN, one port at a time.
+    bed.env
+        .api::<SwitchPortConfiguration>()
+        .patch(
+            "tenant",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"untaggedVLAN": 101,
+                "rollout": {"canary": {"ports": 1}, "maxUnavailable": 1}}})),
+        )
+        .await
+        .unwrap();
+    bed.until("the host's port moved off the peering VLAN", 30, || {
+        bed.tag() == "101"
+    })
+    .await;
+    let config = bed
+        .env
+        .wait_obj::<SwitchPortConfiguration>("tenant", "the rollout rolled back", |c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.rollout.as_ref())
+                .is_some_and(|r| r.phase == "RolledBack")
+        })
+        .await;
+    let r = config.status.unwrap().rollout.unwrap();
+    assert!(
+        r.message.contains("gate BgpEstablished failed"),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("tor-n1"), "{}", r.message);
+    assert!(r.message.contains(&bed.server_name()), "{}", r.message);
+    assert_eq!((r.wave, r.current_revision_number), (1, 1), "{r:?}");
+    // Back on the peering VLAN; the session comes back.
+    bed.until("the port back on the peering VLAN", 30, || {
+        bed.tag() == TENANT_VLAN
+    })
+    .await;
+    bed.until("Established on FRR again", 60, established).await;
+    // The other switch never reached: nothing written there.
+    let writes: Vec<_> = spare
+        .operations()
+        .into_iter()
+        .filter(|o| o.is_write())
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    let warned = bed.env.warnings("tenant").await;
+    assert!(
+        warned
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RolledBack")),
+        "{warned:?}"
+    );
 }

@@ -430,7 +430,12 @@ async fn keep(
         }
     }
     established.set(switch, bgp::established(&desired, &state));
-    record(status, b, &wanted, &state);
+    // A rollout waiting on this speaker's evidence (see crate::controllers::rollout).
+    let read_after = switch
+        .annotations()
+        .get(crate::api::keys::BGP_READ_AFTER_ANNOTATION)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    record(status, b, &wanted, &state, read_after);
     Ok(waiting)
 }
 
@@ -499,6 +504,7 @@ fn record(
     b: &SwitchBgp,
     wanted: &[Wanted],
     state: &patchbay_providers::bgp::SpeakerState,
+    read_after: Option<jiff::Timestamp>,
 ) {
     // The SwitchPort of each node address, built only when the speaker has
     // neighbours (an idle pass of a Switch without hosts builds nothing).
@@ -529,6 +535,7 @@ fn record(
         status.bgp.take(),
         neighbors,
         jiff::Timestamp::now(),
+        read_after,
     ));
 }
 

@@ -22,7 +22,7 @@
 //! An edit while a rollout is under way waits for it to finish (complete, rolled
 //! back or aborted); the newest spec then rolls out from the current revision.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,15 +39,16 @@ use serde_json::json;
 use super::ControllerError;
 use super::context::Context;
 use crate::api::keys::{
-    CONFIGURATION_LABEL, HOST_ANNOTATION, MANAGER, REVISION_HISTORY, ROLLOUT_ANNOTATION,
+    BGP_READ_AFTER_ANNOTATION, CONFIGURATION_LABEL, HOST_ANNOTATION, MANAGER, REVISION_HISTORY,
+    ROLLOUT_ANNOTATION,
 };
 use crate::api::{
-    ConfigurationStatus, PortState, RolloutStatus, SwitchPort, SwitchPortConfiguration,
+    ConfigurationStatus, PortState, RolloutStatus, Switch, SwitchPort, SwitchPortConfiguration,
     SwitchPortConfigurationSpec,
 };
 use crate::decide::conditions::{Truth, set_condition};
 use crate::decide::rollout::{
-    self as decide, PortFacts, Progress, Step, pin, revision_name, rollout_of,
+    self as decide, PortFacts, Progress, Signal, Step, pin, revision_name, rollout_of,
 };
 
 /// Phases of `status.rollout.phase`.
@@ -75,6 +76,33 @@ struct Carrier {
     applied: Option<String>,
     failed_at: Option<i64>,
     host: Option<String>,
+    bgp: Option<Signal>,
+}
+
+/// The BGP signal of the port `name` on `switch`: where the Switch speaks BGP to
+/// hosts on that port, whether each of its sessions is Established, as the
+/// speaker's last read written in the Switch's status says.
+fn bgp_signal(switch: Option<&Switch>, name: &str) -> Option<Signal> {
+    let switch = switch?;
+    let hold = switch.spec.bgp.as_ref()?.hold_seconds.unwrap_or(90);
+    let status = switch.status.as_ref()?.bgp.as_ref()?;
+    let sessions: Vec<_> = status
+        .neighbors
+        .iter()
+        .filter(|n| n.switch_port == name)
+        .collect();
+    if sessions.is_empty() {
+        return None;
+    }
+    Some(Signal {
+        healthy: sessions.iter().all(|n| n.state == "Established"),
+        observed_at: status
+            .read_at
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_second()),
+        settle: hold + 1,
+    })
 }
 
 /// The ports carrying `ns/name`, from the cache, in key order.
@@ -91,11 +119,20 @@ fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
         .map(|p| {
             let status = p.status();
             let port = p.to_port();
+            let switch = super::switch_port::switch_name(&port, &ctx.port_index);
+            let bgp = bgp_signal(
+                switch
+                    .as_deref()
+                    .and_then(|s| ctx.stores.switch(p.namespace(), s))
+                    .as_deref(),
+                p.name(),
+            );
             Carrier {
                 key: format!("{}/{}", p.namespace(), p.name()),
-                switch: super::switch_port::switch_name(&port, &ctx.port_index)
+                switch: switch
                     .map(|s| format!("{}/{s}", p.namespace()))
                     .unwrap_or_default(),
+                bgp,
                 pinned: p.annotation(ROLLOUT_ANNOTATION).map(str::to_owned),
                 state: p.state(),
                 applied: status.as_ref().and_then(|s| s.configuration_hash.clone()),
@@ -258,7 +295,17 @@ async fn advance(
         .as_ref()
         .is_some_and(|t| t.infra_namespace != ns);
     let rollout = match rollout_of(spec, &ctx.settings.rollout, tenant, ports.len()) {
-        Ok(rollout) => rollout,
+        Ok(mut rollout) => {
+            // A link-aggregation group's members change together.
+            let current = ctx
+                .stores
+                .configuration_carried(&ns, &name, None)
+                .ok()
+                .flatten();
+            rollout.whole_switches = config.spec.link_aggregation.is_some()
+                || current.is_some_and(|c| c.spec.link_aggregation.is_some());
+            rollout
+        }
         Err(refused) => {
             let why: Vec<String> = refused.iter().map(|(f, w)| format!("{f}: {w}")).collect();
             r.message = format!("nothing moved: {}", why.join("; "));
@@ -278,6 +325,7 @@ async fn advance(
             moved: p.pinned.as_deref() == Some(moved_pin.as_str()),
             active_on_update: p.state == Some(PortState::Active) && update_hash_of(p),
             failed_at: p.failed_at,
+            bgp: p.bgp,
         })
         .collect();
     // A wave stored but not pinned whole (a process killed mid-commit): pin the rest.
@@ -288,12 +336,11 @@ async fn advance(
         .filter(|k| facts.iter().any(|f| f.key == k.as_str()))
         .cloned()
         .collect();
+    if !unpinned.is_empty() {
+        ask_for_bgp_evidence(ctx, &ports, &r.wave_ports, committed_at_of(r)).await?;
+    }
     pin_ports(ctx, &unpinned, &moved_pin).await?;
-    let committed_at = r
-        .wave_committed_at
-        .as_deref()
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .map(|t| t.as_second());
+    let committed_at = committed_at_of(r).map(|t| t.as_second());
     let paused = spec.is_some_and(|s| s.paused);
     let step = decide::step(
         now.as_second(),
@@ -386,6 +433,51 @@ async fn advance(
         }
     };
     Ok((look, report))
+}
+
+/// When the wave under way was committed.
+fn committed_at_of(r: &RolloutStatus) -> Option<jiff::Timestamp> {
+    r.wave_committed_at.as_deref().and_then(|t| t.parse().ok())
+}
+
+/// Asks each Switch speaking BGP to a host of the wave for a read of its speaker
+/// late enough to be the BGP gate's evidence ([`BGP_READ_AFTER_ANNOTATION`]: the
+/// commit plus the hold time and a second), before the wave's ports are pinned.
+async fn ask_for_bgp_evidence(
+    ctx: &Context,
+    ports: &[Carrier],
+    wave: &[String],
+    committed: Option<jiff::Timestamp>,
+) -> Result<(), ControllerError> {
+    let Some(committed) = committed else {
+        return Ok(());
+    };
+    let mut asked: BTreeMap<&str, i64> = BTreeMap::new();
+    for p in ports.iter().filter(|p| wave.contains(&p.key)) {
+        if let Some(s) = &p.bgp {
+            let e = asked.entry(p.switch.as_str()).or_default();
+            *e = (*e).max(s.settle);
+        }
+    }
+    for (switch, settle) in asked {
+        let Some((ns, name)) = switch.split_once('/') else {
+            continue;
+        };
+        let after = committed + jiff::SignedDuration::from_secs(settle);
+        let api: Api<Switch> = Api::namespaced(ctx.client.clone(), ns);
+        let patch = json!({"metadata": {"annotations": {
+            BGP_READ_AFTER_ANNOTATION: after.to_string()
+        }}});
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// `(ports, updated, "switches moved/switches")` of the rollout `r`.

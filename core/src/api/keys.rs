@@ -57,3 +57,8 @@ pub const CONFIGURATION_LABEL: &str = "patchbay.dev/configuration";
 /// How many revisions of a configuration are kept (the current and update ones
 /// always), like a Deployment's default `revisionHistoryLimit`.
 pub const REVISION_HISTORY: usize = 10;
+
+/// Annotation on a Switch a rollout waits on for BGP evidence: an RFC 3339 time. The
+/// first read of its speaker at or after it writes `status.bgp` (with `readAt`)
+/// even when nothing changed.
+pub const BGP_READ_AFTER_ANNOTATION: &str = "patchbay.dev/bgp-read-after";

@@ -476,20 +476,20 @@ mod tests {
             state: state.into(),
             accepted_prefixes: 1,
         };
-        let first = bgp_status(None, vec![n("Established")], t(0));
+        let first = bgp_status(None, vec![n("Established")], t(0), None);
         assert_eq!(first.read_at, Some(t(0).to_string()));
         // Read again and again, unchanged: the status stays (no write) ...
         for s in [2, 60, 299] {
             assert_eq!(
-                bgp_status(Some(first.clone()), vec![n("Established")], t(s)),
+                bgp_status(Some(first.clone()), vec![n("Established")], t(s), None),
                 first
             );
         }
         // ... until it is five minutes old; then readAt moves to the read.
-        let refreshed = bgp_status(Some(first.clone()), vec![n("Established")], t(300));
+        let refreshed = bgp_status(Some(first.clone()), vec![n("Established")], t(300), None);
         assert_eq!(refreshed.read_at, Some(t(300).to_string()));
         // A change is written at once.
-        let changed = bgp_status(Some(first.clone()), vec![n("Active")], t(5));
+        let changed = bgp_status(Some(first.clone()), vec![n("Active")], t(5), None);
         assert_eq!(changed.read_at, Some(t(5).to_string()));
         assert_eq!(changed.neighbors, vec![n("Active")]);
         // A status without a readAt gets one.
@@ -498,8 +498,21 @@ mod tests {
             neighbors: vec![],
         };
         assert_eq!(
-            bgp_status(Some(bare), vec![], t(1)).read_at,
+            bgp_status(Some(bare), vec![], t(1), None).read_at,
             Some(t(1).to_string())
+        );
+        // A rollout waiting on evidence read after t(10): the first read at or after
+        // it is written, unchanged as it is; one before it, or once written, not.
+        let after = Some(t(10));
+        assert_eq!(
+            bgp_status(Some(first.clone()), vec![n("Established")], t(9), after),
+            first
+        );
+        let evidence = bgp_status(Some(first.clone()), vec![n("Established")], t(11), after);
+        assert_eq!(evidence.read_at, Some(t(11).to_string()));
+        assert_eq!(
+            bgp_status(Some(evidence.clone()), vec![n("Established")], t(13), after),
+            evidence
         );
     }
 

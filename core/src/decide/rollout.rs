@@ -180,16 +180,32 @@ pub fn waves(targets: &[Target<'_>], policy: &Policy) -> Vec<Vec<usize>> {
 /// The next wave of a rollout under way: indices into `remaining` (the ports not
 /// moved yet), bounded as a share of `total` (every port the rollout reaches, so a
 /// percentage keeps its size as the rollout goes); the canary when `first`.
+///
+/// With `whole_switches` (a configuration with a link-aggregation group, before or
+/// after the edit: every port carrying it on a switch is a member, and a group's
+/// members change in one batch), a switch's ports move together: whole switches,
+/// as many as `maxUnavailable` holds and at least one; the canary is one switch.
 pub fn next_wave(
     remaining: &[Target<'_>],
     total: usize,
     policy: &Policy,
     first: bool,
+    whole_switches: bool,
 ) -> Vec<usize> {
     let total = total.max(remaining.len());
     let overall = policy.max_unavailable.of(total);
     let per_switch = policy.max_unavailable_per_switch.of(total);
     let mut queues = queues(remaining);
+    if whole_switches {
+        let mut wave = Vec::new();
+        for queue in queues {
+            if !wave.is_empty() && (first || wave.len() + queue.len() > overall) {
+                break;
+            }
+            wave.extend(queue);
+        }
+        return wave;
+    }
     if first {
         take_canary(&mut queues, policy.canary, overall, per_switch)
     } else {
@@ -287,6 +303,8 @@ pub struct Rollout {
     pub min_wait_seconds: i64,
     /// Seconds a wave may take to pass its gate.
     pub progress_deadline_seconds: i64,
+    /// Whether a switch's ports move together (see [`next_wave`]).
+    pub whole_switches: bool,
 }
 
 /// An int-or-percent field of `spec.rollout`.
@@ -314,6 +332,7 @@ pub fn rollout_of(
             policy,
             min_wait_seconds: defaults.min_wait_seconds,
             progress_deadline_seconds: defaults.progress_deadline_seconds,
+            whole_switches: false,
         });
     };
     let mut field = |name: &str, value: &Option<IntOrString>, into: &mut Amount| {
@@ -361,6 +380,7 @@ pub fn rollout_of(
         progress_deadline_seconds: spec
             .progress_deadline_seconds
             .unwrap_or(defaults.progress_deadline_seconds),
+        whole_switches: false,
     })
 }
 
@@ -408,6 +428,21 @@ pub struct PortFacts<'a> {
     pub active_on_update: bool,
     /// When its last attempt failed (Unix seconds), if it failed.
     pub failed_at: Option<i64>,
+    /// Its host's BGP sessions, where its Switch speaks BGP to it.
+    pub bgp: Option<Signal>,
+}
+
+/// A health signal about a port's host, as last read (its BGP sessions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signal {
+    /// Whether the signal says healthy (every session Established).
+    pub healthy: bool,
+    /// When it was read (Unix seconds); `None`: never, the gate cannot be evaluated
+    /// yet.
+    pub observed_at: Option<i64>,
+    /// Seconds after a wave's commit before the signal can show a failure (BGP's
+    /// hold time, and a second): only a read that late is evidence.
+    pub settle: i64,
 }
 
 /// What the stored progress says of the wave under way.
@@ -428,6 +463,9 @@ pub mod gate {
     pub const PORTS_ACTIVE: &str = "PortsActive";
     /// The wave passed its gates within `progressDeadlineSeconds`.
     pub const PROGRESS_DEADLINE: &str = "ProgressDeadline";
+    /// Every BGP session of the wave's hosts Established, read at least a hold time
+    /// after the commit.
+    pub const BGP_ESTABLISHED: &str = "BgpEstablished";
 }
 
 /// What the rollout does next.
@@ -486,7 +524,13 @@ pub fn step(
             switch: ports[*i].switch,
         })
         .collect();
-    let wave = next_wave(&targets, ports.len(), &rollout.policy, progress.wave == 0);
+    let wave = next_wave(
+        &targets,
+        ports.len(),
+        &rollout.policy,
+        progress.wave == 0,
+        rollout.whole_switches,
+    );
     Step::Commit(wave.into_iter().map(|i| remaining[i]).collect())
 }
 
@@ -524,6 +568,24 @@ fn judge_wave(
             ports: progress.wave_ports.to_vec(),
         };
     }
+    // A signal read late enough to be evidence, and unhealthy.
+    let evidence = |s: &Signal| s.observed_at.is_some_and(|t| t >= committed + s.settle);
+    let down: Vec<&str> = wave
+        .iter()
+        .filter(|p| p.bgp.is_some_and(|s| evidence(&s) && !s.healthy))
+        .map(|p| p.key)
+        .collect();
+    if !down.is_empty() {
+        return Step::RollBack {
+            gate: gate::BGP_ESTABLISHED,
+            message: format!(
+                "BGP of the host(s) on {} not Established a hold time after wave {}'s commit",
+                down.join(", "),
+                progress.wave
+            ),
+            ports: progress.wave_ports.to_vec(),
+        };
+    }
     let pending: Vec<&str> = wave
         .iter()
         .filter(|p| !p.active_on_update)
@@ -551,6 +613,31 @@ fn judge_wave(
                 progress.wave,
                 pending.len(),
                 wave.len()
+            ),
+        };
+    }
+    let unproven: Vec<(&str, &Signal)> = wave
+        .iter()
+        .filter_map(|p| p.bgp.as_ref().map(|s| (p.key, s)))
+        .filter(|(_, s)| !evidence(s))
+        .collect();
+    if let Some(settle) = unproven.iter().map(|(_, s)| s.settle).max() {
+        let never = unproven
+            .iter()
+            .filter(|(_, s)| s.observed_at.is_none())
+            .count();
+        return Step::Wait {
+            after: (committed + settle - now).clamp(1, 5),
+            message: format!(
+                "wave {}: Active; BGP of {} host(s) not yet read {} s after the commit{}",
+                progress.wave,
+                unproven.len(),
+                settle,
+                if never > 0 {
+                    format!(" ({never} cannot be evaluated yet: their speaker has not been read)")
+                } else {
+                    String::new()
+                }
             ),
         };
     }
@@ -835,6 +922,7 @@ mod tests {
                 moved: moved.contains(&i),
                 active_on_update: active.contains(&i),
                 failed_at: failed.iter().find(|(j, _)| *j == i).map(|(_, t)| *t),
+                bgp: None,
             })
             .collect()
     }
@@ -850,6 +938,7 @@ mod tests {
             },
             min_wait_seconds: 10,
             progress_deadline_seconds: 60,
+            whole_switches: false,
         };
         let none: [String; 0] = [];
         let between = |wave| Progress {
@@ -1025,5 +1114,75 @@ mod tests {
         }
         assert_eq!(revision_of(Some("web-bbbbbbbbbb.3"), None), None);
         assert_eq!(revision_name("web", &"ab".repeat(32)), "web-ababababab");
+    }
+
+    #[test]
+    fn a_bgp_gate_waits_a_hold_time_for_evidence_then_passes_or_rolls_back() {
+        let keys = fleet(1, 2);
+        let rollout = Rollout {
+            policy: Defaults::default().policy,
+            min_wait_seconds: 0,
+            progress_deadline_seconds: 600,
+            whole_switches: false,
+        };
+        let wave = vec!["sw0-p00".to_owned()];
+        let under_way = Progress {
+            wave: 1,
+            wave_ports: &wave,
+            committed_at: Some(100),
+        };
+        let with = |healthy, observed_at| {
+            let mut f = facts(&keys, &[0], &[0], &[]);
+            f[0].bgp = Some(Signal {
+                healthy,
+                observed_at,
+                settle: 4,
+            });
+            f
+        };
+        // (healthy, read at, now) → the step's kind
+        let cases = [
+            (true, None, 110, "wait"),
+            (true, Some(103), 110, "wait"),
+            (false, Some(103), 110, "wait"),
+            (true, Some(104), 110, "passed"),
+            (false, Some(104), 105, "back"),
+        ];
+        for (healthy, read, now, want) in cases {
+            let got = step(now, &rollout, &under_way, &with(healthy, read), false);
+            let kind = match &got {
+                Step::Wait { message, .. } => {
+                    if read.is_none() {
+                        assert!(message.contains("cannot be evaluated"), "{message}");
+                    }
+                    "wait"
+                }
+                Step::Passed => "passed",
+                Step::RollBack { gate, .. } => {
+                    assert_eq!(*gate, gate::BGP_ESTABLISHED);
+                    "back"
+                }
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(kind, want, "{healthy} {read:?} {now}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_link_aggregation_groups_ports_move_together_a_switch_at_a_time() {
+        let f = fleet(3, 2);
+        let t = targets(&f);
+        let policy = Policy {
+            canary: Canary::Ports(1),
+            max_unavailable: Amount::Count(4),
+            max_unavailable_per_switch: Amount::Count(1),
+        };
+        // The canary: one whole switch, whatever the canary's size.
+        assert_eq!(next_wave(&t, 6, &policy, true, true), [0, 1]);
+        // Then as many whole switches as maxUnavailable holds (two of two ports).
+        assert_eq!(next_wave(&t[2..], 6, &policy, false, true), [0, 1, 2, 3]);
+        // A switch larger than maxUnavailable still moves whole, alone.
+        let big = fleet(2, 6);
+        assert_eq!(next_wave(&targets(&big), 12, &policy, false, true).len(), 6);
     }
 }

@@ -117,17 +117,30 @@ pub fn repairs(changes: &[Change], established: &BTreeMap<Ipv4Addr, u64>) -> Vec
 }
 
 /// A Switch's `status.bgp` after a read at `now` that found `neighbors`: the old
-/// one while nothing changed and it is younger than [`REFRESH`], else the read
+/// one while nothing changed and it is younger than [`REFRESH`] and than
+/// `read_after` (a rollout waiting on evidence read after that time), else the read
 /// with `readAt` = `now`.
 pub fn bgp_status(
     old: Option<SwitchBgpStatus>,
     neighbors: Vec<BgpNeighborStatus>,
     now: jiff::Timestamp,
+    read_after: Option<jiff::Timestamp>,
 ) -> SwitchBgpStatus {
+    let wanted = |old: &SwitchBgpStatus| {
+        read_after.is_some_and(|after| {
+            after <= now
+                && old
+                    .read_at
+                    .as_deref()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .is_none_or(|at| at < after)
+        })
+    };
     match old {
         Some(old)
             if old.neighbors == neighbors
-                && super::super::neighbors::is_fresh(old.read_at.as_deref(), now) =>
+                && super::super::neighbors::is_fresh(old.read_at.as_deref(), now)
+                && !wanted(&old) =>
         {
             old
         }
