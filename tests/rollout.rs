@@ -1,0 +1,213 @@
+//! A rollout on real peers: one SwitchPortConfiguration carried by eight ports on
+//! four switches — two simulated Ciscos (fake-switches, over SSH), an Open vSwitch
+//! bridge (OVSDB) and netconfd (NETCONF) — edited, and the edit followed on the
+//! devices themselves: each device is read on sessions of the test's own while the
+//! rollout runs, and the waves are what the devices showed, sample by sample.
+//! (The rollout's other behaviour — rollback, pause, a kill mid-rollout, abort — is
+//! proven on fixture switches in `operator_e2e.rs`, and its BGP gate on FRR and
+//! GoBGP in `bgp.rs`.)
+
+#[path = "../providers/tests/support/ssh_cases.rs"]
+mod ssh_cases;
+mod support;
+
+/// How the test logs in to netconfd itself.
+#[path = "../providers/tests/support/netconfd.rs"]
+mod netconfd;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use patchbay::api::{PortState, SwitchPortConfiguration};
+use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
+use patchbay_providers::values::PortName;
+use patchbay_providers::{Device, VlanMode};
+use patchbay_testbed::{FakeSwitches, NetconfTarget, Netconfd, OvsSim, SimSpec};
+use serde_json::json;
+use support::env::Env;
+
+/// The access VLAN of each port of `device` (`None`: anything else).
+async fn access(device: &dyn Device, ports: &[&str]) -> Vec<Option<u16>> {
+    let names: Vec<PortName> = ports.iter().map(|p| PortName::parse(p).unwrap()).collect();
+    let reads = device.get_ports(&names).await.expect("the device answers");
+    names
+        .iter()
+        .map(|n| {
+            let read = reads
+                .iter()
+                .find(|(p, _)| p == n)
+                .and_then(|(_, r)| r.as_ref().ok());
+            match read.and_then(|o| o.vlans.clone()) {
+                Some(VlanMode::Access { vlan }) => Some(vlan.get()),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_reaches_four_real_switches_in_waves() {
+    let sims = FakeSwitches::start(&[
+        SimSpec::new("tor1", "cisco_generic"),
+        SimSpec::new("tor2", "cisco_generic"),
+    ])
+    .unwrap();
+    let ovs = OvsSim::start(&["br-r"]).expect("Open vSwitch starts");
+    ovs.add_internal_ports("br-r", &["r1", "r2"]).unwrap();
+    let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
+    let env = Env::start("rollout-peers").await;
+    for name in ["tor1", "tor2"] {
+        let sim = sims.get(name);
+        env.switch(
+            name,
+            "ios",
+            sim,
+            &sim.host_key_fingerprint,
+            &[
+                (&format!("{name}-p1"), "FastEthernet0/1"),
+                (&format!("{name}-p2"), "FastEthernet0/2"),
+            ],
+        )
+        .await;
+    }
+    env.device(
+        "ovs",
+        &[],
+        json!({"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+               "port": ovs.info.ovsdb_port, "options": {"bridge": "br-r"}}),
+        &[("ovs-p1", "r1"), ("ovs-p2", "r2")],
+    )
+    .await;
+    env.device(
+        "leaf",
+        &[("username", &nc.username), ("privateKey", &nc.client_key)],
+        json!({"backend": "netconf", "os": "yang", "address": nc.address, "port": nc.port,
+               "hostKey": {"fingerprint": nc.host_key_fingerprint}}),
+        &[("leaf-p1", "eth1"), ("leaf-p2", "eth2")],
+    )
+    .await;
+    // Waves at least four seconds apart (the minimum wait), longer than a sample.
+    env.configuration(
+        "shared",
+        json!({"untaggedVLAN": 10, "rollout": {"canary": {"ports": 1}, "maxUnavailable": 2,
+               "maxUnavailablePerSwitch": 1, "minWaitSeconds": 4}}),
+    )
+    .await;
+    let ports = [
+        "leaf-p1", "leaf-p2", "ovs-p1", "ovs-p2", "tor1-p1", "tor1-p2", "tor2-p1", "tor2-p2",
+    ];
+    for p in ports {
+        env.link(p, Some("shared")).await;
+    }
+    for p in ports {
+        env.wait_state_within(p, PortState::Active, 60).await;
+    }
+
+    // The test's own sessions to each device.
+    let tor1 = ssh_cases::backend("ios", sims.get("tor1"));
+    let tor2 = ssh_cases::backend("ios", sims.get("tor2"));
+    let leaf = NetconfSwitch::new(
+        netconfd::login(&nc),
+        model::for_os("yang", None).unwrap(),
+        NetconfOptions::default(),
+    );
+    let read_ovs = |port: &str| {
+        ovs.vsctl(&["get", "Port", port, "tag"])
+            .ok()
+            .and_then(|t| t.trim().parse::<u16>().ok())
+    };
+    let cisco = ["FastEthernet0/1", "FastEthernet0/2"];
+    let sample = || async {
+        let mut on: BTreeMap<&str, Option<u16>> = BTreeMap::new();
+        let l = access(&leaf, &["eth1", "eth2"]).await;
+        on.insert("leaf-p1", l[0]);
+        on.insert("leaf-p2", l[1]);
+        on.insert("ovs-p1", read_ovs("r1"));
+        on.insert("ovs-p2", read_ovs("r2"));
+        let t1 = access(&tor1, &cisco).await;
+        on.insert("tor1-p1", t1[0]);
+        on.insert("tor1-p2", t1[1]);
+        let t2 = access(&tor2, &cisco).await;
+        on.insert("tor2-p1", t2[0]);
+        on.insert("tor2-p2", t2[1]);
+        on
+    };
+    let before = sample().await;
+    assert!(before.values().all(|v| *v == Some(10)), "{before:?}");
+
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "shared",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 20}})),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    let mut steps: Vec<(Duration, Vec<&str>)> = Vec::new();
+    let mut longest = Duration::ZERO;
+    while seen.len() < ports.len() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "every port on VLAN 20 within 120 s: {steps:?}"
+        );
+        let at = Instant::now();
+        let now: BTreeSet<&str> = sample()
+            .await
+            .into_iter()
+            .filter(|(_, v)| *v == Some(20))
+            .map(|(k, _)| k)
+            .collect();
+        longest = longest.max(at.elapsed());
+        assert!(seen.is_subset(&now), "a port went back: {seen:?} → {now:?}");
+        let joined: Vec<&str> = now.difference(&seen).copied().collect();
+        if !joined.is_empty() {
+            steps.push((started.elapsed(), joined));
+        }
+        seen = now;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("waves seen on the devices (a sample took at most {longest:?}): {steps:#?}");
+    // Each sample is shorter than the minimum wait, so no sample saw two waves join.
+    assert!(
+        longest < Duration::from_secs(4),
+        "a sample took {longest:?}"
+    );
+    assert_eq!(
+        steps[0].1,
+        ["leaf-p1"],
+        "the canary first, alone: {steps:?}"
+    );
+    for (_, step) in &steps {
+        assert!(step.len() <= 2, "at most two at once: {steps:?}");
+        let switches: BTreeSet<&str> = step.iter().map(|p| p.split('-').next().unwrap()).collect();
+        assert_eq!(switches.len(), step.len(), "one per switch: {steps:?}");
+    }
+    // The canary, then waves of two across the switches in turn, then the last.
+    let waves: Vec<Vec<&str>> = steps.iter().map(|(_, s)| s.clone()).collect();
+    assert_eq!(
+        waves,
+        [
+            vec!["leaf-p1"],
+            vec!["leaf-p2", "ovs-p1"],
+            vec!["ovs-p2", "tor1-p1"],
+            vec!["tor1-p2", "tor2-p1"],
+            vec!["tor2-p2"],
+        ],
+        "{steps:?}"
+    );
+    let shared = env
+        .wait_obj::<SwitchPortConfiguration>("shared", "the rollout complete", |c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.rollout.as_ref())
+                .is_some_and(|r| r.phase == "Complete")
+        })
+        .await;
+    let r = shared.status.unwrap().rollout.unwrap();
+    assert_eq!(
+        (r.phase.as_str(), r.updated_ports, r.switches.as_str()),
+        ("Complete", 8, "4/4")
+    );
+}
