@@ -156,6 +156,7 @@ bench: deps fake-switch ovs sshd netconf lldp bgp ansible
 	bench/run.sh operator-100k BENCH_SWITCHES=2000 BENCH_PORTS=50 BENCH_IDLE_SECONDS=30 -- operator
 	bench/run.sh operator-100k-relists BENCH_SWITCHES=2000 BENCH_PORTS=50 BENCH_IDLE_SECONDS=30 BENCH_BREAK_WATCHES=2 -- operator
 	bench/run.sh failover -- failover
+	bench/run.sh rollout -- rollout
 	bench/run.sh operator-neighbors BENCH_SWITCHES=50 BENCH_PORTS=48 BENCH_NEIGHBOR_SECONDS=10 BENCH_IDLE_SECONDS=60 -- operator
 	bench/run.sh operator-neighbors-off BENCH_SWITCHES=50 BENCH_PORTS=48 BENCH_IDLE_SECONDS=60 -- operator
 	python3 bench/table.py target/bench-out docs/benchmarks.md

@@ -15,7 +15,7 @@ import re
 import sys
 
 ORDER = [
-    "devplane", "operator", "operator-tenancy", "operator-bgp", "operator-100k", "operator-100k-relists", "failover", "operator-neighbors",
+    "devplane", "operator", "operator-tenancy", "operator-bgp", "operator-100k", "operator-100k-relists", "failover", "rollout", "operator-neighbors",
     "operator-neighbors-off", "ssh", "ovsdb",
     "failures", "retry", "claims", "hosts", "netconf", "ansible", "fleet", "tenancy", "bgp", "plan",
 ]

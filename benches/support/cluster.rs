@@ -364,20 +364,26 @@ pub fn metric_sum(at: std::net::SocketAddr, name: &str) -> Option<f64> {
 /// Links port `keys[i]` to configuration `cfg-{i % 10}` (32 patches in flight).
 #[allow(dead_code)]
 pub async fn link_all(ports: &Api<SwitchPort>, keys: &[String]) {
+    link_each(ports, keys, |i| format!("cfg-{}", i % 10)).await;
+}
+
+/// Links port `keys[i]` to configuration `config(i)` (32 patches in flight).
+#[allow(dead_code)]
+pub async fn link_each(ports: &Api<SwitchPort>, keys: &[String], config: impl Fn(usize) -> String) {
     use futures::StreamExt;
     // Each patch owns what it uses, so the whole may run on a task of its own.
     let patches: Vec<_> = keys
         .iter()
         .enumerate()
         .map(|(i, name)| {
-            let (ports, name) = (ports.clone(), name.clone());
+            let (ports, name, config) = (ports.clone(), name.clone(), config(i));
             async move {
                 ports
                     .patch(
                         &name,
                         &kube::api::PatchParams::default(),
                         &kube::api::Patch::Merge(serde_json::json!(
-                            {"spec": {"configuration": {"name": format!("cfg-{}", i % 10)}}}
+                            {"spec": {"configuration": {"name": config}}}
                         )),
                     )
                     .await
