@@ -545,34 +545,70 @@ fn set_conditions(status: &mut ConfigurationStatus, generation: Option<i64>, now
     );
 }
 
+/// Patches in flight when a wave is pinned or put back: a wave's ports reach their
+/// workers together, so each switch batches them (one at a time, every port of a
+/// 10,000-port rollout went in a device session of its own; measured in
+/// `benches/rollout.rs`).
+const PINS_IN_FLIGHT: usize = 32;
+
 /// Pins `ports` (`namespace/name`) to the rollout `value`.
 async fn pin_ports(ctx: &Context, ports: &[String], value: &str) -> Result<(), ControllerError> {
-    for key in ports {
-        annotate(ctx, key, Some(value)).await?;
-    }
-    Ok(())
+    annotate_all(ctx, ports, Some(value)).await
 }
 
-/// Takes the pin off `ports` (`namespace/name`): they carry the current revision.
+/// Takes the pin off `ports` (`namespace/name`) that still carry one: they carry
+/// the current revision.
 async fn unpin(ctx: &Context, ports: &[String]) -> Result<(), ControllerError> {
-    for key in ports {
-        let pinned = ctx.ports.0.state().iter().any(|p| {
-            format!("{}/{}", p.namespace(), p.name()) == *key
-                && p.annotation(ROLLOUT_ANNOTATION).is_some()
-        });
-        if pinned {
-            annotate(ctx, key, None).await?;
-        }
-    }
-    Ok(())
+    let pinned: BTreeSet<String> = ctx
+        .ports
+        .0
+        .state()
+        .iter()
+        .filter(|p| p.annotation(ROLLOUT_ANNOTATION).is_some())
+        .map(|p| format!("{}/{}", p.namespace(), p.name()))
+        .collect();
+    let ports: Vec<String> = ports
+        .iter()
+        .filter(|k| pinned.contains(*k))
+        .cloned()
+        .collect();
+    annotate_all(ctx, &ports, None).await
+}
+
+/// Sets (or removes) the pin of every port of `ports`, [`PINS_IN_FLIGHT`] at a
+/// time; the first error is returned once all were tried.
+async fn annotate_all(
+    ctx: &Context,
+    ports: &[String],
+    value: Option<&str>,
+) -> Result<(), ControllerError> {
+    use futures::StreamExt;
+    // Each patch owns what it uses (a borrowing stream is not Send for every
+    // lifetime the controller's future needs).
+    let patches: Vec<_> = ports
+        .iter()
+        .map(|key| {
+            let (client, key, value) = (ctx.client.clone(), key.clone(), value.map(str::to_owned));
+            async move { annotate(&client, &key, value.as_deref()).await }
+        })
+        .collect();
+    let results: Vec<Result<(), ControllerError>> = futures::stream::iter(patches)
+        .buffer_unordered(PINS_IN_FLIGHT)
+        .collect()
+        .await;
+    results.into_iter().collect()
 }
 
 /// Sets (or removes) a port's pin; a port gone meanwhile is skipped.
-async fn annotate(ctx: &Context, key: &str, value: Option<&str>) -> Result<(), ControllerError> {
+async fn annotate(
+    client: &kube::Client,
+    key: &str,
+    value: Option<&str>,
+) -> Result<(), ControllerError> {
     let Some((ns, name)) = key.split_once('/') else {
         return Ok(());
     };
-    let api: Api<SwitchPort> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<SwitchPort> = Api::namespaced(client.clone(), ns);
     let patch = json!({"metadata": {"annotations": {ROLLOUT_ANNOTATION: value}}});
     match api
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
