@@ -329,11 +329,12 @@ async fn advance(
         })
         .collect();
     // A wave stored but not pinned whole (a process killed mid-commit): pin the rest.
+    let moved: std::collections::HashMap<&str, bool> =
+        facts.iter().map(|f| (f.key, f.moved)).collect();
     let unpinned: Vec<String> = r
         .wave_ports
         .iter()
-        .filter(|k| !facts.iter().any(|f| f.key == k.as_str() && f.moved))
-        .filter(|k| facts.iter().any(|f| f.key == k.as_str()))
+        .filter(|k| moved.get(k.as_str()) == Some(&false))
         .cloned()
         .collect();
     if !unpinned.is_empty() {
@@ -355,7 +356,12 @@ async fn advance(
     );
     let mut report = None;
     let look = match step {
-        Step::Commit(wave) => {
+        Step::Commit(mut wave) => {
+            // Pinned a switch at a time, so each switch's worker gets its ports of
+            // the wave together and batches them.
+            wave.sort_by(|a, b| {
+                (&ports[*a].switch, &ports[*a].key).cmp(&(&ports[*b].switch, &ports[*b].key))
+            });
             let keys: Vec<String> = wave.iter().map(|i| ports[*i].key.clone()).collect();
             r.wave += 1;
             r.phase = phase::PROGRESSING.into();

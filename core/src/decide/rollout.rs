@@ -542,10 +542,12 @@ fn judge_wave(
     ports: &[PortFacts<'_>],
 ) -> Step {
     let committed = progress.committed_at.unwrap_or(now);
+    let by_key: std::collections::HashMap<&str, &PortFacts<'_>> =
+        ports.iter().map(|p| (p.key, p)).collect();
     let wave: Vec<&PortFacts<'_>> = progress
         .wave_ports
         .iter()
-        .filter_map(|k| ports.iter().find(|p| p.key == k))
+        .filter_map(|k| by_key.get(k.as_str()).copied())
         .collect();
     let failed: Vec<String> = wave
         .iter()
