@@ -5,7 +5,7 @@
 //!
 //! How a port follows: a port carries its configuration's `status.rollout.
 //! currentRevision` unless its pin names the rollout under way
-//! (`<updateRevision>.<attempt>`), then the update revision
+//! (`<updateRevision>.<attempt>.<wave>`), then the update revision
 //! ([`super::context::Stores::configuration_carried`]). So an edit moves no port by
 //! itself; this controller moves them by pinning them, a wave at a time.
 //!
@@ -13,11 +13,12 @@
 //! and never leaves a wave half-done:
 //! 1. the revision, as a ControllerRevision `<configuration>-<hash>` (its spec
 //!    without `rollout`; the last [`REVISION_HISTORY`] kept);
-//! 2. the wave, in `status.rollout` (`wave`, `wavePorts`, `waveCommittedAt`),
-//!    before any port is pinned;
-//! 3. the pins. Every reconcile pins whatever port of the stored wave is not
-//!    pinned yet (a wave is re-committed whole after a restart), and unpins whatever
-//!    port of a stored rollback or abort still is.
+//! 2. the wave, in `status.rollout` (`wave`, `waveCommittedAt`), before any port
+//!    is pinned. Its ports are not listed: they are the same plan over the same
+//!    ports ([`crate::decide::rollout::wave_members`]), and its pins;
+//! 3. the pins. Every look pins whatever port of the wave under way is not pinned
+//!    yet, and, while a rollback (`RollingBack`) or an abort (`Aborting`) is
+//!    stored, unpins whatever port it concerns that still is.
 //!
 //! An edit while a rollout is under way waits for it to finish (complete, rolled
 //! back or aborted); the newest spec then rolls out from the current revision.
@@ -59,8 +60,12 @@ pub mod phase {
     pub const PAUSED: &str = "Paused";
     /// Every port on the update revision.
     pub const COMPLETE: &str = "Complete";
+    /// A gate failed; the failed wave's ports are being put back.
+    pub const ROLLING_BACK: &str = "RollingBack";
     /// A gate failed; the failed wave went back.
     pub const ROLLED_BACK: &str = "RolledBack";
+    /// Aborted; every port moved is being put back.
+    pub const ABORTING: &str = "Aborting";
     /// Aborted: every port moved went back.
     pub const ABORTED: &str = "Aborted";
     /// The policy asks for more than the infra team allows.
@@ -186,11 +191,21 @@ pub async fn reconcile(
         }
         Some(r) => {
             // Put back what a stored rollback or abort has not put back yet.
-            if matches!(r.phase.as_str(), phase::ROLLED_BACK | phase::ABORTED)
-                && !r.wave_ports.is_empty()
-            {
-                unpin(&ctx, &r.wave_ports).await?;
-                r.wave_ports.clear();
+            if let Some((done, wave)) = match r.phase.as_str() {
+                phase::ROLLING_BACK => Some((phase::ROLLED_BACK, Some(r.wave))),
+                phase::ABORTING => Some((phase::ABORTED, None)),
+                _ => None,
+            } {
+                let back: Vec<String> = carriers(&ctx, &ns, &name)
+                    .into_iter()
+                    .filter(|p| {
+                        let by = decide::moved_by(p.pinned.as_deref(), r);
+                        by.is_some() && (wave.is_none() || by == wave)
+                    })
+                    .map(|p| p.key)
+                    .collect();
+                unpin(&ctx, &back).await?;
+                r.phase = done.into();
                 r.wave_committed_at = None;
             }
             let settled = matches!(
@@ -205,14 +220,13 @@ pub async fn reconcile(
                 r.attempt += 1;
                 r.phase = phase::PROGRESSING.into();
                 r.wave = 0;
-                r.wave_ports.clear();
                 r.wave_committed_at = None;
                 r.message.clear();
                 prune_revisions(&ctx, &ns, &name, r).await;
             }
-            if !matches!(
+            if matches!(
                 r.phase.as_str(),
-                phase::ROLLED_BACK | phase::ABORTED | phase::COMPLETE
+                phase::PROGRESSING | phase::PAUSED | phase::REFUSED
             ) {
                 let (w, e) = advance(&ctx, &config, r, now).await?;
                 wait = w;
@@ -270,19 +284,15 @@ async fn advance(
     let ports = carriers(ctx, &ns, &name);
     let spec = config.spec.rollout.as_ref();
     if spec.and_then(|s| s.abort_revision) == Some(r.update_revision_number) {
-        let moved: Vec<String> = ports
+        let moved = ports
             .iter()
-            .filter(|p| p.pinned.as_deref() == Some(pin(r).as_str()))
-            .map(|p| p.key.clone())
-            .collect();
+            .filter(|p| decide::moved_by(p.pinned.as_deref(), r).is_some())
+            .count();
         r.message = format!(
-            "revision {} aborted (spec.rollout.abortRevision): {} port(s) it had reached go back to revision {}",
-            r.update_revision_number,
-            moved.len(),
-            r.current_revision_number
+            "revision {} aborted (spec.rollout.abortRevision): {moved} port(s) it had reached go back to revision {}",
+            r.update_revision_number, r.current_revision_number
         );
-        r.phase = phase::ABORTED.into();
-        r.wave_ports = moved;
+        r.phase = phase::ABORTING.into();
         r.wave_committed_at = None;
         return Ok((
             Some(Duration::ZERO),
@@ -315,66 +325,57 @@ async fn advance(
             return Ok((None, event));
         }
     };
-    let moved_pin = pin(r);
     let update_hash_of = |p: &Carrier| is_revision(p.applied.as_deref(), &r.update_revision);
     let facts: Vec<PortFacts<'_>> = ports
         .iter()
         .map(|p| PortFacts {
             key: &p.key,
             switch: &p.switch,
-            moved: p.pinned.as_deref() == Some(moved_pin.as_str()),
+            moved: decide::moved_by(p.pinned.as_deref(), r),
             active_on_update: p.state == Some(PortState::Active) && update_hash_of(p),
             failed_at: p.failed_at,
             bgp: p.bgp,
         })
         .collect();
-    // A wave stored but not pinned whole (a process killed mid-commit): pin the rest.
-    let moved: std::collections::HashMap<&str, bool> =
-        facts.iter().map(|f| (f.key, f.moved)).collect();
-    let unpinned: Vec<String> = r
-        .wave_ports
-        .iter()
-        .filter(|k| moved.get(k.as_str()) == Some(&false))
-        .cloned()
-        .collect();
-    if !unpinned.is_empty() {
-        ask_for_bgp_evidence(ctx, &ports, &r.wave_ports, committed_at_of(r)).await?;
-    }
-    pin_ports(ctx, &unpinned, &moved_pin).await?;
     let committed_at = committed_at_of(r).map(|t| t.as_second());
-    let paused = spec.is_some_and(|s| s.paused);
-    let step = decide::step(
-        now.as_second(),
-        &rollout,
-        &Progress {
-            wave: r.wave,
-            wave_ports: &r.wave_ports,
-            committed_at,
-        },
-        &facts,
-        paused,
-    );
-    let mut report = None;
-    let look = match step {
-        Step::Commit(mut wave) => {
-            // Pinned a switch at a time, so each switch's worker gets its ports of
-            // the wave together and batches them.
-            wave.sort_by(|a, b| {
+    let progress = Progress {
+        wave: r.wave,
+        committed_at,
+    };
+    let mut members = Vec::new();
+    if committed_at.is_some() {
+        // The wave under way: pin whatever of it is not pinned yet (all of it
+        // after the commit; the rest after a process killed mid-commit), a switch
+        // at a time so that each switch's worker batches its ports of the wave.
+        members = decide::wave_members(&rollout, &progress, &facts);
+        let mut unpinned: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|i| facts[*i].moved != Some(r.wave))
+            .collect();
+        if !unpinned.is_empty() {
+            unpinned.sort_by(|a, b| {
                 (&ports[*a].switch, &ports[*a].key).cmp(&(&ports[*b].switch, &ports[*b].key))
             });
-            let keys: Vec<String> = wave.iter().map(|i| ports[*i].key.clone()).collect();
+            let keys: Vec<String> = unpinned.iter().map(|i| ports[*i].key.clone()).collect();
+            ask_for_bgp_evidence(ctx, &ports, &members, committed_at_of(r)).await?;
+            pin_ports(ctx, &keys, &pin(r, r.wave)).await?;
+        }
+    }
+    let paused = spec.is_some_and(|s| s.paused);
+    let step = decide::step(now.as_second(), &rollout, &progress, &facts, paused);
+    let mut report = None;
+    let look = match step {
+        Step::Commit => {
             r.wave += 1;
             r.phase = phase::PROGRESSING.into();
             r.message = format!(
-                "wave {}: {} port(s) moving to revision {}",
-                r.wave,
-                keys.len(),
-                r.update_revision_number
+                "wave {} committed: moving to revision {}",
+                r.wave, r.update_revision_number
             );
-            r.wave_ports = keys;
             r.wave_committed_at = Some(now.to_string());
             // The wave is stored (the caller writes the status) before any port
-            // is pinned: the next reconcile pins it.
+            // is pinned: the next look pins it.
             Some(Duration::ZERO)
         }
         Step::Wait { after, message } => {
@@ -384,7 +385,6 @@ async fn advance(
         }
         Step::Passed => {
             r.message = format!("wave {} passed its gates", r.wave);
-            r.wave_ports.clear();
             r.wave_committed_at = None;
             Some(Duration::ZERO)
         }
@@ -402,37 +402,29 @@ async fn advance(
                 r.update_revision_number,
                 ports.len()
             );
-            r.wave_ports.clear();
             r.wave_committed_at = None;
             report = Some((Severity::Normal, "RolloutComplete", r.message.clone()));
             None
         }
-        Step::RollBack {
-            gate,
-            ports: wave,
-            message,
-        } => {
-            let hosts: BTreeSet<&str> = ports
+        Step::RollBack { gate, message } => {
+            let keys: Vec<&str> = members.iter().map(|i| ports[*i].key.as_str()).collect();
+            let hosts: BTreeSet<&str> = members
                 .iter()
-                .filter(|p| wave.contains(&p.key))
-                .filter_map(|p| p.host.as_deref())
+                .filter_map(|i| ports[*i].host.as_deref())
                 .collect();
-            r.phase = phase::ROLLED_BACK.into();
+            let hosts: Vec<&str> = hosts.into_iter().collect();
+            r.phase = phase::ROLLING_BACK.into();
             r.message = format!(
                 "gate {gate} failed: {message}; wave {} ({}) goes back to revision {}{}",
                 r.wave,
-                wave.join(", "),
+                decide::some_of(&keys),
                 r.current_revision_number,
                 if hosts.is_empty() {
                     String::new()
                 } else {
-                    format!(
-                        "; hosts {}",
-                        hosts.into_iter().collect::<Vec<_>>().join(", ")
-                    )
+                    format!("; hosts {}", decide::some_of(&hosts))
                 }
             );
-            r.wave_ports = wave;
             r.wave_committed_at = None;
             report = Some((Severity::Warning, "RolledBack", r.message.clone()));
             Some(Duration::ZERO)
@@ -452,14 +444,14 @@ fn committed_at_of(r: &RolloutStatus) -> Option<jiff::Timestamp> {
 async fn ask_for_bgp_evidence(
     ctx: &Context,
     ports: &[Carrier],
-    wave: &[String],
+    wave: &[usize],
     committed: Option<jiff::Timestamp>,
 ) -> Result<(), ControllerError> {
     let Some(committed) = committed else {
         return Ok(());
     };
     let mut asked: BTreeMap<&str, i64> = BTreeMap::new();
-    for p in ports.iter().filter(|p| wave.contains(&p.key)) {
+    for p in wave.iter().map(|i| &ports[*i]) {
         if let Some(s) = &p.bgp {
             let e = asked.entry(p.switch.as_str()).or_default();
             *e = (*e).max(s.settle);
@@ -489,8 +481,7 @@ async fn ask_for_bgp_evidence(
 /// `(ports, updated, "switches moved/switches")` of the rollout `r`.
 fn counts(ports: &[Carrier], r: &RolloutStatus) -> (i64, i64, String) {
     let complete = r.current_revision == r.update_revision;
-    let pinned = pin(r);
-    let on_update = |p: &Carrier| complete || p.pinned.as_deref() == Some(pinned.as_str());
+    let on_update = |p: &Carrier| complete || decide::moved_by(p.pinned.as_deref(), r).is_some();
     let updated = ports
         .iter()
         .filter(|p| on_update(p))
@@ -519,6 +510,8 @@ fn set_conditions(status: &mut ConfigurationStatus, generation: Option<i64>, now
     };
     let (progressing, reason) = match r.phase.as_str() {
         phase::PROGRESSING => (Truth::True, "WaveInProgress"),
+        phase::ROLLING_BACK => (Truth::True, "RollingBack"),
+        phase::ABORTING => (Truth::True, "Aborting"),
         phase::COMPLETE => (Truth::False, "Complete"),
         phase::PAUSED => (Truth::False, "Paused"),
         phase::ROLLED_BACK => (Truth::False, "RolledBack"),
@@ -723,6 +716,6 @@ pub fn rollout_of_port(
         .status
         .as_ref()
         .and_then(|s| s.rollout.as_ref())
-        .is_some_and(|r| !r.wave_ports.is_empty());
+        .is_some_and(|r| r.wave_committed_at.is_some());
     under_way.then_some(key)
 }

@@ -46,9 +46,10 @@ pub const FINALIZER: &str = "patchbay.dev/cleanup";
 /// The field manager of patchbay's server-side applies.
 pub const MANAGER: &str = "patchbay";
 
-/// Annotation on a SwitchPort a rollout moved: `<updateRevision>.<attempt>` of its
-/// configuration's `status.rollout`. While it names the rollout under way, the port
-/// carries the update revision; otherwise the configuration's current revision.
+/// Annotation on a SwitchPort a rollout moved: `<updateRevision>.<attempt>.<wave>`
+/// of its configuration's `status.rollout`. While it names the rollout under way,
+/// the port carries the update revision; otherwise the configuration's current
+/// revision.
 pub const ROLLOUT_ANNOTATION: &str = "patchbay.dev/rollout";
 
 /// Label on the ControllerRevisions of a SwitchPortConfiguration: its name.

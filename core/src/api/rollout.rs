@@ -71,8 +71,8 @@ pub struct ConfigurationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
     /// Conditions (Kubernetes conventions): `Progressing` (True while a rollout
-    /// moves or waits on a gate; False with reason `RolledBack`, `Aborted`,
-    /// `Paused` or `Refused`), `Complete`.
+    /// moves, waits on a gate or puts ports back; False with reason `RolledBack`,
+    /// `Aborted`, `Paused` or `Refused`), `Complete`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -90,19 +90,17 @@ pub struct RolloutStatus {
     pub update_revision: String,
     /// Its number.
     pub update_revision_number: i64,
-    /// Which rollout of this configuration this is (counts up): a port moved by it
-    /// carries `patchbay.dev/rollout: <updateRevision>.<attempt>`.
+    /// Which rollout of this configuration this is (counts up): a port moved by its
+    /// wave N carries `patchbay.dev/rollout: <updateRevision>.<attempt>.<N>`.
     pub attempt: i64,
-    /// `Progressing`, `Paused`, `Complete`, `RolledBack` (a gate failed),
-    /// `Aborted` (spec.rollout.abortRevision), `Refused` (the policy is above
-    /// the infra team's limits).
+    /// `Progressing`, `Paused`, `Complete`, `RollingBack` then `RolledBack` (a
+    /// gate failed: the wave goes back), `Aborting` then `Aborted`
+    /// (spec.rollout.abortRevision: every port moved goes back), `Refused` (the
+    /// policy is above the infra team's limits).
     pub phase: String,
-    /// Waves committed so far (the canary is wave 1).
+    /// Waves committed so far (the canary is wave 1); while rolling back, the wave
+    /// going back. A wave's ports are its pins, not listed here.
     pub wave: i64,
-    /// The ports (`namespace/name`) of the wave under way, or being put back;
-    /// empty between waves. Always written (a status merge patch replaces it).
-    #[serde(default)]
-    pub wave_ports: Vec<String>,
     /// When the wave under way was committed (RFC 3339). Written as null between
     /// waves, so a merge patch removes it.
     #[serde(default)]

@@ -15,7 +15,7 @@
 //! resume from the wave it stored. A wave takes from the switches in turn, so it
 //! spreads over switches instead of emptying one before the next.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -391,10 +391,23 @@ pub fn revision_name(configuration: &str, hash: &str) -> String {
     format!("{base}-{}", &hash[..hash.len().min(10)])
 }
 
-/// What a port moved by the rollout of `status` carries as its
-/// [`crate::api::keys::ROLLOUT_ANNOTATION`].
-pub fn pin(status: &RolloutStatus) -> String {
-    format!("{}.{}", status.update_revision, status.attempt)
+/// What a port moved by wave `wave` of the rollout of `status` carries as its
+/// [`crate::api::keys::ROLLOUT_ANNOTATION`]: `<updateRevision>.<attempt>.<wave>`.
+pub fn pin(status: &RolloutStatus, wave: i64) -> String {
+    format!("{}.{}.{wave}", status.update_revision, status.attempt)
+}
+
+/// The wave of the rollout of `status` that moved a port pinned `pin`; `None` when
+/// this rollout did not move it (no pin, or an earlier rollout's).
+pub fn moved_by(pin: Option<&str>, status: &RolloutStatus) -> Option<i64> {
+    let rest = pin?
+        .strip_prefix(status.update_revision.as_str())?
+        .strip_prefix('.')?;
+    let (attempt, wave) = rest.split_once('.')?;
+    if attempt != status.attempt.to_string() {
+        return None;
+    }
+    wave.parse().ok()
 }
 
 /// The ControllerRevision a port with the pin `pin` carries of a configuration
@@ -403,12 +416,7 @@ pub fn pin(status: &RolloutStatus) -> String {
 /// theirs), else the current one. `None`: no rollout yet, the spec as it is.
 pub fn revision_of<'a>(pin: Option<&str>, status: Option<&'a RolloutStatus>) -> Option<&'a str> {
     let status = status?;
-    let moved = pin.is_some_and(|p| {
-        p.strip_prefix(status.update_revision.as_str())
-            .and_then(|rest| rest.strip_prefix('.'))
-            .is_some_and(|attempt| attempt == status.attempt.to_string())
-    });
-    Some(if moved {
+    Some(if moved_by(pin, status).is_some() {
         &status.update_revision
     } else {
         &status.current_revision
@@ -422,8 +430,8 @@ pub struct PortFacts<'a> {
     pub key: &'a str,
     /// Its switch.
     pub switch: &'a str,
-    /// Whether the rollout under way moved it (its pin names the rollout).
-    pub moved: bool,
+    /// The wave of the rollout under way that moved it (its pin), if one did.
+    pub moved: Option<i64>,
     /// Whether it reads back Active with the update revision applied.
     pub active_on_update: bool,
     /// When its last attempt failed (Unix seconds), if it failed.
@@ -447,12 +455,10 @@ pub struct Signal {
 
 /// What the stored progress says of the wave under way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress<'a> {
-    /// Waves committed so far.
+pub struct Progress {
+    /// Waves committed so far (the one under way included; the canary is 1).
     pub wave: i64,
-    /// The ports of the wave under way (empty between waves).
-    pub wave_ports: &'a [String],
-    /// When it was committed (Unix seconds).
+    /// When the wave under way was committed (Unix seconds); `None` between waves.
     pub committed_at: Option<i64>,
 }
 
@@ -471,8 +477,8 @@ pub mod gate {
 /// What the rollout does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Move these ports (indices into the facts): the next wave.
-    Commit(Vec<usize>),
+    /// Commit the next wave (its ports: [`wave_members`] once it is stored).
+    Commit,
     /// The wave's gate has not passed yet: look again after this many seconds.
     Wait {
         /// Seconds until the next look.
@@ -491,11 +497,39 @@ pub enum Step {
     RollBack {
         /// The gate that failed.
         gate: &'static str,
-        /// The wave's ports (`namespace/name`).
-        ports: Vec<String>,
         /// What it saw.
         message: String,
     },
+}
+
+/// The ports of the wave under way (indices into `ports`): the wave as planned at
+/// its commit — the same plan over the same ports (those not moved by an earlier
+/// wave) gives the same wave, whether some of it is pinned already or not — with
+/// every port it pinned. So the status stores the wave's number, not its ports
+/// (10,000 names would be a quarter megabyte; 100,000 more than etcd takes), and a
+/// process killed mid-commit pins the rest.
+pub fn wave_members(rollout: &Rollout, progress: &Progress, ports: &[PortFacts<'_>]) -> Vec<usize> {
+    let this = Some(progress.wave);
+    let candidates: Vec<usize> = (0..ports.len())
+        .filter(|i| ports[*i].moved.is_none() || ports[*i].moved == this)
+        .collect();
+    let targets: Vec<Target<'_>> = candidates
+        .iter()
+        .map(|i| Target {
+            port: ports[*i].key,
+            switch: ports[*i].switch,
+        })
+        .collect();
+    let planned = next_wave(
+        &targets,
+        ports.len(),
+        &rollout.policy,
+        progress.wave == 1,
+        rollout.whole_switches,
+    );
+    let mut members: BTreeSet<usize> = planned.into_iter().map(|i| candidates[i]).collect();
+    members.extend((0..ports.len()).filter(|i| ports[*i].moved == this));
+    members.into_iter().collect()
 }
 
 /// The next step of a rollout at `now` (Unix seconds), from its stored `progress`
@@ -503,59 +537,49 @@ pub enum Step {
 pub fn step(
     now: i64,
     rollout: &Rollout,
-    progress: &Progress<'_>,
+    progress: &Progress,
     ports: &[PortFacts<'_>],
     paused: bool,
 ) -> Step {
-    if !progress.wave_ports.is_empty() {
-        return judge_wave(now, rollout, progress, ports);
+    if progress.committed_at.is_some() {
+        let members = wave_members(rollout, progress, ports);
+        return judge_wave(now, rollout, progress, ports, &members);
     }
-    let remaining: Vec<usize> = (0..ports.len()).filter(|i| !ports[*i].moved).collect();
-    if remaining.is_empty() {
+    if ports.iter().all(|p| p.moved.is_some()) {
         return Step::Complete;
     }
     if paused {
         return Step::Paused;
     }
-    let targets: Vec<Target<'_>> = remaining
-        .iter()
-        .map(|i| Target {
-            port: ports[*i].key,
-            switch: ports[*i].switch,
-        })
-        .collect();
-    let wave = next_wave(
-        &targets,
-        ports.len(),
-        &rollout.policy,
-        progress.wave == 0,
-        rollout.whole_switches,
-    );
-    Step::Commit(wave.into_iter().map(|i| remaining[i]).collect())
+    Step::Commit
 }
 
-/// The gates of the wave under way.
+/// Up to eight of `keys`, then how many more.
+pub fn some_of(keys: &[&str]) -> String {
+    let shown = keys.iter().take(8).copied().collect::<Vec<_>>().join(", ");
+    match keys.len() {
+        0..=8 => shown,
+        n => format!("{shown} and {} more", n - 8),
+    }
+}
+
+/// The gates of the wave under way, whose ports are `members`.
 fn judge_wave(
     now: i64,
     rollout: &Rollout,
-    progress: &Progress<'_>,
+    progress: &Progress,
     ports: &[PortFacts<'_>],
+    members: &[usize],
 ) -> Step {
     let committed = progress.committed_at.unwrap_or(now);
-    let by_key: std::collections::HashMap<&str, &PortFacts<'_>> =
-        ports.iter().map(|p| (p.key, p)).collect();
-    let wave: Vec<&PortFacts<'_>> = progress
-        .wave_ports
-        .iter()
-        .filter_map(|k| by_key.get(k.as_str()).copied())
-        .collect();
-    let failed: Vec<String> = wave
+    let wave: Vec<&PortFacts<'_>> = members.iter().map(|i| &ports[*i]).collect();
+    let failed: Vec<&str> = wave
         .iter()
         // Strictly after the commit's second: statuses keep whole seconds, and a
         // failure of the previous revision in the same second is not this one's (a
         // failure of this one in that second shows again at its next attempt).
         .filter(|p| p.failed_at.is_some_and(|t| t > committed))
-        .map(|p| p.key.to_owned())
+        .map(|p| p.key)
         .collect();
     if !failed.is_empty() {
         return Step::RollBack {
@@ -565,9 +589,8 @@ fn judge_wave(
                 failed.len(),
                 wave.len(),
                 progress.wave,
-                failed.join(", ")
+                some_of(&failed)
             ),
-            ports: progress.wave_ports.to_vec(),
         };
     }
     // A signal read late enough to be evidence, and unhealthy.
@@ -582,10 +605,9 @@ fn judge_wave(
             gate: gate::BGP_ESTABLISHED,
             message: format!(
                 "BGP of the host(s) on {} not Established a hold time after wave {}'s commit",
-                down.join(", "),
+                some_of(&down),
                 progress.wave
             ),
-            ports: progress.wave_ports.to_vec(),
         };
     }
     let pending: Vec<&str> = wave
@@ -602,9 +624,8 @@ fn judge_wave(
                 progress.wave,
                 rollout.progress_deadline_seconds,
                 pending.len(),
-                pending.join(", ")
+                some_of(&pending)
             ),
-            ports: progress.wave_ports.to_vec(),
         };
     }
     if !pending.is_empty() {
@@ -910,9 +931,11 @@ mod tests {
         }
     }
 
+    /// Facts of `keys`: `moved` (index, wave), `active` indices, `failed` (index,
+    /// when).
     fn facts<'a>(
         keys: &'a [(String, String)],
-        moved: &[usize],
+        moved: &[(usize, i64)],
         active: &[usize],
         failed: &[(usize, i64)],
     ) -> Vec<PortFacts<'a>> {
@@ -921,7 +944,7 @@ mod tests {
             .map(|(i, (switch, key))| PortFacts {
                 key,
                 switch,
-                moved: moved.contains(&i),
+                moved: moved.iter().find(|(j, _)| *j == i).map(|(_, w)| *w),
                 active_on_update: active.contains(&i),
                 failed_at: failed.iter().find(|(j, _)| *j == i).map(|(_, t)| *t),
                 bgp: None,
@@ -931,7 +954,7 @@ mod tests {
 
     #[test]
     fn a_rollout_steps_canary_waves_gates_and_completes_or_rolls_back() {
-        let keys = fleet(2, 4); // sw0-p00..03, sw1-p00..03
+        let keys = fleet(2, 4); // sw0-p00..03 (0-3), sw1-p00..03 (4-7)
         let rollout = Rollout {
             policy: Policy {
                 canary: Canary::Ports(1),
@@ -942,81 +965,68 @@ mod tests {
             progress_deadline_seconds: 60,
             whole_switches: false,
         };
-        let none: [String; 0] = [];
         let between = |wave| Progress {
             wave,
-            wave_ports: &none,
             committed_at: None,
         };
-        // Nothing moved: the canary, one port.
+        let under_way = |wave| Progress {
+            wave,
+            committed_at: Some(100),
+        };
+        // Nothing moved: commit; the canary (wave 1) is one port.
+        let none = facts(&keys, &[], &[], &[]);
+        assert_eq!(step(100, &rollout, &between(0), &none, false), Step::Commit);
+        assert_eq!(wave_members(&rollout, &under_way(1), &none), [0]);
+        // After it: a wave of 4, 2 per switch, the same before and after it is
+        // pinned (in part or whole).
+        let after_canary = facts(&keys, &[(0, 1)], &[0], &[]);
         assert_eq!(
-            step(
-                100,
-                &rollout,
-                &between(0),
-                &facts(&keys, &[], &[], &[]),
-                false
-            ),
-            Step::Commit(vec![0])
+            wave_members(&rollout, &under_way(2), &after_canary),
+            [1, 2, 4, 5]
         );
-        // After it: a wave of 4, 2 per switch.
+        let half_pinned = facts(&keys, &[(0, 1), (1, 2), (4, 2)], &[0], &[]);
         assert_eq!(
-            step(
-                100,
-                &rollout,
-                &between(1),
-                &facts(&keys, &[0], &[0], &[]),
-                false
-            ),
-            Step::Commit(vec![1, 4, 2, 5])
+            wave_members(&rollout, &under_way(2), &half_pinned),
+            [1, 2, 4, 5]
         );
         // Paused between waves; every port moved: complete.
         assert_eq!(
-            step(
-                100,
-                &rollout,
-                &between(1),
-                &facts(&keys, &[0], &[0], &[]),
-                true
-            ),
+            step(100, &rollout, &between(1), &after_canary, true),
             Step::Paused
         );
-        let all: Vec<usize> = (0..8).collect();
+        let all: Vec<(usize, i64)> = (0..8).map(|i| (i, 1)).collect();
+        let every: Vec<usize> = (0..8).collect();
         assert_eq!(
             step(
                 100,
                 &rollout,
                 &between(3),
-                &facts(&keys, &all, &all, &[]),
+                &facts(&keys, &all, &every, &[]),
                 false
             ),
             Step::Complete
         );
-        // A wave under way, committed at 100.
-        let wave = vec!["sw0-p01".to_owned(), "sw1-p00".to_owned()];
-        let under_way = Progress {
-            wave: 2,
-            wave_ports: &wave,
-            committed_at: Some(100),
-        };
-        let moved = [0, 1, 4];
+        // Wave 2 under way (ports 1, 2, 4, 5), committed at 100.
+        let moved = [(0, 1), (1, 2), (2, 2), (4, 2), (5, 2)];
+        let wave2 = under_way(2);
         // Not Active yet: wait; Active but inside the minimum wait: wait the rest.
         assert!(matches!(
             step(
                 103,
                 &rollout,
-                &under_way,
+                &wave2,
                 &facts(&keys, &moved, &[0, 1], &[]),
                 false
             ),
             Step::Wait { after: 2, .. }
         ));
+        let active = [0, 1, 2, 4, 5];
         assert!(matches!(
             step(
                 104,
                 &rollout,
-                &under_way,
-                &facts(&keys, &moved, &moved, &[]),
+                &wave2,
+                &facts(&keys, &moved, &active, &[]),
                 false
             ),
             Step::Wait { after: 6, .. }
@@ -1025,8 +1035,8 @@ mod tests {
             step(
                 110,
                 &rollout,
-                &under_way,
-                &facts(&keys, &moved, &moved, &[]),
+                &wave2,
+                &facts(&keys, &moved, &active, &[]),
                 false
             ),
             Step::Passed
@@ -1036,42 +1046,37 @@ mod tests {
             step(
                 110,
                 &rollout,
-                &under_way,
-                &facts(&keys, &moved, &moved, &[]),
+                &wave2,
+                &facts(&keys, &moved, &active, &[]),
                 true
             ),
             Step::Passed
         );
-        // A failure since the commit rolls the wave back (one before it does not).
-        let failed = step(
+        // A failure since the commit rolls the wave back (one before it, or in
+        // its second, is the previous revision's).
+        match step(
             104,
             &rollout,
-            &under_way,
-            &facts(&keys, &moved, &[0], &[(4, 101), (1, 90)]),
+            &wave2,
+            &facts(&keys, &moved, &[0], &[(4, 101), (0, 102)]),
             false,
-        );
-        match failed {
-            Step::RollBack {
-                gate,
-                ports,
-                message,
-            } => {
+        ) {
+            Step::RollBack { gate, message } => {
                 assert_eq!(gate, gate::PORTS_ACTIVE);
-                assert_eq!(ports, wave);
+                // The canary's port failing is not this wave's.
                 assert!(
-                    message.contains("sw1-p00") && !message.contains("sw0-p01"),
+                    message.contains("sw1-p00") && !message.contains("sw0-p00"),
                     "{message}"
                 );
             }
             other => panic!("{other:?}"),
         }
-        // A failure before the commit, or in its second, is the previous one's.
         for before in [90, 100] {
             assert!(matches!(
                 step(
                     104,
                     &rollout,
-                    &under_way,
+                    &wave2,
                     &facts(&keys, &moved, &[0], &[(1, before)]),
                     false
                 ),
@@ -1083,7 +1088,7 @@ mod tests {
             step(
                 161,
                 &rollout,
-                &under_way,
+                &wave2,
                 &facts(&keys, &moved, &[0, 1], &[]),
                 false
             ),
@@ -1102,19 +1107,27 @@ mod tests {
             attempt: 3,
             ..RolloutStatus::default()
         };
-        assert_eq!(pin(&status), "web-bbbbbbbbbb.3");
+        assert_eq!(pin(&status, 2), "web-bbbbbbbbbb.3.2");
         let cases = [
-            (None, Some("web-aaaaaaaaaa")),
-            (Some("web-bbbbbbbbbb.3"), Some("web-bbbbbbbbbb")),
+            (None, None),
+            (Some("web-bbbbbbbbbb.3.2"), Some(2)),
+            (Some("web-bbbbbbbbbb.3.17"), Some(17)),
             // An earlier rollout of the same content, or of another revision.
-            (Some("web-bbbbbbbbbb.2"), Some("web-aaaaaaaaaa")),
-            (Some("web-bbbbbbbbbb.33"), Some("web-aaaaaaaaaa")),
-            (Some("web-cccccccccc.3"), Some("web-aaaaaaaaaa")),
+            (Some("web-bbbbbbbbbb.2.1"), None),
+            (Some("web-bbbbbbbbbb.33.1"), None),
+            (Some("web-cccccccccc.3.1"), None),
+            (Some("web-bbbbbbbbbb.3"), None),
         ];
         for (p, want) in cases {
-            assert_eq!(revision_of(p, Some(&status)), want, "{p:?}");
+            assert_eq!(moved_by(p, &status), want, "{p:?}");
+            let revision = if want.is_some() {
+                "web-bbbbbbbbbb"
+            } else {
+                "web-aaaaaaaaaa"
+            };
+            assert_eq!(revision_of(p, Some(&status)), Some(revision), "{p:?}");
         }
-        assert_eq!(revision_of(Some("web-bbbbbbbbbb.3"), None), None);
+        assert_eq!(revision_of(Some("web-bbbbbbbbbb.3.1"), None), None);
         assert_eq!(revision_name("web", &"ab".repeat(32)), "web-ababababab");
     }
 
@@ -1127,14 +1140,12 @@ mod tests {
             progress_deadline_seconds: 600,
             whole_switches: false,
         };
-        let wave = vec!["sw0-p00".to_owned()];
         let under_way = Progress {
             wave: 1,
-            wave_ports: &wave,
             committed_at: Some(100),
         };
         let with = |healthy, observed_at| {
-            let mut f = facts(&keys, &[0], &[0], &[]);
+            let mut f = facts(&keys, &[(0, 1)], &[0], &[]);
             f[0].bgp = Some(Signal {
                 healthy,
                 observed_at,
