@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster::{BenchCluster, PortWatch, metric_sum, proc_cpu_ticks, proc_kib};
+use cluster::{BenchCluster, PortWatch, env_or, metric_sum, proc_cpu_ticks, proc_kib};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
 use patchbay::api::{PortState, SwitchPort, SwitchPortConfiguration};
@@ -41,13 +41,6 @@ const NS: &str = "bench";
 const DRIFT_INTERVAL_SECONDS: u64 = 300;
 /// The port whose configuration changes at the takeover.
 const CHANGED: &str = "sw000-p00";
-
-fn env_or(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// One `patchbay run` process (leader election on, the Lease `default/patchbay`).
 struct Replica {

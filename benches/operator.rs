@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster::{BenchCluster, metric_sum, proc_cpu_ticks, proc_kib, request_diff};
+use cluster::{BenchCluster, env_or, metric_sum, proc_cpu_ticks, proc_kib, request_diff};
 use futures::StreamExt;
 use kube::api::{Api, PostParams};
 use patchbay::api::{PortState, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration};
@@ -61,14 +61,6 @@ fn switch_status_writes(cluster: &BenchCluster) -> u64 {
         .filter(|((verb, res), _)| res == "switches/status" && verb != "get")
         .map(|(_, n)| n)
         .sum()
-}
-
-/// `BENCH_SWITCHES` / `BENCH_PORTS` / `BENCH_IDLE_SECONDS` shrink the run for a quick look.
-fn env_or(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// Port states kept current from one watch (relisting 10,000 ports to count them

@@ -22,19 +22,12 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster::{BenchCluster, PortWatch, metric_sum, proc_cpu_ticks};
+use cluster::{BenchCluster, PortWatch, env_or, metric_sum, proc_cpu_ticks};
 use kube::api::{Api, Patch, PatchParams};
 use patchbay::api::{PortState, SwitchPort, SwitchPortConfiguration};
 use serde_json::json;
 
 const NS: &str = "bench";
-
-fn env_or(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The configuration's rollout status, read from the API server.
 async fn rollout(configs: &Api<SwitchPortConfiguration>) -> patchbay::api::RolloutStatus {
@@ -160,41 +153,25 @@ async fn main() {
     println!(
         "rollout benchmark: {switches_n} switches x {ports_n} ports = {total} ports on one configuration, fixture latency 1 ms, every port Active"
     );
-    edit(
-        &cluster,
-        &configs,
-        &watch,
-        &keys,
-        metrics,
-        pid,
-        "all at once (one wave)",
-        json!({"untaggedVLAN": 101, "rollout": {"canary": {"ports": total},
-               "maxUnavailable": "100%", "maxUnavailablePerSwitch": "100%"}}),
-    )
-    .await;
-    edit(
-        &cluster,
-        &configs,
-        &watch,
-        &keys,
-        metrics,
-        pid,
-        "the default policy (canary 1, 25%, 50% a switch)",
-        json!({"untaggedVLAN": 102, "rollout": null}),
-    )
-    .await;
-    edit(
-        &cluster,
-        &configs,
-        &watch,
-        &keys,
-        metrics,
-        pid,
-        "10% at a time, 5 a switch",
-        json!({"untaggedVLAN": 103, "rollout": {"maxUnavailable": "10%",
-               "maxUnavailablePerSwitch": 5}}),
-    )
-    .await;
+    let edits = [
+        (
+            "all at once (one wave)",
+            json!({"untaggedVLAN": 101, "rollout": {"canary": {"ports": total},
+                   "maxUnavailable": "100%", "maxUnavailablePerSwitch": "100%"}}),
+        ),
+        (
+            "the default policy (canary 1, 25%, 50% a switch)",
+            json!({"untaggedVLAN": 102, "rollout": null}),
+        ),
+        (
+            "10% at a time, 5 a switch",
+            json!({"untaggedVLAN": 103, "rollout": {"maxUnavailable": "10%",
+                   "maxUnavailablePerSwitch": 5}}),
+        ),
+    ];
+    for (what, spec) in edits {
+        edit(&cluster, &configs, &watch, &keys, metrics, pid, what, spec).await;
+    }
     let _ = operator.kill();
     let _ = operator.wait();
 }

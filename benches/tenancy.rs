@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use cluster::BenchCluster;
+use cluster::{BenchCluster, env_or};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -36,13 +36,6 @@ use patchbay::decide::tenancy::{Carrying, Grants, Settings, Tenancy, judge};
 use patchbay::serve::Admit;
 use patchbay_providers::values::VlanId;
 use serde_json::json;
-
-fn env_or(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;

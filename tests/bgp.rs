@@ -244,6 +244,19 @@ impl Bed {
         .await
     }
 
+    /// Claim `web` (ASN 65101, 192.0.2.0/28) bound to the Server, provisioned:
+    /// the Server once its peer is published.
+    async fn bound_host(&self) -> Server {
+        self.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
+            .await;
+        self.provision().await;
+        self.server("its peer published", |s| {
+            s.annotations()
+                .contains_key("patchbay.dev/bgp-peers-0-src-ip")
+        })
+        .await
+    }
+
     /// Binds the claim's Server and says it is installed: Provisioned.
     async fn provision(&self) {
         self.server("bound", |s| s.spec.claim_ref.is_some()).await;
@@ -359,17 +372,8 @@ async fn an_allocated_host_peers_with_its_tor_announces_only_its_prefixes_and_is
     let mut bed = Bed::start_with("bgp", true, false).await;
     let ns = bed.env.cluster.namespace.clone();
     let created = Instant::now();
-    bed.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
-        .await;
-    bed.provision().await;
-
+    let s = bed.bound_host().await;
     // What patchbay published is all the node gets.
-    let s = bed
-        .server("its peer published", |s| {
-            s.annotations()
-                .contains_key("patchbay.dev/bgp-peers-0-src-ip")
-        })
-        .await;
     assert_eq!(annotation(&s, "node-asn"), "65101");
     assert_eq!(annotation(&s, "peer-asn"), "65000");
     assert_eq!(annotation(&s, "peer-ip"), "10.99.0.1");
@@ -1045,15 +1049,7 @@ async fn a_rollout_that_breaks_a_hosts_bgp_fails_its_gate_and_goes_back() {
     bed.env
         .wait_state("zz-p1", patchbay::api::PortState::Active)
         .await;
-    bed.claim("web", json!({"asn": 65101, "prefixes": ["192.0.2.0/28"]}))
-        .await;
-    bed.provision().await;
-    let s = bed
-        .server("its peer published", |s| {
-            s.annotations()
-                .contains_key("patchbay.dev/bgp-peers-0-src-ip")
-        })
-        .await;
+    let s = bed.bound_host().await;
     let secret = bed
         .env
         .api::<Secret>()

@@ -396,3 +396,13 @@ pub async fn link_each(ports: &Api<SwitchPort>, keys: &[String], config: impl Fn
         .collect::<Vec<_>>()
         .await;
 }
+
+/// A setting of the benchmark from the environment (`BENCH_SWITCHES`, …), else
+/// `default`.
+#[allow(dead_code)]
+pub fn env_or(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
