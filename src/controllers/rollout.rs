@@ -555,23 +555,10 @@ async fn pin_ports(ctx: &Context, ports: &[String], value: &str) -> Result<(), C
     annotate_all(ctx, ports, Some(value)).await
 }
 
-/// Takes the pin off `ports` (`namespace/name`) that still carry one: they carry
-/// the current revision.
+/// Takes the pin off `ports` (`namespace/name`, each pinned by this rollout, as
+/// the caller read them): they carry the current revision.
 async fn unpin(ctx: &Context, ports: &[String]) -> Result<(), ControllerError> {
-    let pinned: BTreeSet<String> = ctx
-        .ports
-        .0
-        .state()
-        .iter()
-        .filter(|p| p.annotation(ROLLOUT_ANNOTATION).is_some())
-        .map(|p| format!("{}/{}", p.namespace(), p.name()))
-        .collect();
-    let ports: Vec<String> = ports
-        .iter()
-        .filter(|k| pinned.contains(*k))
-        .cloned()
-        .collect();
-    annotate_all(ctx, &ports, None).await
+    annotate_all(ctx, ports, None).await
 }
 
 /// Sets (or removes) the pin of every port of `ports`, [`PINS_IN_FLIGHT`] at a
