@@ -1521,7 +1521,8 @@ async fn waves_seen(env: &Env, ports: &[(&str, &str)], to: u16, secs: u64) -> Ve
 
 /// An edit of a configuration six ports on two switches carry reaches the devices
 /// in waves: the canary alone, then at most two ports at a time and one per switch,
-/// each wave after the one before read back Active and waited its minimum. The
+/// each wave after the one before read back Active and waited its minimum (2 s from
+/// its last port going Active: a sampler stalled that long would merge waves). The
 /// status counts the ports and switches on the new revision, and both revisions
 /// are kept as ControllerRevisions.
 #[tokio::test]
@@ -1530,7 +1531,7 @@ async fn an_edit_rolls_out_in_waves_each_gated_on_the_one_before() {
     let ports = shared_fleet(
         &env,
         json!({"canary": {"ports": 1}, "maxUnavailable": 2, "maxUnavailablePerSwitch": 1,
-               "minWaitSeconds": 1}),
+               "minWaitSeconds": 2}),
     )
     .await;
     env.edit_shared(json!({"untaggedVLAN": 20})).await;

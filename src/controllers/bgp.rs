@@ -312,7 +312,20 @@ pub(super) async fn sync(
         generation,
         now,
     );
-    Some(every)
+    // A rollout waiting on a read after a time still ahead is read then, not up to
+    // an interval later.
+    let due = read_after(switch)
+        .filter(|after| *after > now)
+        .and_then(|after| Duration::try_from(after.duration_since(now)).ok());
+    Some(due.map_or(every, |d| d.min(every)))
+}
+
+/// The time a rollout asks this Switch's speaker to be read after, if one does.
+fn read_after(switch: &Switch) -> Option<jiff::Timestamp> {
+    switch
+        .annotations()
+        .get(crate::api::keys::BGP_READ_AFTER_ANNOTATION)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
 }
 
 /// One read, and when needed one change. Returns the neighbours left out for want of
@@ -431,11 +444,7 @@ async fn keep(
     }
     established.set(switch, bgp::established(&desired, &state));
     // A rollout waiting on this speaker's evidence (see crate::controllers::rollout).
-    let read_after = switch
-        .annotations()
-        .get(crate::api::keys::BGP_READ_AFTER_ANNOTATION)
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
-    record(status, b, &wanted, &state, read_after);
+    record(status, b, &wanted, &state, read_after(switch));
     Ok(waiting)
 }
 

@@ -80,6 +80,8 @@ struct Carrier {
     state: Option<PortState>,
     applied: Option<String>,
     failed_at: Option<i64>,
+    /// When its state last changed (Unix seconds).
+    since: Option<i64>,
     host: Option<String>,
     bgp: Option<Signal>,
 }
@@ -144,6 +146,10 @@ fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
                 failed_at: status
                     .as_ref()
                     .and_then(|s| s.last_failure_time.as_ref())
+                    .map(|t| t.0.as_second()),
+                since: status
+                    .as_ref()
+                    .and_then(|s| s.last_transition_time.as_ref())
                     .map(|t| t.0.as_second()),
                 host: p.annotation(HOST_ANNOTATION).map(str::to_owned),
             }
@@ -332,7 +338,8 @@ async fn advance(
             key: &p.key,
             switch: &p.switch,
             moved: decide::moved_by(p.pinned.as_deref(), r),
-            active_on_update: p.state == Some(PortState::Active) && update_hash_of(p),
+            active_on_update: (p.state == Some(PortState::Active) && update_hash_of(p))
+                .then(|| p.since.unwrap_or(0)),
             failed_at: p.failed_at,
             bgp: p.bgp,
         })
@@ -358,9 +365,9 @@ async fn advance(
                 (&ports[*a].switch, &ports[*a].key).cmp(&(&ports[*b].switch, &ports[*b].key))
             });
             let keys: Vec<String> = unpinned.iter().map(|i| ports[*i].key.clone()).collect();
-            ask_for_bgp_evidence(ctx, &ports, &members, committed_at_of(r)).await?;
             pin_ports(ctx, &keys, &pin(r, r.wave)).await?;
         }
+        ask_for_bgp_evidence(ctx, decide::read_after(&progress, &facts, &members)).await?;
     }
     let paused = spec.is_some_and(|s| s.paused);
     let step = decide::step(now.as_second(), &rollout, &progress, &facts, paused);
@@ -439,29 +446,30 @@ fn committed_at_of(r: &RolloutStatus) -> Option<jiff::Timestamp> {
 }
 
 /// Asks each Switch speaking BGP to a host of the wave for a read of its speaker
-/// late enough to be the BGP gate's evidence ([`BGP_READ_AFTER_ANNOTATION`]: the
-/// commit plus the hold time and a second), before the wave's ports are pinned.
+/// late enough to be the BGP gate's evidence ([`BGP_READ_AFTER_ANNOTATION`]: when
+/// the last of its hosts' ports went Active on the update revision, plus the hold
+/// time and a second; [`decide::read_after`]). Patched only when the Switch does
+/// not already ask for that time: a wave's look writes a Switch at most once per
+/// second its ports landed in.
 async fn ask_for_bgp_evidence(
     ctx: &Context,
-    ports: &[Carrier],
-    wave: &[usize],
-    committed: Option<jiff::Timestamp>,
+    wanted: BTreeMap<&str, i64>,
 ) -> Result<(), ControllerError> {
-    let Some(committed) = committed else {
-        return Ok(());
-    };
-    let mut asked: BTreeMap<&str, i64> = BTreeMap::new();
-    for p in wave.iter().map(|i| &ports[*i]) {
-        if let Some(s) = &p.bgp {
-            let e = asked.entry(p.switch.as_str()).or_default();
-            *e = (*e).max(s.settle);
-        }
-    }
-    for (switch, settle) in asked {
+    for (switch, after) in wanted {
         let Some((ns, name)) = switch.split_once('/') else {
             continue;
         };
-        let after = committed + jiff::SignedDuration::from_secs(settle);
+        let Ok(after) = jiff::Timestamp::from_second(after) else {
+            continue;
+        };
+        let asked = ctx.stores.switch(ns, name).and_then(|s| {
+            s.annotations()
+                .get(BGP_READ_AFTER_ANNOTATION)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        });
+        if asked == Some(after) {
+            continue;
+        }
         let api: Api<Switch> = Api::namespaced(ctx.client.clone(), ns);
         let patch = json!({"metadata": {"annotations": {
             BGP_READ_AFTER_ANNOTATION: after.to_string()

@@ -28,7 +28,8 @@ pub struct RolloutSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable_per_switch: Option<IntOrString>,
     /// Seconds a wave's ports must have read back Active before the next wave
-    /// starts (the gate's minimum wait).
+    /// starts (the gate's minimum wait), counted from when the last of them went
+    /// Active on the new revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub min_wait_seconds: Option<i64>,

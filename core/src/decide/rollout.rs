@@ -432,8 +432,9 @@ pub struct PortFacts<'a> {
     pub switch: &'a str,
     /// The wave of the rollout under way that moved it (its pin), if one did.
     pub moved: Option<i64>,
-    /// Whether it reads back Active with the update revision applied.
-    pub active_on_update: bool,
+    /// Since when it reads back Active with the update revision applied (Unix
+    /// seconds: its last state change), if it does.
+    pub active_on_update: Option<i64>,
     /// When its last attempt failed (Unix seconds), if it failed.
     pub failed_at: Option<i64>,
     /// Its host's BGP sessions, where its Switch speaks BGP to it.
@@ -448,8 +449,9 @@ pub struct Signal {
     /// When it was read (Unix seconds); `None`: never, the gate cannot be evaluated
     /// yet.
     pub observed_at: Option<i64>,
-    /// Seconds after a wave's commit before the signal can show a failure (BGP's
-    /// hold time, and a second): only a read that late is evidence.
+    /// Seconds after the port's change reached its device before the signal can
+    /// show a failure (BGP's hold time, and a second): only a read that late is
+    /// evidence.
     pub settle: i64,
 }
 
@@ -563,6 +565,35 @@ pub fn some_of(keys: &[&str]) -> String {
     }
 }
 
+/// When a port's change reached its device, if it has (Unix seconds): when it went
+/// Active on the update revision, or the commit if that reads earlier. The clocks of
+/// the minimum wait and of a host's signal start there, not at the commit: a slow
+/// device would otherwise spend them before the change is even on it.
+fn landed(p: &PortFacts<'_>, committed: i64) -> Option<i64> {
+    p.active_on_update.map(|t| t.max(committed))
+}
+
+/// For each switch whose hosts of the wave under way (`members`) give a signal, the
+/// time (Unix seconds) after which a read of it is evidence for each of them whose
+/// change has landed: what the rollout asks the Switch to read after.
+pub fn read_after<'a>(
+    progress: &Progress,
+    ports: &[PortFacts<'a>],
+    members: &[usize],
+) -> BTreeMap<&'a str, i64> {
+    let mut out = BTreeMap::new();
+    let Some(committed) = progress.committed_at else {
+        return out;
+    };
+    for p in members.iter().map(|i| &ports[*i]) {
+        if let (Some(s), Some(at)) = (p.bgp, landed(p, committed)) {
+            let e = out.entry(p.switch).or_insert(i64::MIN);
+            *e = (*e).max(at + s.settle);
+        }
+    }
+    out
+}
+
 /// The gates of the wave under way, whose ports are `members`.
 fn judge_wave(
     now: i64,
@@ -593,18 +624,21 @@ fn judge_wave(
             ),
         };
     }
-    // A signal read late enough to be evidence, and unhealthy.
-    let evidence = |s: &Signal| s.observed_at.is_some_and(|t| t >= committed + s.settle);
+    let landed = |p: &PortFacts<'_>| landed(p, committed);
+    // A signal read late enough after the port's change to be evidence.
+    let evidence = |p: &PortFacts<'_>, s: &Signal| {
+        landed(p).is_some_and(|at| s.observed_at.is_some_and(|t| t >= at + s.settle))
+    };
     let down: Vec<&str> = wave
         .iter()
-        .filter(|p| p.bgp.is_some_and(|s| evidence(&s) && !s.healthy))
+        .filter(|p| p.bgp.is_some_and(|s| evidence(p, &s) && !s.healthy))
         .map(|p| p.key)
         .collect();
     if !down.is_empty() {
         return Step::RollBack {
             gate: gate::BGP_ESTABLISHED,
             message: format!(
-                "BGP of the host(s) on {} not Established a hold time after wave {}'s commit",
+                "BGP of the host(s) on {} not Established a hold time after wave {}'s change reached them",
                 some_of(&down),
                 progress.wave
             ),
@@ -612,11 +646,10 @@ fn judge_wave(
     }
     let pending: Vec<&str> = wave
         .iter()
-        .filter(|p| !p.active_on_update)
+        .filter(|p| p.active_on_update.is_none())
         .map(|p| p.key)
         .collect();
-    let elapsed = now - committed;
-    if elapsed > rollout.progress_deadline_seconds {
+    if now - committed > rollout.progress_deadline_seconds {
         return Step::RollBack {
             gate: gate::PROGRESS_DEADLINE,
             message: format!(
@@ -639,23 +672,26 @@ fn judge_wave(
             ),
         };
     }
-    let unproven: Vec<(&str, &Signal)> = wave
+    let unproven: Vec<(&PortFacts<'_>, &Signal)> = wave
         .iter()
-        .filter_map(|p| p.bgp.as_ref().map(|s| (p.key, s)))
-        .filter(|(_, s)| !evidence(s))
+        .filter_map(|p| p.bgp.as_ref().map(|s| (*p, s)))
+        .filter(|(p, s)| !evidence(p, s))
         .collect();
-    if let Some(settle) = unproven.iter().map(|(_, s)| s.settle).max() {
+    if let Some(ready_at) = unproven
+        .iter()
+        .filter_map(|(p, s)| landed(p).map(|at| at + s.settle))
+        .max()
+    {
         let never = unproven
             .iter()
             .filter(|(_, s)| s.observed_at.is_none())
             .count();
         return Step::Wait {
-            after: (committed + settle - now).clamp(1, 5),
+            after: (ready_at - now).clamp(1, 5),
             message: format!(
-                "wave {}: Active; BGP of {} host(s) not yet read {} s after the commit{}",
+                "wave {}: Active; BGP of {} host(s) not yet read a hold time after the change reached them{}",
                 progress.wave,
                 unproven.len(),
-                settle,
                 if never > 0 {
                     format!(" ({never} cannot be evaluated yet: their speaker has not been read)")
                 } else {
@@ -664,11 +700,18 @@ fn judge_wave(
             ),
         };
     }
+    // Every port landed: the wave landed with its last.
+    let since = wave
+        .iter()
+        .filter_map(|p| landed(p))
+        .max()
+        .unwrap_or(committed);
+    let elapsed = now - since;
     if elapsed < rollout.min_wait_seconds {
         return Step::Wait {
             after: rollout.min_wait_seconds - elapsed,
             message: format!(
-                "wave {}: Active; waiting {} s more (minWaitSeconds {})",
+                "wave {}: Active; waiting {} s more (minWaitSeconds {}, counted from when the wave's last port went Active)",
                 progress.wave,
                 rollout.min_wait_seconds - elapsed,
                 rollout.min_wait_seconds
@@ -931,8 +974,8 @@ mod tests {
         }
     }
 
-    /// Facts of `keys`: `moved` (index, wave), `active` indices, `failed` (index,
-    /// when).
+    /// Facts of `keys`: `moved` (index, wave), `active` indices (Active on the
+    /// update since long before any commit), `failed` (index, when).
     fn facts<'a>(
         keys: &'a [(String, String)],
         moved: &[(usize, i64)],
@@ -945,7 +988,7 @@ mod tests {
                 key,
                 switch,
                 moved: moved.iter().find(|(j, _)| *j == i).map(|(_, w)| *w),
-                active_on_update: active.contains(&i),
+                active_on_update: active.contains(&i).then_some(0),
                 failed_at: failed.iter().find(|(j, _)| *j == i).map(|(_, t)| *t),
                 bgp: None,
             })
@@ -1041,6 +1084,15 @@ mod tests {
             ),
             Step::Passed
         );
+        // The minimum wait counts from when the wave's last port went Active (a
+        // slow device's 7 s are not part of it).
+        let mut late = facts(&keys, &moved, &active, &[]);
+        late[4].active_on_update = Some(107);
+        assert!(matches!(
+            step(110, &rollout, &wave2, &late, false),
+            Step::Wait { after: 7, .. }
+        ));
+        assert_eq!(step(117, &rollout, &wave2, &late, false), Step::Passed);
         // Paused mid-wave: the wave still finishes its gate.
         assert_eq!(
             step(
@@ -1153,16 +1205,23 @@ mod tests {
             });
             f
         };
-        // (healthy, read at, now) → the step's kind
+        // (healthy, read at, the port Active since, now) → the step's kind: a read
+        // is evidence a hold time (4) after the change reached the port (at the
+        // commit, 100, or later).
         let cases = [
-            (true, None, 110, "wait"),
-            (true, Some(103), 110, "wait"),
-            (false, Some(103), 110, "wait"),
-            (true, Some(104), 110, "passed"),
-            (false, Some(104), 105, "back"),
+            (true, None, 90, 110, "wait"),
+            (true, Some(103), 90, 110, "wait"),
+            (false, Some(103), 90, 110, "wait"),
+            (true, Some(104), 90, 110, "passed"),
+            (false, Some(104), 90, 105, "back"),
+            (false, Some(104), 102, 105, "wait"),
+            (false, Some(106), 102, 107, "back"),
+            (true, Some(106), 102, 107, "passed"),
         ];
-        for (healthy, read, now, want) in cases {
-            let got = step(now, &rollout, &under_way, &with(healthy, read), false);
+        for (healthy, read, since, now, want) in cases {
+            let mut f = with(healthy, read);
+            f[0].active_on_update = Some(since);
+            let got = step(now, &rollout, &under_way, &f, false);
             let kind = match &got {
                 Step::Wait { message, .. } => {
                     if read.is_none() {
@@ -1177,8 +1236,42 @@ mod tests {
                 }
                 other => panic!("{other:?}"),
             };
-            assert_eq!(kind, want, "{healthy} {read:?} {now}: {got:?}");
+            assert_eq!(kind, want, "{healthy} {read:?} {since} {now}: {got:?}");
         }
+    }
+
+    #[test]
+    fn a_switch_is_asked_for_a_read_a_hold_time_after_its_last_host_landed() {
+        let keys = fleet(2, 2); // sw0-p00, sw0-p01, sw1-p00, sw1-p01
+        let signal = Signal {
+            healthy: true,
+            observed_at: None,
+            settle: 4,
+        };
+        let mut f = facts(&keys, &[(0, 1), (1, 1), (2, 1)], &[], &[]);
+        f[0].bgp = Some(signal);
+        f[1].bgp = Some(signal);
+        f[2].bgp = Some(signal);
+        let under_way = Progress {
+            wave: 1,
+            committed_at: Some(100),
+        };
+        let members = [0, 1, 2];
+        // Nothing landed: nothing to ask yet; between waves: never.
+        assert!(read_after(&under_way, &f, &members).is_empty());
+        // sw0's ports landed at 90 (before the commit: counted from it) and 107,
+        // sw1's at 103; port 3 gives no signal.
+        f[0].active_on_update = Some(90);
+        f[1].active_on_update = Some(107);
+        f[2].active_on_update = Some(103);
+        f[3].active_on_update = Some(120);
+        let got = read_after(&under_way, &f, &members);
+        assert_eq!(got, BTreeMap::from([("sw0", 111), ("sw1", 107)]));
+        let between = Progress {
+            wave: 1,
+            committed_at: None,
+        };
+        assert!(read_after(&between, &f, &members).is_empty());
     }
 
     #[test]
