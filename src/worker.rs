@@ -78,6 +78,19 @@
 //! (Active) ports; when the switch answers again every tracked port gets a drift
 //! notice, so a device that came back empty is re-applied at once.
 //!
+//! **Held waves.** A rollout wave's change comes with a [`Hold`] (its pin as the
+//! token): its writes go in a batch — a device transaction — of their own, never
+//! with another port's, and where the device can hold a change
+//! ([`Device::apply_and_read_held`]: NETCONF with `:confirmed-commit:1.1`) it is
+//! committed as a persisted confirmed commit left unconfirmed. The rollout settles
+//! it after the wave's gate ([`SwitchWorker::settle_hold`]: confirm, or cancel and
+//! the device takes it back); if nobody does, the device takes it back by itself at
+//! the hold's timeout. No session stays open meanwhile, but the device commits
+//! nothing else while a confirmed commit is pending, so writes outside the hold wait
+//! here (not failed, not counted) until it is settled or its timeout passes; reads,
+//! sweeps and probes go on. More of the same wave join the hold (a follow-up
+//! confirmed commit).
+//!
 //! **The batch bound.** With leader election every session (batch, sweep, probe) is
 //! bounded by [`WorkerConfig::batch_timeout`]; one that runs into it is abandoned,
 //! and is a session failure (the switch goes down) only when the device sent
@@ -100,9 +113,10 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use patchbay_providers::values::PortName;
-use patchbay_providers::verify::apply_batch_verified;
+use patchbay_providers::verify::apply_held_verified;
 use patchbay_providers::{
-    Cause, DesiredPort, Device, DeviceError, ObservedPort, PortChange, PortOperation, diff,
+    Cause, DesiredPort, Device, DeviceError, HeldBy, Hold, ObservedPort, PortChange, PortOperation,
+    Settled, diff,
 };
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
@@ -196,6 +210,9 @@ enum Job {
     Apply {
         key: Option<PortKey>,
         op: PortOperation,
+        /// A rollout wave's change, held on the device until its gate says (see
+        /// "Held waves" above).
+        hold: Option<Hold>,
         reply: oneshot::Sender<Result<PortChange, WorkerError>>,
     },
     Read {
@@ -203,12 +220,28 @@ enum Job {
         port: PortName,
         reply: oneshot::Sender<Result<ObservedPort, WorkerError>>,
     },
+    /// Confirm or cancel the change held under `token`.
+    Settle {
+        token: String,
+        confirm: bool,
+        reply: oneshot::Sender<Result<Settled, WorkerError>>,
+    },
 }
 
 impl Job {
     fn key(&self) -> Option<&PortKey> {
         match self {
             Job::Apply { key, .. } | Job::Read { key, .. } => key.as_ref(),
+            Job::Settle { .. } => None,
+        }
+    }
+
+    /// The hold a write belongs to: `Some(None)` for a write outside any rollout
+    /// wave, `None` for a job that writes nothing.
+    fn writes_under(&self) -> Option<Option<&str>> {
+        match self {
+            Job::Apply { hold, .. } => Some(hold.as_ref().map(|h| h.token.as_str())),
+            _ => None,
         }
     }
 
@@ -221,9 +254,35 @@ impl Job {
             Job::Read { reply, .. } => {
                 let _ = reply.send(Err(e()));
             }
+            Job::Settle { reply, .. } => {
+                let _ = reply.send(Err(e()));
+            }
         }
     }
 }
+
+/// A change held on the device (a persisted confirmed commit) and the writes that
+/// wait for it to be settled.
+#[derive(Default)]
+struct Holding {
+    /// The token of the hold pending on the device, and when the device will have
+    /// taken it back by itself (its timeout and a margin).
+    pending: Option<(String, tokio::time::Instant)>,
+    /// Writes outside that hold, in arrival order: the device commits nothing else
+    /// while a confirmed commit is pending (netconfd: "cannot perform the operation
+    /// with confirmed-commit pending").
+    behind: Vec<Job>,
+    /// The last wave whose writes this worker sent, and whether the device held any
+    /// of them: a wave it sent and the device held none of (it cannot hold, or
+    /// nothing changed) settles without asking the device.
+    last: Option<(String, bool)>,
+    /// The last hold settled and how: asked again (the rollout's status write
+    /// failed after it settled), the same answer, not the device's "nothing held".
+    settled: Option<(String, bool, Settled)>,
+}
+
+/// What the device's own timeout is given on top, before the worker believes it.
+const HOLD_MARGIN: Duration = Duration::from_secs(5);
 
 /// What the worker's task and its spawned batches share.
 struct Shared {
@@ -246,9 +305,124 @@ struct Shared {
     batch_timeout: Option<Duration>,
     /// The metrics and the device gate.
     probes: crate::probes::Probes,
+    /// A rollout wave's change held on the device, and the writes behind it.
+    holding: Mutex<Holding>,
 }
 
 impl Shared {
+    /// Takes `jobs`, keeping back every write outside the hold pending on the
+    /// device (until it is settled or times out); returns the rest.
+    fn hold_back(&self, jobs: Vec<Job>) -> Vec<Job> {
+        let mut h = self.holding.lock();
+        let now = tokio::time::Instant::now();
+        if h.pending.as_ref().is_some_and(|(_, until)| *until <= now) {
+            // The device took it back by itself: nothing is pending any more.
+            h.pending = None;
+        }
+        let Some((token, _)) = h.pending.clone() else {
+            return jobs;
+        };
+        let mut runnable = Vec::new();
+        for job in jobs {
+            match job.writes_under() {
+                Some(under) if under != Some(token.as_str()) => h.behind.push(job),
+                _ => runnable.push(job),
+            }
+        }
+        runnable
+    }
+
+    /// The writes held back, once nothing is pending on the device.
+    fn release_held_back(&self) -> Vec<Job> {
+        let mut h = self.holding.lock();
+        if h.pending
+            .as_ref()
+            .is_some_and(|(_, until)| *until <= tokio::time::Instant::now())
+        {
+            h.pending = None;
+        }
+        if h.pending.is_some() {
+            return Vec::new();
+        }
+        std::mem::take(&mut h.behind)
+    }
+
+    /// When the hold pending on the device times out, while writes wait behind it.
+    fn hold_due(&self) -> Option<tokio::time::Instant> {
+        let h = self.holding.lock();
+        h.pending
+            .as_ref()
+            .filter(|_| !h.behind.is_empty())
+            .map(|(_, until)| *until)
+    }
+
+    /// Whether a write under `token` (`None`: outside any wave) may commit now, and
+    /// as a follow-up of the hold pending under the same token.
+    fn may_commit(&self, token: Option<&str>) -> Option<bool> {
+        let h = self.holding.lock();
+        match &h.pending {
+            Some((t, until)) if *until > tokio::time::Instant::now() => {
+                (token == Some(t.as_str())).then_some(true)
+            }
+            _ => Some(false),
+        }
+    }
+
+    /// A batch of the wave `hold` was committed, `held` by the device or not.
+    fn wrote_under(&self, hold: &Hold, held: bool) {
+        let mut h = self.holding.lock();
+        if held {
+            h.pending = Some((
+                hold.token.clone(),
+                tokio::time::Instant::now() + hold.timeout + HOLD_MARGIN,
+            ));
+        }
+        match &mut h.last {
+            Some((t, any)) if *t == hold.token => *any |= held,
+            _ => h.last = Some((hold.token.clone(), held)),
+        }
+    }
+
+    /// Whether settling `token` needs the device: not for the last wave this
+    /// worker sent when the device held none of it (after a restart it does not
+    /// know, and asks).
+    fn settle_needs_device(&self, token: &str) -> bool {
+        let h = self.holding.lock();
+        h.pending.as_ref().is_some_and(|(t, _)| t == token)
+            || !h.last.as_ref().is_some_and(|(t, held)| t == token && !held)
+    }
+
+    /// The hold under `token` is settled (`confirm`: confirmed) as `how` (or the
+    /// device held nothing under it): the writes behind it may go.
+    fn hold_settled(&self, token: &str, confirm: bool, how: &Settled) {
+        let mut h = self.holding.lock();
+        if h.pending.as_ref().is_some_and(|(t, _)| t == token) {
+            h.pending = None;
+        }
+        h.settled = Some((token.to_owned(), confirm, how.clone()));
+        drop(h);
+        self.changed.notify_one();
+    }
+
+    /// How `token` was settled the last time it was asked the same, if it was the
+    /// last hold settled and nothing was held under it since.
+    fn settled_before(&self, token: &str, confirm: bool) -> Option<Settled> {
+        let h = self.holding.lock();
+        if h.pending.as_ref().is_some_and(|(t, _)| t == token) {
+            return None;
+        }
+        h.settled
+            .as_ref()
+            .filter(|(t, c, _)| t == token && *c == confirm)
+            .map(|(_, _, how)| how.clone())
+    }
+
+    /// Writes that found a hold pending when their batch ran wait behind it.
+    fn keep_behind(&self, jobs: Vec<Job>) {
+        self.holding.lock().behind.extend(jobs);
+        self.changed.notify_one();
+    }
+
     fn backend(&self) -> &'static str {
         *self.backend.lock()
     }
@@ -420,6 +594,7 @@ impl SwitchWorker {
             backend: Mutex::new(config.backend),
             batch_timeout: config.batch_timeout,
             probes: config.probes.clone(),
+            holding: Mutex::new(Holding::default()),
         });
         let (replace, replacements) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(switch, config, rx, replacements, shared.clone()));
@@ -472,7 +647,26 @@ impl SwitchWorker {
         op: PortOperation,
     ) -> Result<PortChange, WorkerError> {
         let key = key.cloned();
-        self.ask(|reply| Job::Apply { key, op, reply }).await
+        self.ask(|reply| Job::Apply {
+            key,
+            op,
+            hold: None,
+            reply,
+        })
+        .await
+    }
+
+    /// Confirms (`confirm`) or cancels the rollout wave's change held on the device
+    /// under `token` (see "Held waves" above); the writes kept back behind it go
+    /// next.
+    pub async fn settle_hold(&self, token: &str, confirm: bool) -> Result<Settled, WorkerError> {
+        let token = token.to_owned();
+        self.ask(|reply| Job::Settle {
+            token,
+            confirm,
+            reply,
+        })
+        .await
     }
 
     /// Hands `op` for port `key` to the worker without waiting for the device (see
@@ -482,6 +676,12 @@ impl SwitchWorker {
     /// operation replaces the one in flight (which still runs first; its answer is
     /// dropped).
     pub fn hand_off(&self, key: &PortKey, op: PortOperation) -> HandOff {
+        self.hand_off_held(key, op, None)
+    }
+
+    /// [`Self::hand_off`] of a rollout wave's change, held on the device under
+    /// `hold` where the device can (see "Held waves" above).
+    pub fn hand_off_held(&self, key: &PortKey, op: PortOperation, hold: Option<Hold>) -> HandOff {
         let mut h = self.shared.hand_offs.lock();
         let comebacks = self.shared.comebacks.load(Ordering::SeqCst);
         if let Some(entry) = h.by_port.get(key)
@@ -527,6 +727,7 @@ impl SwitchWorker {
         let job = Job::Apply {
             key: Some(key.clone()),
             op,
+            hold,
             reply,
         };
         if self.jobs.send(Box::new(job)).is_err() {
@@ -1379,6 +1580,151 @@ mod tests {
     }
 
     /// A worker on `fixture` with `cfg` whose notices go nowhere.
+    /// A fixture device that holds a rollout wave's change until told, as a NETCONF
+    /// device with `:confirmed-commit:1.1` does, and says whether it holds one.
+    struct HoldingDevice {
+        fixture: FixtureSwitch,
+        held: Mutex<Option<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Device for HoldingDevice {
+        fn capabilities(&self) -> patchbay_providers::Capabilities {
+            self.fixture.capabilities()
+        }
+        async fn apply_batch(
+            &self,
+            ops: &[PortOperation],
+        ) -> Result<Vec<patchbay_providers::PortResult>, DeviceError> {
+            assert!(
+                self.held.lock().is_none(),
+                "a commit while a confirmed commit is pending"
+            );
+            self.fixture.apply_batch(ops).await
+        }
+        async fn apply_and_read_held(
+            &self,
+            ops: &[PortOperation],
+            hold: &Hold,
+        ) -> Result<
+            (
+                Vec<patchbay_providers::PortResult>,
+                patchbay_providers::PortReads,
+                HeldBy,
+            ),
+            DeviceError,
+        > {
+            let pending = self.held.lock().clone();
+            assert!(
+                pending.is_none() || (hold.follow_up && pending.as_deref() == Some(&hold.token)),
+                "a held commit over another: {pending:?} {hold:?}"
+            );
+            let (results, reads) = self.fixture.apply_and_read(ops).await?;
+            *self.held.lock() = Some(hold.token.clone());
+            Ok((results, reads, HeldBy::Device))
+        }
+        async fn settle_hold(&self, token: &str, _confirm: bool) -> Result<Settled, DeviceError> {
+            let mut held = self.held.lock();
+            Ok(if held.as_deref() == Some(token) {
+                *held = None;
+                Settled::Confirmed
+            } else {
+                Settled::Gone("not active".into())
+            })
+        }
+        async fn get_ports(
+            &self,
+            ports: &[PortName],
+        ) -> Result<patchbay_providers::PortReads, DeviceError> {
+            self.fixture.get_ports(ports).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_held_wave_keeps_other_writes_back_until_it_is_settled_or_times_out() {
+        let fixture = FixtureSwitch::new("tor", vec![p("Gi0/1"), p("Gi0/2"), p("Gi0/3")]);
+        let device = Arc::new(HoldingDevice {
+            fixture: fixture.clone(),
+            held: Mutex::new(None),
+        });
+        let worker = Arc::new(SwitchWorker::spawn(
+            device.clone(),
+            config(),
+            Vec::new(),
+            Arc::new(|_| {}),
+        ));
+        let hold = |token: &str, secs: u64| Hold {
+            token: token.into(),
+            timeout: Duration::from_secs(secs),
+            follow_up: false,
+        };
+        let wave = |port: &str, vlan: u16, h: Hold| {
+            let (worker, key) = (worker.clone(), key(port));
+            let op = PortOperation::Set(access(port, vlan));
+            async move {
+                loop {
+                    match worker.hand_off_held(&key, op.clone(), Some(h.clone())) {
+                        HandOff::Done(r) => return r,
+                        HandOff::InFlight => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+            }
+        };
+        // The wave's port is held on the device.
+        wave("Gi0/1", 20, hold("cfg.1.1", 60)).await.unwrap();
+        assert_eq!(device.held.lock().as_deref(), Some("cfg.1.1"));
+        // Another port's write and another wave's wait behind it; the same wave's
+        // next port joins it (a follow-up).
+        let other = tokio::spawn({
+            let worker = worker.clone();
+            async move {
+                worker
+                    .apply(None, PortOperation::Set(access("Gi0/2", 30)))
+                    .await
+            }
+        });
+        let second = tokio::spawn(wave("Gi0/3", 40, hold("cfg2.1.1", 60)));
+        wave("Gi0/2", 20, hold("cfg.1.1", 60)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!other.is_finished() && !second.is_finished());
+        let vlan = |port: &str| match fixture.port_state(&p(port)).and_then(|s| s.vlans) {
+            Some(patchbay_providers::VlanMode::Access { vlan }) => Some(vlan.get()),
+            _ => None,
+        };
+        assert_eq!(vlan("Gi0/3"), None, "the other wave waits");
+        // Settled: the writes behind it go, in order — the other port, then the
+        // other wave (held in its turn).
+        assert_eq!(
+            worker.settle_hold("cfg.1.1", true).await.unwrap(),
+            Settled::Confirmed
+        );
+        other.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+        assert_eq!(vlan("Gi0/2"), Some(30));
+        assert_eq!(vlan("Gi0/3"), Some(40));
+        assert_eq!(device.held.lock().as_deref(), Some("cfg2.1.1"));
+        // Asked again (a status write lost after it), the same answer.
+        assert_eq!(
+            worker.settle_hold("cfg.1.1", true).await.unwrap(),
+            Settled::Confirmed
+        );
+        // A hold nobody settles: once its timeout (and margin) passes, the device
+        // has taken it back and the writes behind it go.
+        *device.held.lock() = None;
+        wave("Gi0/1", 21, hold("cfg.2.1", 1)).await.unwrap();
+        let started = std::time::Instant::now();
+        *device.held.lock() = None; // the device's own timeout
+        worker
+            .apply(None, PortOperation::Set(access("Gi0/2", 31)))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() >= Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
     fn quiet_worker(fixture: &FixtureSwitch, cfg: WorkerConfig) -> Arc<SwitchWorker> {
         Arc::new(SwitchWorker::spawn(
             Arc::new(fixture.clone()),
@@ -1409,7 +1755,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_group_goes_in_one_batch_once_every_member_is_there_or_fails_naming_the_missing() {
-        let fixture = FixtureSwitch::new("tor", [p("Gi0/1"), p("Gi0/2"), p("Gi0/3")]);
+        let fixture = FixtureSwitch::new("tor", vec![p("Gi0/1"), p("Gi0/2"), p("Gi0/3")]);
         let worker = quiet_worker(&fixture, config());
         let both = ["Gi0/1", "Gi0/2"];
         // The first member waits for the second, which comes 2 s later: one batch.

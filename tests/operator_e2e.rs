@@ -1498,10 +1498,13 @@ impl Env {
 }
 
 /// Device ports seen on VLAN `to`, sampled every 50 ms until all of `ports` are or
-/// `secs` pass: each sample where the set grew, as the ports that joined.
+/// `secs` pass, as waves: the ports seen joining, those joining less than a second
+/// after the join before them counted with it (a wave's ports reach two switches'
+/// workers a few milliseconds apart; waves are two seconds apart).
 async fn waves_seen(env: &Env, ports: &[(&str, &str)], to: u16, secs: u64) -> Vec<Vec<String>> {
     let mut seen: std::collections::BTreeSet<String> = Default::default();
-    let mut steps = Vec::new();
+    let mut waves: Vec<Vec<String>> = Vec::new();
+    let mut last_join: Option<std::time::Instant> = None;
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);
     while seen.len() < ports.len() && std::time::Instant::now() < deadline {
         let now: std::collections::BTreeSet<String> = access_vlans(env, ports)
@@ -1511,18 +1514,26 @@ async fn waves_seen(env: &Env, ports: &[(&str, &str)], to: u16, secs: u64) -> Ve
             .collect();
         let joined: Vec<String> = now.difference(&seen).cloned().collect();
         if !joined.is_empty() {
-            steps.push(joined);
+            let at = std::time::Instant::now();
+            match (waves.last_mut(), last_join) {
+                (Some(wave), Some(before)) if at - before < Duration::from_secs(1) => {
+                    wave.extend(joined);
+                    wave.sort();
+                }
+                _ => waves.push(joined),
+            }
+            last_join = Some(at);
         }
         seen = now;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    steps
+    waves
 }
 
 /// An edit of a configuration six ports on two switches carry reaches the devices
 /// in waves: the canary alone, then at most two ports at a time and one per switch,
 /// each wave after the one before read back Active and waited its minimum (2 s from
-/// its last port going Active: a sampler stalled that long would merge waves). The
+/// its last port going Active). The
 /// status counts the ports and switches on the new revision, and both revisions
 /// are kept as ControllerRevisions.
 #[tokio::test]

@@ -49,14 +49,8 @@ fn own_session(nc: &Netconfd) -> NetconfSwitch {
 async fn the_operator_configures_edits_restores_and_cleans_a_netconf_port() {
     let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
     let env = Env::start_with("netconf", |s| s.drift_interval = Duration::from_secs(1)).await;
-    env.device(
-        "leaf1",
-        &[("username", &nc.username), ("privateKey", &nc.client_key)],
-        json!({"backend": "netconf", "os": "yang", "address": nc.address, "port": nc.port,
-               "hostKey": {"fingerprint": nc.host_key_fingerprint}}),
-        &[("leaf1-p1", "eth1"), ("leaf1-p2", "eth2")],
-    )
-    .await;
+    env.netconfd_switch("leaf1", &nc, &[("leaf1-p1", "eth1"), ("leaf1-p2", "eth2")])
+        .await;
     let device = own_session(&nc);
     cycle::configure_then_edit(&env, "leaf1-p1", &device, "eth1", "eth2").await;
     // Another NETCONF client changes the port, three commits in a row: the next

@@ -28,6 +28,19 @@ use patchbay_testbed::{FakeSwitches, NetconfTarget, Netconfd, OvsSim, SimSpec};
 use serde_json::json;
 use support::env::Env;
 
+/// Configuration `shared`'s rollout, once it reaches `phase`.
+async fn rollout_in(env: &Env, phase: &str) -> patchbay::api::RolloutStatus {
+    let shared = env
+        .wait_obj::<SwitchPortConfiguration>("shared", phase, |c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.rollout.as_ref())
+                .is_some_and(|r| r.phase == phase)
+        })
+        .await;
+    shared.status.unwrap().rollout.unwrap()
+}
+
 /// The access VLAN of each port of `device` (`None`: anything else).
 async fn access(device: &dyn Device, ports: &[&str]) -> Vec<Option<u16>> {
     let names: Vec<PortName> = ports.iter().map(|p| PortName::parse(p).unwrap()).collect();
@@ -80,17 +93,11 @@ async fn an_edit_reaches_four_real_switches_in_waves() {
         &[("ovs-p1", "r1"), ("ovs-p2", "r2")],
     )
     .await;
-    env.device(
-        "leaf",
-        &[("username", &nc.username), ("privateKey", &nc.client_key)],
-        json!({"backend": "netconf", "os": "yang", "address": nc.address, "port": nc.port,
-               "hostKey": {"fingerprint": nc.host_key_fingerprint}}),
-        &[("leaf-p1", "eth1"), ("leaf-p2", "eth2")],
-    )
-    .await;
-    // Waves at least six seconds apart (the minimum wait, from the commit's whole
-    // second): longer than a sample, and than the spread of one wave's ports over
-    // devices of different speeds.
+    env.netconfd_switch("leaf", &nc, &[("leaf-p1", "eth1"), ("leaf-p2", "eth2")])
+        .await;
+    // Waves at least six seconds apart (the minimum wait, from the wave's last port
+    // going Active): longer than a sample, and than the spread of one wave's ports
+    // over devices of different speeds.
     env.configuration(
         "shared",
         json!({"untaggedVLAN": 10, "rollout": {"canary": {"ports": 1}, "maxUnavailable": 2,
@@ -213,17 +220,102 @@ async fn an_edit_reaches_four_real_switches_in_waves() {
         ],
         "{steps:?}"
     );
-    let shared = env
-        .wait_obj::<SwitchPortConfiguration>("shared", "the rollout complete", |c| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.rollout.as_ref())
-                .is_some_and(|r| r.phase == "Complete")
-        })
-        .await;
-    let r = shared.status.unwrap().rollout.unwrap();
+    let r = rollout_in(&env, "Complete").await;
     assert_eq!(
         (r.phase.as_str(), r.updated_ports, r.switches.as_str()),
         ("Complete", 8, "4/4")
     );
+}
+
+/// Lines of netconfd's log where the server changed its own configuration (session
+/// 0, not a client's): how it takes back a held change — cancelled, or timed out.
+fn server_edits(nc: &Netconfd) -> usize {
+    std::fs::read_to_string(nc.dir.join("netconfd.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("edit-transaction") && l.contains("on session 0 "))
+        .count()
+}
+
+/// A wave on netconfd is a persisted confirmed commit held across its gate: the
+/// operator killed mid-gate, the server itself takes the wave back at the hold's
+/// timeout (twice the progress deadline), with nobody connected; the restarted
+/// operator finds the wave failed, rolls it back, and the port not reached was
+/// never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_held_on_netconfd_is_taken_back_by_the_server_when_the_operator_dies() {
+    let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
+    let mut env = Env::start("rollout-held").await;
+    env.netconfd_switch("leaf", &nc, &[("leaf-p1", "eth1"), ("leaf-p2", "eth2")])
+        .await;
+    // The canary's gate waits 8 s; the hold times out 20 s after its commit.
+    env.configuration(
+        "shared",
+        json!({"untaggedVLAN": 10, "rollout": {"canary": {"ports": 1},
+               "minWaitSeconds": 8, "progressDeadlineSeconds": 10}}),
+    )
+    .await;
+    for p in ["leaf-p1", "leaf-p2"] {
+        env.link(p, Some("shared")).await;
+    }
+    for p in ["leaf-p1", "leaf-p2"] {
+        env.wait_state_within(p, PortState::Active, 60).await;
+    }
+    let leaf = NetconfSwitch::new(
+        netconfd::login(&nc),
+        model::for_os("yang", None).unwrap(),
+        NetconfOptions::default(),
+    );
+    assert_eq!(access(&leaf, &["eth1", "eth2"]).await, [Some(10), Some(10)]);
+    let before = server_edits(&nc);
+
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "shared",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 20}})),
+        )
+        .await
+        .unwrap();
+    support::eventually(30, "the canary on the device", || async {
+        (access(&leaf, &["eth1"]).await == [Some(20)]).then_some(())
+    })
+    .await;
+    env.kill_operator();
+    let killed = Instant::now();
+    assert_eq!(access(&leaf, &["eth2"]).await, [Some(10)]);
+    assert_eq!(server_edits(&nc), before, "nothing taken back yet");
+
+    // Nobody confirms it: the server takes it back by itself. (Read every 1.5 s:
+    // netconfd runs its timers when idle a while, and a session every 50 ms would
+    // keep the hold past its timeout.)
+    let mut back = false;
+    while killed.elapsed() < Duration::from_secs(45) {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        if access(&leaf, &["eth1"]).await == [Some(10)] {
+            back = true;
+            break;
+        }
+    }
+    assert!(
+        back,
+        "the server kept the held wave 45 s after the operator died"
+    );
+    let back_after = killed.elapsed();
+    assert!(
+        server_edits(&nc) > before,
+        "the server's own transaction is not in its log"
+    );
+    eprintln!("the server took the wave back {back_after:?} after the operator died");
+
+    env.restart_operator();
+    let r = rollout_in(&env, "RolledBack").await;
+    assert!(
+        r.message.contains("ProgressDeadline") || r.message.contains("DeviceHeld"),
+        "{}",
+        r.message
+    );
+    env.wait_state_within("leaf-p1", PortState::Active, 60)
+        .await;
+    assert_eq!(access(&leaf, &["eth1", "eth2"]).await, [Some(10), Some(10)]);
 }

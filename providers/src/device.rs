@@ -72,6 +72,48 @@ pub struct PortResult {
 /// What `get_ports` returns: each port with its read, in request order.
 pub type PortReads = Vec<(PortName, Result<ObservedPort, DeviceError>)>;
 
+/// A rollout wave's batch, to be held on the device until the rollout's gate says
+/// (see [`Device::apply_and_read_held`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// Names the hold on the device (RFC 6241 `persist`): the wave's pin, so that any
+    /// later session — another process's too — can confirm or cancel it.
+    pub token: String,
+    /// How long the device keeps the change unconfirmed before it takes it back by
+    /// itself (the rollout's progress deadline and a margin).
+    pub timeout: std::time::Duration,
+    /// A hold with this token is already pending on the device: this batch joins it
+    /// (a follow-up confirmed commit) instead of starting one.
+    pub follow_up: bool,
+}
+
+/// Who keeps a held batch's way back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBy {
+    /// The device: a persisted confirmed commit, confirmed or cancelled by token, and
+    /// taken back by the device itself when nobody confirms it in time.
+    Device,
+    /// Nothing on the device: the change is committed like any other, and going
+    /// back is the previous state applied again and read back.
+    Nothing,
+}
+
+/// What settling a hold found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// The held change is confirmed: it stays.
+    Confirmed,
+    /// The held change is cancelled: the device took it back.
+    Cancelled,
+    /// The device can hold changes but holds nothing under the token: it took the
+    /// change back by itself (its timeout passed), or it was settled before. The
+    /// device's words.
+    Gone(String),
+    /// Nothing was held: the backend or the device cannot hold a change (or the
+    /// wave changed nothing there), so the change was committed like any other.
+    NeverHeld,
+}
+
 /// A device that can read and configure ports.
 #[cfg_attr(any(test, feature = "mocks"), mockall::automock)]
 #[async_trait]
@@ -126,6 +168,31 @@ pub trait Device: Send + Sync {
             self.get_ports(&applied).await?
         };
         Ok((results, reads))
+    }
+
+    /// Like [`Device::apply_and_read`], for a rollout wave's batch: where the device
+    /// can hold a change until told (NETCONF with `:confirmed-commit:1.1`), the batch
+    /// is committed as a persisted confirmed commit named `hold.token` and left
+    /// unconfirmed ([`HeldBy::Device`]): [`Device::settle_hold`] confirms or cancels
+    /// it later, from any session, and the device takes it back by itself after
+    /// `hold.timeout`. The default commits it like any other batch
+    /// ([`HeldBy::Nothing`]).
+    async fn apply_and_read_held(
+        &self,
+        ops: &[PortOperation],
+        hold: &Hold,
+    ) -> Result<(Vec<PortResult>, PortReads, HeldBy), DeviceError> {
+        let _ = hold;
+        let (results, reads) = self.apply_and_read(ops).await?;
+        Ok((results, reads, HeldBy::Nothing))
+    }
+
+    /// Confirms (`confirm`) or cancels the change held under `token`. An `Err`
+    /// means the session failed. The default: [`Settled::NeverHeld`] (nothing is
+    /// ever held).
+    async fn settle_hold(&self, token: &str, confirm: bool) -> Result<Settled, DeviceError> {
+        let _ = (token, confirm);
+        Ok(Settled::NeverHeld)
     }
 
     /// Reads many ports, with one read of the whole switch where the backend can.

@@ -30,7 +30,8 @@ pub mod ovsdb;
 pub mod verify;
 
 pub use device::{
-    BgpSpeaker, Device, NeighborSource, PortChange, PortOperation, PortReads, PortResult,
+    BgpSpeaker, Device, HeldBy, Hold, NeighborSource, PortChange, PortOperation, PortReads,
+    PortResult, Settled,
 };
 #[cfg(any(test, feature = "mocks"))]
 pub use device::{MockBgpSpeaker, MockDevice, MockNeighborSource};

@@ -6,7 +6,7 @@
 //! A desired state that needs a capability the backend lacks is refused before
 //! anything is sent.
 
-use crate::device::{Device, PortChange, PortOperation, PortResult};
+use crate::device::{Device, HeldBy, Hold, PortChange, PortOperation, PortResult};
 use crate::error::DeviceError;
 use crate::model::{DesiredPort, diff};
 
@@ -45,6 +45,17 @@ pub async fn apply_batch_verified(
     switch: &dyn Device,
     ops: &[PortOperation],
 ) -> Result<Vec<PortResult>, DeviceError> {
+    Ok(apply_held_verified(switch, ops, None).await?.0)
+}
+
+/// [`apply_batch_verified`], for a rollout wave's batch held on the device
+/// (`hold`, [`Device::apply_and_read_held`]) when one is given: also says who keeps
+/// the batch's way back.
+pub async fn apply_held_verified(
+    switch: &dyn Device,
+    ops: &[PortOperation],
+    hold: Option<&Hold>,
+) -> Result<(Vec<PortResult>, HeldBy), DeviceError> {
     let mut refused = Vec::new();
     let mut sendable = Vec::new();
     for op in ops {
@@ -56,10 +67,13 @@ pub async fn apply_batch_verified(
             }),
         }
     }
-    let (mut results, observed) = if sendable.is_empty() {
-        (Vec::new(), Vec::new())
-    } else {
-        switch.apply_and_read(&sendable).await?
+    let (mut results, observed, held) = match hold {
+        _ if sendable.is_empty() => (Vec::new(), Vec::new(), HeldBy::Nothing),
+        Some(hold) => switch.apply_and_read_held(&sendable, hold).await?,
+        None => {
+            let (results, reads) = switch.apply_and_read(&sendable).await?;
+            (results, reads, HeldBy::Nothing)
+        }
     };
     for (port, read) in observed {
         let Some(result) = results.iter_mut().find(|r| r.port == port) else {
@@ -84,7 +98,7 @@ pub async fn apply_batch_verified(
     results.extend(refused);
     // Report in input order.
     results.sort_by_key(|r| ops.iter().position(|op| *op.port() == r.port));
-    Ok(results)
+    Ok((results, held))
 }
 
 async fn verify(switch: &dyn Device, desired: &DesiredPort) -> Result<(), DeviceError> {

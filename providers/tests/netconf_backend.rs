@@ -587,6 +587,182 @@ async fn a_session_lost_before_the_confirm_is_rolled_back_by_the_server() {
     assert!(diff(&after, &sw.get_port(&after.port).await.unwrap()).is_empty());
 }
 
+/// A rollout wave's batch held on netconfd (a persisted confirmed commit, RFC 6241
+/// `persist`): on running at once, left unconfirmed after its session ends;
+/// cancelled or confirmed from another session by its token; taken back by the
+/// server itself when nobody confirms it in time; meanwhile the server commits
+/// nothing else (why the switch worker keeps other writes back).
+#[tokio::test]
+async fn a_held_wave_stays_until_confirmed_or_cancelled_and_the_server_takes_it_back_in_time() {
+    use patchbay_providers::{HeldBy, Hold, Settled};
+    let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
+    let sw = on_netconfd(&nc);
+    let access = |name: &str, id: u16| {
+        let mut d = DesiredPort::clean(port(name));
+        d.vlans = VlanMode::Access { vlan: vlan(id) };
+        d
+    };
+    // The access VLAN of port `name` in running (netconfd's own words).
+    let vlan_of = |xml: &str, name: &str| {
+        let start = xml.find(&format!("<name>{name}</name>"))?;
+        let entry = &xml[start..start + xml[start..].find("</port>")?];
+        entry
+            .split("<access-vlan>")
+            .nth(1)?
+            .split('<')
+            .next()
+            .map(str::to_owned)
+    };
+    sw.set_port(&access("eth1", 100)).await.unwrap();
+    sw.set_port(&access("eth2", 100)).await.unwrap();
+    let hold = |token: &str, secs: u64| Hold {
+        token: token.to_owned(),
+        timeout: Duration::from_secs(secs),
+        follow_up: false,
+    };
+    let held = |ops: Vec<PortOperation>, h: Hold| {
+        let sw = on_netconfd(&nc);
+        async move {
+            let (results, reads, by) = sw.apply_and_read_held(&ops, &h).await.unwrap();
+            assert!(results.iter().all(|r| r.outcome.is_ok()), "{results:?}");
+            assert!(reads.iter().all(|(_, r)| r.is_ok()));
+            (by, sw.journal())
+        }
+    };
+
+    // Held, then cancelled from another session: running goes back.
+    let (by, journal) = held(
+        vec![PortOperation::Set(access("eth1", 200))],
+        hold("cfg-a.1.1", 600),
+    )
+    .await;
+    assert_eq!(by, HeldBy::Device);
+    assert!(
+        journal.contains(&"confirmed commit".to_owned()),
+        "{journal:?}"
+    );
+    assert!(
+        !journal.contains(&"commit".to_owned()),
+        "never confirmed: {journal:?}"
+    );
+    let running = running_xml(&netconfd::login(&nc), sw.model()).await;
+    assert_eq!(
+        vlan_of(&running, "eth1").as_deref(),
+        Some("200"),
+        "{running}"
+    );
+    // Another port's batch meanwhile: the server refuses to commit it.
+    let other = sw
+        .apply_batch(&[PortOperation::Set(access("eth2", 300))])
+        .await;
+    let refused = match other {
+        Ok(results) => results.into_iter().any(|r| r.outcome.is_err()),
+        Err(_) => true,
+    };
+    assert!(
+        refused,
+        "a commit went through while a confirmed commit was pending"
+    );
+    assert_eq!(
+        on_netconfd(&nc)
+            .settle_hold("cfg-a.1.1", false)
+            .await
+            .unwrap(),
+        Settled::Cancelled
+    );
+    let running = running_xml(&netconfd::login(&nc), sw.model()).await;
+    assert_eq!(
+        vlan_of(&running, "eth1").as_deref(),
+        Some("100"),
+        "{running}"
+    );
+    assert_eq!(
+        vlan_of(&running, "eth2").as_deref(),
+        Some("100"),
+        "{running}"
+    );
+
+    // Held, then confirmed: it stays past its timeout; settling it again finds
+    // nothing held.
+    held(
+        vec![PortOperation::Set(access("eth1", 201))],
+        hold("cfg-a.1.2", 2),
+    )
+    .await;
+    assert_eq!(
+        on_netconfd(&nc)
+            .settle_hold("cfg-a.1.2", true)
+            .await
+            .unwrap(),
+        Settled::Confirmed
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let running = running_xml(&netconfd::login(&nc), sw.model()).await;
+    assert_eq!(
+        vlan_of(&running, "eth1").as_deref(),
+        Some("201"),
+        "{running}"
+    );
+    assert!(matches!(
+        on_netconfd(&nc)
+            .settle_hold("cfg-a.1.2", true)
+            .await
+            .unwrap(),
+        Settled::Gone(_)
+    ));
+
+    // Held and never settled (the operator died): the server takes it back by
+    // itself at the timeout, and a late confirm finds it gone.
+    held(
+        vec![
+            PortOperation::Set(access("eth1", 202)),
+            PortOperation::Set(access("eth2", 202)),
+        ],
+        hold("cfg-a.1.3", 2),
+    )
+    .await;
+    let running = running_xml(&netconfd::login(&nc), sw.model()).await;
+    assert_eq!(
+        vlan_of(&running, "eth2").as_deref(),
+        Some("202"),
+        "{running}"
+    );
+    let mut back = false;
+    let mut seen = (None, None);
+    // netconfd runs its timers when it has been idle a while: a session every
+    // 100 ms keeps a held commit past its timeout, one every 1.5 s does not.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let running = running_xml(&netconfd::login(&nc), sw.model()).await;
+        seen = (vlan_of(&running, "eth1"), vlan_of(&running, "eth2"));
+        if seen == (Some("201".into()), Some("100".into())) {
+            back = true;
+            break;
+        }
+    }
+    assert!(
+        back,
+        "the server kept a held change past its timeout: {seen:?}\n{}",
+        std::fs::read_to_string(nc.dir.join("netconfd.log")).unwrap_or_default()
+    );
+    match on_netconfd(&nc)
+        .settle_hold("cfg-a.1.3", true)
+        .await
+        .unwrap()
+    {
+        Settled::Gone(why) => assert!(why.contains("not active"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Outside a rollout the same batch is committed and confirmed in its session.
+    let plain = on_netconfd(&nc);
+    plain.set_port(&access("eth1", 203)).await.unwrap();
+    assert!(
+        plain.journal().iter().any(|op| op == "commit"),
+        "{:?}",
+        plain.journal()
+    );
+}
+
 #[tokio::test]
 async fn wrong_host_key_and_wrong_credentials_are_refused_on_both_peers() {
     let nc = Netconfd::start(NetconfTarget::Candidate).unwrap();
@@ -782,6 +958,8 @@ async fn acls_are_entries_the_server_validates_and_patchbay_reads_back() {
         },
         Operation::Commit {
             confirm_timeout: None,
+            persist: None,
+            persist_id: None,
         },
     ] {
         let r = s.rpc(&op).await.unwrap();
@@ -964,6 +1142,8 @@ async fn junos_refuses_to_delete_a_vlan_a_port_still_names() {
     let r = s
         .rpc(&Operation::Commit {
             confirm_timeout: None,
+            persist: None,
+            persist_id: None,
         })
         .await
         .unwrap();

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use patchbay_providers::values::{PortName, VlanId};
-use patchbay_providers::{Capabilities, DesiredPort, PortOperation, diff};
+use patchbay_providers::{Capabilities, DesiredPort, Hold, PortOperation, diff};
 
 use super::ControllerError;
 use crate::api::{DriftPolicy, PortState, PortStatus};
@@ -82,6 +82,9 @@ pub struct PreparedPort {
     /// The desired device state of the linked configuration, checked against what
     /// the device can configure (the device's error when there is no device).
     pub desired: Result<DesiredPort, Failure>,
+    /// The rollout wave the port's change belongs to, held on the device until the
+    /// wave's gate where the device can hold it ([`crate::worker::SwitchWorker::hand_off_held`]).
+    pub hold: Option<Hold>,
 }
 
 impl PreparedPort {
@@ -100,7 +103,14 @@ impl PreparedPort {
             device_port,
             device,
             desired,
+            hold: None,
         }
+    }
+
+    /// The same, its change held under `hold` (a rollout wave's).
+    pub fn held(mut self, hold: Option<Hold>) -> Self {
+        self.hold = hold;
+        self
     }
 }
 
@@ -125,8 +135,13 @@ impl Progress {
 
 /// Hands `op` to the port's worker: done (the answer's failure is the step's), or
 /// still with the worker.
-fn hand_off(device: &DeviceHandle, key: &PortKey, op: PortOperation) -> Result<Progress, Failure> {
-    match device.worker.hand_off(key, op) {
+fn hand_off(
+    device: &DeviceHandle,
+    key: &PortKey,
+    op: PortOperation,
+    hold: Option<Hold>,
+) -> Result<Progress, Failure> {
+    match device.worker.hand_off_held(key, op, hold) {
         HandOff::InFlight => Ok(Progress::HandedOff),
         HandOff::Done(result) => {
             result?;
@@ -194,7 +209,12 @@ pub trait PortSteps {
         device: &DeviceHandle,
         desired: DesiredPort,
     ) -> Result<Progress, Failure> {
-        let progress = hand_off(device, self.key(), PortOperation::Set(desired.clone()))?;
+        let progress = hand_off(
+            device,
+            self.key(),
+            PortOperation::Set(desired.clone()),
+            self.validated().hold.clone(),
+        )?;
         if progress == Progress::Done {
             device.worker.track(self.key().clone(), Some(desired));
             device.worker.settle(self.key(), false);
@@ -212,7 +232,7 @@ pub trait PortSteps {
             Some(vlan) => PortOperation::Set(parked(port, vlan)),
             None => PortOperation::Reset(port),
         };
-        hand_off(&device, self.key(), operation)
+        hand_off(&device, self.key(), operation, None)
     }
 
     /// Whether the port's last drift check found its device port drifted (an apply

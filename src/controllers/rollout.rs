@@ -51,6 +51,7 @@ use crate::decide::conditions::{Truth, set_condition};
 use crate::decide::rollout::{
     self as decide, PortFacts, Progress, Signal, Step, pin, revision_name, rollout_of,
 };
+use patchbay_providers::Settled;
 
 /// Phases of `status.rollout.phase`.
 pub mod phase {
@@ -143,8 +144,14 @@ fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
                 pinned: p.annotation(ROLLOUT_ANNOTATION).map(str::to_owned),
                 state: p.state(),
                 applied: status.as_ref().and_then(|s| s.configuration_hash.clone()),
+                // A failure that is not the change's (a lock another session
+                // holds, the switch away) does not fail the wave: it waits.
                 failed_at: status
                     .as_ref()
+                    .filter(|s| {
+                        crate::decide::status::find_condition(&s.conditions, "Ready")
+                            .is_none_or(|c| decide::fails_the_wave(&c.reason))
+                    })
                     .and_then(|s| s.last_failure_time.as_ref())
                     .map(|t| t.0.as_second()),
                 since: status
@@ -210,6 +217,20 @@ pub async fn reconcile(
                     })
                     .map(|p| p.key)
                     .collect();
+                // The wave under way was held on its devices: they take it back
+                // (one that cannot hold, or no longer does, gets the previous
+                // revision applied again and read back: the unpin).
+                let token = pin(r, r.wave);
+                let switches: BTreeSet<String> = carriers(&ctx, &ns, &name)
+                    .into_iter()
+                    .filter(|p| p.pinned.as_deref() == Some(token.as_str()))
+                    .map(|p| p.switch)
+                    .collect();
+                for (switch, settled) in settle_wave(&ctx, &switches, &token, false).await {
+                    if let Err(e) = settled {
+                        tracing::warn!(switch = %switch, token = %token, error = %e, "a held wave not cancelled; its device takes it back at its timeout, and the previous revision is applied again");
+                    }
+                }
                 unpin(&ctx, &back).await?;
                 r.phase = done.into();
                 r.wave_committed_at = None;
@@ -370,7 +391,30 @@ async fn advance(
         ask_for_bgp_evidence(ctx, decide::read_after(&progress, &facts, &members)).await?;
     }
     let paused = spec.is_some_and(|s| s.paused);
-    let step = decide::step(now.as_second(), &rollout, &progress, &facts, paused);
+    let mut step = decide::step(now.as_second(), &rollout, &progress, &facts, paused);
+    if step == Step::Passed {
+        // Passed: the change held on the wave's devices is confirmed; a device that
+        // took it back by itself fails the wave.
+        let token = pin(r, r.wave);
+        let switches: BTreeSet<String> = members.iter().map(|i| ports[*i].switch.clone()).collect();
+        let mut gone = Vec::new();
+        for (switch, settled) in settle_wave(ctx, &switches, &token, true).await {
+            match settled? {
+                Settled::Gone(why) => gone.push(format!("{switch} ({why})")),
+                Settled::Confirmed | Settled::Cancelled | Settled::NeverHeld => {}
+            }
+        }
+        if !gone.is_empty() {
+            step = Step::RollBack {
+                gate: decide::gate::DEVICE_HELD,
+                message: format!(
+                    "the device no longer held wave {}'s change when its gates passed (it took it back by itself): {}",
+                    r.wave,
+                    gone.join(", ")
+                ),
+            };
+        }
+    }
     let mut report = None;
     let look = match step {
         Step::Commit => {
@@ -557,6 +601,42 @@ fn set_conditions(status: &mut ConfigurationStatus, generation: Option<i64>, now
 /// 10,000-port rollout went in a device session of its own; measured in
 /// `benches/rollout.rs`).
 const PINS_IN_FLIGHT: usize = 32;
+
+/// Confirms (`confirm`) or cancels the wave `token` held on each of `switches`
+/// (`namespace/name`), through each switch's worker: each switch's answer.
+async fn settle_wave(
+    ctx: &Context,
+    switches: &BTreeSet<String>,
+    token: &str,
+    confirm: bool,
+) -> Vec<(String, Result<Settled, ControllerError>)> {
+    let mut out = Vec::new();
+    for switch in switches {
+        let settled = async {
+            let (ns, name) = switch.split_once('/').unwrap_or_default();
+            let Some(sw) = ctx.stores.switch(ns, name) else {
+                return Ok(Settled::NeverHeld);
+            };
+            let (provider, secret) = ctx
+                .checked_provider(ns, &sw.spec.provider.name, "spec.provider")
+                .await
+                .map_err(|f| ControllerError::Waiting(f.to_string()))?;
+            let entry = ctx
+                .port_worker(&provider, secret.as_deref(), None, || {
+                    super::context::switch_device_ports(&sw)
+                })
+                .map_err(|e| ControllerError::Waiting(e.to_string()))?;
+            entry
+                .worker
+                .settle_hold(token, confirm)
+                .await
+                .map_err(|e| ControllerError::Waiting(e.to_string()))
+        }
+        .await;
+        out.push((switch.clone(), settled));
+    }
+    out
+}
 
 /// Pins `ports` (`namespace/name`) to the rollout `value`.
 async fn pin_ports(ctx: &Context, ports: &[String], value: &str) -> Result<(), ControllerError> {

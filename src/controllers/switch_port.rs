@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
 use patchbay_providers::values::PortName;
-use patchbay_providers::{Capabilities, DesiredPort};
+use patchbay_providers::{Capabilities, DesiredPort, Hold};
 use serde_json::json;
 use tracing::Instrument;
 
@@ -58,6 +58,8 @@ struct PortWorld {
     tenancy: TenancyVerdict,
     /// See [`inputs_digest`].
     inputs: String,
+    /// The rollout wave its change belongs to, if the wave is under way.
+    hold: Option<Hold>,
 }
 
 /// The Switch a port belongs to: its Switch label (as the object carries it, else as
@@ -94,6 +96,7 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         Some(p) => ctx.secrets.of_provider(client, p).await?,
         None => None,
     };
+    let mut hold = None;
     let (desired, config) = match &port.spec.configuration {
         None => (None, None),
         Some(r) => {
@@ -106,6 +109,23 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
             let cfg = stores
                 .configuration_carried(&cns, &r.name, pin)
                 .map_err(ControllerError::Waiting)?;
+            // The wave under way's change is held on the device until its gate.
+            hold = cfg.as_ref().and_then(|c| {
+                let status = c.status.as_ref().and_then(|s| s.rollout.as_ref());
+                let token = crate::decide::rollout::hold_of(pin, status)?;
+                // The policy is the live spec's (a revision keeps none).
+                let deadline = stores
+                    .configuration(&cns, &r.name)
+                    .and_then(|live| live.spec.rollout.as_ref()?.progress_deadline_seconds)
+                    .unwrap_or(ctx.settings.rollout.progress_deadline_seconds);
+                Some(Hold {
+                    token,
+                    timeout: std::time::Duration::from_secs(
+                        crate::decide::rollout::hold_timeout(deadline).max(1) as u64,
+                    ),
+                    follow_up: false,
+                })
+            });
             let hash = cfg
                 .as_ref()
                 .map(|c| c.spec.content_hash())
@@ -179,6 +199,7 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         lag,
         tenancy,
         inputs,
+        hold,
     })
 }
 
@@ -322,6 +343,7 @@ fn prepare(ctx: &Context, port: &SwitchPort, world: &PortWorld) -> PreparedPort 
     PreparedPort::new(device_port, device, |capabilities| {
         desired(port, world, capabilities)
     })
+    .held(world.hold.clone())
 }
 
 /// The desired device state of the linked configuration on this port: the one

@@ -58,6 +58,7 @@ pub(super) async fn run(
     loop {
         let probe_in = shared.probe_wait();
         let group_due = lobby.next_deadline(&config);
+        let hold_due = shared.hold_due();
         tokio::select! {
             biased;
             replacement = replacements.recv() => {
@@ -79,6 +80,14 @@ pub(super) async fn run(
             }
             job = rx.recv() => {
                 let Some(first) = job else { return };
+                if matches!(*first, Job::Settle { .. }) {
+                    // Settling a held wave writes no port: it goes at once, and is
+                    // no arrival that makes the next write wait for a burst.
+                    if !dispatch(&driver, &shared, vec![*first], &mut rx, &mut lobby, &mut last_arrival).await {
+                        return;
+                    }
+                    continue;
+                }
                 let mut batch = vec![*first];
                 let now = tokio::time::Instant::now();
                 // A change after a quiet spell of a whole window goes at once; one in
@@ -98,7 +107,7 @@ pub(super) async fn run(
                         }
                     }
                 }
-                let mut batch = lobby.admit(batch);
+                let mut batch = lobby.admit(shared.hold_back(batch));
                 batch.extend(lobby.release(&config, &shared));
                 if !dispatch(&driver, &shared, batch, &mut rx, &mut lobby, &mut last_arrival).await {
                     return;
@@ -106,6 +115,14 @@ pub(super) async fn run(
             }
             _ = tokio::time::sleep_until(group_due.unwrap_or_else(tokio::time::Instant::now)), if group_due.is_some() => {
                 let batch = lobby.release(&config, &shared);
+                if !dispatch(&driver, &shared, batch, &mut rx, &mut lobby, &mut last_arrival).await {
+                    return;
+                }
+            }
+            _ = tokio::time::sleep_until(hold_due.unwrap_or_else(tokio::time::Instant::now)), if hold_due.is_some() => {
+                // The held wave timed out: the device took it back by itself, and
+                // commits again.
+                let batch = lobby.admit(shared.release_held_back());
                 if !dispatch(&driver, &shared, batch, &mut rx, &mut lobby, &mut last_arrival).await {
                     return;
                 }
@@ -139,8 +156,10 @@ pub(super) async fn run(
                 });
             }
             _ = shared.changed.notified() => {
-                // Tracking or the probe schedule changed: a held group may go.
-                let batch = lobby.release(&config, &shared);
+                // Tracking or the probe schedule changed: a held group may go; a
+                // held wave was settled: the writes behind it may.
+                let mut batch = lobby.admit(shared.release_held_back());
+                batch.extend(lobby.release(&config, &shared));
                 if !dispatch(&driver, &shared, batch, &mut rx, &mut lobby, &mut last_arrival).await {
                     return;
                 }
@@ -180,7 +199,7 @@ pub(super) async fn dispatch(
                 *last_arrival = Some(tokio::time::Instant::now());
                 late.push(*job);
             }
-            batch.extend(lobby.admit(late));
+            batch.extend(lobby.admit(shared.hold_back(late)));
             let (device, shared) = (driver.device.clone(), shared.clone());
             tokio::spawn(async move {
                 run_batch(device.as_ref(), &shared, batch).await;

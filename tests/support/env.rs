@@ -26,6 +26,8 @@ pub struct Env {
     /// The in-process operator's fixture devices (read back by tests).
     pub fixtures: patchbay::backends::FixtureRegistry,
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The operator's task and the settings it runs with (to kill and restart it).
+    operator: Option<(tokio::task::JoinHandle<()>, Settings)>,
 }
 
 impl Env {
@@ -68,28 +70,57 @@ impl Env {
             rollout: Default::default(),
         };
         edit(&mut settings);
+        let mut env = Env {
+            cluster,
+            probes: patchbay::probes::Probes::default(),
+            fixtures: Default::default(),
+            _stop: None,
+            operator: None,
+        };
+        env.run_operator(settings);
+        env
+    }
+
+    /// Starts the in-process operator with `settings`.
+    fn run_operator(&mut self, settings: Settings) {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let backends = Backends {
             ansible_playbook: settings.ansible_playbook.clone(),
             ..Backends::default()
         };
         let probes = patchbay::probes::Probes::default();
-        let fixtures = backends.fixtures.clone();
-        tokio::spawn(patchbay::controllers::run(
-            cluster.client.clone(),
-            settings,
+        self.fixtures = backends.fixtures.clone();
+        let task = tokio::spawn(patchbay::controllers::run(
+            self.cluster.client.clone(),
+            settings.clone(),
             backends,
             probes.clone(),
             async move {
                 let _ = stopped.await;
             },
         ));
-        Env {
-            cluster,
-            probes,
-            fixtures,
-            _stop: Some(stop),
+        self.probes = probes;
+        self._stop = Some(stop);
+        self.operator = Some((task, settings));
+    }
+
+    /// Kills the operator at once (no graceful shutdown), as `kill -9` would: its
+    /// sessions are dropped mid-way, nothing it held in memory survives.
+    pub fn kill_operator(&mut self) {
+        if let Some((task, _)) = &self.operator {
+            task.abort();
         }
+        self._stop = None;
+    }
+
+    /// A new operator with the killed one's settings, as a restarted pod.
+    pub fn restart_operator(&mut self) {
+        let settings = self
+            .operator
+            .take()
+            .map(|(_, s)| s)
+            .expect("an operator ran");
+        self.run_operator(settings);
     }
 
     /// The CRDs on `cluster` and these helpers, without an in-process operator (the
@@ -103,6 +134,7 @@ impl Env {
             probes: patchbay::probes::Probes::default(),
             fixtures: Default::default(),
             _stop: None,
+            operator: None,
         }
     }
 
@@ -236,6 +268,24 @@ impl Env {
 
     /// Caps the device of ProviderSwitch `name` at `n` sessions
     /// (`spec.options.maxSessions`).
+    /// A netconfd device (backend netconf, os yang, its key login, its host key
+    /// pinned) as ProviderSwitch + Switch `name` with `ports` (key, device port).
+    pub async fn netconfd_switch(
+        &self,
+        name: &str,
+        nc: &patchbay_testbed::Netconfd,
+        ports: &[(&str, &str)],
+    ) {
+        self.device(
+            name,
+            &[("username", &nc.username), ("privateKey", &nc.client_key)],
+            json!({"backend": "netconf", "os": "yang", "address": nc.address, "port": nc.port,
+                   "hostKey": {"fingerprint": nc.host_key_fingerprint}}),
+            ports,
+        )
+        .await;
+    }
+
     pub async fn cap_sessions(&self, name: &str, n: u32) {
         self.api::<ProviderSwitch>()
             .patch(

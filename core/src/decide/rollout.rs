@@ -410,6 +410,47 @@ pub fn moved_by(pin: Option<&str>, status: &RolloutStatus) -> Option<i64> {
     wave.parse().ok()
 }
 
+/// Whether a port's failed attempt, by its category (its Ready condition's reason),
+/// fails the wave: the device refused or mis-applied the change (a rejected
+/// command or RPC, a read-back that differs, a port or capability it lacks). A
+/// failure of the switch or the session (unreachable, timeout, slow, login, host
+/// key), a lock another session holds, this replica not leading, the API server:
+/// not the change's — the wave waits for it, within its progress deadline.
+pub fn fails_the_wave(category: &str) -> bool {
+    !matches!(
+        category,
+        "DeviceUnreachable"
+            | "DeviceTimeout"
+            | "DeviceSlow"
+            | "AuthenticationFailed"
+            | "HostKeyMismatch"
+            | "LockDenied"
+            | "NotLeader"
+            | "WorkerStopped"
+            | "KubernetesError"
+    )
+}
+
+/// Seconds a held wave's change stays unconfirmed on its device before the device
+/// takes it back by itself: twice the rollout's progress deadline. The rollout
+/// settles it at its gate, within the deadline; the device's own timeout is for an
+/// operator that died and did not come back in time.
+pub fn hold_timeout(deadline_seconds: i64) -> i64 {
+    deadline_seconds.saturating_mul(2)
+}
+
+/// The hold a port's change is made under (its token): the port's pin, while it
+/// names the wave under way of the rollout under way (a wave passed or put back
+/// holds nothing; nor does drift repair of an earlier wave's port).
+pub fn hold_of(pin: Option<&str>, status: Option<&RolloutStatus>) -> Option<String> {
+    let status = status?;
+    let pin = pin?;
+    (status.wave_committed_at.is_some()
+        && status.current_revision != status.update_revision
+        && moved_by(Some(pin), status) == Some(status.wave))
+    .then(|| pin.to_owned())
+}
+
 /// The ControllerRevision a port with the pin `pin` carries of a configuration
 /// whose rollout stands at `status`: the update revision when the rollout under way
 /// moved it (a rolled-back wave's ports lose their pin; the waves before it keep
@@ -467,13 +508,18 @@ pub struct Progress {
 /// The gates a wave passes, by the names a rolled-back rollout reports.
 pub mod gate {
     /// Every port of the wave read back Active with the update revision, and none
-    /// failed an attempt since the wave's commit.
+    /// refused by its device since the wave's commit ([`super::fails_the_wave`]).
     pub const PORTS_ACTIVE: &str = "PortsActive";
     /// The wave passed its gates within `progressDeadlineSeconds`.
     pub const PROGRESS_DEADLINE: &str = "ProgressDeadline";
     /// Every BGP session of the wave's hosts Established, read at least a hold time
     /// after the commit.
     pub const BGP_ESTABLISHED: &str = "BgpEstablished";
+    /// Where the wave's change is held on its device (a persisted confirmed
+    /// commit), the device still held it when the other gates passed: one that
+    /// took it back by itself (its timeout passed while no operator confirmed it)
+    /// fails the wave.
+    pub const DEVICE_HELD: &str = "DeviceHeld";
 }
 
 /// What the rollout does next.
@@ -1181,6 +1227,70 @@ mod tests {
         }
         assert_eq!(revision_of(Some("web-bbbbbbbbbb.3.1"), None), None);
         assert_eq!(revision_name("web", &"ab".repeat(32)), "web-ababababab");
+    }
+
+    #[test]
+    fn a_refused_change_fails_its_wave_and_a_busy_or_absent_switch_does_not() {
+        for category in [
+            "RpcRejected",
+            "CommandRejected",
+            "VerificationFailed",
+            "Unsupported",
+            "UnknownPort",
+            "ProtocolError",
+            "InvalidConfiguration",
+        ] {
+            assert!(fails_the_wave(category), "{category}");
+        }
+        for category in [
+            "LockDenied",
+            "DeviceUnreachable",
+            "DeviceTimeout",
+            "DeviceSlow",
+            "AuthenticationFailed",
+            "NotLeader",
+        ] {
+            assert!(!fails_the_wave(category), "{category}");
+        }
+    }
+
+    #[test]
+    fn only_the_wave_under_way_is_held_on_the_device() {
+        let under_way = RolloutStatus {
+            current_revision: "web-aaaaaaaaaa".into(),
+            update_revision: "web-bbbbbbbbbb".into(),
+            attempt: 2,
+            wave: 3,
+            wave_committed_at: Some("2026-11-29T12:00:00Z".into()),
+            ..RolloutStatus::default()
+        };
+        let between = RolloutStatus {
+            wave_committed_at: None,
+            ..under_way.clone()
+        };
+        let complete = RolloutStatus {
+            current_revision: "web-bbbbbbbbbb".into(),
+            ..under_way.clone()
+        };
+        let cases = [
+            (Some("web-bbbbbbbbbb.2.3"), &under_way, true),
+            // An earlier wave's port (drift repair), an earlier attempt's, no pin.
+            (Some("web-bbbbbbbbbb.2.2"), &under_way, false),
+            (Some("web-bbbbbbbbbb.1.3"), &under_way, false),
+            (None, &under_way, false),
+            // The wave passed (or was put back), or the rollout is complete.
+            (Some("web-bbbbbbbbbb.2.3"), &between, false),
+            (Some("web-bbbbbbbbbb.2.3"), &complete, false),
+        ];
+        for (pin, status, held) in cases {
+            let got = hold_of(pin, Some(status));
+            assert_eq!(got.is_some(), held, "{pin:?} {status:?}");
+            if let Some(token) = got {
+                assert_eq!(token, "web-bbbbbbbbbb.2.3");
+            }
+        }
+        assert_eq!(hold_of(Some("web-bbbbbbbbbb.2.3"), None), None);
+        assert_eq!(hold_timeout(600), 1200);
     }
 
     #[test]

@@ -15,8 +15,9 @@ impl NetconfSwitch {
         steps: &[Step],
         pending: &[Pending],
         existing: &BTreeSet<VlanId>,
+        hold: Option<&Hold>,
     ) -> Result<(), Refused> {
-        let ops = self.operations(steps, pending, existing);
+        let ops = self.operations(steps, pending, existing, hold);
         for (k, (step, op)) in ops.iter().enumerate() {
             if *step == Step::Confirm && self.fault == Some(Fault::DropBeforeConfirm) {
                 return Err(Refused {
@@ -52,7 +53,7 @@ impl NetconfSwitch {
             let session_gone = transaction::awaiting_confirmation(steps, k);
             if !session_gone {
                 for cleanup in transaction::cleanup(steps, k) {
-                    let (_, op) = &self.operations(&[cleanup], &[], existing)[0];
+                    let (_, op) = &self.operations(&[cleanup], &[], existing, hold)[0];
                     if let Err(e) = s.rpc(op).await {
                         return Err(Refused {
                             error: e,
@@ -152,13 +153,16 @@ impl NetconfSwitch {
     }
 
     /// Applies `ops` (see the module header) and hands back the session when it is
-    /// still usable, for the read-back ([`Device::apply_and_read`]) to use.
+    /// still usable, for the read-back ([`Device::apply_and_read`]) to use, and
+    /// whether a change is left held on the device under `hold`'s token.
     pub(super) async fn apply(
         &self,
         ops: &[PortOperation],
-    ) -> Result<(Vec<PortResult>, Option<Session>), DeviceError> {
+        hold: Option<&Hold>,
+    ) -> Result<(Vec<PortResult>, Option<Session>, HeldBy), DeviceError> {
         let (mut s, data) = self.session_and_running().await?;
-        let steps = match transaction::steps(&s.capabilities, self.model.validate()) {
+        let steps = match transaction::steps(&s.capabilities, self.model.validate(), hold.is_some())
+        {
             Ok(steps) => steps,
             Err(why) => {
                 s.close().await;
@@ -179,13 +183,26 @@ impl NetconfSwitch {
         }
         let existing = self.model.read_vlans(&data);
         let mut session = Some(s);
+        let mut held = HeldBy::Nothing;
+        // A second transaction of the same batch (after some ports were refused)
+        // joins the hold the first one left.
+        let mut hold = hold.cloned();
         while !pending.is_empty() {
             let s = match session.as_mut() {
                 Some(s) => s,
                 None => session.insert(self.session().await?),
             };
-            match self.transaction(s, &steps, &pending, &existing).await {
+            match self
+                .transaction(s, &steps, &pending, &existing, hold.as_ref())
+                .await
+            {
                 Ok(()) => {
+                    if transaction::holds(&steps) {
+                        held = HeldBy::Device;
+                        if let Some(h) = hold.as_mut() {
+                            h.follow_up = true;
+                        }
+                    }
                     for p in pending.drain(..) {
                         outcomes[p.index] = Some(Ok(PortChange::Changed));
                     }
@@ -235,7 +252,7 @@ impl NetconfSwitch {
                 }
             }
         }
-        Ok((batch_results(ops, outcomes), session))
+        Ok((batch_results(ops, outcomes), session, held))
     }
 
     /// Reads the ports and returns the RPCs one transaction would send for `ops`
@@ -246,7 +263,7 @@ impl NetconfSwitch {
         let caps = s.capabilities.clone();
         s.close().await;
         let data = read?;
-        let steps = transaction::steps(&caps, self.model.validate()).map_err(|why| {
+        let steps = transaction::steps(&caps, self.model.validate(), false).map_err(|why| {
             DeviceError::Protocol {
                 during: "reading the device's capabilities".into(),
                 cause: Cause::msg(why),
@@ -261,7 +278,7 @@ impl NetconfSwitch {
         }
         let existing = self.model.read_vlans(&data);
         Ok(self
-            .operations(&steps, &pending, &existing)
+            .operations(&steps, &pending, &existing, None)
             .into_iter()
             .enumerate()
             .map(|(i, (_, op))| op.message(i as u64 + 1))

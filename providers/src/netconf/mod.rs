@@ -7,6 +7,14 @@
 //! confirmed commit is used, read-back: one login), and opens a second only when the
 //! device dropped the first.
 //!
+//! **A rollout wave held on the device.** `apply_and_read_held` commits a wave's
+//! batch as a persisted confirmed commit (RFC 6241 `<persist>`, the wave's token)
+//! where the device announces `:confirmed-commit:1.1` over base:1.1, reads it back
+//! and leaves it unconfirmed; `settle_hold` confirms it (`<commit><persist-id>`) or
+//! cancels it (`<cancel-commit>`) from any later session, and the device takes it
+//! back by itself when the hold's timeout passes. Elsewhere the batch is committed
+//! as any other ([`crate::device::HeldBy::Nothing`]).
+//!
 //! **A session kept for the next batch.** With [`NetconfOptions::keep_session`]
 //! (the operator sets it to its batch window), the session that ended a call is
 //! kept open that long, idle — no lock held, every commit confirmed — and the next
@@ -66,7 +74,9 @@ use async_trait::async_trait;
 use tracing::debug;
 
 use crate::cli::SshTarget;
-use crate::device::{Device, PortChange, PortOperation, PortReads, PortResult, batch_results};
+use crate::device::{
+    Device, HeldBy, Hold, PortChange, PortOperation, PortReads, PortResult, Settled, batch_results,
+};
 use crate::error::{Cause, DeviceError, RpcError};
 use crate::heard::Heard;
 use crate::model::{Capabilities, DesiredPort, ObservedPort, VlanMode, diff};
@@ -183,6 +193,41 @@ impl NetconfSwitch {
         }
     }
 
+    /// Applies `ops` (held under `hold` where the device can) and reads back the
+    /// ports applied, over the session that committed them (a second login only
+    /// when the device dropped that one).
+    async fn apply_and_read_as(
+        &self,
+        ops: &[PortOperation],
+        hold: Option<&Hold>,
+    ) -> Result<(Vec<PortResult>, PortReads, HeldBy), DeviceError> {
+        if ops.is_empty() {
+            return Ok((Vec::new(), Vec::new(), HeldBy::Nothing));
+        }
+        let (results, session, held) = self.apply(ops, hold).await?;
+        let applied = crate::device::applied_ports(&results);
+        if applied.is_empty() {
+            if let Some(s) = session {
+                self.release(s).await;
+            }
+            return Ok((results, Vec::new(), held));
+        }
+        let mut s = match session {
+            Some(s) => s,
+            None => self.session().await?,
+        };
+        match self.read_running(&mut s).await {
+            Ok(data) => {
+                self.release(s).await;
+                Ok((results, self.read_all(&data, &applied), held))
+            }
+            Err(e) => {
+                s.close().await;
+                Err(e)
+            }
+        }
+    }
+
     /// The device model.
     pub fn model(&self) -> &Model {
         &self.model
@@ -204,7 +249,7 @@ impl Device for NetconfSwitch {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        let (results, session) = self.apply(ops).await?;
+        let (results, session, _) = self.apply(ops, None).await?;
         if let Some(s) = session {
             self.release(s).await;
         }
@@ -218,31 +263,54 @@ impl Device for NetconfSwitch {
         &self,
         ops: &[PortOperation],
     ) -> Result<(Vec<PortResult>, PortReads), DeviceError> {
-        if ops.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
+        let (results, reads, _) = self.apply_and_read_as(ops, None).await?;
+        Ok((results, reads))
+    }
+
+    /// A persisted confirmed commit where the device announces
+    /// `:confirmed-commit:1.1` (see `transaction`), else as any batch.
+    async fn apply_and_read_held(
+        &self,
+        ops: &[PortOperation],
+        hold: &Hold,
+    ) -> Result<(Vec<PortResult>, PortReads, HeldBy), DeviceError> {
+        self.apply_and_read_as(ops, Some(hold)).await
+    }
+
+    /// `<commit><persist-id>` or `<cancel-commit><persist-id>`, in a session of its
+    /// own. A device that refuses it (netconfd: "persistent confirmed commit not
+    /// active") holds nothing under the token; one that cannot hold changes
+    /// (no `:confirmed-commit:1.1`) is not asked.
+    async fn settle_hold(&self, token: &str, confirm: bool) -> Result<Settled, DeviceError> {
+        let mut s = self.session().await?;
+        if !s.capabilities.holds() {
+            self.release(s).await;
+            return Ok(Settled::NeverHeld);
         }
-        let (results, session) = self.apply(ops).await?;
-        let applied = crate::device::applied_ports(&results);
-        if applied.is_empty() {
-            if let Some(s) = session {
-                self.release(s).await;
+        let op = if confirm {
+            Operation::Commit {
+                confirm_timeout: None,
+                persist: None,
+                persist_id: Some(token.to_owned()),
             }
-            return Ok((results, Vec::new()));
-        }
-        let mut s = match session {
-            Some(s) => s,
-            None => self.session().await?,
+        } else {
+            Operation::CancelCommit {
+                persist_id: token.to_owned(),
+            }
         };
-        match self.read_running(&mut s).await {
-            Ok(data) => {
-                self.release(s).await;
-                Ok((results, self.read_all(&data, &applied)))
-            }
+        let reply = match s.rpc(&op).await {
+            Ok(r) => r,
             Err(e) => {
                 s.close().await;
-                Err(e)
+                return Err(e);
             }
-        }
+        };
+        self.release(s).await;
+        Ok(match reply.errors.first() {
+            Some(e) => Settled::Gone(e.to_string()),
+            None if confirm => Settled::Confirmed,
+            None => Settled::Cancelled,
+        })
     }
 
     /// One get-config for all the ports.

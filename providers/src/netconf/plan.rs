@@ -167,12 +167,14 @@ impl NetconfSwitch {
     }
 
     /// The operations of one transaction for `pending` (what is sent, and what
-    /// `--dry-run` prints).
+    /// `--dry-run` prints); `hold` names and times the held commit, if the steps
+    /// have one.
     pub(super) fn operations(
         &self,
         steps: &[Step],
         pending: &[Pending],
         existing: &BTreeSet<VlanId>,
+        hold: Option<&Hold>,
     ) -> Vec<(Step, Operation)> {
         let config = self.model.edit(
             &Self::vlans_to_create(pending, existing),
@@ -201,6 +203,22 @@ impl NetconfSwitch {
                     Step::Validate => Operation::Validate(Datastore::Candidate),
                     Step::Commit { confirmed } => Operation::Commit {
                         confirm_timeout: confirmed.then_some(confirm),
+                        persist: None,
+                        persist_id: None,
+                    },
+                    Step::HeldCommit => Operation::Commit {
+                        confirm_timeout: Some(hold.map_or(confirm, |h| {
+                            u32::try_from(h.timeout.as_secs())
+                                .unwrap_or(u32::MAX)
+                                .max(1)
+                        })),
+                        persist: hold.map(|h| h.token.clone()),
+                        // Joining a hold already pending under the same token: a
+                        // follow-up confirmed commit (RFC 6241 §8.4.5.1).
+                        persist_id: hold.filter(|h| h.follow_up).map(|h| h.token.clone()),
+                    },
+                    Step::CancelHeld => Operation::CancelCommit {
+                        persist_id: hold.map(|h| h.token.clone()).unwrap_or_default(),
                     },
                     Step::ReadBack => Operation::GetConfig {
                         source: Datastore::Running,
@@ -208,6 +226,8 @@ impl NetconfSwitch {
                     },
                     Step::Confirm => Operation::Commit {
                         confirm_timeout: None,
+                        persist: None,
+                        persist_id: None,
                     },
                     Step::Unlock => Operation::Unlock(Datastore::Candidate),
                 };

@@ -77,6 +77,19 @@ impl DeviceCapabilities {
         })
     }
 
+    /// Whether the device can hold a change until told, from any session: a
+    /// persisted confirmed commit (RFC 6241 `persist`, `persist-id`,
+    /// `cancel-commit`) needs `:confirmed-commit:1.1` and a base:1.1 session
+    /// (netconfd refuses `<persist>` as an unknown element over base:1.0).
+    pub fn holds(&self) -> bool {
+        self.base_1_1()
+            && self.has("candidate")
+            && self.uris.iter().any(|u| {
+                let u = u.split('?').next().unwrap_or(u);
+                u == "urn:ietf:params:netconf:capability:confirmed-commit:1.1"
+            })
+    }
+
     /// Whether the device speaks base:1.1 (chunked framing).
     pub fn base_1_1(&self) -> bool {
         self.uris.iter().any(|u| u == BASE_1_1)
@@ -132,6 +145,18 @@ pub enum Operation {
     Commit {
         /// Confirm timeout for a confirmed commit.
         confirm_timeout: Option<u32>,
+        /// `<persist>`: the confirmed commit is held under this token, past the
+        /// session's end, until a commit or cancel-commit names it.
+        persist: Option<String>,
+        /// `<persist-id>`: confirms (or, with `confirm_timeout`, follows up) the
+        /// commit held under this token.
+        persist_id: Option<String>,
+    },
+    /// `<cancel-commit>` of the commit held under `persist_id`: the device takes
+    /// it back.
+    CancelCommit {
+        /// The token the commit is held under.
+        persist_id: String,
     },
     /// A device-specific RPC given as its body (an inventory read).
     Custom(Element),
@@ -151,8 +176,14 @@ impl Operation {
             Operation::Validate(_) => "validate".into(),
             Operation::Commit {
                 confirm_timeout: Some(_),
+                ..
             } => "confirmed commit".into(),
+            Operation::Commit {
+                persist_id: Some(_),
+                ..
+            } => "confirming commit".into(),
             Operation::Commit { .. } => "commit".into(),
+            Operation::CancelCommit { .. } => "cancel-commit".into(),
             Operation::Custom(e) => e.name.clone(),
             Operation::CloseSession => "close-session".into(),
         }
@@ -192,14 +223,27 @@ impl Operation {
             Operation::Validate(s) => {
                 Element::new("validate").child(Element::new("source").child(s.element()))
             }
-            Operation::Commit { confirm_timeout } => {
+            Operation::Commit {
+                confirm_timeout,
+                persist,
+                persist_id,
+            } => {
                 let mut e = Element::new("commit");
                 if let Some(t) = confirm_timeout {
                     e = e
                         .child(Element::new("confirmed"))
                         .child(Element::leaf("confirm-timeout", t.to_string()));
                 }
+                if let Some(p) = persist {
+                    e = e.child(Element::leaf("persist", p.clone()));
+                }
+                if let Some(p) = persist_id {
+                    e = e.child(Element::leaf("persist-id", p.clone()));
+                }
                 e
+            }
+            Operation::CancelCommit { persist_id } => {
+                Element::new("cancel-commit").child(Element::leaf("persist-id", persist_id.clone()))
             }
             Operation::Custom(body) => body.clone(),
             Operation::CloseSession => Element::new("close-session"),
@@ -293,6 +337,16 @@ mod tests {
         assert!(!caps.has("writable-running") && !caps.has("rollback-on-error"));
         assert!(!caps.has("confirmed"));
         assert_eq!(caps.session_id.as_deref(), Some("4"));
+        // A persisted hold needs :confirmed-commit:1.1 and base:1.1 (the Juniper
+        // simulator announces 1.0 of both).
+        assert!(caps.holds());
+        let old = hello
+            .replace("confirmed-commit:1.1", "confirmed-commit:1.0")
+            .replace(
+                "<capability>urn:ietf:params:netconf:base:1.1</capability>",
+                "",
+            );
+        assert!(!DeviceCapabilities::from_hello(&old).unwrap().holds());
     }
 
     #[test]
@@ -320,10 +374,39 @@ mod tests {
     fn rpcs_render_with_their_options() {
         let commit = Operation::Commit {
             confirm_timeout: Some(90),
+            persist: None,
+            persist_id: None,
         };
         assert_eq!(
             commit.message(5),
             "<rpc message-id=\"5\" xmlns=\"urn:ietf:params:xml:ns:netconf:base:1.0\"><commit><confirmed/><confirm-timeout>90</confirm-timeout></commit></rpc>"
+        );
+        let held = Operation::Commit {
+            confirm_timeout: Some(660),
+            persist: Some("web-0a1b2c3d4e.1.2".into()),
+            persist_id: None,
+        };
+        assert_eq!(
+            held.body().render(),
+            "<commit><confirmed/><confirm-timeout>660</confirm-timeout><persist>web-0a1b2c3d4e.1.2</persist></commit>"
+        );
+        let confirming = Operation::Commit {
+            confirm_timeout: None,
+            persist: None,
+            persist_id: Some("web-0a1b2c3d4e.1.2".into()),
+        };
+        assert_eq!(confirming.name(), "confirming commit");
+        assert_eq!(
+            confirming.body().render(),
+            "<commit><persist-id>web-0a1b2c3d4e.1.2</persist-id></commit>"
+        );
+        assert_eq!(
+            Operation::CancelCommit {
+                persist_id: "t".into()
+            }
+            .body()
+            .render(),
+            "<cancel-commit><persist-id>t</persist-id></cancel-commit>"
         );
         let edit = Operation::EditConfig {
             target: Datastore::Running,

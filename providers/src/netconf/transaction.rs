@@ -10,6 +10,14 @@
 //! back by the device when the session ends (RFC 6241 §8.4.1), so the session is
 //! ended at once.
 //!
+//! A rollout wave's batch on a device that can hold a change ([`DeviceCapabilities::holds`]:
+//! `:confirmed-commit:1.1`): the same, but the commit is a persisted confirmed commit
+//! ([`Step::HeldCommit`], `<persist>` the wave's token) read back and *not*
+//! confirmed: the rollout confirms it after the wave's gate (`<commit><persist-id>`)
+//! or cancels it (`<cancel-commit>`), from a later session, and the device takes it
+//! back by itself when neither comes in time. A failure after it cancels it
+//! ([`Step::CancelHeld`]): the session's end does not.
+//!
 //! With `:writable-running` only: one edit-config of running, with
 //! `rollback-on-error` when announced.
 
@@ -42,14 +50,20 @@ pub enum Step {
     ReadBack,
     /// Confirm the confirmed commit.
     Confirm,
+    /// A persisted confirmed commit, held for a rollout's gate (never confirmed in
+    /// this transaction).
+    HeldCommit,
+    /// Cancel the held commit (a failure after it).
+    CancelHeld,
     /// Unlock the candidate.
     Unlock,
 }
 
 /// The steps for a device with `caps`, or why it cannot be configured. `validate`
 /// is false for device models whose servers mishandle a separate `<validate>` (they
-/// still validate at commit).
-pub fn steps(caps: &DeviceCapabilities, validate: bool) -> Result<Vec<Step>, String> {
+/// still validate at commit). `held`: a rollout wave's batch, held on the device
+/// where it can be.
+pub fn steps(caps: &DeviceCapabilities, validate: bool, held: bool) -> Result<Vec<Step>, String> {
     if caps.has("candidate") {
         let mut s = vec![
             Step::Lock,
@@ -62,7 +76,9 @@ pub fn steps(caps: &DeviceCapabilities, validate: bool) -> Result<Vec<Step>, Str
         if validate && caps.has("validate") {
             s.push(Step::Validate);
         }
-        if caps.has("confirmed-commit") {
+        if held && caps.holds() {
+            s.extend([Step::HeldCommit, Step::ReadBack]);
+        } else if caps.has("confirmed-commit") {
             s.extend([
                 Step::Commit { confirmed: true },
                 Step::ReadBack,
@@ -90,7 +106,17 @@ pub fn cleanup(steps: &[Step], failed: usize) -> Vec<Step> {
     if !locked || steps[failed] == Step::Unlock {
         return Vec::new();
     }
+    if steps[..failed].contains(&Step::HeldCommit) {
+        // Held past the session: only a cancel takes it back.
+        return vec![Step::CancelHeld, Step::DiscardChanges, Step::Unlock];
+    }
     vec![Step::DiscardChanges, Step::Unlock]
+}
+
+/// Whether the transaction left a change held on the device (it ran
+/// [`Step::HeldCommit`]).
+pub fn holds(steps: &[Step]) -> bool {
+    steps.contains(&Step::HeldCommit)
 }
 
 /// Whether the transaction has a commit awaiting confirmation after step `failed`
@@ -222,14 +248,14 @@ mod tests {
         ];
         for (announced, want) in rows {
             assert_eq!(
-                steps(&caps(&announced), true).map_err(|_| ()),
+                steps(&caps(&announced), true, false).map_err(|_| ()),
                 want,
                 "{announced:?}"
             );
         }
         // A model that turns validate off keeps the rest.
         assert_eq!(
-            steps(&caps(&["candidate", "validate"]), false).unwrap(),
+            steps(&caps(&["candidate", "validate"]), false, false).unwrap(),
             vec![
                 Lock,
                 DiscardChanges,
@@ -242,7 +268,12 @@ mod tests {
 
     #[test]
     fn a_failure_discards_and_unlocks_once_locked_and_ends_an_unconfirmed_commit() {
-        let s = steps(&caps(&["candidate", "validate", "confirmed-commit"]), true).unwrap();
+        let s = steps(
+            &caps(&["candidate", "validate", "confirmed-commit"]),
+            true,
+            false,
+        )
+        .unwrap();
         let at = |step: Step| s.iter().position(|x| *x == step).unwrap();
         assert!(
             cleanup(&s, at(Step::Lock)).is_empty(),
@@ -261,6 +292,49 @@ mod tests {
         assert!(awaiting_confirmation(&s, at(Step::ReadBack)));
         assert!(awaiting_confirmation(&s, at(Step::Confirm)));
         assert!(!awaiting_confirmation(&s, at(Step::Unlock)));
+    }
+
+    #[test]
+    fn a_wave_is_held_only_where_the_device_can_hold_it_and_cancelled_on_failure() {
+        let mut held_caps = caps(&["candidate", "validate"]);
+        held_caps.uris.extend([
+            "urn:ietf:params:netconf:capability:confirmed-commit:1.1".to_owned(),
+            "urn:ietf:params:netconf:base:1.1".to_owned(),
+        ]);
+        let s = steps(&held_caps, true, true).unwrap();
+        assert_eq!(
+            s,
+            vec![
+                Step::Lock,
+                Step::DiscardChanges,
+                Step::Edit {
+                    target: Datastore::Candidate,
+                    rollback_on_error: false,
+                },
+                Step::Validate,
+                Step::HeldCommit,
+                Step::ReadBack,
+                Step::Unlock,
+            ]
+        );
+        assert!(holds(&s));
+        let at = |step: Step| s.iter().position(|x| *x == step).unwrap();
+        // Refused at the commit: nothing held, discard as ever; a read-back that
+        // differs after it: cancelled (the session's end would not take it back).
+        assert_eq!(
+            cleanup(&s, at(Step::HeldCommit)),
+            vec![Step::DiscardChanges, Step::Unlock]
+        );
+        assert_eq!(
+            cleanup(&s, at(Step::ReadBack)),
+            vec![Step::CancelHeld, Step::DiscardChanges, Step::Unlock]
+        );
+        assert!(!awaiting_confirmation(&s, at(Step::ReadBack)));
+        // The same batch outside a rollout, and a wave on a device without 1.1:
+        // committed and confirmed in the session, as any batch.
+        assert!(!holds(&steps(&held_caps, true, false).unwrap()));
+        let old = steps(&caps(&["candidate", "confirmed-commit"]), true, true).unwrap();
+        assert!(!holds(&old) && old.contains(&Step::Confirm));
     }
 
     #[test]
