@@ -114,7 +114,8 @@ async fn main() {
     let dir = cluster.dir.join("webhook");
     patchbay_testbed::webhook_certificate(&dir, "bench").unwrap();
     let tls = patchbay::serve::tls_acceptor(&dir).unwrap();
-    let (hook, caches) = patchbay::webhook::Webhook::start(client.clone(), tenancy.clone());
+    let (hook, caches) =
+        patchbay::webhook::Webhook::start(client.clone(), tenancy.clone(), Default::default());
     tokio::spawn(caches);
     while !hook.synced() {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -32,6 +32,8 @@ pub struct Webhook {
     smartnics: Store<SmartNicConfiguration>,
     synced: Arc<AtomicBool>,
     grants: GrantsCache,
+    /// The rollout defaults and the limits on a tenant's policy.
+    rollout: crate::decide::rollout::Defaults,
 }
 
 fn cache<K: Cached>(api: Api<K>) -> (Store<K>, futures::future::BoxFuture<'static, ()>) {
@@ -51,6 +53,7 @@ impl Webhook {
     pub fn start(
         client: Client,
         tenancy: Tenancy,
+        rollout: crate::decide::rollout::Defaults,
     ) -> (Arc<Webhook>, futures::future::BoxFuture<'static, ()>) {
         let (pools, p) = cache(Api::<VLANPool>::all(client.clone()));
         let (configurations, c) = cache(Api::<SwitchPortConfiguration>::all(client.clone()));
@@ -63,6 +66,7 @@ impl Webhook {
             smartnics: smartnics.clone(),
             synced: synced.clone(),
             grants: GrantsCache::default(),
+            rollout,
         });
         let ready = async move {
             let _ = pools.wait_until_ready().await;
@@ -118,6 +122,7 @@ impl Webhook {
             pools: &pools,
             switch_port_configuration: &configuration,
             smartnic_configuration: &smartnic,
+            rollout: &self.rollout,
         };
         let synced = self.synced();
         answer(request, |kind, namespace, object| {

@@ -225,7 +225,15 @@ fn tenancy(infra: &str) -> Tenancy {
 /// patchbay's webhook on a free loopback port, served from `dir`'s certificate;
 /// its address once its caches are listed.
 async fn webhook(client: kube::Client, t: Tenancy, dir: &Path) -> std::net::SocketAddr {
-    let (hook, caches) = patchbay::webhook::Webhook::start(client, t);
+    // The infra team allows a tenant's rollout at most 10 % at once, 2 a switch.
+    let rollout = patchbay::decide::rollout::Defaults {
+        limits: Some(patchbay::decide::rollout::Limits {
+            max_unavailable: patchbay::decide::rollout::Amount::Percent(10),
+            max_unavailable_per_switch: patchbay::decide::rollout::Amount::Count(2),
+        }),
+        ..Default::default()
+    };
+    let (hook, caches) = patchbay::webhook::Webhook::start(client, t, rollout);
     tokio::spawn(caches);
     let routes = patchbay::serve::Routes {
         ready: Arc::new(|| true),
@@ -436,6 +444,23 @@ async fn two_tenants_on_one_switch_never_reach_each_others_vlans() {
             .unwrap()
             .is_none()
     );
+    // A's own VLAN with a rollout above the infra team's limits: refused at apply,
+    // each field named with the limit; within them, admitted.
+    let greedy = "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\nmetadata:\n  name: greedy\n\
+                  spec:\n  untaggedVLAN: 200\n  rollout:\n    maxUnavailable: 100%\n    maxUnavailablePerSwitch: 5\n";
+    let out = f.apply(&a, "a-greedy.yaml", greedy);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "a rollout above the limits admitted");
+    assert!(
+        err.contains("spec.rollout.maxUnavailable: asks for more ports at once than the infra team allows a tenant's configuration (10%)")
+            && err.contains("spec.rollout.maxUnavailablePerSwitch: asks for more ports at once than the infra team allows a tenant's configuration (2)"),
+        "{err}"
+    );
+    let modest = greedy
+        .replace("100%", "10%")
+        .replace("maxUnavailablePerSwitch: 5", "maxUnavailablePerSwitch: 1");
+    let out = f.apply(&a, "a-modest.yaml", &modest);
+    assert!(out.status.success(), "{}", stderr(&out));
     // A claim naming B's configuration: refused, whether or not it exists.
     let out = f.apply(
         &a,

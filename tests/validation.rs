@@ -897,3 +897,25 @@ fn a_yaml_syntax_error_is_one_row_for_the_file_with_its_line() {
     );
     assert_eq!(report.invalid(), 1);
 }
+
+#[test]
+fn a_malformed_rollout_policy_is_reported_by_its_field() {
+    use patchbay::decide::validate::manifests::validate_manifests;
+    let doc = "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
+               metadata: {name: web, namespace: team-web}\n\
+               spec: {untaggedVLAN: 10, rollout: {maxUnavailable: \"0%\", canary: {ports: 2, oneSwitch: true}}}\n";
+    let report = validate_manifests(&[("web.yaml".into(), doc.into())]);
+    let errors: Vec<(&str, &str)> = report.verdicts[0]
+        .errors
+        .iter()
+        .map(|e| (e.path.as_str(), e.reason.as_str()))
+        .collect();
+    let paths: Vec<&str> = errors.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        paths,
+        ["spec.rollout.maxUnavailable", "spec.rollout.canary"],
+        "{errors:?}"
+    );
+    assert!(errors[0].1.contains("between 1% and 100%"), "{errors:?}");
+    assert_eq!(report.invalid(), 1);
+}

@@ -10,7 +10,10 @@
 //! VLANPools, which are cluster-scoped):
 //! - SwitchPortConfiguration, SmartNicConfiguration: every VLAN is granted to the
 //!   object's namespace (on some Switch: the port is not known yet);
-//!   `nextConfigurationRef` stays in the namespace or names a shared infra one.
+//!   `nextConfigurationRef` stays in the namespace or names a shared infra one; a
+//!   SwitchPortConfiguration's `spec.rollout` is well formed and asks for no more
+//!   than the infra team's limits on a tenant's whatever the number of ports
+//!   ([`crate::decide::rollout::admission_refusals`]).
 //! - ServerClaim: every `configurationRef` stays in the namespace or names a shared
 //!   infra configuration, and the VLANs of the configurations it names are granted;
 //!   `inventory.includeBmcCredentials` only where the settings allow it.
@@ -37,6 +40,8 @@ pub struct Lookups<'a> {
     pub switch_port_configuration: &'a dyn Fn(&str, &str) -> Option<SwitchPortConfiguration>,
     /// A SmartNicConfiguration by namespace and name.
     pub smartnic_configuration: &'a dyn Fn(&str, &str) -> Option<SmartNicConfiguration>,
+    /// The operator's rollout defaults and the infra team's limits on a tenant's.
+    pub rollout: &'a crate::decide::rollout::Defaults,
 }
 
 /// The refusals for `object` of `kind` in `namespace` (empty: admitted). Objects
@@ -115,6 +120,15 @@ pub fn review(
             if let Ok(c) = serde_json::from_value::<SwitchPortConfiguration>(object.clone()) {
                 let group = c.spec.link_aggregation.as_ref().map(|l| l.group);
                 vlans_granted(&c.spec.port, group, "", &mut refused);
+                refused.extend(
+                    crate::decide::rollout::admission_refusals(
+                        c.spec.rollout.as_ref(),
+                        look.rollout,
+                        true,
+                    )
+                    .into_iter()
+                    .map(|(field, why)| format!("{field}: {why}")),
+                );
             }
         }
         "SmartNicConfiguration" => {

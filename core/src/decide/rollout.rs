@@ -30,6 +30,16 @@ pub enum Amount {
     Percent(u32),
 }
 
+impl std::fmt::Display for Amount {
+    /// As a policy writes it: `5` or `25%`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Amount::Count(n) => write!(f, "{n}"),
+            Amount::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
 impl Amount {
     /// How many ports of `total` this is: rounded down, at least one (a rollout
     /// always moves) and at most `total`.
@@ -231,7 +241,7 @@ pub fn check_within(policy: &Policy, limits: &Limits, total: usize) -> Vec<(Stri
             refused.push((
                 format!("spec.rollout.{field}"),
                 format!(
-                    "{} ports at once is more than the infra team's limit of {} ({limit:?}) for these {total} ports",
+                    "{} ports at once is more than the infra team's limit of {} ({limit}) for these {total} ports",
                     asked.of(total),
                     limit.of(total)
                 ),
@@ -260,6 +270,58 @@ pub fn check_within(policy: &Policy, limits: &Limits, total: usize) -> Vec<(Stri
         ));
     }
     refused
+}
+
+/// What is wrong with a policy whatever the operator's settings: its malformed
+/// fields (`patchbay validate` reports them; the controller refuses the rollout
+/// with them).
+pub fn policy_errors(spec: Option<&RolloutSpec>) -> Vec<(String, String)> {
+    rollout_of(spec, &Defaults::default(), false, 100)
+        .err()
+        .unwrap_or_default()
+}
+
+/// What the admission webhook refuses of a policy: its malformed fields and, for a
+/// tenant's configuration (`tenant`), what asks for more than the infra team's
+/// limits whatever the number of ports — refused for a rollout of 100 ports and of
+/// 10,000 alike. A count asked against a percentage limit (or the reverse) depends
+/// on how many ports carry the configuration: the controller judges it against
+/// them (`phase: Refused`).
+pub fn admission_refusals(
+    spec: Option<&RolloutSpec>,
+    defaults: &Defaults,
+    tenant: bool,
+) -> Vec<(String, String)> {
+    let at = |total| {
+        rollout_of(spec, defaults, tenant, total)
+            .err()
+            .unwrap_or_default()
+    };
+    let (small, large) = (at(100), at(10_000));
+    small
+        .into_iter()
+        .filter(|(f, _)| large.iter().any(|(g, _)| g == f))
+        .map(|(field, why)| {
+            if large.iter().any(|(g, w)| *g == field && *w == why) {
+                return (field, why);
+            }
+            // A limit, whose words name a number of ports.
+            let limit = defaults.limits.map(|l| {
+                if field.ends_with("PerSwitch") {
+                    l.max_unavailable_per_switch
+                } else {
+                    l.max_unavailable
+                }
+            });
+            let limit = limit.map(|l| l.to_string()).unwrap_or_default();
+            (
+                field,
+                format!(
+                    "asks for more ports at once than the infra team allows a tenant's configuration ({limit}), whether 100 or 10,000 ports carry it"
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The operator's default for each policy field a configuration leaves out, and
@@ -369,7 +431,18 @@ pub fn rollout_of(
         }
     }
     if tenant && let Some(limits) = &defaults.limits {
-        refused.extend(check_within(&policy, limits, total));
+        // Only what the tenant wrote: a field left out is the infra team's own
+        // default (as a configuration without `spec.rollout` has all of them).
+        let written = |field: &str| match field {
+            "spec.rollout.maxUnavailable" => spec.max_unavailable.is_some(),
+            "spec.rollout.maxUnavailablePerSwitch" => spec.max_unavailable_per_switch.is_some(),
+            _ => spec.canary.is_some(),
+        };
+        refused.extend(
+            check_within(&policy, limits, total)
+                .into_iter()
+                .filter(|(f, _)| written(f)),
+        );
     }
     if !refused.is_empty() {
         return Err(refused);
@@ -1252,6 +1325,70 @@ mod tests {
         ] {
             assert!(!fails_the_wave(category), "{category}");
         }
+    }
+
+    #[test]
+    fn admission_refuses_malformed_fields_and_a_tenant_above_the_limits_at_any_size() {
+        let defaults = Defaults {
+            limits: Some(Limits {
+                max_unavailable: Amount::Percent(10),
+                max_unavailable_per_switch: Amount::Count(2),
+            }),
+            ..Defaults::default()
+        };
+        let spec = |v: serde_json::Value| serde_json::from_value::<RolloutSpec>(v).unwrap();
+        // (policy, tenant) → the fields refused at admission
+        let cases: [(serde_json::Value, bool, &[&str]); 6] = [
+            (
+                serde_json::json!({"maxUnavailable": "ten"}),
+                false,
+                &["spec.rollout.maxUnavailable"],
+            ),
+            (
+                serde_json::json!({"canary": {"ports": 2, "oneSwitch": true}}),
+                false,
+                &["spec.rollout.canary"],
+            ),
+            // Above the limits whatever the size: percent against percent, count
+            // against count.
+            (
+                serde_json::json!({"maxUnavailable": "50%", "maxUnavailablePerSwitch": 3}),
+                true,
+                &[
+                    "spec.rollout.maxUnavailable",
+                    "spec.rollout.maxUnavailablePerSwitch",
+                ],
+            ),
+            // The infra team's own configurations are not held to the limits.
+            (serde_json::json!({"maxUnavailable": "50%"}), false, &[]),
+            // 500 ports against 10 %: over at 100 ports, under at 10,000: the
+            // controller judges it against the ports that carry it.
+            (serde_json::json!({"maxUnavailable": 500}), true, &[]),
+            (serde_json::json!({"maxUnavailable": "5%"}), true, &[]),
+        ];
+        for (json, tenant, want) in cases {
+            let s = spec(json.clone());
+            let got = admission_refusals(Some(&s), &defaults, tenant);
+            let fields: Vec<&str> = got.iter().map(|(f, _)| f.as_str()).collect();
+            assert_eq!(fields, want, "{json}: {got:?}");
+            for (_, why) in &got {
+                assert!(!why.contains("Percent("), "{why}");
+            }
+        }
+        let over = admission_refusals(
+            Some(&spec(serde_json::json!({"maxUnavailable": "50%"}))),
+            &defaults,
+            true,
+        );
+        assert!(over[0].1.contains("(10%)"), "{over:?}");
+        assert_eq!(
+            policy_errors(Some(&spec(
+                serde_json::json!({"maxUnavailablePerSwitch": "0%"})
+            )))[0]
+                .0,
+            "spec.rollout.maxUnavailablePerSwitch"
+        );
+        assert!(policy_errors(None).is_empty());
     }
 
     #[test]

@@ -392,7 +392,8 @@ async fn operate(args: &RunArgs, mut settings: patchbay::settings::Settings) -> 
         ));
         // The tenancy webhook only with tenancy: without it there is nothing to refuse.
         if let Some(tenancy) = settings.tenancy.clone() {
-            let (webhook, caches) = patchbay::webhook::Webhook::start(client.clone(), tenancy);
+            let (webhook, caches) =
+                patchbay::webhook::Webhook::start(client.clone(), tenancy, settings.rollout);
             let stop = stopped(&serving_stopped);
             tokio::spawn(async move {
                 tokio::select! { _ = caches => {}, _ = stop => {} }

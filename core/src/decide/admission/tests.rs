@@ -54,6 +54,7 @@ fn run(kind: &str, ns: &str, object: serde_json::Value) -> Vec<String> {
         pools: &pools,
         switch_port_configuration: &configuration,
         smartnic_configuration: &|_, _| None,
+        rollout: &crate::decide::rollout::Defaults::default(),
     };
     review(&tenancy(), kind, ns, &object, &look)
 }

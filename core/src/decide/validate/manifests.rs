@@ -238,6 +238,11 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                 "SwitchPortConfiguration" => match typed::<SwitchPortConfiguration>(&value) {
                     Ok(o) => {
                         errors.extend(errs(super::validate_configuration(&o.spec)));
+                        errors.extend(
+                            crate::decide::rollout::policy_errors(o.spec.rollout.as_ref())
+                                .into_iter()
+                                .map(|(path, reason)| FieldError { path, reason }),
+                        );
                         configs.insert((ns.clone(), name.to_owned()), o.spec);
                     }
                     Err(e) => errors.extend(e),
