@@ -229,6 +229,13 @@ pub struct SettingsArgs {
     #[arg(long, env = "PATCHBAY_ROLLOUT_TENANT_MAX_UNAVAILABLE_PER_SWITCH")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_tenant_max_unavailable_per_switch: Option<String>,
+    /// Turns the Node Ready gate on: a wave's hosts that are Kubernetes Nodes must
+    /// still be Ready this many seconds (the controller manager's
+    /// --node-monitor-grace-period) and 5 more after their port changed; needs list
+    /// on nodes [default: off].
+    #[arg(long, env = "PATCHBAY_ROLLOUT_NODE_GRACE_SECONDS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_node_grace_seconds: Option<u32>,
 }
 
 impl SettingsArgs {
@@ -540,6 +547,7 @@ fn rollout_defaults(
             .map_or(d.min_wait_seconds, i64::from),
         progress_deadline_seconds: deadline,
         limits,
+        node_grace_seconds: args.rollout_node_grace_seconds.map(i64::from),
     })
 }
 

@@ -60,11 +60,17 @@ fn test_settings(namespace: &str) -> Settings {
 
 impl Env {
     async fn start(test: &str) -> Env {
+        Self::start_with(test, |_| {}).await
+    }
+
+    /// Like [`Env::start`], with the test's own changes to the settings.
+    async fn start_with(test: &str, edit: impl FnOnce(&mut Settings)) -> Env {
         let cluster = Cluster::start(test).await;
         for (_, crd) in crds() {
             cluster.install_crd(crd).await;
         }
-        let settings = test_settings(&cluster.namespace);
+        let mut settings = test_settings(&cluster.namespace);
+        edit(&mut settings);
         let mut env = Env {
             cluster,
             fixtures: FixtureRegistry::default(),
@@ -1775,5 +1781,102 @@ async fn a_rollout_pauses_resumes_after_a_kill_and_aborts() {
         (on_30(&env) == 6).then_some(())
     })
     .await;
+    env.finish().await;
+}
+
+/// With the Node Ready gate on (a 1 s grace period: evidence 6 s after a port
+/// changed), a wave whose host's Node goes NotReady after its port changed is put
+/// back, naming the gate and the host; with the Node Ready again, the next edit
+/// waits out the grace period and completes.
+#[tokio::test]
+async fn a_wave_whose_hosts_node_goes_not_ready_goes_back() {
+    use k8s_openapi::api::core::v1::Node;
+    let env = Env::start_with("rollout-node", |s| {
+        s.rollout.node_grace_seconds = Some(1);
+    })
+    .await;
+    let ports = shared_fleet(
+        &env,
+        json!({"canary": {"ports": 1}, "maxUnavailable": 2, "maxUnavailablePerSwitch": 1}),
+    )
+    .await;
+    // a1 drives Server <ns>-h1, which is the Kubernetes Node <ns>-n1, Ready.
+    let server = format!("{}-h1", env.ns());
+    env.api::<SwitchPort>()
+        .patch(
+            "a1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "patchbay.dev/host": format!("Server/{server}")}}})),
+        )
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(env.cluster.client.clone());
+    let node = format!("{}-n1", env.ns());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": node,
+                "labels": {"patchbay.dev/server": server}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let ready = |truth: &str| {
+        json!({"status": {"conditions": [{"type": "Ready", "status": truth,
+            "reason": "KubeletReady", "lastHeartbeatTime": "2026-11-29T00:00:00Z",
+            "lastTransitionTime": "2026-11-29T00:00:00Z"}]}})
+    };
+    nodes
+        .patch_status(&node, &PatchParams::default(), &Patch::Merge(ready("True")))
+        .await
+        .unwrap();
+
+    env.edit_shared(json!({"untaggedVLAN": 20})).await;
+    eventually(20, "the canary on the device", || async {
+        (access_vlans(&env, &ports[..1])["tor-a/Gi0/1"] == Some(20)).then_some(())
+    })
+    .await;
+    // Its host's Node loses the cluster right after the change.
+    nodes
+        .patch_status(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(ready("False")),
+        )
+        .await
+        .unwrap();
+    let r = env
+        .wait_rollout("the wave put back", |r| r.phase == "RolledBack")
+        .await;
+    assert!(
+        r.message.contains("gate NodeReady failed") && r.message.contains(&server),
+        "{}",
+        r.message
+    );
+    eventually(20, "the canary back on VLAN 10", || async {
+        (access_vlans(&env, &ports).values().all(|v| *v == Some(10))).then_some(())
+    })
+    .await;
+
+    // Ready again: the next edit's canary waits out the grace period, then the
+    // rollout completes.
+    nodes
+        .patch_status(&node, &PatchParams::default(), &Patch::Merge(ready("True")))
+        .await
+        .unwrap();
+    env.edit_shared(json!({"untaggedVLAN": 30})).await;
+    let waiting = env
+        .wait_rollout("the canary waiting on its Node", |r| {
+            r.message.contains("Node(s) of 1 host(s) not yet read")
+        })
+        .await;
+    assert_eq!(waiting.wave, 1, "{waiting:?}");
+    env.wait_rollout("the rollout complete", |r| {
+        r.phase == "Complete" && r.updated_ports == 6
+    })
+    .await;
+    assert!(access_vlans(&env, &ports).values().all(|v| *v == Some(30)));
+    let _ = nodes.delete(&node, &Default::default()).await;
     env.finish().await;
 }

@@ -29,9 +29,10 @@ use std::time::Duration;
 
 use crate::decide::status::Severity;
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -353,7 +354,7 @@ async fn advance(
         }
     };
     let update_hash_of = |p: &Carrier| is_revision(p.applied.as_deref(), &r.update_revision);
-    let facts: Vec<PortFacts<'_>> = ports
+    let mut facts: Vec<PortFacts<'_>> = ports
         .iter()
         .map(|p| PortFacts {
             key: &p.key,
@@ -363,6 +364,7 @@ async fn advance(
                 .then(|| p.since.unwrap_or(0)),
             failed_at: p.failed_at,
             bgp: p.bgp,
+            node: None,
         })
         .collect();
     let committed_at = committed_at_of(r).map(|t| t.as_second());
@@ -389,6 +391,9 @@ async fn advance(
             pin_ports(ctx, &keys, &pin(r, r.wave)).await?;
         }
         ask_for_bgp_evidence(ctx, decide::read_after(&progress, &facts, &members)).await?;
+        if let Some(grace) = ctx.settings.rollout.node_grace_seconds {
+            read_nodes(ctx, &ports, &members, &mut facts, grace, now).await?;
+        }
     }
     let paused = spec.is_some_and(|s| s.paused);
     let mut step = decide::step(now.as_second(), &rollout, &progress, &facts, paused);
@@ -487,6 +492,54 @@ async fn advance(
 /// When the wave under way was committed.
 fn committed_at_of(r: &RolloutStatus) -> Option<jiff::Timestamp> {
     r.wave_committed_at.as_deref().and_then(|t| t.parse().ok())
+}
+
+/// The Node Ready gate's signals (`--rollout-node-grace-seconds`): the wave's
+/// hosts that are Kubernetes Nodes ([`decide::node_host`]), each Ready or not as
+/// one LIST of the Nodes read now (the API server's cache: `resourceVersion=0`).
+/// Only while a wave with hosts is under way.
+async fn read_nodes(
+    ctx: &Context,
+    ports: &[Carrier],
+    members: &[usize],
+    facts: &mut [PortFacts<'_>],
+    grace: i64,
+    now: jiff::Timestamp,
+) -> Result<(), ControllerError> {
+    if !members.iter().any(|i| ports[*i].host.is_some()) {
+        return Ok(());
+    }
+    let nodes = Api::<Node>::all(ctx.client.clone())
+        .list(&ListParams::default().match_any())
+        .await?;
+    let no_labels = BTreeMap::new();
+    let ready: BTreeMap<String, bool> = nodes
+        .items
+        .iter()
+        .filter_map(|n| {
+            let host = decide::node_host(
+                n.metadata.labels.as_ref().unwrap_or(&no_labels),
+                n.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+            )?;
+            let is_ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status == "True");
+            Some((host, is_ready))
+        })
+        .collect();
+    for i in members {
+        if let Some(healthy) = ports[*i].host.as_ref().and_then(|h| ready.get(h)) {
+            facts[*i].node = Some(Signal {
+                healthy: *healthy,
+                observed_at: Some(now.as_second()),
+                settle: decide::node_settle(grace),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Asks each Switch speaking BGP to a host of the wave for a read of its speaker

@@ -337,6 +337,10 @@ pub struct Defaults {
     /// The most a tenant's (a namespace other than the infra team's) policy may ask
     /// for; `None`: no limit.
     pub limits: Option<Limits>,
+    /// The cluster's node-monitor grace period, when the Node Ready gate is on
+    /// (`None`: off): how long after a host's port changed before a Node that lost
+    /// its connection shows NotReady.
+    pub node_grace_seconds: Option<i64>,
 }
 
 impl Default for Defaults {
@@ -352,6 +356,7 @@ impl Default for Defaults {
             min_wait_seconds: 0,
             progress_deadline_seconds: 600,
             limits: None,
+            node_grace_seconds: None,
         }
     }
 }
@@ -553,6 +558,9 @@ pub struct PortFacts<'a> {
     pub failed_at: Option<i64>,
     /// Its host's BGP sessions, where its Switch speaks BGP to it.
     pub bgp: Option<Signal>,
+    /// Its host's Kubernetes Node's Ready condition, where the Node gate is on and
+    /// the host is a Node.
+    pub node: Option<Signal>,
 }
 
 /// A health signal about a port's host, as last read (its BGP sessions).
@@ -588,6 +596,10 @@ pub mod gate {
     /// Every BGP session of the wave's hosts Established, read at least a hold time
     /// after the commit.
     pub const BGP_ESTABLISHED: &str = "BgpEstablished";
+    /// Every wave host that is a Kubernetes Node still Ready, read at least the
+    /// node-monitor grace period (and its 5 s monitor period) after its port's
+    /// change reached the device.
+    pub const NODE_READY: &str = "NodeReady";
     /// Where the wave's change is held on its device (a persisted confirmed
     /// commit), the device still held it when the other gates passed: one that
     /// took it back by itself (its timeout passed while no operator confirmed it)
@@ -713,6 +725,39 @@ pub fn read_after<'a>(
     out
 }
 
+/// The gates on a host's signals, in the order they are judged, and each port's
+/// signal for it.
+type SignalOf = fn(&PortFacts<'_>) -> Option<Signal>;
+const SIGNALS: [(&str, SignalOf); 2] = [
+    (gate::BGP_ESTABLISHED, |p| p.bgp),
+    (gate::NODE_READY, |p| p.node),
+];
+
+/// Seconds after a host's port changed before its Node's Ready is evidence: the
+/// node-monitor grace period, and the 5 s monitor period the node lifecycle
+/// controller looks at leases with.
+pub fn node_settle(grace_seconds: i64) -> i64 {
+    grace_seconds + 5
+}
+
+/// The host (`Server/<name>` or `BareMetalHost/<namespace>/<name>`, as the port's
+/// [`crate::api::keys::HOST_ANNOTATION`] names it) a Kubernetes Node is: a Server by
+/// its `patchbay.dev/server` label or `patchbay://<server>` provider id
+/// ([`crate::decide::bgp_nodes::server_of_node`]); a BareMetalHost by Cluster API
+/// Provider Metal3's `metal3://<namespace>/<name>[/<machine>]` provider id.
+pub fn node_host(
+    labels: &std::collections::BTreeMap<String, String>,
+    provider_id: Option<&str>,
+) -> Option<String> {
+    if let Some(server) = crate::decide::bgp_nodes::server_of_node(labels, provider_id) {
+        return Some(format!("Server/{server}"));
+    }
+    let rest = provider_id?.strip_prefix("metal3://")?;
+    let mut parts = rest.split('/');
+    let (ns, name) = (parts.next()?, parts.next()?);
+    (!ns.is_empty() && !name.is_empty()).then(|| format!("BareMetalHost/{ns}/{name}"))
+}
+
 /// The gates of the wave under way, whose ports are `members`.
 fn judge_wave(
     now: i64,
@@ -748,20 +793,25 @@ fn judge_wave(
     let evidence = |p: &PortFacts<'_>, s: &Signal| {
         landed(p).is_some_and(|at| s.observed_at.is_some_and(|t| t >= at + s.settle))
     };
-    let down: Vec<&str> = wave
-        .iter()
-        .filter(|p| p.bgp.is_some_and(|s| evidence(p, &s) && !s.healthy))
-        .map(|p| p.key)
-        .collect();
-    if !down.is_empty() {
-        return Step::RollBack {
-            gate: gate::BGP_ESTABLISHED,
-            message: format!(
-                "BGP of the host(s) on {} not Established a hold time after wave {}'s change reached them",
-                some_of(&down),
-                progress.wave
-            ),
-        };
+    for (gate, of) in SIGNALS {
+        let down: Vec<&str> = wave
+            .iter()
+            .filter(|p| of(p).is_some_and(|s| evidence(p, &s) && !s.healthy))
+            .map(|p| p.key)
+            .collect();
+        if !down.is_empty() {
+            let what = if gate == gate::BGP_ESTABLISHED {
+                "BGP of the host(s) on {ports} not Established a hold time after wave {wave}'s change reached them"
+            } else {
+                "the Node(s) of the host(s) on {ports} not Ready a grace period after wave {wave}'s change reached them"
+            };
+            return Step::RollBack {
+                gate,
+                message: what
+                    .replace("{ports}", &some_of(&down))
+                    .replace("{wave}", &progress.wave.to_string()),
+            };
+        }
     }
     let pending: Vec<&str> = wave
         .iter()
@@ -791,33 +841,40 @@ fn judge_wave(
             ),
         };
     }
-    let unproven: Vec<(&PortFacts<'_>, &Signal)> = wave
-        .iter()
-        .filter_map(|p| p.bgp.as_ref().map(|s| (*p, s)))
-        .filter(|(p, s)| !evidence(p, s))
-        .collect();
-    if let Some(ready_at) = unproven
-        .iter()
-        .filter_map(|(p, s)| landed(p).map(|at| at + s.settle))
-        .max()
-    {
-        let never = unproven
+    for (gate, of) in SIGNALS {
+        let unproven: Vec<(&PortFacts<'_>, Signal)> = wave
             .iter()
-            .filter(|(_, s)| s.observed_at.is_none())
-            .count();
-        return Step::Wait {
-            after: (ready_at - now).clamp(1, 5),
-            message: format!(
-                "wave {}: Active; BGP of {} host(s) not yet read a hold time after the change reached them{}",
-                progress.wave,
-                unproven.len(),
-                if never > 0 {
-                    format!(" ({never} cannot be evaluated yet: their speaker has not been read)")
-                } else {
-                    String::new()
-                }
-            ),
-        };
+            .filter_map(|p| of(p).map(|s| (*p, s)))
+            .filter(|(p, s)| !evidence(p, s))
+            .collect();
+        if let Some(ready_at) = unproven
+            .iter()
+            .filter_map(|(p, s)| landed(p).map(|at| at + s.settle))
+            .max()
+        {
+            let never = unproven
+                .iter()
+                .filter(|(_, s)| s.observed_at.is_none())
+                .count();
+            let what = if gate == gate::BGP_ESTABLISHED {
+                "BGP of {n} host(s) not yet read a hold time after the change reached them"
+            } else {
+                "the Node(s) of {n} host(s) not yet read a grace period after the change reached them"
+            };
+            return Step::Wait {
+                after: (ready_at - now).clamp(1, 5),
+                message: format!(
+                    "wave {}: Active; {}{}",
+                    progress.wave,
+                    what.replace("{n}", &unproven.len().to_string()),
+                    if never > 0 {
+                        format!(" ({never} cannot be evaluated yet: not read yet)")
+                    } else {
+                        String::new()
+                    }
+                ),
+            };
+        }
     }
     // Every port landed: the wave landed with its last.
     let since = wave
@@ -1110,6 +1167,7 @@ mod tests {
                 active_on_update: active.contains(&i).then_some(0),
                 failed_at: failed.iter().find(|(j, _)| *j == i).map(|(_, t)| *t),
                 bgp: None,
+                node: None,
             })
             .collect()
     }
@@ -1430,19 +1488,27 @@ mod tests {
         assert_eq!(hold_timeout(600), 1200);
     }
 
+    /// The default policy without a minimum wait, and its canary (wave 1)
+    /// committed at 100.
+    fn canary_under_way() -> (Rollout, Progress) {
+        (
+            Rollout {
+                policy: Defaults::default().policy,
+                min_wait_seconds: 0,
+                progress_deadline_seconds: 600,
+                whole_switches: false,
+            },
+            Progress {
+                wave: 1,
+                committed_at: Some(100),
+            },
+        )
+    }
+
     #[test]
     fn a_bgp_gate_waits_a_hold_time_for_evidence_then_passes_or_rolls_back() {
         let keys = fleet(1, 2);
-        let rollout = Rollout {
-            policy: Defaults::default().policy,
-            min_wait_seconds: 0,
-            progress_deadline_seconds: 600,
-            whole_switches: false,
-        };
-        let under_way = Progress {
-            wave: 1,
-            committed_at: Some(100),
-        };
+        let (rollout, under_way) = canary_under_way();
         let with = |healthy, observed_at| {
             let mut f = facts(&keys, &[(0, 1)], &[0], &[]);
             f[0].bgp = Some(Signal {
@@ -1519,6 +1585,111 @@ mod tests {
             committed_at: None,
         };
         assert!(read_after(&between, &f, &members).is_empty());
+    }
+
+    #[test]
+    fn a_node_gate_waits_a_grace_period_then_passes_or_rolls_back_and_finds_its_host() {
+        let keys = fleet(1, 2);
+        let (rollout, under_way) = canary_under_way();
+        let with = |healthy, observed_at| {
+            let mut f = facts(&keys, &[(0, 1)], &[0], &[]);
+            f[0].active_on_update = Some(102);
+            f[0].node = Some(Signal {
+                healthy,
+                observed_at,
+                settle: node_settle(40),
+            });
+            f
+        };
+        // Landed at 102: a read from 147 on is evidence.
+        let kind = |got: Step| match got {
+            Step::Wait { .. } => "wait",
+            Step::Passed => "passed",
+            Step::RollBack { gate, message } => {
+                assert_eq!(gate, gate::NODE_READY);
+                assert!(message.contains("Node"), "{message}");
+                "back"
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            kind(step(
+                146,
+                &rollout,
+                &under_way,
+                &with(false, Some(146)),
+                false
+            )),
+            "wait"
+        );
+        assert_eq!(
+            kind(step(
+                147,
+                &rollout,
+                &under_way,
+                &with(false, Some(147)),
+                false
+            )),
+            "back"
+        );
+        assert_eq!(
+            kind(step(
+                147,
+                &rollout,
+                &under_way,
+                &with(true, Some(147)),
+                false
+            )),
+            "passed"
+        );
+        // BGP is judged first, and both must pass.
+        let mut both = with(true, Some(147));
+        both[0].bgp = Some(Signal {
+            healthy: false,
+            observed_at: Some(147),
+            settle: 4,
+        });
+        assert!(matches!(
+            step(147, &rollout, &under_way, &both, false),
+            Step::RollBack {
+                gate: gate::BGP_ESTABLISHED,
+                ..
+            }
+        ));
+
+        let labels = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let cases = [
+            (
+                labels(&[("patchbay.dev/server", "s1")]),
+                None,
+                Some("Server/s1"),
+            ),
+            (labels(&[]), Some("patchbay://s2"), Some("Server/s2")),
+            (
+                labels(&[]),
+                Some("metal3://infra/bmh-3/m-1"),
+                Some("BareMetalHost/infra/bmh-3"),
+            ),
+            (
+                labels(&[]),
+                Some("metal3://infra/bmh-4"),
+                Some("BareMetalHost/infra/bmh-4"),
+            ),
+            (labels(&[]), Some("metal3://5e3c-uid"), None),
+            (labels(&[]), Some("aws:///us-east-1a/i-0"), None),
+            (labels(&[]), None, None),
+        ];
+        for (l, provider, want) in cases {
+            assert_eq!(
+                node_host(&l, provider).as_deref(),
+                want,
+                "{l:?} {provider:?}"
+            );
+        }
     }
 
     #[test]
