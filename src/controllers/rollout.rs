@@ -1,7 +1,10 @@
 //! SwitchPortConfiguration rollouts: an edit reaches the ports carrying the
 //! configuration in waves, each gated, rolled back when a gate fails. Kubernetes I/O
 //! (ControllerRevisions, the configuration's status, each moved port's
-//! [`ROLLOUT_ANNOTATION`], Events); every decision is [`crate::decide::rollout`]'s.
+//! [`ROLLOUT_ANNOTATION`], Events, a Switch's BGP read-after, the Nodes for the Node
+//! Ready gate) and, through each switch's worker, settling a wave held on its
+//! devices (confirmed when its gates pass, cancelled when one fails or on abort);
+//! every decision is [`crate::decide::rollout`]'s.
 //!
 //! How a port follows: a port carries its configuration's `status.rollout.
 //! currentRevision` unless its pin names the rollout under way
@@ -210,23 +213,21 @@ pub async fn reconcile(
                 phase::ABORTING => Some((phase::ABORTED, None)),
                 _ => None,
             } {
-                let back: Vec<String> = carriers(&ctx, &ns, &name)
-                    .into_iter()
-                    .filter(|p| {
-                        let by = decide::moved_by(p.pinned.as_deref(), r);
-                        by.is_some() && (wave.is_none() || by == wave)
-                    })
-                    .map(|p| p.key)
-                    .collect();
-                // The wave under way was held on its devices: they take it back
-                // (one that cannot hold, or no longer does, gets the previous
-                // revision applied again and read back: the unpin).
                 let token = pin(r, r.wave);
-                let switches: BTreeSet<String> = carriers(&ctx, &ns, &name)
-                    .into_iter()
-                    .filter(|p| p.pinned.as_deref() == Some(token.as_str()))
-                    .map(|p| p.switch)
-                    .collect();
+                let mut back = Vec::new();
+                let mut switches = BTreeSet::new();
+                for p in carriers(&ctx, &ns, &name) {
+                    let by = decide::moved_by(p.pinned.as_deref(), r);
+                    if p.pinned.as_deref() == Some(token.as_str()) {
+                        switches.insert(p.switch);
+                    }
+                    if by.is_some() && (wave.is_none() || by == wave) {
+                        back.push(p.key);
+                    }
+                }
+                // The last wave was held on its devices: they take it back (one
+                // that cannot hold, or no longer does, gets the previous revision
+                // applied again and read back: the unpin).
                 for (switch, settled) in settle_wave(&ctx, &switches, &token, false).await {
                     if let Err(e) = settled {
                         tracing::warn!(switch = %switch, token = %token, error = %e, "a held wave not cancelled; its device takes it back at its timeout, and the previous revision is applied again");
