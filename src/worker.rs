@@ -281,6 +281,21 @@ struct Holding {
     settled: Option<(String, bool, Settled)>,
 }
 
+impl Holding {
+    /// The token of the hold pending on the device, forgetting one whose timeout
+    /// passed (the device took it back by itself: nothing is pending any more).
+    fn pending(&mut self) -> Option<&str> {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|(_, until)| *until <= tokio::time::Instant::now())
+        {
+            self.pending = None;
+        }
+        self.pending.as_ref().map(|(t, _)| t.as_str())
+    }
+}
+
 /// What the device's own timeout is given on top, before the worker believes it.
 const HOLD_MARGIN: Duration = Duration::from_secs(5);
 
@@ -314,12 +329,7 @@ impl Shared {
     /// device (until it is settled or times out); returns the rest.
     fn hold_back(&self, jobs: Vec<Job>) -> Vec<Job> {
         let mut h = self.holding.lock();
-        let now = tokio::time::Instant::now();
-        if h.pending.as_ref().is_some_and(|(_, until)| *until <= now) {
-            // The device took it back by itself: nothing is pending any more.
-            h.pending = None;
-        }
-        let Some((token, _)) = h.pending.clone() else {
+        let Some(token) = h.pending().map(str::to_owned) else {
             return jobs;
         };
         let mut runnable = Vec::new();
@@ -335,13 +345,7 @@ impl Shared {
     /// The writes held back, once nothing is pending on the device.
     fn release_held_back(&self) -> Vec<Job> {
         let mut h = self.holding.lock();
-        if h.pending
-            .as_ref()
-            .is_some_and(|(_, until)| *until <= tokio::time::Instant::now())
-        {
-            h.pending = None;
-        }
-        if h.pending.is_some() {
+        if h.pending().is_some() {
             return Vec::new();
         }
         std::mem::take(&mut h.behind)
@@ -359,12 +363,9 @@ impl Shared {
     /// Whether a write under `token` (`None`: outside any wave) may commit now, and
     /// as a follow-up of the hold pending under the same token.
     fn may_commit(&self, token: Option<&str>) -> Option<bool> {
-        let h = self.holding.lock();
-        match &h.pending {
-            Some((t, until)) if *until > tokio::time::Instant::now() => {
-                (token == Some(t.as_str())).then_some(true)
-            }
-            _ => Some(false),
+        match self.holding.lock().pending() {
+            Some(t) => (token == Some(t)).then_some(true),
+            None => Some(false),
         }
     }
 

@@ -28,6 +28,27 @@ use patchbay_testbed::{FakeSwitches, NetconfTarget, Netconfd, OvsSim, SimSpec};
 use serde_json::json;
 use support::env::Env;
 
+/// Edits configuration `shared` to access VLAN `vlan`.
+async fn edit_shared(env: &Env, vlan: u16) {
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            "shared",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": vlan}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The test's own NETCONF session to `nc`.
+fn own_session(nc: &Netconfd) -> NetconfSwitch {
+    NetconfSwitch::new(
+        netconfd::login(nc),
+        model::for_os("yang", None).unwrap(),
+        NetconfOptions::default(),
+    )
+}
+
 /// Configuration `shared`'s rollout, once it reaches `phase`.
 async fn rollout_in(env: &Env, phase: &str) -> patchbay::api::RolloutStatus {
     let shared = env
@@ -117,11 +138,7 @@ async fn an_edit_reaches_four_real_switches_in_waves() {
     // The test's own sessions to each device.
     let tor1 = ssh_cases::backend("ios", sims.get("tor1"));
     let tor2 = ssh_cases::backend("ios", sims.get("tor2"));
-    let leaf = NetconfSwitch::new(
-        netconfd::login(&nc),
-        model::for_os("yang", None).unwrap(),
-        NetconfOptions::default(),
-    );
+    let leaf = own_session(&nc);
     let read_ovs = |port: &str| {
         ovs.vsctl(&["get", "Port", port, "tag"])
             .ok()
@@ -146,14 +163,7 @@ async fn an_edit_reaches_four_real_switches_in_waves() {
     let before = sample().await;
     assert!(before.values().all(|v| *v == Some(10)), "{before:?}");
 
-    env.api::<SwitchPortConfiguration>()
-        .patch(
-            "shared",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 20}})),
-        )
-        .await
-        .unwrap();
+    edit_shared(&env, 20).await;
     let started = Instant::now();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     let mut steps: Vec<(Duration, Vec<&str>)> = Vec::new();
@@ -261,22 +271,11 @@ async fn a_wave_held_on_netconfd_is_taken_back_by_the_server_when_the_operator_d
     for p in ["leaf-p1", "leaf-p2"] {
         env.wait_state_within(p, PortState::Active, 60).await;
     }
-    let leaf = NetconfSwitch::new(
-        netconfd::login(&nc),
-        model::for_os("yang", None).unwrap(),
-        NetconfOptions::default(),
-    );
+    let leaf = own_session(&nc);
     assert_eq!(access(&leaf, &["eth1", "eth2"]).await, [Some(10), Some(10)]);
     let before = server_edits(&nc);
 
-    env.api::<SwitchPortConfiguration>()
-        .patch(
-            "shared",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"untaggedVLAN": 20}})),
-        )
-        .await
-        .unwrap();
+    edit_shared(&env, 20).await;
     support::eventually(30, "the canary on the device", || async {
         (access(&leaf, &["eth1"]).await == [Some(20)]).then_some(())
     })
