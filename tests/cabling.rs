@@ -182,28 +182,10 @@ async fn a_switch_shows_what_each_port_sees_and_a_swap_within_one_interval() {
     env.cluster.finish().await;
 }
 
-/// Server `name` (cluster-scoped, of site `site`) with one NIC `eth0` of MAC `mac`
-/// declared on SwitchPort `port` of the test's namespace, provisioned with
-/// `provisioning`.
+/// [`Env::server`] provisioned with `provisioning`, of site `site`.
 async fn server_at(env: &Env, site: &str, name: &str, mac: &str, port: &str) {
-    let ns = env.cluster.namespace.clone();
-    let server: Server = serde_json::from_value(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
-        "metadata": {"name": name},
-        "spec": {
-            "bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": ns}},
-            "bootMac": mac,
-            "site": site,
-            "nics": [{"name": "eth0", "mac": mac,
-                      "port": {"kind": "SwitchPort", "name": port, "namespace": ns},
-                      "provisioningConfiguration": {"name": "provisioning"}}],
-        }
-    }))
-    .unwrap();
-    Api::<Server>::all(env.cluster.client.clone())
-        .create(&PostParams::default(), &server)
-        .await
-        .unwrap();
+    env.server((name, site), (mac, port), "provisioning", json!({}))
+        .await;
 }
 
 /// [`server_at`] of the test's own site.
@@ -512,20 +494,6 @@ async fn a_mac_only_nic_is_discovered_once_seen_on_one_port_and_an_ambiguous_one
     env.cluster.finish().await;
 }
 
-/// ProviderSwitch `tor`: bridge `br0` of `ovs`, its learned MACs read through
-/// ovs-vswitchd's control socket.
-async fn ovs_provider(env: &Env, ovs: &patchbay_testbed::OvsSim) {
-    let control = ovs.info.dir.join("ovs-vswitchd.ctl");
-    env.create::<ProviderSwitch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
-        "metadata": {"name": "tor"},
-        "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
-                 "port": ovs.info.ovsdb_port,
-                 "options": {"bridge": "br0", "controlSocket": control}}
-    }))
-    .await;
-}
-
 /// Points Server `name`'s one NIC at SwitchPort `port`.
 async fn recable(env: &Env, name: &str, mac: &str, port: &str) {
     let ns = env.cluster.namespace.clone();
@@ -550,7 +518,7 @@ async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_f
     // Traffic teaches the bridge where each host is (clean ports carry every VLAN).
     assert_eq!(hosts.loss(0, 1, 2), 0);
     let env = Env::start("cabling-ovs").await;
-    ovs_provider(&env, &ovs).await;
+    env.ovs_provider(&ovs, "tor").await;
     env.create::<Switch>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
         "metadata": {"name": "tor"},
@@ -818,7 +786,7 @@ async fn a_tenant_cannot_park_another_host_and_a_moved_cable_is_seen_in_seconds(
     let env = Env::start("cabling-trust").await;
     let ns = env.cluster.namespace.clone();
     env.lldp_source(&fabric, "tor-lldp").await;
-    ovs_provider(&env, &ovs).await;
+    env.ovs_provider(&ovs, "tor").await;
     env.create::<Switch>(json!({
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
         "metadata": {"name": "tor"},

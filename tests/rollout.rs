@@ -5,6 +5,8 @@
 //! rollout runs, and the waves are what the devices showed, sample by sample (the
 //! ports seen joining within three seconds of each other are one wave; waves are
 //! six seconds apart).
+//! A wave held on netconfd is taken back by the server when the operator dies; the
+//! NeighborSeen gate watches hosts in network namespaces on Open vSwitch.
 //! (The rollout's other behaviour — rollback, pause, a kill mid-rollout, abort — is
 //! proven on fixture switches in `operator_e2e.rs`, and its BGP gate on FRR and
 //! GoBGP in `bgp.rs`.)
@@ -49,10 +51,10 @@ fn own_session(nc: &Netconfd) -> NetconfSwitch {
     )
 }
 
-/// Configuration `shared`'s rollout, once it reaches `phase`.
-async fn rollout_in(env: &Env, phase: &str) -> patchbay::api::RolloutStatus {
+/// Configuration `name`'s rollout, once it reaches `phase`.
+async fn rollout_in(env: &Env, name: &str, phase: &str) -> patchbay::api::RolloutStatus {
     let shared = env
-        .wait_obj::<SwitchPortConfiguration>("shared", phase, |c| {
+        .wait_obj_within::<SwitchPortConfiguration>(90, name, phase, |c| {
             c.status
                 .as_ref()
                 .and_then(|s| s.rollout.as_ref())
@@ -230,7 +232,7 @@ async fn an_edit_reaches_four_real_switches_in_waves() {
         ],
         "{steps:?}"
     );
-    let r = rollout_in(&env, "Complete").await;
+    let r = rollout_in(&env, "shared", "Complete").await;
     assert_eq!(
         (r.phase.as_str(), r.updated_ports, r.switches.as_str()),
         ("Complete", 8, "4/4")
@@ -308,7 +310,7 @@ async fn a_wave_held_on_netconfd_is_taken_back_by_the_server_when_the_operator_d
     eprintln!("the server took the wave back {back_after:?} after the operator died");
 
     env.restart_operator();
-    let r = rollout_in(&env, "RolledBack").await;
+    let r = rollout_in(&env, "shared", "RolledBack").await;
     assert!(
         r.message.contains("ProgressDeadline") || r.message.contains("DeviceHeld"),
         "{}",
@@ -317,4 +319,172 @@ async fn a_wave_held_on_netconfd_is_taken_back_by_the_server_when_the_operator_d
     env.wait_state_within("leaf-p1", PortState::Active, 60)
         .await;
     assert_eq!(access(&leaf, &["eth1", "eth2"]).await, [Some(10), Some(10)]);
+}
+
+/// Merges `spec` into configuration `name`'s spec.
+async fn edit(env: &Env, name: &str, spec: serde_json::Value) {
+    env.api::<SwitchPortConfiguration>()
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
+/// The NeighborSeen gate on Open vSwitch: two hosts in network namespaces talk to
+/// each other through the bridge, which learns their MACs (aged out after 15 s);
+/// the Switch reads them. An edit that keeps the hosts on the wire passes each
+/// wave's gate once a read an age-out after the port's change still sees its host;
+/// one that drops the canary's host's frames (a trunk without its untagged VLAN)
+/// fails it: the canary goes back, the other port is never touched, and the host
+/// is seen again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
+    use kube::ResourceExt;
+    use patchbay::api::{Switch, SwitchPort};
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    ovs.vsctl(&["set", "Bridge", "br0", "other_config:mac-aging-time=15"])
+        .unwrap();
+    let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
+    let (mac0, mac1) = (hosts.mac(0), hosts.mac(1));
+    let _talk = (hosts.chatter(0, 1), hosts.chatter(1, 0));
+    let env = Env::start("rollout-neighbors").await;
+    env.ovs_provider(&ovs, "tor").await;
+    env.create::<Switch>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": "tor"},
+        "spec": {"provider": {"name": "tor"},
+                 "ports": {"tor-a": {"name": hosts.ports[0]}, "tor-b": {"name": hosts.ports[1]}},
+                 "neighbors": {"providers": [{"name": "tor"}], "intervalSeconds": 5,
+                               "ageOutSeconds": 15}}
+    }))
+    .await;
+    env.configuration(
+        "prov",
+        json!({"untaggedVLAN": 10, "rollout": {"canary": {"ports": 1}, "maxUnavailable": 1,
+               "progressDeadlineSeconds": 120}}),
+    )
+    .await;
+    let ns = env.cluster.namespace.clone();
+    let (x, y) = (format!("{ns}-x"), format!("{ns}-y"));
+    env.server((&x, &ns), (&mac0, "tor-a"), "prov", json!({}))
+        .await;
+    env.server((&y, &ns), (&mac1, "tor-b"), "prov", json!({}))
+        .await;
+    let tag = |i: usize| ovs.vsctl(&["get", "Port", &hosts.ports[i], "tag"]).unwrap();
+    for p in ["tor-a", "tor-b"] {
+        env.wait_for(p, "Active on prov", |sp| {
+            let st = sp.status.as_ref();
+            st.and_then(|s| s.state) == Some(PortState::Active)
+                && st
+                    .and_then(|s| s.configuration_ref.as_ref())
+                    .is_some_and(|c| c.name == "prov")
+        })
+        .await;
+    }
+    assert_eq!((tag(0), tag(1)), ("10".into(), "10".into()));
+    let sees = |sw: &Switch, i: usize, mac: &str| {
+        sw.status.as_ref().is_some_and(|s| {
+            s.neighbors
+                .iter()
+                .any(|n| n.port == hosts.ports[i] && n.macs.iter().any(|m| m == mac))
+        })
+    };
+    env.wait_obj::<Switch>("tor", "both hosts' MACs read", |sw| {
+        sees(sw, 0, &mac0) && sees(sw, 1, &mac1)
+    })
+    .await;
+
+    // VLAN 11: the hosts' untagged frames are learned there; each wave waits for a
+    // read an age-out after its change, which still sees its host.
+    edit(&env, "prov", json!({"untaggedVLAN": 11})).await;
+    let waited = env
+        .wait_obj::<patchbay::api::SwitchPortConfiguration>(
+            "prov",
+            "the canary waiting on a read",
+            |c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.rollout.as_ref())
+                    .is_some_and(|r| r.message.contains("not yet read an age-out time"))
+            },
+        )
+        .await;
+    eprintln!(
+        "{:?}",
+        waited.status.and_then(|s| s.rollout).map(|r| r.message)
+    );
+    let canary = env.api::<SwitchPort>().get("tor-a").await.unwrap();
+    assert_eq!(
+        canary
+            .annotations()
+            .get("patchbay.dev/rollout-seen")
+            .map(String::as_str),
+        Some("mac"),
+        "the pin records how the host was seen before its port moved"
+    );
+    let r = rollout_in(&env, "prov", "Complete").await;
+    assert_eq!(r.updated_ports, 2, "{r:?}");
+    assert_eq!((tag(0), tag(1)), ("11".into(), "11".into()));
+
+    // A trunk of VLAN 20 alone drops host x's untagged frames: not seen any more.
+    edit(
+        &env,
+        "prov",
+        json!({"untaggedVLAN": null, "vlans": [{"id": 20}]}),
+    )
+    .await;
+    let started = Instant::now();
+    let r = loop {
+        assert_eq!(
+            tag(1),
+            "11",
+            "the port the rollout did not reach is untouched"
+        );
+        let c = env
+            .api::<patchbay::api::SwitchPortConfiguration>()
+            .get("prov")
+            .await
+            .unwrap();
+        let r = c.status.and_then(|s| s.rollout).unwrap();
+        if r.phase == "RolledBack" {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "not rolled back within 90 s: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(
+        r.message.contains("gate NeighborSeen failed"),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains(&format!("{ns}/tor-a")), "{}", r.message);
+    assert!(r.message.contains(&format!("Server/{x}")), "{}", r.message);
+    assert!(!r.message.contains("tor-b"), "{}", r.message);
+    let warned = env.warnings("prov").await;
+    assert!(
+        warned
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RolledBack")),
+        "{warned:?}"
+    );
+    // The canary back on VLAN 11, and its host seen there again.
+    support::eventually(30, "the canary back on VLAN 11", || async {
+        (tag(0) == "11"
+            && ovs
+                .vsctl(&["get", "Port", &hosts.ports[0], "trunks"])
+                .unwrap()
+                == "[]")
+            .then_some(())
+    })
+    .await;
+    env.wait_obj::<Switch>("tor", "host x seen again", |sw| sees(sw, 0, &mac0))
+        .await;
+    assert_eq!(tag(1), "11");
+    env.cluster.finish().await;
 }

@@ -392,9 +392,17 @@ fn switch_port_names_and_vlan_ranges_are_checked() {
         "spec.neighbors.intervalSeconds",
         "outside 5-3600",
     );
+    expect_error(
+        validate_switch(&with_neighbors(
+            json!({"providers": [{"name": "lldp"}], "ageOutSeconds": 4000}),
+        )),
+        "spec.neighbors.ageOutSeconds",
+        "4000 is outside 5-3600",
+    );
     assert!(
         validate_switch(&with_neighbors(
-            json!({"providers": [{"name": "lldp"}, {"name": "ovs"}], "intervalSeconds": 10})
+            json!({"providers": [{"name": "lldp"}, {"name": "ovs"}], "intervalSeconds": 10,
+                   "ageOutSeconds": 15})
         ))
         .is_ok()
     );

@@ -7,7 +7,11 @@
 //! at every operator start), then every `intervalSeconds` (default 30) — the Switch
 //! controller requeues for it — whatever else wakes the Switch in between. A read
 //! that fails is tried again at the next interval, not sooner: a source that is down
-//! costs one login attempt per interval. The source is a device of its own (an
+//! costs one login attempt per interval. A rollout whose `NeighborSeen` gate waits on
+//! this Switch asks for a read after a time
+//! ([`crate::api::keys::NEIGHBORS_READ_AFTER_ANNOTATION`]): the Switch is read then,
+//! not up to an interval later, and that read is written even when it found nothing
+//! new, so `neighborsReadAt` is the gate's evidence. The source is a device of its own (an
 //! `os: linux` ProviderSwitch), so its reads never hold a session of the switch
 //! worker that configures the ports.
 
@@ -21,10 +25,13 @@ use crate::api::{Backend, DeviceOs, Switch, SwitchStatus};
 use crate::decide::failure::Failure;
 use crate::decide::neighbors;
 
-/// When each Switch (`namespace/name`) was last read: reads follow this, not the
-/// status (which is written only when something changed).
+/// When each Switch (`namespace/name`) was last read (as a monotonic instant, for
+/// the interval, and as a time, for a rollout's read-after): reads follow this, not
+/// the status (which is written only when something changed).
 #[derive(Default)]
-pub struct ReadTimes(parking_lot::Mutex<std::collections::HashMap<String, Instant>>);
+pub struct ReadTimes(
+    parking_lot::Mutex<std::collections::HashMap<String, (Instant, jiff::Timestamp)>>,
+);
 
 impl ReadTimes {
     /// Forgets `switch` (it is gone, or reads no neighbours any more).
@@ -32,19 +39,51 @@ impl ReadTimes {
         crate::decide::slack::remove(&mut self.0.lock(), &key(switch));
     }
 
-    /// How long until `switch`'s next read, reading `every`; `None`: a read is due
-    /// now, and it is recorded as started.
-    fn wait_or_start(&self, switch: &Switch, every: Duration) -> Option<Duration> {
+    /// How long until `switch`'s next read at `now`, reading `every` and when a
+    /// rollout asks for a read after `read_after`; `None`: a read is due now, and it
+    /// is recorded as started. A read that started after the asked time answers
+    /// it, whether it succeeded or not: a source that is down is not tried again
+    /// sooner for being asked.
+    fn wait_or_start(
+        &self,
+        switch: &Switch,
+        every: Duration,
+        read_after: Option<jiff::Timestamp>,
+        now: jiff::Timestamp,
+    ) -> Option<Duration> {
         let mut times = self.0.lock();
         let key = key(switch);
-        if let Some(since) = times.get(&key).map(Instant::elapsed)
-            && since < every
-        {
-            return Some(every - since);
+        if let Some((since, started)) = times.get(&key).map(|(i, t)| (i.elapsed(), *t)) {
+            let asked = read_after.is_some_and(|after| after <= now && started < after);
+            if since < every && !asked {
+                return Some(until_asked(every - since, read_after, now));
+            }
         }
-        times.insert(key, Instant::now());
+        times.insert(key, (Instant::now(), now));
         None
     }
+}
+
+/// `wait`, or less when a rollout asks for a read after `read_after`, still ahead
+/// of `now`.
+fn until_asked(
+    wait: Duration,
+    read_after: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> Duration {
+    read_after
+        .filter(|after| *after > now)
+        .and_then(|after| Duration::try_from(after.duration_since(now)).ok())
+        .map_or(wait, |d| d.min(wait))
+}
+
+/// The time a rollout asks `switch`'s neighbours to be read after, if one does
+/// ([`crate::api::keys::NEIGHBORS_READ_AFTER_ANNOTATION`]).
+fn read_after(switch: &Switch) -> Option<jiff::Timestamp> {
+    switch
+        .annotations()
+        .get(crate::api::keys::NEIGHBORS_READ_AFTER_ANNOTATION)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
 }
 
 /// A Switch's key in the per-Switch timing tables (`namespace/name`).
@@ -71,7 +110,8 @@ pub(super) async fn refresh(
         return None;
     };
     let every = neighbors::interval(spec);
-    if let Some(wait) = reads.wait_or_start(switch, every) {
+    let (asked, now) = (read_after(switch), jiff::Timestamp::now());
+    if let Some(wait) = reads.wait_or_start(switch, every, asked, now) {
         return Some(wait);
     }
     let generation = switch.metadata.generation;
@@ -93,7 +133,8 @@ pub(super) async fn refresh(
         .inc();
     match result {
         Ok(read) => {
-            neighbors::record(status, &read, &managed, generation, jiff::Timestamp::now());
+            let now = jiff::Timestamp::now();
+            neighbors::record(status, &read, &managed, generation, now, asked);
         }
         Err(f) => {
             tracing::warn!(switch = %switch.name_any(), error = %f, "neighbour read failed");
@@ -106,7 +147,7 @@ pub(super) async fn refresh(
             );
         }
     }
-    Some(every)
+    Some(until_asked(every, asked, jiff::Timestamp::now()))
 }
 
 /// One read of every source `switch.spec.neighbors` names, merged: the first chassis

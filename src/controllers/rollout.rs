@@ -44,16 +44,16 @@ use serde_json::json;
 use super::ControllerError;
 use super::context::Context;
 use crate::api::keys::{
-    BGP_READ_AFTER_ANNOTATION, CONFIGURATION_LABEL, HOST_ANNOTATION, MANAGER, REVISION_HISTORY,
-    ROLLOUT_ANNOTATION,
+    BGP_READ_AFTER_ANNOTATION, CONFIGURATION_LABEL, HOST_ANNOTATION, MANAGER,
+    NEIGHBORS_READ_AFTER_ANNOTATION, REVISION_HISTORY, ROLLOUT_ANNOTATION, ROLLOUT_SEEN_ANNOTATION,
 };
 use crate::api::{
-    ConfigurationStatus, PortState, RolloutStatus, Switch, SwitchPort, SwitchPortConfiguration,
-    SwitchPortConfigurationSpec,
+    CabledPortKind, ConfigurationStatus, PortState, RolloutStatus, Switch, SwitchPort,
+    SwitchPortConfiguration, SwitchPortConfigurationSpec,
 };
 use crate::decide::conditions::{Truth, set_condition};
 use crate::decide::rollout::{
-    self as decide, PortFacts, Progress, Signal, Step, pin, revision_name, rollout_of,
+    self as decide, PortFacts, Progress, Seen, Signal, Step, pin, revision_name, rollout_of,
 };
 use patchbay_providers::Settled;
 
@@ -89,6 +89,9 @@ struct Carrier {
     since: Option<i64>,
     host: Option<String>,
     bgp: Option<Signal>,
+    /// How its host's NIC showed on it before its pin moved it
+    /// ([`ROLLOUT_SEEN_ANNOTATION`]).
+    seen_before: Option<String>,
 }
 
 /// The BGP signal of the port `name` on `switch`: where the Switch speaks BGP to
@@ -163,6 +166,7 @@ fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
                     .and_then(|s| s.last_transition_time.as_ref())
                     .map(|t| t.0.as_second()),
                 host: p.annotation(HOST_ANNOTATION).map(str::to_owned),
+                seen_before: p.annotation(ROLLOUT_SEEN_ANNOTATION).map(str::to_owned),
             }
         })
         .collect();
@@ -366,6 +370,7 @@ async fn advance(
             failed_at: p.failed_at,
             bgp: p.bgp,
             node: None,
+            neighbor: None,
         })
         .collect();
     let committed_at = committed_at_of(r).map(|t| t.as_second());
@@ -379,6 +384,7 @@ async fn advance(
         // after the commit; the rest after a process killed mid-commit), a switch
         // at a time so that each switch's worker batches its ports of the wave.
         members = decide::wave_members(&rollout, &progress, &facts);
+        let seen_now = read_neighbors(ctx, &ports, &members, &mut facts);
         let mut unpinned: Vec<usize> = members
             .iter()
             .copied()
@@ -388,10 +394,22 @@ async fn advance(
             unpinned.sort_by(|a, b| {
                 (&ports[*a].switch, &ports[*a].key).cmp(&(&ports[*b].switch, &ports[*b].key))
             });
-            let keys: Vec<String> = unpinned.iter().map(|i| ports[*i].key.clone()).collect();
+            let keys: Vec<(String, Option<&str>)> = unpinned
+                .iter()
+                .map(|i| {
+                    let seen = seen_now.get(i).and_then(|s| s.annotation());
+                    (ports[*i].key.clone(), seen)
+                })
+                .collect();
             pin_ports(ctx, &keys, &pin(r, r.wave)).await?;
         }
-        ask_for_bgp_evidence(ctx, decide::read_after(&progress, &facts, &members)).await?;
+        for (annotation, of) in [
+            (BGP_READ_AFTER_ANNOTATION, decide::BGP),
+            (NEIGHBORS_READ_AFTER_ANNOTATION, decide::NEIGHBOR),
+        ] {
+            let wanted = decide::read_after(&progress, &facts, &members, of);
+            ask_for_evidence(ctx, annotation, wanted).await?;
+        }
         if let Some(grace) = ctx.settings.rollout.node_grace_seconds {
             read_nodes(ctx, &ports, &members, &mut facts, grace, now).await?;
         }
@@ -543,14 +561,82 @@ async fn read_nodes(
     Ok(())
 }
 
-/// Asks each Switch speaking BGP to a host of the wave for a read of its speaker
-/// late enough to be the BGP gate's evidence ([`BGP_READ_AFTER_ANNOTATION`]: when
-/// the last of its hosts' ports went Active on the update revision, plus the hold
-/// time and a second; [`decide::read_after`]). Patched only when the Switch does
-/// not already ask for that time: a wave's look writes a Switch at most once per
-/// second its ports landed in.
-async fn ask_for_bgp_evidence(
+/// The NeighborSeen gate's signals, from the cache: for each port of the wave
+/// (`members`) whose Switch reads neighbours and whose host is a Server declaring
+/// the MAC of its NIC on the port, how that NIC shows on the port in the Switch's
+/// status now, and the signal that and what the port's pin recorded before it moved
+/// give ([`decide::neighbor_signal`]). Returns how each shows now: what pinning a
+/// port records.
+fn read_neighbors(
     ctx: &Context,
+    ports: &[Carrier],
+    members: &[usize],
+    facts: &mut [PortFacts<'_>],
+) -> BTreeMap<usize, Seen> {
+    let mut out = BTreeMap::new();
+    for i in members {
+        let p = &ports[*i];
+        let (Some((ns, name)), Some((switch_ns, switch_name))) =
+            (p.key.split_once('/'), p.switch.split_once('/'))
+        else {
+            continue;
+        };
+        let Some(switch) = ctx.stores.switch(switch_ns, switch_name) else {
+            continue;
+        };
+        let Some(spec) = switch.spec.neighbors.as_ref() else {
+            continue;
+        };
+        let Some(server) = p
+            .host
+            .as_deref()
+            .and_then(|h| h.strip_prefix("Server/"))
+            .and_then(|s| ctx.stores.servers.get(&ObjectRef::new(s)))
+        else {
+            continue;
+        };
+        let nics = &server.spec.nics;
+        let Some(mac) =
+            crate::decide::phases::cabled_nic(nics, CabledPortKind::SwitchPort, ns, name)
+                .and_then(|n| n.mac.as_deref())
+        else {
+            continue;
+        };
+        let host_macs: Vec<&str> = std::iter::once(server.spec.boot_mac.as_str())
+            .chain(nics.iter().filter_map(|n| n.mac.as_deref()))
+            .collect();
+        let status = switch.status.as_ref();
+        let entry = status.and_then(|s| {
+            s.neighbors
+                .iter()
+                .find(|n| n.switch_port.as_deref() == Some(name))
+        });
+        let now = Seen::on(entry, mac, &host_macs);
+        let read_at = status
+            .and_then(|s| s.neighbors_read_at.as_deref())
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_second());
+        facts[*i].neighbor = decide::neighbor_signal(
+            Seen::parse(p.seen_before.as_deref()),
+            now,
+            read_at,
+            crate::decide::neighbors::age_out(spec),
+        );
+        out.insert(*i, now);
+    }
+    out
+}
+
+/// Asks each Switch whose read is a host of the wave's evidence (BGP: its speaker,
+/// [`BGP_READ_AFTER_ANNOTATION`]; neighbours: its sources,
+/// [`NEIGHBORS_READ_AFTER_ANNOTATION`]) for a read late enough to be it: when the
+/// last of its hosts' ports went Active on the update revision, plus the signal's
+/// settle time ([`decide::read_after`]). Patched only when the Switch does not
+/// already ask for that time: a wave's look writes a Switch at most once per second
+/// its ports landed in.
+async fn ask_for_evidence(
+    ctx: &Context,
+    annotation: &str,
     wanted: BTreeMap<&str, i64>,
 ) -> Result<(), ControllerError> {
     for (switch, after) in wanted {
@@ -562,7 +648,7 @@ async fn ask_for_bgp_evidence(
         };
         let asked = ctx.stores.switch(ns, name).and_then(|s| {
             s.annotations()
-                .get(BGP_READ_AFTER_ANNOTATION)
+                .get(annotation)
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok())
         });
         if asked == Some(after) {
@@ -570,7 +656,7 @@ async fn ask_for_bgp_evidence(
         }
         let api: Api<Switch> = Api::namespaced(ctx.client.clone(), ns);
         let patch = json!({"metadata": {"annotations": {
-            BGP_READ_AFTER_ANNOTATION: after.to_string()
+            annotation: after.to_string()
         }}});
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -692,22 +778,29 @@ async fn settle_wave(
     out
 }
 
-/// Pins `ports` (`namespace/name`) to the rollout `value`.
-async fn pin_ports(ctx: &Context, ports: &[String], value: &str) -> Result<(), ControllerError> {
+/// Pins `ports` (`namespace/name`, with how each one's host shows on it now:
+/// [`ROLLOUT_SEEN_ANNOTATION`]) to the rollout `value`.
+async fn pin_ports(
+    ctx: &Context,
+    ports: &[(String, Option<&str>)],
+    value: &str,
+) -> Result<(), ControllerError> {
     annotate_all(ctx, ports, Some(value)).await
 }
 
 /// Takes the pin off `ports` (`namespace/name`, each pinned by this rollout, as
 /// the caller read them): they carry the current revision.
 async fn unpin(ctx: &Context, ports: &[String]) -> Result<(), ControllerError> {
-    annotate_all(ctx, ports, None).await
+    let ports: Vec<(String, Option<&str>)> = ports.iter().map(|k| (k.clone(), None)).collect();
+    annotate_all(ctx, &ports, None).await
 }
 
-/// Sets (or removes) the pin of every port of `ports`, [`PINS_IN_FLIGHT`] at a
-/// time; the first error is returned once all were tried.
+/// Sets (or removes) the pin of every port of `ports`, with what it records of its
+/// host (removed with the pin), [`PINS_IN_FLIGHT`] at a time; the first error is
+/// returned once all were tried.
 async fn annotate_all(
     ctx: &Context,
-    ports: &[String],
+    ports: &[(String, Option<&str>)],
     value: Option<&str>,
 ) -> Result<(), ControllerError> {
     use futures::StreamExt;
@@ -715,9 +808,11 @@ async fn annotate_all(
     // lifetime the controller's future needs).
     let patches: Vec<_> = ports
         .iter()
-        .map(|key| {
-            let (client, key, value) = (ctx.client.clone(), key.clone(), value.map(str::to_owned));
-            async move { annotate(&client, &key, value.as_deref()).await }
+        .map(|(key, seen)| {
+            let (client, key) = (ctx.client.clone(), key.clone());
+            let value = value.map(str::to_owned);
+            let seen = value.as_ref().and(seen.map(str::to_owned));
+            async move { annotate(&client, &key, value.as_deref(), seen.as_deref()).await }
         })
         .collect();
     let results: Vec<Result<(), ControllerError>> = futures::stream::iter(patches)
@@ -727,17 +822,22 @@ async fn annotate_all(
     results.into_iter().collect()
 }
 
-/// Sets (or removes) a port's pin; a port gone meanwhile is skipped.
+/// Sets (or removes) a port's pin and what it records of the host; a port gone
+/// meanwhile is skipped.
 async fn annotate(
     client: &kube::Client,
     key: &str,
     value: Option<&str>,
+    seen: Option<&str>,
 ) -> Result<(), ControllerError> {
     let Some((ns, name)) = key.split_once('/') else {
         return Ok(());
     };
     let api: Api<SwitchPort> = Api::namespaced(client.clone(), ns);
-    let patch = json!({"metadata": {"annotations": {ROLLOUT_ANNOTATION: value}}});
+    let patch = json!({"metadata": {"annotations": {
+        ROLLOUT_ANNOTATION: value,
+        ROLLOUT_SEEN_ANNOTATION: seen,
+    }}});
     match api
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await

@@ -222,6 +222,54 @@ impl Env {
         .await;
     }
 
+    /// ProviderSwitch `name`: bridge `br0` of `ovs`, its learned MACs read through
+    /// ovs-vswitchd's control socket (a Switch names it in `spec.neighbors`).
+    pub async fn ovs_provider(&self, ovs: &patchbay_testbed::OvsSim, name: &str) {
+        let control = ovs.info.dir.join("ovs-vswitchd.ctl");
+        self.create::<ProviderSwitch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "ProviderSwitch",
+            "metadata": {"name": name},
+            "spec": {"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+                     "port": ovs.info.ovsdb_port,
+                     "options": {"bridge": "br0", "controlSocket": control}}
+        }))
+        .await;
+    }
+
+    /// Server `name` (cluster-scoped, of site `site`) with one NIC `eth0` of MAC
+    /// `mac` declared on SwitchPort `port` of the test's namespace, provisioned with
+    /// configuration `provisioning`; `extra` merged into its spec.
+    pub async fn server(
+        &self,
+        (name, site): (&str, &str),
+        (mac, port): (&str, &str),
+        provisioning: &str,
+        extra: serde_json::Value,
+    ) {
+        let ns = self.cluster.namespace.clone();
+        let mut spec = json!({
+            "bmc": {"address": "10.0.0.1", "credentialsSecretRef": {"name": "bmc", "namespace": ns}},
+            "bootMac": mac,
+            "site": site,
+            "nics": [{"name": "eth0", "mac": mac,
+                      "port": {"kind": "SwitchPort", "name": port, "namespace": ns},
+                      "provisioningConfiguration": {"name": provisioning}}],
+        });
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let server: patchbay::api::Server = serde_json::from_value(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Server",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .unwrap();
+        Api::<patchbay::api::Server>::all(self.cluster.client.clone())
+            .create(&PostParams::default(), &server)
+            .await
+            .unwrap();
+    }
+
     /// A Secret `<name>-login` with `login`, a ProviderSwitch `name` with `spec` (the
     /// Secret referenced) and a Switch `name` with the given (key, device port) pairs.
     pub async fn device(
@@ -339,8 +387,26 @@ impl Env {
             + serde::Serialize
             + std::fmt::Debug,
     {
+        self.wait_obj_within(30, name, what, check).await
+    }
+
+    /// Polls `name` of kind K until `check` holds (`secs`).
+    pub async fn wait_obj_within<K>(
+        &self,
+        secs: u64,
+        name: &str,
+        what: &str,
+        check: impl Fn(&K) -> bool,
+    ) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
         let api: Api<K> = self.api();
-        eventually_seen(30, what, || async {
+        eventually_seen(secs, what, || async {
             match api.get_opt(name).await {
                 Ok(Some(o)) if check(&o) => Ok(o),
                 Ok(Some(o)) => Err(without_metadata(&o)),

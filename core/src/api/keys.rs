@@ -63,3 +63,14 @@ pub const REVISION_HISTORY: usize = 10;
 /// first read of its speaker at or after it writes `status.bgp` (with `readAt`)
 /// even when nothing changed.
 pub const BGP_READ_AFTER_ANNOTATION: &str = "patchbay.dev/bgp-read-after";
+
+/// Annotation on a Switch a rollout waits on for neighbour evidence: an RFC 3339
+/// time. The first read of its neighbour sources at or after it writes
+/// `status.neighbors` (with `neighborsReadAt`) even when nothing changed.
+pub const NEIGHBORS_READ_AFTER_ANNOTATION: &str = "patchbay.dev/neighbors-read-after";
+
+/// Annotation on a SwitchPort a rollout pinned, written with the pin: how its host's
+/// NIC was seen on the port just before the port moved (`lldp`, `mac` or
+/// `lldp,mac`; absent: not seen, or its Switch reads no neighbours). The
+/// `NeighborSeen` gate asks for the same after the change.
+pub const ROLLOUT_SEEN_ANNOTATION: &str = "patchbay.dev/rollout-seen";

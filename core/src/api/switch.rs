@@ -160,6 +160,13 @@ pub struct NeighborsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 5, max = 3600))]
     pub interval_seconds: Option<i64>,
+    /// Seconds a neighbour that went quiet still shows in reads: the longer of the
+    /// switch's MAC aging time and the hosts' LLDP time-to-live (default 300, the
+    /// usual MAC aging time; lldpd's TTL is 120). A rollout's `NeighborSeen` gate
+    /// judges a host on a read at least this long after its port's change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 5, max = 3600))]
+    pub age_out_seconds: Option<i64>,
     /// The SwitchPortConfiguration (this namespace) a port carries while its cabling
     /// is not confirmed (parked), e.g. `disabled: true` or a quarantine VLAN. Absent:
     /// clean, which with tenancy on is the parking VLAN and without it the device

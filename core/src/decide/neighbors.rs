@@ -35,6 +35,17 @@ pub const MAX_TEXT: usize = 128;
 /// The condition a Switch with `spec.neighbors` carries.
 pub const CONDITION: &str = "NeighborsRead";
 
+/// Seconds a neighbour that went quiet still shows when `spec.neighbors.ageOutSeconds`
+/// is not given: the usual MAC aging time (lldpd's LLDP TTL is 120 s).
+pub const DEFAULT_AGE_OUT: i64 = 300;
+
+/// How long a neighbour that went quiet still shows in `spec`'s reads (seconds).
+pub fn age_out(spec: &NeighborsSpec) -> i64 {
+    spec.age_out_seconds
+        .filter(|s| *s > 0)
+        .unwrap_or(DEFAULT_AGE_OUT)
+}
+
 /// How often `spec` asks for reads.
 pub fn interval(spec: &NeighborsSpec) -> Duration {
     spec.interval_seconds
@@ -118,15 +129,34 @@ pub fn is_fresh(read_at: Option<&str>, now: jiff::Timestamp) -> bool {
         .is_some_and(|at| now.duration_since(at).unsigned_abs() < REFRESH)
 }
 
+/// Whether a rollout asks for a read at `now` that a status read at `read_at` is
+/// not: it asks for one at or after `read_after` (a time now past), and the status
+/// was read before it. Such a read is written even when nothing changed, so that
+/// its time is the rollout's evidence.
+pub fn asked_for(
+    read_at: Option<&str>,
+    read_after: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> bool {
+    read_after.is_some_and(|after| {
+        after <= now
+            && read_at
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|at| at < after)
+    })
+}
+
 /// Takes a successful read at `now` into `status`: the entries, the chassis id and
-/// `neighborsReadAt` when they changed or the status is [`REFRESH`] old (else the
-/// status keeps what it says), and `NeighborsRead=True`.
+/// `neighborsReadAt` when they changed, the status is [`REFRESH`] old or a rollout
+/// asks for a read after `read_after` ([`asked_for`]) (else the status keeps what it
+/// says), and `NeighborsRead=True`.
 pub fn record(
     status: &mut SwitchStatus,
     read: &Neighbors,
     managed: &BTreeMap<String, String>,
     generation: Option<i64>,
     now: jiff::Timestamp,
+    read_after: Option<jiff::Timestamp>,
 ) {
     let stamp = now.to_string();
     let (ports, truncated) = entries(read, managed, &stamp);
@@ -134,7 +164,8 @@ pub fn record(
     let same = without_times(&ports) == without_times(&status.neighbors)
         && truncated == status.neighbors_truncated
         && chassis == status.chassis_id;
-    let fresh = is_fresh(status.neighbors_read_at.as_deref(), now);
+    let fresh = is_fresh(status.neighbors_read_at.as_deref(), now)
+        && !asked_for(status.neighbors_read_at.as_deref(), read_after, now);
     if !(same && fresh) {
         status.neighbors = ports;
         status.neighbors_truncated = truncated;
@@ -232,6 +263,7 @@ mod tests {
             &managed,
             Some(3),
             t(0),
+            None,
         );
         assert_eq!(s.chassis_id.as_deref(), Some("3a:d3:90:41:d3:d4"));
         assert_eq!(s.neighbors.len(), 2);
@@ -263,22 +295,35 @@ mod tests {
         let managed = BTreeMap::new();
         let same = read(&[("swp1", "52:54:00:0a:00:01")]);
         let mut s = SwitchStatus::default();
-        record(&mut s, &same, &managed, None, t(0));
+        record(&mut s, &same, &managed, None, t(0), None);
         let first = s.clone();
-        record(&mut s, &same, &managed, None, t(30));
+        record(&mut s, &same, &managed, None, t(30), None);
         assert_eq!(s, first, "nothing to write 30 s later");
-        record(&mut s, &same, &managed, None, t(300));
+        record(&mut s, &same, &managed, None, t(300), None);
         assert_ne!(s, first, "refreshed after REFRESH");
         assert_eq!(s.neighbors[0].lldp[0].last_seen, t(300).to_string());
         let refreshed = s.clone();
         let moved = read(&[("swp2", "52:54:00:0a:00:01")]);
-        record(&mut s, &moved, &managed, None, t(330));
+        record(&mut s, &moved, &managed, None, t(330), None);
         assert_ne!(s, refreshed, "a moved cable is written at the next read");
         assert_eq!(s.neighbors[0].port, "swp2");
         assert_eq!(
             s.neighbors_read_at.as_deref(),
             Some(t(330).to_string().as_str())
         );
+        // A rollout asking for a read after t(340): the read at t(345) is written
+        // though nothing changed; the next one is not (the status is after it).
+        let asked = s.clone();
+        record(&mut s, &moved, &managed, None, t(335), Some(t(340)));
+        assert_eq!(s, asked, "a read before the asked time is not evidence");
+        record(&mut s, &moved, &managed, None, t(345), Some(t(340)));
+        assert_eq!(
+            s.neighbors_read_at.as_deref(),
+            Some(t(345).to_string().as_str())
+        );
+        let evidence = s.clone();
+        record(&mut s, &moved, &managed, None, t(350), Some(t(340)));
+        assert_eq!(s, evidence, "asked for once");
     }
 
     #[test]
@@ -290,6 +335,7 @@ mod tests {
             &BTreeMap::new(),
             None,
             t(0),
+            None,
         );
         failed(
             &mut s,
@@ -315,7 +361,10 @@ mod tests {
             }],
             parking_configuration: None,
             interval_seconds: s,
+            age_out_seconds: s,
         };
+        assert_eq!(age_out(&spec(None)), DEFAULT_AGE_OUT);
+        assert_eq!(age_out(&spec(Some(15))), 15);
         assert_eq!(interval(&spec(None)), DEFAULT_INTERVAL);
         assert_eq!(interval(&spec(Some(10))), Duration::from_secs(10));
         assert_eq!(interval(&spec(Some(0))), DEFAULT_INTERVAL);

@@ -1,7 +1,9 @@
-//! Rollouts in waves (issue 57, first part): which ports a change of a shared object
-//! reaches in which wave, and whether a tenant's rollout policy stays within the
-//! limits the infra team set. Pure, table-tested. Nothing here runs a rollout yet:
-//! the controller that commits waves, gates them and rolls them back comes next.
+//! Rollouts in waves (issue 57): which ports a change of a shared object reaches in
+//! which wave, whether a tenant's rollout policy stays within the limits the infra
+//! team set, and each step of a rollout under way — the wave's gates judged from
+//! what its ports and hosts show (read back Active; BGP Established; Node Ready;
+//! the host still seen on its port), wait, pass or roll back. Pure, table-tested;
+//! `src/controllers/rollout.rs` does the I/O.
 //!
 //! The shape follows a Deployment's rolling update, with a port as the unit:
 //! - a **canary** first: a number of ports, or the ports of one switch;
@@ -19,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::api::{RolloutSpec, RolloutStatus};
+use crate::api::{PortNeighborsStatus, RolloutSpec, RolloutStatus};
 
 /// A count of ports, or a percentage of the ports a rollout reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -561,6 +563,9 @@ pub struct PortFacts<'a> {
     /// Its host's Kubernetes Node's Ready condition, where the Node gate is on and
     /// the host is a Node.
     pub node: Option<Signal>,
+    /// Its host's NIC seen on the port ([`neighbor_signal`]), where its Switch reads
+    /// neighbours and the NIC was seen just before the port moved.
+    pub neighbor: Option<Signal>,
 }
 
 /// A health signal about a port's host, as last read (its BGP sessions).
@@ -600,6 +605,11 @@ pub mod gate {
     /// node-monitor grace period (and its 5 s monitor period) after its port's
     /// change reached the device.
     pub const NODE_READY: &str = "NodeReady";
+    /// Every wave host whose NIC its port's Switch saw just before the change (by
+    /// LLDP, by its learned MAC) seen the same ways again, on a read at least the
+    /// Switch's `spec.neighbors.ageOutSeconds` after its port's change reached the
+    /// device.
+    pub const NEIGHBOR_SEEN: &str = "NeighborSeen";
     /// Where the wave's change is held on its device (a persisted confirmed
     /// commit), the device still held it when the other gates passed: one that
     /// took it back by itself (its timeout passed while no operator confirmed it)
@@ -704,20 +714,22 @@ fn landed(p: &PortFacts<'_>, committed: i64) -> Option<i64> {
     p.active_on_update.map(|t| t.max(committed))
 }
 
-/// For each switch whose hosts of the wave under way (`members`) give a signal, the
-/// time (Unix seconds) after which a read of it is evidence for each of them whose
-/// change has landed: what the rollout asks the Switch to read after.
+/// For each switch whose hosts of the wave under way (`members`) give the signal
+/// `of` (a Switch's read: BGP, neighbours), the time (Unix seconds) after which a
+/// read of it is evidence for each of them whose change has landed: what the
+/// rollout asks the Switch to read after.
 pub fn read_after<'a>(
     progress: &Progress,
     ports: &[PortFacts<'a>],
     members: &[usize],
+    of: SignalOf,
 ) -> BTreeMap<&'a str, i64> {
     let mut out = BTreeMap::new();
     let Some(committed) = progress.committed_at else {
         return out;
     };
     for p in members.iter().map(|i| &ports[*i]) {
-        if let (Some(s), Some(at)) = (p.bgp, landed(p, committed)) {
+        if let (Some(s), Some(at)) = (of(p), landed(p, committed)) {
             let e = out.entry(p.switch).or_insert(i64::MIN);
             *e = (*e).max(at + s.settle);
         }
@@ -725,13 +737,106 @@ pub fn read_after<'a>(
     out
 }
 
-/// The gates on a host's signals, in the order they are judged, and each port's
-/// signal for it.
-type SignalOf = fn(&PortFacts<'_>) -> Option<Signal>;
-const SIGNALS: [(&str, SignalOf); 2] = [
-    (gate::BGP_ESTABLISHED, |p| p.bgp),
-    (gate::NODE_READY, |p| p.node),
+/// A port's signal for one gate.
+pub type SignalOf = fn(&PortFacts<'_>) -> Option<Signal>;
+
+/// A gate on a host's signal.
+struct SignalGate {
+    gate: &'static str,
+    of: SignalOf,
+    /// What a failure says; `{ports}` and `{wave}` filled in.
+    down: &'static str,
+    /// What a wait for evidence says; `{n}` filled in.
+    unproven: &'static str,
+}
+
+/// The gates on a host's signals, in the order they are judged.
+const SIGNALS: [SignalGate; 3] = [
+    SignalGate {
+        gate: gate::BGP_ESTABLISHED,
+        of: |p| p.bgp,
+        down: "BGP of the host(s) on {ports} not Established a hold time after wave {wave}'s change reached them",
+        unproven: "BGP of {n} host(s) not yet read a hold time after the change reached them",
+    },
+    SignalGate {
+        gate: gate::NODE_READY,
+        of: |p| p.node,
+        down: "the Node(s) of the host(s) on {ports} not Ready a grace period after wave {wave}'s change reached them",
+        unproven: "the Node(s) of {n} host(s) not yet read a grace period after the change reached them",
+    },
+    SignalGate {
+        gate: gate::NEIGHBOR_SEEN,
+        of: |p| p.neighbor,
+        down: "the host(s) on {ports} no longer seen on their port (LLDP, learned MAC) an age-out time after wave {wave}'s change reached them",
+        unproven: "the neighbours of {n} host(s) not yet read an age-out time after the change reached them",
+    },
 ];
+
+/// The BGP signal, for [`read_after`].
+pub const BGP: SignalOf = |p| p.bgp;
+/// The neighbour signal, for [`read_after`].
+pub const NEIGHBOR: SignalOf = |p| p.neighbor;
+
+/// How a host's NIC shows on its port in a read of the port's Switch's neighbours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// An LLDP neighbour names the NIC ([`crate::decide::cabling::named_by_lldp`]).
+    pub lldp: bool,
+    /// The NIC's MAC is learned on the port.
+    pub mac: bool,
+}
+
+impl Seen {
+    /// How the NIC `mac` of a host whose NICs are `host_macs` shows on a port that
+    /// sees `seen` (`None`: nothing).
+    pub fn on(seen: Option<&PortNeighborsStatus>, mac: &str, host_macs: &[&str]) -> Seen {
+        seen.map_or(Seen::default(), |seen| Seen {
+            lldp: crate::decide::cabling::named_by_lldp(seen, mac, host_macs),
+            mac: seen
+                .macs
+                .iter()
+                .any(|m| crate::decide::cabling::same_mac(m, mac)),
+        })
+    }
+
+    /// As [`crate::api::keys::ROLLOUT_SEEN_ANNOTATION`] writes it; `None`: not seen.
+    pub fn annotation(self) -> Option<&'static str> {
+        match (self.lldp, self.mac) {
+            (true, true) => Some("lldp,mac"),
+            (true, false) => Some("lldp"),
+            (false, true) => Some("mac"),
+            (false, false) => None,
+        }
+    }
+
+    /// The annotation read back (words it does not know are ignored).
+    pub fn parse(text: Option<&str>) -> Seen {
+        let words: Vec<&str> = text.unwrap_or_default().split(',').map(str::trim).collect();
+        Seen {
+            lldp: words.contains(&"lldp"),
+            mac: words.contains(&"mac"),
+        }
+    }
+}
+
+/// The `NeighborSeen` signal of a port whose host's NIC showed `before` just before
+/// the port moved and `now` on the Switch's read at `read_at` (Unix seconds), on a
+/// Switch whose neighbours age out after `age_out` seconds: healthy when it shows
+/// every way it showed before (a host that sent LLDP and traffic still does both:
+/// LLDP alone survives a VLAN change that drops the host's traffic). `None`: not
+/// seen before (a host that is off is not judged by the wire).
+pub fn neighbor_signal(
+    before: Seen,
+    now: Seen,
+    read_at: Option<i64>,
+    age_out: i64,
+) -> Option<Signal> {
+    (before != Seen::default()).then_some(Signal {
+        healthy: (!before.lldp || now.lldp) && (!before.mac || now.mac),
+        observed_at: read_at,
+        settle: age_out + 1,
+    })
+}
 
 /// Seconds after a host's port changed before its Node's Ready is evidence: the
 /// node-monitor grace period, and the 5 s monitor period the node lifecycle
@@ -793,21 +898,17 @@ fn judge_wave(
     let evidence = |p: &PortFacts<'_>, s: &Signal| {
         landed(p).is_some_and(|at| s.observed_at.is_some_and(|t| t >= at + s.settle))
     };
-    for (gate, of) in SIGNALS {
+    for g in &SIGNALS {
         let down: Vec<&str> = wave
             .iter()
-            .filter(|p| of(p).is_some_and(|s| evidence(p, &s) && !s.healthy))
+            .filter(|p| (g.of)(p).is_some_and(|s| evidence(p, &s) && !s.healthy))
             .map(|p| p.key)
             .collect();
         if !down.is_empty() {
-            let what = if gate == gate::BGP_ESTABLISHED {
-                "BGP of the host(s) on {ports} not Established a hold time after wave {wave}'s change reached them"
-            } else {
-                "the Node(s) of the host(s) on {ports} not Ready a grace period after wave {wave}'s change reached them"
-            };
             return Step::RollBack {
-                gate,
-                message: what
+                gate: g.gate,
+                message: g
+                    .down
                     .replace("{ports}", &some_of(&down))
                     .replace("{wave}", &progress.wave.to_string()),
             };
@@ -841,10 +942,10 @@ fn judge_wave(
             ),
         };
     }
-    for (gate, of) in SIGNALS {
+    for g in &SIGNALS {
         let unproven: Vec<(&PortFacts<'_>, Signal)> = wave
             .iter()
-            .filter_map(|p| of(p).map(|s| (*p, s)))
+            .filter_map(|p| (g.of)(p).map(|s| (*p, s)))
             .filter(|(p, s)| !evidence(p, s))
             .collect();
         if let Some(ready_at) = unproven
@@ -856,17 +957,12 @@ fn judge_wave(
                 .iter()
                 .filter(|(_, s)| s.observed_at.is_none())
                 .count();
-            let what = if gate == gate::BGP_ESTABLISHED {
-                "BGP of {n} host(s) not yet read a hold time after the change reached them"
-            } else {
-                "the Node(s) of {n} host(s) not yet read a grace period after the change reached them"
-            };
             return Step::Wait {
                 after: (ready_at - now).clamp(1, 5),
                 message: format!(
                     "wave {}: Active; {}{}",
                     progress.wave,
-                    what.replace("{n}", &unproven.len().to_string()),
+                    g.unproven.replace("{n}", &unproven.len().to_string()),
                     if never > 0 {
                         format!(" ({never} cannot be evaluated yet: not read yet)")
                     } else {
@@ -1168,6 +1264,7 @@ mod tests {
                 failed_at: failed.iter().find(|(j, _)| *j == i).map(|(_, t)| *t),
                 bgp: None,
                 node: None,
+                neighbor: None,
             })
             .collect()
     }
@@ -1571,20 +1668,20 @@ mod tests {
         };
         let members = [0, 1, 2];
         // Nothing landed: nothing to ask yet; between waves: never.
-        assert!(read_after(&under_way, &f, &members).is_empty());
+        assert!(read_after(&under_way, &f, &members, BGP).is_empty());
         // sw0's ports landed at 90 (before the commit: counted from it) and 107,
         // sw1's at 103; port 3 gives no signal.
         f[0].active_on_update = Some(90);
         f[1].active_on_update = Some(107);
         f[2].active_on_update = Some(103);
         f[3].active_on_update = Some(120);
-        let got = read_after(&under_way, &f, &members);
+        let got = read_after(&under_way, &f, &members, BGP);
         assert_eq!(got, BTreeMap::from([("sw0", 111), ("sw1", 107)]));
         let between = Progress {
             wave: 1,
             committed_at: None,
         };
-        assert!(read_after(&between, &f, &members).is_empty());
+        assert!(read_after(&between, &f, &members, BGP).is_empty());
     }
 
     #[test]
@@ -1690,6 +1787,100 @@ mod tests {
                 "{l:?} {provider:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_host_seen_before_the_change_must_be_seen_the_same_ways_an_age_out_after_it() {
+        let mac = "52:54:00:0a:00:01";
+        let lldp = |port_id: &str| crate::api::LldpNeighborStatus {
+            chassis_id: "52:54:00:0a:00:00".into(),
+            chassis_id_subtype: "mac".into(),
+            port_id: port_id.into(),
+            port_id_subtype: "mac".into(),
+            ..Default::default()
+        };
+        let port = |lldp_of: &[&str], macs: &[&str]| PortNeighborsStatus {
+            port: "swp1".into(),
+            lldp: lldp_of.iter().map(|p| lldp(p)).collect(),
+            macs: macs.iter().map(|m| m.to_string()).collect(),
+            ..Default::default()
+        };
+        let both = Seen {
+            lldp: true,
+            mac: true,
+        };
+        let only_lldp = Seen {
+            lldp: true,
+            mac: false,
+        };
+        // What a port shows of the NIC; the annotation round-trips.
+        let cases = [
+            (Some(port(&[mac], &[mac])), both, Some("lldp,mac")),
+            (Some(port(&[mac], &[])), only_lldp, Some("lldp")),
+            (
+                Some(port(&[], &["52:54:00:0A:00:01"])),
+                Seen {
+                    lldp: false,
+                    mac: true,
+                },
+                Some("mac"),
+            ),
+            (
+                Some(port(&["52:54:00:0b:00:01"], &["52:54:00:0b:00:01"])),
+                Seen::default(),
+                None,
+            ),
+            (None, Seen::default(), None),
+        ];
+        for (seen, want, text) in cases {
+            let got = Seen::on(seen.as_ref(), mac, &[mac]);
+            assert_eq!(got, want, "{seen:?}");
+            assert_eq!(got.annotation(), text);
+            assert_eq!(Seen::parse(text), want);
+        }
+        assert!(Seen::parse(Some(" mac , bogus")).mac);
+        // Not seen before: not judged. Seen both ways, then LLDP alone: down.
+        assert_eq!(neighbor_signal(Seen::default(), both, Some(1), 30), None);
+        let s = neighbor_signal(both, only_lldp, Some(140), 30).unwrap();
+        assert!(!s.healthy);
+        assert_eq!(s.settle, 31);
+        assert!(
+            neighbor_signal(only_lldp, both, Some(140), 30)
+                .unwrap()
+                .healthy
+        );
+
+        // Judged like the other signals: a read an age-out (31) after the port
+        // landed (102) is evidence; the Switch is asked for a read then.
+        let keys = fleet(1, 2);
+        let (rollout, under_way) = canary_under_way();
+        let with = |now: Seen, read_at| {
+            let mut f = facts(&keys, &[(0, 1)], &[0], &[]);
+            f[0].active_on_update = Some(102);
+            f[0].neighbor = neighbor_signal(both, now, Some(read_at), 30);
+            f
+        };
+        let f = with(only_lldp, 132);
+        assert!(matches!(
+            step(132, &rollout, &under_way, &f, false),
+            Step::Wait { ref message, .. } if message.contains("age-out")
+        ));
+        assert_eq!(
+            read_after(&under_way, &f, &[0], NEIGHBOR),
+            BTreeMap::from([("sw0", 133)])
+        );
+        assert!(read_after(&under_way, &f, &[0], BGP).is_empty());
+        match step(133, &rollout, &under_way, &with(only_lldp, 133), false) {
+            Step::RollBack { gate, message } => {
+                assert_eq!(gate, gate::NEIGHBOR_SEEN);
+                assert!(message.contains("sw0-p00"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            step(133, &rollout, &under_way, &with(both, 133), false),
+            Step::Passed
+        );
     }
 
     #[test]

@@ -14,6 +14,16 @@ use patchbay_testbed::OvsSim;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// A ping running in a host's namespace ([`Hosts::chatter`]), stopped on drop.
+pub struct Chatter(std::process::Child);
+
+impl Drop for Chatter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Namespaced hosts on one bridge.
 pub struct Hosts {
     /// Namespace names, one per host.
@@ -94,6 +104,21 @@ impl Hosts {
             }
         }
         hosts
+    }
+
+    /// Host `from` pinging host `to` five times a second until the returned guard
+    /// drops: traffic that keeps the bridge learning `from`'s MAC while its port
+    /// lets its frames in.
+    pub fn chatter(&self, from: usize, to: usize) -> Chatter {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.namespaces[from], "ping", "-q", "-n"])
+            .args(["-i", "0.2", "-W", "1"])
+            .arg(self.ip(to))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("ping runs");
+        Chatter(child)
     }
 
     /// The IPv4 address of host `i` (0-based).

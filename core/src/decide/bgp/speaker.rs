@@ -127,14 +127,7 @@ pub fn bgp_status(
     read_after: Option<jiff::Timestamp>,
 ) -> SwitchBgpStatus {
     let wanted = |old: &SwitchBgpStatus| {
-        read_after.is_some_and(|after| {
-            after <= now
-                && old
-                    .read_at
-                    .as_deref()
-                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                    .is_none_or(|at| at < after)
-        })
+        super::super::neighbors::asked_for(old.read_at.as_deref(), read_after, now)
     };
     match old {
         Some(old)

@@ -56,13 +56,15 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
         if let Some(c) = &n.parking_configuration {
             object_name(&mut errors, "spec.neighbors.parkingConfiguration", c);
         }
-        if let Some(s) = n.interval_seconds
-            && !(5..=3600).contains(&s)
-        {
-            errors.push(
-                "spec.neighbors.intervalSeconds",
-                format!("{s} is outside 5-3600"),
-            );
+        for (field, value) in [
+            ("spec.neighbors.intervalSeconds", n.interval_seconds),
+            ("spec.neighbors.ageOutSeconds", n.age_out_seconds),
+        ] {
+            if let Some(s) = value
+                && !(5..=3600).contains(&s)
+            {
+                errors.push(field, format!("{s} is outside 5-3600"));
+            }
         }
     }
     errors.finish(|| ())
