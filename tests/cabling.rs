@@ -519,15 +519,13 @@ async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_f
     assert_eq!(hosts.loss(0, 1, 2), 0);
     let env = Env::start("cabling-ovs").await;
     env.ovs_provider(&ovs, "tor").await;
-    env.create::<Switch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": "tor"},
-        "spec": {"provider": {"name": "tor"},
-                 "ports": {"tor-a": {"name": hosts.ports[0]}, "tor-b": {"name": hosts.ports[1]}},
-                 // Clean on Open vSwitch carries every VLAN: park on a quarantine VLAN.
-                 "neighbors": {"providers": [{"name": "tor"}], "intervalSeconds": 5,
-                               "parkingConfiguration": "quarantine"}}
-    }))
+    // Clean on Open vSwitch carries every VLAN: park on a quarantine VLAN.
+    env.switch_reading(
+        "tor",
+        &[("tor-a", &hosts.ports[0]), ("tor-b", &hosts.ports[1])],
+        json!({"providers": [{"name": "tor"}], "intervalSeconds": 5,
+               "parkingConfiguration": "quarantine"}),
+    )
     .await;
     env.configuration("provisioning", json!({"untaggedVLAN": 10}))
         .await;
@@ -576,14 +574,7 @@ async fn macs_learned_by_open_vswitch_catch_a_swapped_inventory_and_verify_the_f
     .await;
     // Both ports parked on the Switch's quarantine VLAN, never the provisioning one.
     for p in ["tor-a", "tor-b"] {
-        env.wait_for(p, "parked on the quarantine configuration", |sp| {
-            let st = sp.status.as_ref();
-            st.and_then(|s| s.state) == Some(PortState::Active)
-                && st
-                    .and_then(|s| s.configuration_ref.as_ref())
-                    .is_some_and(|c| c.name == "quarantine")
-        })
-        .await;
+        env.wait_carrying(p, "quarantine").await;
     }
     for p in &hosts.ports {
         assert_eq!(

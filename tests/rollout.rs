@@ -6,7 +6,8 @@
 //! ports seen joining within three seconds of each other are one wave; waves are
 //! six seconds apart).
 //! A wave held on netconfd is taken back by the server when the operator dies; the
-//! NeighborSeen gate watches hosts in network namespaces on Open vSwitch.
+//! NeighborSeen and HttpProbe gates watch hosts in network namespaces on Open
+//! vSwitch.
 //! (The rollout's other behaviour — rollback, pause, a kill mid-rollout, abort — is
 //! proven on fixture switches in `operator_e2e.rs`, and its BGP gate on FRR and
 //! GoBGP in `bgp.rs`.)
@@ -51,14 +52,15 @@ fn own_session(nc: &Netconfd) -> NetconfSwitch {
     )
 }
 
-/// Configuration `name`'s rollout, once it reaches `phase`.
+/// Configuration `name`'s rollout of its first edit (attempt 1), once it reaches
+/// `phase`.
 async fn rollout_in(env: &Env, name: &str, phase: &str) -> patchbay::api::RolloutStatus {
     let shared = env
         .wait_obj_within::<SwitchPortConfiguration>(90, name, phase, |c| {
             c.status
                 .as_ref()
                 .and_then(|s| s.rollout.as_ref())
-                .is_some_and(|r| r.phase == phase)
+                .is_some_and(|r| r.phase == phase && r.attempt == 1)
         })
         .await;
     shared.status.unwrap().rollout.unwrap()
@@ -321,6 +323,34 @@ async fn a_wave_held_on_netconfd_is_taken_back_by_the_server_when_the_operator_d
     assert_eq!(access(&leaf, &["eth1", "eth2"]).await, [Some(10), Some(10)]);
 }
 
+/// Configuration `name`'s rollout once RolledBack (within `secs`), `meanwhile`
+/// checked at every look.
+async fn rolled_back(
+    env: &Env,
+    name: &str,
+    secs: u64,
+    meanwhile: impl Fn(),
+) -> patchbay::api::RolloutStatus {
+    let started = Instant::now();
+    loop {
+        meanwhile();
+        let c = env
+            .api::<SwitchPortConfiguration>()
+            .get(name)
+            .await
+            .unwrap();
+        let r = c.status.and_then(|s| s.rollout).unwrap();
+        if r.phase == "RolledBack" {
+            return r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(secs),
+            "not rolled back within {secs} s: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// Merges `spec` into configuration `name`'s spec.
 async fn edit(env: &Env, name: &str, spec: serde_json::Value) {
     env.api::<SwitchPortConfiguration>()
@@ -352,14 +382,11 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
     let _talk = (hosts.chatter(0, 1), hosts.chatter(1, 0));
     let env = Env::start("rollout-neighbors").await;
     env.ovs_provider(&ovs, "tor").await;
-    env.create::<Switch>(json!({
-        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-        "metadata": {"name": "tor"},
-        "spec": {"provider": {"name": "tor"},
-                 "ports": {"tor-a": {"name": hosts.ports[0]}, "tor-b": {"name": hosts.ports[1]}},
-                 "neighbors": {"providers": [{"name": "tor"}], "intervalSeconds": 5,
-                               "ageOutSeconds": 15}}
-    }))
+    env.switch_reading(
+        "tor",
+        &[("tor-a", &hosts.ports[0]), ("tor-b", &hosts.ports[1])],
+        json!({"providers": [{"name": "tor"}], "intervalSeconds": 5, "ageOutSeconds": 15}),
+    )
     .await;
     env.configuration(
         "prov",
@@ -375,14 +402,7 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
         .await;
     let tag = |i: usize| ovs.vsctl(&["get", "Port", &hosts.ports[i], "tag"]).unwrap();
     for p in ["tor-a", "tor-b"] {
-        env.wait_for(p, "Active on prov", |sp| {
-            let st = sp.status.as_ref();
-            st.and_then(|s| s.state) == Some(PortState::Active)
-                && st
-                    .and_then(|s| s.configuration_ref.as_ref())
-                    .is_some_and(|c| c.name == "prov")
-        })
-        .await;
+        env.wait_carrying(p, "prov").await;
     }
     assert_eq!((tag(0), tag(1)), ("10".into(), "10".into()));
     let sees = |sw: &Switch, i: usize, mac: &str| {
@@ -436,28 +456,14 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
         json!({"untaggedVLAN": null, "vlans": [{"id": 20}]}),
     )
     .await;
-    let started = Instant::now();
-    let r = loop {
+    let r = rolled_back(&env, "prov", 90, || {
         assert_eq!(
             tag(1),
             "11",
             "the port the rollout did not reach is untouched"
-        );
-        let c = env
-            .api::<patchbay::api::SwitchPortConfiguration>()
-            .get("prov")
-            .await
-            .unwrap();
-        let r = c.status.and_then(|s| s.rollout).unwrap();
-        if r.phase == "RolledBack" {
-            break r;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "not rolled back within 90 s: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+        )
+    })
+    .await;
     assert!(
         r.message.contains("gate NeighborSeen failed"),
         "{}",
@@ -486,5 +492,123 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
     env.wait_obj::<Switch>("tor", "host x seen again", |sw| sees(sw, 0, &mac0))
         .await;
     assert_eq!(tag(1), "11");
+    env.cluster.finish().await;
+}
+
+/// Whether `ip:8080/healthz` answers 200 to the test itself, from the root namespace.
+fn answers(ip: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:8080").parse().unwrap(),
+        Duration::from_secs(1),
+    ) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n");
+    let mut got = String::new();
+    s.write_all(request.as_bytes()).is_ok()
+        && s.read_to_string(&mut got).is_ok()
+        && got.starts_with("HTTP/1.0 200")
+}
+
+/// The HttpProbe gate on real traffic: two hosts in network namespaces behind Open
+/// vSwitch serve `/healthz`, and the operator (in the root namespace) reaches them
+/// through the bridge on VLAN 10 only. An edit that leaves them reachable passes
+/// each wave once its host answered; one that moves the canary's host to VLAN 20
+/// cuts it off: three failed probes in a row roll the wave back, the other port is
+/// never touched, and the host answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_stops_answering_its_probe_rolls_the_wave_back() {
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
+    let (mac0, mac1) = (hosts.mac(0), hosts.mac(1));
+    let _management = hosts.reach_from_root(&ovs, "br0", 10);
+    let web = [hosts.serve_http(0, 8080), hosts.serve_http(1, 8080)];
+    let env = Env::start("rollout-probe").await;
+    env.device(
+        "tor",
+        &[],
+        json!({"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+               "port": ovs.info.ovsdb_port, "options": {"bridge": "br0"}}),
+        &[("tor-a", &hosts.ports[0]), ("tor-b", &hosts.ports[1])],
+    )
+    .await;
+    env.configuration(
+        "prov",
+        json!({"untaggedVLAN": 10, "rollout": {"canary": {"ports": 1}, "maxUnavailable": 1,
+               "progressDeadlineSeconds": 120,
+               "probe": {"httpGet": {"port": 8080, "path": "/healthz"},
+                         "initialDelaySeconds": 1, "periodSeconds": 1,
+                         "timeoutSeconds": 1, "failureThreshold": 3}}}),
+    )
+    .await;
+    let ns = env.cluster.namespace.clone();
+    let (x, y) = (format!("{ns}-x"), format!("{ns}-y"));
+    env.server(
+        (&x, &ns),
+        (&mac0, "tor-a"),
+        "prov",
+        json!({"hostAddress": hosts.ip(0)}),
+    )
+    .await;
+    env.server(
+        (&y, &ns),
+        (&mac1, "tor-b"),
+        "prov",
+        json!({"hostAddress": hosts.ip(1)}),
+    )
+    .await;
+    let tag = |i: usize| ovs.vsctl(&["get", "Port", &hosts.ports[i], "tag"]).unwrap();
+    for p in ["tor-a", "tor-b"] {
+        env.wait_carrying(p, "prov").await;
+    }
+    assert_eq!((tag(0), tag(1)), ("10".into(), "10".into()));
+    support::eventually(20, "both hosts answer through the switch", || async {
+        (answers(&hosts.ip(0)) && answers(&hosts.ip(1))).then_some(())
+    })
+    .await;
+    let asked = |i: usize| web[i].requests().len();
+    let before = (asked(0), asked(1));
+
+    // A description: the hosts stay reachable, each wave passes once its host
+    // answered the operator's probe.
+    edit(&env, "prov", json!({"description": "probed"})).await;
+    let r = rollout_in(&env, "prov", "Complete").await;
+    assert_eq!(r.updated_ports, 2, "{r:?}");
+    assert!(
+        asked(0) > before.0 && asked(1) > before.1,
+        "each host probed by the operator: {:?} {:?}",
+        web[0].requests(),
+        web[1].requests()
+    );
+
+    // VLAN 20: the canary's host is cut off from the operator.
+    edit(&env, "prov", json!({"untaggedVLAN": 20})).await;
+    let started = Instant::now();
+    let r = rolled_back(&env, "prov", 60, || {
+        assert_eq!(
+            tag(1),
+            "10",
+            "the port the rollout did not reach is untouched"
+        )
+    })
+    .await;
+    eprintln!(
+        "rolled back {:?} after the edit: {}",
+        started.elapsed(),
+        r.message
+    );
+    assert!(r.message.contains("gate HttpProbe failed"), "{}", r.message);
+    assert!(r.message.contains(&format!("{ns}/tor-a")), "{}", r.message);
+    assert!(r.message.contains(&format!("Server/{x}")), "{}", r.message);
+    assert!(!r.message.contains("tor-b"), "{}", r.message);
+    support::eventually(
+        30,
+        "the canary back on VLAN 10 and its host answering",
+        || async { (tag(0) == "10" && answers(&hosts.ip(0))).then_some(()) },
+    )
+    .await;
+    assert_eq!(tag(1), "10");
     env.cluster.finish().await;
 }

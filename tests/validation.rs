@@ -911,7 +911,8 @@ fn a_malformed_rollout_policy_is_reported_by_its_field() {
     use patchbay::decide::validate::manifests::validate_manifests;
     let doc = "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
                metadata: {name: web, namespace: team-web}\n\
-               spec: {untaggedVLAN: 10, rollout: {maxUnavailable: \"0%\", canary: {ports: 2, oneSwitch: true}}}\n";
+               spec: {untaggedVLAN: 10, rollout: {maxUnavailable: \"0%\", canary: {ports: 2, oneSwitch: true},\n\
+               probe: {httpGet: {port: 8080, path: healthz}}}}\n";
     let report = validate_manifests(&[("web.yaml".into(), doc.into())]);
     let errors: Vec<(&str, &str)> = report.verdicts[0]
         .errors
@@ -921,9 +922,14 @@ fn a_malformed_rollout_policy_is_reported_by_its_field() {
     let paths: Vec<&str> = errors.iter().map(|(p, _)| *p).collect();
     assert_eq!(
         paths,
-        ["spec.rollout.maxUnavailable", "spec.rollout.canary"],
+        [
+            "spec.rollout.maxUnavailable",
+            "spec.rollout.canary",
+            "spec.rollout.probe.httpGet.path"
+        ],
         "{errors:?}"
     );
     assert!(errors[0].1.contains("between 1% and 100%"), "{errors:?}");
+    assert!(errors[2].1.contains("a path from /"), "{errors:?}");
     assert_eq!(report.invalid(), 1);
 }

@@ -1,8 +1,9 @@
 //! SwitchPortConfiguration rollouts: an edit reaches the ports carrying the
 //! configuration in waves, each gated, rolled back when a gate fails. Kubernetes I/O
 //! (ControllerRevisions, the configuration's status, each moved port's
-//! [`ROLLOUT_ANNOTATION`], Events, a Switch's BGP read-after, the Nodes for the Node
-//! Ready gate) and, through each switch's worker, settling a wave held on its
+//! [`ROLLOUT_ANNOTATION`] and what it saw of the host, Events, a Switch's BGP and
+//! neighbour read-after, the Nodes for the Node Ready gate), the hosts' HTTP probes
+//! (`rollout/probe.rs`) and, through each switch's worker, settling a wave held on its
 //! devices (confirmed when its gates pass, cancelled when one fails or on abort);
 //! every decision is [`crate::decide::rollout`]'s.
 //!
@@ -56,6 +57,16 @@ use crate::decide::rollout::{
     self as decide, PortFacts, Progress, Seen, Signal, Step, pin, revision_name, rollout_of,
 };
 use patchbay_providers::Settled;
+
+mod probe;
+
+/// The rollout controller's context: the shared one, and its own state.
+pub struct RolloutContext {
+    /// What every controller shares.
+    pub shared: Arc<Context>,
+    /// What each host probed for `spec.rollout.probe` answered.
+    pub probes: probe::ProbeBook,
+}
 
 /// Phases of `status.rollout.phase`.
 pub mod phase {
@@ -183,8 +194,9 @@ fn is_revision(hash: Option<&str>, revision: &str) -> bool {
 /// Keeps a configuration's rollout going: see the module doc.
 pub async fn reconcile(
     config: Arc<SwitchPortConfiguration>,
-    ctx: Arc<Context>,
+    rc: Arc<RolloutContext>,
 ) -> Result<Action, ControllerError> {
+    let ctx = rc.shared.clone();
     if config.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -261,7 +273,7 @@ pub async fn reconcile(
                 r.phase.as_str(),
                 phase::PROGRESSING | phase::PAUSED | phase::REFUSED
             ) {
-                let (w, e) = advance(&ctx, &config, r, now).await?;
+                let (w, e) = advance(&ctx, &rc.probes, &config, r, now).await?;
                 wait = w;
                 event = e;
             }
@@ -308,6 +320,7 @@ type Reported = Option<(Severity, &'static str, String)>;
 /// Returns when to look again, and what to report.
 async fn advance(
     ctx: &Context,
+    probes: &probe::ProbeBook,
     config: &SwitchPortConfiguration,
     r: &mut RolloutStatus,
     now: jiff::Timestamp,
@@ -371,6 +384,7 @@ async fn advance(
             bgp: p.bgp,
             node: None,
             neighbor: None,
+            probe: None,
         })
         .collect();
     let committed_at = committed_at_of(r).map(|t| t.as_second());
@@ -413,6 +427,28 @@ async fn advance(
         if let Some(grace) = ctx.settings.rollout.node_grace_seconds {
             read_nodes(ctx, &ports, &members, &mut facts, grace, now).await?;
         }
+        if let Some(p) = decide::probe_of(spec) {
+            let probed: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|i| ports[*i].host.is_some())
+                .collect();
+            let targets: Vec<probe::Target<'_>> = probed
+                .iter()
+                .map(|i| probe::Target {
+                    port: &ports[*i].key,
+                    host: ports[*i].host.as_deref().unwrap_or_default(),
+                    landed: decide::landed_at(&facts[*i], &progress),
+                })
+                .collect();
+            let token = pin(r, r.wave);
+            let shown = probes
+                .probe(ctx, &p, &token, &targets, now.as_second())
+                .await;
+            for (i, s) in probed.iter().zip(shown) {
+                facts[*i].probe = Some(s.signal(&p));
+            }
+        }
     }
     let paused = spec.is_some_and(|s| s.paused);
     let mut step = decide::step(now.as_second(), &rollout, &progress, &facts, paused);
@@ -438,6 +474,11 @@ async fn advance(
                 ),
             };
         }
+    }
+    if matches!(step, Step::Passed | Step::RollBack { .. }) {
+        // The wave is judged: what its hosts answered is of no more use.
+        let keys: Vec<&str> = members.iter().map(|i| ports[*i].key.as_str()).collect();
+        probes.forget(&keys);
     }
     let mut report = None;
     let look = match step {

@@ -236,6 +236,26 @@ impl Env {
         .await;
     }
 
+    /// Switch `name` on ProviderSwitch `name`, its ports the given (key, device
+    /// port) pairs, with `neighbors` as its `spec.neighbors`.
+    pub async fn switch_reading(
+        &self,
+        name: &str,
+        ports: &[(&str, &str)],
+        neighbors: serde_json::Value,
+    ) {
+        let ports: serde_json::Map<String, serde_json::Value> = ports
+            .iter()
+            .map(|(k, p)| (k.to_string(), json!({ "name": p })))
+            .collect();
+        self.create::<Switch>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+            "metadata": {"name": name},
+            "spec": {"provider": {"name": name}, "ports": ports, "neighbors": neighbors}
+        }))
+        .await;
+    }
+
     /// Server `name` (cluster-scoped, of site `site`) with one NIC `eth0` of MAC
     /// `mac` declared on SwitchPort `port` of the test's namespace, provisioned with
     /// configuration `provisioning`; `extra` merged into its spec.
@@ -376,6 +396,18 @@ impl Env {
         check: impl Fn(&SwitchPort) -> bool,
     ) -> SwitchPort {
         self.wait_obj(port, what, check).await
+    }
+
+    /// Waits for `port` to read back Active carrying configuration `configuration`.
+    pub async fn wait_carrying(&self, port: &str, configuration: &str) -> SwitchPort {
+        self.wait_for(port, &format!("Active on {configuration}"), |sp| {
+            let st = sp.status.as_ref();
+            st.and_then(|s| s.state) == Some(PortState::Active)
+                && st
+                    .and_then(|s| s.configuration_ref.as_ref())
+                    .is_some_and(|c| c.name == configuration)
+        })
+        .await
     }
 
     /// Polls `name` of kind K until `check` holds (30 s).

@@ -41,7 +41,9 @@ pub use configuration::{
 pub use provider_switch::{
     Backend, BackendOptions, DeviceOs, HostKeyPin, ProviderSwitch, ProviderSwitchSpec,
 };
-pub use rollout::{CanarySpec, ConfigurationStatus, RolloutSpec, RolloutStatus};
+pub use rollout::{
+    CanarySpec, ConfigurationStatus, HttpGetSpec, RolloutProbeSpec, RolloutSpec, RolloutStatus,
+};
 pub use server::{
     BgpPeer, CabledPortKind, HardwareSpec, NamespacedObjectRef, Server, ServerClaimBinding,
     ServerPhase, ServerSpec, ServerStatus,

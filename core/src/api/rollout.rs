@@ -46,6 +46,52 @@ pub struct RolloutSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub abort_revision: Option<i64>,
+    /// A check of each host of a wave after its port's change, like a Pod's HTTP
+    /// probe: the gate `HttpProbe` passes once every such host answers, fails when
+    /// one fails `failureThreshold` times in a row. Sent to the host's own address
+    /// (a Server's `hostAddress`, else its BareMetalHost's inspected address of its
+    /// boot MAC): the policy names only a port and a path, never a host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<RolloutProbeSpec>,
+}
+
+/// A rollout's check of each host of a wave (Kubernetes probe field names).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutProbeSpec {
+    /// An HTTP GET to the host: a status from 200 to 399 is an answer.
+    pub http_get: HttpGetSpec,
+    /// Seconds after the host's port went Active on the new revision before the
+    /// first probe (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 600))]
+    pub initial_delay_seconds: Option<i64>,
+    /// Seconds between probes of a host (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 60))]
+    pub period_seconds: Option<i64>,
+    /// Seconds a probe may take, connection included (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 30))]
+    pub timeout_seconds: Option<i64>,
+    /// Probes in a row that must fail before the gate fails (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub failure_threshold: Option<i64>,
+}
+
+/// Where on the host an HTTP probe goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpGetSpec {
+    /// The TCP port, 1-65535.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i64,
+    /// The path, from `/` (default `/`): at most 256 printable characters, no
+    /// spaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256), pattern(r"^/[!-~]*$"))]
+    pub path: Option<String>,
 }
 
 /// The first wave of a rollout.

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::api::{PortNeighborsStatus, RolloutSpec, RolloutStatus};
+use crate::api::{PortNeighborsStatus, RolloutProbeSpec, RolloutSpec, RolloutStatus};
 
 /// A count of ports, or a percentage of the ports a rollout reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -437,6 +437,9 @@ pub fn rollout_of(
             (None, false) => {}
         }
     }
+    if let Some(probe) = &spec.probe {
+        refused.extend(probe_errors(probe));
+    }
     if tenant && let Some(limits) = &defaults.limits {
         // Only what the tenant wrote: a field left out is the infra team's own
         // default (as a configuration without `spec.rollout` has all of them).
@@ -566,6 +569,9 @@ pub struct PortFacts<'a> {
     /// Its host's NIC seen on the port ([`neighbor_signal`]), where its Switch reads
     /// neighbours and the NIC was seen just before the port moved.
     pub neighbor: Option<Signal>,
+    /// Its host's answers to the rollout's probe ([`Probed::signal`]), where the
+    /// configuration asks for one and the port has a host.
+    pub probe: Option<Signal>,
 }
 
 /// A health signal about a port's host, as last read (its BGP sessions).
@@ -610,6 +616,10 @@ pub mod gate {
     /// Switch's `spec.neighbors.ageOutSeconds` after its port's change reached the
     /// device.
     pub const NEIGHBOR_SEEN: &str = "NeighborSeen";
+    /// With `spec.rollout.probe`: every wave host answers the probe (a status
+    /// 200-399), probed from `initialDelaySeconds` after its port's change; one
+    /// that fails `failureThreshold` probes in a row fails the wave.
+    pub const HTTP_PROBE: &str = "HttpProbe";
     /// Where the wave's change is held on its device (a persisted confirmed
     /// commit), the device still held it when the other gates passed: one that
     /// took it back by itself (its timeout passed while no operator confirmed it)
@@ -751,7 +761,7 @@ struct SignalGate {
 }
 
 /// The gates on a host's signals, in the order they are judged.
-const SIGNALS: [SignalGate; 3] = [
+const SIGNALS: [SignalGate; 4] = [
     SignalGate {
         gate: gate::BGP_ESTABLISHED,
         of: |p| p.bgp,
@@ -770,7 +780,147 @@ const SIGNALS: [SignalGate; 3] = [
         down: "the host(s) on {ports} no longer seen on their port (LLDP, learned MAC) an age-out time after wave {wave}'s change reached them",
         unproven: "the neighbours of {n} host(s) not yet read an age-out time after the change reached them",
     },
+    SignalGate {
+        gate: gate::HTTP_PROBE,
+        of: |p| p.probe,
+        down: "the host(s) on {ports} failed spec.rollout.probe failureThreshold times in a row after wave {wave}'s change reached them",
+        unproven: "{n} host(s) not yet answered spec.rollout.probe after the change reached them",
+    },
 ];
+
+/// A rollout's probe of each wave host, its fields resolved
+/// ([`crate::api::RolloutProbeSpec`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// The host's TCP port.
+    pub port: u16,
+    /// The path asked for.
+    pub path: String,
+    /// Seconds after the port's change before the first probe.
+    pub initial_delay: i64,
+    /// Seconds between probes of a host.
+    pub period: i64,
+    /// Seconds a probe may take.
+    pub timeout: i64,
+    /// Failed probes in a row that fail the gate.
+    pub failure_threshold: u32,
+}
+
+/// What is wrong with a probe, field by field (`spec.rollout.probe.…`).
+pub fn probe_errors(spec: &RolloutProbeSpec) -> Vec<(String, String)> {
+    let mut errors = Vec::new();
+    let mut range = |field: &str, value: Option<i64>, low: i64, high: i64| {
+        if let Some(v) = value
+            && !(low..=high).contains(&v)
+        {
+            errors.push((
+                format!("spec.rollout.probe.{field}"),
+                format!("{v} is outside {low}-{high}"),
+            ));
+        }
+    };
+    range("httpGet.port", Some(spec.http_get.port), 1, 65535);
+    range("initialDelaySeconds", spec.initial_delay_seconds, 0, 600);
+    range("periodSeconds", spec.period_seconds, 1, 60);
+    range("timeoutSeconds", spec.timeout_seconds, 1, 30);
+    range("failureThreshold", spec.failure_threshold, 1, 10);
+    if let Some(path) = &spec.http_get.path
+        && (!path.starts_with('/')
+            || path.len() > 256
+            || !path.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        errors.push((
+            "spec.rollout.probe.httpGet.path".into(),
+            "a path from / of at most 256 printable characters without spaces".into(),
+        ));
+    }
+    errors
+}
+
+/// The probe `spec` asks for, if it asks for one that is well formed.
+pub fn probe_of(spec: Option<&RolloutSpec>) -> Option<Probe> {
+    let p = spec?.probe.as_ref()?;
+    if !probe_errors(p).is_empty() {
+        return None;
+    }
+    Some(Probe {
+        port: u16::try_from(p.http_get.port).ok()?,
+        path: p.http_get.path.clone().unwrap_or_else(|| "/".into()),
+        initial_delay: p.initial_delay_seconds.unwrap_or(5),
+        period: p.period_seconds.unwrap_or(2),
+        timeout: p.timeout_seconds.unwrap_or(2),
+        failure_threshold: p.failure_threshold.unwrap_or(3) as u32,
+    })
+}
+
+impl Probe {
+    /// The request for host `address` (an IPv6 literal bracketed in `Host`).
+    pub fn request(&self, address: &str) -> String {
+        let host = if address.contains(':') {
+            format!("[{address}]")
+        } else {
+            address.to_owned()
+        };
+        format!(
+            "GET {} HTTP/1.1\r\nHost: {host}:{}\r\nUser-Agent: patchbay-rollout-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+            self.path, self.port
+        )
+    }
+
+    /// Whether a response whose first line is `status_line` is an answer: HTTP/1.x
+    /// with a status from 200 to 399 (as a kubelet's HTTP probe).
+    pub fn answered(status_line: &str) -> bool {
+        let mut words = status_line.split_ascii_whitespace();
+        let version = words.next().unwrap_or_default();
+        let code = words.next().and_then(|c| c.parse::<u16>().ok());
+        version.starts_with("HTTP/1.") && code.is_some_and(|c| (200..400).contains(&c))
+    }
+
+    /// Whether a host whose port's change landed at `landed` (Unix seconds), probed
+    /// as `probed` says, is due a probe at `now`.
+    pub fn due(&self, probed: &Probed, landed: Option<i64>, now: i64) -> bool {
+        landed.is_some_and(|at| now >= at + self.initial_delay)
+            && probed.last_at.is_none_or(|t| now - t >= self.period)
+    }
+}
+
+/// What the probes of one host showed since its port moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Probed {
+    /// When it was last probed (Unix seconds).
+    pub last_at: Option<i64>,
+    /// Whether that probe was answered.
+    pub answered: bool,
+    /// Failed probes in a row, up to the last.
+    pub failures: u32,
+}
+
+impl Probed {
+    /// Takes a probe at `at` in.
+    pub fn record(&mut self, at: i64, answered: bool) {
+        self.last_at = Some(at);
+        self.answered = answered;
+        self.failures = if answered { 0 } else { self.failures + 1 };
+    }
+
+    /// The `HttpProbe` signal: healthy on an answer; evidence once answered or
+    /// failed `failure_threshold` times in a row (fewer failures are not yet
+    /// evidence either way); probes start `initial_delay` after the change.
+    pub fn signal(&self, probe: &Probe) -> Signal {
+        let evidence = self.answered || self.failures >= probe.failure_threshold;
+        Signal {
+            healthy: self.answered,
+            observed_at: self.last_at.filter(|_| evidence),
+            settle: probe.initial_delay,
+        }
+    }
+}
+
+/// When the change of a port landed, as the gates count it (its clock starts), for
+/// the wave committed at `progress.committed_at`.
+pub fn landed_at(p: &PortFacts<'_>, progress: &Progress) -> Option<i64> {
+    landed(p, progress.committed_at?)
+}
 
 /// The BGP signal, for [`read_after`].
 pub const BGP: SignalOf = |p| p.bgp;
@@ -1265,6 +1415,7 @@ mod tests {
                 bgp: None,
                 node: None,
                 neighbor: None,
+                probe: None,
             })
             .collect()
     }
@@ -1881,6 +2032,129 @@ mod tests {
             step(133, &rollout, &under_way, &with(both, 133), false),
             Step::Passed
         );
+    }
+
+    #[test]
+    fn a_probe_is_checked_field_by_field_asks_the_host_and_fails_only_in_a_row() {
+        let with = |probe: serde_json::Value| spec(serde_json::json!({ "probe": probe }));
+        let good = with(serde_json::json!({"httpGet": {"port": 8080, "path": "/healthz"}}));
+        assert!(policy_errors(Some(&good)).is_empty());
+        let p = probe_of(Some(&good)).unwrap();
+        assert_eq!(
+            (
+                p.port,
+                p.path.as_str(),
+                p.initial_delay,
+                p.period,
+                p.timeout
+            ),
+            (8080, "/healthz", 5, 2, 2)
+        );
+        assert_eq!(p.failure_threshold, 3);
+        assert_eq!(
+            p.request("10.0.0.5"),
+            "GET /healthz HTTP/1.1\r\nHost: 10.0.0.5:8080\r\nUser-Agent: patchbay-rollout-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        assert!(p.request("fd00::5").contains("Host: [fd00::5]:8080\r\n"));
+        // Each malformed field named; a path that would smuggle a header refused.
+        let bad = with(
+            serde_json::json!({"httpGet": {"port": 0, "path": "/a\r\nX: y"},
+                              "failureThreshold": 11, "periodSeconds": 0}),
+        );
+        let errors = policy_errors(Some(&bad));
+        let fields: Vec<&str> = errors.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.rollout.probe.httpGet.port",
+                "spec.rollout.probe.periodSeconds",
+                "spec.rollout.probe.failureThreshold",
+                "spec.rollout.probe.httpGet.path"
+            ],
+            "{errors:?}"
+        );
+        assert_eq!(probe_of(Some(&bad)), None);
+        assert!(
+            !policy_errors(Some(&with(
+                serde_json::json!({"httpGet": {"port": 80, "path": "healthz"}})
+            )))
+            .is_empty()
+        );
+        assert!(
+            !policy_errors(Some(&with(
+                serde_json::json!({"httpGet": {"port": 80, "path": "/a b"}})
+            )))
+            .is_empty()
+        );
+
+        for (line, answered) in [
+            ("HTTP/1.1 200 OK", true),
+            ("HTTP/1.0 302 Found", true),
+            ("HTTP/1.1 404 Not Found", false),
+            ("HTTP/1.1 500 Internal Server Error", false),
+            ("SSH-2.0-OpenSSH_9.2", false),
+            ("", false),
+        ] {
+            assert_eq!(Probe::answered(line), answered, "{line}");
+        }
+        // Due from the initial delay after landing, then every period.
+        let mut seen = Probed::default();
+        assert!(!p.due(&seen, None, 200));
+        assert!(!p.due(&seen, Some(100), 104));
+        assert!(p.due(&seen, Some(100), 105));
+        seen.record(105, false);
+        assert!(!p.due(&seen, Some(100), 106));
+        assert!(p.due(&seen, Some(100), 107));
+        // Fewer failures in a row than the threshold are no evidence; an answer
+        // resets them.
+        assert_eq!(seen.signal(&p).observed_at, None);
+        seen.record(107, false);
+        seen.record(109, true);
+        assert_eq!(
+            seen.signal(&p),
+            Signal {
+                healthy: true,
+                observed_at: Some(109),
+                settle: 5
+            }
+        );
+        for t in [111, 113] {
+            seen.record(t, false);
+            assert_eq!(seen.signal(&p).observed_at, None);
+        }
+        seen.record(115, false);
+        assert_eq!(
+            seen.signal(&p),
+            Signal {
+                healthy: false,
+                observed_at: Some(115),
+                settle: 5
+            }
+        );
+
+        // Judged as a gate: failed in a row → rolled back, answered → passed.
+        let keys = fleet(1, 2);
+        let (rollout, under_way) = canary_under_way();
+        let mut f = facts(&keys, &[(0, 1)], &[0], &[]);
+        f[0].active_on_update = Some(100);
+        f[0].probe = Some(seen.signal(&p));
+        match step(115, &rollout, &under_way, &f, false) {
+            Step::RollBack { gate, message } => {
+                assert_eq!(gate, gate::HTTP_PROBE);
+                assert!(message.contains("sw0-p00"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut unanswered = Probed::default();
+        unanswered.record(105, false);
+        f[0].probe = Some(unanswered.signal(&p));
+        assert!(matches!(
+            step(105, &rollout, &under_way, &f, false),
+            Step::Wait { ref message, .. } if message.contains("not yet answered")
+        ));
+        unanswered.record(107, true);
+        f[0].probe = Some(unanswered.signal(&p));
+        assert_eq!(step(107, &rollout, &under_way, &f, false), Step::Passed);
     }
 
     #[test]

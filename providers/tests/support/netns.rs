@@ -24,6 +24,41 @@ impl Drop for Chatter {
     }
 }
 
+/// A link from the root namespace onto a bridge ([`Hosts::reach_from_root`]),
+/// deleted on drop.
+pub struct RootLink(String);
+
+impl Drop for RootLink {
+    fn drop(&mut self) {
+        let _ = run(&["ip", "link", "del", &self.0]);
+    }
+}
+
+/// An HTTP server in a host's namespace ([`Hosts::serve_http`]).
+pub struct HttpServer {
+    _child: Chatter,
+    dir: std::path::PathBuf,
+}
+
+impl HttpServer {
+    /// The request lines it logged so far (`GET /healthz HTTP/1.1`, with the
+    /// client's address first).
+    pub fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("requests.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"GET "))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Namespaced hosts on one bridge.
 pub struct Hosts {
     /// Namespace names, one per host.
@@ -31,6 +66,7 @@ pub struct Hosts {
     /// The bridge-side veth names (the OVS port names), one per host.
     pub ports: Vec<String>,
     net: u32,
+    tag: String,
 }
 
 fn run(args: &[&str]) -> Result<String, String> {
@@ -63,6 +99,7 @@ impl Hosts {
             namespaces: Vec::new(),
             ports: Vec::new(),
             net: (std::process::id() + seq * 7) % 250 + 1,
+            tag: tag.clone(),
         };
         for (i, bridge) in (1..).zip(bridges) {
             let ns = format!("pb{tag}h{i}");
@@ -119,6 +156,58 @@ impl Hosts {
             .spawn()
             .expect("ping runs");
         Chatter(child)
+    }
+
+    /// A veth from the root namespace onto `bridge` of `ovs` as an access port of
+    /// VLAN `vlan`, the root side addressed 10.77.<net>.250/24: what runs in the root
+    /// namespace (the operator) reaches the hosts on that VLAN through the switch,
+    /// and only them. Removed on drop.
+    pub fn reach_from_root(&self, ovs: &OvsSim, bridge: &str, vlan: u16) -> RootLink {
+        let (root, far) = (format!("pb{}r", self.tag), format!("pb{}o", self.tag));
+        run(&[
+            "ip", "link", "add", &root, "type", "veth", "peer", "name", &far,
+        ])
+        .expect("veth");
+        let link = RootLink(root.clone());
+        run(&["ip", "link", "set", &far, "netns", &ovs.info.netns]).expect("into the switch");
+        run(&["ip", "-n", &ovs.info.netns, "link", "set", &far, "up"]).expect("far up");
+        ovs.vsctl(&["add-port", bridge, &far, &format!("tag={vlan}")])
+            .expect("add-port");
+        let addr = format!("10.77.{}.250/24", self.net);
+        run(&["ip", "addr", "add", &addr, "dev", &root]).expect("address");
+        run(&["ip", "link", "set", &root, "up"]).expect("root up");
+        run(&["ethtool", "-K", &root, "tx", "off"]).expect("tx checksum offload off");
+        link
+    }
+
+    /// An HTTP server on port `port` of host `i`, serving `/healthz` (200), its
+    /// requests logged to the returned guard's [`HttpServer::requests`]; stopped on
+    /// drop.
+    pub fn serve_http(&self, i: usize, port: u16) -> HttpServer {
+        let dir = std::env::temp_dir().join(format!("pb-http-{}-{i}", self.tag));
+        std::fs::create_dir_all(&dir).expect("web root");
+        std::fs::write(dir.join("healthz"), "ok\n").expect("healthz");
+        let log = std::fs::File::create(dir.join("requests.log")).expect("log");
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.namespaces[i],
+                "python3",
+                "-m",
+                "http.server",
+            ])
+            .arg(port.to_string())
+            .args(["--bind", &self.ip(i), "--directory"])
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("http.server runs");
+        HttpServer {
+            _child: Chatter(child),
+            dir,
+        }
     }
 
     /// The IPv4 address of host `i` (0-based).

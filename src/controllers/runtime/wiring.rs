@@ -106,7 +106,11 @@ pub(super) fn rollouts(
             rollout::rollout_of_port(&configs, &p)
         })
         .with_config(Config::default().concurrency(4));
-    h.run("Rollout", controller, rollout::reconcile, ctx.clone())
+    let rollout_ctx = Arc::new(rollout::RolloutContext {
+        shared: ctx.clone(),
+        probes: Default::default(),
+    });
+    h.run("Rollout", controller, rollout::reconcile, rollout_ctx)
 }
 
 /// Switches: woken by their ports (owns), their ProviderSwitch and their worker's
