@@ -200,6 +200,18 @@ spec: {configuration: {name: far}}
     );
     assert!(row("p3").is_empty(), "p3 carries nothing either way: {out}");
     assert!(out.contains("switchport access vlan 11"), "{out}");
+    // p1 follows pxe's edit in pxe's rollout; p2, linked to another configuration,
+    // moves at once.
+    assert!(
+        out.contains(&format!(
+            "Rollout of SwitchPortConfiguration {ns}/pxe: 1 port(s) on 1 switch(es) in 1 wave(s)"
+        )) && out.contains(&format!("  wave 1 (canary): {ns}/p1\n")),
+        "{out}"
+    );
+    assert!(
+        !out.contains(&format!("Rollout of SwitchPortConfiguration {ns}/far")),
+        "{out}"
+    );
     assert!(
         !out.contains("interface FastEthernet0/2"),
         "nothing is sent for a refused port: {out}"
@@ -211,6 +223,12 @@ spec: {configuration: {name: far}}
     assert_eq!(doc["ports"].as_array().unwrap().len(), 2, "{doc}");
     assert_eq!(doc["ports"][1]["after"]["carries"], "refused", "{doc}");
     assert_eq!(doc["switches"][0]["ports"], 2, "{doc}");
+    assert_eq!(
+        doc["rollouts"],
+        json!([{"configuration": format!("{ns}/pxe"), "switches": 1,
+                "waves": [[format!("{ns}/p1")]], "refused": []}]),
+        "{doc}"
+    );
 
     // Nothing was written: the cluster still holds the objects as they were.
     let pxe = env

@@ -28,6 +28,9 @@
 //!   its SmartNicConfiguration's `nextConfigurationRef` names, claimed and released
 //!   as the SmartNicPort controller does it (`chains`).
 //!
+//! - a configuration's rollout: which changed ports follow an edit in its waves
+//!   (`waves`).
+//!
 //! Not followed, by decision (shown as they are before): a host's phases. A Server,
 //! ServerClaim or BareMetalHost edit moves its ports through the host controller,
 //! on facts no manifest holds (the provisioning state, the installer's signal, the
@@ -60,6 +63,7 @@ use patchbay_model::values::PortName;
 use patchbay_model::{Capabilities, Capability, DesiredPort};
 
 mod chains;
+pub mod waves;
 pub use chains::{NextPortClaim, claim_next_port};
 
 /// What one SwitchPort's device state is decided from.

@@ -580,7 +580,7 @@ fn run() -> Result<ExitCode> {
         } => {
             // The operator's own resolution (flag, environment, file), so the plan
             // refuses with the operator's settings or not at all.
-            let tenancy = match patchbay::settings::Settings::resolve(
+            let (tenancy, rollout) = match patchbay::settings::Settings::resolve(
                 &patchbay::settings::SettingsArgs {
                     infra_namespace,
                     parking_vlan,
@@ -589,7 +589,7 @@ fn run() -> Result<ExitCode> {
                 },
                 config.as_deref(),
             ) {
-                Ok(s) => s.tenancy,
+                Ok(s) => (s.tenancy, s.rollout),
                 Err(e) => {
                     eprintln!("error: {e}");
                     return Ok(ExitCode::from(1));
@@ -605,6 +605,7 @@ fn run() -> Result<ExitCode> {
                 output,
                 read_devices,
                 tenancy,
+                rollout,
             })))
         }
         Command::Device(args) => {

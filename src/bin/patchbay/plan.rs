@@ -20,6 +20,7 @@ use patchbay::api::{
     ProviderSwitch, Server, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
     SwitchPortConfiguration, VLANPool,
 };
+use patchbay::decide::plan::waves::{PlannedRollout, rollouts};
 use patchbay::decide::plan::{
     Carry, Fleet, Place, PortChange, PortKind, Rules, place_of, plan, unchanged_members,
 };
@@ -55,6 +56,8 @@ pub struct Request {
     pub read_devices: bool,
     /// The operator's tenancy settings (`None`: grants not checked).
     pub tenancy: Option<patchbay::decide::tenancy::Tenancy>,
+    /// The operator's rollout defaults and a tenant's limits (`--rollout-*`).
+    pub rollout: patchbay::decide::rollout::Defaults,
 }
 
 /// The patchbay objects of the manifests; other kinds are skipped.
@@ -225,6 +228,8 @@ struct Notes {
     grants: Option<String>,
     /// Servers in the files, whose phases the plan does not follow.
     hosts: Option<String>,
+    /// The rollouts the edit starts: which ports move in which wave.
+    rollouts: Vec<PlannedRollout>,
 }
 
 /// One switch's batch: its ports in order, and what its backend would send.
@@ -372,6 +377,12 @@ fn json_of(
         },
         "grants": notes.grants,
         "hosts": notes.hosts,
+        "rollouts": notes.rollouts.iter().map(|r| json!({
+            "configuration": r.configuration,
+            "switches": r.switches,
+            "waves": r.waves,
+            "refused": r.refused.iter().map(|(f, w)| json!({"field": f, "reason": w})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
         "ports": changes.iter().map(|c| json!({
             "kind": match c.kind {
                 PortKind::SwitchPort => "SwitchPort",
@@ -395,6 +406,37 @@ fn json_of(
                    "ports": b.changes.len(), "operations": ops})
         }).collect::<Vec<_>>(),
     })
+}
+
+/// A rollout's waves, or why its policy is refused.
+fn print_rollout(r: &PlannedRollout) {
+    let ports: usize = r.waves.iter().map(Vec::len).sum();
+    if !r.refused.is_empty() {
+        println!(
+            "Rollout of SwitchPortConfiguration {}: refused, nothing moves:",
+            r.configuration
+        );
+        for (field, why) in &r.refused {
+            println!("  {field}: {why}");
+        }
+        return;
+    }
+    println!(
+        "Rollout of SwitchPortConfiguration {}: {ports} port(s) on {} switch(es) in {} wave(s), \
+         each gated before the next (spec.rollout over the operator's defaults):",
+        r.configuration,
+        r.switches,
+        r.waves.len()
+    );
+    for (i, wave) in r.waves.iter().enumerate() {
+        let keys: Vec<&str> = wave.iter().map(String::as_str).collect();
+        println!(
+            "  wave {}{}: {}",
+            i + 1,
+            if i == 0 { " (canary)" } else { "" },
+            patchbay::decide::rollout::some_of(&keys)
+        );
+    }
 }
 
 fn print_table(
@@ -464,6 +506,10 @@ fn print_table(
     line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>());
     for r in &rows {
         line(r);
+    }
+    for r in &notes.rollouts {
+        println!();
+        print_rollout(r);
     }
     for b in batches {
         println!();
@@ -604,7 +650,13 @@ async fn make(req: &Request) -> Result<bool> {
             manifests.servers.len()
         )
     });
-    let notes = Notes { grants, hosts };
+    let infra = req.tenancy.as_ref().map(|t| t.infra_namespace.as_str());
+    let rollouts = rollouts(&before, &after, &changes, &req.rollout, infra);
+    let notes = Notes {
+        grants,
+        hosts,
+        rollouts,
+    };
     match req.output {
         Output::Json => {
             let mut doc = json_of(&changes, &batches, live, &reads, &notes);
