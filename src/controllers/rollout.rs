@@ -66,6 +66,41 @@ pub struct RolloutContext {
     pub shared: Arc<Context>,
     /// What each host probed for `spec.rollout.probe` answered.
     pub probes: probe::ProbeBook,
+    /// The pins this process wrote lately.
+    pub pins: RecentPins,
+}
+
+/// The pins this process wrote lately, by port (`namespace/name`): the port cache
+/// shows a pin a moment after its patch, and a look in between would write it
+/// again (1-4 % of a 10,000-port rollout's pins were such repeats). A pin counts as
+/// written for [`RecentPins::FRESH`]; a port whose cache still lacks it then (its
+/// annotation removed by hand) is pinned again.
+#[derive(Default)]
+pub struct RecentPins(
+    parking_lot::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+);
+
+impl RecentPins {
+    /// How long a written pin counts as written without the cache showing it.
+    const FRESH: Duration = Duration::from_secs(30);
+
+    /// Notes `pin` written on `ports`.
+    fn wrote(&self, ports: &[(String, Option<&str>)], pin: &str) {
+        let now = std::time::Instant::now();
+        let mut pins = self.0.lock();
+        pins.retain(|_, (_, at)| at.elapsed() < Self::FRESH);
+        for (key, _) in ports {
+            pins.insert(key.clone(), (pin.to_owned(), now));
+        }
+    }
+
+    /// Whether this process wrote `pin` on `port` lately.
+    fn lately(&self, port: &str, pin: &str) -> bool {
+        self.0
+            .lock()
+            .get(port)
+            .is_some_and(|(p, at)| p == pin && at.elapsed() < Self::FRESH)
+    }
 }
 
 /// Phases of `status.rollout.phase`.
@@ -273,7 +308,7 @@ pub async fn reconcile(
                 r.phase.as_str(),
                 phase::PROGRESSING | phase::PAUSED | phase::REFUSED
             ) {
-                let (w, e) = advance(&ctx, &rc.probes, &config, r, now).await?;
+                let (w, e) = advance(&ctx, &rc.probes, &rc.pins, &config, r, now).await?;
                 wait = w;
                 event = e;
             }
@@ -321,6 +356,7 @@ type Reported = Option<(Severity, &'static str, String)>;
 async fn advance(
     ctx: &Context,
     probes: &probe::ProbeBook,
+    pins: &RecentPins,
     config: &SwitchPortConfiguration,
     r: &mut RolloutStatus,
     now: jiff::Timestamp,
@@ -399,10 +435,12 @@ async fn advance(
         // at a time so that each switch's worker batches its ports of the wave.
         members = decide::wave_members(&rollout, &progress, &facts);
         let seen_now = read_neighbors(ctx, &ports, &members, &mut facts);
+        let token = pin(r, r.wave);
         let mut unpinned: Vec<usize> = members
             .iter()
             .copied()
             .filter(|i| facts[*i].moved != Some(r.wave))
+            .filter(|i| !pins.lately(&ports[*i].key, &token))
             .collect();
         if !unpinned.is_empty() {
             unpinned.sort_by(|a, b| {
@@ -415,7 +453,8 @@ async fn advance(
                     (ports[*i].key.clone(), seen)
                 })
                 .collect();
-            pin_ports(ctx, &keys, &pin(r, r.wave)).await?;
+            pin_ports(ctx, &keys, &token).await?;
+            pins.wrote(&keys, &token);
         }
         for (annotation, of) in [
             (BGP_READ_AFTER_ANNOTATION, decide::BGP),
@@ -441,7 +480,6 @@ async fn advance(
                     landed: decide::landed_at(&facts[*i], &progress),
                 })
                 .collect();
-            let token = pin(r, r.wave);
             let shown = probes
                 .probe(ctx, &p, &token, &targets, now.as_second())
                 .await;

@@ -109,6 +109,7 @@ pub(super) fn rollouts(
     let rollout_ctx = Arc::new(rollout::RolloutContext {
         shared: ctx.clone(),
         probes: Default::default(),
+        pins: Default::default(),
     });
     h.run("Rollout", controller, rollout::reconcile, rollout_ctx)
 }
