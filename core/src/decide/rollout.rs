@@ -724,6 +724,12 @@ fn landed(p: &PortFacts<'_>, committed: i64) -> Option<i64> {
     p.active_on_update.map(|t| t.max(committed))
 }
 
+/// Whether signal `s` of `p`'s host was read late enough after `p`'s change (its
+/// wave committed at `committed`) to be evidence.
+fn evidence(p: &PortFacts<'_>, s: &Signal, committed: i64) -> bool {
+    landed(p, committed).is_some_and(|at| s.observed_at.is_some_and(|t| t >= at + s.settle))
+}
+
 /// For each switch whose hosts of the wave under way (`members`) give the signal
 /// `of` (a Switch's read: BGP, neighbours), the time (Unix seconds) after which a
 /// read of it is evidence for each of them whose change has landed: what the
@@ -758,6 +764,8 @@ struct SignalGate {
     down: &'static str,
     /// What a wait for evidence says; `{n}` filled in.
     unproven: &'static str,
+    /// Why a host's signal cannot be evaluated yet when it has no evidence at all.
+    never: &'static str,
 }
 
 /// The gates on a host's signals, in the order they are judged.
@@ -767,24 +775,28 @@ const SIGNALS: [SignalGate; 4] = [
         of: |p| p.bgp,
         down: "BGP of the host(s) on {ports} not Established a hold time after wave {wave}'s change reached them",
         unproven: "BGP of {n} host(s) not yet read a hold time after the change reached them",
+        never: "the Switch's speaker not read yet",
     },
     SignalGate {
         gate: gate::NODE_READY,
         of: |p| p.node,
         down: "the Node(s) of the host(s) on {ports} not Ready a grace period after wave {wave}'s change reached them",
         unproven: "the Node(s) of {n} host(s) not yet read a grace period after the change reached them",
+        never: "their Node not read yet",
     },
     SignalGate {
         gate: gate::NEIGHBOR_SEEN,
         of: |p| p.neighbor,
         down: "the host(s) on {ports} no longer seen on their port (LLDP, learned MAC) an age-out time after wave {wave}'s change reached them",
         unproven: "the neighbours of {n} host(s) not yet read an age-out time after the change reached them",
+        never: "the Switch's neighbours not read yet",
     },
     SignalGate {
         gate: gate::HTTP_PROBE,
         of: |p| p.probe,
         down: "the host(s) on {ports} failed spec.rollout.probe failureThreshold times in a row after wave {wave}'s change reached them",
         unproven: "{n} host(s) not yet answered spec.rollout.probe after the change reached them",
+        never: "no answer yet and fewer failures in a row than failureThreshold, or no address known",
     },
 ];
 
@@ -1043,15 +1055,10 @@ fn judge_wave(
             ),
         };
     }
-    let landed = |p: &PortFacts<'_>| landed(p, committed);
-    // A signal read late enough after the port's change to be evidence.
-    let evidence = |p: &PortFacts<'_>, s: &Signal| {
-        landed(p).is_some_and(|at| s.observed_at.is_some_and(|t| t >= at + s.settle))
-    };
     for g in &SIGNALS {
         let down: Vec<&str> = wave
             .iter()
-            .filter(|p| (g.of)(p).is_some_and(|s| evidence(p, &s) && !s.healthy))
+            .filter(|p| (g.of)(p).is_some_and(|s| evidence(p, &s, committed) && !s.healthy))
             .map(|p| p.key)
             .collect();
         if !down.is_empty() {
@@ -1064,39 +1071,55 @@ fn judge_wave(
             };
         }
     }
+    match still_waiting(now, rollout, progress, &wave, committed) {
+        None => Step::Passed,
+        // Past the deadline, what the wave still waits on is why it goes back.
+        Some((_, waiting)) if now - committed > rollout.progress_deadline_seconds => {
+            Step::RollBack {
+                gate: gate::PROGRESS_DEADLINE,
+                message: format!(
+                    "wave {} did not pass its gates within {} s; at the deadline {waiting}",
+                    progress.wave, rollout.progress_deadline_seconds,
+                ),
+            }
+        }
+        Some((after, message)) => Step::Wait { after, message },
+    }
+}
+
+/// What the wave (`wave`, committed at `committed`), none of whose ports failed and
+/// none of whose hosts' signals is down, still waits on at `now`: when to look again
+/// and what it waits on; `None`: its gates passed.
+fn still_waiting(
+    now: i64,
+    rollout: &Rollout,
+    progress: &Progress,
+    wave: &[&PortFacts<'_>],
+    committed: i64,
+) -> Option<(i64, String)> {
+    let landed = |p: &PortFacts<'_>| landed(p, committed);
     let pending: Vec<&str> = wave
         .iter()
         .filter(|p| p.active_on_update.is_none())
         .map(|p| p.key)
         .collect();
-    if now - committed > rollout.progress_deadline_seconds {
-        return Step::RollBack {
-            gate: gate::PROGRESS_DEADLINE,
-            message: format!(
-                "wave {} did not pass its gates within {} s: {} port(s) not Active on the update revision ({})",
+    if !pending.is_empty() {
+        return Some((
+            2,
+            format!(
+                "wave {}: {} of {} port(s) not yet read back Active on the update revision ({})",
                 progress.wave,
-                rollout.progress_deadline_seconds,
                 pending.len(),
+                wave.len(),
                 some_of(&pending)
             ),
-        };
-    }
-    if !pending.is_empty() {
-        return Step::Wait {
-            after: 2,
-            message: format!(
-                "wave {}: {} of {} port(s) not yet read back Active on the update revision",
-                progress.wave,
-                pending.len(),
-                wave.len()
-            ),
-        };
+        ));
     }
     for g in &SIGNALS {
         let unproven: Vec<(&PortFacts<'_>, Signal)> = wave
             .iter()
             .filter_map(|p| (g.of)(p).map(|s| (*p, s)))
-            .filter(|(p, s)| !evidence(p, s))
+            .filter(|(p, s)| !evidence(p, s, committed))
             .collect();
         if let Some(ready_at) = unproven
             .iter()
@@ -1107,19 +1130,19 @@ fn judge_wave(
                 .iter()
                 .filter(|(_, s)| s.observed_at.is_none())
                 .count();
-            return Step::Wait {
-                after: (ready_at - now).clamp(1, 5),
-                message: format!(
+            return Some((
+                (ready_at - now).clamp(1, 5),
+                format!(
                     "wave {}: Active; {}{}",
                     progress.wave,
                     g.unproven.replace("{n}", &unproven.len().to_string()),
                     if never > 0 {
-                        format!(" ({never} cannot be evaluated yet: not read yet)")
+                        format!(" ({never} cannot be evaluated yet: {})", g.never)
                     } else {
                         String::new()
                     }
                 ),
-            };
+            ));
         }
     }
     // Every port landed: the wave landed with its last.
@@ -1129,18 +1152,17 @@ fn judge_wave(
         .max()
         .unwrap_or(committed);
     let elapsed = now - since;
-    if elapsed < rollout.min_wait_seconds {
-        return Step::Wait {
-            after: rollout.min_wait_seconds - elapsed,
-            message: format!(
+    (elapsed < rollout.min_wait_seconds).then(|| {
+        (
+            rollout.min_wait_seconds - elapsed,
+            format!(
                 "wave {}: Active; waiting {} s more (minWaitSeconds {}, counted from when the wave's last port went Active)",
                 progress.wave,
                 rollout.min_wait_seconds - elapsed,
                 rollout.min_wait_seconds
             ),
-        };
-    }
-    Step::Passed
+        )
+    })
 }
 
 #[cfg(test)]
@@ -2030,6 +2052,25 @@ mod tests {
         }
         assert_eq!(
             step(133, &rollout, &under_way, &with(both, 133), false),
+            Step::Passed
+        );
+        // The Switch's source down: no read after the age-out. At the deadline
+        // (600 s after the commit at 100) the rollback says what it waited on.
+        match step(701, &rollout, &under_way, &with(both, 120), false) {
+            Step::RollBack { gate, message } => {
+                assert_eq!(gate, gate::PROGRESS_DEADLINE);
+                assert_eq!(
+                    message,
+                    "wave 1 did not pass its gates within 600 s; at the deadline wave 1: \
+                     Active; the neighbours of 1 host(s) not yet read an age-out time after \
+                     the change reached them"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Evidence complete at a look past the deadline: the gates passed.
+        assert_eq!(
+            step(701, &rollout, &under_way, &with(both, 700), false),
             Step::Passed
         );
     }
