@@ -73,7 +73,7 @@ pub struct RolloutContext {
 /// The pins this process wrote lately, by port (`namespace/name`): the port cache
 /// shows a pin a moment after its patch, and a look in between would write it
 /// again (1-4 % of a 10,000-port rollout's pins were such repeats). A pin counts as
-/// written for [`RecentPins::FRESH`]; a port whose cache still lacks it then (its
+/// written for 30 s; a port whose cache still lacks it then (its
 /// annotation removed by hand) is pinned again.
 #[derive(Default)]
 pub struct RecentPins(

@@ -908,6 +908,13 @@ pub struct Probed {
 }
 
 impl Probed {
+    /// Takes in that the host had no address to probe at `at`: not a failure (the
+    /// gate cannot be evaluated for it), looked for again a period later.
+    pub fn unaddressed(&mut self, at: i64) {
+        self.last_at = Some(at);
+        self.answered = false;
+    }
+
     /// Takes a probe at `at` in.
     pub fn record(&mut self, at: i64, answered: bool) {
         self.last_at = Some(at);
@@ -2186,6 +2193,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // A host without an address is never evidence, however long.
+        let mut nowhere = Probed::default();
+        for t in [105, 107, 109, 111] {
+            nowhere.unaddressed(t);
+        }
+        assert_eq!(nowhere.signal(&p).observed_at, None);
+        assert!(
+            !p.due(&nowhere, Some(100), 112),
+            "looked for again a period later"
+        );
         let mut unanswered = Probed::default();
         unanswered.record(105, false);
         f[0].probe = Some(unanswered.signal(&p));

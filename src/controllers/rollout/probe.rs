@@ -59,8 +59,7 @@ pub struct Target<'a> {
 impl ProbeBook {
     /// Probes every target of the wave pinned `pin` that is due at `now` (Unix
     /// seconds), and returns what each target showed so far (in `targets`' order).
-    /// Whatever the book holds of another pin of the same configuration's ports is
-    /// forgotten (`pin_prefix`: the rollout's `<updateRevision>.<attempt>.`).
+    /// Whatever the book holds of these ports under another pin is forgotten.
     pub async fn probe(
         &self,
         ctx: &Context,
@@ -84,15 +83,15 @@ impl ProbeBook {
                 })
                 .collect()
         };
-        let results: Vec<(usize, Option<String>, bool)> = futures::stream::iter(due)
+        let results: Vec<(usize, Option<String>, Option<bool>)> = futures::stream::iter(due)
             .map(|(i, known)| async move {
                 let address = match known {
                     Some(a) => Some(a),
                     None => address_of(ctx, targets[i].host).await,
                 };
                 let answered = match &address {
-                    Some(a) => get(probe, a).await,
-                    None => false,
+                    Some(a) => Some(get(probe, a).await),
+                    None => None,
                 };
                 (i, address, answered)
             })
@@ -104,11 +103,15 @@ impl ProbeBook {
             let e = book
                 .entry((targets[i].port.to_owned(), pin.to_owned()))
                 .or_default();
-            if address.is_none() {
-                tracing::debug!(host = targets[i].host, "no address known to probe");
-            }
             e.address = address;
-            e.probed.record(now, answered);
+            match answered {
+                Some(answered) => e.probed.record(now, answered),
+                // Not the host's failure: the gate cannot be evaluated for it.
+                None => {
+                    tracing::debug!(host = targets[i].host, "no address known to probe");
+                    e.probed.unaddressed(now);
+                }
+            }
         }
         targets
             .iter()
