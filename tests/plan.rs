@@ -539,8 +539,10 @@ async fn the_plan_is_what_an_ansible_run_is_given() {
         (sent >= 2).then_some(vars)
     })
     .await;
+    // The read-back is an ansible-playbook run of its own: under a loaded suite
+    // (nine tests, 2 cores) it took longer than 30 s once.
     for p in ["p1", "p2"] {
-        env.wait_state(p, PortState::Active).await;
+        env.wait_state_within(p, PortState::Active, 120).await;
     }
     // Every port's entry is the plan's, sent once; every run's VLANs are the plan's.
     let by_name = |v: &serde_json::Value| -> Vec<(String, serde_json::Value)> {

@@ -2,8 +2,8 @@
 //! which wave, whether a tenant's rollout policy stays within the limits the infra
 //! team set, and each step of a rollout under way — the wave's gates judged from
 //! what its ports and hosts show (read back Active; BGP Established; Node Ready;
-//! the host still seen on its port), wait, pass or roll back. Pure, table-tested;
-//! `src/controllers/rollout.rs` does the I/O.
+//! the host still seen on its port; its answer to an HTTP probe), wait, pass or
+//! roll back. Pure, table-tested; `src/controllers/rollout.rs` does the I/O.
 //!
 //! The shape follows a Deployment's rolling update, with a port as the unit:
 //! - a **canary** first: a number of ports, or the ports of one switch;
