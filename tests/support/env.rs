@@ -244,16 +244,9 @@ impl Env {
         ports: &[(&str, &str)],
         neighbors: serde_json::Value,
     ) {
-        let ports: serde_json::Map<String, serde_json::Value> = ports
-            .iter()
-            .map(|(k, p)| (k.to_string(), json!({ "name": p })))
-            .collect();
-        self.create::<Switch>(json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-            "metadata": {"name": name},
-            "spec": {"provider": {"name": name}, "ports": ports, "neighbors": neighbors}
-        }))
-        .await;
+        let mut switch = switch_object(name, ports);
+        switch["spec"]["neighbors"] = neighbors;
+        self.create::<Switch>(switch).await;
     }
 
     /// Server `name` (cluster-scoped, of site `site`) with one NIC `eth0` of MAC
@@ -322,16 +315,7 @@ impl Env {
             "metadata": {"name": name}, "spec": spec
         }))
         .await;
-        let port_map: serde_json::Map<String, serde_json::Value> = ports
-            .iter()
-            .map(|(k, dev)| (k.to_string(), json!({"name": dev})))
-            .collect();
-        self.create::<Switch>(json!({
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
-            "metadata": {"name": name},
-            "spec": {"provider": {"name": name}, "ports": port_map}
-        }))
-        .await;
+        self.create::<Switch>(switch_object(name, ports)).await;
     }
 
     /// Caps the device of ProviderSwitch `name` at `n` sessions
@@ -476,6 +460,20 @@ impl Env {
     pub async fn warnings(&self, name: &str) -> Vec<Event> {
         super::warnings(&self.api(), name).await
     }
+}
+
+/// Switch `name` on ProviderSwitch `name`, its ports the given (key, device port)
+/// pairs.
+fn switch_object(name: &str, ports: &[(&str, &str)]) -> serde_json::Value {
+    let ports: serde_json::Map<String, serde_json::Value> = ports
+        .iter()
+        .map(|(k, dev)| (k.to_string(), json!({ "name": dev })))
+        .collect();
+    json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "Switch",
+        "metadata": {"name": name},
+        "spec": {"provider": {"name": name}, "ports": ports}
+    })
 }
 
 /// An object as JSON without its metadata (managed fields drown what a timeout

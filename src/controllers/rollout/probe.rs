@@ -76,7 +76,7 @@ impl ProbeBook {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, t)| {
-                    let e = book.entry((t.port.to_owned(), pin.to_owned())).or_default();
+                    let e = book.entry(key(t.port, pin)).or_default();
                     probe
                         .due(&e.probed, t.landed, now)
                         .then(|| (i, e.address.clone()))
@@ -100,9 +100,7 @@ impl ProbeBook {
             .await;
         let mut book = self.0.lock();
         for (i, address, answered) in results {
-            let e = book
-                .entry((targets[i].port.to_owned(), pin.to_owned()))
-                .or_default();
+            let e = book.entry(key(targets[i].port, pin)).or_default();
             e.address = address;
             match answered {
                 Some(answered) => e.probed.record(now, answered),
@@ -116,7 +114,7 @@ impl ProbeBook {
         targets
             .iter()
             .map(|t| {
-                book.get(&(t.port.to_owned(), pin.to_owned()))
+                book.get(&key(t.port, pin))
                     .map(|e| e.probed)
                     .unwrap_or_default()
             })
@@ -130,6 +128,11 @@ impl ProbeBook {
             .lock()
             .retain(|(port, _), _| !ports.contains(port.as_str()));
     }
+}
+
+/// A port's entry in the book under `pin`.
+fn key(port: &str, pin: &str) -> (String, String) {
+    (port.to_owned(), pin.to_owned())
 }
 
 /// The address of `host` (see the module doc), if known.
