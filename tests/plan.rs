@@ -225,7 +225,7 @@ spec: {configuration: {name: far}}
     assert_eq!(doc["switches"][0]["ports"], 2, "{doc}");
     assert_eq!(
         doc["rollouts"],
-        json!([{"configuration": format!("{ns}/pxe"), "switches": 1,
+        json!([{"kind": "SwitchPortConfiguration", "configuration": format!("{ns}/pxe"), "switches": 1,
                 "waves": [[format!("{ns}/p1")]], "refused": []}]),
         "{doc}"
     );

@@ -23,7 +23,7 @@ mod netconfd;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use patchbay::api::{PortState, SwitchPortConfiguration};
+use patchbay::api::{PortState, Revisioned, RolloutStatus, SwitchPortConfiguration};
 use patchbay_providers::netconf::{NetconfOptions, NetconfSwitch, model};
 use patchbay_providers::values::PortName;
 use patchbay_providers::{Device, VlanMode};
@@ -52,18 +52,41 @@ fn own_session(nc: &Netconfd) -> NetconfSwitch {
     )
 }
 
+/// A configuration of either kind, as the tests read and edit it.
+trait Config:
+    Revisioned
+    + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
+{
+}
+
+impl<C> Config for C where
+    C: Revisioned
+        + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+{
+}
+
 /// Configuration `name`'s rollout of its first edit (attempt 1), once it reaches
 /// `phase`.
-async fn rollout_in(env: &Env, name: &str, phase: &str) -> patchbay::api::RolloutStatus {
+async fn rollout_in<C: Config>(env: &Env, name: &str, phase: &str) -> RolloutStatus {
     let shared = env
-        .wait_obj_within::<SwitchPortConfiguration>(90, name, phase, |c| {
-            c.status
-                .as_ref()
+        .wait_obj_within::<C>(90, name, phase, |c| {
+            c.configuration_status()
                 .and_then(|s| s.rollout.as_ref())
                 .is_some_and(|r| r.phase == phase && r.attempt == 1)
         })
         .await;
-    shared.status.unwrap().rollout.unwrap()
+    shared
+        .configuration_status()
+        .and_then(|s| s.rollout.clone())
+        .unwrap()
 }
 
 /// The access VLAN of each port of `device` (`None`: anything else).
@@ -234,7 +257,7 @@ async fn an_edit_reaches_four_real_switches_in_waves() {
         ],
         "{steps:?}"
     );
-    let r = rollout_in(&env, "shared", "Complete").await;
+    let r = rollout_in::<SwitchPortConfiguration>(&env, "shared", "Complete").await;
     assert_eq!(
         (r.phase.as_str(), r.updated_ports, r.switches.as_str()),
         ("Complete", 8, "4/4")
@@ -312,7 +335,7 @@ async fn a_wave_held_on_netconfd_is_taken_back_by_the_server_when_the_operator_d
     eprintln!("the server took the wave back {back_after:?} after the operator died");
 
     env.restart_operator();
-    let r = rollout_in(&env, "shared", "RolledBack").await;
+    let r = rollout_in::<SwitchPortConfiguration>(&env, "shared", "RolledBack").await;
     assert!(
         r.message.contains("ProgressDeadline") || r.message.contains("DeviceHeld"),
         "{}",
@@ -325,21 +348,20 @@ async fn a_wave_held_on_netconfd_is_taken_back_by_the_server_when_the_operator_d
 
 /// Configuration `name`'s rollout once RolledBack (within `secs`), `meanwhile`
 /// checked at every look.
-async fn rolled_back(
+async fn rolled_back<C: Config>(
     env: &Env,
     name: &str,
     secs: u64,
     meanwhile: impl Fn(),
-) -> patchbay::api::RolloutStatus {
+) -> RolloutStatus {
     let started = Instant::now();
     loop {
         meanwhile();
-        let c = env
-            .api::<SwitchPortConfiguration>()
-            .get(name)
-            .await
+        let c = env.api::<C>().get(name).await.unwrap();
+        let r = c
+            .configuration_status()
+            .and_then(|s| s.rollout.clone())
             .unwrap();
-        let r = c.status.and_then(|s| s.rollout).unwrap();
         if r.phase == "RolledBack" {
             return r;
         }
@@ -352,8 +374,8 @@ async fn rolled_back(
 }
 
 /// Merges `spec` into configuration `name`'s spec.
-async fn edit(env: &Env, name: &str, spec: serde_json::Value) {
-    env.api::<SwitchPortConfiguration>()
+async fn edit<C: Config>(env: &Env, name: &str, spec: serde_json::Value) {
+    env.api::<C>()
         .patch(
             name,
             &kube::api::PatchParams::default(),
@@ -419,7 +441,7 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
 
     // VLAN 11: the hosts' untagged frames are learned there; each wave waits for a
     // read an age-out after its change, which still sees its host.
-    edit(&env, "prov", json!({"untaggedVLAN": 11})).await;
+    edit::<SwitchPortConfiguration>(&env, "prov", json!({"untaggedVLAN": 11})).await;
     let waited = env
         .wait_obj::<patchbay::api::SwitchPortConfiguration>(
             "prov",
@@ -445,18 +467,18 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
         Some("mac"),
         "the pin records how the host was seen before its port moved"
     );
-    let r = rollout_in(&env, "prov", "Complete").await;
+    let r = rollout_in::<SwitchPortConfiguration>(&env, "prov", "Complete").await;
     assert_eq!(r.updated_ports, 2, "{r:?}");
     assert_eq!((tag(0), tag(1)), ("11".into(), "11".into()));
 
     // A trunk of VLAN 20 alone drops host x's untagged frames: not seen any more.
-    edit(
+    edit::<SwitchPortConfiguration>(
         &env,
         "prov",
         json!({"untaggedVLAN": null, "vlans": [{"id": 20}]}),
     )
     .await;
-    let r = rolled_back(&env, "prov", 90, || {
+    let r = rolled_back::<SwitchPortConfiguration>(&env, "prov", 90, || {
         assert_eq!(
             tag(1),
             "11",
@@ -573,8 +595,8 @@ async fn a_host_that_stops_answering_its_probe_rolls_the_wave_back() {
 
     // A description: the hosts stay reachable, each wave passes once its host
     // answered the operator's probe.
-    edit(&env, "prov", json!({"description": "probed"})).await;
-    let r = rollout_in(&env, "prov", "Complete").await;
+    edit::<SwitchPortConfiguration>(&env, "prov", json!({"description": "probed"})).await;
+    let r = rollout_in::<SwitchPortConfiguration>(&env, "prov", "Complete").await;
     assert_eq!(r.updated_ports, 2, "{r:?}");
     assert!(
         asked(0) > before.0 && asked(1) > before.1,
@@ -584,9 +606,9 @@ async fn a_host_that_stops_answering_its_probe_rolls_the_wave_back() {
     );
 
     // VLAN 20: the canary's host is cut off from the operator.
-    edit(&env, "prov", json!({"untaggedVLAN": 20})).await;
+    edit::<SwitchPortConfiguration>(&env, "prov", json!({"untaggedVLAN": 20})).await;
     let started = Instant::now();
-    let r = rolled_back(&env, "prov", 60, || {
+    let r = rolled_back::<SwitchPortConfiguration>(&env, "prov", 60, || {
         assert_eq!(
             tag(1),
             "10",
@@ -610,5 +632,166 @@ async fn a_host_that_stops_answering_its_probe_rolls_the_wave_back() {
     )
     .await;
     assert_eq!(tag(1), "10");
+    env.cluster.finish().await;
+}
+
+/// A SmartNicConfiguration rolls out in waves like a SwitchPortConfiguration: two
+/// hosts in network namespaces behind a SmartNIC's Open vSwitch bridge (a
+/// SmartNicPort each, driven by its Server), serving `/healthz`, reached by the
+/// operator over VLAN 10. A description edit passes both waves once each host
+/// answered, its revisions kept as ControllerRevisions of their own kind; VLAN 20
+/// cuts the canary's host off: its wave goes back, the other port is never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_smartnic_configuration_rolls_out_in_waves_and_back() {
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    use kube::ResourceExt;
+    use patchbay::api::{SmartNicConfiguration, SmartNicPort};
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
+    let _management = hosts.reach_from_root(&ovs, "br0", 10);
+    let web = [hosts.serve_http(0, 8080), hosts.serve_http(1, 8080)];
+    let env = Env::start("rollout-smartnic").await;
+    env.ovs_provider(&ovs, "nic").await;
+    for (name, port) in [("snp-a", &hosts.ports[0]), ("snp-b", &hosts.ports[1])] {
+        env.create::<SmartNicPort>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+            "metadata": {"name": name},
+            "spec": {"provider": {"name": "nic"}, "portName": port}
+        }))
+        .await;
+    }
+    env.create::<SmartNicConfiguration>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicConfiguration",
+        "metadata": {"name": "prov"},
+        "spec": {"untaggedVLAN": 10,
+                 "rollout": {"canary": {"ports": 1}, "maxUnavailable": 1,
+                             "progressDeadlineSeconds": 120,
+                             "probe": {"httpGet": {"port": 8080, "path": "/healthz"},
+                                       "initialDelaySeconds": 1, "periodSeconds": 1,
+                                       "timeoutSeconds": 1, "failureThreshold": 3}}}
+    }))
+    .await;
+    let ns = env.cluster.namespace.clone();
+    let (x, y) = (format!("{ns}-x"), format!("{ns}-y"));
+    for (i, server, port) in [(0, &x, "snp-a"), (1, &y, "snp-b")] {
+        let mac = hosts.mac(i);
+        env.server(
+            (server, &ns),
+            (&mac, port),
+            "prov",
+            json!({"hostAddress": hosts.ip(i),
+                   "nics": [{"name": "eth0", "mac": mac,
+                             "port": {"kind": "SmartNicPort", "name": port, "namespace": ns},
+                             "provisioningConfiguration": {"name": "prov"}}]}),
+        )
+        .await;
+    }
+    let tag = |i: usize| ovs.vsctl(&["get", "Port", &hosts.ports[i], "tag"]).unwrap();
+    for p in ["snp-a", "snp-b"] {
+        env.wait_obj_within::<SmartNicPort>(60, p, "Active on prov", |sp| {
+            let st = sp.status.as_ref();
+            st.and_then(|s| s.state) == Some(PortState::Active)
+                && st
+                    .and_then(|s| s.configuration_ref.as_ref())
+                    .is_some_and(|c| c.name == "prov")
+        })
+        .await;
+    }
+    assert_eq!((tag(0), tag(1)), ("10".into(), "10".into()));
+    support::eventually(20, "both hosts answer through the SmartNIC", || async {
+        (answers(&hosts.ip(0)) && answers(&hosts.ip(1))).then_some(())
+    })
+    .await;
+    let asked = |i: usize| web[i].requests().len();
+    let before = (asked(0), asked(1));
+
+    // A description: two waves, each passed once its host answered.
+    edit::<SmartNicConfiguration>(&env, "prov", json!({"description": "probed"})).await;
+    let r = rollout_in::<SmartNicConfiguration>(&env, "prov", "Complete").await;
+    assert_eq!((r.ports, r.updated_ports), (2, 2), "{r:?}");
+    assert_eq!(r.switches, "1/1", "{r:?}");
+    assert!(
+        asked(0) > before.0 && asked(1) > before.1,
+        "each host probed by the operator: {:?} {:?}",
+        web[0].requests(),
+        web[1].requests()
+    );
+    for port in &hosts.ports {
+        assert_eq!(
+            ovs.vsctl(&["get", "Port", port, "external_ids:\"patchbay/description\""])
+                .unwrap(),
+            "probed",
+            "the description read back from the bridge"
+        );
+    }
+    let revisions = env
+        .api::<ControllerRevision>()
+        .list(&kube::api::ListParams::default().labels("patchbay.dev/configuration=prov"))
+        .await
+        .unwrap();
+    let kinds: Vec<(String, Option<String>)> = revisions
+        .items
+        .iter()
+        .map(|c| {
+            (
+                c.name_any(),
+                c.labels().get("patchbay.dev/configuration-kind").cloned(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert!(
+        kinds
+            .iter()
+            .all(|(_, k)| k.as_deref() == Some("SmartNicConfiguration")),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.iter().any(|(n, _)| *n == r.current_revision),
+        "{kinds:?} {r:?}"
+    );
+
+    // VLAN 20: the canary's host is cut off from the operator.
+    edit::<SmartNicConfiguration>(&env, "prov", json!({"untaggedVLAN": 20})).await;
+    let started = Instant::now();
+    let r = rolled_back::<SmartNicConfiguration>(&env, "prov", 60, || {
+        assert_eq!(
+            tag(1),
+            "10",
+            "the port the rollout did not reach is untouched"
+        )
+    })
+    .await;
+    eprintln!(
+        "rolled back {:?} after the edit: {}",
+        started.elapsed(),
+        r.message
+    );
+    assert!(r.message.contains("gate HttpProbe failed"), "{}", r.message);
+    assert!(r.message.contains(&format!("{ns}/snp-a")), "{}", r.message);
+    assert!(r.message.contains(&format!("Server/{x}")), "{}", r.message);
+    assert!(!r.message.contains("snp-b"), "{}", r.message);
+    let warned = env.warnings("prov").await;
+    assert!(
+        warned
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RolledBack")),
+        "{warned:?}"
+    );
+    support::eventually(
+        30,
+        "the canary back on VLAN 10 and its host answering",
+        || async { (tag(0) == "10" && answers(&hosts.ip(0))).then_some(()) },
+    )
+    .await;
+    // Drift repair does not bring the rolled-back revision back.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!((tag(0), tag(1)), ("10".into(), "10".into()));
+    let canary = env.api::<SmartNicPort>().get("snp-a").await.unwrap();
+    assert!(
+        !canary.annotations().contains_key("patchbay.dev/rollout"),
+        "the canary's pin is gone: {:?}",
+        canary.annotations()
+    );
     env.cluster.finish().await;
 }

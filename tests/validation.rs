@@ -909,11 +909,22 @@ fn a_yaml_syntax_error_is_one_row_for_the_file_with_its_line() {
 #[test]
 fn a_malformed_rollout_policy_is_reported_by_its_field() {
     use patchbay::decide::validate::manifests::validate_manifests;
-    let doc = "apiVersion: patchbay.dev/v1alpha1\nkind: SwitchPortConfiguration\n\
-               metadata: {name: web, namespace: team-web}\n\
-               spec: {untaggedVLAN: 10, rollout: {maxUnavailable: \"0%\", canary: {ports: 2, oneSwitch: true},\n\
-               probe: {httpGet: {port: 8080, path: healthz}}}}\n";
-    let report = validate_manifests(&[("web.yaml".into(), doc.into())]);
+    for kind in ["SwitchPortConfiguration", "SmartNicConfiguration"] {
+        let doc = format!(
+            "apiVersion: patchbay.dev/v1alpha1\nkind: {kind}\n\
+             metadata: {{name: web, namespace: team-web}}\n\
+             spec: {{untaggedVLAN: 10, rollout: {{maxUnavailable: \"0%\", canary: {{ports: 2, oneSwitch: true}},\n\
+             probe: {{httpGet: {{port: 8080, path: healthz}}}}}}}}\n"
+        );
+        malformed_policy_reported(kind, validate_manifests(&[("web.yaml".into(), doc)]));
+    }
+}
+
+/// What [`a_malformed_rollout_policy_is_reported_by_its_field`] expects of `kind`.
+fn malformed_policy_reported(
+    kind: &str,
+    report: patchbay::decide::validate::manifests::ValidationReport,
+) {
     let errors: Vec<(&str, &str)> = report.verdicts[0]
         .errors
         .iter()
@@ -927,7 +938,7 @@ fn a_malformed_rollout_policy_is_reported_by_its_field() {
             "spec.rollout.canary",
             "spec.rollout.probe.httpGet.path"
         ],
-        "{errors:?}"
+        "{kind}: {errors:?}"
     );
     assert!(errors[0].1.contains("between 1% and 100%"), "{errors:?}");
     assert!(errors[2].1.contains("a path from /"), "{errors:?}");

@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, watch};
 use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
 use crate::api::{
-    CabledPortKind, ProviderSwitch, Server, ServerClaim, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration, VLANPool,
+    CabledPortKind, ProviderSwitch, Revisioned, Server, ServerClaim, SmartNicPort, Switch,
+    SwitchPort, SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
 use crate::compact_port::CompactPort;
@@ -305,41 +305,54 @@ impl Stores {
         self
     }
 
-    /// The configuration `ns/name` as a port whose rollout pin is `pin` carries it:
-    /// its spec at the revision the configuration's rollout gives the port
-    /// ([`crate::decide::rollout::revision_of`]), which is the spec as it stands
-    /// unless a rollout holds the port on an earlier one. `Err` names a revision the
-    /// cache does not hold (not listed yet, or deleted): the port waits rather than
-    /// take a spec its rollout has not reached.
+    /// The configuration `ns/name` as a port whose rollout pin is `pin` carries it
+    /// ([`Stores::carried`]).
     pub fn configuration_carried(
         &self,
         ns: &str,
         name: &str,
         pin: Option<&str>,
     ) -> Result<Option<SwitchPortConfiguration>, String> {
-        let Some(mut config) = self.configuration(ns, name) else {
-            return Ok(None);
-        };
-        let rollout = config.status.as_ref().and_then(|s| s.rollout.as_ref());
+        self.configuration(ns, name)
+            .map(|c| self.carried(c, pin))
+            .transpose()
+    }
+
+    /// `config` (a SwitchPortConfiguration or a SmartNicConfiguration) as a port
+    /// whose rollout pin is `pin` carries it: its spec at the revision the
+    /// configuration's rollout gives the port
+    /// ([`crate::decide::rollout::revision_of`]), which is the spec as it stands
+    /// unless a rollout holds the port on an earlier one. `Err` names a revision the
+    /// cache does not hold (not listed yet, or deleted): the port waits rather than
+    /// take a spec its rollout has not reached.
+    pub fn carried<C: Revisioned>(&self, mut config: C, pin: Option<&str>) -> Result<C, String> {
+        let rollout = config
+            .configuration_status()
+            .and_then(|s| s.rollout.as_ref());
         let Some(revision) = crate::decide::rollout::revision_of(pin, rollout) else {
-            return Ok(Some(config));
+            return Ok(config);
         };
-        let live = crate::decide::rollout::revision_name(name, &config.spec.content_hash());
+        let (ns, name) = (
+            config.meta().namespace.clone().unwrap_or_default(),
+            config.meta().name.clone().unwrap_or_default(),
+        );
+        let live = crate::decide::rollout::revision_name(&name, &config.content_hash());
         if revision == live {
-            return Ok(Some(config));
+            return Ok(config);
         }
         let spec = self
             .revisions
-            .get(&ObjectRef::new(revision).within(ns))
+            .get(&ObjectRef::new(revision).within(&ns))
             .and_then(|r| serde_json::from_value(r.data.0.clone()).ok())
             .ok_or_else(|| {
                 format!(
-                    "revision {revision} of SwitchPortConfiguration {ns}/{name} (the one this \
-                     port's rollout gives it) is not in the cache"
+                    "revision {revision} of {} {ns}/{name} (the one this port's rollout gives \
+                     it) is not in the cache",
+                    C::kind(&())
                 )
             })?;
-        config.spec = spec;
-        Ok(Some(config))
+        *config.spec_mut() = spec;
+        Ok(config)
     }
 }
 

@@ -1,5 +1,6 @@
-//! SwitchPortConfiguration rollouts: an edit reaches the ports carrying the
-//! configuration in waves, each gated, rolled back when a gate fails. Kubernetes I/O
+//! Rollouts of SwitchPortConfigurations and SmartNicConfigurations ([`Rolled`]): an
+//! edit reaches the ports carrying the configuration in waves, each gated, rolled
+//! back when a gate fails. Kubernetes I/O
 //! (ControllerRevisions, the configuration's status, each moved port's
 //! [`ROLLOUT_ANNOTATION`] and what it saw of the host, Events, a Switch's BGP and
 //! neighbour read-after, the Nodes for the Node Ready gate), the hosts' HTTP probes
@@ -26,6 +27,17 @@
 //!
 //! An edit while a rollout is under way waits for it to finish (complete, rolled
 //! back or aborted); the newest spec then rolls out from the current revision.
+//!
+//! A SmartNicConfiguration's rollout is the same over its SmartNicPorts, with a
+//! SmartNIC (the port's ProviderSwitch) where a SwitchPortConfiguration's has a
+//! Switch: waves spread over SmartNICs, `maxUnavailablePerSwitch` bounds each one,
+//! `status.rollout.switches` counts them. A SmartNicPort reads back Active only when
+//! its bridge port and, where chained, its next SwitchPort both carry what the
+//! revision says, so a revision that changes `nextConfigurationRef` moves the next
+//! port in the same wave and puts it back with a rollback. Its gates are the ports'
+//! read-back, Node Ready and the HTTP probe (the BGP and NeighborSeen gates read a
+//! Switch's status: a SmartNIC has none); an Open vSwitch holds no change for a
+//! gate, so a rollback re-applies the previous revision and reads it back.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -37,6 +49,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -45,12 +58,14 @@ use serde_json::json;
 use super::ControllerError;
 use super::context::Context;
 use crate::api::keys::{
-    BGP_READ_AFTER_ANNOTATION, CONFIGURATION_LABEL, HOST_ANNOTATION, MANAGER,
-    NEIGHBORS_READ_AFTER_ANNOTATION, REVISION_HISTORY, ROLLOUT_ANNOTATION, ROLLOUT_SEEN_ANNOTATION,
+    BGP_READ_AFTER_ANNOTATION, CONFIGURATION_KIND_LABEL, CONFIGURATION_LABEL, HOST_ANNOTATION,
+    MANAGER, NEIGHBORS_READ_AFTER_ANNOTATION, REVISION_HISTORY, ROLLOUT_ANNOTATION,
+    ROLLOUT_SEEN_ANNOTATION,
 };
 use crate::api::{
-    CabledPortKind, ConfigurationStatus, PortState, RolloutStatus, Switch, SwitchPort,
-    SwitchPortConfiguration, SwitchPortConfigurationSpec,
+    CabledPortKind, ConfigurationRef, ConfigurationStatus, PortState, PortStatus, Revisioned,
+    RolloutStatus, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
+    SwitchPortConfiguration,
 };
 use crate::decide::conditions::{Truth, set_condition};
 use crate::decide::rollout::{
@@ -124,7 +139,7 @@ pub mod phase {
 }
 
 /// A port carrying the configuration, as the rollout reads it.
-struct Carrier {
+pub struct Carrier {
     key: String,
     switch: String,
     pinned: Option<String>,
@@ -166,58 +181,161 @@ fn bgp_signal(switch: Option<&Switch>, name: &str) -> Option<Signal> {
     })
 }
 
-/// The ports carrying `ns/name`, from the cache, in key order.
-fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
-    let mut out: Vec<Carrier> = ctx
-        .ports
-        .0
-        .state()
-        .iter()
-        .filter(|p| {
-            p.configuration()
-                .is_some_and(|(n, in_ns)| n == name && in_ns.unwrap_or(p.namespace()) == ns)
-        })
-        .map(|p| {
-            let status = p.status();
-            let port = p.to_port();
-            let switch = super::switch_port::switch_name(&port, &ctx.port_index);
-            let bgp = bgp_signal(
-                switch
-                    .as_deref()
-                    .and_then(|s| ctx.stores.switch(p.namespace(), s))
-                    .as_deref(),
-                p.name(),
-            );
-            Carrier {
-                key: format!("{}/{}", p.namespace(), p.name()),
-                switch: switch
-                    .map(|s| format!("{}/{s}", p.namespace()))
-                    .unwrap_or_default(),
-                bgp,
-                pinned: p.annotation(ROLLOUT_ANNOTATION).map(str::to_owned),
-                state: p.state(),
-                applied: status.as_ref().and_then(|s| s.configuration_hash.clone()),
-                // A failure that is not the change's (a lock another session
-                // holds, the switch away) does not fail the wave: it waits.
-                failed_at: status
-                    .as_ref()
-                    .filter(|s| {
-                        crate::decide::status::find_condition(&s.conditions, "Ready")
-                            .is_none_or(|c| decide::fails_the_wave(&c.reason))
-                    })
-                    .and_then(|s| s.last_failure_time.as_ref())
-                    .map(|t| t.0.as_second()),
-                since: status
-                    .as_ref()
-                    .and_then(|s| s.last_transition_time.as_ref())
-                    .map(|t| t.0.as_second()),
-                host: p.annotation(HOST_ANNOTATION).map(str::to_owned),
-                seen_before: p.annotation(ROLLOUT_SEEN_ANNOTATION).map(str::to_owned),
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| a.key.cmp(&b.key));
-    out
+impl Carrier {
+    /// The port `key` on `switch` as its annotations (`annotation`) and status show
+    /// it, with its BGP signal.
+    fn new<'a>(
+        key: String,
+        switch: String,
+        annotation: impl Fn(&str) -> Option<&'a str>,
+        status: Option<&PortStatus>,
+        bgp: Option<Signal>,
+    ) -> Carrier {
+        Carrier {
+            key,
+            switch,
+            bgp,
+            pinned: annotation(ROLLOUT_ANNOTATION).map(str::to_owned),
+            state: status.and_then(|s| s.state),
+            applied: status.and_then(|s| s.configuration_hash.clone()),
+            // A failure that is not the change's (a lock another session holds,
+            // the switch away) does not fail the wave: it waits.
+            failed_at: status
+                .filter(|s| {
+                    crate::decide::status::find_condition(&s.conditions, "Ready")
+                        .is_none_or(|c| decide::fails_the_wave(&c.reason))
+                })
+                .and_then(|s| s.last_failure_time.as_ref())
+                .map(|t| t.0.as_second()),
+            since: status
+                .and_then(|s| s.last_transition_time.as_ref())
+                .map(|t| t.0.as_second()),
+            host: annotation(HOST_ANNOTATION).map(str::to_owned),
+            seen_before: annotation(ROLLOUT_SEEN_ANNOTATION).map(str::to_owned),
+        }
+    }
+}
+
+/// Whether a port's `spec.configuration` (`reference`, of a port in `port_ns`)
+/// names `ns/name`.
+fn names(reference: Option<&ConfigurationRef>, port_ns: &str, ns: &str, name: &str) -> bool {
+    reference.is_some_and(|r| r.name == name && r.namespace.as_deref().unwrap_or(port_ns) == ns)
+}
+
+/// A configuration whose edits roll out, and the ports that carry it: what this
+/// controller needs of each kind.
+pub trait Rolled:
+    Revisioned
+    + Resource<Scope = NamespaceResourceScope>
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The ports carrying it.
+    type Port: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static;
+    /// Their kind: only SwitchPorts are on a Switch (BGP, neighbours, a change held
+    /// on the device).
+    const PORTS: CabledPortKind;
+    /// The ports carrying `ns/name`, from the cache, in key order.
+    fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier>;
+    /// Whether its waves take whole switches (a link-aggregation group's members
+    /// change together), as it stands or as its current revision was.
+    fn whole_switches(&self, ctx: &Context) -> bool;
+}
+
+impl Rolled for SwitchPortConfiguration {
+    type Port = SwitchPort;
+    const PORTS: CabledPortKind = CabledPortKind::SwitchPort;
+
+    fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
+        let mut out: Vec<Carrier> = ctx
+            .ports
+            .0
+            .state()
+            .iter()
+            .filter(|p| {
+                p.configuration()
+                    .is_some_and(|(n, in_ns)| n == name && in_ns.unwrap_or(p.namespace()) == ns)
+            })
+            .map(|p| {
+                let port = p.to_port();
+                let switch = super::switch_port::switch_name(&port, &ctx.port_index);
+                let bgp = bgp_signal(
+                    switch
+                        .as_deref()
+                        .and_then(|s| ctx.stores.switch(p.namespace(), s))
+                        .as_deref(),
+                    p.name(),
+                );
+                Carrier::new(
+                    format!("{}/{}", p.namespace(), p.name()),
+                    switch
+                        .map(|s| format!("{}/{s}", p.namespace()))
+                        .unwrap_or_default(),
+                    |k| p.annotation(k),
+                    p.status().as_ref(),
+                    bgp,
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    fn whole_switches(&self, ctx: &Context) -> bool {
+        let (ns, name) = (self.namespace().unwrap_or_default(), self.name_any());
+        let current = ctx
+            .stores
+            .configuration_carried(&ns, &name, None)
+            .ok()
+            .flatten();
+        self.spec.link_aggregation.is_some()
+            || current.is_some_and(|c| c.spec.link_aggregation.is_some())
+    }
+}
+
+impl Rolled for SmartNicConfiguration {
+    type Port = SmartNicPort;
+    const PORTS: CabledPortKind = CabledPortKind::SmartNicPort;
+
+    /// Each SmartNicPort's "switch" is its SmartNIC: its ProviderSwitch.
+    fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
+        let mut out: Vec<Carrier> = ctx
+            .stores
+            .smartnics
+            .state()
+            .iter()
+            .filter(|p| {
+                let port_ns = p.namespace().unwrap_or_default();
+                names(p.spec.configuration.as_ref(), &port_ns, ns, name)
+            })
+            .map(|p| {
+                let port_ns = p.namespace().unwrap_or_default();
+                Carrier::new(
+                    format!("{port_ns}/{}", p.name_any()),
+                    format!("{port_ns}/{}", p.spec.provider.name),
+                    |k| p.annotations().get(k).map(String::as_str),
+                    p.status.as_ref(),
+                    None,
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    fn whole_switches(&self, _: &Context) -> bool {
+        false
+    }
 }
 
 /// Whether a content hash is the one a revision is named by.
@@ -227,26 +345,26 @@ fn is_revision(hash: Option<&str>, revision: &str) -> bool {
 }
 
 /// Keeps a configuration's rollout going: see the module doc.
-pub async fn reconcile(
-    config: Arc<SwitchPortConfiguration>,
+pub async fn reconcile<C: Rolled>(
+    config: Arc<C>,
     rc: Arc<RolloutContext>,
 ) -> Result<Action, ControllerError> {
     let ctx = rc.shared.clone();
-    if config.metadata.deletion_timestamp.is_some() {
+    if config.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let ns = config.namespace().unwrap_or_default();
     let name = config.name_any();
     let now = jiff::Timestamp::now();
-    let old = config.status.clone().unwrap_or_default();
+    let old = config.configuration_status().cloned().unwrap_or_default();
     let mut status = old.clone();
-    let spec_revision = revision_name(&name, &config.spec.content_hash());
+    let spec_revision = revision_name(&name, &config.content_hash());
     let mut wait = None;
     let mut event = None;
     match status.rollout.as_mut() {
         // First sight: the spec as it stands is the current revision.
         None => {
-            let number = ensure_revision(&ctx, &config, &spec_revision, None).await?;
+            let number = ensure_revision(&ctx, config.as_ref(), &spec_revision, None).await?;
             status.rollout = Some(RolloutStatus {
                 current_revision: spec_revision.clone(),
                 current_revision_number: number,
@@ -267,7 +385,7 @@ pub async fn reconcile(
                 let token = pin(r, r.wave);
                 let mut back = Vec::new();
                 let mut switches = BTreeSet::new();
-                for p in carriers(&ctx, &ns, &name) {
+                for p in C::carriers(&ctx, &ns, &name) {
                     let by = decide::moved_by(p.pinned.as_deref(), r);
                     if p.pinned.as_deref() == Some(token.as_str()) {
                         switches.insert(p.switch);
@@ -279,12 +397,12 @@ pub async fn reconcile(
                 // The last wave was held on its devices: they take it back (one
                 // that cannot hold, or no longer does, gets the previous revision
                 // applied again and read back: the unpin).
-                for (switch, settled) in settle_wave(&ctx, &switches, &token, false).await {
+                for (switch, settled) in settle_wave::<C>(&ctx, &switches, &token, false).await {
                     if let Err(e) = settled {
                         tracing::warn!(switch = %switch, token = %token, error = %e, "a held wave not cancelled; its device takes it back at its timeout, and the previous revision is applied again");
                     }
                 }
-                unpin(&ctx, &back).await?;
+                unpin::<C::Port>(&ctx, &back).await?;
                 r.phase = done.into();
                 r.wave_committed_at = None;
             }
@@ -294,7 +412,8 @@ pub async fn reconcile(
             );
             if settled && spec_revision != r.update_revision {
                 // A new edit: a new rollout from the current revision.
-                let number = ensure_revision(&ctx, &config, &spec_revision, Some(r)).await?;
+                let number =
+                    ensure_revision(&ctx, config.as_ref(), &spec_revision, Some(r)).await?;
                 r.update_revision = spec_revision.clone();
                 r.update_revision_number = number;
                 r.attempt += 1;
@@ -302,13 +421,13 @@ pub async fn reconcile(
                 r.wave = 0;
                 r.wave_committed_at = None;
                 r.message.clear();
-                prune_revisions(&ctx, &ns, &name, r).await;
+                prune_revisions::<C>(&ctx, &ns, &name, r).await;
             }
             if matches!(
                 r.phase.as_str(),
                 phase::PROGRESSING | phase::PAUSED | phase::REFUSED
             ) {
-                let (w, e) = advance(&ctx, &rc.probes, &rc.pins, &config, r, now).await?;
+                let (w, e) = advance(&ctx, &rc.probes, &rc.pins, config.as_ref(), r, now).await?;
                 wait = w;
                 event = e;
             }
@@ -323,13 +442,13 @@ pub async fn reconcile(
         }
     }
     let r = status.rollout.as_ref().expect("set above");
-    let counts = counts(&carriers(&ctx, &ns, &name), r);
+    let counts = counts(&C::carriers(&ctx, &ns, &name), r);
     let r = status.rollout.as_mut().expect("set above");
     (r.ports, r.updated_ports, r.switches) = counts;
-    set_conditions(&mut status, config.metadata.generation, now);
-    status.observed_generation = config.metadata.generation;
+    set_conditions(&mut status, config.meta().generation, now);
+    status.observed_generation = config.meta().generation;
     if status != old {
-        let api: Api<SwitchPortConfiguration> = Api::namespaced(ctx.client.clone(), &ns);
+        let api: Api<C> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(
             &name,
             &PatchParams::default(),
@@ -353,18 +472,18 @@ type Reported = Option<(Severity, &'static str, String)>;
 
 /// One step of the rollout `r` (Progressing or Paused), done: see the module doc.
 /// Returns when to look again, and what to report.
-async fn advance(
+async fn advance<C: Rolled>(
     ctx: &Context,
     probes: &probe::ProbeBook,
     pins: &RecentPins,
-    config: &SwitchPortConfiguration,
+    config: &C,
     r: &mut RolloutStatus,
     now: jiff::Timestamp,
 ) -> Result<(Option<Duration>, Reported), ControllerError> {
     let ns = config.namespace().unwrap_or_default();
     let name = config.name_any();
-    let ports = carriers(ctx, &ns, &name);
-    let spec = config.spec.rollout.as_ref();
+    let ports = C::carriers(ctx, &ns, &name);
+    let spec = config.policy();
     if spec.and_then(|s| s.abort_revision) == Some(r.update_revision_number) {
         let moved = ports
             .iter()
@@ -389,13 +508,7 @@ async fn advance(
     let rollout = match rollout_of(spec, &ctx.settings.rollout, tenant, ports.len()) {
         Ok(mut rollout) => {
             // A link-aggregation group's members change together.
-            let current = ctx
-                .stores
-                .configuration_carried(&ns, &name, None)
-                .ok()
-                .flatten();
-            rollout.whole_switches = config.spec.link_aggregation.is_some()
-                || current.is_some_and(|c| c.spec.link_aggregation.is_some());
+            rollout.whole_switches = config.whole_switches(ctx);
             rollout
         }
         Err(refused) => {
@@ -434,7 +547,10 @@ async fn advance(
         // after the commit; the rest after a process killed mid-commit), a switch
         // at a time so that each switch's worker batches its ports of the wave.
         members = decide::wave_members(&rollout, &progress, &facts);
-        let seen_now = read_neighbors(ctx, &ports, &members, &mut facts);
+        let seen_now = match C::PORTS {
+            CabledPortKind::SwitchPort => read_neighbors(ctx, &ports, &members, &mut facts),
+            CabledPortKind::SmartNicPort => BTreeMap::new(),
+        };
         let token = pin(r, r.wave);
         let mut unpinned: Vec<usize> = members
             .iter()
@@ -453,7 +569,7 @@ async fn advance(
                     (ports[*i].key.clone(), seen)
                 })
                 .collect();
-            pin_ports(ctx, &keys, &token).await?;
+            pin_ports::<C::Port>(ctx, &keys, &token).await?;
             pins.wrote(&keys, &token);
         }
         for (annotation, of) in [
@@ -496,7 +612,7 @@ async fn advance(
         let token = pin(r, r.wave);
         let switches: BTreeSet<String> = members.iter().map(|i| ports[*i].switch.clone()).collect();
         let mut gone = Vec::new();
-        for (switch, settled) in settle_wave(ctx, &switches, &token, true).await {
+        for (switch, settled) in settle_wave::<C>(ctx, &switches, &token, true).await {
             match settled? {
                 Settled::Gone(why) => gone.push(format!("{switch} ({why})")),
                 Settled::Confirmed | Settled::Cancelled | Settled::NeverHeld => {}
@@ -823,13 +939,18 @@ const PINS_IN_FLIGHT: usize = 32;
 
 /// Confirms (`confirm`) or cancels the wave `token` held on each of `switches`
 /// (`namespace/name`), through each switch's worker: each switch's answer.
-async fn settle_wave(
+async fn settle_wave<C: Rolled>(
     ctx: &Context,
     switches: &BTreeSet<String>,
     token: &str,
     confirm: bool,
 ) -> Vec<(String, Result<Settled, ControllerError>)> {
     let mut out = Vec::new();
+    if C::PORTS != CabledPortKind::SwitchPort {
+        // A SmartNicPort's change is never held (an Open vSwitch commits each
+        // transaction at once).
+        return out;
+    }
     for switch in switches {
         let settled = async {
             let (ns, name) = switch.split_once('/').unwrap_or_default();
@@ -859,25 +980,48 @@ async fn settle_wave(
 
 /// Pins `ports` (`namespace/name`, with how each one's host shows on it now:
 /// [`ROLLOUT_SEEN_ANNOTATION`]) to the rollout `value`.
-async fn pin_ports(
+async fn pin_ports<P: Pinned>(
     ctx: &Context,
     ports: &[(String, Option<&str>)],
     value: &str,
 ) -> Result<(), ControllerError> {
-    annotate_all(ctx, ports, Some(value)).await
+    annotate_all::<P>(ctx, ports, Some(value)).await
 }
 
 /// Takes the pin off `ports` (`namespace/name`, each pinned by this rollout, as
 /// the caller read them): they carry the current revision.
-async fn unpin(ctx: &Context, ports: &[String]) -> Result<(), ControllerError> {
+async fn unpin<P: Pinned>(ctx: &Context, ports: &[String]) -> Result<(), ControllerError> {
     let ports: Vec<(String, Option<&str>)> = ports.iter().map(|k| (k.clone(), None)).collect();
-    annotate_all(ctx, &ports, None).await
+    annotate_all::<P>(ctx, &ports, None).await
+}
+
+/// A port a rollout pins (SwitchPort, SmartNicPort).
+trait Pinned:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<P> Pinned for P where
+    P: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
 }
 
 /// Sets (or removes) the pin of every port of `ports`, with what it records of its
 /// host (removed with the pin), [`PINS_IN_FLIGHT`] at a time; the first error is
 /// returned once all were tried.
-async fn annotate_all(
+async fn annotate_all<P: Pinned>(
     ctx: &Context,
     ports: &[(String, Option<&str>)],
     value: Option<&str>,
@@ -891,7 +1035,7 @@ async fn annotate_all(
             let (client, key) = (ctx.client.clone(), key.clone());
             let value = value.map(str::to_owned);
             let seen = value.as_ref().and(seen.map(str::to_owned));
-            async move { annotate(&client, &key, value.as_deref(), seen.as_deref()).await }
+            async move { annotate::<P>(&client, &key, value.as_deref(), seen.as_deref()).await }
         })
         .collect();
     let results: Vec<Result<(), ControllerError>> = futures::stream::iter(patches)
@@ -903,7 +1047,7 @@ async fn annotate_all(
 
 /// Sets (or removes) a port's pin and what it records of the host; a port gone
 /// meanwhile is skipped.
-async fn annotate(
+async fn annotate<P: Pinned>(
     client: &kube::Client,
     key: &str,
     value: Option<&str>,
@@ -912,7 +1056,7 @@ async fn annotate(
     let Some((ns, name)) = key.split_once('/') else {
         return Ok(());
     };
-    let api: Api<SwitchPort> = Api::namespaced(client.clone(), ns);
+    let api: Api<P> = Api::namespaced(client.clone(), ns);
     let patch = json!({"metadata": {"annotations": {
         ROLLOUT_ANNOTATION: value,
         ROLLOUT_SEEN_ANNOTATION: seen,
@@ -930,9 +1074,9 @@ async fn annotate(
 /// The ControllerRevision `revision` of `config` (its spec without `rollout`),
 /// created when missing; returns its number: the one it has when it is the
 /// rollout's update revision already, else one past the rollout's latest.
-async fn ensure_revision(
+async fn ensure_revision<C: Rolled>(
     ctx: &Context,
-    config: &SwitchPortConfiguration,
+    config: &C,
     revision: &str,
     rollout: Option<&RolloutStatus>,
 ) -> Result<i64, ControllerError> {
@@ -945,26 +1089,26 @@ async fn ensure_revision(
     let number = rollout.map_or(1, |r| {
         r.update_revision_number.max(r.current_revision_number) + 1
     });
-    let data = serde_json::to_value(SwitchPortConfigurationSpec {
-        rollout: None,
-        ..config.spec.clone()
-    })
-    .unwrap_or_default();
+    let data = serde_json::to_value(config.revision_spec()).unwrap_or_default();
     let owner = OwnerReference {
-        api_version: SwitchPortConfiguration::api_version(&()).into_owned(),
-        kind: SwitchPortConfiguration::kind(&()).into_owned(),
+        api_version: C::api_version(&()).into_owned(),
+        kind: C::kind(&()).into_owned(),
         name: config.name_any(),
         uid: config.uid().unwrap_or_default(),
         controller: Some(true),
         block_owner_deletion: None,
     };
+    let mut labels = BTreeMap::from([(CONFIGURATION_LABEL, config.name_any())]);
+    if let Some(kind) = C::REVISION_KIND {
+        labels.insert(CONFIGURATION_KIND_LABEL, kind.to_owned());
+    }
     let object = json!({
         "apiVersion": "apps/v1",
         "kind": "ControllerRevision",
         "metadata": {
             "name": revision,
             "namespace": ns,
-            "labels": {CONFIGURATION_LABEL: config.name_any()},
+            "labels": labels,
             "ownerReferences": [owner],
         },
         "data": RawExtension(data),
@@ -982,7 +1126,7 @@ async fn ensure_revision(
 
 /// Deletes the configuration's oldest revisions beyond [`REVISION_HISTORY`], never
 /// the current or the update one. Best effort: a failure is logged.
-async fn prune_revisions(ctx: &Context, ns: &str, name: &str, r: &RolloutStatus) {
+async fn prune_revisions<C: Rolled>(ctx: &Context, ns: &str, name: &str, r: &RolloutStatus) {
     let mut revisions: Vec<(i64, String)> = ctx
         .stores
         .revisions
@@ -990,6 +1134,9 @@ async fn prune_revisions(ctx: &Context, ns: &str, name: &str, r: &RolloutStatus)
         .iter()
         .filter(|c| c.namespace().as_deref() == Some(ns))
         .filter(|c| c.labels().get(CONFIGURATION_LABEL).map(String::as_str) == Some(name))
+        .filter(|c| {
+            c.labels().get(CONFIGURATION_KIND_LABEL).map(String::as_str) == C::REVISION_KIND
+        })
         .map(|c| (c.revision.unwrap_or_default(), c.name_any()))
         .filter(|(_, n)| *n != r.current_revision && *n != r.update_revision)
         .collect();
@@ -1008,21 +1155,17 @@ async fn prune_revisions(ctx: &Context, ns: &str, name: &str, r: &RolloutStatus)
 /// while a wave of its rollout is under way (only then does a port's change
 /// matter to the rollout; otherwise the periodic look and the configuration's own
 /// changes drive it).
-pub fn rollout_of_port(
-    configs: &kube::runtime::reflector::Store<SwitchPortConfiguration>,
-    port: &SwitchPort,
-) -> Option<ObjectRef<SwitchPortConfiguration>> {
-    let r = port.spec.configuration.as_ref()?;
-    let ns = r
-        .namespace
-        .clone()
-        .or_else(|| port.namespace())
-        .unwrap_or_default();
+pub fn rollout_of_port<C: Rolled>(
+    configs: &kube::runtime::reflector::Store<C>,
+    port_ns: Option<String>,
+    reference: Option<&ConfigurationRef>,
+) -> Option<ObjectRef<C>> {
+    let r = reference?;
+    let ns = r.namespace.clone().or(port_ns).unwrap_or_default();
     let key = ObjectRef::new(&r.name).within(&ns);
     let config = configs.get(&key)?;
     let under_way = config
-        .status
-        .as_ref()
+        .configuration_status()
         .and_then(|s| s.rollout.as_ref())
         .is_some_and(|r| r.wave_committed_at.is_some());
     under_way.then_some(key)

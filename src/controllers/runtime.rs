@@ -146,12 +146,11 @@ pub async fn run(
         }
     })
     .touched_objects();
-    let snic_configs = api_for::<SmartNicConfiguration>(&client, ns);
     let port_ctl = switch_ports(&watches, &harness, &ctx, secrets, woken.ports);
     let switch_ctl = switches(&watches, &harness, &ctx, woken.switches);
     let rollout_ctl = rollouts(&watches, &harness, &ctx);
     let provider_ctl = provider_switches(&watches, &harness, &ctx, woken.providers);
-    let snic_ctl = smartnic_ports(&watches, &harness, &ctx, snic_configs, &wc, woken.smartnics);
+    let snic_ctl = smartnic_ports(&watches, &harness, &ctx, woken.smartnics);
     let hosts = hosts_and_claims(
         &settings,
         &watches,

@@ -23,7 +23,17 @@
 //!   annotation is removed; then the SmartNicPort is Idle (or deleted).
 //!
 //! The target hash covers the SmartNicConfiguration, the next port and the next
-//! configuration's spec, so editing any of them reconfigures. An Active SmartNicPort
+//! configuration's spec, so editing any of them reconfigures; its first 16 hex
+//! digits are the SmartNicConfiguration's own content hash, so a rollout reads
+//! which revision a port carries from its status.
+//!
+//! Rollouts: a SmartNicConfiguration's edit reaches its ports in waves, like a
+//! SwitchPortConfiguration's (`super::rollout`): a port carries the revision its
+//! `patchbay.dev/rollout` pin and the configuration's `status.rollout` give it
+//! ([`super::context::Stores::carried`]). The next SwitchPort's configuration is
+//! judged at the revision that port's own pin gives it, so a chain waits on what its
+//! next port is meant to carry while that configuration rolls out, not on its
+//! newest spec. An Active SmartNicPort
 //! whose next port stops carrying the configuration (edited by hand, failed) is
 //! treated as drift: back to Configuring until both are in place again.
 //!
@@ -47,7 +57,7 @@ use super::context::Context;
 use super::port_loop::{DeviceHandle, DriveInput, PortSteps, PreparedPort, Progress, drive_port};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_action};
-use crate::api::keys::{CHAINED_FROM_ANNOTATION, SKIP_CLEANUP_ANNOTATION};
+use crate::api::keys::{CHAINED_FROM_ANNOTATION, ROLLOUT_ANNOTATION, SKIP_CLEANUP_ANNOTATION};
 use crate::api::{
     Backend, CabledPortKind, ConfigurationRef, DriftPolicy, PortState, ProviderSwitch,
     SmartNicConfiguration, SmartNicPort, SwitchPort, SwitchPortConfiguration, configuration_hash,
@@ -60,6 +70,11 @@ use crate::decide::tenancy::{TenancyVerdict, report_forbidden};
 use crate::decide::tenancy::{is_shared, judge_next_reference};
 use crate::decide::validate::{has_egress_rules, validate_provider, validate_smartnic_port};
 use crate::worker::PortKey;
+
+/// How many hex digits of a SmartNicPort's `status.configurationHash` are its
+/// SmartNicConfiguration's own content hash: more than a revision's name keeps
+/// ([`crate::decide::rollout::revision_name`]).
+const REVISION_PREFIX: usize = 16;
 
 /// The next port of a chain and what it must carry.
 struct Chain {
@@ -104,9 +119,22 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
         });
     };
     let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
-    let config = Api::<SmartNicConfiguration>::namespaced(client.clone(), &cns)
+    // The configuration at the revision its rollout gives this port.
+    let pin = port
+        .annotations()
+        .get(ROLLOUT_ANNOTATION)
+        .map(String::as_str);
+    let config = match Api::<SmartNicConfiguration>::namespaced(client.clone(), &cns)
         .get_opt(&r.name)
-        .await?;
+        .await?
+    {
+        Some(c) => Some(
+            ctx.stores
+                .carried(c, pin)
+                .map_err(ControllerError::Waiting)?,
+        ),
+        None => None,
+    };
     let next_cfg = config
         .as_ref()
         .and_then(|c| c.spec.next_configuration_ref.clone());
@@ -117,7 +145,16 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             let next = Api::<SwitchPort>::namespaced(client.clone(), &port_ns)
                 .get_opt(&np.name)
                 .await?;
-            let config_obj = ctx.stores.configuration(&config_ns, &nc.name);
+            // What the next port carries of its configuration: the revision its
+            // own pin gives it, while that configuration rolls out.
+            let next_pin = next
+                .as_ref()
+                .and_then(|p| p.annotations().get(ROLLOUT_ANNOTATION))
+                .map(String::as_str);
+            let config_obj = ctx
+                .stores
+                .configuration_carried(&config_ns, &nc.name, next_pin)
+                .map_err(ControllerError::Waiting)?;
             Some(Chain {
                 port_ns,
                 port_name: np.name.clone(),
@@ -135,14 +172,20 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
     };
     let hash = match &config {
         None => "missing".to_owned(),
-        Some(c) => configuration_hash(&json!({
-            "smartNic": configuration_hash(&c.spec),
-            "nextPort": chain.as_ref().map(|c| format!("{}/{}", c.port_ns, c.port_name)),
-            "next": chain.as_ref().map(|c| c.config_obj.as_ref().map_or_else(
-                || "missing".to_owned(),
-                |o| o.spec.content_hash(),
-            )),
-        })),
+        Some(c) => {
+            let own = c.spec.content_hash();
+            let whole = configuration_hash(&json!({
+                "smartNic": own,
+                "nextPort": chain.as_ref().map(|c| format!("{}/{}", c.port_ns, c.port_name)),
+                "next": chain.as_ref().map(|c| c.config_obj.as_ref().map_or_else(
+                    || "missing".to_owned(),
+                    |o| o.spec.content_hash(),
+                )),
+            }));
+            // Begins with the configuration's own hash: the revision it names
+            // (what its rollout reads back of the port).
+            format!("{}{}", &own[..REVISION_PREFIX], &whole[REVISION_PREFIX..])
+        }
     };
     let host_mac = match (&port.spec.host_mac, &config) {
         (Some(m), _) => Some(m.clone()),

@@ -46,14 +46,20 @@ pub const FINALIZER: &str = "patchbay.dev/cleanup";
 /// The field manager of patchbay's server-side applies.
 pub const MANAGER: &str = "patchbay";
 
-/// Annotation on a SwitchPort a rollout moved: `<updateRevision>.<attempt>.<wave>`
+/// Annotation on a SwitchPort (or SmartNicPort) a rollout moved: `<updateRevision>.<attempt>.<wave>`
 /// of its configuration's `status.rollout`. While it names the rollout under way,
 /// the port carries the update revision; otherwise the configuration's current
 /// revision.
 pub const ROLLOUT_ANNOTATION: &str = "patchbay.dev/rollout";
 
-/// Label on the ControllerRevisions of a SwitchPortConfiguration: its name.
+/// Label on the ControllerRevisions of a configuration (SwitchPortConfiguration
+/// or SmartNicConfiguration): its name.
 pub const CONFIGURATION_LABEL: &str = "patchbay.dev/configuration";
+
+/// Label on the ControllerRevisions of a SmartNicConfiguration, besides
+/// [`CONFIGURATION_LABEL`]: `SmartNicConfiguration` (a SwitchPortConfiguration's
+/// carry none, as they did before SmartNicConfigurations rolled out).
+pub const CONFIGURATION_KIND_LABEL: &str = "patchbay.dev/configuration-kind";
 
 /// How many revisions of a configuration are kept (the current and update ones
 /// always), like a Deployment's default `revisionHistoryLimit`.

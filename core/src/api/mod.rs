@@ -42,7 +42,8 @@ pub use provider_switch::{
     Backend, BackendOptions, DeviceOs, HostKeyPin, ProviderSwitch, ProviderSwitchSpec,
 };
 pub use rollout::{
-    CanarySpec, ConfigurationStatus, HttpGetSpec, RolloutProbeSpec, RolloutSpec, RolloutStatus,
+    CanarySpec, ConfigurationStatus, HttpGetSpec, Revisioned, RolloutProbeSpec, RolloutSpec,
+    RolloutStatus,
 };
 pub use server::{
     BgpPeer, CabledPortKind, HardwareSpec, NamespacedObjectRef, Server, ServerClaimBinding,
@@ -171,5 +172,27 @@ mod tests {
         let snic = r#"{"untaggedVLAN":10,"vlans":[{"id":20}],"mtu":1500,"nextConfigurationRef":{"name":"web"}}"#;
         let spec: SmartNicConfigurationSpec = serde_json::from_str(snic).unwrap();
         assert_eq!(serde_json::to_string(&spec).unwrap(), snic);
+    }
+
+    #[test]
+    fn a_revision_is_what_a_port_carries_and_never_named_like_another_kinds() {
+        let body = r#"{"untaggedVLAN":10,"description":"pxe"}"#;
+        let snic: SmartNicConfigurationSpec = serde_json::from_str(body).unwrap();
+        let port: SwitchPortConfigurationSpec = serde_json::from_str(body).unwrap();
+        // Alike as JSON, told apart by kind: their ControllerRevisions (named by
+        // the hash) never collide.
+        assert_eq!(serde_json::to_string(&snic).unwrap(), body);
+        assert_eq!(serde_json::to_string(&port).unwrap(), body);
+        assert_ne!(snic.content_hash(), port.content_hash());
+        // The rollout policy is not part of the revision.
+        let with_policy: SmartNicConfigurationSpec = serde_json::from_str(
+            r#"{"untaggedVLAN":10,"description":"pxe","rollout":{"paused":true}}"#,
+        )
+        .unwrap();
+        assert!(with_policy.rollout.is_some());
+        assert_eq!(with_policy.content_hash(), snic.content_hash());
+        let edited: SmartNicConfigurationSpec =
+            serde_json::from_str(r#"{"untaggedVLAN":11,"description":"pxe"}"#).unwrap();
+        assert_ne!(edited.content_hash(), snic.content_hash());
     }
 }

@@ -1,7 +1,8 @@
 //! A configuration's rollout policy (`spec.rollout`) and its progress
-//! (`status.rollout`): how an edit of a SwitchPortConfiguration reaches the ports
-//! already carrying it. Pure data, no I/O; what the fields mean for the waves is
-//! [`crate::decide::rollout`]'s.
+//! (`status.rollout`): how an edit of a SwitchPortConfiguration (or of a
+//! SmartNicConfiguration) reaches the ports already carrying it, and what both kinds
+//! give a rollout ([`Revisioned`]). Pure data, no I/O; what the fields mean for the
+//! waves is [`crate::decide::rollout`]'s.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -157,9 +158,87 @@ pub struct RolloutStatus {
     /// Of those, on the update revision and read back Active with it.
     pub updated_ports: i64,
     /// Switches with a port on the update revision, of the switches with ports
-    /// carrying this configuration (`2/4`).
+    /// carrying this configuration (`2/4`); of a SmartNicConfiguration, SmartNICs
+    /// (their ProviderSwitches).
     pub switches: String,
     /// What the rollout waits on, or why it stopped.
     #[serde(default)]
     pub message: String,
+}
+
+/// A configuration whose edits roll out: what a rollout reads of it and what a
+/// port carrying a revision of it needs. Implemented by SwitchPortConfiguration and
+/// SmartNicConfiguration.
+pub trait Revisioned: kube::Resource<DynamicType = ()> + Clone {
+    /// Its spec (what a ControllerRevision stores, without `rollout`).
+    type Spec: Serialize + serde::de::DeserializeOwned + Clone;
+    /// The label on its ControllerRevisions besides its name's: `None` for a
+    /// SwitchPortConfiguration (the first kind, whose revisions carry only the
+    /// name), the kind for the others.
+    const REVISION_KIND: Option<&'static str>;
+    /// Its spec.
+    fn spec(&self) -> &Self::Spec;
+    /// Its spec, to put a revision's in its place.
+    fn spec_mut(&mut self) -> &mut Self::Spec;
+    /// SHA-256 of what a port carries of it (everything but `rollout`): its
+    /// revision's identity.
+    fn content_hash(&self) -> String;
+    /// Its spec without `rollout`: a revision's data.
+    fn revision_spec(&self) -> Self::Spec;
+    /// Its rollout policy.
+    fn policy(&self) -> Option<&RolloutSpec>;
+    /// Its status.
+    fn configuration_status(&self) -> Option<&ConfigurationStatus>;
+}
+
+impl Revisioned for super::SwitchPortConfiguration {
+    type Spec = super::SwitchPortConfigurationSpec;
+    const REVISION_KIND: Option<&'static str> = None;
+    fn spec(&self) -> &Self::Spec {
+        &self.spec
+    }
+    fn spec_mut(&mut self) -> &mut Self::Spec {
+        &mut self.spec
+    }
+    fn content_hash(&self) -> String {
+        self.spec.content_hash()
+    }
+    fn revision_spec(&self) -> Self::Spec {
+        Self::Spec {
+            rollout: None,
+            ..self.spec.clone()
+        }
+    }
+    fn policy(&self) -> Option<&RolloutSpec> {
+        self.spec.rollout.as_ref()
+    }
+    fn configuration_status(&self) -> Option<&ConfigurationStatus> {
+        self.status.as_ref()
+    }
+}
+
+impl Revisioned for super::SmartNicConfiguration {
+    type Spec = super::SmartNicConfigurationSpec;
+    const REVISION_KIND: Option<&'static str> = Some("SmartNicConfiguration");
+    fn spec(&self) -> &Self::Spec {
+        &self.spec
+    }
+    fn spec_mut(&mut self) -> &mut Self::Spec {
+        &mut self.spec
+    }
+    fn content_hash(&self) -> String {
+        self.spec.content_hash()
+    }
+    fn revision_spec(&self) -> Self::Spec {
+        Self::Spec {
+            rollout: None,
+            ..self.spec.clone()
+        }
+    }
+    fn policy(&self) -> Option<&RolloutSpec> {
+        self.spec.rollout.as_ref()
+    }
+    fn configuration_status(&self) -> Option<&ConfigurationStatus> {
+        self.status.as_ref()
+    }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{ConfigurationRef, PortStatus, pattern};
 use super::configuration::{AclRuleSpec, PortSettingsSpec};
+use super::rollout::{ConfigurationStatus, RolloutSpec};
 use super::switch::ProviderRef;
 
 /// A port on a SmartNIC's virtual switch. When configured, the SwitchPort named by
@@ -91,6 +92,7 @@ pub enum NextPortKind {
     version = "v1alpha1",
     kind = "SmartNicConfiguration",
     namespaced,
+    status = "ConfigurationStatus",
     shortname = "snc",
     category = "patchbay",
     doc = "What a SmartNIC port should carry, and which SwitchPortConfiguration its next (switch) port needs.",
@@ -99,6 +101,27 @@ pub enum NextPortKind {
         name = "Next",
         type_ = "string",
         json_path = ".spec.nextConfigurationRef.name"
+    ),
+    printcolumn(
+        name = "Rollout",
+        type_ = "string",
+        json_path = ".status.rollout.phase"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.rollout.updateRevisionNumber"
+    ),
+    printcolumn(
+        name = "Updated",
+        type_ = "integer",
+        json_path = ".status.rollout.updatedPorts"
+    ),
+    printcolumn(name = "Ports", type_ = "integer", json_path = ".status.rollout.ports"),
+    printcolumn(
+        name = "SmartNICs",
+        type_ = "string",
+        json_path = ".status.rollout.switches"
     ),
     printcolumn(
         name = "Age",
@@ -122,6 +145,29 @@ pub struct SmartNicConfigurationSpec {
     /// The configuration the next port (the cabled SwitchPort) must carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_configuration_ref: Option<NextConfigurationRef>,
+    /// How an edit reaches the SmartNicPorts already carrying this configuration:
+    /// in waves (a canary, then at most `maxUnavailable` ports at a time, at most
+    /// `maxUnavailablePerSwitch` on one SmartNIC), each gated on its ports reading
+    /// back Active — the bridge port and, where chained, its next SwitchPort — and
+    /// on their hosts (Node Ready, `probe`). Absent: the operator's default policy.
+    /// Not part of the configuration's revision: editing it moves no port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
+}
+
+impl SmartNicConfigurationSpec {
+    /// SHA-256 of what a SmartNicPort carries from this spec (everything but
+    /// `rollout`), with the kind: the revision's identity (a SmartNicConfiguration's
+    /// ControllerRevision is never named like a SwitchPortConfiguration's of the
+    /// same name, even when their specs read alike), and how a SmartNicPort's
+    /// `status.configurationHash` begins.
+    pub fn content_hash(&self) -> String {
+        let spec = SmartNicConfigurationSpec {
+            rollout: None,
+            ..self.clone()
+        };
+        super::configuration_hash(&serde_json::json!({"SmartNicConfiguration": spec}))
+    }
 }
 
 /// A reference to the configuration of the next port of a chain.

@@ -10,9 +10,9 @@
 //! VLANPools, which are cluster-scoped):
 //! - SwitchPortConfiguration, SmartNicConfiguration: every VLAN is granted to the
 //!   object's namespace (on some Switch: the port is not known yet);
-//!   `nextConfigurationRef` stays in the namespace or names a shared infra one; a
-//!   SwitchPortConfiguration's `spec.rollout` is well formed and asks for no more
-//!   than the infra team's limits on a tenant's whatever the number of ports
+//!   `nextConfigurationRef` stays in the namespace or names a shared infra one;
+//!   `spec.rollout` is well formed and asks for no more than the infra team's
+//!   limits on a tenant's whatever the number of ports
 //!   ([`crate::decide::rollout::admission_refusals`]).
 //! - ServerClaim: every `configurationRef` stays in the namespace or names a shared
 //!   infra configuration, and the VLANs of the configurations it names are granted;
@@ -134,6 +134,15 @@ pub fn review(
         "SmartNicConfiguration" => {
             if let Ok(c) = serde_json::from_value::<SmartNicConfiguration>(object.clone()) {
                 vlans_granted(&c.spec.port, None, "", &mut refused);
+                refused.extend(
+                    crate::decide::rollout::admission_refusals(
+                        c.spec.rollout.as_ref(),
+                        look.rollout,
+                        true,
+                    )
+                    .into_iter()
+                    .map(|(field, why)| format!("{field}: {why}")),
+                );
             }
             if let Some(r) = object.pointer("/spec/nextConfigurationRef") {
                 reference(

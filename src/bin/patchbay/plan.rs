@@ -378,6 +378,7 @@ fn json_of(
         "grants": notes.grants,
         "hosts": notes.hosts,
         "rollouts": notes.rollouts.iter().map(|r| json!({
+            "kind": r.kind,
             "configuration": r.configuration,
             "switches": r.switches,
             "waves": r.waves,
@@ -413,17 +414,23 @@ fn print_rollout(r: &PlannedRollout) {
     let ports: usize = r.waves.iter().map(Vec::len).sum();
     if !r.refused.is_empty() {
         println!(
-            "Rollout of SwitchPortConfiguration {}: refused, nothing moves:",
-            r.configuration
+            "Rollout of {} {}: refused, nothing moves:",
+            r.kind, r.configuration
         );
         for (field, why) in &r.refused {
             println!("  {field}: {why}");
         }
         return;
     }
+    let on = if r.kind == "SmartNicConfiguration" {
+        "SmartNIC(s)"
+    } else {
+        "switch(es)"
+    };
     println!(
-        "Rollout of SwitchPortConfiguration {}: {ports} port(s) on {} switch(es) in {} wave(s), \
+        "Rollout of {} {}: {ports} port(s) on {} {on} in {} wave(s), \
          each gated before the next (spec.rollout over the operator's defaults):",
+        r.kind,
         r.configuration,
         r.switches,
         r.waves.len()

@@ -125,21 +125,23 @@ where
     changes_of(stream, store, |o| o.meta().generation.unwrap_or_default())
 }
 
-/// The SwitchPortConfigurations whose ports carry something else: the spec
-/// changed, or the rollout's current revision moved (a rollout's other status
-/// writes, one or more a wave, wake no port: the pins it writes wake the ports
-/// it moves).
-pub(super) fn carried_changes(
-    stream: impl futures::Stream<Item = Arc<SwitchPortConfiguration>> + Send + 'static,
-    store: kube::runtime::reflector::Store<SwitchPortConfiguration>,
-) -> impl futures::Stream<Item = Arc<SwitchPortConfiguration>> + Send + 'static {
+/// The configurations (SwitchPortConfigurations, SmartNicConfigurations) whose
+/// ports carry something else: the spec changed, or the rollout's current revision
+/// moved (a rollout's other status writes, one or more a wave, wake no port: the
+/// pins it writes wake the ports it moves).
+pub(super) fn carried_changes<C>(
+    stream: impl futures::Stream<Item = Arc<C>> + Send + 'static,
+    store: kube::runtime::reflector::Store<C>,
+) -> impl futures::Stream<Item = Arc<C>> + Send + 'static
+where
+    C: crate::api::Revisioned + Record,
+{
     changes_of(stream, store, |c| {
         let current = c
-            .status
-            .as_ref()
+            .configuration_status()
             .and_then(|s| s.rollout.as_ref())
             .map_or(0, |r| r.current_revision_number);
-        c.metadata.generation.unwrap_or_default() ^ (current << 40)
+        c.meta().generation.unwrap_or_default() ^ (current << 40)
     })
 }
 
@@ -377,6 +379,7 @@ pub(super) struct Watches {
     pub(super) providers: Watch<ProviderSwitch>,
     pub(super) configs: Watch<SwitchPortConfiguration>,
     pub(super) smartnics: Watch<SmartNicPort>,
+    pub(super) smartnic_configs: Watch<SmartNicConfiguration>,
     pub(super) claims: Watch<ServerClaim>,
     pub(super) servers: Watch<Server>,
     pub(super) pools: Watch<VLANPool>,
@@ -446,6 +449,7 @@ impl Watches {
             providers: Watch::whole(api_for(client, ns), wc, h.stopped()),
             configs: Watch::whole(api_for(client, ns), wc, h.stopped()),
             smartnics: Watch::whole(api_for(client, ns), wc, h.stopped()),
+            smartnic_configs: Watch::whole(api_for(client, ns), wc, h.stopped()),
             claims: Watch::whole(api_for(client, ns), wc, h.stopped()),
             servers: Watch::whole(kube::Api::all(client.clone()), wc, h.stopped()),
             pools: Watch::whole(kube::Api::all(client.clone()), wc, h.stopped()),
@@ -465,6 +469,7 @@ impl Watches {
             self.providers.listed.clone(),
             self.configs.listed.clone(),
             self.smartnics.listed.clone(),
+            self.smartnic_configs.listed.clone(),
             self.claims.listed.clone(),
             self.servers.listed.clone(),
             self.pools.listed.clone(),
@@ -597,6 +602,22 @@ impl Watches {
                     note_relist_or_delete(&own, e, |p| p.metadata.uid.as_deref());
                 })
         };
+        // A deleted SmartNicConfiguration wakes its ports (its changes do through
+        // the SmartNicPort controller's trigger on this watch).
+        let snic_config_watch = {
+            let (snic_tx, snics) = (wakes.smartnics.clone(), snics.clone());
+            self.smartnic_configs
+                .start(move |c: &SmartNicConfiguration| {
+                    wake(
+                        &snic_tx,
+                        triggers::smartnics_using_configuration(
+                            &snics.state(),
+                            &c.namespace().unwrap_or_default(),
+                            &c.name_any(),
+                        ),
+                    );
+                })
+        };
         let claim_watch = self.claims.start(|_| {});
         let server_watch = {
             let (gone, claims) = (wakes.claims.clone(), claims.clone());
@@ -635,6 +656,7 @@ impl Watches {
             provider_watch,
             config_watch,
             snic_watch,
+            snic_config_watch,
             claim_watch,
             server_watch,
             pool_watch

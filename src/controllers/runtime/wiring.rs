@@ -93,8 +93,10 @@ where
     h.run_ports(wakes, w.ports.cache(), switch_port::reconcile, ctx.clone())
 }
 
-/// Rollouts: each SwitchPortConfiguration's, woken by its own changes and, while a
-/// wave of it is under way, by the changes of the ports carrying it.
+/// Rollouts: each SwitchPortConfiguration's and each SmartNicConfiguration's, woken
+/// by its own changes and, while a wave of it is under way, by the changes of the
+/// ports carrying it. One context (probes, recent pins) for both kinds: a port is of
+/// one kind, and its key is its own.
 pub(super) fn rollouts(
     w: &Watches,
     h: &Harness,
@@ -103,15 +105,40 @@ pub(super) fn rollouts(
     let configs = w.configs.store.clone();
     let controller = Controller::for_shared_stream(w.configs.subscribe(), configs.clone())
         .watches_shared_stream(w.ports.subscribe_ports(), move |p| {
-            rollout::rollout_of_port(&configs, &p)
+            rollout::rollout_of_port(&configs, p.namespace(), p.spec.configuration.as_ref())
         })
         .with_config(Config::default().concurrency(4));
+    let snic_configs = w.smartnic_configs.store.clone();
+    let snic_controller =
+        Controller::for_shared_stream(w.smartnic_configs.subscribe(), snic_configs.clone())
+            .watches_shared_stream(w.smartnics.subscribe(), move |p| {
+                rollout::rollout_of_port(
+                    &snic_configs,
+                    p.namespace(),
+                    p.spec.configuration.as_ref(),
+                )
+            })
+            .with_config(Config::default().concurrency(2));
     let rollout_ctx = Arc::new(rollout::RolloutContext {
         shared: ctx.clone(),
         probes: Default::default(),
         pins: Default::default(),
     });
-    h.run("Rollout", controller, rollout::reconcile, rollout_ctx)
+    let switch_ports = h.run(
+        "Rollout",
+        controller,
+        rollout::reconcile,
+        rollout_ctx.clone(),
+    );
+    let smartnic_ports = h.run(
+        "SmartNicRollout",
+        snic_controller,
+        rollout::reconcile,
+        rollout_ctx,
+    );
+    async move {
+        futures::join!(switch_ports, smartnic_ports);
+    }
 }
 
 /// Switches: woken by their ports (owns), their ProviderSwitch and their worker's
@@ -206,8 +233,6 @@ pub(super) fn smartnic_ports(
     w: &Watches,
     h: &Harness,
     ctx: &Arc<Context>,
-    configs: kube::Api<SmartNicConfiguration>,
-    wc: &watcher::Config,
     notices_rx: mpsc::UnboundedReceiver<ObjectRef<SmartNicPort>>,
 ) -> impl std::future::Future<Output = ()> + Send + use<> {
     let snics = &w.smartnics.store;
@@ -224,13 +249,19 @@ pub(super) fn smartnic_ports(
                 .map(|p| ObjectRef::from_obj(&**p))
                 .collect::<Vec<_>>()
         })
-        .watches(configs, wc.clone(), move |c| {
-            triggers::smartnics_using_configuration(
-                &n1.state(),
-                &c.namespace().unwrap_or_default(),
-                &c.name_any(),
-            )
-        })
+        .watches_shared_stream(
+            carried_changes(
+                w.smartnic_configs.subscribe(),
+                w.smartnic_configs.store.clone(),
+            ),
+            move |c| {
+                triggers::smartnics_using_configuration(
+                    &n1.state(),
+                    &c.namespace().unwrap_or_default(),
+                    &c.name_any(),
+                )
+            },
+        )
         .watches_shared_stream(w.ports.subscribe_ports(), move |sp| {
             triggers::smartnics_chained_to(&n2.state(), &sp)
         })

@@ -265,3 +265,52 @@ fn the_review_envelope_carries_the_uid_and_a_403_with_the_fields() {
     assert_eq!(out["response"]["allowed"], true);
     assert_eq!(out["response"]["uid"], "u-1");
 }
+
+#[test]
+fn a_tenant_smartnic_configuration_is_held_to_the_rollout_limits_like_a_switch_ports() {
+    use crate::decide::rollout::{Amount, Defaults, Limits};
+    let pools = pools();
+    let grants = Grants::new(&pools, Some(VlanId::new(4000).unwrap()));
+    let defaults = Defaults {
+        limits: Some(Limits {
+            max_unavailable: Amount::Percent(10),
+            max_unavailable_per_switch: Amount::Count(2),
+        }),
+        ..Defaults::default()
+    };
+    let look = Lookups {
+        grants: &grants,
+        pools: &pools,
+        switch_port_configuration: &configuration,
+        smartnic_configuration: &|_, _| None,
+        rollout: &defaults,
+    };
+    let object = |rollout: serde_json::Value| {
+        json!({"metadata": {"name": "s"},
+               "spec": {"untaggedVLAN": 200, "rollout": rollout}})
+    };
+    let over = object(json!({"maxUnavailable": "50%", "maxUnavailablePerSwitch": 3}));
+    for kind in ["SmartNicConfiguration", "SwitchPortConfiguration"] {
+        let refused = review(&tenancy(), kind, "tenant-a", &over, &look);
+        assert_eq!(refused.len(), 2, "{kind}: {refused:?}");
+        assert!(
+            refused[0].starts_with("spec.rollout.maxUnavailable: ") && refused[0].contains("(10%)"),
+            "{kind}: {}",
+            refused[0]
+        );
+        assert!(
+            refused[1].starts_with("spec.rollout.maxUnavailablePerSwitch: "),
+            "{kind}: {}",
+            refused[1]
+        );
+        // The infra namespace is not reviewed (a malformed policy of its own is
+        // refused by the rollout controller: phase Refused); within limits, admitted.
+        let malformed = object(json!({"maxUnavailable": "ten"}));
+        assert_eq!(
+            review(&tenancy(), kind, "infra", &malformed, &look).len(),
+            0
+        );
+        let within = object(json!({"maxUnavailable": "5%"}));
+        assert!(review(&tenancy(), kind, "tenant-a", &within, &look).is_empty());
+    }
+}

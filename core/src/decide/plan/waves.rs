@@ -1,12 +1,13 @@
 //! Which of a plan's port changes an edit's rollout moves, and in which waves
 //! (`patchbay plan`). Pure; table-tested.
 //!
-//! A SwitchPort that names the same SwitchPortConfiguration before and after, whose
-//! revision (its spec without `spec.rollout`) the manifests change, moves in that
-//! configuration's rollout: in waves under its `spec.rollout` over the operator's
+//! A SwitchPort that names the same SwitchPortConfiguration before and after (a
+//! SmartNicPort the same SmartNicConfiguration), whose revision (its spec without
+//! `spec.rollout`) the manifests change, moves in that configuration's rollout: in waves under its `spec.rollout` over the operator's
 //! defaults ([`crate::decide::rollout::rollout_of`], a tenant's held to the infra
 //! team's limits), in the order the rollout controller takes them (port key order,
-//! the switches in turn). Any other change (a port newly linked, one moved to
+//! the switches in turn; a SmartNicPort's "switch" is its SmartNIC, its
+//! ProviderSwitch). Any other change (a port newly linked, one moved to
 //! another configuration) reaches its device at once. The waves are planned over the
 //! ports the edit changes; the controller plans them over every port carrying the
 //! configuration, so a port whose outcome the edit leaves as it was (refused before
@@ -15,16 +16,19 @@
 use std::collections::BTreeMap;
 
 use super::{Fleet, PortChange, PortKind};
+use crate::api::RolloutSpec;
 use crate::decide::rollout::{Defaults, Target, next_wave, rollout_of};
 
 /// One configuration's rollout, as a plan shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRollout {
+    /// Its kind: `SwitchPortConfiguration` or `SmartNicConfiguration`.
+    pub kind: &'static str,
     /// The configuration, `namespace/name`.
     pub configuration: String,
     /// Its waves, each the ports (`namespace/name`) it moves, the canary first.
     pub waves: Vec<Vec<String>>,
-    /// The switches those ports are on.
+    /// The switches those ports are on (of a SmartNicConfiguration: SmartNICs).
     pub switches: usize,
     /// What its policy asks that the operator refuses (field, why): nothing moves.
     pub refused: Vec<(String, String)>,
@@ -40,36 +44,20 @@ pub fn rollouts(
     defaults: &Defaults,
     infra: Option<&str>,
 ) -> Vec<PlannedRollout> {
-    fn revision<'f>(
-        fleet: &'f Fleet,
-        key: &str,
-    ) -> Option<(String, &'f crate::api::SwitchPortConfiguration)> {
-        fleet
-            .configurations
-            .iter()
-            .find(|c| {
-                format!(
-                    "{}/{}",
-                    c.metadata.namespace.as_deref().unwrap_or_default(),
-                    c.metadata.name.as_deref().unwrap_or_default()
-                ) == key
-            })
-            .map(|c| (c.spec.content_hash(), c))
-    }
-    let mut moved: BTreeMap<&str, Vec<(String, String)>> = BTreeMap::new();
-    for c in changes.iter().filter(|c| c.kind == PortKind::SwitchPort) {
+    let mut moved: BTreeMap<(PortKind, &str), Vec<(String, String)>> = BTreeMap::new();
+    for c in changes {
         let (Some(was), Some(now)) = (&c.configuration.0, &c.configuration.1) else {
             continue;
         };
         if was != now {
             continue;
         }
-        let edited = match (revision(before, was), revision(after, now)) {
-            (Some((a, _)), Some((b, _))) => a != b,
+        let edited = match (revision(before, c.kind, was), revision(after, c.kind, now)) {
+            (Some(a), Some(b)) => a.hash != b.hash,
             _ => false,
         };
         if edited {
-            moved.entry(now.as_str()).or_default().push((
+            moved.entry((c.kind, now.as_str())).or_default().push((
                 format!("{}/{}", c.namespace, c.port),
                 format!("{}/{}", c.namespace, c.switch),
             ));
@@ -77,9 +65,9 @@ pub fn rollouts(
     }
     moved
         .into_iter()
-        .filter_map(|(key, mut ports)| {
-            let (_, old) = revision(before, key)?;
-            let (_, new) = revision(after, key)?;
+        .filter_map(|((kind, key), mut ports)| {
+            let old = revision(before, kind, key)?;
+            let new = revision(after, kind, key)?;
             ports.sort();
             let switches = ports
                 .iter()
@@ -88,11 +76,11 @@ pub fn rollouts(
                 .len();
             let ns = key.split('/').next().unwrap_or_default();
             let tenant = infra.is_some_and(|i| i != ns);
-            let rollout = match rollout_of(new.spec.rollout.as_ref(), defaults, tenant, ports.len())
-            {
+            let rollout = match rollout_of(new.policy, defaults, tenant, ports.len()) {
                 Ok(r) => r,
                 Err(refused) => {
                     return Some(PlannedRollout {
+                        kind: new.kind,
                         configuration: key.to_owned(),
                         waves: Vec::new(),
                         switches,
@@ -100,8 +88,9 @@ pub fn rollouts(
                     });
                 }
             };
-            let whole = old.spec.link_aggregation.is_some() || new.spec.link_aggregation.is_some();
+            let whole = old.aggregated || new.aggregated;
             Some(PlannedRollout {
+                kind: new.kind,
                 configuration: key.to_owned(),
                 waves: in_waves(&ports, &rollout.policy, whole),
                 switches,
@@ -109,6 +98,47 @@ pub fn rollouts(
             })
         })
         .collect()
+}
+
+/// What a plan reads of a configuration's revision.
+struct Revision<'f> {
+    kind: &'static str,
+    hash: String,
+    policy: Option<&'f RolloutSpec>,
+    /// A link-aggregation group's (whose waves take whole switches).
+    aggregated: bool,
+}
+
+/// The configuration `key` (`namespace/name`) of the kind ports of `kind` carry,
+/// in `fleet`.
+fn revision<'f>(fleet: &'f Fleet, kind: PortKind, key: &str) -> Option<Revision<'f>> {
+    let named = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        let (ns, name) = key.split_once('/').unwrap_or_default();
+        m.namespace.as_deref().unwrap_or_default() == ns
+            && m.name.as_deref().unwrap_or_default() == name
+    };
+    match kind {
+        PortKind::SwitchPort => fleet
+            .configurations
+            .iter()
+            .find(|c| named(&c.metadata))
+            .map(|c| Revision {
+                kind: "SwitchPortConfiguration",
+                hash: c.spec.content_hash(),
+                policy: c.spec.rollout.as_ref(),
+                aggregated: c.spec.link_aggregation.is_some(),
+            }),
+        PortKind::SmartNicPort => fleet
+            .smartnic_configurations
+            .iter()
+            .find(|c| named(&c.metadata))
+            .map(|c| Revision {
+                kind: "SmartNicConfiguration",
+                hash: c.spec.content_hash(),
+                policy: c.spec.rollout.as_ref(),
+                aggregated: false,
+            }),
+    }
 }
 
 /// `ports` ((port, switch), in key order) in the waves the controller takes them in.
@@ -256,5 +286,48 @@ mod tests {
         let got = rollouts(&before, &after, &changes, &defaults, Some("infra"));
         assert!(got[0].refused.is_empty());
         assert_eq!(got[0].waves.len(), 2, "the canary, then the rest: {got:?}");
+    }
+
+    #[test]
+    fn a_smartnic_configuration_edit_is_planned_in_waves_over_its_smartnics() {
+        let fleet = |spec: serde_json::Value| {
+            let mut f = Fleet::default();
+            for nic in ["nic1", "nic2"] {
+                f.providers.push(obj(json!({
+                    "metadata": {"name": nic, "namespace": "infra"},
+                    "spec": {"backend": "ovsdb", "os": "ovs", "address": "192.0.2.1",
+                             "options": {"bridge": "br0"}}})));
+                for p in 1..=2 {
+                    f.smartnic_ports.push(obj(json!({
+                        "metadata": {"name": format!("{nic}-p{p}"), "namespace": "infra"},
+                        "spec": {"provider": {"name": nic}, "portName": format!("p{p}"),
+                                 "configuration": {"name": "web"}}})));
+                }
+            }
+            f.smartnic_configurations.push(obj(json!({
+                "metadata": {"name": "web", "namespace": "infra"}, "spec": spec})));
+            f
+        };
+        let before = fleet(json!({"untaggedVLAN": 10}));
+        let after = fleet(
+            json!({"untaggedVLAN": 11, "rollout": {"canary": {"ports": 1},
+                                 "maxUnavailable": 2, "maxUnavailablePerSwitch": 1}}),
+        );
+        let changes = plan(&before, &after, rules());
+        assert_eq!(changes.len(), 4, "{changes:?}");
+        let got = rollouts(&before, &after, &changes, &Defaults::default(), None);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].kind, got[0].configuration.as_str(), got[0].switches),
+            ("SmartNicConfiguration", "infra/web", 2)
+        );
+        assert_eq!(
+            got[0].waves,
+            [
+                vec!["infra/nic1-p1".to_owned()],
+                vec!["infra/nic1-p2".to_owned(), "infra/nic2-p1".to_owned()],
+                vec!["infra/nic2-p2".to_owned()],
+            ]
+        );
     }
 }

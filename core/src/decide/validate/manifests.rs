@@ -259,6 +259,11 @@ pub fn validate_manifests(files: &[(String, String)]) -> ValidationReport {
                                 super::smartnic_configuration_to_desired(&o.spec, p).map(|_| ()),
                             ));
                         }
+                        errors.extend(
+                            crate::decide::rollout::policy_errors(o.spec.rollout.as_ref())
+                                .into_iter()
+                                .map(|(path, reason)| FieldError { path, reason }),
+                        );
                     }
                     Err(e) => errors.extend(e),
                 },
