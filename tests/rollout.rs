@@ -7,7 +7,9 @@
 //! six seconds apart).
 //! A wave held on netconfd is taken back by the server when the operator dies; the
 //! NeighborSeen and HttpProbe gates watch hosts in network namespaces on Open
-//! vSwitch.
+//! vSwitch. A SmartNicConfiguration rolls out over SmartNicPorts on Open vSwitch,
+//! gated on its hosts' probes, and its chain to a simulated Cisco moves with its
+//! wave and goes back with it.
 //! (The rollout's other behaviour — rollback, pause, a kill mid-rollout, abort — is
 //! proven on fixture switches in `operator_e2e.rs`, and its BGP gate on FRR and
 //! GoBGP in `bgp.rs`.)
@@ -793,5 +795,138 @@ async fn a_smartnic_configuration_rolls_out_in_waves_and_back() {
         "the canary's pin is gone: {:?}",
         canary.annotations()
     );
+    env.cluster.finish().await;
+}
+
+/// A SmartNicConfiguration whose revision names another `nextConfigurationRef` moves
+/// the chained SwitchPort in the same wave as its SmartNicPort: a simulated Cisco
+/// behind an Open vSwitch SmartNIC. The canary's chain (bridge port and the Cisco
+/// port) moves first, the other SmartNicPort a wave later; a typo in the next
+/// configuration's name leaves the canary's chain waiting, and at the progress
+/// deadline the wave goes back — the Cisco port to the previous revision's VLAN —
+/// while the other port is never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_smartnic_chain_moves_with_its_wave_and_goes_back_with_it() {
+    use patchbay::api::{SmartNicConfiguration, SmartNicPort, SwitchPort};
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1");
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    ovs.add_internal_ports("br0", &["s1", "s2"]).unwrap();
+    let env = Env::start("rollout-chain").await;
+    env.switch(
+        "tor1",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[("tor1-p1", "FastEthernet0/1")],
+    )
+    .await;
+    env.configuration("tor-a", json!({"untaggedVLAN": 10}))
+        .await;
+    env.configuration("tor-b", json!({"untaggedVLAN": 20}))
+        .await;
+    env.ovs_provider(&ovs, "nic").await;
+    env.create::<SmartNicConfiguration>(json!({
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicConfiguration",
+        "metadata": {"name": "chain"},
+        "spec": {"untaggedVLAN": 10, "nextConfigurationRef": {"name": "tor-a"},
+                 "rollout": {"canary": {"ports": 1}, "maxUnavailable": 1,
+                             "minWaitSeconds": 5, "progressDeadlineSeconds": 20}}
+    }))
+    .await;
+    for (name, port, next) in [("h1", "s1", Some("tor1-p1")), ("h2", "s2", None)] {
+        let mut spec = json!({"provider": {"name": "nic"}, "portName": port,
+                              "configuration": {"name": "chain"}});
+        if let Some(n) = next {
+            spec["nextPortRef"] = json!({"kind": "SwitchPort", "name": n});
+        }
+        env.create::<SmartNicPort>(json!({
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "SmartNicPort",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .await;
+    }
+    let active =
+        |p: &SmartNicPort| p.status.as_ref().and_then(|s| s.state) == Some(PortState::Active);
+    for h in ["h1", "h2"] {
+        env.wait_obj_within::<SmartNicPort>(60, h, "Active", active)
+            .await;
+    }
+    let tor1 = ssh_cases::backend("ios", sim);
+    let cisco = || async { access(&tor1, &["FastEthernet0/1"]).await[0] };
+    let tag = |port: &str| ovs.vsctl(&["get", "Port", port, "tag"]).unwrap();
+    assert_eq!(cisco().await, Some(10));
+    assert_eq!((tag("s1"), tag("s2")), ("10".into(), "10".into()));
+
+    // The revision names tor-b: the canary's chain moves, bridge and Cisco, a wave
+    // (five seconds' minimum wait) before the other port.
+    edit::<SmartNicConfiguration>(
+        &env,
+        "chain",
+        json!({"untaggedVLAN": 11, "nextConfigurationRef": {"name": "tor-b"}}),
+    )
+    .await;
+    let started = Instant::now();
+    let on_cisco = loop {
+        if cisco().await == Some(20) {
+            break (tag("s1"), tag("s2"));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the canary's chain never reached the Cisco port"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        on_cisco,
+        ("11".into(), "10".into()),
+        "when the Cisco port moved, the canary's bridge port had and the other port had not"
+    );
+    let r = rollout_in::<SmartNicConfiguration>(&env, "chain", "Complete").await;
+    assert_eq!((r.ports, r.updated_ports), (2, 2), "{r:?}");
+    assert_eq!((tag("s1"), tag("s2")), ("11".into(), "11".into()));
+    let next = env.api::<SwitchPort>().get("tor1-p1").await.unwrap();
+    assert_eq!(
+        next.spec.configuration.as_ref().map(|c| c.name.as_str()),
+        Some("tor-b")
+    );
+
+    // A typo in the next configuration's name: the canary's chain waits for a
+    // SwitchPortConfiguration that does not exist; the deadline puts it back.
+    edit::<SmartNicConfiguration>(
+        &env,
+        "chain",
+        json!({"untaggedVLAN": 12, "nextConfigurationRef": {"name": "tor-bb"}}),
+    )
+    .await;
+    let r = rolled_back::<SmartNicConfiguration>(&env, "chain", 90, || {
+        assert_eq!(
+            tag("s2"),
+            "11",
+            "the port the rollout did not reach is untouched"
+        )
+    })
+    .await;
+    assert!(
+        r.message.contains("gate ProgressDeadline failed"),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("/h1"), "{}", r.message);
+    assert!(!r.message.contains("/h2"), "{}", r.message);
+    support::eventually(
+        60,
+        "the canary's chain back on the previous revision",
+        || async {
+            let next = env.api::<SwitchPort>().get("tor1-p1").await.ok()?;
+            let carries = next.spec.configuration.as_ref().map(|c| c.name.clone());
+            (tag("s1") == "11" && carries.as_deref() == Some("tor-b") && cisco().await == Some(20))
+                .then_some(())
+        },
+    )
+    .await;
+    env.wait_obj_within::<SmartNicPort>(60, "h1", "Active again", active)
+        .await;
+    assert_eq!(tag("s2"), "11");
     env.cluster.finish().await;
 }

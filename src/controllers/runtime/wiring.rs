@@ -95,8 +95,8 @@ where
 
 /// Rollouts: each SwitchPortConfiguration's and each SmartNicConfiguration's, woken
 /// by its own changes and, while a wave of it is under way, by the changes of the
-/// ports carrying it. One context (probes, recent pins) for both kinds: a port is of
-/// one kind, and its key is its own.
+/// ports carrying it. Each kind has its own context (probes, recent pins): they are
+/// kept by port key, and a SwitchPort and a SmartNicPort may share one.
 pub(super) fn rollouts(
     w: &Watches,
     h: &Harness,
@@ -119,22 +119,19 @@ pub(super) fn rollouts(
                 )
             })
             .with_config(Config::default().concurrency(2));
-    let rollout_ctx = Arc::new(rollout::RolloutContext {
-        shared: ctx.clone(),
-        probes: Default::default(),
-        pins: Default::default(),
-    });
-    let switch_ports = h.run(
-        "Rollout",
-        controller,
-        rollout::reconcile,
-        rollout_ctx.clone(),
-    );
+    let rollout_ctx = || {
+        Arc::new(rollout::RolloutContext {
+            shared: ctx.clone(),
+            probes: Default::default(),
+            pins: Default::default(),
+        })
+    };
+    let switch_ports = h.run("Rollout", controller, rollout::reconcile, rollout_ctx());
     let smartnic_ports = h.run(
         "SmartNicRollout",
         snic_controller,
         rollout::reconcile,
-        rollout_ctx,
+        rollout_ctx(),
     );
     async move {
         futures::join!(switch_ports, smartnic_ports);
