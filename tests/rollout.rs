@@ -536,6 +536,54 @@ fn answers(ip: &str) -> bool {
         && got.starts_with("HTTP/1.0 200")
 }
 
+/// Moves configuration `prov` (of kind `C`) to VLAN 20, which cuts the canary's host
+/// (host 0, on port `canary`, Server `server`) off from the operator: the wave rolls
+/// back on the HttpProbe gate, the other port (`other`, host 1's, whose VLAN `tag`
+/// reads) never leaving VLAN 10, and the canary is back on VLAN 10 with its host
+/// answering.
+async fn probe_cuts_the_canary_off<C: Config>(
+    env: &Env,
+    hosts: &support::netns::Hosts,
+    tag: &dyn Fn(usize) -> String,
+    (canary, other): (&str, &str),
+    server: &str,
+) {
+    let ns = &env.cluster.namespace;
+    edit::<C>(env, "prov", json!({"untaggedVLAN": 20})).await;
+    let started = Instant::now();
+    let r = rolled_back::<C>(env, "prov", 60, || {
+        assert_eq!(
+            tag(1),
+            "10",
+            "the port the rollout did not reach is untouched"
+        )
+    })
+    .await;
+    eprintln!(
+        "rolled back {:?} after the edit: {}",
+        started.elapsed(),
+        r.message
+    );
+    assert!(r.message.contains("gate HttpProbe failed"), "{}", r.message);
+    assert!(
+        r.message.contains(&format!("{ns}/{canary}")),
+        "{}",
+        r.message
+    );
+    assert!(
+        r.message.contains(&format!("Server/{server}")),
+        "{}",
+        r.message
+    );
+    assert!(!r.message.contains(other), "{}", r.message);
+    support::eventually(
+        30,
+        "the canary back on VLAN 10 and its host answering",
+        || async { (tag(0) == "10" && answers(&hosts.ip(0))).then_some(()) },
+    )
+    .await;
+}
+
 /// The HttpProbe gate on real traffic: two hosts in network namespaces behind Open
 /// vSwitch serve `/healthz`, and the operator (in the root namespace) reaches them
 /// through the bridge on VLAN 10 only. An edit that leaves them reachable passes
@@ -607,30 +655,12 @@ async fn a_host_that_stops_answering_its_probe_rolls_the_wave_back() {
         web[1].requests()
     );
 
-    // VLAN 20: the canary's host is cut off from the operator.
-    edit::<SwitchPortConfiguration>(&env, "prov", json!({"untaggedVLAN": 20})).await;
-    let started = Instant::now();
-    let r = rolled_back::<SwitchPortConfiguration>(&env, "prov", 60, || {
-        assert_eq!(
-            tag(1),
-            "10",
-            "the port the rollout did not reach is untouched"
-        )
-    })
-    .await;
-    eprintln!(
-        "rolled back {:?} after the edit: {}",
-        started.elapsed(),
-        r.message
-    );
-    assert!(r.message.contains("gate HttpProbe failed"), "{}", r.message);
-    assert!(r.message.contains(&format!("{ns}/tor-a")), "{}", r.message);
-    assert!(r.message.contains(&format!("Server/{x}")), "{}", r.message);
-    assert!(!r.message.contains("tor-b"), "{}", r.message);
-    support::eventually(
-        30,
-        "the canary back on VLAN 10 and its host answering",
-        || async { (tag(0) == "10" && answers(&hosts.ip(0))).then_some(()) },
+    probe_cuts_the_canary_off::<SwitchPortConfiguration>(
+        &env,
+        &hosts,
+        &tag,
+        ("tor-a", "tor-b"),
+        &x,
     )
     .await;
     assert_eq!(tag(1), "10");
@@ -753,26 +783,8 @@ async fn a_smartnic_configuration_rolls_out_in_waves_and_back() {
         "{kinds:?} {r:?}"
     );
 
-    // VLAN 20: the canary's host is cut off from the operator.
-    edit::<SmartNicConfiguration>(&env, "prov", json!({"untaggedVLAN": 20})).await;
-    let started = Instant::now();
-    let r = rolled_back::<SmartNicConfiguration>(&env, "prov", 60, || {
-        assert_eq!(
-            tag(1),
-            "10",
-            "the port the rollout did not reach is untouched"
-        )
-    })
-    .await;
-    eprintln!(
-        "rolled back {:?} after the edit: {}",
-        started.elapsed(),
-        r.message
-    );
-    assert!(r.message.contains("gate HttpProbe failed"), "{}", r.message);
-    assert!(r.message.contains(&format!("{ns}/snp-a")), "{}", r.message);
-    assert!(r.message.contains(&format!("Server/{x}")), "{}", r.message);
-    assert!(!r.message.contains("snp-b"), "{}", r.message);
+    probe_cuts_the_canary_off::<SmartNicConfiguration>(&env, &hosts, &tag, ("snp-a", "snp-b"), &x)
+        .await;
     let warned = env.warnings("prov").await;
     assert!(
         warned
@@ -780,12 +792,6 @@ async fn a_smartnic_configuration_rolls_out_in_waves_and_back() {
             .any(|e| e.reason.as_deref() == Some("RolledBack")),
         "{warned:?}"
     );
-    support::eventually(
-        30,
-        "the canary back on VLAN 10 and its host answering",
-        || async { (tag(0) == "10" && answers(&hosts.ip(0))).then_some(()) },
-    )
-    .await;
     // Drift repair does not bring the rolled-back revision back.
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!((tag(0), tag(1)), ("10".into(), "10".into()));

@@ -176,8 +176,6 @@ pub trait Revisioned: kube::Resource<DynamicType = ()> + Clone {
     /// SwitchPortConfiguration (the first kind, whose revisions carry only the
     /// name), the kind for the others.
     const REVISION_KIND: Option<&'static str>;
-    /// Its spec.
-    fn spec(&self) -> &Self::Spec;
     /// Its spec, to put a revision's in its place.
     fn spec_mut(&mut self) -> &mut Self::Spec;
     /// SHA-256 of what a port carries of it (everything but `rollout`): its
@@ -191,54 +189,42 @@ pub trait Revisioned: kube::Resource<DynamicType = ()> + Clone {
     fn configuration_status(&self) -> Option<&ConfigurationStatus>;
 }
 
-impl Revisioned for super::SwitchPortConfiguration {
-    type Spec = super::SwitchPortConfigurationSpec;
-    const REVISION_KIND: Option<&'static str> = None;
-    fn spec(&self) -> &Self::Spec {
-        &self.spec
-    }
-    fn spec_mut(&mut self) -> &mut Self::Spec {
-        &mut self.spec
-    }
-    fn content_hash(&self) -> String {
-        self.spec.content_hash()
-    }
-    fn revision_spec(&self) -> Self::Spec {
-        Self::Spec {
-            rollout: None,
-            ..self.spec.clone()
+/// Implements [`Revisioned`] for a configuration kind whose spec has `rollout` and
+/// `content_hash()`, and whose status is a [`ConfigurationStatus`].
+macro_rules! revisioned {
+    ($kind:ty, $spec:ty, $label:expr) => {
+        impl Revisioned for $kind {
+            type Spec = $spec;
+            const REVISION_KIND: Option<&'static str> = $label;
+            fn spec_mut(&mut self) -> &mut Self::Spec {
+                &mut self.spec
+            }
+            fn content_hash(&self) -> String {
+                self.spec.content_hash()
+            }
+            fn revision_spec(&self) -> Self::Spec {
+                Self::Spec {
+                    rollout: None,
+                    ..self.spec.clone()
+                }
+            }
+            fn policy(&self) -> Option<&RolloutSpec> {
+                self.spec.rollout.as_ref()
+            }
+            fn configuration_status(&self) -> Option<&ConfigurationStatus> {
+                self.status.as_ref()
+            }
         }
-    }
-    fn policy(&self) -> Option<&RolloutSpec> {
-        self.spec.rollout.as_ref()
-    }
-    fn configuration_status(&self) -> Option<&ConfigurationStatus> {
-        self.status.as_ref()
-    }
+    };
 }
 
-impl Revisioned for super::SmartNicConfiguration {
-    type Spec = super::SmartNicConfigurationSpec;
-    const REVISION_KIND: Option<&'static str> = Some("SmartNicConfiguration");
-    fn spec(&self) -> &Self::Spec {
-        &self.spec
-    }
-    fn spec_mut(&mut self) -> &mut Self::Spec {
-        &mut self.spec
-    }
-    fn content_hash(&self) -> String {
-        self.spec.content_hash()
-    }
-    fn revision_spec(&self) -> Self::Spec {
-        Self::Spec {
-            rollout: None,
-            ..self.spec.clone()
-        }
-    }
-    fn policy(&self) -> Option<&RolloutSpec> {
-        self.spec.rollout.as_ref()
-    }
-    fn configuration_status(&self) -> Option<&ConfigurationStatus> {
-        self.status.as_ref()
-    }
-}
+revisioned!(
+    super::SwitchPortConfiguration,
+    super::SwitchPortConfigurationSpec,
+    None
+);
+revisioned!(
+    super::SmartNicConfiguration,
+    super::SmartNicConfigurationSpec,
+    Some("SmartNicConfiguration")
+);

@@ -115,34 +115,26 @@ pub fn review(
             }
         }
     };
+    // A configuration's rollout policy, held to the infra team's limits.
+    let policy_refused = |policy: Option<&crate::api::RolloutSpec>, refused: &mut Vec<String>| {
+        refused.extend(
+            crate::decide::rollout::admission_refusals(policy, look.rollout, true)
+                .into_iter()
+                .map(|(field, why)| format!("{field}: {why}")),
+        );
+    };
     match kind {
         "SwitchPortConfiguration" => {
             if let Ok(c) = serde_json::from_value::<SwitchPortConfiguration>(object.clone()) {
                 let group = c.spec.link_aggregation.as_ref().map(|l| l.group);
                 vlans_granted(&c.spec.port, group, "", &mut refused);
-                refused.extend(
-                    crate::decide::rollout::admission_refusals(
-                        c.spec.rollout.as_ref(),
-                        look.rollout,
-                        true,
-                    )
-                    .into_iter()
-                    .map(|(field, why)| format!("{field}: {why}")),
-                );
+                policy_refused(c.spec.rollout.as_ref(), &mut refused);
             }
         }
         "SmartNicConfiguration" => {
             if let Ok(c) = serde_json::from_value::<SmartNicConfiguration>(object.clone()) {
                 vlans_granted(&c.spec.port, None, "", &mut refused);
-                refused.extend(
-                    crate::decide::rollout::admission_refusals(
-                        c.spec.rollout.as_ref(),
-                        look.rollout,
-                        true,
-                    )
-                    .into_iter()
-                    .map(|(field, why)| format!("{field}: {why}")),
-                );
+                policy_refused(c.spec.rollout.as_ref(), &mut refused);
             }
             if let Some(r) = object.pointer("/spec/nextConfigurationRef") {
                 reference(
