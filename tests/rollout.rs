@@ -6,8 +6,8 @@
 //! ports seen joining within three seconds of each other are one wave; waves are
 //! six seconds apart).
 //! A wave held on netconfd is taken back by the server when the operator dies; the
-//! NeighborSeen and HttpProbe gates watch hosts in network namespaces on Open
-//! vSwitch. A SmartNicConfiguration rolls out over SmartNicPorts on Open vSwitch,
+//! NeighborSeen (hosts that are Servers or BareMetalHosts) and HttpProbe gates watch
+//! hosts in network namespaces on Open vSwitch. A SmartNicConfiguration rolls out over SmartNicPorts on Open vSwitch,
 //! gated on its hosts' probes, and its chain to a simulated Cisco moves with its
 //! wave and goes back with it.
 //! (The rollout's other behaviour — rollback, pause, a kill mid-rollout, abort — is
@@ -393,9 +393,31 @@ async fn edit<C: Config>(env: &Env, name: &str, spec: serde_json::Value) {
 /// wave's gate once a read an age-out after the port's change still sees its host;
 /// one that drops the canary's host's frames (a trunk without its untagged VLAN)
 /// fails it: the canary goes back, the other port is never touched, and the host
-/// is seen again.
+/// is seen again. The hosts are Servers declaring their NIC's MAC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
+    host_no_longer_seen_rolls_back(Host::Server).await;
+}
+
+/// The same with BareMetalHosts driving their own ports (seed 003's `spec.ports`):
+/// a host is known by every MAC it declares or its inspection reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_metal_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
+    if !support::on_devplane() {
+        return; // needs a BareMetalHost CRD with seed 003's spec.ports
+    }
+    host_no_longer_seen_rolls_back(Host::BareMetalHost).await;
+}
+
+/// The kind of host a test drives its ports with.
+#[derive(Clone, Copy)]
+enum Host {
+    Server,
+    BareMetalHost,
+}
+
+/// See [`a_host_no_longer_seen_on_its_port_rolls_the_wave_back`].
+async fn host_no_longer_seen_rolls_back(kind: Host) {
     use kube::ResourceExt;
     use patchbay::api::{Switch, SwitchPort};
     let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
@@ -404,7 +426,13 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
     let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
     let (mac0, mac1) = (hosts.mac(0), hosts.mac(1));
     let _talk = (hosts.chatter(0, 1), hosts.chatter(1, 0));
-    let env = Env::start("rollout-neighbors").await;
+    let cluster = support::Cluster::start("rollout-neighbors").await;
+    if let Host::BareMetalHost = kind {
+        cluster
+            .install_crd(support::bare_metal_host_crd(true))
+            .await;
+    }
+    let env = Env::start_on(cluster, |_| {}).await;
     env.ovs_provider(&ovs, "tor").await;
     env.switch_reading(
         "tor",
@@ -420,10 +448,32 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
     .await;
     let ns = env.cluster.namespace.clone();
     let (x, y) = (format!("{ns}-x"), format!("{ns}-y"));
-    env.server((&x, &ns), (&mac0, "tor-a"), "prov", json!({}))
-        .await;
-    env.server((&y, &ns), (&mac1, "tor-b"), "prov", json!({}))
-        .await;
+    // How the rollout names host x.
+    let x_named = match kind {
+        Host::Server => {
+            env.server((&x, &ns), (&mac0, "tor-a"), "prov", json!({}))
+                .await;
+            env.server((&y, &ns), (&mac1, "tor-b"), "prov", json!({}))
+                .await;
+            format!("Server/{x}")
+        }
+        Host::BareMetalHost => {
+            for (name, mac, port) in [(&x, &mac0, "tor-a"), (&y, &mac1, "tor-b")] {
+                // Known by its boot MAC alone: the NIC on the port is not told apart.
+                env.create::<patchbay::api::metal3::BareMetalHost>(json!({
+                    "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                    "metadata": {"name": name},
+                    "spec": {"bootMACAddress": mac,
+                             "ports": [{"name": "eth0",
+                                        "port": {"name": port, "kind": "SwitchPort",
+                                                 "namespace": ns},
+                                        "provisioningConfiguration": {"name": "prov"}}]}
+                }))
+                .await;
+            }
+            format!("BareMetalHost/{ns}/{x}")
+        }
+    };
     let tag = |i: usize| ovs.vsctl(&["get", "Port", &hosts.ports[i], "tag"]).unwrap();
     for p in ["tor-a", "tor-b"] {
         env.wait_carrying(p, "prov").await;
@@ -494,7 +544,7 @@ async fn a_host_no_longer_seen_on_its_port_rolls_the_wave_back() {
         r.message
     );
     assert!(r.message.contains(&format!("{ns}/tor-a")), "{}", r.message);
-    assert!(r.message.contains(&format!("Server/{x}")), "{}", r.message);
+    assert!(r.message.contains(&x_named), "{}", r.message);
     assert!(!r.message.contains("tor-b"), "{}", r.message);
     let warned = env.warnings("prov").await;
     assert!(

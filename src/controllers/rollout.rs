@@ -83,6 +83,9 @@ pub struct RolloutContext {
     pub probes: probe::ProbeBook,
     /// The pins this process wrote lately.
     pub pins: RecentPins,
+    /// The BareMetalHost cache (empty without Metal3): a BareMetalHost host's MACs,
+    /// for the NeighborSeen gate.
+    pub hosts: kube::runtime::reflector::Store<crate::api::metal3::BareMetalHost>,
 }
 
 /// The pins this process wrote lately, by port (`namespace/name`): the port cache
@@ -427,7 +430,7 @@ pub async fn reconcile<C: Rolled>(
                 r.phase.as_str(),
                 phase::PROGRESSING | phase::PAUSED | phase::REFUSED
             ) {
-                let (w, e) = advance(&ctx, &rc.probes, &rc.pins, config.as_ref(), r, now).await?;
+                let (w, e) = advance(&rc, config.as_ref(), r, now).await?;
                 wait = w;
                 event = e;
             }
@@ -473,13 +476,12 @@ type Reported = Option<(Severity, &'static str, String)>;
 /// One step of the rollout `r` (Progressing or Paused), done: see the module doc.
 /// Returns when to look again, and what to report.
 async fn advance<C: Rolled>(
-    ctx: &Context,
-    probes: &probe::ProbeBook,
-    pins: &RecentPins,
+    rc: &RolloutContext,
     config: &C,
     r: &mut RolloutStatus,
     now: jiff::Timestamp,
 ) -> Result<(Option<Duration>, Reported), ControllerError> {
+    let (ctx, probes, pins, hosts) = (rc.shared.as_ref(), &rc.probes, &rc.pins, &rc.hosts);
     let ns = config.namespace().unwrap_or_default();
     let name = config.name_any();
     let ports = C::carriers(ctx, &ns, &name);
@@ -548,7 +550,7 @@ async fn advance<C: Rolled>(
         // at a time so that each switch's worker batches its ports of the wave.
         members = decide::wave_members(&rollout, &progress, &facts);
         let seen_now = match C::PORTS {
-            CabledPortKind::SwitchPort => read_neighbors(ctx, &ports, &members, &mut facts),
+            CabledPortKind::SwitchPort => read_neighbors(ctx, hosts, &ports, &members, &mut facts),
             CabledPortKind::SmartNicPort => BTreeMap::new(),
         };
         let token = pin(r, r.wave);
@@ -756,14 +758,17 @@ async fn read_nodes(
     Ok(())
 }
 
-/// The NeighborSeen gate's signals, from the cache: for each port of the wave
-/// (`members`) whose Switch reads neighbours and whose host is a Server declaring
-/// the MAC of its NIC on the port, how that NIC shows on the port in the Switch's
-/// status now, and the signal that and what the port's pin recorded before it moved
-/// give ([`decide::neighbor_signal`]). Returns how each shows now: what pinning a
-/// port records.
+/// The NeighborSeen gate's signals, from the caches: for each port of the wave
+/// (`members`) whose Switch reads neighbours and whose host is known by its MACs —
+/// a Server declaring the MAC of its NIC on the port, or a BareMetalHost (in
+/// `hosts`: every MAC it declares or its inspection reports, the NIC on the port not
+/// told apart) — how the host shows on the port in the Switch's status now, and the
+/// signal that and what the port's pin recorded before it moved give
+/// ([`decide::neighbor_signal`]). Returns how each shows now: what pinning a port
+/// records.
 fn read_neighbors(
     ctx: &Context,
+    hosts: &kube::runtime::reflector::Store<crate::api::metal3::BareMetalHost>,
     ports: &[Carrier],
     members: &[usize],
     facts: &mut [PortFacts<'_>],
@@ -782,31 +787,55 @@ fn read_neighbors(
         let Some(spec) = switch.spec.neighbors.as_ref() else {
             continue;
         };
-        let Some(server) = p
-            .host
-            .as_deref()
-            .and_then(|h| h.strip_prefix("Server/"))
-            .and_then(|s| ctx.stores.servers.get(&ObjectRef::new(s)))
-        else {
-            continue;
+        // The NIC's MAC (a Server's), and every MAC of the host.
+        let (nic, host_macs): (Option<String>, Vec<String>) = match p.host.as_deref() {
+            Some(h) if h.starts_with("Server/") => {
+                let Some(server) = ctx
+                    .stores
+                    .servers
+                    .get(&ObjectRef::new(h.trim_start_matches("Server/")))
+                else {
+                    continue;
+                };
+                let nics = &server.spec.nics;
+                let Some(mac) =
+                    crate::decide::phases::cabled_nic(nics, CabledPortKind::SwitchPort, ns, name)
+                        .and_then(|n| n.mac.clone())
+                else {
+                    continue;
+                };
+                let all = std::iter::once(server.spec.boot_mac.clone())
+                    .chain(nics.iter().filter_map(|n| n.mac.clone()))
+                    .collect();
+                (Some(mac), all)
+            }
+            Some(h) if h.starts_with("BareMetalHost/") => {
+                let Some((host_ns, host_name)) =
+                    h.trim_start_matches("BareMetalHost/").split_once('/')
+                else {
+                    continue;
+                };
+                let Some(host) = hosts.get(&ObjectRef::new(host_name).within(host_ns)) else {
+                    continue;
+                };
+                (None, crate::decide::metal3_host::host_macs(&host, None))
+            }
+            _ => continue,
         };
-        let nics = &server.spec.nics;
-        let Some(mac) =
-            crate::decide::phases::cabled_nic(nics, CabledPortKind::SwitchPort, ns, name)
-                .and_then(|n| n.mac.as_deref())
-        else {
+        if host_macs.is_empty() {
             continue;
-        };
-        let host_macs: Vec<&str> = std::iter::once(server.spec.boot_mac.as_str())
-            .chain(nics.iter().filter_map(|n| n.mac.as_deref()))
-            .collect();
+        }
+        let host_macs: Vec<&str> = host_macs.iter().map(String::as_str).collect();
         let status = switch.status.as_ref();
         let entry = status.and_then(|s| {
             s.neighbors
                 .iter()
                 .find(|n| n.switch_port.as_deref() == Some(name))
         });
-        let now = Seen::on(entry, mac, &host_macs);
+        let now = match nic.as_deref() {
+            Some(mac) => Seen::on(entry, mac, &host_macs),
+            None => Seen::of_host(entry, &host_macs),
+        };
         let read_at = status
             .and_then(|s| s.neighbors_read_at.as_deref())
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())

@@ -148,10 +148,9 @@ pub async fn run(
     .touched_objects();
     let port_ctl = switch_ports(&watches, &harness, &ctx, secrets, woken.ports);
     let switch_ctl = switches(&watches, &harness, &ctx, woken.switches);
-    let rollout_ctl = rollouts(&watches, &harness, &ctx);
     let provider_ctl = provider_switches(&watches, &harness, &ctx, woken.providers);
     let snic_ctl = smartnic_ports(&watches, &harness, &ctx, woken.smartnics);
-    let hosts = hosts_and_claims(
+    let (hosts, bare_metal_hosts) = hosts_and_claims(
         &settings,
         &watches,
         &harness,
@@ -160,6 +159,7 @@ pub async fn run(
         woken.claims,
         metal3.as_ref(),
     );
+    let rollout_ctl = rollouts(&watches, &harness, &ctx, &bare_metal_hosts);
     let bms_ctl = metal3_switches(&settings, &watches, metal3.as_ref(), &harness, &ctx);
     let metal3_watched: Part = match metal3 {
         Some(m) => Box::pin(m.start()),

@@ -367,6 +367,40 @@ fn mac_key(mac: &str) -> String {
     mac.trim().to_ascii_lowercase().replace('-', ":")
 }
 
+/// Every MAC address `host` is known by, lower case, once each, in order: its
+/// `bootMACAddress`, the `mac` of each entry of seed 003's `spec.ports`, the
+/// `macAddress` of each `spec.networkInterfaces` entry, and the `mac` of each NIC
+/// its inspection reported (`inspection`: its HardwareData's `spec.hardware`, else
+/// its own `status.hardware`). Entries that are not objects, or carry no string
+/// there, are skipped.
+pub fn host_macs(host: &BareMetalHost, inspection: Option<&Value>) -> Vec<String> {
+    let listed = |list: Option<&Value>, field: &'static str| {
+        list.and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(move |e| e.get(field).and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let hardware = inspection.or(host.status.hardware.as_ref());
+    let mut out: Vec<String> = Vec::new();
+    for mac in host
+        .spec
+        .boot_mac_address
+        .iter()
+        .cloned()
+        .chain(listed(host.spec.ports.as_ref(), "mac"))
+        .chain(listed(host.spec.network_interfaces.as_ref(), "macAddress"))
+        .chain(listed(hardware.and_then(|h| h.get("nics")), "mac"))
+    {
+        let mac = mac_key(&mac);
+        if !mac.is_empty() && !out.contains(&mac) {
+            out.push(mac);
+        }
+    }
+    out
+}
+
 /// The host's `spec.networkInterfaces` as the NICs patchbay drives: each cabled to
 /// the declared port its `switchPort` (else its inspection's LLDP) names,
 /// provisioned with `provisioning` (the infra team's), carrying the configuration

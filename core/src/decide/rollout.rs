@@ -968,6 +968,19 @@ impl Seen {
         })
     }
 
+    /// How a host known by the MACs `host_macs` shows on a port that sees `seen`,
+    /// when which of its NICs is on the port is not known (a BareMetalHost's): by
+    /// LLDP naming any of them, by any of them learned on the port.
+    pub fn of_host(seen: Option<&PortNeighborsStatus>, host_macs: &[&str]) -> Seen {
+        host_macs
+            .iter()
+            .map(|mac| Seen::on(seen, mac, host_macs))
+            .fold(Seen::default(), |a, b| Seen {
+                lldp: a.lldp || b.lldp,
+                mac: a.mac || b.mac,
+            })
+    }
+
     /// As [`crate::api::keys::ROLLOUT_SEEN_ANNOTATION`] writes it; `None`: not seen.
     pub fn annotation(self) -> Option<&'static str> {
         match (self.lldp, self.mac) {
@@ -2019,6 +2032,29 @@ mod tests {
             assert_eq!(Seen::parse(text), want);
         }
         assert!(Seen::parse(Some(" mac , bogus")).mac);
+        // A host known only by its MACs (which NIC is on the port unknown): any
+        // of them, either way.
+        let host = ["52:54:00:0c:00:01", mac];
+        assert_eq!(
+            Seen::of_host(Some(&port(&[], &[mac])), &host).annotation(),
+            Some("mac")
+        );
+        assert_eq!(
+            Seen::of_host(Some(&port(&["52:54:00:0c:00:01"], &[mac])), &host),
+            both
+        );
+        assert_eq!(
+            Seen::of_host(
+                Some(&port(&["52:54:00:0b:00:01"], &["52:54:00:0b:00:01"])),
+                &host
+            ),
+            Seen::default(),
+            "another host's NIC"
+        );
+        assert_eq!(
+            Seen::of_host(Some(&port(&[mac], &[mac])), &[]),
+            Seen::default()
+        );
         // Not seen before: not judged. Seen both ways, then LLDP alone: down.
         assert_eq!(neighbor_signal(Seen::default(), both, Some(1), 30), None);
         let s = neighbor_signal(both, only_lldp, Some(140), 30).unwrap();

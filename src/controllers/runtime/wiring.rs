@@ -101,6 +101,7 @@ pub(super) fn rollouts(
     w: &Watches,
     h: &Harness,
     ctx: &Arc<Context>,
+    hosts: &kube::runtime::reflector::Store<crate::api::metal3::BareMetalHost>,
 ) -> impl std::future::Future<Output = ()> + Send + use<> {
     let configs = w.configs.store.clone();
     let controller = Controller::for_shared_stream(w.configs.subscribe(), configs.clone())
@@ -124,6 +125,7 @@ pub(super) fn rollouts(
             shared: ctx.clone(),
             probes: Default::default(),
             pins: Default::default(),
+            hosts: hosts.clone(),
         })
     };
     let switch_ports = h.run("Rollout", controller, rollout::reconcile, rollout_ctx());
@@ -284,7 +286,8 @@ pub(super) fn smartnic_ports(
 /// Server change its plan cannot see. A shared stream carries no deletions: a
 /// deleted Server wakes the claims it concerns through `gone`, once the cache no
 /// longer has it. Also the orphan sweep, on start-up, periodically and when a Server
-/// names an unknown claim.
+/// names an unknown claim. Returns the BareMetalHost cache too (the rollouts read
+/// hosts from it).
 pub(super) fn hosts_and_claims(
     settings: &Settings,
     w: &Watches,
@@ -293,7 +296,10 @@ pub(super) fn hosts_and_claims(
     wc: &watcher::Config,
     gone: mpsc::UnboundedReceiver<ObjectRef<ServerClaim>>,
     metal3_api: Option<&Metal3Watches>,
-) -> impl std::future::Future<Output = ()> + Send + use<> {
+) -> (
+    impl std::future::Future<Output = ()> + Send + use<>,
+    kube::runtime::reflector::Store<crate::api::metal3::BareMetalHost>,
+) {
     let client = &ctx.client;
     // Metal3's hosts: a cache whose watch follows the BareMetalHost CRD (installed
     // before or after patchbay, or removed), with a listed gate of its own — the
@@ -304,6 +310,7 @@ pub(super) fn hosts_and_claims(
         subscribe(&host_writer),
         subscribe(&host_writer),
     );
+    let host_store = host_writer.as_reader();
     let host_watch = host_run(host_writer);
     let (servers, claims) = (w.servers.store.clone(), w.claims.store.clone());
     let alloc = Arc::new(
@@ -491,14 +498,15 @@ pub(super) fn hosts_and_claims(
     );
     let server_ctl = h.run("Server", server_ctl, server::reconcile, server_ctx);
     let sweeper = orphan_sweeps(alloc, h);
-    run_parts(parts![
+    let run = run_parts(parts![
         host_watch,
         metal3_changes,
         claim_ctl,
         host_ctl,
         server_ctl,
         sweeper
-    ])
+    ]);
+    (run, host_store)
 }
 
 /// Metal3's switch API, with `--metal3-switches` (otherwise nothing is watched: the

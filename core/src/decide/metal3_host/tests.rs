@@ -311,3 +311,29 @@ fn the_host_s_hardware_data_is_its_inspection_when_given() {
     let without = network_interfaces(&h, &fabric(), None);
     assert!(without.waiting[0].contains("has not been reported by inspection yet"));
 }
+
+#[test]
+fn a_host_is_known_by_every_mac_it_declares_or_inspection_reports() {
+    let host: BareMetalHost = serde_json::from_value(json!({
+        "metadata": {"name": "h", "namespace": "metal3"},
+        "spec": {"bootMACAddress": "AA:BB:CC:00:00:01",
+                 "ports": [{"mac": "aa:bb:cc:00:00:02"}, "not an object", {"name": "eth9"}],
+                 "networkInterfaces": [{"macAddress": "aa-bb-cc-00-00-03"},
+                                       {"macAddress": "aa:bb:cc:00:00:01"}]},
+        "status": {"hardware": {"nics": [{"name": "eno1", "mac": "aa:bb:cc:00:00:04"}]}}
+    }))
+    .unwrap();
+    assert_eq!(
+        host_macs(&host, None),
+        [
+            "aa:bb:cc:00:00:01",
+            "aa:bb:cc:00:00:02",
+            "aa:bb:cc:00:00:03",
+            "aa:bb:cc:00:00:04"
+        ]
+    );
+    // A HardwareData's inspection stands for the host's own.
+    let hardware = json!({"nics": [{"mac": "aa:bb:cc:00:00:05"}]});
+    assert_eq!(host_macs(&host, Some(&hardware))[3], "aa:bb:cc:00:00:05");
+    assert!(host_macs(&BareMetalHost::default(), None).is_empty());
+}
