@@ -238,13 +238,7 @@ pub trait Rolled:
     + 'static
 {
     /// The ports carrying it.
-    type Port: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static;
+    type Port: Pinned;
     /// Their kind: only SwitchPorts are on a Switch (BGP, neighbours, a change held
     /// on the device).
     const PORTS: CabledPortKind;
@@ -1025,7 +1019,7 @@ async fn unpin<P: Pinned>(ctx: &Context, ports: &[String]) -> Result<(), Control
 }
 
 /// A port a rollout pins (SwitchPort, SmartNicPort).
-trait Pinned:
+pub trait Pinned:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone
     + std::fmt::Debug
