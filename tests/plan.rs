@@ -661,6 +661,23 @@ async fn the_plan_is_what_an_open_vswitch_is_sent() {
         "{stderr}"
     );
     let planned = planned_transaction(&kubeconfig, &ns, &edit);
+    // The ports follow the edit in the configuration's rollout: under the default
+    // policy, a canary of one port, then the other.
+    let (code, out, err) = plan(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "-n",
+        &ns,
+        &edit.display().to_string(),
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "Rollout of SmartNicConfiguration {ns}/nic: 2 port(s) on 1 SmartNIC(s) in 2 wave(s)"
+        )) && out.contains(&format!("  wave 1 (canary): {ns}/h1\n"))
+            && out.contains(&format!("  wave 2: {ns}/h2\n")),
+        "{out}"
+    );
 
     env.api::<patchbay::api::SmartNicConfiguration>()
         .patch(
