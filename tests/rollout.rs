@@ -586,6 +586,32 @@ fn answers(ip: &str) -> bool {
         && got.starts_with("HTTP/1.0 200")
 }
 
+/// Once both hosts answer through the bridge, edits configuration `prov`'s
+/// description: the hosts stay reachable, and each wave passes once its host
+/// answered the operator's probe (each host's own request log shows it). Returns the
+/// completed rollout.
+async fn probed_description_edit<C: Config>(
+    env: &Env,
+    hosts: &support::netns::Hosts,
+    web: &[support::netns::HttpServer; 2],
+) -> RolloutStatus {
+    support::eventually(20, "both hosts answer through the bridge", || async {
+        (answers(&hosts.ip(0)) && answers(&hosts.ip(1))).then_some(())
+    })
+    .await;
+    let asked = |i: usize| web[i].requests().len();
+    let before = (asked(0), asked(1));
+    edit::<C>(env, "prov", json!({"description": "probed"})).await;
+    let r = rollout_in::<C>(env, "prov", "Complete").await;
+    assert!(
+        asked(0) > before.0 && asked(1) > before.1,
+        "each host probed by the operator: {:?} {:?}",
+        web[0].requests(),
+        web[1].requests()
+    );
+    r
+}
+
 /// Moves configuration `prov` (of kind `C`) to VLAN 20, which cuts the canary's host
 /// (host 0, on port `canary`, Server `server`) off from the operator: the wave rolls
 /// back on the HttpProbe gate, the other port (`other`, host 1's, whose VLAN `tag`
@@ -686,24 +712,8 @@ async fn a_host_that_stops_answering_its_probe_rolls_the_wave_back() {
         env.wait_carrying(p, "prov").await;
     }
     assert_eq!((tag(0), tag(1)), ("10".into(), "10".into()));
-    support::eventually(20, "both hosts answer through the switch", || async {
-        (answers(&hosts.ip(0)) && answers(&hosts.ip(1))).then_some(())
-    })
-    .await;
-    let asked = |i: usize| web[i].requests().len();
-    let before = (asked(0), asked(1));
-
-    // A description: the hosts stay reachable, each wave passes once its host
-    // answered the operator's probe.
-    edit::<SwitchPortConfiguration>(&env, "prov", json!({"description": "probed"})).await;
-    let r = rollout_in::<SwitchPortConfiguration>(&env, "prov", "Complete").await;
+    let r = probed_description_edit::<SwitchPortConfiguration>(&env, &hosts, &web).await;
     assert_eq!(r.updated_ports, 2, "{r:?}");
-    assert!(
-        asked(0) > before.0 && asked(1) > before.1,
-        "each host probed by the operator: {:?} {:?}",
-        web[0].requests(),
-        web[1].requests()
-    );
 
     probe_cuts_the_canary_off::<SwitchPortConfiguration>(
         &env,
@@ -780,24 +790,9 @@ async fn a_smartnic_configuration_rolls_out_in_waves_and_back() {
         .await;
     }
     assert_eq!((tag(0), tag(1)), ("10".into(), "10".into()));
-    support::eventually(20, "both hosts answer through the SmartNIC", || async {
-        (answers(&hosts.ip(0)) && answers(&hosts.ip(1))).then_some(())
-    })
-    .await;
-    let asked = |i: usize| web[i].requests().len();
-    let before = (asked(0), asked(1));
-
-    // A description: two waves, each passed once its host answered.
-    edit::<SmartNicConfiguration>(&env, "prov", json!({"description": "probed"})).await;
-    let r = rollout_in::<SmartNicConfiguration>(&env, "prov", "Complete").await;
+    let r = probed_description_edit::<SmartNicConfiguration>(&env, &hosts, &web).await;
     assert_eq!((r.ports, r.updated_ports), (2, 2), "{r:?}");
     assert_eq!(r.switches, "1/1", "{r:?}");
-    assert!(
-        asked(0) > before.0 && asked(1) > before.1,
-        "each host probed by the operator: {:?} {:?}",
-        web[0].requests(),
-        web[1].requests()
-    );
     for port in &hosts.ports {
         assert_eq!(
             ovs.vsctl(&["get", "Port", port, "external_ids:\"patchbay/description\""])

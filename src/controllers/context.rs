@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, watch};
 use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
 use crate::api::{
-    CabledPortKind, ProviderSwitch, Revisioned, Server, ServerClaim, SmartNicPort, Switch,
-    SwitchPort, SwitchPortConfiguration, VLANPool,
+    CabledPortKind, ProviderSwitch, Revisioned, Server, ServerClaim, SmartNicConfiguration,
+    SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration, VLANPool,
 };
 use crate::backends::Backends;
 use crate::compact_port::CompactPort;
@@ -166,6 +166,8 @@ pub struct Stores {
     pub claims: Store<ServerClaim>,
     /// The configurations' ControllerRevisions (their rollouts' revisions).
     pub revisions: Store<ControllerRevision>,
+    /// SmartNicConfigurations.
+    pub smartnic_configurations: Store<SmartNicConfiguration>,
     grants: Arc<GrantsCache>,
     /// The Switches with valid BGP, last computed ([`super::bgp_fleet::bgp_switches`]).
     pub(super) bgp_switches: Arc<super::bgp_fleet::BgpSwitchesCache>,
@@ -191,6 +193,7 @@ impl Stores {
             servers,
             claims,
             revisions: kube::runtime::reflector::store().0,
+            smartnic_configurations: kube::runtime::reflector::store().0,
             grants: Arc::default(),
             bgp_switches: Arc::default(),
         }
@@ -297,6 +300,15 @@ impl Stores {
         self.configurations
             .get(&ObjectRef::new(name).within(ns))
             .map(|c| (*c).clone())
+    }
+
+    /// These caches, with the SmartNicConfigurations read from `configurations`.
+    pub fn with_smartnic_configurations(
+        mut self,
+        configurations: Store<SmartNicConfiguration>,
+    ) -> Self {
+        self.smartnic_configurations = configurations;
+        self
     }
 
     /// These caches, with the configurations' revisions read from `revisions`.

@@ -242,7 +242,8 @@ pub trait Rolled:
     /// Their kind: only SwitchPorts are on a Switch (BGP, neighbours, a change held
     /// on the device).
     const PORTS: CabledPortKind;
-    /// The ports carrying `ns/name`, from the cache, in key order.
+    /// The ports carrying `ns/name`, from the cache, in any order (the controller
+    /// orders them by key).
     fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier>;
     /// Whether its waves take whole switches (a link-aggregation group's members
     /// change together), as it stands or as its current revision was.
@@ -254,8 +255,7 @@ impl Rolled for SwitchPortConfiguration {
     const PORTS: CabledPortKind = CabledPortKind::SwitchPort;
 
     fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
-        let mut out: Vec<Carrier> = ctx
-            .ports
+        ctx.ports
             .0
             .state()
             .iter()
@@ -283,9 +283,7 @@ impl Rolled for SwitchPortConfiguration {
                     bgp,
                 )
             })
-            .collect();
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        out
+            .collect()
     }
 
     fn whole_switches(&self, ctx: &Context) -> bool {
@@ -306,8 +304,7 @@ impl Rolled for SmartNicConfiguration {
 
     /// Each SmartNicPort's "switch" is its SmartNIC: its ProviderSwitch.
     fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
-        let mut out: Vec<Carrier> = ctx
-            .stores
+        ctx.stores
             .smartnics
             .state()
             .iter()
@@ -325,14 +322,20 @@ impl Rolled for SmartNicConfiguration {
                     None,
                 )
             })
-            .collect();
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        out
+            .collect()
     }
 
     fn whole_switches(&self, _: &Context) -> bool {
         false
     }
+}
+
+/// The ports carrying `ns/name` (a configuration of kind `C`), from the cache, in
+/// key order: what one look of its rollout reads.
+fn carriers<C: Rolled>(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
+    let mut out = C::carriers(ctx, ns, name);
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    out
 }
 
 /// Whether a content hash is the one a revision is named by.
@@ -356,6 +359,8 @@ pub async fn reconcile<C: Rolled>(
     let old = config.configuration_status().cloned().unwrap_or_default();
     let mut status = old.clone();
     let spec_revision = revision_name(&name, &config.content_hash());
+    // Read once a look; again only after this look unpinned ports.
+    let mut ports = carriers::<C>(&ctx, &ns, &name);
     let mut wait = None;
     let mut event = None;
     match status.rollout.as_mut() {
@@ -382,13 +387,13 @@ pub async fn reconcile<C: Rolled>(
                 let token = pin(r, r.wave);
                 let mut back = Vec::new();
                 let mut switches = BTreeSet::new();
-                for p in C::carriers(&ctx, &ns, &name) {
+                for p in &ports {
                     let by = decide::moved_by(p.pinned.as_deref(), r);
                     if p.pinned.as_deref() == Some(token.as_str()) {
-                        switches.insert(p.switch);
+                        switches.insert(p.switch.clone());
                     }
                     if by.is_some() && (wave.is_none() || by == wave) {
-                        back.push(p.key);
+                        back.push(p.key.clone());
                     }
                 }
                 // The last wave was held on its devices: they take it back (one
@@ -400,6 +405,7 @@ pub async fn reconcile<C: Rolled>(
                     }
                 }
                 unpin::<C::Port>(&ctx, &back).await?;
+                ports = carriers::<C>(&ctx, &ns, &name);
                 r.phase = done.into();
                 r.wave_committed_at = None;
             }
@@ -424,7 +430,7 @@ pub async fn reconcile<C: Rolled>(
                 r.phase.as_str(),
                 phase::PROGRESSING | phase::PAUSED | phase::REFUSED
             ) {
-                let (w, e) = advance(&rc, config.as_ref(), r, now).await?;
+                let (w, e) = advance(&rc, config.as_ref(), &ports, r, now).await?;
                 wait = w;
                 event = e;
             }
@@ -439,7 +445,7 @@ pub async fn reconcile<C: Rolled>(
         }
     }
     let r = status.rollout.as_ref().expect("set above");
-    let counts = counts(&C::carriers(&ctx, &ns, &name), r);
+    let counts = counts(&ports, r);
     let r = status.rollout.as_mut().expect("set above");
     (r.ports, r.updated_ports, r.switches) = counts;
     set_conditions(&mut status, config.meta().generation, now);
@@ -472,13 +478,12 @@ type Reported = Option<(Severity, &'static str, String)>;
 async fn advance<C: Rolled>(
     rc: &RolloutContext,
     config: &C,
+    ports: &[Carrier],
     r: &mut RolloutStatus,
     now: jiff::Timestamp,
 ) -> Result<(Option<Duration>, Reported), ControllerError> {
     let (ctx, probes, pins, hosts) = (rc.shared.as_ref(), &rc.probes, &rc.pins, &rc.hosts);
     let ns = config.namespace().unwrap_or_default();
-    let name = config.name_any();
-    let ports = C::carriers(ctx, &ns, &name);
     let spec = config.policy();
     if spec.and_then(|s| s.abort_revision) == Some(r.update_revision_number) {
         let moved = ports
@@ -544,7 +549,7 @@ async fn advance<C: Rolled>(
         // at a time so that each switch's worker batches its ports of the wave.
         members = decide::wave_members(&rollout, &progress, &facts);
         let seen_now = match C::PORTS {
-            CabledPortKind::SwitchPort => read_neighbors(ctx, hosts, &ports, &members, &mut facts),
+            CabledPortKind::SwitchPort => read_neighbors(ctx, hosts, ports, &members, &mut facts),
             CabledPortKind::SmartNicPort => BTreeMap::new(),
         };
         let token = pin(r, r.wave);
@@ -576,7 +581,7 @@ async fn advance<C: Rolled>(
             ask_for_evidence(ctx, annotation, wanted).await?;
         }
         if let Some(grace) = ctx.settings.rollout.node_grace_seconds {
-            read_nodes(ctx, &ports, &members, &mut facts, grace, now).await?;
+            read_nodes(ctx, ports, &members, &mut facts, grace, now).await?;
         }
         if let Some(p) = decide::probe_of(spec) {
             let probed: Vec<usize> = members

@@ -124,13 +124,14 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
         .annotations()
         .get(ROLLOUT_ANNOTATION)
         .map(String::as_str);
-    let config = match Api::<SmartNicConfiguration>::namespaced(client.clone(), &cns)
-        .get_opt(&r.name)
-        .await?
+    let config = match ctx
+        .stores
+        .smartnic_configurations
+        .get(&kube::runtime::reflector::ObjectRef::new(&r.name).within(&cns))
     {
         Some(c) => Some(
             ctx.stores
-                .carried(c, pin)
+                .carried(c.as_ref().clone(), pin)
                 .map_err(ControllerError::Waiting)?,
         ),
         None => None,

@@ -489,6 +489,7 @@ impl Watches {
             self.claims.store.clone(),
         )
         .with_revisions(self.revisions.store.clone())
+        .with_smartnic_configurations(self.smartnic_configs.store.clone())
     }
 
     /// Every watch, running, each with what its deletions wake.
