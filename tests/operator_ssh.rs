@@ -189,6 +189,19 @@ async fn the_operator_bundles_cisco_ports_into_a_port_channel_and_dissolves_it()
         assert_eq!(read.vlans, Some(VlanMode::Access { vlan: vlan(30) }), "{p}");
     }
 
+    // A member's entry renamed: it leaves the channel on the old device port and
+    // joins it on the new one.
+    rename_entry(&env, "tor3", "tor3-p2", "FastEthernet0/3").await;
+    wait_active_on(&env, "tor3-p2", "FastEthernet0/3").await;
+    let fa3 = device.get_port(&port("FastEthernet0/3")).await.unwrap();
+    assert_eq!(fa3.lag.flatten().map(|l| l.group.get()), Some(5));
+    assert_eq!(fa3.vlans, Some(VlanMode::Access { vlan: vlan(30) }));
+    let fa2 = device.get_port(&port("FastEthernet0/2")).await.unwrap();
+    assert_eq!(
+        (fa2.lag, fa2.vlans),
+        (Some(None), Some(VlanMode::Unconfigured))
+    );
+
     // One leaves: clean, the channel stays for the other; the last leaves: the
     // channel is gone.
     cycle::unlink_and_clean(&env, "tor3-p1", &device, "FastEthernet0/1").await;
@@ -198,7 +211,7 @@ async fn the_operator_bundles_cisco_ports_into_a_port_channel_and_dissolves_it()
         .show_port_raw(&port("Port-channel5"))
         .await
         .expect("Port-channel5 stays while a member is in it");
-    cycle::unlink_and_clean(&env, "tor3-p2", &device, "FastEthernet0/2").await;
+    cycle::unlink_and_clean(&env, "tor3-p2", &device, "FastEthernet0/3").await;
     let po = device.show_port_raw(&port("Port-channel5")).await;
     assert!(
         matches!(&po, Err(patchbay_providers::DeviceError::CommandRejected { output, .. })
@@ -207,4 +220,115 @@ async fn the_operator_bundles_cisco_ports_into_a_port_channel_and_dissolves_it()
     );
     let running = device.running_config().await.unwrap().unwrap();
     assert!(!running.contains("channel-group"), "{running}");
+}
+
+/// Patches the entry `key` of Switch `switch` to name `device_port`.
+async fn rename_entry(env: &support::env::Env, switch: &str, key: &str, device_port: &str) {
+    env.api::<patchbay::api::Switch>()
+        .patch(
+            switch,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"ports": {key: {"name": device_port}}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits for `key` to read back Active on `device_port`.
+async fn wait_active_on(env: &support::env::Env, key: &str, device_port: &str) {
+    env.wait_for(key, &format!("Active on {device_port}"), |p| {
+        let st = p.status.as_ref();
+        st.and_then(|s| s.state) == Some(PortState::Active)
+            && st.and_then(|s| s.device_port.as_deref()) == Some(device_port)
+    })
+    .await;
+}
+
+/// A Switch port entry renamed (the cable moved, or a typo fixed) while its port
+/// carries a VLAN: the port moves. The device port it leaves is cleaned and read
+/// back before the new one is configured — with the drift policy ReportOnly, so the
+/// drift sweep does none of it — and two entries swapped trade their VLANs without
+/// one's clean undoing the other's change.
+#[tokio::test]
+async fn a_renamed_port_entry_moves_its_vlans_and_cleans_the_port_it_left() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor4", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor4");
+    let env = Env::start("ssh-move").await;
+    env.switch(
+        "tor4",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[
+            ("tor4-p1", "FastEthernet0/1"),
+            ("tor4-p2", "FastEthernet0/3"),
+        ],
+    )
+    .await;
+    env.api::<patchbay::api::Switch>()
+        .patch(
+            "tor4",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"driftPolicy": "ReportOnly"}})),
+        )
+        .await
+        .unwrap();
+    env.configuration("ten", json!({"untaggedVLAN": 10})).await;
+    env.configuration("twenty", json!({"untaggedVLAN": 20}))
+        .await;
+    env.link("tor4-p1", Some("ten")).await;
+    env.link("tor4-p2", Some("twenty")).await;
+    wait_active_on(&env, "tor4-p1", "FastEthernet0/1").await;
+    wait_active_on(&env, "tor4-p2", "FastEthernet0/3").await;
+    let device = backend("ios", sim);
+    let access = |n| Some(VlanMode::Access { vlan: vlan(n) });
+    let vlans = |p: &'static str| {
+        let device = &device;
+        async move { device.get_port(&port(p)).await.unwrap().vlans }
+    };
+    assert_eq!(vlans("FastEthernet0/1").await, access(10));
+
+    // Moved: the old device port clean, the new one on VLAN 10, an Event saying so.
+    rename_entry(&env, "tor4", "tor4-p1", "FastEthernet0/2").await;
+    wait_active_on(&env, "tor4-p1", "FastEthernet0/2").await;
+    assert_eq!(vlans("FastEthernet0/2").await, access(10));
+    assert_eq!(
+        vlans("FastEthernet0/1").await,
+        Some(VlanMode::Unconfigured),
+        "the device port left behind keeps the tenant's VLAN"
+    );
+    let events = support::events_about(&env.api(), "tor4-p1").await;
+    assert!(
+        events.iter().any(|e| e.reason.as_deref() == Some("Moved")
+            && e.note.as_deref()
+                == Some("moved from device port FastEthernet0/1 to FastEthernet0/2")),
+        "{events:?}"
+    );
+
+    // Swapped: each takes the other's device port with its own VLAN.
+    env.api::<patchbay::api::Switch>()
+        .patch(
+            "tor4",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"ports": {
+                "tor4-p1": {"name": "FastEthernet0/3"},
+                "tor4-p2": {"name": "FastEthernet0/2"},
+            }}})),
+        )
+        .await
+        .unwrap();
+    wait_active_on(&env, "tor4-p1", "FastEthernet0/3").await;
+    wait_active_on(&env, "tor4-p2", "FastEthernet0/2").await;
+    // A drift sweep (ReportOnly: read, never written) after the swap settled.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(vlans("FastEthernet0/3").await, access(10));
+    assert_eq!(vlans("FastEthernet0/2").await, access(20));
+    for key in ["tor4-p1", "tor4-p2"] {
+        let p = env.wait_state(key, PortState::Active).await;
+        assert_eq!(
+            condition(&p, "Drifted").map(|c| c.0),
+            Some("False".into()),
+            "{key}"
+        );
+    }
 }

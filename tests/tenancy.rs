@@ -885,3 +885,45 @@ async fn a_pool_edit_is_planned_and_warned_as_the_operator_refuses_it() {
     .await;
     f.env.cluster.finish().await;
 }
+
+/// With tenancy on, a port whose entry is renamed parks the device port it leaves
+/// (never back to the device default, open to every VLAN): an Active port's old
+/// device port and a parked Idle port's new one both end on the parking VLAN.
+#[tokio::test]
+async fn a_moved_port_parks_the_device_port_it_leaves() {
+    let sims = FakeSwitches::start(&[SimSpec::new("tor1", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor1").clone();
+    let f = fabric("tenancy-move", &sim).await;
+    f.env.link("tor1-p1", Some("pxe")).await;
+    expect_cisco(&sim, "FastEthernet0/1", access(10), "pxe").await;
+    expect_cisco(&sim, "FastEthernet0/3", access(PARKING), "the parking VLAN").await;
+    f.env.wait_carrying("tor1-p1", "pxe").await;
+    f.env.wait_state("tor1-p3", PortState::Idle).await;
+    f.env
+        .api::<patchbay::api::Switch>()
+        .patch(
+            "tor1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ports": {
+                "tor1-p1": {"name": "FastEthernet0/5"},
+                "tor1-p3": {"name": "FastEthernet0/6"},
+            }}})),
+        )
+        .await
+        .unwrap();
+    expect_cisco(&sim, "FastEthernet0/5", access(10), "pxe, moved").await;
+    expect_cisco(&sim, "FastEthernet0/6", access(PARKING), "parked, moved").await;
+    f.env
+        .wait_for("tor1-p3", "Idle on FastEthernet0/6", |p| {
+            let st = p.status.as_ref();
+            st.and_then(|s| s.state) == Some(PortState::Idle)
+                && st.and_then(|s| s.device_port.as_deref()) == Some("FastEthernet0/6")
+        })
+        .await;
+    assert_eq!(
+        cisco(&sim, "FastEthernet0/1").await,
+        access(PARKING),
+        "the device port tor1-p1 left is parked"
+    );
+    assert_eq!(cisco(&sim, "FastEthernet0/3").await, access(PARKING));
+}

@@ -181,16 +181,31 @@ pub trait PortSteps {
 
     /// Applies the desired configuration, verified by read-back: handed to the
     /// switch's worker ([`Outcome::HandedOff`] until its answer wakes the port).
+    /// A moving port leaves its old device port first ([`Self::move_off`]).
     async fn apply(&self) -> Result<Outcome, Failure> {
+        if self.move_off()? == Progress::HandedOff {
+            return Ok(Outcome::HandedOff);
+        }
         let (device, desired) = self.device_and_desired()?;
         Ok(self
             .set_on_device(&device, desired)?
             .outcome(Outcome::Applied))
     }
 
-    /// Returns the port to clean, verified by read-back (handed off as `apply`).
+    /// Returns the port to clean, verified by read-back (handed off as `apply`); a
+    /// moving port cleans the device port it leaves first.
     async fn clean(&self) -> Result<Outcome, Failure> {
+        if self.move_off()? == Progress::HandedOff {
+            return Ok(Outcome::HandedOff);
+        }
         Ok(self.reset_on_device()?.outcome(Outcome::Cleaned))
+    }
+
+    /// A moving port ([`DriveInput::moving`]) cleans the device port it leaves,
+    /// verified by read-back, before its step touches the new one: done (or nothing
+    /// to leave), or still with the worker. Only a SwitchPort moves.
+    fn move_off(&self) -> Result<Progress, Failure> {
+        Ok(Progress::Done)
     }
 
     /// Reads the port back and compares it with the applied configuration.
@@ -225,7 +240,12 @@ pub trait PortSteps {
     /// Hands the port's reset to the worker (out of the drift sweep first): to the
     /// device default, or parked ([`parked`]) when a parking VLAN is set.
     fn reset_on_device(&self) -> Result<Progress, Failure> {
-        let port = self.validated().device_port.clone()?;
+        self.reset_device_port(self.validated().device_port.clone()?)
+    }
+
+    /// [`Self::reset_on_device`] of `port`, a device port of the port's switch (the
+    /// one a moving port leaves, or its own).
+    fn reset_device_port(&self, port: PortName) -> Result<Progress, Failure> {
         let device = self.device()?;
         device.worker.track(self.key().clone(), None);
         let operation = match self.parking() {
@@ -280,6 +300,13 @@ pub trait PortSteps {
 
     /// What the last [`Outcome::Waiting`] waits for.
     fn waiting(&self) -> Option<String> {
+        None
+    }
+
+    /// The device port a moving port ([`DriveInput::moving`]) now stands on, once
+    /// the one it left is clean (or another port's to write): from then on its status
+    /// names this one.
+    fn moved_to(&self) -> Option<String> {
         None
     }
 }
@@ -344,6 +371,10 @@ pub struct DriveInput {
     pub skip_cleanup: bool,
     /// Whether a drift check is due (the worker's notice).
     pub drift_check_due: bool,
+    /// Whether the port moves to another device port
+    /// ([`crate::decide::port_move`]): `status.devicePort` names the one it leaves
+    /// until [`PortSteps::moved_to`] says it left.
+    pub moving: bool,
     /// The configuration kind, for status messages.
     pub config_kind: &'static str,
     /// The backoff settings.
@@ -522,6 +553,7 @@ pub async fn drive_port(
         drift_policy,
         skip_cleanup,
         mut drift_check_due,
+        mut moving,
         config_kind,
         backoff,
     } = input;
@@ -613,6 +645,7 @@ pub async fn drive_port(
             drift_policy,
             backoff,
             park_new: steps.parking().is_some(),
+            moving,
             outcome,
         };
         let mut d = decide(&facts);
@@ -699,6 +732,18 @@ pub async fn drive_port(
             Step::Verify => steps.verify().await,
         };
         waiting = None;
+        if moving && let Some(to) = steps.moved_to() {
+            let from = status.device_port.replace(to.clone()).unwrap_or_default();
+            tracing::info!(from = %from, to = %to, "port moved to its entry's device port");
+            record
+                .publish(
+                    Severity::Normal,
+                    "Moved",
+                    &format!("moved from device port {from} to {to}"),
+                )
+                .await;
+            moving = false;
+        }
         match result {
             Ok(o) => {
                 // A drift this reconcile (or an earlier report) found, applied again.

@@ -613,6 +613,7 @@ async fn reconcile_in(
         drift_policy: DriftPolicy::Reconcile,
         skip_cleanup: is_true(port.annotations(), SKIP_CLEANUP_ANNOTATION),
         drift_check_due: drift_notice.is_some() || next_lost,
+        moving: false,
         config_kind: "SmartNicConfiguration",
         backoff: ctx.settings.backoff,
     };

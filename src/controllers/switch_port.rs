@@ -12,6 +12,7 @@
 //! capabilities.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -23,7 +24,9 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::context::{Context, SharedPortIndex, switch_device_ports};
-use super::port_loop::{DeviceHandle, DriveInput, PortRecord, PortSteps, PreparedPort, drive_port};
+use super::port_loop::{
+    DeviceHandle, DriveInput, PortRecord, PortSteps, PreparedPort, Progress, drive_port,
+};
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_after};
 use crate::api::keys::{ROLLOUT_ANNOTATION, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL};
@@ -33,6 +36,7 @@ use crate::api::{
 };
 use crate::decide::failure::Failure;
 use crate::decide::plan::{PortInputs, port_desired};
+use crate::decide::port_move::{MoveFacts, Moving, place};
 use crate::decide::state_machine::PortTarget;
 use crate::decide::status::{Truth, set_condition};
 use crate::decide::tenancy::Carried;
@@ -381,6 +385,11 @@ struct SwitchPortSteps<'a> {
     ctx: &'a Context,
     validated: PreparedPort,
     key: PortKey,
+    /// The move under way, when its entry names another device port.
+    moving: Option<Moving>,
+    /// Whether the move is done this reconcile: the device port it left reads back
+    /// clean (or is another port's to write).
+    moved: std::sync::atomic::AtomicBool,
 }
 
 impl PortSteps for SwitchPortSteps<'_> {
@@ -395,6 +404,61 @@ impl PortSteps for SwitchPortSteps<'_> {
     fn parking(&self) -> Option<patchbay_providers::values::VlanId> {
         self.ctx.settings.tenancy.as_ref().map(|t| t.parking_vlan)
     }
+
+    fn move_off(&self) -> Result<Progress, Failure> {
+        let Some(moving) = &self.moving else {
+            return Ok(Progress::Done);
+        };
+        if self.moved.load(Ordering::Relaxed) {
+            return Ok(Progress::Done);
+        }
+        if let Some(from) = &moving.clean {
+            let from = PortName::parse(from).map_err(|error| Failure::InvalidPortName {
+                field: Some("status.devicePort"),
+                error,
+            })?;
+            if self.reset_device_port(from)? == Progress::HandedOff {
+                return Ok(Progress::HandedOff);
+            }
+        }
+        self.moved.store(true, Ordering::Relaxed);
+        Ok(Progress::Done)
+    }
+
+    fn moved_to(&self) -> Option<String> {
+        self.moved
+            .load(Ordering::Relaxed)
+            .then(|| {
+                self.validated
+                    .device_port
+                    .as_ref()
+                    .ok()
+                    .map(|p| p.to_string())
+            })
+            .flatten()
+    }
+}
+
+/// Whether a SwitchPort other than `me` whose entry in `switch` names `device_port`
+/// writes that device port anyway: it carries a configuration, or is parked
+/// ([`crate::decide::port_move::MoveFacts::taken`]).
+fn taken_by_another(
+    ctx: &Context,
+    switch: &Switch,
+    ns: &str,
+    me: &str,
+    device_port: &str,
+    parking: bool,
+) -> bool {
+    switch.spec.ports.iter().any(|(name, entry)| {
+        name != me
+            && entry.name == device_port
+            && (parking
+                || ctx
+                    .ports
+                    .record(&kube::runtime::reflector::ObjectRef::new(name).within(ns))
+                    .is_some_and(|p| p.configuration().is_some()))
+    })
 }
 
 /// Reconciles one SwitchPort. Its span carries namespace, port (the object), switch and device
@@ -464,7 +528,25 @@ async fn reconcile_in(
         .as_ref()
         .map(|s| s.spec.provider.name.clone())
         .or(status.provider);
-    status.device_port = world.device_port.clone();
+    // Where the port stands when its entry was renamed: it moves, and its status
+    // names the device port it leaves until that one is clean.
+    let parking = ctx.settings.tenancy.is_some();
+    let entry = world.definition.as_ref().map(|d| d.name.as_str());
+    let shown = old_status.device_port.as_deref();
+    let placement = place(&MoveFacts {
+        state: old_status.state,
+        shown,
+        entry,
+        entry_valid: entry.is_some_and(|e| PortName::parse(e).is_ok()),
+        parking,
+        taken: match (&world.switch, shown) {
+            (Some(switch), Some(from)) if entry != Some(from) => {
+                taken_by_another(&ctx, switch, &ns, &name, from, parking)
+            }
+            _ => false,
+        },
+    });
+    status.device_port = placement.shown;
     report_forbidden(
         &mut status,
         &world.tenancy,
@@ -499,6 +581,7 @@ async fn reconcile_in(
         drift_policy,
         skip_cleanup,
         drift_check_due: drift_notice.is_some(),
+        moving: placement.moving.is_some(),
         config_kind: "SwitchPortConfiguration",
         backoff: ctx.settings.backoff,
     };
@@ -506,6 +589,8 @@ async fn reconcile_in(
         ctx: &ctx,
         validated: prepare(&ctx, &port, &world),
         key,
+        moving: placement.moving,
+        moved: std::sync::atomic::AtomicBool::new(false),
     };
     let requeue = drive_port(input, &steps, &record, &ctx.ledger, &ctx.probes.metrics).await?;
     Ok(requeue_after(requeue))

@@ -134,7 +134,9 @@ pub struct PortStatus {
     /// controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    /// The port name on the device, as resolved by the controller.
+    /// The port name on the device, as resolved by the controller. While a port
+    /// moves (its Switch port entry renamed), the device port it leaves, until that
+    /// one reads back clean.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_port: Option<String>,
     /// The configuration currently applied to the device; absent when nothing is.

@@ -23,6 +23,7 @@
 //! | [`status`] | facts → status and conditions (ports, Switches, providers; claims, Servers and host conditions in `status/hosts.rs`) |
 //! | [`failure`] | what can go wrong: one type, a bounded category, its retry class |
 //! | [`port_index`] | which SwitchPorts each Switch has (kept from the watch's events) |
+//! | [`port_move`] | whether a port whose entry names another device port moves, and what it cleans |
 //! | [`own_writes`] | which port events are only the echo of this process's own write |
 //! | [`lease`] | what a replica does with the Lease it sees |
 //! | [`reachability`] | whether a switch answers: the worker's down/probe/up transitions |
@@ -57,6 +58,7 @@ pub mod own_writes;
 pub mod phases;
 pub mod plan;
 pub mod port_index;
+pub mod port_move;
 pub mod reachability;
 pub mod reconcile_queue;
 pub mod retry;

@@ -12,9 +12,9 @@
 //! | state | leaves when |
 //! |---|---|
 //! | (none) | finalizer added → Idle (with a parking VLAN, [`PortFacts::park_new`]: → Cleaning first) |
-//! | Idle | configuration set → Configuring; deletion → Deleting |
+//! | Idle | configuration set → Configuring; deletion → Deleting; parked and moving → Cleaning |
 //! | Configuring | applied and verified → Active (a SmartNicPort also waits for its next port); configuration cleared or deletion → Cleaning |
-//! | Active | drift (policy Reconcile) or target changed → Configuring; cleared or deletion → Cleaning |
+//! | Active | drift (policy Reconcile), target changed or moving ([`PortFacts::moving`]) → Configuring; cleared or deletion → Cleaning |
 //! | Cleaning | clean (the device default, or parked on the parking VLAN with tenancy) → Idle, or straight to Deleting when deletion is pending |
 //! | Deleting | finalizer removed (the object disappears) |
 //!
@@ -248,6 +248,12 @@ pub struct PortFacts<'a> {
     /// VLAN) before it is Idle: with tenancy on, a port nobody configured yet must
     /// not stay open to every VLAN.
     pub park_new: bool,
+    /// Whether the port is moving to another device port: its Switch port entry now
+    /// names another device port than the one it carries something on
+    /// ([`crate::decide::port_move`]). An Active port applies again (on the new device
+    /// port, after the old one is cleaned) whatever the drift policy; an Idle port,
+    /// parked, is parked there.
+    pub moving: bool,
     /// What the step of the previous decision achieved; `None` to plan.
     pub outcome: Option<Outcome>,
 }
@@ -451,6 +457,8 @@ fn plan(facts: &PortFacts<'_>) -> Decision {
                 )
             } else if facts.desired.is_some() {
                 configuring()
+            } else if facts.moving && state.is_some() {
+                cleaning()
             } else {
                 Decision::new(Idle, Step::None, Requeue::Never, Health::Steady)
             }
@@ -465,7 +473,7 @@ fn plan(facts: &PortFacts<'_>) -> Decision {
         Some(Active) => {
             if facts.deletion_requested || facts.desired.is_none() {
                 cleaning()
-            } else if target_changed(facts) {
+            } else if target_changed(facts) || facts.moving {
                 configuring()
             } else {
                 let health = if facts.drift_reported {
@@ -645,6 +653,7 @@ mod tests {
             drift_policy: DriftPolicy::Reconcile,
             backoff: Backoff::default(),
             park_new: false,
+            moving: false,
             outcome: None,
         }
     }
@@ -714,6 +723,41 @@ mod tests {
         assert_eq!(decide(&idle).step, Step::None);
         new.park_new = false;
         assert_eq!(decide(&new).state, Idle);
+    }
+
+    #[test]
+    fn a_moving_port_applies_or_parks_again_whatever_the_drift_policy() {
+        use PortState::*;
+        let want = target("cfg", "h1");
+        for policy in [DriftPolicy::Reconcile, DriftPolicy::ReportOnly] {
+            let mut active = facts(Some(Active));
+            active.desired = Some(&want);
+            active.applied = Some(&want);
+            active.drift_policy = policy;
+            assert_eq!(decide(&active).step, Step::None, "{policy:?}");
+            active.moving = true;
+            let d = decide(&active);
+            assert_eq!((d.state, d.step), (Configuring, Step::Apply), "{policy:?}");
+            // Once applied on the new device port it is Active there.
+            active.state = Some(Configuring);
+            active.outcome = Some(Outcome::Applied);
+            assert_eq!(decide(&active).state, Active);
+        }
+        // Idle, parked: parked again (the old device port, then the new one).
+        let mut idle = facts(Some(Idle));
+        idle.moving = true;
+        let d = decide(&idle);
+        assert_eq!((d.state, d.step), (Cleaning, Step::Clean));
+        idle.state = Some(Cleaning);
+        idle.outcome = Some(Outcome::Cleaned);
+        assert_eq!(decide(&idle).state, Idle);
+        // Configuring and Cleaning keep their step (the step moves).
+        for (state, step) in [(Configuring, Step::Apply), (Cleaning, Step::Clean)] {
+            let mut f = facts(Some(state));
+            f.desired = (state == Configuring).then_some(&want);
+            f.moving = true;
+            assert_eq!(decide(&f).step, step, "{state}");
+        }
     }
 
     /// A fixed "now" for the tables.
@@ -1323,6 +1367,7 @@ mod tests {
                     drift_policy: DriftPolicy::Reconcile,
                     backoff: Backoff::default(),
                     park_new: false,
+                    moving: false,
                     outcome,
                 };
                 let d = decide(&facts);

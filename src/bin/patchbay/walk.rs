@@ -209,6 +209,7 @@ impl Walk {
             drift_policy: DriftPolicy::Reconcile,
             skip_cleanup: false,
             drift_check_due,
+            moving: false,
             config_kind: "SwitchPortConfiguration",
             backoff: Backoff::default(),
         };
