@@ -531,6 +531,7 @@ async fn advance<C: Rolled>(
             active_on_update: (p.state == Some(PortState::Active) && update_hash_of(p))
                 .then(|| p.since.unwrap_or(0)),
             failed_at: p.failed_at,
+            changed_at: p.since,
             bgp: p.bgp,
             node: None,
             neighbor: None,

@@ -561,6 +561,10 @@ pub struct PortFacts<'a> {
     pub active_on_update: Option<i64>,
     /// When its last attempt failed (Unix seconds), if it failed.
     pub failed_at: Option<i64>,
+    /// When its state last changed (Unix seconds): a failure in the commit's own
+    /// second is this wave's when the port changed state in that second or after
+    /// (it began the update revision's attempt then), with this wave's pin.
+    pub changed_at: Option<i64>,
     /// Its host's BGP sessions, where its Switch speaks BGP to it.
     pub bgp: Option<Signal>,
     /// Its host's Kubernetes Node's Ready condition, where the Node gate is on and
@@ -1057,10 +1061,18 @@ fn judge_wave(
     let wave: Vec<&PortFacts<'_>> = members.iter().map(|i| &ports[*i]).collect();
     let failed: Vec<&str> = wave
         .iter()
-        // Strictly after the commit's second: statuses keep whole seconds, and a
-        // failure of the previous revision in the same second is not this one's (a
-        // failure of this one in that second shows again at its next attempt).
-        .filter(|p| p.failed_at.is_some_and(|t| t > committed))
+        // Statuses keep whole seconds: a failure in the commit's second may be the
+        // previous revision's, unless the port, pinned by this wave, began its
+        // attempt in that second or after (a failure that is never retried, an
+        // invalid entry or configuration, would otherwise wait for the deadline).
+        .filter(|p| {
+            p.failed_at.is_some_and(|t| {
+                t > committed
+                    || (t == committed
+                        && p.moved == Some(progress.wave)
+                        && p.changed_at.is_some_and(|c| c >= committed))
+            })
+        })
         .map(|p| p.key)
         .collect();
     if !failed.is_empty() {
@@ -1454,6 +1466,7 @@ mod tests {
                 moved: moved.iter().find(|(j, _)| *j == i).map(|(_, w)| *w),
                 active_on_update: active.contains(&i).then_some(0),
                 failed_at: failed.iter().find(|(j, _)| *j == i).map(|(_, t)| *t),
+                changed_at: None,
                 bgp: None,
                 node: None,
                 neighbor: None,
@@ -1602,6 +1615,28 @@ mod tests {
                 Step::Wait { .. }
             ));
         }
+        // In the commit's second: this wave's only when the port, pinned by it,
+        // began its attempt in that second (it changed state then).
+        let mut same_second = facts(&keys, &moved, &[0], &[(1, 100)]);
+        same_second[1].changed_at = Some(99);
+        assert!(matches!(
+            step(104, &rollout, &wave2, &same_second, false),
+            Step::Wait { .. }
+        ));
+        same_second[1].changed_at = Some(100);
+        assert!(matches!(
+            step(104, &rollout, &wave2, &same_second, false),
+            Step::RollBack {
+                gate: gate::PORTS_ACTIVE,
+                ..
+            }
+        ));
+        let mut not_pinned = facts(&keys, &[(0, 1)], &[0], &[(1, 100)]);
+        not_pinned[1].changed_at = Some(100);
+        assert!(matches!(
+            step(104, &rollout, &wave2, &not_pinned, false),
+            Step::Wait { .. }
+        ));
         // Past the deadline without passing.
         assert!(matches!(
             step(
