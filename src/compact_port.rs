@@ -130,6 +130,8 @@ struct CachedStatus {
     device_port: Option<Box<str>>,
     configuration_ref: Option<CachedRef>,
     configuration_hash: Option<Shared>,
+    /// Distinct per port (it hashes the port's own entry): not interned.
+    entry_hash: Option<Box<str>>,
     observed_generation: Option<i64>,
     conditions: Box<[CachedCondition]>,
     last_transition_time: Option<Time>,
@@ -152,6 +154,7 @@ impl CachedStatus {
             device_port: s.device_port.map(String::into_boxed_str),
             configuration_ref: s.configuration_ref.map(CachedRef::new),
             configuration_hash: intern_opt(s.configuration_hash),
+            entry_hash: s.entry_hash.map(String::into_boxed_str),
             observed_generation: s.observed_generation,
             conditions: s
                 .conditions
@@ -179,6 +182,7 @@ impl CachedStatus {
             device_port: self.device_port.as_deref().map(str::to_owned),
             configuration_ref: self.configuration_ref.as_ref().map(CachedRef::to_ref),
             configuration_hash: owned(&self.configuration_hash),
+            entry_hash: self.entry_hash.as_deref().map(str::to_owned),
             observed_generation: self.observed_generation,
             conditions: self
                 .conditions
@@ -458,6 +462,7 @@ mod tests {
                 namespace: None,
             }),
             configuration_hash: Some("ab".repeat(32)),
+            entry_hash: Some("0123456789abcdef".into()),
             observed_generation: Some(3),
             conditions: vec![
                 condition("Ready", "the device carries SwitchPortConfiguration web"),

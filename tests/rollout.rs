@@ -80,15 +80,11 @@ impl<C> Config for C where
 async fn rollout_in<C: Config>(env: &Env, name: &str, phase: &str) -> RolloutStatus {
     let shared = env
         .wait_obj_within::<C>(90, name, phase, |c| {
-            c.configuration_status()
-                .and_then(|s| s.rollout.as_ref())
+            c.rollout_status()
                 .is_some_and(|r| r.phase == phase && r.attempt == 1)
         })
         .await;
-    shared
-        .configuration_status()
-        .and_then(|s| s.rollout.clone())
-        .unwrap()
+    shared.rollout_status().cloned().unwrap()
 }
 
 /// The access VLAN of each port of `device` (`None`: anything else).
@@ -360,10 +356,7 @@ async fn rolled_back<C: Config>(
     loop {
         meanwhile();
         let c = env.api::<C>().get(name).await.unwrap();
-        let r = c
-            .configuration_status()
-            .and_then(|s| s.rollout.clone())
-            .unwrap();
+        let r = c.rollout_status().cloned().unwrap();
         if r.phase == "RolledBack" {
             return r;
         }
@@ -980,4 +973,191 @@ async fn a_smartnic_chain_moves_with_its_wave_and_goes_back_with_it() {
         .await;
     assert_eq!(tag("s2"), "11");
     env.cluster.finish().await;
+}
+
+/// A Switch's port entries edited: the ports that carry a configuration follow in
+/// waves, read on the simulated Cisco itself; a port carrying nothing follows at
+/// once. Three configured ports re-cabled (each entry renamed) move one at a time
+/// — each one's old device port cleaned as it moves — and the Switch's rollout
+/// completes; then a `vlanRange` that refuses their VLAN fails the canary's wave:
+/// rolled back, the canary Active again on its entry, the other two never leaving
+/// Active, their device ports unchanged throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_port_entry_edit_reaches_its_ports_in_waves_and_goes_back() {
+    use kube::ResourceExt;
+    use patchbay::api::Switch;
+    let sims = FakeSwitches::start(&[SimSpec::new("tor5", "cisco_generic")]).unwrap();
+    let sim = sims.get("tor5");
+    let env = Env::start("rollout-entries").await;
+    env.switch(
+        "tor5",
+        "ios",
+        sim,
+        &sim.host_key_fingerprint,
+        &[
+            ("tor5-p1", "FastEthernet0/1"),
+            ("tor5-p2", "FastEthernet0/2"),
+            ("tor5-p3", "FastEthernet0/3"),
+            ("tor5-p4", "FastEthernet0/4"),
+        ],
+    )
+    .await;
+    edit::<Switch>(
+        &env,
+        "tor5",
+        json!({"rollout": {"canary": {"ports": 1}, "maxUnavailable": 1, "minWaitSeconds": 4,
+                           "progressDeadlineSeconds": 60}}),
+    )
+    .await;
+    env.configuration("ten", json!({"untaggedVLAN": 10})).await;
+    let carried = ["tor5-p1", "tor5-p2", "tor5-p3"];
+    for p in carried {
+        env.link(p, Some("ten")).await;
+    }
+    for p in carried {
+        env.wait_state_within(p, PortState::Active, 60).await;
+    }
+    env.wait_obj_within::<Switch>(30, "tor5", "its first revision", |s| {
+        s.rollout_status().is_some_and(|r| r.phase == "Complete")
+    })
+    .await;
+    let device = ssh_cases::backend("ios", sim);
+    let old = ["FastEthernet0/1", "FastEthernet0/2", "FastEthernet0/3"];
+    let new = ["FastEthernet0/5", "FastEthernet0/6", "FastEthernet0/7"];
+    assert_eq!(access(&device, &old).await, [Some(10); 3]);
+
+    // Re-cabled: every entry renamed in one edit.
+    let renamed: serde_json::Map<String, serde_json::Value> = (1..=4)
+        .map(|i| {
+            (
+                format!("tor5-p{i}"),
+                json!({"name": format!("FastEthernet0/{}", i + 4)}),
+            )
+        })
+        .collect();
+    edit::<Switch>(&env, "tor5", json!({ "ports": renamed })).await;
+    // The port carrying nothing takes its new device port at once.
+    env.wait_for("tor5-p4", "its new device port", |p| {
+        p.status.as_ref().and_then(|s| s.device_port.as_deref()) == Some("FastEthernet0/8")
+    })
+    .await;
+    let started = Instant::now();
+    let mut moved: Vec<(Duration, usize)> = Vec::new();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "all moved within 90 s: {moved:?}"
+        );
+        let (at_new, at_old) = (access(&device, &new).await, access(&device, &old).await);
+        let count = at_new.iter().filter(|v| **v == Some(10)).count();
+        // A port is never on both device ports, and never on neither once moved.
+        for i in 0..3 {
+            assert!(
+                !(at_new[i] == Some(10) && at_old[i] == Some(10)),
+                "{} on both {} and {}",
+                carried[i],
+                old[i],
+                new[i]
+            );
+        }
+        if moved.last().is_none_or(|(_, c)| *c != count) {
+            moved.push((started.elapsed(), count));
+        }
+        if count == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("ports moved (elapsed, count on their new device port): {moved:?}");
+    // One at a time (the canary may have moved before the first sample), each wave
+    // after the last one's minimum wait (4 s).
+    let counts: Vec<usize> = moved.iter().map(|(_, c)| *c).collect();
+    assert!(
+        counts.windows(2).all(|w| w[1] == w[0] + 1) && counts[0] <= 1,
+        "{moved:?}"
+    );
+    for pair in moved.windows(2).skip(1) {
+        assert!(
+            pair[1].0 - pair[0].0 >= Duration::from_secs(3),
+            "waves closer than the minimum wait: {moved:?}"
+        );
+    }
+    assert_eq!(
+        access(&device, &old).await,
+        [None; 3],
+        "the old ports cleaned"
+    );
+    let r = env
+        .wait_obj_within::<Switch>(60, "tor5", "the rename Complete", |s| {
+            s.rollout_status()
+                .is_some_and(|r| r.phase == "Complete" && r.attempt == 1)
+        })
+        .await
+        .rollout_status()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (r.updated_ports, r.current_revision_number),
+        (3, 2),
+        "{r:?}"
+    );
+
+    // A constraint that refuses VLAN 10: the canary fails, goes back; the others
+    // never move.
+    let narrowed: serde_json::Map<String, serde_json::Value> = (1..=4)
+        .map(|i| {
+            (
+                format!("tor5-p{i}"),
+                json!({"name": format!("FastEthernet0/{}", i + 4), "vlanRange": "20-30"}),
+            )
+        })
+        .collect();
+    edit::<Switch>(&env, "tor5", json!({ "ports": narrowed })).await;
+    let ports: kube::Api<patchbay::api::SwitchPort> = env.api();
+    let others_active = || async {
+        for p in &carried[1..] {
+            let port = ports.get(p).await.unwrap();
+            assert_eq!(
+                port.status.and_then(|s| s.state),
+                Some(PortState::Active),
+                "{p} left Active"
+            );
+        }
+    };
+    let started = Instant::now();
+    let r = loop {
+        others_active().await;
+        let sw = env.api::<Switch>().get("tor5").await.unwrap();
+        let r = sw.rollout_status().cloned().unwrap();
+        if r.phase == "RolledBack" {
+            eprintln!(
+                "rolled back {:?} after the edit: {}",
+                started.elapsed(),
+                r.message
+            );
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not rolled back within 60 s: {r:?}; the canary: {:?}",
+            ports
+                .get("tor5-p1")
+                .await
+                .map(|p| (p.metadata.annotations, p.status))
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(
+        r.message.contains("tor5-p1") && r.message.contains("goes back to revision 2"),
+        "{r:?}"
+    );
+    env.wait_state_within("tor5-p1", PortState::Active, 30)
+        .await;
+    others_active().await;
+    assert_eq!(access(&device, &new).await, [Some(10); 3]);
+    let p1 = ports.get("tor5-p1").await.unwrap();
+    assert!(
+        !p1.annotations().contains_key("patchbay.dev/switch-rollout"),
+        "the canary's pin stays: {p1:?}"
+    );
 }

@@ -363,6 +363,31 @@ fn switch_port_names_and_vlan_ranges_are_checked() {
         ))
         .is_ok()
     );
+    // A Switch's rollout policy (its port entries' edits), checked by field.
+    let with_rollout = |rollout: Value| -> SwitchSpec {
+        serde_json::from_value(json!({"provider": {"name": "tor-1"},
+                                      "ports": {"a": {"name": "Gi0/1"}},
+                                      "rollout": rollout}))
+        .unwrap()
+    };
+    expect_error(
+        validate_switch(&with_rollout(json!({"maxUnavailable": "0%"}))),
+        "spec.rollout.maxUnavailable",
+        "between 1% and 100%",
+    );
+    expect_error(
+        validate_switch(&with_rollout(
+            json!({"canary": {"ports": 2, "oneSwitch": true}}),
+        )),
+        "spec.rollout.canary",
+        "",
+    );
+    assert!(
+        validate_switch(&with_rollout(
+            json!({"canary": {"ports": 1}, "maxUnavailable": 4, "minWaitSeconds": 30})
+        ))
+        .is_ok()
+    );
     let with_neighbors = |n: Value| -> SwitchSpec {
         serde_json::from_value(json!({"provider": {"name": "tor-1"}, "neighbors": n})).unwrap()
     };

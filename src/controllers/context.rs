@@ -19,7 +19,7 @@ use super::events::EventPublisher;
 use super::port_loop::{DeviceHandle, StatusLedger};
 use crate::api::{
     CabledPortKind, ProviderSwitch, Revisioned, Server, ServerClaim, SmartNicConfiguration,
-    SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration, VLANPool,
+    SmartNicPort, Switch, SwitchPort, SwitchPortConfiguration, SwitchPortDefinition, VLANPool,
 };
 use crate::backends::Backends;
 use crate::compact_port::CompactPort;
@@ -330,6 +330,50 @@ impl Stores {
             .transpose()
     }
 
+    /// The entry `key` of `switch` as a port whose Switch rollout pin is `pin`
+    /// carries it: the entry of the revision the Switch's rollout gives the port
+    /// ([`crate::decide::rollout::revision_of`]), read from the revision's stored
+    /// spec (only that entry is deserialised); the live entry where the Switch has
+    /// no rollout yet, where the revision is the spec as it stands, or where the
+    /// revision has no such entry (added since). `Err` names a revision the cache
+    /// does not hold: the port waits rather than take an entry its rollout has not
+    /// reached.
+    pub fn switch_entry_carried(
+        &self,
+        switch: &Switch,
+        key: &str,
+        pin: Option<&str>,
+    ) -> Result<Option<SwitchPortDefinition>, String> {
+        let live = switch.spec.ports.get(key).cloned();
+        let rollout = switch.status.as_ref().and_then(|s| s.rollout.as_ref());
+        let Some(revision) = crate::decide::rollout::revision_of(pin, rollout) else {
+            return Ok(live);
+        };
+        let ns = switch.namespace().unwrap_or_default();
+        match self.revisions.get(&ObjectRef::new(revision).within(&ns)) {
+            Some(r) => Ok(r
+                .data
+                .0
+                .get("ports")
+                .and_then(|p| p.get(key))
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .or(live)),
+            None if revision
+                == crate::decide::rollout::revision_name(
+                    &switch.name_any(),
+                    &switch.spec.content_hash(),
+                ) =>
+            {
+                Ok(live)
+            }
+            None => Err(format!(
+                "revision {revision} of Switch {ns}/{} (the one this port's rollout gives \
+                 it) is not in the cache",
+                switch.name_any()
+            )),
+        }
+    }
+
     /// `config` (a SwitchPortConfiguration or a SmartNicConfiguration) as a port
     /// whose rollout pin is `pin` carries it: its spec at the revision the
     /// configuration's rollout gives the port
@@ -338,9 +382,7 @@ impl Stores {
     /// cache does not hold (not listed yet, or deleted): the port waits rather than
     /// take a spec its rollout has not reached.
     pub fn carried<C: Revisioned>(&self, mut config: C, pin: Option<&str>) -> Result<C, String> {
-        let rollout = config
-            .configuration_status()
-            .and_then(|s| s.rollout.as_ref());
+        let rollout = config.rollout_status();
         let Some(revision) = crate::decide::rollout::revision_of(pin, rollout) else {
             return Ok(config);
         };

@@ -375,6 +375,11 @@ pub struct DriveInput {
     /// ([`crate::decide::port_move`]): `status.devicePort` names the one it leaves
     /// until [`PortSteps::moved_to`] says it left.
     pub moving: bool,
+    /// The hash of the Switch port entry the port reads now (a SwitchPort's,
+    /// [`crate::api::SwitchPortDefinition::entry_hash`]): recorded in
+    /// `status.entryHash` with each apply; a port Active with another one applies
+    /// again.
+    pub entry: Option<String>,
     /// The configuration kind, for status messages.
     pub config_kind: &'static str,
     /// The backoff settings.
@@ -554,6 +559,7 @@ pub async fn drive_port(
         skip_cleanup,
         mut drift_check_due,
         mut moving,
+        entry,
         config_kind,
         backoff,
     } = input;
@@ -646,6 +652,9 @@ pub async fn drive_port(
             backoff,
             park_new: steps.parking().is_some(),
             moving,
+            entry_changed: entry.is_some()
+                && status.entry_hash.is_some()
+                && status.entry_hash != entry,
             outcome,
         };
         let mut d = decide(&facts);
@@ -665,8 +674,19 @@ pub async fn drive_port(
         drift_reported = d.health == Health::Drifted;
         match d.applied {
             AppliedChange::Keep => {}
-            AppliedChange::SetToDesired => applied = desired.clone(),
-            AppliedChange::Clear => applied = None,
+            AppliedChange::SetToDesired => {
+                applied = desired.clone();
+                status.entry_hash.clone_from(&entry);
+            }
+            AppliedChange::Clear => {
+                applied = None;
+                status.entry_hash = None;
+            }
+        }
+        // A port applied before entries were recorded: the read-back in sync
+        // shows the device carries what this entry gives.
+        if outcome == Some(Outcome::InSync) && status.entry_hash.is_none() {
+            status.entry_hash.clone_from(&entry);
         }
         if state != Some(d.state) {
             let from = state.map_or("(none)".to_owned(), |s| s.to_string());

@@ -1,6 +1,7 @@
-//! Rollouts of SwitchPortConfigurations and SmartNicConfigurations ([`Rolled`]): an
-//! edit reaches the ports carrying the configuration in waves, each gated, rolled
-//! back when a gate fails. Kubernetes I/O
+//! Rollouts of SwitchPortConfigurations, SmartNicConfigurations and a Switch's port
+//! entries ([`Rolled`]): an edit reaches the ports carrying the configuration (or,
+//! of a Switch, the ports carrying a configuration whose entry it changes) in
+//! waves, each gated, rolled back when a gate fails. Kubernetes I/O
 //! (ControllerRevisions, the configuration's status, each moved port's
 //! [`ROLLOUT_ANNOTATION`] and what it saw of the host, Events, a Switch's BGP and
 //! neighbour read-after, the Nodes for the Node Ready gate), the hosts' HTTP probes
@@ -38,6 +39,14 @@
 //! read-back, Node Ready and the HTTP probe (the BGP and NeighborSeen gates read a
 //! Switch's status: a SmartNIC has none); an Open vSwitch holds no change for a
 //! gate, so a rollback re-applies the previous revision and reads it back.
+//!
+//! A Switch's rollout is the same over its SwitchPorts, with its own pin
+//! ([`SWITCH_ROLLOUT_ANNOTATION`]: a port may be in its configuration's rollout and
+//! its Switch's at once) and revisions of `spec.ports`. A port is on the update
+//! revision once Active with that revision's entry applied (`status.entryHash`);
+//! the rollout writes only `status.rollout` of the Switch (a merge: the rest is the
+//! Switch controller's), and a settled one keeps the counts it stored, since each
+//! Switch status write wakes every port of the Switch.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -60,12 +69,12 @@ use super::context::Context;
 use crate::api::keys::{
     BGP_READ_AFTER_ANNOTATION, CONFIGURATION_KIND_LABEL, CONFIGURATION_LABEL, HOST_ANNOTATION,
     MANAGER, NEIGHBORS_READ_AFTER_ANNOTATION, REVISION_HISTORY, ROLLOUT_ANNOTATION,
-    ROLLOUT_SEEN_ANNOTATION,
+    ROLLOUT_SEEN_ANNOTATION, SWITCH_ROLLOUT_ANNOTATION, SWITCH_ROLLOUT_SEEN_ANNOTATION,
 };
 use crate::api::{
     CabledPortKind, ConfigurationRef, ConfigurationStatus, PortState, PortStatus, Revisioned,
     RolloutStatus, SmartNicConfiguration, SmartNicPort, Switch, SwitchPort,
-    SwitchPortConfiguration,
+    SwitchPortConfiguration, SwitchPortDefinition,
 };
 use crate::decide::conditions::{Truth, set_condition};
 use crate::decide::rollout::{
@@ -147,7 +156,9 @@ pub struct Carrier {
     switch: String,
     pinned: Option<String>,
     state: Option<PortState>,
-    applied: Option<String>,
+    /// Whether what it applied is the update revision's (its kind says how:
+    /// [`Rolled::carriers`]).
+    on_update: bool,
     failed_at: Option<i64>,
     /// When its state last changed (Unix seconds).
     since: Option<i64>,
@@ -185,22 +196,24 @@ fn bgp_signal(switch: Option<&Switch>, name: &str) -> Option<Signal> {
 }
 
 impl Carrier {
-    /// The port `key` on `switch` as its annotations (`annotation`) and status show
-    /// it, with its BGP signal.
-    fn new<'a>(
+    /// The port `key` on `switch` as its annotations (`annotation`: the pin and what
+    /// it saw are the rollout kind `C`'s) and status show it, with its BGP signal
+    /// and whether it applied the update revision (`on_update`).
+    fn new<'a, C: Rolled>(
         key: String,
         switch: String,
         annotation: impl Fn(&str) -> Option<&'a str>,
         status: Option<&PortStatus>,
         bgp: Option<Signal>,
+        on_update: bool,
     ) -> Carrier {
         Carrier {
             key,
             switch,
             bgp,
-            pinned: annotation(ROLLOUT_ANNOTATION).map(str::to_owned),
+            pinned: annotation(C::PIN).map(str::to_owned),
             state: status.and_then(|s| s.state),
-            applied: status.and_then(|s| s.configuration_hash.clone()),
+            on_update,
             // A failure that is not the change's (a lock another session holds,
             // the switch away) does not fail the wave: it waits.
             failed_at: status
@@ -214,7 +227,7 @@ impl Carrier {
                 .and_then(|s| s.last_transition_time.as_ref())
                 .map(|t| t.0.as_second()),
             host: annotation(HOST_ANNOTATION).map(str::to_owned),
-            seen_before: annotation(ROLLOUT_SEEN_ANNOTATION).map(str::to_owned),
+            seen_before: annotation(C::SEEN).map(str::to_owned),
         }
     }
 }
@@ -242,20 +255,63 @@ pub trait Rolled:
     /// Their kind: only SwitchPorts are on a Switch (BGP, neighbours, a change held
     /// on the device).
     const PORTS: CabledPortKind;
-    /// The ports carrying `ns/name`, from the cache, in any order (the controller
-    /// orders them by key).
-    fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier>;
+    /// The annotation that pins a port to a wave of this kind's rollouts.
+    const PIN: &'static str;
+    /// The annotation a pin writes with it: how the port's host showed before.
+    const SEEN: &'static str;
+    /// Whether the rollout owns the object's status (`conditions`,
+    /// `observedGeneration` besides `rollout`); a Switch's is the Switch
+    /// controller's, and the rollout writes only `status.rollout` there.
+    const OWNS_STATUS: bool;
+    /// The ports its rollout at `r` reaches, from the caches, in any order (the
+    /// controller orders them by key), each saying whether it applied `r`'s update
+    /// revision. `Err`: a revision it needs is not in the cache yet.
+    fn carriers(
+        &self,
+        ctx: &Context,
+        r: Option<&RolloutStatus>,
+    ) -> Result<Vec<Carrier>, ControllerError>;
     /// Whether its waves take whole switches (a link-aggregation group's members
     /// change together), as it stands or as its current revision was.
     fn whole_switches(&self, ctx: &Context) -> bool;
+    /// Its status as the rollout keeps it.
+    fn status_view(&self) -> ConfigurationStatus;
+    /// Whether its rollout policy is a tenant's (bounded by the infra team's
+    /// limits): a configuration outside the infra namespace with tenancy on.
+    fn tenant_owned(&self, ctx: &Context) -> bool {
+        let ns = self.namespace().unwrap_or_default();
+        ctx.settings
+            .tenancy
+            .as_ref()
+            .is_some_and(|t| t.infra_namespace != ns)
+    }
+}
+
+/// Whether a port's applied configuration hash is `r`'s update revision's.
+fn applied_update(status: Option<&PortStatus>, r: Option<&RolloutStatus>) -> bool {
+    r.is_some_and(|r| {
+        is_revision(
+            status.and_then(|s| s.configuration_hash.as_deref()),
+            &r.update_revision,
+        )
+    })
 }
 
 impl Rolled for SwitchPortConfiguration {
     type Port = SwitchPort;
     const PORTS: CabledPortKind = CabledPortKind::SwitchPort;
+    const PIN: &'static str = ROLLOUT_ANNOTATION;
+    const SEEN: &'static str = ROLLOUT_SEEN_ANNOTATION;
+    const OWNS_STATUS: bool = true;
 
-    fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
-        ctx.ports
+    fn carriers(
+        &self,
+        ctx: &Context,
+        r: Option<&RolloutStatus>,
+    ) -> Result<Vec<Carrier>, ControllerError> {
+        let (ns, name) = (self.namespace().unwrap_or_default(), self.name_any());
+        Ok(ctx
+            .ports
             .0
             .state()
             .iter()
@@ -273,17 +329,19 @@ impl Rolled for SwitchPortConfiguration {
                         .as_deref(),
                     p.name(),
                 );
-                Carrier::new(
+                let status = p.status();
+                Carrier::new::<Self>(
                     format!("{}/{}", p.namespace(), p.name()),
                     switch
                         .map(|s| format!("{}/{s}", p.namespace()))
                         .unwrap_or_default(),
                     |k| p.annotation(k),
-                    p.status().as_ref(),
+                    status.as_ref(),
                     bgp,
+                    applied_update(status.as_ref(), r),
                 )
             })
-            .collect()
+            .collect())
     }
 
     fn whole_switches(&self, ctx: &Context) -> bool {
@@ -296,46 +354,178 @@ impl Rolled for SwitchPortConfiguration {
         self.spec.link_aggregation.is_some()
             || current.is_some_and(|c| c.spec.link_aggregation.is_some())
     }
+
+    fn status_view(&self) -> ConfigurationStatus {
+        self.status.clone().unwrap_or_default()
+    }
 }
 
 impl Rolled for SmartNicConfiguration {
     type Port = SmartNicPort;
     const PORTS: CabledPortKind = CabledPortKind::SmartNicPort;
+    const PIN: &'static str = ROLLOUT_ANNOTATION;
+    const SEEN: &'static str = ROLLOUT_SEEN_ANNOTATION;
+    const OWNS_STATUS: bool = true;
 
     /// Each SmartNicPort's "switch" is its SmartNIC: its ProviderSwitch.
-    fn carriers(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
-        ctx.stores
+    fn carriers(
+        &self,
+        ctx: &Context,
+        r: Option<&RolloutStatus>,
+    ) -> Result<Vec<Carrier>, ControllerError> {
+        let (ns, name) = (self.namespace().unwrap_or_default(), self.name_any());
+        Ok(ctx
+            .stores
             .smartnics
             .state()
             .iter()
             .filter(|p| {
                 let port_ns = p.namespace().unwrap_or_default();
-                names(p.spec.configuration.as_ref(), &port_ns, ns, name)
+                names(p.spec.configuration.as_ref(), &port_ns, &ns, &name)
             })
             .map(|p| {
                 let port_ns = p.namespace().unwrap_or_default();
-                Carrier::new(
+                Carrier::new::<Self>(
                     format!("{port_ns}/{}", p.name_any()),
                     format!("{port_ns}/{}", p.spec.provider.name),
                     |k| p.annotations().get(k).map(String::as_str),
                     p.status.as_ref(),
                     None,
+                    applied_update(p.status.as_ref(), r),
                 )
             })
-            .collect()
+            .collect())
     }
 
     fn whole_switches(&self, _: &Context) -> bool {
         false
     }
+
+    fn status_view(&self) -> ConfigurationStatus {
+        self.status.clone().unwrap_or_default()
+    }
 }
 
-/// The ports carrying `ns/name` (a configuration of kind `C`), from the cache, in
-/// key order: what one look of its rollout reads.
-fn carriers<C: Rolled>(ctx: &Context, ns: &str, name: &str) -> Vec<Carrier> {
-    let mut out = C::carriers(ctx, ns, name);
+/// A Switch's port entries: an edit of `spec.ports` reaches, in waves, the ports
+/// that carry a configuration and whose entry the edit changes (a port carrying
+/// nothing takes its entry at once). A port is on the update revision once it
+/// applied that revision's entry (`status.entryHash`). The Switch controller owns
+/// the rest of the Switch's status.
+impl Rolled for Switch {
+    type Port = SwitchPort;
+    const PORTS: CabledPortKind = CabledPortKind::SwitchPort;
+    const PIN: &'static str = SWITCH_ROLLOUT_ANNOTATION;
+    const SEEN: &'static str = SWITCH_ROLLOUT_SEEN_ANNOTATION;
+    const OWNS_STATUS: bool = false;
+
+    fn carriers(
+        &self,
+        ctx: &Context,
+        r: Option<&RolloutStatus>,
+    ) -> Result<Vec<Carrier>, ControllerError> {
+        let ns = self.namespace().unwrap_or_default();
+        let switch = format!("{ns}/{}", self.name_any());
+        // Each revision's entries, from its stored spec (the live spec for the
+        // revision that is the spec as it stands).
+        let live = revision_name(&self.name_any(), &self.content_hash());
+        let entries =
+            |revision: &str| -> Result<BTreeMap<String, SwitchPortDefinition>, ControllerError> {
+                if revision == live {
+                    return Ok(self.spec.ports.clone());
+                }
+                let stored = ctx
+                    .stores
+                    .revisions
+                    .get(&ObjectRef::new(revision).within(&ns))
+                    .ok_or_else(|| {
+                        ControllerError::Waiting(format!(
+                            "revision {revision} of Switch {switch} is not in the cache yet"
+                        ))
+                    })?;
+                Ok(stored
+                    .data
+                    .0
+                    .get("ports")
+                    .cloned()
+                    .and_then(|p| serde_json::from_value(p).ok())
+                    .unwrap_or_default())
+            };
+        let (current, update) = match r {
+            Some(r) => (entries(&r.current_revision)?, entries(&r.update_revision)?),
+            None => (self.spec.ports.clone(), self.spec.ports.clone()),
+        };
+        let settled = r.is_none_or(|r| r.current_revision == r.update_revision);
+        let port_part = |e: Option<&SwitchPortDefinition>| e.map(SwitchPortDefinition::port_part);
+        Ok(self
+            .spec
+            .ports
+            .keys()
+            .filter(|key| {
+                // Settled: every port carrying something counts; under way, those
+                // whose entry the update revision changes.
+                settled || port_part(current.get(*key)) != port_part(update.get(*key))
+            })
+            .filter_map(|key| {
+                let p = ctx.ports.record(&ObjectRef::new(key).within(&ns))?;
+                p.configuration()?;
+                let status = p.status();
+                let wanted = update
+                    .get(key)
+                    .or_else(|| self.spec.ports.get(key))
+                    .map(SwitchPortDefinition::entry_hash);
+                let on_update = wanted.is_some()
+                    && status.as_ref().and_then(|s| s.entry_hash.clone()) == wanted;
+                Some(Carrier::new::<Self>(
+                    format!("{ns}/{key}"),
+                    switch.clone(),
+                    |k| p.annotation(k),
+                    status.as_ref(),
+                    bgp_signal(Some(self), key),
+                    on_update,
+                ))
+            })
+            .collect())
+    }
+
+    /// A link-aggregation group's members change together: any port of the Switch
+    /// carrying a configuration with link aggregation makes the waves whole
+    /// switches (this one: the whole edit in one wave).
+    fn whole_switches(&self, ctx: &Context) -> bool {
+        let ns = self.namespace().unwrap_or_default();
+        self.spec.ports.keys().any(|key| {
+            ctx.ports
+                .record(&ObjectRef::new(key).within(&ns))
+                .and_then(|p| {
+                    let (name, in_ns) = p.configuration()?;
+                    ctx.stores.configuration(in_ns.unwrap_or(&ns), name)
+                })
+                .is_some_and(|c| c.spec.link_aggregation.is_some())
+        })
+    }
+
+    fn status_view(&self) -> ConfigurationStatus {
+        ConfigurationStatus {
+            rollout: self.status.as_ref().and_then(|s| s.rollout.clone()),
+            ..ConfigurationStatus::default()
+        }
+    }
+
+    /// A Switch is the infra team's.
+    fn tenant_owned(&self, _: &Context) -> bool {
+        false
+    }
+}
+
+/// The ports `config`'s rollout at `r` reaches, from the cache, in key order: what
+/// one look of its rollout reads.
+fn carriers<C: Rolled>(
+    ctx: &Context,
+    config: &C,
+    r: Option<&RolloutStatus>,
+) -> Result<Vec<Carrier>, ControllerError> {
+    let mut out = config.carriers(ctx, r)?;
     out.sort_by(|a, b| a.key.cmp(&b.key));
-    out
+    Ok(out)
 }
 
 /// Whether a content hash is the one a revision is named by.
@@ -356,11 +546,12 @@ pub async fn reconcile<C: Rolled>(
     let ns = config.namespace().unwrap_or_default();
     let name = config.name_any();
     let now = jiff::Timestamp::now();
-    let old = config.configuration_status().cloned().unwrap_or_default();
+    let old = config.status_view();
     let mut status = old.clone();
     let spec_revision = revision_name(&name, &config.content_hash());
-    // Read once a look; again only after this look unpinned ports.
-    let mut ports = carriers::<C>(&ctx, &ns, &name);
+    // Read once a look; again only after this look unpinned ports or started a
+    // rollout.
+    let mut ports = carriers(&ctx, config.as_ref(), old.rollout.as_ref())?;
     let mut wait = None;
     let mut event = None;
     match status.rollout.as_mut() {
@@ -404,8 +595,8 @@ pub async fn reconcile<C: Rolled>(
                         tracing::warn!(switch = %switch, token = %token, error = %e, "a held wave not cancelled; its device takes it back at its timeout, and the previous revision is applied again");
                     }
                 }
-                unpin::<C::Port>(&ctx, &back).await?;
-                ports = carriers::<C>(&ctx, &ns, &name);
+                unpin::<C>(&ctx, &back).await?;
+                ports = carriers(&ctx, config.as_ref(), Some(&*r))?;
                 r.phase = done.into();
                 r.wave_committed_at = None;
             }
@@ -425,6 +616,7 @@ pub async fn reconcile<C: Rolled>(
                 r.wave_committed_at = None;
                 r.message.clear();
                 prune_revisions::<C>(&ctx, &ns, &name, r).await;
+                ports = carriers(&ctx, config.as_ref(), Some(&*r))?;
             }
             if matches!(
                 r.phase.as_str(),
@@ -445,19 +637,34 @@ pub async fn reconcile<C: Rolled>(
         }
     }
     let r = status.rollout.as_ref().expect("set above");
-    let counts = counts(&ports, r);
-    let r = status.rollout.as_mut().expect("set above");
-    (r.ports, r.updated_ports, r.switches) = counts;
-    set_conditions(&mut status, config.meta().generation, now);
-    status.observed_generation = config.meta().generation;
+    // A Switch's status write wakes each of its ports: a settled rollout that this
+    // look left as it was keeps the counts it stored (they were right when it
+    // settled; a restart writes nothing).
+    let keep_counts = !C::OWNS_STATUS
+        && old.rollout.as_ref() == Some(r)
+        && matches!(
+            r.phase.as_str(),
+            phase::COMPLETE | phase::ROLLED_BACK | phase::ABORTED | phase::REFUSED
+        );
+    if !keep_counts {
+        let counts = counts(&ports, r);
+        let r = status.rollout.as_mut().expect("set above");
+        (r.ports, r.updated_ports, r.switches) = counts;
+    }
+    if C::OWNS_STATUS {
+        set_conditions(&mut status, config.meta().generation, now);
+        status.observed_generation = config.meta().generation;
+    }
     if status != old {
         let api: Api<C> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": status})),
-        )
-        .await?;
+        // A Switch's status is its controller's but for `rollout`.
+        let patch = if C::OWNS_STATUS {
+            json!({"status": status})
+        } else {
+            json!({"status": {"rollout": status.rollout}})
+        };
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
     }
     if let Some((severity, reason, note)) = event {
         ctx.events
@@ -483,7 +690,6 @@ async fn advance<C: Rolled>(
     now: jiff::Timestamp,
 ) -> Result<(Option<Duration>, Reported), ControllerError> {
     let (ctx, probes, pins, hosts) = (rc.shared.as_ref(), &rc.probes, &rc.pins, &rc.hosts);
-    let ns = config.namespace().unwrap_or_default();
     let spec = config.policy();
     if spec.and_then(|s| s.abort_revision) == Some(r.update_revision_number) {
         let moved = ports
@@ -501,11 +707,7 @@ async fn advance<C: Rolled>(
             Some((Severity::Warning, "RolloutAborted", r.message.clone())),
         ));
     }
-    let tenant = ctx
-        .settings
-        .tenancy
-        .as_ref()
-        .is_some_and(|t| t.infra_namespace != ns);
+    let tenant = config.tenant_owned(ctx);
     let rollout = match rollout_of(spec, &ctx.settings.rollout, tenant, ports.len()) {
         Ok(mut rollout) => {
             // A link-aggregation group's members change together.
@@ -521,14 +723,13 @@ async fn advance<C: Rolled>(
             return Ok((None, event));
         }
     };
-    let update_hash_of = |p: &Carrier| is_revision(p.applied.as_deref(), &r.update_revision);
     let mut facts: Vec<PortFacts<'_>> = ports
         .iter()
         .map(|p| PortFacts {
             key: &p.key,
             switch: &p.switch,
             moved: decide::moved_by(p.pinned.as_deref(), r),
-            active_on_update: (p.state == Some(PortState::Active) && update_hash_of(p))
+            active_on_update: (p.state == Some(PortState::Active) && p.on_update)
                 .then(|| p.since.unwrap_or(0)),
             failed_at: p.failed_at,
             changed_at: p.since,
@@ -571,7 +772,7 @@ async fn advance<C: Rolled>(
                     (ports[*i].key.clone(), seen)
                 })
                 .collect();
-            pin_ports::<C::Port>(ctx, &keys, &token).await?;
+            pin_ports::<C>(ctx, &keys, &token).await?;
             pins.wrote(&keys, &token);
         }
         for (annotation, of) in [
@@ -901,10 +1102,7 @@ fn counts(ports: &[Carrier], r: &RolloutStatus) -> (i64, i64, String) {
     let updated = ports
         .iter()
         .filter(|p| on_update(p))
-        .filter(|p| {
-            p.state == Some(PortState::Active)
-                && is_revision(p.applied.as_deref(), &r.update_revision)
-        })
+        .filter(|p| p.state == Some(PortState::Active) && p.on_update)
         .count();
     let switches: BTreeSet<&str> = ports.iter().map(|p| p.switch.as_str()).collect();
     let reached: BTreeSet<&str> = ports
@@ -1009,19 +1207,19 @@ async fn settle_wave<C: Rolled>(
 
 /// Pins `ports` (`namespace/name`, with how each one's host shows on it now:
 /// [`ROLLOUT_SEEN_ANNOTATION`]) to the rollout `value`.
-async fn pin_ports<P: Pinned>(
+async fn pin_ports<C: Rolled>(
     ctx: &Context,
     ports: &[(String, Option<&str>)],
     value: &str,
 ) -> Result<(), ControllerError> {
-    annotate_all::<P>(ctx, ports, Some(value)).await
+    annotate_all::<C>(ctx, ports, Some(value)).await
 }
 
 /// Takes the pin off `ports` (`namespace/name`, each pinned by this rollout, as
 /// the caller read them): they carry the current revision.
-async fn unpin<P: Pinned>(ctx: &Context, ports: &[String]) -> Result<(), ControllerError> {
+async fn unpin<C: Rolled>(ctx: &Context, ports: &[String]) -> Result<(), ControllerError> {
     let ports: Vec<(String, Option<&str>)> = ports.iter().map(|k| (k.clone(), None)).collect();
-    annotate_all::<P>(ctx, &ports, None).await
+    annotate_all::<C>(ctx, &ports, None).await
 }
 
 /// A port a rollout pins (SwitchPort, SmartNicPort).
@@ -1050,7 +1248,7 @@ impl<P> Pinned for P where
 /// Sets (or removes) the pin of every port of `ports`, with what it records of its
 /// host (removed with the pin), [`PINS_IN_FLIGHT`] at a time; the first error is
 /// returned once all were tried.
-async fn annotate_all<P: Pinned>(
+async fn annotate_all<C: Rolled>(
     ctx: &Context,
     ports: &[(String, Option<&str>)],
     value: Option<&str>,
@@ -1064,7 +1262,7 @@ async fn annotate_all<P: Pinned>(
             let (client, key) = (ctx.client.clone(), key.clone());
             let value = value.map(str::to_owned);
             let seen = value.as_ref().and(seen.map(str::to_owned));
-            async move { annotate::<P>(&client, &key, value.as_deref(), seen.as_deref()).await }
+            async move { annotate::<C>(&client, &key, value.as_deref(), seen.as_deref()).await }
         })
         .collect();
     let results: Vec<Result<(), ControllerError>> = futures::stream::iter(patches)
@@ -1076,7 +1274,7 @@ async fn annotate_all<P: Pinned>(
 
 /// Sets (or removes) a port's pin and what it records of the host; a port gone
 /// meanwhile is skipped.
-async fn annotate<P: Pinned>(
+async fn annotate<C: Rolled>(
     client: &kube::Client,
     key: &str,
     value: Option<&str>,
@@ -1085,10 +1283,10 @@ async fn annotate<P: Pinned>(
     let Some((ns, name)) = key.split_once('/') else {
         return Ok(());
     };
-    let api: Api<P> = Api::namespaced(client.clone(), ns);
+    let api: Api<C::Port> = Api::namespaced(client.clone(), ns);
     let patch = json!({"metadata": {"annotations": {
-        ROLLOUT_ANNOTATION: value,
-        ROLLOUT_SEEN_ANNOTATION: seen,
+        C::PIN: value,
+        C::SEEN: seen,
     }}});
     match api
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -1194,8 +1392,22 @@ pub fn rollout_of_port<C: Rolled>(
     let key = ObjectRef::new(&r.name).within(&ns);
     let config = configs.get(&key)?;
     let under_way = config
-        .configuration_status()
-        .and_then(|s| s.rollout.as_ref())
+        .rollout_status()
+        .is_some_and(|r| r.wave_committed_at.is_some());
+    under_way.then_some(key)
+}
+
+/// The Switch whose port-entry rollout a port's change may move: the port's, while
+/// a wave of its rollout is under way.
+pub fn switch_rollout_of_port(
+    switches: &kube::runtime::reflector::Store<Switch>,
+    port_ns: Option<String>,
+    switch: Option<String>,
+) -> Option<ObjectRef<Switch>> {
+    let key = ObjectRef::new(&switch?).within(&port_ns.unwrap_or_default());
+    let under_way = switches
+        .get(&key)?
+        .rollout_status()
         .is_some_and(|r| r.wave_committed_at.is_some());
     under_way.then_some(key)
 }

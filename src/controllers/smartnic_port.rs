@@ -614,6 +614,7 @@ async fn reconcile_in(
         skip_cleanup: is_true(port.annotations(), SKIP_CLEANUP_ANNOTATION),
         drift_check_due: drift_notice.is_some() || next_lost,
         moving: false,
+        entry: None,
         config_kind: "SmartNicConfiguration",
         backoff: ctx.settings.backoff,
     };

@@ -29,7 +29,9 @@ use super::port_loop::{
 };
 use super::port_record::KubeRecord;
 use super::{ControllerError, inputs_digest, is_true, requeue_after};
-use crate::api::keys::{ROLLOUT_ANNOTATION, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL};
+use crate::api::keys::{
+    ROLLOUT_ANNOTATION, SKIP_CLEANUP_ANNOTATION, SWITCH_LABEL, SWITCH_ROLLOUT_ANNOTATION,
+};
 use crate::api::{
     CabledPortKind, ConfigurationRef, ProviderSwitch, Switch, SwitchPort, SwitchPortConfiguration,
     SwitchPortConfigurationSpec, SwitchPortDefinition,
@@ -90,9 +92,31 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
     let client = &ctx.client;
     let stores = &ctx.stores;
     let switch = switch_name(port, &ctx.port_index).and_then(|n| stores.switch(&ns, &n));
-    let definition = switch
-        .as_ref()
-        .and_then(|s| s.spec.ports.get(&port.name_any()).cloned());
+    // A port carrying a configuration takes its entry at the revision its Switch's
+    // rollout gives it; one carrying nothing, as it stands.
+    let switch_pin = port
+        .annotations()
+        .get(SWITCH_ROLLOUT_ANNOTATION)
+        .map(String::as_str);
+    let definition = match &switch {
+        None => None,
+        Some(s) if port.spec.configuration.is_none() => s.spec.ports.get(&port.name_any()).cloned(),
+        Some(s) => stores
+            .switch_entry_carried(s, &port.name_any(), switch_pin)
+            .map_err(ControllerError::Waiting)?,
+    };
+    // The Switch rollout's wave under way is held on the device until its gate.
+    let switch_hold = switch.as_ref().and_then(|s| {
+        let status = s.status.as_ref().and_then(|s| s.rollout.as_ref());
+        let token = crate::decide::rollout::hold_of(switch_pin, status)?;
+        let deadline = s
+            .spec
+            .rollout
+            .as_ref()
+            .and_then(|r| r.progress_deadline_seconds)
+            .unwrap_or(ctx.settings.rollout.progress_deadline_seconds);
+        Some(wave_hold(token, deadline))
+    });
     let provider = switch
         .as_ref()
         .and_then(|s| stores.provider(&ns, &s.spec.provider.name));
@@ -122,13 +146,7 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
                     .configuration(&cns, &r.name)
                     .and_then(|live| live.spec.rollout.as_ref()?.progress_deadline_seconds)
                     .unwrap_or(ctx.settings.rollout.progress_deadline_seconds);
-                Some(Hold {
-                    token,
-                    timeout: std::time::Duration::from_secs(
-                        crate::decide::rollout::hold_timeout(deadline).max(1) as u64,
-                    ),
-                    follow_up: false,
-                })
+                Some(wave_hold(token, deadline))
             });
             let hash = cfg
                 .as_ref()
@@ -147,6 +165,10 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
             )
         }
     };
+    // A port in a wave of its configuration's rollout and of its Switch's at once
+    // (a rare overlap) is held under the configuration's; a cancelled hold is put
+    // right by the re-apply of what each pin then gives.
+    let hold = hold.or(switch_hold);
     let device_port = definition
         .as_ref()
         .map(|d| d.name.clone())
@@ -205,6 +227,16 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         inputs,
         hold,
     })
+}
+
+/// A rollout wave's hold under `token`, for a rollout whose progress deadline is
+/// `deadline` seconds.
+fn wave_hold(token: String, deadline: i64) -> Hold {
+    Hold {
+        token,
+        timeout: Duration::from_secs(crate::decide::rollout::hold_timeout(deadline).max(1) as u64),
+        follow_up: false,
+    }
 }
 
 /// A SwitchPort as [`lag_members`] sees it, owned.
@@ -582,6 +614,7 @@ async fn reconcile_in(
         skip_cleanup,
         drift_check_due: drift_notice.is_some(),
         moving: placement.moving.is_some(),
+        entry: world.definition.as_ref().map(|d| d.entry_hash()),
         config_kind: "SwitchPortConfiguration",
         backoff: ctx.settings.backoff,
     };

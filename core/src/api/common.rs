@@ -139,6 +139,13 @@ pub struct PortStatus {
     /// one reads back clean.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_port: Option<String>,
+    /// A SwitchPort's: the Switch port entry its applied configuration was applied
+    /// with ([`crate::api::SwitchPortDefinition::entry_hash`]); an entry edited
+    /// since is applied again (in waves under the Switch's rollout). Absent when
+    /// nothing is applied, and on ports applied before this field existed (recorded
+    /// at their next drift check that reads them in sync).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_hash: Option<String>,
     /// The configuration currently applied to the device; absent when nothing is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration_ref: Option<ConfigurationRef>,

@@ -52,13 +52,23 @@ pub const MANAGER: &str = "patchbay";
 /// revision.
 pub const ROLLOUT_ANNOTATION: &str = "patchbay.dev/rollout";
 
+/// Annotation on a SwitchPort a rollout of its Switch's port entries moved:
+/// `<updateRevision>.<attempt>.<wave>` of the Switch's `status.rollout`. While it
+/// names the rollout under way, the port's entry is the update revision's; otherwise
+/// the current revision's (a port that carries nothing takes its entry at once).
+pub const SWITCH_ROLLOUT_ANNOTATION: &str = "patchbay.dev/switch-rollout";
+
+/// [`ROLLOUT_SEEN_ANNOTATION`] of a Switch's rollout.
+pub const SWITCH_ROLLOUT_SEEN_ANNOTATION: &str = "patchbay.dev/switch-rollout-seen";
+
 /// Label on the ControllerRevisions of a configuration (SwitchPortConfiguration
-/// or SmartNicConfiguration): its name.
+/// or SmartNicConfiguration) or of a Switch's port entries: its name.
 pub const CONFIGURATION_LABEL: &str = "patchbay.dev/configuration";
 
-/// Label on the ControllerRevisions of a SmartNicConfiguration, besides
-/// [`CONFIGURATION_LABEL`]: `SmartNicConfiguration` (a SwitchPortConfiguration's
-/// carry none, as they did before SmartNicConfigurations rolled out).
+/// Label on the ControllerRevisions of a SmartNicConfiguration or a Switch, besides
+/// [`CONFIGURATION_LABEL`]: `SmartNicConfiguration` or `Switch` (a
+/// SwitchPortConfiguration's carry none, as they did before the other kinds rolled
+/// out).
 pub const CONFIGURATION_KIND_LABEL: &str = "patchbay.dev/configuration-kind";
 
 /// How many revisions of a configuration are kept (the current and update ones

@@ -185,12 +185,12 @@ pub trait Revisioned: kube::Resource<DynamicType = ()> + Clone {
     fn revision_spec(&self) -> Self::Spec;
     /// Its rollout policy.
     fn policy(&self) -> Option<&RolloutSpec>;
-    /// Its status.
-    fn configuration_status(&self) -> Option<&ConfigurationStatus>;
+    /// Its rollout's progress (`status.rollout`).
+    fn rollout_status(&self) -> Option<&RolloutStatus>;
 }
 
-/// Implements [`Revisioned`] for a configuration kind whose spec has `rollout` and
-/// `content_hash()`, and whose status is a [`ConfigurationStatus`].
+/// Implements [`Revisioned`] for a kind whose spec has `rollout` and
+/// `content_hash()`, and whose status has `rollout`.
 macro_rules! revisioned {
     ($kind:ty, $spec:ty, $label:expr) => {
         impl Revisioned for $kind {
@@ -211,8 +211,8 @@ macro_rules! revisioned {
             fn policy(&self) -> Option<&RolloutSpec> {
                 self.spec.rollout.as_ref()
             }
-            fn configuration_status(&self) -> Option<&ConfigurationStatus> {
-                self.status.as_ref()
+            fn rollout_status(&self) -> Option<&RolloutStatus> {
+                self.status.as_ref()?.rollout.as_ref()
             }
         }
     };
@@ -228,3 +228,8 @@ revisioned!(
     super::SmartNicConfigurationSpec,
     Some("SmartNicConfiguration")
 );
+
+// A Switch's revisions are of its port entries (`SwitchSpec::content_hash`); a
+// revision stores the whole spec but `rollout`, and a port reads only its own
+// entry from it.
+revisioned!(super::Switch, super::SwitchSpec, Some("Switch"));

@@ -27,6 +27,16 @@ use super::common::pattern;
     printcolumn(name = "Drift", type_ = "string", json_path = ".spec.driftPolicy"),
     printcolumn(name = "Chassis", type_ = "string", json_path = ".status.chassisId"),
     printcolumn(
+        name = "Rollout",
+        type_ = "string",
+        json_path = ".status.rollout.phase"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.rollout.currentRevisionNumber"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
@@ -59,6 +69,25 @@ pub struct SwitchSpec {
     /// Switch's ports that have a `bgpAddress` (see docs/bgp.md). Absent: no BGP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgp: Option<SwitchBgpSpec>,
+    /// How an edit of `ports` reaches the ports that carry a configuration: in waves
+    /// with health gates, as a SwitchPortConfiguration's edit does (the same fields;
+    /// the waves spread over this one switch). Absent: the operator's default policy.
+    /// An entry's `bgpAddress` is not rolled (the speaker follows it at once); a
+    /// port that carries nothing takes its entry at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::RolloutSpec>,
+}
+
+impl SwitchSpec {
+    /// SHA-256 of what the Switch's ports carry of it: each entry's device-port part
+    /// ([`SwitchPortDefinition::port_part`]), keyed by SwitchPort. A revision of a
+    /// Switch's rollout is named by it; an edit of anything else (the provider, the
+    /// drift policy, neighbours, BGP, a `bgpAddress`) starts no rollout.
+    pub fn content_hash(&self) -> String {
+        let ports: BTreeMap<&String, SwitchPortDefinition> =
+            self.ports.iter().map(|(k, d)| (k, d.port_part())).collect();
+        super::configuration_hash(&serde_json::json!({"Switch": ports}))
+    }
 }
 
 /// The ToR's BGP speaker and its defaults for every host neighbour (infra's).
@@ -209,6 +238,10 @@ pub struct SwitchStatus {
     /// The BGP neighbours on the speaker, when `spec.bgp` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgp: Option<SwitchBgpStatus>,
+    /// The rollout of the last edit of `spec.ports`: written by the rollout
+    /// controller only (the Switch controller leaves it alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<super::RolloutStatus>,
 }
 
 /// What one device port sees.
@@ -323,4 +356,25 @@ pub struct SwitchPortDefinition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 9, max = 18))]
     pub bgp_address: Option<String>,
+}
+
+impl SwitchPortDefinition {
+    /// What the device port carries of the entry: all of it but `bgpAddress` (the
+    /// BGP speaker's, not the port's).
+    pub fn port_part(&self) -> SwitchPortDefinition {
+        SwitchPortDefinition {
+            bgp_address: None,
+            ..self.clone()
+        }
+    }
+
+    /// The first 16 hex digits of the SHA-256 of [`Self::port_part`]: what a
+    /// SwitchPort records as the entry its configuration was applied with
+    /// (`status.entryHash`).
+    pub fn entry_hash(&self) -> String {
+        super::configuration_hash(&self.port_part())
+            .chars()
+            .take(16)
+            .collect()
+    }
 }

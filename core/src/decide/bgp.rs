@@ -628,6 +628,7 @@ mod tests {
                 outbound: None,
                 interval_seconds: None,
             }),
+            rollout: None,
         }
     }
 

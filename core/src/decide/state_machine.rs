@@ -14,7 +14,7 @@
 //! | (none) | finalizer added → Idle (with a parking VLAN, [`PortFacts::park_new`]: → Cleaning first) |
 //! | Idle | configuration set → Configuring; deletion → Deleting; parked and moving → Cleaning |
 //! | Configuring | applied and verified → Active (a SmartNicPort also waits for its next port); configuration cleared or deletion → Cleaning |
-//! | Active | drift (policy Reconcile), target changed or moving ([`PortFacts::moving`]) → Configuring; cleared or deletion → Cleaning |
+//! | Active | drift (policy Reconcile), target changed, moving ([`PortFacts::moving`]) or its entry changed ([`PortFacts::entry_changed`]) → Configuring; cleared or deletion → Cleaning |
 //! | Cleaning | clean (the device default, or parked on the parking VLAN with tenancy) → Idle, or straight to Deleting when deletion is pending |
 //! | Deleting | finalizer removed (the object disappears) |
 //!
@@ -254,6 +254,11 @@ pub struct PortFacts<'a> {
     /// port, after the old one is cleaned) whatever the drift policy; an Idle port,
     /// parked, is parked there.
     pub moving: bool,
+    /// Whether the Switch port entry the port's configuration was applied with
+    /// (`status.entryHash`) is not the entry the port now reads (edited, or moved on
+    /// by its Switch's rollout): an Active port applies again whatever the drift
+    /// policy.
+    pub entry_changed: bool,
     /// What the step of the previous decision achieved; `None` to plan.
     pub outcome: Option<Outcome>,
 }
@@ -473,7 +478,7 @@ fn plan(facts: &PortFacts<'_>) -> Decision {
         Some(Active) => {
             if facts.deletion_requested || facts.desired.is_none() {
                 cleaning()
-            } else if target_changed(facts) || facts.moving {
+            } else if target_changed(facts) || facts.moving || facts.entry_changed {
                 configuring()
             } else {
                 let health = if facts.drift_reported {
@@ -654,6 +659,7 @@ mod tests {
             backoff: Backoff::default(),
             park_new: false,
             moving: false,
+            entry_changed: false,
             outcome: None,
         }
     }
@@ -726,7 +732,7 @@ mod tests {
     }
 
     #[test]
-    fn a_moving_port_applies_or_parks_again_whatever_the_drift_policy() {
+    fn a_moved_port_or_an_edited_entry_applies_again_whatever_the_drift_policy() {
         use PortState::*;
         let want = target("cfg", "h1");
         for policy in [DriftPolicy::Reconcile, DriftPolicy::ReportOnly] {
@@ -751,6 +757,16 @@ mod tests {
         idle.state = Some(Cleaning);
         idle.outcome = Some(Outcome::Cleaned);
         assert_eq!(decide(&idle).state, Idle);
+        // An entry edited under the port: applied again, whatever the policy.
+        for policy in [DriftPolicy::Reconcile, DriftPolicy::ReportOnly] {
+            let mut active = facts(Some(Active));
+            active.desired = Some(&want);
+            active.applied = Some(&want);
+            active.drift_policy = policy;
+            active.entry_changed = true;
+            let d = decide(&active);
+            assert_eq!((d.state, d.step), (Configuring, Step::Apply), "{policy:?}");
+        }
         // Configuring and Cleaning keep their step (the step moves).
         for (state, step) in [(Configuring, Step::Apply), (Cleaning, Step::Clean)] {
             let mut f = facts(Some(state));
@@ -1368,6 +1384,7 @@ mod tests {
                     backoff: Backoff::default(),
                     park_new: false,
                     moving: false,
+                    entry_changed: false,
                     outcome,
                 };
                 let d = decide(&facts);

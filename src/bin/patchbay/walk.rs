@@ -210,6 +210,7 @@ impl Walk {
             skip_cleanup: false,
             drift_check_due,
             moving: false,
+            entry: None,
             config_kind: "SwitchPortConfiguration",
             backoff: Backoff::default(),
         };

@@ -137,10 +137,7 @@ where
     C: crate::api::Revisioned + Record,
 {
     changes_of(stream, store, |c| {
-        let current = c
-            .configuration_status()
-            .and_then(|s| s.rollout.as_ref())
-            .map_or(0, |r| r.current_revision_number);
+        let current = c.rollout_status().map_or(0, |r| r.current_revision_number);
         c.meta().generation.unwrap_or_default() ^ (current << 40)
     })
 }

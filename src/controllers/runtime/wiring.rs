@@ -93,9 +93,9 @@ where
     h.run_ports(wakes, w.ports.cache(), switch_port::reconcile, ctx.clone())
 }
 
-/// Rollouts: each SwitchPortConfiguration's and each SmartNicConfiguration's, woken
-/// by its own changes and, while a wave of it is under way, by the changes of the
-/// ports carrying it. Each kind has its own context (probes, recent pins): they are
+/// Rollouts: each SwitchPortConfiguration's, each SmartNicConfiguration's and each
+/// Switch's port entries', woken by its own changes and, while a wave of it is
+/// under way, by the changes of the ports it moves. Each kind has its own context (probes, recent pins): they are
 /// kept by port key, and a SwitchPort and a SmartNicPort may share one.
 pub(super) fn rollouts(
     w: &Watches,
@@ -120,6 +120,17 @@ pub(super) fn rollouts(
                 )
             })
             .with_config(Config::default().concurrency(2));
+    let switches = w.switches.store.clone();
+    let index = ctx.port_index.clone();
+    let switch_controller = Controller::for_shared_stream(w.switches.subscribe(), switches.clone())
+        .watches_shared_stream(w.ports.subscribe_ports(), move |p| {
+            rollout::switch_rollout_of_port(
+                &switches,
+                p.namespace(),
+                super::super::switch_port::switch_name(&p, &index),
+            )
+        })
+        .with_config(Config::default().concurrency(2));
     let rollout_ctx = || {
         Arc::new(rollout::RolloutContext {
             shared: ctx.clone(),
@@ -135,8 +146,14 @@ pub(super) fn rollouts(
         rollout::reconcile,
         rollout_ctx(),
     );
+    let switch_entries = h.run(
+        "SwitchRollout",
+        switch_controller,
+        rollout::reconcile,
+        rollout_ctx(),
+    );
     async move {
-        futures::join!(switch_ports, smartnic_ports);
+        futures::join!(switch_ports, smartnic_ports, switch_entries);
     }
 }
 

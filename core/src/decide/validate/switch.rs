@@ -42,6 +42,9 @@ pub fn validate_switch(spec: &SwitchSpec) -> Result<(), ValidationErrors> {
     if let Some(b) = &spec.bgp {
         object_name(&mut errors, "spec.bgp.speaker.name", &b.speaker.name);
     }
+    for (field, why) in crate::decide::rollout::policy_errors(spec.rollout.as_ref()) {
+        errors.push(field, why);
+    }
     if let Some(n) = &spec.neighbors {
         if n.providers.is_empty() || n.providers.len() > 4 {
             errors.push("spec.neighbors.providers", "name 1 to 4 ProviderSwitches");
