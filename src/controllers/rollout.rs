@@ -160,6 +160,8 @@ pub struct Carrier {
     /// [`Rolled::carriers`]).
     on_update: bool,
     failed_at: Option<i64>,
+    /// Its last attempt's key (`status.lastAttempt`): the pins it was made under.
+    attempt: Option<String>,
     /// When its state last changed (Unix seconds).
     since: Option<i64>,
     host: Option<String>,
@@ -223,6 +225,7 @@ impl Carrier {
                 })
                 .and_then(|s| s.last_failure_time.as_ref())
                 .map(|t| t.0.as_second()),
+            attempt: status.and_then(|s| s.last_attempt.clone()),
             since: status
                 .and_then(|s| s.last_transition_time.as_ref())
                 .map(|t| t.0.as_second()),
@@ -723,6 +726,8 @@ async fn advance<C: Rolled>(
             return Ok((None, event));
         }
     };
+    // The wave's pin (judged only while it is under way).
+    let token = pin(r, r.wave);
     let mut facts: Vec<PortFacts<'_>> = ports
         .iter()
         .map(|p| PortFacts {
@@ -732,7 +737,7 @@ async fn advance<C: Rolled>(
             active_on_update: (p.state == Some(PortState::Active) && p.on_update)
                 .then(|| p.since.unwrap_or(0)),
             failed_at: p.failed_at,
-            changed_at: p.since,
+            failed_in_wave: decide::attempted_under(p.attempt.as_deref(), &token),
             bgp: p.bgp,
             node: None,
             neighbor: None,
@@ -754,7 +759,6 @@ async fn advance<C: Rolled>(
             CabledPortKind::SwitchPort => read_neighbors(ctx, hosts, ports, &members, &mut facts),
             CabledPortKind::SmartNicPort => BTreeMap::new(),
         };
-        let token = pin(r, r.wave);
         let mut unpinned: Vec<usize> = members
             .iter()
             .copied()
@@ -812,7 +816,6 @@ async fn advance<C: Rolled>(
     if step == Step::Passed {
         // Passed: the change held on the wave's devices is confirmed; a device that
         // took it back by itself fails the wave.
-        let token = pin(r, r.wave);
         let switches: BTreeSet<String> = members.iter().map(|i| ports[*i].switch.clone()).collect();
         let mut gone = Vec::new();
         for (switch, settled) in settle_wave::<C>(ctx, &switches, &token, true).await {

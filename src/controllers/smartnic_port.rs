@@ -241,7 +241,7 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             ),
         ));
     }
-    let inputs = inputs_digest(&json!({
+    let digest = inputs_digest(&json!({
         "tenancy": {"refused": tenancy.refused, "names": tenancy.names},
         "spec": port.spec,
         "hostMac": host_mac,
@@ -256,6 +256,12 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
             "configuration": c.config_obj.as_ref().map(|o| &o.spec),
         })),
     }));
+    // The pin it acts under, readable by the rollout (whose wave a failure is).
+    let pin = port
+        .annotations()
+        .get(ROLLOUT_ANNOTATION)
+        .map(String::as_str);
+    let inputs = crate::decide::rollout::pinned_attempt(digest, &[pin]);
     Ok(World {
         inputs,
         provider,

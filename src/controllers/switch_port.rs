@@ -204,7 +204,11 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         ),
         _ => TenancyVerdict::default(),
     };
-    let inputs = inputs_digest(&json!({
+    let pin = port
+        .annotations()
+        .get(ROLLOUT_ANNOTATION)
+        .map(String::as_str);
+    let digest = inputs_digest(&json!({
         "tenancy": {"refused": tenancy.refused, "names": tenancy.names},
         "spec": port.spec,
         "hostMac": host_mac,
@@ -213,6 +217,8 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         "provider": provider.as_ref().map(|p| json!({"uid": p.uid(), "spec": p.spec})),
         "secret": secret.as_ref().map(|s| json!({"uid": s.uid(), "version": s.resource_version()})),
     }));
+    // The pins it acts under, readable by the rollouts (whose wave a failure is).
+    let inputs = crate::decide::rollout::pinned_attempt(digest, &[pin, switch_pin]);
     Ok(PortWorld {
         switch,
         definition,

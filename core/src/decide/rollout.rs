@@ -534,6 +534,23 @@ pub fn hold_of(pin: Option<&str>, status: Option<&RolloutStatus>) -> Option<Stri
     .then(|| pin.to_owned())
 }
 
+/// A port's attempt key with the rollout pins it was made under: `inputs`, then
+/// `@<pin>` for each pin the port carries (its configuration's rollout's, its
+/// Switch's). A rollout reads from `status.lastAttempt` whether a failure was its
+/// wave's ([`attempted_under`]): statuses keep whole seconds, and a failure in the
+/// second a wave was committed may be the previous revision's.
+pub fn pinned_attempt(inputs: String, pins: &[Option<&str>]) -> String {
+    pins.iter()
+        .flatten()
+        .fold(inputs, |key, pin| format!("{key}@{pin}"))
+}
+
+/// Whether the attempt `last_attempt` ([`pinned_attempt`]) was made under the pin
+/// `token`.
+pub fn attempted_under(last_attempt: Option<&str>, token: &str) -> bool {
+    last_attempt.is_some_and(|a| a.split('@').skip(1).any(|p| p == token))
+}
+
 /// The ControllerRevision a port with the pin `pin` carries of a configuration
 /// whose rollout stands at `status`: the update revision when the rollout under way
 /// moved it (a rolled-back wave's ports lose their pin; the waves before it keep
@@ -561,10 +578,10 @@ pub struct PortFacts<'a> {
     pub active_on_update: Option<i64>,
     /// When its last attempt failed (Unix seconds), if it failed.
     pub failed_at: Option<i64>,
-    /// When its state last changed (Unix seconds): a failure in the commit's own
-    /// second is this wave's when the port changed state in that second or after
-    /// (it began the update revision's attempt then), with this wave's pin.
-    pub changed_at: Option<i64>,
+    /// Whether its failing attempt was made under this wave's pin
+    /// ([`attempted_under`]): a failure in the commit's own second is then this
+    /// wave's.
+    pub failed_in_wave: bool,
     /// Its host's BGP sessions, where its Switch speaks BGP to it.
     pub bgp: Option<Signal>,
     /// Its host's Kubernetes Node's Ready condition, where the Node gate is on and
@@ -1062,16 +1079,12 @@ fn judge_wave(
     let failed: Vec<&str> = wave
         .iter()
         // Statuses keep whole seconds: a failure in the commit's second may be the
-        // previous revision's, unless the port, pinned by this wave, began its
-        // attempt in that second or after (a failure that is never retried, an
-        // invalid entry or configuration, would otherwise wait for the deadline).
+        // previous revision's, unless its attempt was made under this wave's pin
+        // (a failure that is never retried, an invalid entry or configuration,
+        // would otherwise wait for the deadline).
         .filter(|p| {
-            p.failed_at.is_some_and(|t| {
-                t > committed
-                    || (t == committed
-                        && p.moved == Some(progress.wave)
-                        && p.changed_at.is_some_and(|c| c >= committed))
-            })
+            p.failed_at
+                .is_some_and(|t| t > committed || (t == committed && p.failed_in_wave))
         })
         .map(|p| p.key)
         .collect();
@@ -1466,7 +1479,7 @@ mod tests {
                 moved: moved.iter().find(|(j, _)| *j == i).map(|(_, w)| *w),
                 active_on_update: active.contains(&i).then_some(0),
                 failed_at: failed.iter().find(|(j, _)| *j == i).map(|(_, t)| *t),
-                changed_at: None,
+                failed_in_wave: false,
                 bgp: None,
                 node: None,
                 neighbor: None,
@@ -1615,27 +1628,20 @@ mod tests {
                 Step::Wait { .. }
             ));
         }
-        // In the commit's second: this wave's only when the port, pinned by it,
-        // began its attempt in that second (it changed state then).
+        // In the commit's second: this wave's only when its attempt was made under
+        // the wave's pin.
         let mut same_second = facts(&keys, &moved, &[0], &[(1, 100)]);
-        same_second[1].changed_at = Some(99);
         assert!(matches!(
             step(104, &rollout, &wave2, &same_second, false),
             Step::Wait { .. }
         ));
-        same_second[1].changed_at = Some(100);
+        same_second[1].failed_in_wave = true;
         assert!(matches!(
             step(104, &rollout, &wave2, &same_second, false),
             Step::RollBack {
                 gate: gate::PORTS_ACTIVE,
                 ..
             }
-        ));
-        let mut not_pinned = facts(&keys, &[(0, 1)], &[0], &[(1, 100)]);
-        not_pinned[1].changed_at = Some(100);
-        assert!(matches!(
-            step(104, &rollout, &wave2, &not_pinned, false),
-            Step::Wait { .. }
         ));
         // Past the deadline without passing.
         assert!(matches!(
@@ -2302,5 +2308,18 @@ mod tests {
         // A switch larger than maxUnavailable still moves whole, alone.
         let big = fleet(2, 6);
         assert_eq!(next_wave(&targets(&big), 12, &policy, false, true).len(), 6);
+    }
+
+    #[test]
+    fn an_attempt_says_which_pins_it_was_made_under() {
+        let key = pinned_attempt("apply/ab12".into(), &[Some("web-1.1.2"), None]);
+        assert_eq!(key, "apply/ab12@web-1.1.2");
+        assert!(attempted_under(Some(&key), "web-1.1.2"));
+        assert!(!attempted_under(Some(&key), "web-1.1.1"));
+        assert!(!attempted_under(Some("apply/ab12"), "web-1.1.2"));
+        assert!(!attempted_under(None, "web-1.1.2"));
+        let both = pinned_attempt("i".into(), &[Some("web-1.1.2"), Some("tor-9.3.1")]);
+        assert!(attempted_under(Some(&both), "tor-9.3.1"));
+        assert_eq!(pinned_attempt("i".into(), &[None, None]), "i");
     }
 }
