@@ -552,6 +552,20 @@ pub async fn reconcile<C: Rolled>(
     let old = config.status_view();
     let mut status = old.clone();
     let spec_revision = revision_name(&name, &config.content_hash());
+    // A Switch is looked at on each of its events (its neighbour and BGP reads write
+    // its status): a settled rollout with no new edit has nothing to do, and its
+    // ports are not read (a hash of each configured port's entry).
+    if !C::OWNS_STATUS
+        && old.rollout.as_ref().is_some_and(|r| {
+            r.update_revision == spec_revision
+                && matches!(
+                    r.phase.as_str(),
+                    phase::COMPLETE | phase::ROLLED_BACK | phase::ABORTED
+                )
+        })
+    {
+        return Ok(Action::await_change());
+    }
     // Read once a look; again only after this look unpinned ports or started a
     // rollout.
     let mut ports = carriers(&ctx, config.as_ref(), old.rollout.as_ref())?;

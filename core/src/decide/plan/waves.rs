@@ -7,7 +7,9 @@
 //! defaults ([`crate::decide::rollout::rollout_of`], a tenant's held to the infra
 //! team's limits), in the order the rollout controller takes them (port key order,
 //! the switches in turn; a SmartNicPort's "switch" is its SmartNIC, its
-//! ProviderSwitch). Any other change (a port newly linked, one moved to
+//! ProviderSwitch). A SwitchPort carrying the same configuration before and after
+//! whose Switch port entry the manifests change moves in its Switch's rollout, under
+//! the Switch's `spec.rollout`. Any other change (a port newly linked, one moved to
 //! another configuration) reaches its device at once. The waves are planned over the
 //! ports the edit changes; the controller plans them over every port carrying the
 //! configuration, so a port whose outcome the edit leaves as it was (refused before
@@ -22,9 +24,11 @@ use crate::decide::rollout::{Defaults, Target, next_wave, rollout_of};
 /// One configuration's rollout, as a plan shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRollout {
-    /// Its kind: `SwitchPortConfiguration` or `SmartNicConfiguration`.
+    /// Its kind: `SwitchPortConfiguration`, `SmartNicConfiguration` or `Switch` (an
+    /// edit of its port entries, moving the ports that carry a configuration whose
+    /// entry it changes).
     pub kind: &'static str,
-    /// The configuration, `namespace/name`.
+    /// The configuration (or Switch), `namespace/name`.
     pub configuration: String,
     /// Its waves, each the ports (`namespace/name`) it moves, the canary first.
     pub waves: Vec<Vec<String>>,
@@ -45,12 +49,37 @@ pub fn rollouts(
     infra: Option<&str>,
 ) -> Vec<PlannedRollout> {
     let mut moved: BTreeMap<(PortKind, &str), Vec<(String, String)>> = BTreeMap::new();
+    // A Switch's port-entry edits: `namespace/switch` → the ports they move.
+    let mut entries: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for c in changes {
         let (Some(was), Some(now)) = (&c.configuration.0, &c.configuration.1) else {
             continue;
         };
         if was != now {
             continue;
+        }
+        if c.kind == PortKind::SwitchPort {
+            let entry = |fleet: &Fleet| {
+                fleet
+                    .switches
+                    .iter()
+                    .find(|s| {
+                        s.metadata.namespace.as_deref() == Some(c.namespace.as_str())
+                            && s.metadata.name.as_deref() == Some(c.switch.as_str())
+                    })
+                    .and_then(|s| s.spec.ports.get(&c.port))
+                    .map(|d| d.port_part())
+            };
+            if let (Some(a), Some(b)) = (entry(before), entry(after))
+                && a != b
+            {
+                let switch = format!("{}/{}", c.namespace, c.switch);
+                let port = format!("{}/{}", c.namespace, c.port);
+                entries
+                    .entry(switch.clone())
+                    .or_default()
+                    .push((port, switch));
+            }
         }
         let edited = match (revision(before, c.kind, was), revision(after, c.kind, now)) {
             (Some(a), Some(b)) => a.hash != b.hash,
@@ -97,6 +126,38 @@ pub fn rollouts(
                 refused: Vec::new(),
             })
         })
+        .chain(entries.into_iter().map(|(switch, mut ports)| {
+            ports.sort();
+            let (ns, name) = switch.split_once('/').unwrap_or_default();
+            let policy = after
+                .switches
+                .iter()
+                .find(|s| {
+                    s.metadata.namespace.as_deref() == Some(ns)
+                        && s.metadata.name.as_deref() == Some(name)
+                })
+                .and_then(|s| s.spec.rollout.as_ref());
+            // A link-aggregation group's members change together.
+            let whole = changes.iter().any(|c| {
+                c.kind == PortKind::SwitchPort
+                    && format!("{}/{}", c.namespace, c.switch) == switch
+                    && c.configuration.1.as_deref().is_some_and(|k| {
+                        revision(after, PortKind::SwitchPort, k).is_some_and(|r| r.aggregated)
+                    })
+            });
+            // A Switch is the infra team's: no tenant limits.
+            let (waves, refused) = match rollout_of(policy, defaults, false, ports.len()) {
+                Ok(r) => (in_waves(&ports, &r.policy, whole), Vec::new()),
+                Err(refused) => (Vec::new(), refused),
+            };
+            PlannedRollout {
+                kind: "Switch",
+                configuration: switch,
+                waves,
+                switches: 1,
+                refused,
+            }
+        }))
         .collect()
 }
 
@@ -329,5 +390,40 @@ mod tests {
                 vec!["infra/nic2-p2".to_owned()],
             ]
         );
+    }
+
+    #[test]
+    fn a_switch_entry_edit_is_planned_in_the_switchs_waves() {
+        let before = fleet("infra", json!({"untaggedVLAN": 10}));
+        let mut after = before.clone();
+        // tor1 re-cabled (every entry renamed) under its own policy; tor2 only
+        // given a policy (no entry edited: no rollout, no port).
+        let tor1 = &mut after.switches[0];
+        tor1.spec.rollout = Some(obj(json!({"canary": {"ports": 1}, "maxUnavailable": 1})));
+        for (i, entry) in tor1.spec.ports.values_mut().enumerate() {
+            entry.name = format!("Gi1/0/{}", i + 11);
+        }
+        after.switches[1].spec.rollout = Some(obj(json!({"maxUnavailable": 3})));
+        let changes = plan(&before, &after, rules());
+        assert_eq!(changes.len(), 3, "{changes:?}");
+        let got = rollouts(&before, &after, &changes, &Defaults::default(), None);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].kind, got[0].configuration.as_str(), got[0].switches),
+            ("Switch", "infra/tor1", 1)
+        );
+        assert_eq!(
+            got[0].waves,
+            [
+                vec!["infra/tor1-p1".to_owned()],
+                vec!["infra/tor1-p2".to_owned()],
+                vec!["infra/tor1-p3".to_owned()],
+            ]
+        );
+        // A malformed policy: shown refused, nothing moves.
+        after.switches[0].spec.rollout = Some(obj(json!({"maxUnavailable": "0%"})));
+        let got = rollouts(&before, &after, &changes, &Defaults::default(), None);
+        assert!(got[0].waves.is_empty());
+        assert_eq!(got[0].refused[0].0, "spec.rollout.maxUnavailable");
     }
 }
