@@ -257,10 +257,6 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
         })),
     }));
     // The pin it acts under, readable by the rollout (whose wave a failure is).
-    let pin = port
-        .annotations()
-        .get(ROLLOUT_ANNOTATION)
-        .map(String::as_str);
     let inputs = crate::decide::rollout::pinned_attempt(digest, &[pin]);
     Ok(World {
         inputs,

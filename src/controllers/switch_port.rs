@@ -92,12 +92,14 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
     let client = &ctx.client;
     let stores = &ctx.stores;
     let switch = switch_name(port, &ctx.port_index).and_then(|n| stores.switch(&ns, &n));
+    // The rollout pins it carries: its configuration's, its Switch's.
+    let pin_of = |key: &str| port.annotations().get(key).map(String::as_str);
+    let (pin, switch_pin) = (
+        pin_of(ROLLOUT_ANNOTATION),
+        pin_of(SWITCH_ROLLOUT_ANNOTATION),
+    );
     // A port carrying a configuration takes its entry at the revision its Switch's
     // rollout gives it; one carrying nothing, as it stands.
-    let switch_pin = port
-        .annotations()
-        .get(SWITCH_ROLLOUT_ANNOTATION)
-        .map(String::as_str);
     let definition = match &switch {
         None => None,
         Some(s) if port.spec.configuration.is_none() => s.spec.ports.get(&port.name_any()).cloned(),
@@ -130,10 +132,6 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         Some(r) => {
             let cns = r.namespace.clone().unwrap_or_else(|| ns.clone());
             // The configuration at the revision its rollout gives this port.
-            let pin = port
-                .annotations()
-                .get(ROLLOUT_ANNOTATION)
-                .map(String::as_str);
             let cfg = stores
                 .configuration_carried(&cns, &r.name, pin)
                 .map_err(ControllerError::Waiting)?;
@@ -204,10 +202,6 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         ),
         _ => TenancyVerdict::default(),
     };
-    let pin = port
-        .annotations()
-        .get(ROLLOUT_ANNOTATION)
-        .map(String::as_str);
     let digest = inputs_digest(&json!({
         "tenancy": {"refused": tenancy.refused, "names": tenancy.names},
         "spec": port.spec,
