@@ -9,7 +9,10 @@
 //! NeighborSeen (hosts that are Servers or BareMetalHosts) and HttpProbe gates watch
 //! hosts in network namespaces on Open vSwitch. A SmartNicConfiguration rolls out over SmartNicPorts on Open vSwitch,
 //! gated on its hosts' probes, and its chain to a simulated Cisco moves with its
-//! wave and goes back with it.
+//! wave and goes back with it. A Switch's port-entry edits roll out in waves on a
+//! simulated Cisco (re-cabled ports moved one at a time; a refused entry rolled
+//! back), and an entry renamed onto the wrong bridge port is rolled back on its
+//! host's probe.
 //! (The rollout's other behaviour — rollback, pause, a kill mid-rollout, abort — is
 //! proven on fixture switches in `operator_e2e.rs`, and its BGP gate on FRR and
 //! GoBGP in `bgp.rs`.)
@@ -1160,4 +1163,103 @@ async fn a_switch_port_entry_edit_reaches_its_ports_in_waves_and_goes_back() {
         !p1.annotations().contains_key("patchbay.dev/switch-rollout"),
         "the canary's pin stays: {p1:?}"
     );
+}
+
+/// A Switch entry renamed to the wrong device port cuts its host off: the HttpProbe
+/// gate of the Switch's own rollout fails the canary and the rollback moves the port
+/// back. Two hosts behind Open vSwitch serve `/healthz`, reached by the operator over
+/// VLAN 10; the edit "re-cables" `tor-a` onto a bridge port with nothing behind it.
+/// The canary moves (its old port cleaned, the spare one on VLAN 10), its host stops
+/// answering, three failed probes roll it back onto its own port, the host answers
+/// again and the spare port is clean; `tor-b`, not reached, stays on VLAN 10.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_entry_renamed_to_the_wrong_port_is_rolled_back_on_its_hosts_probe() {
+    use patchbay::api::Switch;
+    let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
+    let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
+    ovs.add_internal_ports("br0", &["spare0"]).unwrap();
+    let (mac0, mac1) = (hosts.mac(0), hosts.mac(1));
+    let _management = hosts.reach_from_root(&ovs, "br0", 10);
+    let _web = [hosts.serve_http(0, 8080), hosts.serve_http(1, 8080)];
+    let env = Env::start("rollout-entry-probe").await;
+    env.device(
+        "tor",
+        &[],
+        json!({"backend": "ovsdb", "os": "ovs", "address": "127.0.0.1",
+               "port": ovs.info.ovsdb_port, "options": {"bridge": "br0"}}),
+        &[("tor-a", &hosts.ports[0]), ("tor-b", &hosts.ports[1])],
+    )
+    .await;
+    edit::<Switch>(
+        &env,
+        "tor",
+        json!({"rollout": {"canary": {"ports": 1}, "maxUnavailable": 1,
+               "progressDeadlineSeconds": 120,
+               "probe": {"httpGet": {"port": 8080, "path": "/healthz"},
+                         "initialDelaySeconds": 1, "periodSeconds": 1,
+                         "timeoutSeconds": 1, "failureThreshold": 3}}}),
+    )
+    .await;
+    env.configuration("prov", json!({"untaggedVLAN": 10})).await;
+    let ns = env.cluster.namespace.clone();
+    let (x, y) = (format!("{ns}-x"), format!("{ns}-y"));
+    env.server(
+        (&x, &ns),
+        (&mac0, "tor-a"),
+        "prov",
+        json!({"hostAddress": hosts.ip(0)}),
+    )
+    .await;
+    env.server(
+        (&y, &ns),
+        (&mac1, "tor-b"),
+        "prov",
+        json!({"hostAddress": hosts.ip(1)}),
+    )
+    .await;
+    let tag = |port: &str| ovs.vsctl(&["get", "Port", port, "tag"]).unwrap();
+    for p in ["tor-a", "tor-b"] {
+        env.wait_carrying(p, "prov").await;
+    }
+    support::eventually(20, "both hosts answer through the bridge", || async {
+        (answers(&hosts.ip(0)) && answers(&hosts.ip(1))).then_some(())
+    })
+    .await;
+
+    edit::<Switch>(&env, "tor", json!({"ports": {"tor-a": {"name": "spare0"}}})).await;
+    support::eventually(20, "the canary moved onto the spare port", || async {
+        (tag("spare0") == "10" && tag(&hosts.ports[0]) == "[]").then_some(())
+    })
+    .await;
+    let started = Instant::now();
+    let r = rolled_back::<Switch>(&env, "tor", 60, || {
+        assert_eq!(tag(&hosts.ports[1]), "10", "tor-b was not to be touched")
+    })
+    .await;
+    eprintln!(
+        "rolled back {:?} after the canary moved: {}",
+        started.elapsed(),
+        r.message
+    );
+    assert!(r.message.contains("gate HttpProbe failed"), "{}", r.message);
+    assert!(r.message.contains(&format!("{ns}/tor-a")), "{}", r.message);
+    assert!(r.message.contains(&format!("Server/{x}")), "{}", r.message);
+    assert!(!r.message.contains("tor-b"), "{}", r.message);
+    support::eventually(
+        30,
+        "tor-a back on its own port, its host answering, the spare port clean",
+        || async {
+            (tag(&hosts.ports[0]) == "10" && tag("spare0") == "[]" && answers(&hosts.ip(0)))
+                .then_some(())
+        },
+    )
+    .await;
+    let port = env
+        .wait_for("tor-a", "back on its own device port", |p| {
+            p.status.as_ref().and_then(|s| s.device_port.as_deref()) == Some(&hosts.ports[0])
+        })
+        .await;
+    assert_eq!(port.status.and_then(|s| s.state), Some(PortState::Active));
+    assert_eq!(tag(&hosts.ports[1]), "10");
+    env.cluster.finish().await;
 }
