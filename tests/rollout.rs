@@ -608,6 +608,32 @@ async fn probed_description_edit<C: Config>(
     r
 }
 
+/// A rollout policy of one port at a time gated on each host's `/healthz` (1 s
+/// apart, three failures fail the wave).
+fn probed_policy() -> serde_json::Value {
+    json!({"canary": {"ports": 1}, "maxUnavailable": 1, "progressDeadlineSeconds": 120,
+           "probe": {"httpGet": {"port": 8080, "path": "/healthz"},
+                     "initialDelaySeconds": 1, "periodSeconds": 1,
+                     "timeoutSeconds": 1, "failureThreshold": 3}})
+}
+
+/// Servers `<ns>-x` and `<ns>-y`, the hosts 0 and 1 of `hosts` (their address, the
+/// MAC of their NIC) cabled to SwitchPorts `tor-a` and `tor-b`, provisioned with
+/// `prov`. Returns x's name.
+async fn probed_servers(env: &Env, hosts: &support::netns::Hosts) -> String {
+    let ns = env.cluster.namespace.clone();
+    for (i, name, port) in [(0, "x", "tor-a"), (1, "y", "tor-b")] {
+        env.server(
+            (&format!("{ns}-{name}"), &ns),
+            (&hosts.mac(i), port),
+            "prov",
+            json!({"hostAddress": hosts.ip(i)}),
+        )
+        .await;
+    }
+    format!("{ns}-x")
+}
+
 /// Moves configuration `prov` (of kind `C`) to VLAN 20, which cuts the canary's host
 /// (host 0, on port `canary`, Server `server`) off from the operator: the wave rolls
 /// back on the HttpProbe gate, the other port (`other`, host 1's, whose VLAN `tag`
@@ -666,7 +692,6 @@ async fn probe_cuts_the_canary_off<C: Config>(
 async fn a_host_that_stops_answering_its_probe_rolls_the_wave_back() {
     let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
     let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
-    let (mac0, mac1) = (hosts.mac(0), hosts.mac(1));
     let _management = hosts.reach_from_root(&ovs, "br0", 10);
     let web = [hosts.serve_http(0, 8080), hosts.serve_http(1, 8080)];
     let env = Env::start("rollout-probe").await;
@@ -680,29 +705,10 @@ async fn a_host_that_stops_answering_its_probe_rolls_the_wave_back() {
     .await;
     env.configuration(
         "prov",
-        json!({"untaggedVLAN": 10, "rollout": {"canary": {"ports": 1}, "maxUnavailable": 1,
-               "progressDeadlineSeconds": 120,
-               "probe": {"httpGet": {"port": 8080, "path": "/healthz"},
-                         "initialDelaySeconds": 1, "periodSeconds": 1,
-                         "timeoutSeconds": 1, "failureThreshold": 3}}}),
+        json!({"untaggedVLAN": 10, "rollout": probed_policy()}),
     )
     .await;
-    let ns = env.cluster.namespace.clone();
-    let (x, y) = (format!("{ns}-x"), format!("{ns}-y"));
-    env.server(
-        (&x, &ns),
-        (&mac0, "tor-a"),
-        "prov",
-        json!({"hostAddress": hosts.ip(0)}),
-    )
-    .await;
-    env.server(
-        (&y, &ns),
-        (&mac1, "tor-b"),
-        "prov",
-        json!({"hostAddress": hosts.ip(1)}),
-    )
-    .await;
+    let x = probed_servers(&env, &hosts).await;
     let tag = |i: usize| ovs.vsctl(&["get", "Port", &hosts.ports[i], "tag"]).unwrap();
     for p in ["tor-a", "tor-b"] {
         env.wait_carrying(p, "prov").await;
@@ -1178,7 +1184,6 @@ async fn a_switch_entry_renamed_to_the_wrong_port_is_rolled_back_on_its_hosts_pr
     let ovs = OvsSim::start(&["br0"]).expect("Open vSwitch starts");
     let hosts = support::netns::Hosts::create(&ovs, "br0", 2);
     ovs.add_internal_ports("br0", &["spare0"]).unwrap();
-    let (mac0, mac1) = (hosts.mac(0), hosts.mac(1));
     let _management = hosts.reach_from_root(&ovs, "br0", 10);
     let _web = [hosts.serve_http(0, 8080), hosts.serve_http(1, 8080)];
     let env = Env::start("rollout-entry-probe").await;
@@ -1190,33 +1195,10 @@ async fn a_switch_entry_renamed_to_the_wrong_port_is_rolled_back_on_its_hosts_pr
         &[("tor-a", &hosts.ports[0]), ("tor-b", &hosts.ports[1])],
     )
     .await;
-    edit::<Switch>(
-        &env,
-        "tor",
-        json!({"rollout": {"canary": {"ports": 1}, "maxUnavailable": 1,
-               "progressDeadlineSeconds": 120,
-               "probe": {"httpGet": {"port": 8080, "path": "/healthz"},
-                         "initialDelaySeconds": 1, "periodSeconds": 1,
-                         "timeoutSeconds": 1, "failureThreshold": 3}}}),
-    )
-    .await;
+    edit::<Switch>(&env, "tor", json!({ "rollout": probed_policy() })).await;
     env.configuration("prov", json!({"untaggedVLAN": 10})).await;
     let ns = env.cluster.namespace.clone();
-    let (x, y) = (format!("{ns}-x"), format!("{ns}-y"));
-    env.server(
-        (&x, &ns),
-        (&mac0, "tor-a"),
-        "prov",
-        json!({"hostAddress": hosts.ip(0)}),
-    )
-    .await;
-    env.server(
-        (&y, &ns),
-        (&mac1, "tor-b"),
-        "prov",
-        json!({"hostAddress": hosts.ip(1)}),
-    )
-    .await;
+    let x = probed_servers(&env, &hosts).await;
     let tag = |port: &str| ovs.vsctl(&["get", "Port", port, "tag"]).unwrap();
     for p in ["tor-a", "tor-b"] {
         env.wait_carrying(p, "prov").await;
