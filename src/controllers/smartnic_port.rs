@@ -257,7 +257,10 @@ async fn dereference(port: &SmartNicPort, ctx: &Context) -> Result<World, Contro
         })),
     }));
     // The pin it acts under, readable by the rollout (whose wave a failure is).
-    let inputs = crate::decide::rollout::pinned_attempt(digest, &[pin]);
+    let rollout = config
+        .as_ref()
+        .and_then(|c| c.status.as_ref()?.rollout.as_ref());
+    let inputs = crate::decide::rollout::pinned_attempt(digest, &[(pin, rollout)]);
     Ok(World {
         inputs,
         provider,

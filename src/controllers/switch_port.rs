@@ -212,7 +212,23 @@ async fn dereference(port: &SwitchPort, ctx: &Context) -> Result<PortWorld, Cont
         "secret": secret.as_ref().map(|s| json!({"uid": s.uid(), "version": s.resource_version()})),
     }));
     // The pins it acts under, readable by the rollouts (whose wave a failure is).
-    let inputs = crate::decide::rollout::pinned_attempt(digest, &[pin, switch_pin]);
+    let inputs = crate::decide::rollout::pinned_attempt(
+        digest,
+        &[
+            (
+                pin,
+                config
+                    .as_ref()
+                    .and_then(|c| c.status.as_ref()?.rollout.as_ref()),
+            ),
+            (
+                switch_pin,
+                switch
+                    .as_ref()
+                    .and_then(|s| s.status.as_ref()?.rollout.as_ref()),
+            ),
+        ],
+    );
     Ok(PortWorld {
         switch,
         definition,

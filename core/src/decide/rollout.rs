@@ -536,12 +536,18 @@ pub fn hold_of(pin: Option<&str>, status: Option<&RolloutStatus>) -> Option<Stri
 
 /// A port's attempt key with the rollout pins it was made under: `inputs`, then
 /// `@<pin>` for each pin the port carries (its configuration's rollout's, its
-/// Switch's). A rollout reads from `status.lastAttempt` whether a failure was its
-/// wave's ([`attempted_under`]): statuses keep whole seconds, and a failure in the
-/// second a wave was committed may be the previous revision's.
-pub fn pinned_attempt(inputs: String, pins: &[Option<&str>]) -> String {
+/// Switch's) that names the rollout under way as the port read it (`status`): a port
+/// that sees its pin before the rollout's status that gives it meaning still carries
+/// the previous revision, and its failure then is not the wave's. A rollout reads
+/// from `status.lastAttempt` whether a failure was its wave's ([`attempted_under`]):
+/// statuses keep whole seconds, and a failure in the second a wave was committed may
+/// be the previous revision's.
+pub fn pinned_attempt(inputs: String, pins: &[(Option<&str>, Option<&RolloutStatus>)]) -> String {
     pins.iter()
-        .flatten()
+        .filter_map(|(pin, status)| {
+            let pin = (*pin)?;
+            moved_by(Some(pin), (*status)?).map(|_| pin)
+        })
         .fold(inputs, |key, pin| format!("{key}@{pin}"))
 }
 
@@ -2312,14 +2318,45 @@ mod tests {
 
     #[test]
     fn an_attempt_says_which_pins_it_was_made_under() {
-        let key = pinned_attempt("apply/ab12".into(), &[Some("web-1.1.2"), None]);
+        let rollout = |update: &str, attempt| RolloutStatus {
+            current_revision: "old".into(),
+            update_revision: update.into(),
+            attempt,
+            ..RolloutStatus::default()
+        };
+        let web = rollout("web-1", 1);
+        let key = pinned_attempt(
+            "apply/ab12".into(),
+            &[(Some("web-1.1.2"), Some(&web)), (None, None)],
+        );
         assert_eq!(key, "apply/ab12@web-1.1.2");
         assert!(attempted_under(Some(&key), "web-1.1.2"));
         assert!(!attempted_under(Some(&key), "web-1.1.1"));
         assert!(!attempted_under(Some("apply/ab12"), "web-1.1.2"));
         assert!(!attempted_under(None, "web-1.1.2"));
-        let both = pinned_attempt("i".into(), &[Some("web-1.1.2"), Some("tor-9.3.1")]);
+        let tor = rollout("tor-9", 3);
+        let both = pinned_attempt(
+            "i".into(),
+            &[
+                (Some("web-1.1.2"), Some(&web)),
+                (Some("tor-9.3.1"), Some(&tor)),
+            ],
+        );
         assert!(attempted_under(Some(&both), "tor-9.3.1"));
-        assert_eq!(pinned_attempt("i".into(), &[None, None]), "i");
+        assert_eq!(
+            pinned_attempt("i".into(), &[(None, None), (None, None)]),
+            "i"
+        );
+        // The pin seen before the rollout status that gives it meaning (the port's
+        // cache still shows the previous attempt, or no rollout): not in the key.
+        let before = rollout("web-1", 0);
+        assert_eq!(
+            pinned_attempt("i".into(), &[(Some("web-1.1.2"), Some(&before))]),
+            "i"
+        );
+        assert_eq!(
+            pinned_attempt("i".into(), &[(Some("web-1.1.2"), None)]),
+            "i"
+        );
     }
 }
